@@ -1,0 +1,3 @@
+from near_dedup_core.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,51 @@
+"""Progress lines on stderr for long work: throttled, carriage-return on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+
+class Progress:
+    """Counts work done and reports it on stderr at most every ``interval`` seconds.
+
+    Silent when ``enabled`` is False (library use, tests) so that only the CLI talks.
+    """
+
+    def __init__(self, label: str, total: int | None = None, *, enabled: bool = True,
+                 interval: float = 1.0, stream=None) -> None:
+        self.label = label
+        self.total = total
+        self.enabled = enabled
+        self.interval = interval
+        self.stream = stream if stream is not None else sys.stderr
+        self.done = 0
+        self._start = time.monotonic()
+        self._last = 0.0
+        self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        if self.enabled:
+            now = time.monotonic()
+            if now - self._last >= self.interval:
+                self._last = now
+                self._emit(final=False)
+
+    def finish(self) -> None:
+        if self.enabled and self.done:
+            self._emit(final=True)
+
+    def _emit(self, final: bool) -> None:
+        elapsed = time.monotonic() - self._start
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        if self.total:
+            text = f"{self.label}: {self.done:,}/{self.total:,} ({100 * self.done / self.total:.0f}%)"
+        else:
+            text = f"{self.label}: {self.done:,}"
+        text += f", {rate:,.0f}/s, {elapsed:.1f}s"
+        if self._tty and not final:
+            self.stream.write("\r" + text)
+        else:
+            self.stream.write(("\r" if self._tty else "") + text + "\n")
+        self.stream.flush()
