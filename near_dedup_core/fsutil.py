@@ -1,0 +1,118 @@
+"""Atomic output folders, canonical JSON/JSONL writing and `sha256sum`-compatible checksums.
+
+Reports and mixture packages are written into a temporary sibling folder and renamed into
+place, so a reader sees either nothing or the complete folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+import orjson
+
+from near_dedup_core.errors import NearDedupError
+
+CHECKSUMS = "checksums.sha256"
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def json_line(obj: object) -> bytes:
+    """One canonical JSONL line: sorted keys, compact, UTF-8, trailing newline."""
+    return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE)
+
+
+def write_jsonl(path: Path, rows: Iterable[object]) -> int:
+    n = 0
+    with open(path, "wb") as fh:
+        for row in rows:
+            fh.write(json_line(row))
+            n += 1
+    return n
+
+
+def write_json(path: Path, obj: object) -> None:
+    """Pretty, key-sorted JSON (manifests, plans): stable bytes for stable input."""
+    path.write_bytes(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+                                  | orjson.OPT_APPEND_NEWLINE))
+
+
+def is_within(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+    except ValueError:
+        return False
+    return True
+
+
+@contextlib.contextmanager
+def atomic_dir(target: Path) -> Iterator[Path]:
+    """Yield a fresh temporary sibling of ``target``; rename it to ``target`` on success.
+
+    On any exception the temporary folder is removed and ``target`` is never created.
+    """
+    if target.exists() or target.is_symlink():
+        raise NearDedupError(f"output {target} already exists; choose a new directory")
+    parent = target.parent
+    if not parent.is_dir():
+        parent.mkdir(parents=True, exist_ok=True)
+    tmp = parent / f".{target.name}.tmp-{os.getpid()}"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    try:
+        yield tmp
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def write_checksums(folder: Path) -> None:
+    """Write ``checksums.sha256`` over every other file below ``folder`` (sorted paths)."""
+    lines = []
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        rel = path.relative_to(folder).as_posix()
+        if rel == CHECKSUMS:
+            continue
+        lines.append(f"{sha256_file(path)}  {rel}\n")
+    (folder / CHECKSUMS).write_text("".join(lines), encoding="utf-8")
+
+
+def verify_checksums(folder: Path, label: str) -> list[str]:
+    """Check ``checksums.sha256`` against the folder: every listed file matches, none missing,
+    no unlisted file. Returns the relative paths listed; raises NearDedupError on any mismatch."""
+    sums = folder / CHECKSUMS
+    if not sums.is_file():
+        raise NearDedupError(f"{label} {folder}: {CHECKSUMS} is missing")
+    listed: dict[str, str] = {}
+    for n, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
+        digest, sep, rel = line.partition("  ")
+        if not sep or len(digest) != 64 or not rel:
+            raise NearDedupError(f"{label} {folder}: {CHECKSUMS}:{n}: malformed line")
+        listed[rel] = digest
+    for rel, digest in listed.items():
+        path = folder / rel
+        if not path.is_file():
+            raise NearDedupError(f"{label} {folder}: {rel} is listed in {CHECKSUMS} but missing")
+        if sha256_file(path) != digest:
+            raise NearDedupError(f"{label} {folder}: {rel} does not match its sha256 "
+                                 f"in {CHECKSUMS} (file changed)")
+    for path in folder.rglob("*"):
+        if path.is_file():
+            rel = path.relative_to(folder).as_posix()
+            if rel != CHECKSUMS and rel not in listed:
+                raise NearDedupError(f"{label} {folder}: {rel} is not listed in {CHECKSUMS}")
+    return sorted(listed)
