@@ -1,0 +1,273 @@
+"""The persistent near-dedup index: SQLAlchemy 2 Core tables over one dedicated SQLite file.
+
+Tables
+- ``meta``: format marker, schema version, algorithm version, config fingerprint and config,
+  the kind of package the index holds (bound by its first batch).
+- ``batches``: one row per appended batch; ``seq`` orders first ingest.
+- ``packages``: every indexed package with its manifest sha256 (packages are immutable).
+- ``scopes``: isolation scopes by canonical key.
+- ``contents``: one row per distinct content_id: the batch that first indexed it, the
+  normalized length, the hashed-shingle-set size, the MinHash signature and the zstd-compressed
+  normalized text (from which scan recomputes the exact shingle set against history, without
+  the original packages). Texts under ``min_chars`` carry no signature: they match exactly only.
+- ``bands``: (LSH band key, content) pairs, the primary key doubling as the lookup index.
+- ``sources``: one row per indexed sample: package, sample id, split, file, line, position,
+  text_sha256, domain and the original ``source`` object.
+
+First-ingest order of a content is (contents.batch, contents.content_id).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy.pool import NullPool
+from sqlalchemy import (BLOB, Column, Engine, ForeignKey, Index, Integer, MetaData, String,
+                        Table, Text, create_engine, event, insert, select)
+
+from near_dedup_core import ALGORITHM_VERSION
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import NearDedupError
+
+FORMAT = "near-dedup-index"
+SCHEMA_VERSION = "1"
+BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
+DEFAULT_BUSY_TIMEOUT = 30.0
+
+metadata = MetaData()
+
+meta = Table("meta", metadata,
+             Column("key", String, primary_key=True),
+             Column("value", Text, nullable=False))
+
+batches = Table("batches", metadata,
+                Column("seq", Integer, primary_key=True),
+                Column("created_at", String, nullable=False),
+                Column("tool_version", String, nullable=False),
+                Column("packages", Text, nullable=False))
+
+packages = Table("packages", metadata,
+                 Column("id", Integer, primary_key=True),
+                 Column("package_id", String, nullable=False, unique=True),
+                 Column("kind", String, nullable=False),
+                 Column("manifest_sha256", String, nullable=False),
+                 Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
+                 Column("records", Integer, nullable=False),
+                 Column("manifest", Text, nullable=False))
+
+scopes = Table("scopes", metadata,
+               Column("id", Integer, primary_key=True),
+               Column("scope_key", Text, nullable=False, unique=True),
+               Column("label", String, nullable=False))
+
+contents = Table("contents", metadata,
+                 Column("id", Integer, primary_key=True),
+                 Column("content_id", BLOB, nullable=False, unique=True),
+                 Column("scope", Integer, ForeignKey("scopes.id"), nullable=False),
+                 Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
+                 Column("norm_chars", Integer, nullable=False),
+                 Column("shingles", Integer),
+                 Column("signature", BLOB),
+                 Column("text_z", BLOB, nullable=False))
+
+bands = Table("bands", metadata,
+              Column("key", Integer, primary_key=True),
+              Column("content", Integer, ForeignKey("contents.id"), primary_key=True),
+              sqlite_with_rowid=False)
+
+sources = Table("sources", metadata,
+                Column("id", Integer, primary_key=True),
+                Column("content", Integer, ForeignKey("contents.id"), nullable=False),
+                Column("package", Integer, ForeignKey("packages.id"), nullable=False),
+                Column("sample_id", String, nullable=False),
+                Column("split", String, nullable=False),
+                Column("file", String, nullable=False),
+                Column("line", Integer, nullable=False),
+                Column("position", Integer, nullable=False),
+                Column("text_sha256", BLOB, nullable=False),
+                Column("domain", String),
+                Column("source", Text),
+                Index("ix_sources_package", "package", "position"),
+                Index("ix_sources_content", "content"))
+
+
+def insert_sql(table: Table) -> str:
+    """The plain ``INSERT INTO t (cols…) VALUES (?, …)`` for executemany on raw tuples."""
+    cols = ", ".join(c.name for c in table.columns)
+    marks = ", ".join("?" for _ in table.columns)
+    return f"INSERT INTO {table.name} ({cols}) VALUES ({marks})"
+
+
+def _pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA busy_timeout = 60000")
+    cur.execute("PRAGMA cache_size = -262144")  # 256 MiB page cache
+    cur.close()
+
+
+def _engine(creator) -> Engine:
+    engine = create_engine("sqlite://", creator=creator, poolclass=NullPool)
+    event.listen(engine, "connect", _pragmas)
+    return engine
+
+
+def is_sqlite_file(path: Path) -> bool:
+    with open(path, "rb") as fh:
+        return fh.read(16) == b"SQLite format 3\x00"
+
+
+def check_index_path(path: Path, input_dirs: list[Path]) -> None:
+    """Refuse paths that are not a dedicated index file (SPEC §4 index)."""
+    if path.name == "pipeline.db":
+        raise NearDedupError(f"index {path}: refusing pipeline.db; the index must be a dedicated file")
+    resolved = path.resolve()
+    for d in input_dirs:
+        try:
+            resolved.relative_to(d.resolve())
+        except ValueError:
+            continue
+        raise NearDedupError(f"index {path}: inside input package {d}; packages are immutable")
+    for parent in resolved.parents:
+        kind = _tool_folder_kind(parent)
+        if kind:
+            raise NearDedupError(f"index {path}: inside {kind} {parent}; the index must live "
+                                 f"outside packages, reports and mixtures")
+    if path.exists() and not path.is_file():
+        raise NearDedupError(f"index {path}: not a regular file")
+
+
+_FOLDER_KINDS = {"training-snapshot": "snapshot package", "near-dedup-report": "near-dedup report",
+                 "mixture-package": "mixture package"}
+
+
+def _tool_folder_kind(folder: Path) -> str | None:
+    """What ``folder`` is when its manifest.json marks a package, report or mixture."""
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        return None
+    try:
+        fmt = json.loads(manifest.read_text(encoding="utf-8")).get("format")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return _FOLDER_KINDS.get(fmt)
+
+
+def _read_meta(conn) -> dict[str, str]:
+    return {k: v for k, v in conn.execute(select(meta.c.key, meta.c.value))}
+
+
+def check_binding(path: Path, values: dict[str, str], config: NearDedupConfig) -> None:
+    """The index must be ours, of our schema, and bound to this config and algorithm."""
+    if values.get("format") != FORMAT:
+        raise NearDedupError(f"index {path}: not a near-dedup index")
+    if values.get("schema_version") != SCHEMA_VERSION:
+        raise NearDedupError(f"index {path}: schema version {values.get('schema_version')} "
+                             f"is not {SCHEMA_VERSION}; use a new index path")
+    if values.get("algorithm_version") != ALGORITHM_VERSION:
+        raise NearDedupError(f"index {path}: built with algorithm {values.get('algorithm_version')}, "
+                             f"this tool runs {ALGORITHM_VERSION}; use a new index path")
+    if values.get("config_fingerprint") != config.fingerprint():
+        raise NearDedupError(f"index {path}: bound to a different config (fingerprint "
+                             f"{values.get('config_fingerprint', '?')[:12]}…, this config "
+                             f"{config.fingerprint()[:12]}…); use a new index path for a new "
+                             f"threshold, shingling, limits or rules")
+
+
+def _read_foreign(path: Path) -> dict[str, str]:
+    """meta of an existing file, or an error that it is not a near-dedup index."""
+    if not is_sqlite_file(path):
+        raise NearDedupError(f"index {path}: exists and is not a near-dedup index (not SQLite)")
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows = con.execute("SELECT key, value FROM meta").fetchall()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError:
+        raise NearDedupError(f"index {path}: exists and is not a near-dedup index") from None
+    return dict(rows)
+
+
+def open_readonly(path: Path, config: NearDedupConfig) -> Engine:
+    """An engine on an existing index opened with SQLite's read-only URI (never writes)."""
+    if not path.is_file():
+        raise NearDedupError(f"index {path}: not found; index the inputs first")
+    values = _read_foreign(path)
+    check_binding(path, values, config)
+    uri = f"file:{path.resolve()}?mode=ro"
+    return _engine(lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
+
+
+def open_writable(path: Path) -> Engine:
+    """An engine whose transactions are ``BEGIN IMMEDIATE`` (one writer, others wait up to the
+    busy timeout) in WAL mode, so readers such as ``scan`` see the last committed batch."""
+    target = str(path)
+    engine = _engine(lambda: sqlite3.connect(target, isolation_level=None, check_same_thread=False))
+
+    @event.listens_for(engine, "connect")
+    def _wal(dbapi_conn, _record) -> None:
+        dbapi_conn.execute("PRAGMA journal_mode = WAL")
+        dbapi_conn.execute("PRAGMA synchronous = NORMAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn) -> None:
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def create_schema(engine: Engine, config: NearDedupConfig, created_at: str) -> None:
+    metadata.create_all(engine)
+    with engine.begin() as conn:
+        conn.execute(insert(meta), [
+            {"key": "format", "value": FORMAT},
+            {"key": "schema_version", "value": SCHEMA_VERSION},
+            {"key": "algorithm_version", "value": ALGORITHM_VERSION},
+            {"key": "config_fingerprint", "value": config.fingerprint()},
+            {"key": "config", "value": config.canonical_json()},
+            {"key": "created_at", "value": created_at},
+        ])
+
+
+def read_meta(conn) -> dict[str, str]:
+    return _read_meta(conn)
+
+
+def existing_meta(path: Path) -> dict[str, str] | None:
+    """meta of the index at ``path``, None if there is no file; errors for foreign files."""
+    if not path.exists():
+        return None
+    return _read_foreign(path)
+
+
+@contextmanager
+def writer_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
+    """Exclusive writer lock on ``<index>.lock``; waits at most ``timeout`` seconds
+    (env NEAR_DEDUP_BUSY_TIMEOUT, default 30) and then reports the index as busy."""
+    if timeout is None:
+        timeout = float(os.environ.get(BUSY_TIMEOUT_ENV, DEFAULT_BUSY_TIMEOUT))
+    lock_path = path.with_name(path.name + ".lock")
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise NearDedupError(
+                        f"index {path}: busy, another near-dedup index run holds it "
+                        f"(waited {timeout:g}s); try again when it has finished") from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)

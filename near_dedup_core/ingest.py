@@ -1,0 +1,414 @@
+"""`index`: append one batch of snapshot packages to the index, as one transaction.
+
+Pipeline (one pass over the packages' records, both cores busy):
+
+1. main process: stream and validate records (package.stream_records), check ``max_chars``,
+   group them in chunks;
+2. workers, stage "identify": compared text → scope key, normalized text, content_id,
+   text_sha256;
+3. main: contents already in the index or earlier in the batch only get a new source row
+   (their signatures are never recomputed); new ones get a row id;
+4. workers, stage "sign": MinHash signature, shingle-set size, LSH band keys, zstd text;
+5. main: executemany into contents/bands/sources inside the open transaction.
+
+Any failure — a bad line in the last package, a limit, a crash or SIGKILL — leaves the index as
+it was before the batch: the transaction is only committed at the end, and a brand-new index
+is built in a temporary sibling file that is renamed into place after the commit.
+Results do not depend on the number of workers.
+"""
+
+from __future__ import annotations
+
+import collections
+import multiprocessing
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import orjson
+import zstandard
+from sqlalchemy import Connection, event, func, insert, select
+
+from near_dedup_core import __version__, index_store as db
+from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.normalize import normalize
+from near_dedup_core.package import Package, Record, open_packages, stream_records
+from near_dedup_core.progress import Progress
+from near_dedup_core.signature import MinHasher, band_keys
+
+CHUNK = 1024
+ZSTD_LEVEL = 3
+
+
+@dataclass
+class IndexResult:
+    index: Path
+    batch: int | None
+    packages_added: list[str] = field(default_factory=list)
+    packages_skipped: list[str] = field(default_factory=list)
+    records: int = 0
+    new_contents: int = 0
+    new_sources: int = 0
+
+    @property
+    def known_contents(self) -> int:
+        """Sources whose content was already indexed (or appeared earlier in this batch)."""
+        return self.new_sources - self.new_contents
+
+    def summary(self) -> str:
+        if self.batch is None:
+            return (f"index {self.index}: nothing to do, already indexed with the same manifest: "
+                    f"{', '.join(self.packages_skipped)}")
+        text = (f"index {self.index}: batch {self.batch} added {', '.join(self.packages_added)}: "
+                f"{self.records:,} records, {self.new_contents:,} new contents, "
+                f"{self.known_contents:,} sources of already known contents")
+        if self.packages_skipped:
+            text += f"; already indexed: {', '.join(self.packages_skipped)}"
+        return text
+
+
+# --------------------------------------------------------------------------- worker stages
+
+
+@lru_cache(maxsize=4)
+def _hasher(num_perm: int, seed: int, shingle_size: int) -> MinHasher:
+    return MinHasher(num_perm, seed, shingle_size)
+
+
+def identify(kind: str, items: list[tuple[object, str]]) -> list[tuple[str, str, bytes, bytes, str]]:
+    """Stage 2: for (scope source, compared text) items → (scope key, scope label, content_id,
+    text_sha256, normalized text). The scope source is the tokenizer (cpt) or the record (sft)."""
+    out = []
+    scope_cache: dict[int, tuple[str, str]] = {}
+    for scope_src, raw in items:
+        if kind == "cpt":
+            scope = scope_cache.get(id(scope_src))
+            if scope is None:
+                s = cpt_scope(scope_src)  # type: ignore[arg-type]
+                scope = scope_cache[id(scope_src)] = (s.key, s.label)
+        else:
+            s = sft_scope(scope_src)  # type: ignore[arg-type]
+            scope = (s.key, s.label)
+        norm = normalize(raw)
+        out.append((scope[0], scope[1], content_id(scope[0], norm), text_sha256(raw), norm))
+    return out
+
+
+def sign(params: tuple[int, int, int, int, int, int], texts: list[str]
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
+    """Stage 4: signatures, shingle-set sizes, band keys and compressed texts of new contents.
+    Texts shorter than min_chars get no signature (rows of zeros, ignored by the caller)."""
+    num_perm, seed, shingle_size, bands, rows, min_chars = params
+    hasher = _hasher(num_perm, seed, shingle_size)
+    long_idx = [i for i, t in enumerate(texts) if len(t) >= min_chars]
+    sigs = np.zeros((len(texts), num_perm), dtype=np.uint32)
+    sizes = np.zeros(len(texts), dtype=np.int64)
+    if long_idx:
+        s, z = hasher.signatures_and_sizes([texts[i] for i in long_idx])
+        sigs[long_idx] = s
+        sizes[long_idx] = z
+    keys = band_keys(sigs, bands, rows)
+    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
+    blobs = [cctx.compress(t.encode()) for t in texts]
+    return sigs, sizes, keys, blobs
+
+
+class _InlineExecutor(Executor):
+    """Runs submitted work at once in this process (workers=1)."""
+
+    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # handed to the caller through the future
+            fut.set_exception(exc)
+        return fut
+
+
+def _executor(workers: int) -> Executor:
+    if workers <= 1:
+        return _InlineExecutor()
+    return ProcessPoolExecutor(max_workers=workers,
+                               mp_context=multiprocessing.get_context("forkserver"))
+
+
+# --------------------------------------------------------------------------- the batch
+
+
+@dataclass(slots=True)
+class _Pending:
+    records: list[Record]
+    package_rowids: list[int]
+    future: Future
+
+
+class _BatchWriter:
+    """Holds the open transaction's state: id maps, pending work, counters."""
+
+    def __init__(self, conn: Connection, config: NearDedupConfig, batch: int, executor: Executor,
+                 workers: int, kind: str, progress: Progress) -> None:
+        self.conn = conn
+        self.config = config
+        self.batch = batch
+        self.executor = executor
+        self.window = max(2, 2 * workers)
+        self.kind = kind
+        self.progress = progress
+        self.params = (config.num_perm, config.seed, config.shingle_size, config.bands,
+                       config.rows, config.min_chars)
+        self.scope_ids = {k: i for i, k in conn.execute(select(db.scopes.c.id, db.scopes.c.scope_key))}
+        self.next_content = (conn.execute(select(func.max(db.contents.c.id))).scalar() or 0) + 1
+        self.batch_contents: dict[bytes, int] = {}
+        self.ref_targets: dict[str, dict[str, tuple[int, bytes, str | None]]] = {}
+        self.stage2: collections.deque[_Pending] = collections.deque()
+        self.stage4: collections.deque[tuple[list[tuple[int, int, int]], Future]] = collections.deque()
+        self.sql_sources = db.insert_sql(db.sources)
+        self.sql_contents = db.insert_sql(db.contents)
+        self.sql_bands = db.insert_sql(db.bands).replace("INSERT", "INSERT OR IGNORE", 1)
+        self.new_contents = 0
+        self.new_sources = 0
+
+    # -- refs
+    def track_targets(self, package_ids: set[str], indexed: dict[str, int]) -> None:
+        """Remember (content, text_sha256, domain) per sample of packages that refs point into;
+        already indexed ones are read from the index."""
+        for pid in package_ids:
+            table: dict[str, tuple[int, bytes, str | None]] = {}
+            if pid in indexed:
+                s = db.sources.c
+                rows = self.conn.execute(select(s.sample_id, s.content, s.text_sha256, s.domain)
+                                         .where(s.package == indexed[pid]))
+                table = {sid: (c, sha, dom) for sid, c, sha, dom in rows}
+            self.ref_targets[pid] = table
+
+    # -- stage 1
+    def add_chunk(self, records: list[Record], package_rowids: list[int], tokenizers: dict) -> None:
+        items = []
+        for rec in records:
+            if rec.ref is None:
+                raw = compared_text(self.kind, rec.data)
+                if len(raw) > self.config.max_chars:
+                    raise LimitExceeded(
+                        f"{where(rec.package_id, rec.file, rec.line)}: sample {rec.sample_id} has "
+                        f"{len(raw):,} characters, over max_chars {self.config.max_chars:,}")
+                scope_src = tokenizers[rec.package_id] if self.kind == "cpt" else rec.data
+                items.append((scope_src, raw))
+        fut = self.executor.submit(identify, self.kind, items)
+        self.stage2.append(_Pending(records, package_rowids, fut))
+        while len(self.stage2) > self.window:
+            self._finish_identify(self.stage2.popleft())
+        self._drain_sign(limit=self.window)
+
+    def flush(self) -> None:
+        while self.stage2:
+            self._finish_identify(self.stage2.popleft())
+        self._drain_sign(limit=0)
+
+    # -- stage 3
+    def _scope_id(self, key: str, label: str) -> int:
+        sid = self.scope_ids.get(key)
+        if sid is None:
+            sid = self.conn.execute(insert(db.scopes).values(scope_key=key, label=label)).inserted_primary_key[0]
+            self.scope_ids[key] = sid
+        return sid
+
+    def _known(self, cids: list[bytes]) -> dict[bytes, int]:
+        found: dict[bytes, int] = {}
+        todo = [c for c in set(cids) if c not in self.batch_contents]
+        c = db.contents.c
+        for i in range(0, len(todo), 900):
+            part = todo[i:i + 900]
+            found.update(self.conn.execute(select(c.content_id, c.id).where(c.content_id.in_(part))).all())
+        return found
+
+    def _finish_identify(self, pending: _Pending) -> None:
+        results = pending.future.result()
+        known = self._known([r[2] for r in results])
+        new_texts: list[str] = []
+        new_rows: list[tuple[int, bytes, int, int]] = []  # (rowid, content_id, scope, chars)
+        source_rows = []
+        it = iter(results)
+        for rec, pkg_rowid in zip(pending.records, pending.package_rowids):
+            domain = rec.data.get("domain")
+            if rec.ref is None:
+                key, label, cid, sha, norm = next(it)
+                rowid = self.batch_contents.get(cid) or known.get(cid)
+                if rowid is None:
+                    rowid = self.next_content
+                    self.next_content += 1
+                    self.batch_contents[cid] = rowid
+                    new_texts.append(norm)
+                    new_rows.append((rowid, cid, self._scope_id(key, label), len(norm)))
+            else:
+                target = self.ref_targets[rec.ref[0]][rec.ref[1]]
+                rowid, sha = target[0], target[1]
+                if domain is None:
+                    domain = target[2]
+            targets = self.ref_targets.get(rec.package_id)
+            if targets is not None:
+                targets[rec.sample_id] = (rowid, sha, domain)
+            source = rec.data.get("source")
+            source_rows.append((None, rowid, pkg_rowid, rec.sample_id, rec.split, rec.file, rec.line,
+                                rec.position, sha, domain,
+                                None if source is None else orjson.dumps(source).decode()))
+        self.conn.exec_driver_sql(self.sql_sources, source_rows)
+        self.new_sources += len(source_rows)
+        if new_texts:
+            self.stage4.append((new_rows, self.executor.submit(sign, self.params, new_texts)))
+        self.progress.advance(len(pending.records))
+        self._drain_sign(limit=self.window)
+
+    # -- stage 5
+    def _drain_sign(self, limit: int) -> None:
+        """Write finished signing work in order; wait while more than ``limit`` is pending."""
+        while self.stage4 and (len(self.stage4) > limit or self.stage4[0][1].done()):
+            rows, fut = self.stage4.popleft()
+            self._write_contents(rows, *fut.result())
+
+    def _write_contents(self, rows, sigs, sizes, keys, blobs) -> None:
+        min_chars = self.config.min_chars
+        content_rows = []
+        band_rows = []
+        for i, (rowid, cid, scope_id, nchars) in enumerate(rows):
+            is_long = nchars >= min_chars
+            content_rows.append((rowid, cid, scope_id, self.batch, nchars,
+                                 int(sizes[i]) if is_long else None,
+                                 sigs[i].tobytes() if is_long else None, blobs[i]))
+            if is_long:
+                band_rows.extend((int(k), rowid) for k in keys[i])
+        self.conn.exec_driver_sql(self.sql_contents, content_rows)
+        if band_rows:
+            band_rows.sort()
+            self.conn.exec_driver_sql(self.sql_bands, band_rows)
+        self.new_contents += len(content_rows)
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _indexed_packages(conn: Connection) -> dict[str, tuple[int, str]]:
+    p = db.packages.c
+    return {pid: (rowid, sha) for rowid, pid, sha in
+            conn.execute(select(p.id, p.package_id, p.manifest_sha256))}
+
+
+def _check_known(pkgs: Sequence[Package], indexed: dict[str, tuple[int, str]]) -> None:
+    for pkg in pkgs:
+        known = indexed.get(pkg.package_id)
+        if known is not None and known[1] != pkg.manifest_sha256:
+            raise NearDedupError(
+                f"{where(pkg.package_id, 'manifest.json')}: package is already indexed with "
+                f"manifest sha256 {known[1][:12]}…, this one is {pkg.manifest_sha256[:12]}…; "
+                f"packages are immutable: publish a new package id")
+
+
+def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
+                  workers: int, progress: bool) -> None:
+    kind = pkgs[0].kind
+    with engine.begin() as conn:  # BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error
+        values = db.read_meta(conn)
+        if values.get("kind", kind) != kind:
+            raise NearDedupError(f"index {result.index}: holds {values['kind']} packages; "
+                                 f"{kind} packages need their own index")
+        indexed = _indexed_packages(conn)
+        _check_known(pkgs, indexed)
+        new = [p for p in pkgs if p.package_id not in indexed]
+        result.packages_skipped = [p.package_id for p in pkgs if p.package_id in indexed]
+        result.packages_added = [p.package_id for p in new]
+        if not new:
+            for _ in stream_records(pkgs):  # the inputs are still validated in full
+                pass
+            return
+        if "kind" not in values:
+            conn.execute(insert(db.meta).values(key="kind", value=kind))
+        seq = (conn.execute(select(func.max(db.batches.c.seq))).scalar() or 0) + 1
+        conn.execute(insert(db.batches).values(
+            seq=seq, created_at=_now(), tool_version=__version__,
+            packages=orjson.dumps([p.package_id for p in new]).decode()))
+        rowids: dict[str, int] = {pid: r for pid, (r, _) in indexed.items()}
+        for pkg in new:
+            rowids[pkg.package_id] = conn.execute(insert(db.packages).values(
+                package_id=pkg.package_id, kind=pkg.kind, manifest_sha256=pkg.manifest_sha256,
+                batch=seq, records=pkg.record_count,
+                manifest=orjson.dumps(pkg.manifest).decode())).inserted_primary_key[0]
+        result.batch = seq
+        new_ids = {p.package_id for p in new}
+        bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
+        with _executor(workers) as executor:
+            writer = _BatchWriter(conn, config, seq, executor, workers, kind, bar)
+            targets = {d for p in new for d in p.depends_on}
+            writer.track_targets(targets, {pid: r for pid, (r, _) in indexed.items()})
+            tokenizers = {p.package_id: p.tokenizer for p in pkgs}
+            chunk: list[Record] = []
+            chunk_rowids: list[int] = []
+            for rec in stream_records(pkgs):
+                if rec.package_id not in new_ids:
+                    continue
+                chunk.append(rec)
+                chunk_rowids.append(rowids[rec.package_id])
+                if len(chunk) >= CHUNK:
+                    writer.add_chunk(chunk, chunk_rowids, tokenizers)
+                    chunk, chunk_rowids = [], []
+            if chunk:
+                writer.add_chunk(chunk, chunk_rowids, tokenizers)
+            writer.flush()
+        bar.finish()
+        result.records = sum(p.record_count for p in new)
+        result.new_contents = writer.new_contents
+        result.new_sources = writer.new_sources
+
+
+def index_packages(index_path: str | Path, config: NearDedupConfig,
+                   package_paths: Sequence[str | Path], *, workers: int = 1,
+                   progress: bool = False) -> IndexResult:
+    """Validate the packages and append them to the index as one batch (see module doc)."""
+    index_path = Path(index_path)
+    paths = [Path(p) for p in package_paths]
+    db.check_index_path(index_path, paths)
+    pkgs = open_packages(paths)
+    total = sum(p.record_count for p in pkgs)
+    if total > config.max_pool_records:
+        raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
+                            f"{config.max_pool_records:,}; split it into several batches")
+    result = IndexResult(index=index_path, batch=None)
+    with db.writer_lock(index_path):
+        values = db.existing_meta(index_path)
+        if values is not None:
+            db.check_binding(index_path, values, config)
+            engine = db.open_writable(index_path)
+            try:
+                _append_batch(engine, config, pkgs, result, workers, progress)
+            finally:
+                engine.dispose()
+            return result
+        tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
+        _remove_db_files(tmp)
+        engine = db.open_writable(tmp)
+        try:
+            db.create_schema(engine, config, _now())
+            _append_batch(engine, config, pkgs, result, workers, progress)
+            engine.dispose()
+            if result.batch is not None:
+                os.rename(tmp, index_path)
+        finally:
+            engine.dispose()
+            _remove_db_files(tmp)
+    return result
+
+
+def _remove_db_files(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        p = path.with_name(path.name + suffix)
+        if p.exists():
+            p.unlink()
