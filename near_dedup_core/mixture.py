@@ -1,0 +1,1023 @@
+"""Mixture plan, build and verify: a per-domain sample of snapshot packages, optionally
+filtered by a frozen near-dedup report (SPEC §5).
+
+Config. A JSON object validated by `MixtureConfig` (unknown keys refused). Relative paths in
+``inputs`` and ``near_dedup_report`` are relative to the current working directory, and are
+recorded in the mixture exactly as written.
+
+Pools. Samples of the *retained splits* are copied whole; every other split forms the
+sampling pool. With a report the retained splits are the report config's
+``retained_splits`` (a mixture config may repeat them, but not differ); without a report they
+are the config's optional ``retained_splits``, default ``["validation"]``.
+
+Order of work (same with and without a report):
+1. ``available_before_dedup``: pool samples per domain (the record's ``group_by`` field).
+2. Drop the pool samples the report excludes → ``available_after_dedup`` (no report: equal).
+3. Weights. ``fixed`` (and ``doremi``/``regmix``, which carry externally learned weights):
+   w_i = weights[i] / Σ weights, domains not named get 0. ``temperature`` T:
+   w_i ∝ n_i^(1/T) with n_i = available_after_dedup.
+4. Quotas: ``target_records × w_i`` rounded by largest remainder (ties by domain name), so
+   they sum to ``target_records`` exactly (computed on exact fractions of the float weights).
+5. Quality: a sample is *eligible* when its compared text has at least ``quality.min_chars``
+   characters (CPT ``text``; SFT ``"\\n".join(f"{role}: {content}")`` over ``messages``).
+   A sample the report keeps is still subject to quota and quality.
+6. Each domain takes ``min(quota, eligible)``. With ``redistribute`` the unmet remainder
+   goes to domains with spare eligible samples and weight > 0, in proportion to their
+   weights (largest remainder, capped by the spare), repeated until met or no spare is left.
+   Row ``shortfall`` is the part of a domain's own quota its records could not fill;
+   ``redistributed`` is the quota it received from others; the plan's total shortfall is
+   ``target_records − Σ selected``. A total shortfall is an error unless ``allow_shortfall``.
+7. Selection inside a domain: eligible samples ranked by
+   ``sha256(f"{seed}:{package_id}:{sample_id}")``, the first ones taken — deterministic for a
+   seed and independent of file order.
+
+``doremi``/``regmix`` weights were learned on the undeduplicated pool, so they are refused
+together with ``near_dedup_report``: applying them to the filtered pool would present old
+weights as if learned on it.
+
+Mixture package (``format: "mixture-package"``, ``format_version`` 1)::
+
+    manifest.json        name, kind, inputs [{package_id, manifest_sha256, path}], strategy,
+                         seed, target_records, group_by, quality, allow_shortfall,
+                         redistribute, retained_splits, counts, near_dedup_report
+                         ({path: "near-dedup", manifest_sha256} or null),
+                         files [{path, split, records, sha256}], tool_version
+    data/<split>/part-00000.jsonl
+    plan.json            the plan (`Plan.to_json`)
+    near-dedup/          byte-identical copy of the report (with a report only)
+    checksums.sha256     over every other file, ``sha256sum -c`` format
+
+A data line is the original record with refs resolved — the referenced record's fields,
+then the ref record's own ``id`` and its own ``domain``/``source`` if present — plus
+``"origin": {"package_id", "sample_id"}`` naming the sample itself; canonical JSON
+(`fsutil.json_line`), in input package order then position in the package.
+
+`verify_mixture` needs only the mixture folder: no input package and no SQLite index.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+import shutil
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from near_dedup_core import __version__
+from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.fsutil import (
+    CHECKSUMS,
+    atomic_dir,
+    is_within,
+    json_line,
+    sha256_file,
+    verify_checksums,
+    write_checksums,
+    write_json,
+)
+from near_dedup_core.package import Package, open_packages, stream_records
+from near_dedup_core.progress import Progress
+
+FORMAT = "mixture-package"
+FORMAT_VERSION = 1
+PLAN_FORMAT = "mixture-plan"
+REPORT_DIR = "near-dedup"
+DEFAULT_RETAINED_SPLITS = ("validation",)
+#: Fields of a ref record that override the referenced record's fields when resolving.
+REF_OWN_FIELDS = ("id", "domain", "source")
+
+SampleKey = tuple[str, str]  # (package_id, sample_id)
+_SPLIT_RE = re.compile(r"[A-Za-z0-9._-]+")
+
+# --------------------------------------------------------------------------- config
+
+Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+
+
+class _Weights(BaseModel):
+    """Explicit per-domain weights; normalized by their sum, which must be positive."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    weights: dict[str, Weight] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _positive_sum(self) -> "_Weights":
+        if sum(self.weights.values()) <= 0:
+            raise ValueError("weights must not all be 0")
+        return self
+
+
+class FixedStrategy(_Weights):
+    """Weights given by the config."""
+
+    type: Literal["fixed"]
+
+
+class LearnedStrategy(_Weights):
+    """Weights learned elsewhere (DoReMi, RegMix) on a given pool; used like fixed weights."""
+
+    type: Literal["doremi", "regmix"]
+
+
+class TemperatureStrategy(BaseModel):
+    """w_i ∝ n_i^(1/T): T = 1 is proportional to size, larger T flattens towards uniform."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["temperature"]
+    temperature: float = Field(gt=0.0, allow_inf_nan=False)
+
+
+Strategy = Annotated[Union[FixedStrategy, TemperatureStrategy, LearnedStrategy],
+                     Field(discriminator="type")]
+
+
+class QualityFilter(BaseModel):
+    """Per-sample quality filters applied after dedup, before selection."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min_chars: int = Field(0, ge=0)
+
+
+class MixtureConfig(BaseModel):
+    """A mixture config file (SPEC §5)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    kind: Literal["cpt", "sft"]
+    inputs: list[str] = Field(min_length=1)
+    target_records: int = Field(ge=1)
+    group_by: str = Field("domain", min_length=1)
+    strategy: Strategy
+    quality: QualityFilter = Field(default_factory=QualityFilter)
+    allow_shortfall: bool = False
+    redistribute: bool = False
+    seed: int = Field(0, ge=0)
+    near_dedup_report: str | None = None
+    retained_splits: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _learned_weights_need_the_undeduplicated_pool(self) -> "MixtureConfig":
+        if self.near_dedup_report is not None and self.strategy.type in ("doremi", "regmix"):
+            raise ValueError(
+                f"strategy {self.strategy.type} cannot be combined with near_dedup_report: its "
+                f"weights were learned on the undeduplicated pool and would be applied to a "
+                f"different, deduplicated one; use fixed or temperature, or drop the report")
+        return self
+
+    def strategy_label(self) -> str:
+        if isinstance(self.strategy, TemperatureStrategy):
+            return f"temperature T={self.strategy.temperature:g}"
+        return self.strategy.type
+
+
+def load_mixture_config(path: str | Path) -> MixtureConfig:
+    """Read and validate a mixture config; every error is one line naming the file."""
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise NearDedupError(f"mixture config {path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise NearDedupError(f"mixture config {path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise NearDedupError(f"mixture config {path}: expected a JSON object")
+    try:
+        return MixtureConfig.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        msg = first["msg"].removeprefix("Value error, ")
+        loc = ".".join(str(p) for p in first["loc"])
+        raise NearDedupError(f"mixture config {path}: {loc + ': ' if loc else ''}{msg}") from None
+
+
+# --------------------------------------------------------------------------- weights, quotas
+
+def strategy_weights(cfg: MixtureConfig, available: dict[str, int]) -> dict[str, float]:
+    """Normalized weight per domain (every domain of ``available`` and of fixed weights)."""
+    strategy = cfg.strategy
+    if isinstance(strategy, TemperatureStrategy):
+        raw = {d: (n ** (1.0 / strategy.temperature) if n > 0 else 0.0)
+               for d, n in available.items()}
+    else:
+        raw = {d: 0.0 for d in available}
+        raw.update(strategy.weights)
+    total = math.fsum(raw.values())
+    if total <= 0:
+        return {d: 0.0 for d in raw}
+    return {d: w / total for d, w in raw.items()}
+
+
+def largest_remainder(total: int, weights: dict[str, float]) -> dict[str, int]:
+    """Split ``total`` in proportion to ``weights`` into integers summing to ``total``.
+
+    Each domain gets ``floor(total × w / Σw)``; the remaining units go to the largest
+    fractional parts (ties by domain name). Exact arithmetic on the float weights, so the
+    result does not depend on summation order. All-zero weights give all zeros.
+    """
+    exact = {d: Fraction(w) for d, w in weights.items() if w > 0}
+    out = {d: 0 for d in weights}
+    weight_sum = sum(exact.values())
+    if not exact or total <= 0:
+        return out
+    shares = {d: total * w / weight_sum for d, w in exact.items()}
+    for d, s in shares.items():
+        out[d] = math.floor(s)
+    left = total - sum(out.values())
+    for d in sorted(shares, key=lambda d: (-(shares[d] - out[d]), d))[:left]:
+        out[d] += 1
+    return out
+
+
+def allocate(target: int, weights: dict[str, float], eligible: dict[str, int],
+             redistribute: bool) -> tuple[dict[str, int], dict[str, int]]:
+    """Return (quota, selected) per domain; see the module docstring, steps 4 and 6."""
+    quota = largest_remainder(target, weights)
+    selected = {d: min(quota[d], eligible.get(d, 0)) for d in weights}
+    unmet = target - sum(selected.values())
+    while redistribute and unmet > 0:
+        spare = {d: eligible.get(d, 0) - selected[d] for d in weights
+                 if weights[d] > 0 and eligible.get(d, 0) > selected[d]}
+        if not spare:
+            break
+        share = largest_remainder(unmet, {d: weights[d] for d in spare})
+        for d, n in share.items():
+            give = min(n, spare[d])
+            selected[d] += give
+            unmet -= give
+    return quota, selected
+
+
+def sample_rank(seed: int, package_id: str, sample_id: str) -> bytes:
+    """Selection order inside a domain: lower ranks are taken first."""
+    return hashlib.sha256(f"{seed}:{package_id}:{sample_id}".encode()).digest()
+
+
+# --------------------------------------------------------------------------- records
+
+def compared_text(kind: str, record: dict) -> str | None:
+    """The text quality filters look at (CPT ``text``, SFT QA text); None if malformed."""
+    if kind == "cpt":
+        text = record.get("text")
+        return text if isinstance(text, str) else None
+    messages = record.get("messages")
+    if not isinstance(messages, list):
+        return None
+    parts = []
+    for m in messages:
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
+                or not isinstance(m.get("content"), str):
+            return None
+        parts.append(f"{m['role']}: {m['content']}")
+    return "\n".join(parts)
+
+
+def resolve_ref(own: dict, target: dict) -> dict:
+    """The referenced record's fields, then the ref record's own id/domain/source."""
+    resolved = {k: v for k, v in target.items() if k != "ref"}
+    for key in REF_OWN_FIELDS:
+        if key in own:
+            resolved[key] = own[key]
+    return resolved
+
+
+# --------------------------------------------------------------------------- report access
+
+def verify_report(path: Path) -> None:
+    """Checksums of a report folder (every listed file matches, nothing unlisted)."""
+    verify_checksums(path, "near-dedup report")
+
+
+def load_manifest(path: Path) -> dict:
+    return _load_json(path / "manifest.json", f"near-dedup report {path}")
+
+
+def iter_decisions(path: Path) -> Iterator[dict]:
+    with open(path / "decisions.jsonl", "rb") as fh:
+        for raw in fh:
+            yield orjson.loads(raw)
+
+
+@dataclass(frozen=True)
+class ReportView:
+    """What a mixture needs from a frozen report: identity, inputs and exclusions."""
+
+    path: Path
+    manifest_sha256: str
+    manifest: dict
+    excluded: set[SampleKey]  # pool samples the report excludes
+    decisions_per_package: dict[str, int]
+
+    @property
+    def inputs(self) -> list[dict]:
+        return self.manifest["inputs"]
+
+    @property
+    def retained_splits(self) -> list[str]:
+        return list(self.manifest["config"]["retained_splits"])
+
+
+def _report_manifest(path: Path, label: str) -> dict:
+    manifest = load_manifest(path)
+    config = manifest.get("config")
+    if not isinstance(manifest.get("inputs"), list) or not isinstance(config, dict) \
+            or not isinstance(config.get("retained_splits"), list):
+        raise NearDedupError(f"{label} {path}: manifest.json lacks inputs or "
+                             f"config.retained_splits")
+    return manifest
+
+
+def read_report(path: Path, label: str = "near_dedup_report") -> ReportView:
+    """Verify a report folder and load its manifest and exclusions."""
+    if not (path / "manifest.json").is_file():
+        raise NearDedupError(f"{label} {path}: not a near-dedup report (no manifest.json)")
+    verify_report(path)
+    manifest = _report_manifest(path, label)
+    excluded: set[SampleKey] = set()
+    per_package: Counter[str] = Counter()
+    retained = set(manifest["config"]["retained_splits"])
+    for n, d in enumerate(iter_decisions(path), 1):
+        per_package[d["package_id"]] += 1
+        if d["decision"] == "exclude":
+            if d["split"] in retained:
+                raise NearDedupError(f"{label} {path}: decisions.jsonl:{n}: retained split "
+                                     f"{d['split']} sample {d['sample_id']} is excluded")
+            excluded.add((d["package_id"], d["sample_id"]))
+    return ReportView(path=path, manifest_sha256=sha256_file(path / "manifest.json"),
+                      manifest=manifest, excluded=excluded,
+                      decisions_per_package=dict(per_package))
+
+
+def check_inputs_match(packages: list[Package], report: ReportView) -> None:
+    """The mixture inputs must be exactly the report's input pool, else the report is stale."""
+    mine = {p.package_id: p.manifest_sha256 for p in packages}
+    theirs = {i["package_id"]: i["manifest_sha256"] for i in report.inputs}
+    hint = f"the report {report.path} is stale: rescan with the mixture inputs"
+    for pid, sha in mine.items():
+        if pid not in theirs:
+            raise NearDedupError(f"package {pid} is not among the report's inputs; {hint}")
+        if theirs[pid] != sha:
+            raise NearDedupError(f"package {pid}: manifest sha256 {sha[:12]}… differs from "
+                                 f"the report's {theirs[pid][:12]}…; {hint}")
+    for pid in theirs:
+        if pid not in mine:
+            raise NearDedupError(f"report input package {pid} is not among the mixture "
+                                 f"inputs; {hint}")
+    for p in packages:
+        got = report.decisions_per_package.get(p.package_id, 0)
+        if got != p.record_count:
+            raise NearDedupError(f"package {p.package_id}: {p.record_count} records but the "
+                                 f"report has {got} decisions for it; {hint}")
+
+
+# --------------------------------------------------------------------------- plan
+
+class PlanRow(BaseModel):
+    """One domain of a plan (module docstring, steps 1–6)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    domain: str
+    available_before_dedup: int
+    available_after_dedup: int
+    eligible: int
+    weight: float
+    quota: int
+    redistributed: int
+    selected: int
+    shortfall: int
+
+
+@dataclass
+class Plan:
+    """The per-domain plan and the exact samples it selects."""
+
+    config: MixtureConfig
+    packages: list[Package]
+    report: ReportView | None
+    retained_splits: list[str]
+    rows: list[dict]
+    retained_records: dict[str, int]
+    selected: set[SampleKey]
+    ref_of: dict[SampleKey, SampleKey] = field(repr=False)
+    retained_refs: set[SampleKey] = field(repr=False)
+
+    @property
+    def selected_total(self) -> int:
+        return sum(r["selected"] for r in self.rows)
+
+    @property
+    def shortfall(self) -> int:
+        return self.config.target_records - self.selected_total
+
+    @property
+    def excluded_by_report(self) -> int:
+        return sum(r["available_before_dedup"] - r["available_after_dedup"] for r in self.rows)
+
+    def to_json(self) -> dict:
+        cfg = self.config
+        return {
+            "format": PLAN_FORMAT,
+            "format_version": FORMAT_VERSION,
+            "name": cfg.name,
+            "kind": cfg.kind,
+            "inputs": [{"package_id": p.package_id, "manifest_sha256": p.manifest_sha256,
+                        "path": path} for p, path in zip(self.packages, cfg.inputs)],
+            "strategy": cfg.strategy.model_dump(mode="json"),
+            "seed": cfg.seed,
+            "target_records": cfg.target_records,
+            "group_by": cfg.group_by,
+            "quality": cfg.quality.model_dump(mode="json"),
+            "allow_shortfall": cfg.allow_shortfall,
+            "redistribute": cfg.redistribute,
+            "retained_splits": self.retained_splits,
+            "near_dedup_report": None if self.report is None else {
+                "path": cfg.near_dedup_report, "manifest_sha256": self.report.manifest_sha256,
+                "excluded_pool_samples": self.excluded_by_report},
+            "domains": self.rows,
+            "totals": {"selected": self.selected_total, "shortfall": self.shortfall,
+                       "redistributed": sum(r["redistributed"] for r in self.rows)},
+            "retained_records": self.retained_records,
+        }
+
+    def write(self, path: Path) -> None:
+        """Write plan.json (key-sorted, stable) through a temporary sibling."""
+        path = Path(path)
+        for p in self.packages:
+            if is_within(path, p.path):
+                raise NearDedupError(f"plan output {path} is inside input package "
+                                     f"{p.package_id}; packages are immutable")
+        if self.report is not None and is_within(path, self.report.path):
+            raise NearDedupError(f"plan output {path} is inside the near-dedup report")
+        if path.is_dir():
+            raise NearDedupError(f"plan output {path} is a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        try:
+            write_json(tmp, self.to_json())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def table(self) -> str:
+        cfg = self.config
+        head = (f"mixture {cfg.name} ({cfg.kind}): strategy {cfg.strategy_label()}, "
+                f"seed {cfg.seed}, target {cfg.target_records:,} records, group by "
+                f"{cfg.group_by}, quality min_chars {cfg.quality.min_chars}")
+        if self.report is None:
+            rep = "near-dedup report: none (plain mixture)"
+        else:
+            rep = (f"near-dedup report {cfg.near_dedup_report}: {self.excluded_by_report:,} "
+                   f"pool samples excluded before quotas")
+        cols = ["domain", "before dedup", "after dedup", "eligible", "weight", "quota",
+                "redistributed", "selected", "shortfall"]
+        body = [[r["domain"], f"{r['available_before_dedup']:,}",
+                 f"{r['available_after_dedup']:,}", f"{r['eligible']:,}",
+                 f"{r['weight']:.4f}", f"{r['quota']:,}", f"{r['redistributed']:,}",
+                 f"{r['selected']:,}", f"{r['shortfall']:,}"] for r in self.rows]
+        total = ["total", f"{sum(r['available_before_dedup'] for r in self.rows):,}",
+                 f"{sum(r['available_after_dedup'] for r in self.rows):,}",
+                 f"{sum(r['eligible'] for r in self.rows):,}",
+                 f"{sum(r['weight'] for r in self.rows):.4f}",
+                 f"{cfg.target_records:,}",
+                 f"{sum(r['redistributed'] for r in self.rows):,}",
+                 f"{self.selected_total:,}", f"{self.shortfall:,}"]
+        grid = [cols, *body, total]
+        widths = [max(len(row[i]) for row in grid) for i in range(len(cols))]
+
+        def fmt(row: list[str]) -> str:
+            return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                             for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+        lines = [head, rep, fmt(cols), fmt(["-" * w for w in widths])]
+        lines += [fmt(r) for r in body]
+        lines += [fmt(["-" * w for w in widths]), fmt(total)]
+        kept = ", ".join(f"{s} {n:,}" for s, n in sorted(self.retained_records.items()))
+        lines.append(f"retained splits ({', '.join(self.retained_splits) or 'none'}), copied "
+                     f"whole: {kept or 'no records'}")
+        if self.shortfall:
+            lines.append(f"shortfall: {self.shortfall:,} of {cfg.target_records:,} records "
+                         f"(allowed by allow_shortfall)")
+        return "\n".join(lines)
+
+
+def _group_value(resolved: dict, group_by: str, loc: str) -> str:
+    value = resolved.get(group_by)
+    if not isinstance(value, str) or not value:
+        raise NearDedupError(f"{loc}: group_by field {group_by!r} is missing or not a "
+                             f"non-empty string")
+    return value
+
+
+def _open_inputs(cfg: MixtureConfig) -> list[Package]:
+    """Open the input packages; their kind must be the mixture's and every split name must
+    be usable as the folder ``data/<split>/`` of the mixture."""
+    packages = open_packages([Path(p) for p in cfg.inputs])
+    for p in packages:
+        if p.kind != cfg.kind:
+            raise NearDedupError(f"{where(p.package_id)}: kind {p.kind} but the mixture "
+                                 f"{cfg.name} is {cfg.kind}")
+        for split in p.splits:
+            if not _SPLIT_RE.fullmatch(split) or split in (".", ".."):
+                raise NearDedupError(f"{where(p.package_id, 'manifest.json')}: split name "
+                                     f"{split!r} cannot name a mixture folder "
+                                     f"([A-Za-z0-9._-]+)")
+    return packages
+
+
+def _retained_splits(cfg: MixtureConfig, report: ReportView | None) -> list[str]:
+    if report is None:
+        return list(cfg.retained_splits if cfg.retained_splits is not None
+                    else DEFAULT_RETAINED_SPLITS)
+    theirs = report.retained_splits
+    if cfg.retained_splits is not None and sorted(cfg.retained_splits) != sorted(theirs):
+        raise NearDedupError(f"mixture {cfg.name}: retained_splits {cfg.retained_splits} "
+                             f"differ from the near-dedup report's {theirs}; the report "
+                             f"decides which splits are retained")
+    return theirs
+
+
+def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
+    """Read the inputs (and the report), compute the per-domain plan and the selection.
+
+    Raises NearDedupError for a stale or broken report, invalid inputs, and a shortfall
+    that ``allow_shortfall`` does not permit.
+    """
+    packages = _open_inputs(cfg)
+    report = None
+    if cfg.near_dedup_report is not None:
+        report = read_report(Path(cfg.near_dedup_report))
+        kinds = {i.get("kind") for i in report.inputs}
+        if kinds - {cfg.kind}:
+            raise NearDedupError(f"near_dedup_report {report.path} covers {sorted(kinds)} "
+                                 f"packages but the mixture {cfg.name} is {cfg.kind}")
+        check_inputs_match(packages, report)
+    retained = _retained_splits(cfg, report)
+    retained_set = set(retained)
+    excluded = report.excluded if report is not None else set()
+    depended = {d for p in packages for d in p.depends_on}
+
+    before: Counter[str] = Counter()
+    after: Counter[str] = Counter()
+    candidates: dict[str, list[tuple[bytes, SampleKey]]] = defaultdict(list)
+    retained_records: Counter[str] = Counter()
+    # Records other packages reference: their group value and compared-text length.
+    slim: dict[SampleKey, tuple[dict, int]] = {}
+    ref_of: dict[SampleKey, SampleKey] = {}
+    retained_refs: set[SampleKey] = set()
+    bar = Progress("mixture: reading inputs", sum(p.record_count for p in packages),
+                   enabled=progress)
+    for rec in stream_records(packages):
+        bar.advance()
+        key = (rec.package_id, rec.sample_id)
+        loc = where(rec.package_id, rec.file, rec.line)
+        if rec.ref is not None:
+            ref_of[key] = rec.ref
+            if rec.ref not in slim:
+                raise NearDedupError(f"{loc}: ref {rec.ref[0]}/{rec.ref[1]} does not resolve")
+            target, chars = slim[rec.ref]
+            resolved = resolve_ref(rec.data, target)
+        else:
+            resolved = rec.data
+            text = compared_text(cfg.kind, resolved)
+            if text is None:
+                raise NearDedupError(f"{loc}: no compared text "
+                                     f"({'text' if cfg.kind == 'cpt' else 'messages'})")
+            chars = len(text)
+        if rec.package_id in depended:
+            value = resolved.get(cfg.group_by)
+            slim[key] = ({} if value is None else {cfg.group_by: value}), chars
+        if "origin" in rec.data:
+            raise NearDedupError(f"{loc}: field 'origin' is reserved for the mixture's "
+                                 f"origin reference")
+        if rec.split in retained_set:
+            retained_records[rec.split] += 1
+            if rec.ref is not None:
+                retained_refs.add(key)
+            continue
+        domain = _group_value(resolved, cfg.group_by, loc)
+        before[domain] += 1
+        if key in excluded:
+            continue
+        after[domain] += 1
+        if chars >= cfg.quality.min_chars:
+            candidates[domain].append((sample_rank(cfg.seed, *key), key))
+    bar.finish()
+
+    weights = strategy_weights(cfg, dict(after) | {d: 0 for d in before if d not in after})
+    eligible = {d: len(c) for d, c in candidates.items()}
+    quota, selected_n = allocate(cfg.target_records, weights, eligible, cfg.redistribute)
+    rows = []
+    selected: set[SampleKey] = set()
+    for domain in sorted(weights):
+        own = min(quota[domain], eligible.get(domain, 0))
+        rows.append(PlanRow(domain=domain, available_before_dedup=before.get(domain, 0),
+                            available_after_dedup=after.get(domain, 0),
+                            eligible=eligible.get(domain, 0), weight=weights[domain],
+                            quota=quota[domain], redistributed=selected_n[domain] - own,
+                            selected=selected_n[domain],
+                            shortfall=quota[domain] - own).model_dump())
+        ranked = sorted(candidates.get(domain, ()))
+        selected.update(key for _, key in ranked[:selected_n[domain]])
+
+    plan = Plan(config=cfg, packages=packages, report=report, retained_splits=retained,
+                rows=rows, retained_records=dict(sorted(retained_records.items())),
+                selected=selected, ref_of=ref_of, retained_refs=retained_refs)
+    if plan.shortfall and not cfg.allow_shortfall:
+        short = ", ".join(f"{r['domain']} {r['eligible']:,} eligible for quota {r['quota']:,}"
+                          for r in rows if r["shortfall"])
+        how = "after redistribution" if cfg.redistribute else "(redistribute is off)"
+        raise NearDedupError(
+            f"mixture {cfg.name}: {plan.shortfall:,} of {cfg.target_records:,} records short "
+            f"{how} ({short}); set allow_shortfall: true to record the shortfall, or lower "
+            f"target_records")
+    return plan
+
+
+# --------------------------------------------------------------------------- package format
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InputRef(_Frozen):
+    """An input package as recorded in a mixture (path as written in the config)."""
+
+    package_id: str
+    manifest_sha256: str
+    path: str
+
+
+class DataFile(_Frozen):
+    """One data file of a mixture: every record of one split."""
+
+    path: str
+    split: str
+    records: int = Field(ge=0)
+    sha256: str
+
+
+class ReportRef(_Frozen):
+    """The embedded report: its folder inside the mixture and its manifest's sha256."""
+
+    path: Literal["near-dedup"]
+    manifest_sha256: str
+
+
+class ManifestCounts(_Frozen):
+    target_records: int
+    selected: int
+    shortfall: int
+    retained: int
+    excluded_by_report: int
+    by_split: dict[str, int]
+    by_domain: dict[str, int]
+
+
+class MixtureManifest(_Frozen):
+    """``manifest.json`` of a mixture package (format_version 1)."""
+
+    format: Literal["mixture-package"] = FORMAT
+    format_version: Literal[1] = FORMAT_VERSION
+    tool_version: str
+    name: str
+    kind: Literal["cpt", "sft"]
+    inputs: list[InputRef]
+    strategy: dict
+    seed: int
+    target_records: int
+    group_by: str
+    quality: QualityFilter
+    allow_shortfall: bool
+    redistribute: bool
+    retained_splits: list[str]
+    counts: ManifestCounts
+    near_dedup_report: ReportRef | None
+    files: list[DataFile]
+
+
+# --------------------------------------------------------------------------- build
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A finished mixture package."""
+
+    output: Path
+    manifest: dict
+
+    def summary(self) -> str:
+        c = self.manifest["counts"]
+        rep = self.manifest["near_dedup_report"]
+        text = (f"built mixture {self.manifest['name']} at {self.output}: "
+                f"{c['selected']:,} selected of {c['target_records']:,} target "
+                f"(shortfall {c['shortfall']:,}), {c['retained']:,} retained records, "
+                f"{len(self.manifest['files'])} data files")
+        if rep is not None:
+            text += (f", near-dedup report embedded ({c['excluded_by_report']:,} pool samples "
+                     f"excluded)")
+        return text
+
+
+def _needed_ref_targets(plan: Plan, outputs: set[SampleKey]) -> set[SampleKey]:
+    """Every record along the ref chains of the output records."""
+    needed: set[SampleKey] = set()
+    for key in outputs:
+        while key in plan.ref_of:
+            key = plan.ref_of[key]
+            if key in needed:
+                break
+            needed.add(key)
+    return needed
+
+
+def _write_data(plan: Plan, work: Path, out: Path, progress: bool) -> list[dict]:
+    """Second pass over the inputs: write selected and retained records, refs resolved.
+
+    Lines go to one scratch file per (split, input package) in stream order, then are
+    concatenated per split in input package order into ``data/<split>/part-00000.jsonl``.
+    """
+    retained = set(plan.retained_splits)
+    index_of = {p.package_id: i for i, p in enumerate(plan.packages)}
+    needed = _needed_ref_targets(plan, plan.selected | plan.retained_refs)
+    resolved_store: dict[SampleKey, dict] = {}
+    handles: dict[tuple[str, int], Any] = {}
+    counts: Counter[tuple[str, int]] = Counter()
+    bar = Progress("mixture: writing records", sum(p.record_count for p in plan.packages),
+                   enabled=progress)
+    try:
+        for rec in stream_records(plan.packages):
+            bar.advance()
+            key = (rec.package_id, rec.sample_id)
+            wanted = rec.split in retained or key in plan.selected
+            if not wanted and key not in needed:
+                continue
+            if rec.ref is not None:
+                if rec.ref not in resolved_store:
+                    raise NearDedupError(f"{where(rec.package_id, rec.file, rec.line)}: ref "
+                                         f"{rec.ref[0]}/{rec.ref[1]} does not resolve")
+                resolved = resolve_ref(rec.data, resolved_store[rec.ref])
+            else:
+                resolved = rec.data
+            if key in needed:
+                resolved_store[key] = resolved
+            if not wanted:
+                continue
+            slot = (rec.split, index_of[rec.package_id])
+            if slot not in handles:
+                part = work / rec.split / f"{slot[1]:05d}.jsonl"
+                part.parent.mkdir(parents=True, exist_ok=True)
+                handles[slot] = open(part, "wb")
+            handles[slot].write(json_line(
+                resolved | {"origin": {"package_id": rec.package_id,
+                                       "sample_id": rec.sample_id}}))
+            counts[slot] += 1
+    finally:
+        for fh in handles.values():
+            fh.close()
+    bar.finish()
+    files = []
+    for split in sorted({s for s, _ in handles}):
+        rel = f"data/{split}/part-00000.jsonl"
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "wb") as dst:
+            for slot in sorted(k for k in handles if k[0] == split):
+                with open(work / split / f"{slot[1]:05d}.jsonl", "rb") as src:
+                    shutil.copyfileobj(src, dst)
+        files.append({"path": rel, "split": split,
+                      "records": sum(n for (s, _), n in counts.items() if s == split),
+                      "sha256": sha256_file(target)})
+    return files
+
+
+def _copy_report(plan: Plan, dest: Path) -> None:
+    """Byte-identical copy of the report folder; re-verified against the planned identity."""
+    assert plan.report is not None
+    src = plan.report.path
+    rels = verify_checksums(src, "near_dedup_report") + [CHECKSUMS]
+    for rel in rels:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, target)
+    verify_checksums(dest, "near_dedup_report copy")
+    if sha256_file(dest / "manifest.json") != plan.report.manifest_sha256:
+        raise NearDedupError(f"near_dedup_report {src} changed while the mixture was built")
+
+
+def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) -> BuildResult:
+    """Plan, then write the immutable mixture package atomically at ``output``."""
+    output = Path(output)
+    if output.exists() or output.is_symlink():
+        raise NearDedupError(f"output {output} already exists; choose a new directory")
+    for path in cfg.inputs:
+        if is_within(output, Path(path)):
+            raise NearDedupError(f"output {output} is inside input package {path}; "
+                                 f"packages are immutable")
+    if cfg.near_dedup_report is not None and is_within(output, Path(cfg.near_dedup_report)):
+        raise NearDedupError(f"output {output} is inside the near-dedup report")
+    plan = plan_mixture(cfg, progress=progress)
+    with atomic_dir(output) as tmp:
+        work = tmp / ".work"
+        files = _write_data(plan, work, tmp, progress)
+        shutil.rmtree(work, ignore_errors=True)
+        write_json(tmp / "plan.json", plan.to_json())
+        report_ref = None
+        if plan.report is not None:
+            _copy_report(plan, tmp / REPORT_DIR)
+            report_ref = ReportRef(path=REPORT_DIR, manifest_sha256=plan.report.manifest_sha256)
+        by_split = {f["split"]: f["records"] for f in files}
+        selected_written = sum(n for s, n in by_split.items()
+                               if s not in set(plan.retained_splits))
+        if selected_written != plan.selected_total:
+            raise NearDedupError(f"mixture {cfg.name}: wrote {selected_written} selected "
+                                 f"records, planned {plan.selected_total}; inputs changed "
+                                 f"during the build")
+        manifest = MixtureManifest(
+            tool_version=__version__, name=cfg.name, kind=cfg.kind,
+            inputs=plan.to_json()["inputs"], strategy=cfg.strategy.model_dump(mode="json"),
+            seed=cfg.seed, target_records=cfg.target_records, group_by=cfg.group_by,
+            quality=cfg.quality, allow_shortfall=cfg.allow_shortfall,
+            redistribute=cfg.redistribute, retained_splits=plan.retained_splits,
+            counts=ManifestCounts(
+                target_records=cfg.target_records, selected=plan.selected_total,
+                shortfall=plan.shortfall, retained=sum(plan.retained_records.values()),
+                excluded_by_report=plan.excluded_by_report, by_split=by_split,
+                by_domain={r["domain"]: r["selected"] for r in plan.rows}),
+            near_dedup_report=report_ref, files=files).model_dump(mode="json")
+        write_json(tmp / "manifest.json", manifest)
+        write_checksums(tmp)
+    return BuildResult(output=output, manifest=manifest)
+
+
+# --------------------------------------------------------------------------- verify
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """A verified mixture package."""
+
+    path: Path
+    files: int
+    selected: int
+    retained: int
+    report_decisions: int | None
+
+    def summary(self) -> str:
+        text = (f"mixture {self.path} OK: {self.files} files match checksums, "
+                f"{self.selected:,} selected and {self.retained:,} retained records")
+        if self.report_decisions is None:
+            return text + ", no near-dedup report (plain mixture)"
+        return (text + f", embedded near-dedup report verified ({self.report_decisions:,} "
+                f"decisions): no excluded sample selected, retained splits complete")
+
+
+def _load_json(path: Path, label: str) -> dict:
+    try:
+        obj = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise NearDedupError(f"{label}: {path.name} is missing") from None
+    except orjson.JSONDecodeError as exc:
+        raise NearDedupError(f"{label}: {path.name} is not valid JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise NearDedupError(f"{label}: {path.name} is not a JSON object")
+    return obj
+
+
+def _iter_data_lines(folder: Path, rel: str, label: str) -> Iterator[tuple[int, dict]]:
+    with open(folder / rel, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise NearDedupError(f"{label}: {rel}:{n}: not valid JSON") from None
+            origin = obj.get("origin") if isinstance(obj, dict) else None
+            if not isinstance(origin, dict) or not isinstance(origin.get("package_id"), str) \
+                    or not isinstance(origin.get("sample_id"), str):
+                raise NearDedupError(f"{label}: {rel}:{n}: no origin {{package_id, sample_id}}")
+            yield n, obj
+
+
+def _parse(model: type[BaseModel], obj: object, label: str, name: str):
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise NearDedupError(f"{label}: {name}: {loc}: {first['msg']}") from None
+
+
+class _PlanFile(BaseModel):
+    """The part of plan.json that verify cross-checks against the data."""
+
+    domains: list[PlanRow]
+
+
+def _embedded_decisions(path: Path, manifest: MixtureManifest,
+                        label: str) -> dict[SampleKey, dict] | None:
+    """Verify the embedded report against the mixture manifest; its decisions by sample."""
+    ref = manifest.near_dedup_report
+    if ref is None:
+        return None
+    report_dir = path / ref.path
+    verify_report(report_dir)
+    if sha256_file(report_dir / "manifest.json") != ref.manifest_sha256:
+        raise NearDedupError(f"{label}: {ref.path}/manifest.json does not match the "
+                             f"manifest_sha256 recorded in manifest.json")
+    rmanifest = _report_manifest(report_dir, "embedded near-dedup report")
+    mine = sorted((i.package_id, i.manifest_sha256) for i in manifest.inputs)
+    theirs = sorted((i.get("package_id"), i.get("manifest_sha256")) for i in rmanifest["inputs"])
+    if mine != theirs:
+        raise NearDedupError(f"{label}: inputs in manifest.json differ from the embedded "
+                             f"report's inputs")
+    if sorted(rmanifest["config"]["retained_splits"]) != sorted(manifest.retained_splits):
+        raise NearDedupError(f"{label}: retained_splits in manifest.json differ from the "
+                             f"embedded report's")
+    return {(d["package_id"], d["sample_id"]): d for d in iter_decisions(report_dir)}
+
+
+def verify_mixture(path: Path) -> VerifyResult:
+    """Re-check a mixture package from its own files alone (no inputs, no SQLite index).
+
+    Checksums of every file (the embedded report included), the embedded report itself,
+    manifest against data files, and with a report: inputs equal the report's, every
+    selected sample is ``keep`` in the report's decisions, retained splits are complete.
+    """
+    path = Path(path)
+    label = f"mixture {path}"
+    if not path.is_dir():
+        raise NearDedupError(f"{label}: not a directory")
+    listed = verify_checksums(path, "mixture")
+    manifest = _parse(MixtureManifest, _load_json(path / "manifest.json", label), label,
+                      "manifest.json")
+    plan = _parse(_PlanFile, _load_json(path / "plan.json", label), label, "plan.json")
+    retained = set(manifest.retained_splits)
+    group_by = manifest.group_by
+    decisions = _embedded_decisions(path, manifest, label)
+
+    data_on_disk = sorted(r for r in listed if r.startswith("data/"))
+    if sorted(f.path for f in manifest.files) != data_on_disk:
+        raise NearDedupError(f"{label}: manifest.json files differ from the data files present")
+    seen: set[SampleKey] = set()
+    selected_by_domain: Counter[str] = Counter()
+    selected = retained_n = 0
+    for entry in manifest.files:
+        rel, split = entry.path, entry.split
+        if rel != f"data/{split}/part-00000.jsonl":
+            raise NearDedupError(f"{label}: {rel} is not the data file of split {split}")
+        lines = 0
+        for n, obj in _iter_data_lines(path, rel, label):
+            lines += 1
+            key = (obj["origin"]["package_id"], obj["origin"]["sample_id"])
+            if key in seen:
+                raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} appears "
+                                     f"twice")
+            seen.add(key)
+            if decisions is not None:
+                d = decisions.get(key)
+                if d is None:
+                    raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} is not "
+                                         f"in the embedded report's decisions")
+                if d["decision"] != "keep":
+                    kept = d.get("kept") or {}
+                    raise NearDedupError(
+                        f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} was excluded by the "
+                        f"near-dedup report ({d['reason']} of {kept.get('package_id')}/"
+                        f"{kept.get('sample_id')}) but is selected")
+                if d["split"] != split:
+                    raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} is in "
+                                         f"split {d['split']} in the report, not {split}")
+            if split in retained:
+                retained_n += 1
+            else:
+                selected += 1
+                selected_by_domain[str(obj.get(group_by))] += 1
+        if lines != entry.records:
+            raise NearDedupError(f"{label}: {rel} has {lines} records, manifest.json says "
+                                 f"{entry.records}")
+    if decisions is not None:
+        for key, d in decisions.items():
+            if d["split"] in retained and key not in seen:
+                raise NearDedupError(f"{label}: retained split {d['split']} is incomplete: "
+                                     f"sample {key[0]}/{key[1]} is missing")
+    counts = manifest.counts
+    if counts.selected != selected or counts.retained != retained_n:
+        raise NearDedupError(f"{label}: manifest.json counts ({counts.selected} selected, "
+                             f"{counts.retained} retained) differ from the data "
+                             f"({selected}, {retained_n})")
+    planned = {r.domain: r.selected for r in plan.domains if r.selected}
+    if planned != dict(selected_by_domain):
+        raise NearDedupError(f"{label}: selected records per {group_by} differ from plan.json")
+    return VerifyResult(path=path, files=len(listed), selected=selected, retained=retained_n,
+                        report_decisions=None if decisions is None else len(decisions))

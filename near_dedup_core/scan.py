@@ -1,0 +1,501 @@
+"""`scan`: freeze the near-dedup report of one input pool, reading the index only.
+
+Stages, each producing what the next one needs:
+
+1. **pool** — the input packages' samples and their contents, loaded from the index (every
+   input must be indexed with the same manifest; the data files are re-hashed against it).
+   A *node* is one content within one split: only nodes of the same split and scope are
+   ever compared, and all samples of a node are exact duplicates of each other.
+2. **candidates** — LSH: nodes sharing a band key within one (scope, split) group, plus
+   indexed history contents sharing a band key (looked up in the index's band table). Texts
+   under ``min_chars`` have no band keys: they match exactly only. A node with more than
+   ``max_candidates`` candidates stops the scan (exit 2).
+3. **filters** — two cheap bounds that provably keep recall: the set-size ratio
+   (``J ≤ min(|A|,|B|) / max(|A|,|B|)``) and signature agreement: a pair at exactly the
+   threshold agrees on a position with probability ``t``, so agreement below
+   ``min_agreement`` (the ``1e-6`` quantile of Binomial(num_perm, t)) is dropped; pairs
+   with higher true Jaccard are dropped even less often.
+4. **verify** — exact Jaccard of the hashed shingle sets, recomputed from the normalized texts
+   stored in the index, in parallel workers; pairs at or above the threshold are relations;
+   the numeric/unit guard marks those it keeps apart (``blocked_by``).
+5. **decide** — greedy in first-ingest order (see report.py for the files written).
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import sqlite3
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numba
+import numpy as np
+import orjson
+import zstandard
+
+from near_dedup_core import index_store as db
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.fsutil import is_within, sha256_file
+from near_dedup_core.guard import guard_for
+from near_dedup_core.package import Package, open_packages
+from near_dedup_core.progress import Progress
+from near_dedup_core.signature import MinHasher, band_keys, exact_jaccard
+
+VERIFY_CHUNK = 20_000
+SQL_IN = 900
+
+
+def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
+    """Largest k with P(Binomial(num_perm, threshold) < k) ≤ tail: pairs agreeing on fewer
+    than k signature positions are below the threshold but for a ``tail`` chance."""
+    cdf = 0.0
+    for k in range(num_perm + 1):
+        p = math.comb(num_perm, k) * threshold**k * (1 - threshold) ** (num_perm - k)
+        if cdf + p > tail:
+            return k
+        cdf += p
+    return num_perm
+
+
+# --------------------------------------------------------------------------- stage 1: pool
+
+
+@dataclass(slots=True)
+class Sample:
+    input_pos: int
+    package_id: str
+    package_batch: int
+    sample_id: str
+    split: str
+    file: str
+    line: int
+    position: int
+    text_sha256: bytes
+    domain: str | None
+    source: str | None
+    content: int  # contents.id
+
+
+@dataclass
+class Pool:
+    packages: list[Package]
+    package_batch: dict[str, int]
+    samples: list[Sample]
+    # per content rowid: content_id, scope id, batch, norm_chars, shingles, signature
+    content: dict[int, tuple[bytes, int, int, int, int | None, bytes | None]]
+    scope_labels: dict[int, str]
+    index_packages: list[dict]
+    index_batches: int
+    index_contents: int
+
+
+def _rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int]):
+    """Run ``sql`` (with one ``{}`` placeholder list) over ``ids`` in slices."""
+    for i in range(0, len(ids), SQL_IN):
+        part = ids[i:i + SQL_IN]
+        yield from con.execute(sql.format(",".join("?" * len(part))), part)
+
+
+def _verify_files(pkgs: list[Package]) -> None:
+    jobs = [(pkg, entry) for pkg in pkgs for entry in pkg.files]
+    with ThreadPoolExecutor(max_workers=2) as ex:
+        digests = list(ex.map(lambda job: sha256_file(job[0].path / job[1].path), jobs))
+    for (pkg, entry), digest in zip(jobs, digests):
+        if digest != entry.sha256:
+            raise NearDedupError(f"{where(pkg.package_id, entry.path)}: sha256 does not match "
+                                 f"manifest.json (file changed after it was indexed)")
+
+
+def load_pool(con: sqlite3.Connection, index_path: Path, pkgs: list[Package]) -> Pool:
+    rows = con.execute("SELECT id, package_id, kind, manifest_sha256, batch FROM packages "
+                       "ORDER BY batch, package_id").fetchall()
+    indexed = {pid: (rowid, sha, batch) for rowid, pid, _kind, sha, batch in rows}
+    for pkg in pkgs:
+        known = indexed.get(pkg.package_id)
+        if known is None:
+            raise NearDedupError(f"{where(pkg.package_id)}: not in index {index_path}; "
+                                 f"index it first")
+        if known[1] != pkg.manifest_sha256:
+            raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: indexed with "
+                                 f"manifest sha256 {known[1][:12]}…, this one is "
+                                 f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
+    samples: list[Sample] = []
+    for pos, pkg in enumerate(pkgs):
+        rowid, _sha, batch = indexed[pkg.package_id]
+        for (sid, split, file, line, position, sha, domain, source, content) in con.execute(
+                "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
+                "content FROM sources WHERE package = ? ORDER BY position", (rowid,)):
+            samples.append(Sample(pos, pkg.package_id, batch, sid, split, file, line, position,
+                                  sha, domain, source, content))
+    ids = sorted({s.content for s in samples})
+    content = {}
+    for row in _rows_in(con, "SELECT id, content_id, scope, batch, norm_chars, shingles, "
+                             "signature FROM contents WHERE id IN ({})", ids):
+        content[row[0]] = row[1:]
+    labels = dict(con.execute("SELECT id, label FROM scopes"))
+    meta_batches = con.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+    meta_contents = con.execute("SELECT MAX(id) FROM contents").fetchone()[0] or 0
+    return Pool(
+        packages=pkgs, package_batch={p: v[2] for p, v in indexed.items()}, samples=samples,
+        content=content, scope_labels=labels,
+        index_packages=[{"package_id": pid, "kind": kind, "manifest_sha256": sha, "batch": batch}
+                        for _rowid, pid, kind, sha, batch in rows],
+        index_batches=meta_batches, index_contents=meta_contents)
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+@dataclass
+class Node:
+    """One content within one split of the pool; samples in decision order."""
+
+    content: int
+    split: str
+    samples: list[Sample] = field(default_factory=list)
+
+
+def order_key(pool: Pool, s: Sample) -> tuple:
+    """Decision order (SPEC §4 scan): first-ingest order of the sample's content, then the
+    batch that indexed the sample's package, then input position, then sample id."""
+    cid, _scope, batch = pool.content[s.content][:3]
+    return (batch, cid, s.package_batch, s.input_pos, s.sample_id)
+
+
+def build_nodes(pool: Pool) -> list[Node]:
+    by_key: dict[tuple[int, str], Node] = {}
+    for s in sorted(pool.samples, key=lambda s: order_key(pool, s)):
+        node = by_key.get((s.content, s.split))
+        if node is None:
+            node = by_key[(s.content, s.split)] = Node(s.content, s.split)
+        node.samples.append(s)
+    return list(by_key.values())  # insertion order = order of each node's first sample
+
+
+# --------------------------------------------------------------------------- stage 2/3
+
+
+@dataclass
+class Candidates:
+    """Filtered candidate pairs: pool pairs as node indexes (a < b), history pairs as
+    (node index, history content rowid)."""
+
+    pool_pairs: np.ndarray
+    history_pairs: list[tuple[int, int]]
+    history: dict[int, tuple[bytes, int, int, int | None, bytes | None]]
+    lsh_pairs: int = 0
+
+
+@numba.njit(cache=True)
+def _run_pairs(order, run_starts, run_sizes, raw_counts):
+    """All (i, j) pairs, i < j, of the members of each run of ``order``; adds each member's
+    run size − 1 to ``raw_counts``."""
+    total = 0
+    for r in range(run_sizes.shape[0]):
+        total += run_sizes[r] * (run_sizes[r] - 1) // 2
+    out = np.empty((total, 2), dtype=np.int64)
+    k = 0
+    for r in range(run_sizes.shape[0]):
+        s = run_starts[r]
+        n = run_sizes[r]
+        for x in range(n):
+            a = order[s + x]
+            raw_counts[a] += n - 1
+            for y in range(x + 1, n):
+                b = order[s + y]
+                if a < b:
+                    out[k, 0] = a
+                    out[k, 1] = b
+                else:
+                    out[k, 0] = b
+                    out[k, 1] = a
+                k += 1
+    return out
+
+
+def _passes(sig_a: np.ndarray, size_a: int, sig_b: np.ndarray, size_b: int,
+            threshold: float, agree_min: int) -> bool:
+    if min(size_a, size_b) < threshold * max(size_a, size_b):
+        return False
+    return int(np.count_nonzero(sig_a == sig_b)) >= agree_min
+
+
+def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
+                    config: NearDedupConfig, progress: bool) -> Candidates:
+    threshold = config.threshold
+    agree_min = min_agreement(config.num_perm, threshold)
+    long_nodes = [i for i, n in enumerate(nodes) if pool.content[n.content][5] is not None]
+    n_long = len(long_nodes)
+    sigs = np.zeros((n_long, config.num_perm), dtype=np.uint32)
+    sizes = np.zeros(n_long, dtype=np.int64)
+    group_of: dict[tuple[int, str], int] = {}
+    groups = np.zeros(n_long, dtype=np.int64)
+    for j, i in enumerate(long_nodes):
+        _cid, scope, _b, _nc, shingles, sig = pool.content[nodes[i].content]
+        sigs[j] = np.frombuffer(sig, dtype=np.uint32)
+        sizes[j] = shingles
+        groups[j] = group_of.setdefault((scope, nodes[i].split), len(group_of))
+    keys = band_keys(sigs, config.bands, config.rows) if n_long else np.zeros((0, config.bands), np.int64)
+    per_node: dict[int, set[int]] = defaultdict(set)  # only for nodes over the raw limit
+    raw_counts = np.zeros(n_long, dtype=np.int64)
+
+    # pool × pool, one band at a time: sort (group, key), pairs within equal runs
+    pair_chunks = []
+    lsh_pairs = 0
+    for b in range(config.bands):
+        order = np.lexsort((keys[:, b], groups))
+        g_sorted, k_sorted = groups[order], keys[order, b]
+        boundary = np.ones(n_long + 1, dtype=bool)
+        if n_long > 1:
+            boundary[1:-1] = (g_sorted[1:] != g_sorted[:-1]) | (k_sorted[1:] != k_sorted[:-1])
+        starts = np.flatnonzero(boundary)
+        run_sizes = np.diff(starts)
+        too_big = np.flatnonzero(run_sizes - 1 > config.max_candidates)
+        if len(too_big):
+            r = int(too_big[0])
+            raise _too_many(nodes[long_nodes[int(order[starts[r]])]], pool,
+                            int(run_sizes[r]) - 1, config)
+        multi = run_sizes >= 2
+        if multi.any():
+            pairs = _run_pairs(order.astype(np.int64), starts[:-1][multi].astype(np.int64),
+                               run_sizes[multi].astype(np.int64), raw_counts)
+            lsh_pairs += len(pairs)
+            pair_chunks.append(pairs)
+    if pair_chunks:
+        all_pairs = np.unique(np.concatenate(pair_chunks), axis=0)
+    else:
+        all_pairs = np.zeros((0, 2), dtype=np.int64)
+
+    # history: band keys of pool contents looked up in the index (a join in SQLite)
+    hist_hits: dict[int, set[int]] = defaultdict(set)  # history content -> long-node slots
+    if n_long:
+        con.execute("PRAGMA temp_store = MEMORY")
+        con.execute("CREATE TEMP TABLE scan_keys (key INTEGER NOT NULL, slot INTEGER NOT NULL)")
+        con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
+        slots = np.repeat(np.arange(n_long, dtype=np.int64), config.bands)
+        con.executemany("INSERT INTO temp.scan_keys VALUES (?, ?)",
+                        zip(keys.reshape(-1).tolist(), slots.tolist()))
+        con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
+                        ((c,) for c in sorted({n.content for n in nodes})))
+        for slot, content in con.execute(
+                "SELECT q.slot, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
+                "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)"):
+            hist_hits[content].add(slot)
+        con.execute("DROP TABLE temp.scan_keys")
+        con.execute("DROP TABLE temp.scan_contents")
+    history: dict[int, tuple] = {}
+    hist_splits: dict[int, set[str]] = defaultdict(set)
+    if hist_hits:
+        hids = sorted(hist_hits)
+        for row in _rows_in(con, "SELECT id, content_id, scope, norm_chars, shingles, signature "
+                                 "FROM contents WHERE id IN ({})", hids):
+            history[row[0]] = row[1:]
+        for content, split in _rows_in(con, "SELECT DISTINCT content, split FROM sources "
+                                            "WHERE content IN ({})", hids):
+            hist_splits[content].add(split)
+    history_pairs: list[tuple[int, int]] = []
+    for h in sorted(hist_hits):
+        _cid, scope, _nc, shingles, sig = history[h]
+        hsig = np.frombuffer(sig, dtype=np.uint32)
+        for j in sorted(hist_hits[h]):
+            i = long_nodes[j]
+            node = nodes[i]
+            if pool.content[node.content][1] != scope or node.split not in hist_splits[h]:
+                continue
+            raw_counts[j] += 1
+            lsh_pairs += 1
+            if _passes(sigs[j], sizes[j], hsig, shingles, threshold, agree_min):
+                history_pairs.append((i, h))
+
+    # max_candidates: exact distinct counts for the nodes whose raw count could exceed it
+    over = np.flatnonzero(raw_counts > config.max_candidates)
+    if len(over):
+        over_set = set(over.tolist())
+        for a, b in all_pairs.tolist():
+            if a in over_set:
+                per_node[a].add(b)
+            if b in over_set:
+                per_node[b].add(a)
+        for h, slots in hist_hits.items():
+            for j in slots & over_set:
+                per_node[j].add(-h)
+        for j in sorted(over_set):
+            if len(per_node[j]) > config.max_candidates:
+                raise _too_many(nodes[long_nodes[j]], pool, len(per_node[j]), config)
+
+    # filters on pool pairs (vectorized)
+    if len(all_pairs):
+        a, b = all_pairs[:, 0], all_pairs[:, 1]
+        agree = np.count_nonzero(sigs[a] == sigs[b], axis=1)
+        lo = np.minimum(sizes[a], sizes[b])
+        hi = np.maximum(sizes[a], sizes[b])
+        keep = (agree >= agree_min) & (lo >= threshold * hi)
+        kept = all_pairs[keep]
+        lut = np.asarray(long_nodes, dtype=np.int64)
+        pool_pairs = np.stack([lut[kept[:, 0]], lut[kept[:, 1]]], axis=1)
+        pool_pairs.sort(axis=1)
+        pool_pairs = pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]
+    else:
+        pool_pairs = np.zeros((0, 2), dtype=np.int64)
+    return Candidates(pool_pairs, history_pairs, history, lsh_pairs)
+
+
+def _too_many(node: Node, pool: Pool, count: int, config: NearDedupConfig) -> LimitExceeded:
+    s = node.samples[0]
+    return LimitExceeded(f"{where(s.package_id, s.file, s.line)}: sample {s.sample_id} has "
+                         f"{count:,} LSH candidates, over max_candidates "
+                         f"{config.max_candidates:,}; no report written")
+
+
+# --------------------------------------------------------------------------- stage 4: verify
+
+
+@lru_cache(maxsize=2)
+def _ro_connection(index_path: str) -> sqlite3.Connection:
+    return sqlite3.connect(f"file:{index_path}?mode=ro", uri=True, check_same_thread=False)
+
+
+def verify_pairs(index_path: str, params: tuple, pairs: list[tuple[int, int]],
+                 domains: dict[int, frozenset[str]] | None
+                 ) -> list[tuple[int, float, str | None]]:
+    """Exact Jaccard of (content, content) pairs; returns (pair index, J, blocked_by) for the
+    pairs at or above the threshold. Runs in a worker: reads texts from the index itself."""
+    num_perm, seed, shingle_size, threshold, config_json = params
+    config = NearDedupConfig.model_validate_json(config_json)
+    con = _ro_connection(index_path)
+    hasher = MinHasher(1, seed, shingle_size)
+    ids = sorted({c for pair in pairs for c in pair})
+    dctx = zstandard.ZstdDecompressor()
+    texts: dict[int, str] = {}
+    for cid, blob in _rows_in(con, "SELECT id, text_z FROM contents WHERE id IN ({})", ids):
+        texts[cid] = dctx.decompress(blob).decode()
+    order = sorted(texts)
+    sets = dict(zip(order, hasher.shingle_sets([texts[c] for c in order])))
+    out = []
+    for k, (a, b) in enumerate(pairs):
+        j = exact_jaccard(sets[a], sets[b])
+        if j >= threshold:
+            doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
+            out.append((k, j, guard_for(config, doms).blocked_by(texts[a], texts[b])))
+    return out
+
+
+@dataclass
+class Edge:
+    a: int  # node index (earlier)
+    jaccard: float
+    blocked_by: str | None
+
+
+def verify(index_path: Path, pool: Pool, nodes: list[Node], cand: Candidates,
+           config: NearDedupConfig, workers: int, progress: bool
+           ) -> tuple[dict[int, list[tuple[int, float, str | None]]],
+                      dict[int, list[tuple[int, float, str | None]]]]:
+    """Verified relations: per later node, [(earlier node, J, blocked_by)] and
+    [(history content, J, blocked_by)]."""
+    jobs: list[tuple[str, int, int]] = []  # (kind, node a, node b | history content)
+    for a, b in cand.pool_pairs.tolist():
+        jobs.append(("pool", a, b))
+    for i, h in cand.history_pairs:
+        jobs.append(("hist", i, h))
+    content_pairs = [(nodes[a].content, nodes[b].content) if kind == "pool"
+                     else (nodes[a].content, b) for kind, a, b in jobs]
+    domains = None
+    if config.extra_units:
+        domains = defaultdict(set)
+        for n in nodes:
+            domains[n.content].update(s.domain for s in n.samples if s.domain)
+        domains = {c: frozenset(d) for c, d in domains.items()}
+    params = (config.num_perm, config.seed, config.shingle_size, config.threshold,
+              config.canonical_json())
+    bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
+    chunks = [content_pairs[i:i + VERIFY_CHUNK] for i in range(0, len(content_pairs), VERIFY_CHUNK)]
+    path = str(index_path.resolve())
+    results: list[list[tuple[int, float, str | None]]] = []
+    if workers > 1 and len(chunks) > 1:
+        ctx = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+            for res in ex.map(verify_pairs, [path] * len(chunks), [params] * len(chunks),
+                              chunks, [domains] * len(chunks)):
+                results.append(res)
+                bar.advance(VERIFY_CHUNK)
+    else:
+        for chunk in chunks:
+            results.append(verify_pairs(path, params, chunk, domains))
+            bar.advance(len(chunk))
+    bar.finish()
+    near: dict[int, list] = defaultdict(list)
+    hist: dict[int, list] = defaultdict(list)
+    for c, res in enumerate(results):
+        for k, j, blocked in res:
+            kind, a, b = jobs[c * VERIFY_CHUNK + k]
+            if kind == "pool":
+                near[b].append((a, j, blocked))  # b is the later node (a < b)
+            else:
+                hist[a].append((b, j, blocked))
+    return near, hist
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+@dataclass
+class ScanResult:
+    output: Path
+    counts: dict
+
+    def summary(self) -> str:
+        c = self.counts
+        reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(c["by_reason"].items()))
+        return (f"report {self.output}: {c['samples']:,} samples, keep {c['keep']:,}, exclude "
+                f"{c['exclude']:,} ({reasons}); {c['relations']:,} relations, "
+                f"{c['history_only_relations']:,} history-only, {c['blocked_relations']:,} "
+                f"blocked by the numeric/unit guard")
+
+
+def scan_pool(index_path: str | Path, config: NearDedupConfig,
+              package_paths: Sequence[str | Path], output_dir: str | Path, *,
+              workers: int = 1, progress: bool = False) -> ScanResult:
+    """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see module doc)."""
+    from near_dedup_core.report import decide, write_report
+
+    index_path, output = Path(index_path), Path(output_dir)
+    paths = [Path(p) for p in package_paths]
+    if output.exists():
+        raise NearDedupError(f"output {output} already exists; choose a new directory")
+    for p in paths:
+        if is_within(output, p):
+            raise NearDedupError(f"output {output} is inside input package {p}; packages are "
+                                 f"immutable")
+    pkgs = open_packages(paths)
+    total = sum(p.record_count for p in pkgs)
+    if total > config.max_pool_records:
+        raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
+                            f"{config.max_pool_records:,}")
+    engine = db.open_readonly(index_path, config)
+    try:
+        with engine.connect() as conn:
+            con = conn.connection.dbapi_connection
+            pool = load_pool(con, index_path, pkgs)
+            _verify_files(pkgs)
+            nodes = build_nodes(pool)
+            cand = find_candidates(con, pool, nodes, config, progress)
+    finally:
+        engine.dispose()
+    near, hist = verify(index_path, pool, nodes, cand, config, workers, progress)
+    engine = db.open_readonly(index_path, config)
+    try:
+        with engine.connect() as conn:
+            con = conn.connection.dbapi_connection
+            decisions = decide(pool, nodes, near, hist, config)
+            counts = write_report(output, con, index_path, pool, nodes, decisions, near, hist,
+                                  cand, config)
+    finally:
+        engine.dispose()
+    return ScanResult(output, counts)
