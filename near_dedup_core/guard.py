@@ -38,17 +38,26 @@ class Guard:
         extra_symbols = set(extra) - extra_words
         words = sorted(set(WORD_UNITS) | extra_words, key=lambda t: (-len(t), t))
         symbols = sorted(set(SYMBOL_UNITS) | extra_symbols, key=lambda t: (-len(t), t))
-        word_alt = "|".join(re.escape(w) for w in words)
-        prefix_alt = "|".join(re.escape(w) for w in sorted(PREFIX_UNITS, key=lambda t: (-len(t), t)))
-        self._units = re.compile(
-            rf"(?:(?<=\d)|(?<=\d) )(?P<a>{word_alt})(?![^\W\d_])"  # 5kg / 5 kg
-            rf"|(?<![^\W\d_])(?P<b>{prefix_alt})(?= ?\d)"                   # usd 5
-            rf"|(?P<c>{'|'.join(re.escape(s) for s in symbols)})")
+        prefixes = sorted(PREFIX_UNITS, key=lambda t: (-len(t), t))
+        alt = lambda tokens: "|".join(re.escape(t) for t in tokens)  # noqa: E731
+        self._after = re.compile(rf" ?({alt(words)})(?![^\W\d_])")       # 5kg, 5 kg
+        self._before = re.compile(rf"(?<![^\W\d_])({alt(prefixes)}) ?$")  # usd 5
+        self._symbols = re.compile(alt(symbols))
 
     def sequences(self, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        numbers = tuple(_NUMBER.findall(text))
-        units = tuple(m.group(m.lastgroup) for m in self._units.finditer(text))
-        return numbers, units
+        numbers = []
+        units: dict[int, str] = {}
+        for m in _NUMBER.finditer(text):
+            numbers.append(m.group())
+            after = self._after.match(text, m.end())
+            if after:
+                units[after.start(1)] = after.group(1)
+            before = self._before.search(text, max(0, m.start() - 5), m.start())
+            if before:
+                units[before.start(1)] = before.group(1)
+        for m in self._symbols.finditer(text):
+            units[m.start()] = m.group()
+        return tuple(numbers), tuple(units[k] for k in sorted(units))
 
     def blocked_by(self, text_a: str, text_b: str) -> str | None:
         """"numbers", "units" or None (the pair may merge)."""

@@ -477,7 +477,7 @@ def _stream_package(pkg: Package, ids: set[str],
     for entry in pkg.files:
         line = 0
         try:
-            with open(pkg.path / entry.path, "rb") as raw_file:
+            with open(pkg.path / entry.path, "rb", buffering=0) as raw_file:
                 counter = _HashingReader(raw_file)
                 buffered = io.BufferedReader(counter, _READ_BUFFER)
                 for raw in _shard_lines(buffered, entry.path.endswith(".gz")):

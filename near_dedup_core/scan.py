@@ -219,6 +219,25 @@ def _run_pairs(order, run_starts, run_sizes, raw_counts):
     return out
 
 
+@numba.njit(cache=True)
+def _filter_pairs(pairs, sigs, sizes, threshold, agree_min):
+    """Mask of pairs that pass the set-size ratio bound and the signature-agreement bound."""
+    keep = np.zeros(pairs.shape[0], dtype=np.bool_)
+    for k in range(pairs.shape[0]):
+        a = pairs[k, 0]
+        b = pairs[k, 1]
+        lo = min(sizes[a], sizes[b])
+        hi = max(sizes[a], sizes[b])
+        if lo < threshold * hi:
+            continue
+        agree = 0
+        for p in range(sigs.shape[1]):
+            if sigs[a, p] == sigs[b, p]:
+                agree += 1
+        keep[k] = agree >= agree_min
+    return keep
+
+
 def _passes(sig_a: np.ndarray, size_a: int, sig_b: np.ndarray, size_b: int,
             threshold: float, agree_min: int) -> bool:
     if min(size_a, size_b) < threshold * max(size_a, size_b):
@@ -236,9 +255,11 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
     sizes = np.zeros(n_long, dtype=np.int64)
     group_of: dict[tuple[int, str], int] = {}
     groups = np.zeros(n_long, dtype=np.int64)
+    if n_long:
+        sigs = np.frombuffer(b"".join(pool.content[nodes[i].content][5] for i in long_nodes),
+                             dtype=np.uint32).reshape(n_long, config.num_perm)
     for j, i in enumerate(long_nodes):
-        _cid, scope, _b, _nc, shingles, sig = pool.content[nodes[i].content]
-        sigs[j] = np.frombuffer(sig, dtype=np.uint32)
+        _cid, scope, _b, _nc, shingles, _sig = pool.content[nodes[i].content]
         sizes[j] = shingles
         groups[j] = group_of.setdefault((scope, nodes[i].split), len(group_of))
     keys = band_keys(sigs, config.bands, config.rows) if n_long else np.zeros((0, config.bands), np.int64)
@@ -268,27 +289,38 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
             lsh_pairs += len(pairs)
             pair_chunks.append(pairs)
     if pair_chunks:
-        all_pairs = np.unique(np.concatenate(pair_chunks), axis=0)
+        flat = np.sort(np.concatenate([p[:, 0] * n_long + p[:, 1] for p in pair_chunks]))
+        flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
+        all_pairs = np.stack([flat // max(n_long, 1), flat % max(n_long, 1)], axis=1)
     else:
         all_pairs = np.zeros((0, 2), dtype=np.int64)
 
     # history: band keys of pool contents looked up in the index (a join in SQLite)
     hist_hits: dict[int, set[int]] = defaultdict(set)  # history content -> long-node slots
     if n_long:
+        flat_keys = keys.reshape(-1)
+        by_key = np.argsort(flat_keys, kind="stable")
+        sorted_keys = flat_keys[by_key]
+        slot_of = (by_key // config.bands).astype(np.int64)
+        distinct = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
         con.execute("PRAGMA temp_store = MEMORY")
-        con.execute("CREATE TEMP TABLE scan_keys (key INTEGER NOT NULL, slot INTEGER NOT NULL)")
+        con.execute("CREATE TEMP TABLE scan_keys (key INTEGER PRIMARY KEY)")
         con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
-        slots = np.repeat(np.arange(n_long, dtype=np.int64), config.bands)
-        con.executemany("INSERT INTO temp.scan_keys VALUES (?, ?)",
-                        zip(keys.reshape(-1).tolist(), slots.tolist()))
+        # distinct keys in key order: the probes walk the band B-tree in order
+        con.executemany("INSERT INTO temp.scan_keys VALUES (?)", ((k,) for k in distinct.tolist()))
         con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
                         ((c,) for c in sorted({n.content for n in nodes})))
-        for slot, content in con.execute(
-                "SELECT q.slot, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
-                "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)"):
-            hist_hits[content].add(slot)
+        rows = con.execute(
+            "SELECT b.key, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
+            "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)").fetchall()
         con.execute("DROP TABLE temp.scan_keys")
         con.execute("DROP TABLE temp.scan_contents")
+        if rows:
+            found = np.asarray(rows, dtype=np.int64)
+            lo = np.searchsorted(sorted_keys, found[:, 0], side="left")
+            hi = np.searchsorted(sorted_keys, found[:, 0], side="right")
+            for content, l, h in zip(found[:, 1].tolist(), lo.tolist(), hi.tolist()):
+                hist_hits[content].update(slot_of[l:h].tolist())
     history: dict[int, tuple] = {}
     hist_splits: dict[int, set[str]] = defaultdict(set)
     if hist_hits:
@@ -331,12 +363,7 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
 
     # filters on pool pairs (vectorized)
     if len(all_pairs):
-        a, b = all_pairs[:, 0], all_pairs[:, 1]
-        agree = np.count_nonzero(sigs[a] == sigs[b], axis=1)
-        lo = np.minimum(sizes[a], sizes[b])
-        hi = np.maximum(sizes[a], sizes[b])
-        keep = (agree >= agree_min) & (lo >= threshold * hi)
-        kept = all_pairs[keep]
+        kept = all_pairs[_filter_pairs(all_pairs, sigs, sizes, threshold, agree_min)]
         lut = np.asarray(long_nodes, dtype=np.int64)
         pool_pairs = np.stack([lut[kept[:, 0]], lut[kept[:, 1]]], axis=1)
         pool_pairs.sort(axis=1)
@@ -377,20 +404,70 @@ def verify_pairs(index_path: str, params: tuple, pairs: list[tuple[int, int]],
         texts[cid] = dctx.decompress(blob).decode()
     order = sorted(texts)
     sets = dict(zip(order, hasher.shingle_sets([texts[c] for c in order])))
+    seqs: dict[tuple[int, int], tuple] = {}
+
+    def sequences(guard, content):
+        key = (id(guard), content)
+        if key not in seqs:
+            seqs[key] = guard.sequences(texts[content])
+        return seqs[key]
+
     out = []
     for k, (a, b) in enumerate(pairs):
         j = exact_jaccard(sets[a], sets[b])
         if j >= threshold:
             doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
-            out.append((k, j, guard_for(config, doms).blocked_by(texts[a], texts[b])))
+            guard = guard_for(config, doms)
+            (na, ua), (nb, ub) = sequences(guard, a), sequences(guard, b)
+            blocked = "numbers" if na != nb else ("units" if ua != ub else None)
+            out.append((k, j, blocked))
     return out
 
 
-@dataclass
-class Edge:
-    a: int  # node index (earlier)
-    jaccard: float
-    blocked_by: str | None
+@numba.njit(cache=True)
+def _components(pairs_dense, n):
+    """Union-find root of each of n items joined by the (dense) pairs."""
+    parent = np.arange(n)
+    for k in range(pairs_dense.shape[0]):
+        a = pairs_dense[k, 0]
+        b = pairs_dense[k, 1]
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    for i in range(n):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        parent[i] = r
+    return parent
+
+
+def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
+    """Pair indexes cut into work chunks that keep connected components together, so each
+    worker computes a content's shingle set about once (chunks of a giant component are cut
+    by size)."""
+    m = len(content_pairs)
+    if m == 0:
+        return []
+    ids, dense = np.unique(content_pairs, return_inverse=True)
+    dense = dense.reshape(-1, 2)
+    comp = _components(dense, len(ids))[dense[:, 0]]
+    order = np.lexsort((dense[:, 1], dense[:, 0], comp))
+    comp_sorted = comp[order]
+    chunks = []
+    start = 0
+    for k in range(1, m + 1):
+        size = k - start
+        if k == m or (size >= VERIFY_CHUNK and comp_sorted[k] != comp_sorted[k - 1]) \
+                or size >= 4 * VERIFY_CHUNK:
+            chunks.append(order[start:k])
+            start = k
+    return chunks
 
 
 def verify(index_path: Path, pool: Pool, nodes: list[Node], cand: Candidates,
@@ -404,8 +481,9 @@ def verify(index_path: Path, pool: Pool, nodes: list[Node], cand: Candidates,
         jobs.append(("pool", a, b))
     for i, h in cand.history_pairs:
         jobs.append(("hist", i, h))
-    content_pairs = [(nodes[a].content, nodes[b].content) if kind == "pool"
-                     else (nodes[a].content, b) for kind, a, b in jobs]
+    content_pairs = np.asarray([(nodes[a].content, nodes[b].content) if kind == "pool"
+                                else (nodes[a].content, b) for kind, a, b in jobs],
+                               dtype=np.int64).reshape(-1, 2)
     domains = None
     if config.extra_units:
         domains = defaultdict(set)
@@ -415,26 +493,27 @@ def verify(index_path: Path, pool: Pool, nodes: list[Node], cand: Candidates,
     params = (config.num_perm, config.seed, config.shingle_size, config.threshold,
               config.canonical_json())
     bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
-    chunks = [content_pairs[i:i + VERIFY_CHUNK] for i in range(0, len(content_pairs), VERIFY_CHUNK)]
+    chunks = _local_chunks(content_pairs)
     path = str(index_path.resolve())
+    args = [[tuple(p) for p in content_pairs[c].tolist()] for c in chunks]
     results: list[list[tuple[int, float, str | None]]] = []
     if workers > 1 and len(chunks) > 1:
         ctx = multiprocessing.get_context("forkserver")
         with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
-            for res in ex.map(verify_pairs, [path] * len(chunks), [params] * len(chunks),
-                              chunks, [domains] * len(chunks)):
+            for c, res in zip(chunks, ex.map(verify_pairs, [path] * len(args), [params] * len(args),
+                                             args, [domains] * len(args))):
                 results.append(res)
-                bar.advance(VERIFY_CHUNK)
+                bar.advance(len(c))
     else:
-        for chunk in chunks:
-            results.append(verify_pairs(path, params, chunk, domains))
-            bar.advance(len(chunk))
+        for c, arg in zip(chunks, args):
+            results.append(verify_pairs(path, params, arg, domains))
+            bar.advance(len(c))
     bar.finish()
     near: dict[int, list] = defaultdict(list)
     hist: dict[int, list] = defaultdict(list)
-    for c, res in enumerate(results):
+    for c, res in zip(chunks, results):
         for k, j, blocked in res:
-            kind, a, b = jobs[c * VERIFY_CHUNK + k]
+            kind, a, b = jobs[int(c[k])]
             if kind == "pool":
                 near[b].append((a, j, blocked))  # b is the later node (a < b)
             else:
