@@ -123,17 +123,58 @@ def _minhash_batch(cps, offsets, k, seed, a, b, sigs, distinct):
 
 
 @numba.njit(cache=True, nogil=True)
+def _sorted_unique(values, m, buf, counts):
+    """Sort values[:m] (uniformly distributed 64-bit hashes) and drop repeats, in place;
+    returns the number kept. Bucket sort on the top bits, then insertion sort inside each
+    bucket: expected O(m) because the hashes are uniform."""
+    if m == 0:
+        return 0
+    bits = 1
+    while (1 << bits) < m:
+        bits += 1
+    nb = 1 << bits
+    shift = np.uint64(64 - bits)
+    counts[: nb + 1] = 0
+    for j in range(m):
+        counts[np.int64(values[j] >> shift) + 1] += 1
+    for b in range(nb):
+        counts[b + 1] += counts[b]
+    for j in range(m):
+        b = np.int64(values[j] >> shift)
+        buf[counts[b]] = values[j]
+        counts[b] += 1
+    # counts[b] is now the end of bucket b; insertion sort each bucket
+    start = 0
+    for b in range(nb):
+        end = counts[b]
+        for x in range(start + 1, end):
+            v = buf[x]
+            y = x - 1
+            while y >= start and buf[y] > v:
+                buf[y + 1] = buf[y]
+                y -= 1
+            buf[y + 1] = v
+        start = end
+    u = 0
+    for j in range(m):
+        if j == 0 or buf[j] != buf[j - 1]:
+            values[u] = buf[j]
+            u += 1
+    return u
+
+
+@numba.njit(cache=True, nogil=True)
 def _shingle_set_batch(cps, offsets, k, seed, flat, counts):
     """Hashed shingle sets of a batch, each sorted and deduplicated, concatenated into flat."""
+    longest = 1
+    for i in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    buf = np.empty(longest, dtype=np.uint64)
+    bucket_counts = np.empty(2 * longest + 2, dtype=np.int64)
     pos = 0
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, flat[pos:])
-        seg = np.sort(flat[pos:pos + m])
-        u = 0
-        for j in range(m):
-            if j == 0 or seg[j] != seg[j - 1]:
-                flat[pos + u] = seg[j]
-                u += 1
+        u = _sorted_unique(flat[pos:], m, buf, bucket_counts)
         counts[i] = u
         pos += u
     return pos
