@@ -22,6 +22,7 @@ class Progress:
         self.done = 0
         self._start = time.monotonic()
         self._last = 0.0
+        self._shown = -1
         self._tty = bool(getattr(self.stream, "isatty", lambda: False)())
 
     def advance(self, n: int = 1) -> None:
@@ -33,10 +34,11 @@ class Progress:
                 self._emit(final=False)
 
     def finish(self) -> None:
-        if self.enabled and self.done:
+        if self.enabled and self.done and (self._tty or self._shown != self.done):
             self._emit(final=True)
 
     def _emit(self, final: bool) -> None:
+        self._shown = self.done
         elapsed = time.monotonic() - self._start
         rate = self.done / elapsed if elapsed > 0 else 0.0
         if self.total:
