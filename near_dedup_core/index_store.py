@@ -213,6 +213,7 @@ def open_writable(path: Path) -> Engine:
 
     @event.listens_for(engine, "connect")
     def _wal(dbapi_conn, _record) -> None:
+        dbapi_conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # takes effect on a new file only
         dbapi_conn.execute("PRAGMA journal_mode = WAL")
         dbapi_conn.execute("PRAGMA synchronous = NORMAL")
 
@@ -221,6 +222,9 @@ def open_writable(path: Path) -> Engine:
         conn.exec_driver_sql("BEGIN IMMEDIATE")
 
     return engine
+
+
+PAGE_SIZE = 16384  # rows of ~2 KB (compressed text + signature) pack with little slack
 
 
 def create_schema(engine: Engine, config: NearDedupConfig, created_at: str) -> None:
