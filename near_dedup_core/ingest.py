@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-import zstandard
 from sqlalchemy import Connection, event, func, insert, select
 
 from near_dedup_core import __version__, index_store as db
@@ -44,7 +43,6 @@ from near_dedup_core.progress import Progress
 from near_dedup_core.signature import MinHasher, band_keys
 
 CHUNK = 1024
-ZSTD_LEVEL = 3
 
 
 @dataclass
@@ -101,8 +99,8 @@ def identify(kind: str, items: list[tuple[object, str]]) -> list[tuple[str, str,
     return out
 
 
-def sign(params: tuple[int, int, int, int, int, int], texts: list[str]
-         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
+def sign(params: tuple[int, int, int, int, int, int], texts: list[str],
+         dictionary: bytes | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
     """Stage 4: signatures, shingle-set sizes, band keys and compressed texts of new contents.
     Texts shorter than min_chars get no signature (rows of zeros, ignored by the caller)."""
     num_perm, seed, shingle_size, bands, rows, min_chars = params
@@ -115,9 +113,7 @@ def sign(params: tuple[int, int, int, int, int, int], texts: list[str]
         sigs[long_idx] = s
         sizes[long_idx] = z
     keys = band_keys(sigs, bands, rows)
-    cctx = zstandard.ZstdCompressor(level=ZSTD_LEVEL)
-    blobs = [cctx.compress(t.encode()) for t in texts]
-    return sigs, sizes, keys, blobs
+    return sigs, sizes, keys, db.compress_texts(texts, dictionary)
 
 
 class _InlineExecutor(Executor):
@@ -174,6 +170,7 @@ class _BatchWriter:
         self.sql_bands = db.insert_sql(db.bands).replace("INSERT", "INSERT OR IGNORE", 1)
         self.new_contents = 0
         self.new_sources = 0
+        self.dictionary: tuple[int | None, bytes | None] | None = None  # trained on first texts
 
     # -- refs
     def track_targets(self, package_ids: set[str], indexed: dict[str, int]) -> None:
@@ -261,9 +258,20 @@ class _BatchWriter:
         self.conn.exec_driver_sql(self.sql_sources, source_rows)
         self.new_sources += len(source_rows)
         if new_texts:
-            self.stage4.append((new_rows, self.executor.submit(sign, self.params, new_texts)))
+            if self.dictionary is None:
+                self.dictionary = self._train_dictionary(new_texts)
+            self.stage4.append((new_rows, self.executor.submit(sign, self.params, new_texts,
+                                                               self.dictionary[1])))
         self.progress.advance(len(pending.records))
         self._drain_sign(limit=self.window)
+
+    def _train_dictionary(self, texts: list[str]) -> tuple[int | None, bytes | None]:
+        data = db.train_text_dictionary(texts)
+        if data is None:
+            return (None, None)
+        rowid = self.conn.execute(insert(db.dictionaries).values(batch=self.batch, data=data)
+                                  ).inserted_primary_key[0]
+        return (rowid, data)
 
     # -- stage 5
     def _drain_sign(self, limit: int) -> None:
@@ -280,7 +288,8 @@ class _BatchWriter:
             is_long = nchars >= min_chars
             content_rows.append((rowid, cid, scope_id, self.batch, nchars,
                                  int(sizes[i]) if is_long else None,
-                                 sigs[i].tobytes() if is_long else None, blobs[i]))
+                                 sigs[i].tobytes() if is_long else None, blobs[i],
+                                 self.dictionary[0]))
             if is_long:
                 band_rows.extend((int(k), rowid) for k in keys[i])
         self.conn.exec_driver_sql(self.sql_contents, content_rows)

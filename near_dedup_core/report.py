@@ -40,6 +40,10 @@ FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1
 FILES = ("decisions.jsonl", "relations.jsonl", "origins.jsonl")
 HISTOGRAM_BINS = (0.9, 0.92, 0.94, 0.96, 0.98, 1.0)
+DECISION_FIELDS = ("package_id", "sample_id", "split", "scope", "content_id", "text_sha256",
+                   "decision", "kept", "reason", "jaccard")
+RELATION_FIELDS = ("sample", "match", "jaccard", "kind", "history_only", "match_sources",
+                   "blocked_by")
 
 
 @dataclass(slots=True)
@@ -250,6 +254,18 @@ def _iter_jsonl(path: Path, name: str) -> Iterator[dict]:
             yield row
 
 
+def _require_fields(path: Path, name: str, rows: list[dict], fields: tuple[str, ...]) -> None:
+    """Every line carries every field (a tampered line must fail with a message, not a
+    KeyError); a decision's ``kept`` is null or a sample reference."""
+    for n, row in enumerate(rows, 1):
+        for field in fields:
+            if field not in row:
+                raise NearDedupError(f"report {path}: {name}:{n}: missing field '{field}'")
+        if "kept" in fields and row["kept"] is not None and not isinstance(row["kept"], dict):
+            raise NearDedupError(f"report {path}: {name}:{n}: kept must be null or an object "
+                                 f"with package_id and sample_id")
+
+
 def iter_decisions(path: str | Path) -> Iterator[dict]:
     return _iter_jsonl(Path(path), "decisions.jsonl")
 
@@ -283,6 +299,8 @@ def verify_report(path: str | Path) -> ReportSummary:
     manifest = load_manifest(path)
     decisions = list(iter_decisions(path))
     relations = list(_iter_jsonl(path, "relations.jsonl"))
+    _require_fields(path, "decisions.jsonl", decisions, DECISION_FIELDS)
+    _require_fields(path, "relations.jsonl", relations, RELATION_FIELDS)
     files = manifest.get("files", {})
     for name, rows in (("decisions.jsonl", decisions), ("relations.jsonl", relations)):
         if files.get(name, {}).get("lines") != len(rows):

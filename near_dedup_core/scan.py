@@ -36,7 +36,6 @@ from pathlib import Path
 import numba
 import numpy as np
 import orjson
-import zstandard
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
@@ -398,10 +397,11 @@ def verify_pairs(index_path: str, params: tuple, pairs: list[tuple[int, int]],
     con = _ro_connection(index_path)
     hasher = MinHasher(1, seed, shingle_size)
     ids = sorted({c for pair in pairs for c in pair})
-    dctx = zstandard.ZstdDecompressor()
+    reader = db.TextReader(con)
     texts: dict[int, str] = {}
-    for cid, blob in _rows_in(con, "SELECT id, text_z FROM contents WHERE id IN ({})", ids):
-        texts[cid] = dctx.decompress(blob).decode()
+    for cid, blob, dictionary in _rows_in(
+            con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+        texts[cid] = reader.text(blob, dictionary)
     order = sorted(texts)
     sets = dict(zip(order, hasher.shingle_sets([texts[c] for c in order])))
     seqs: dict[tuple[int, int], tuple] = {}
