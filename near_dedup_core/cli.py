@@ -122,13 +122,13 @@ def run(args: argparse.Namespace) -> None:
         from near_dedup_core import mixture
 
         if args.mixture_command == "plan":
-            plan = mixture.plan_mixture(mixture.load_mixture_config(args.config))
+            plan = mixture.plan_mixture(mixture.load_mixture_config(args.config), progress=progress)
             print(plan.table())
             if args.output:
                 plan.write(args.output)
         elif args.mixture_command == "build":
             print(mixture.build_mixture(mixture.load_mixture_config(args.config),
-                                        args.output).summary())
+                                        args.output, progress=progress).summary())
         else:
             print(mixture.verify_mixture(args.mixture).summary())
 

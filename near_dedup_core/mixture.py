@@ -6,7 +6,9 @@ Config. A JSON object validated by `MixtureConfig` (unknown keys refused). Relat
 recorded in the mixture exactly as written.
 
 Pools. Samples of the *retained splits* are copied whole; every other split forms the
-sampling pool. With a report the retained splits are the report config's
+sampling pool (the report's "train pool"), and selected samples keep their split. The
+report's inputs must be exactly the mixture's inputs (package ids and manifest sha256s, in
+any order), else the report is stale and must be rescanned. With a report the retained splits are the report config's
 ``retained_splits`` (a mixture config may repeat them, but not differ); without a report they
 are the config's optional ``retained_splits``, default ``["validation"]``.
 
@@ -31,6 +33,11 @@ Order of work (same with and without a report):
    ``sha256(f"{seed}:{package_id}:{sample_id}")``, the first ones taken — deterministic for a
    seed and independent of file order.
 
+``plan.json`` (format ``mixture-plan``) holds the config's mixing parameters, the report
+identity and one object per domain under ``domains`` (`PlanRow`: domain,
+available_before_dedup, available_after_dedup, eligible, weight, quota, redistributed,
+selected, shortfall), sorted by domain.
+
 ``doremi``/``regmix`` weights were learned on the undeduplicated pool, so they are refused
 together with ``near_dedup_report``: applying them to the filtered pool would present old
 weights as if learned on it.
@@ -52,7 +59,11 @@ then the ref record's own ``id`` and its own ``domain``/``source`` if present �
 ``"origin": {"package_id", "sample_id"}`` naming the sample itself; canonical JSON
 (`fsutil.json_line`), in input package order then position in the package.
 
-`verify_mixture` needs only the mixture folder: no input package and no SQLite index.
+`verify_mixture` needs only the mixture folder: no input package and no SQLite index. It
+checks every checksum (the embedded report's too, through `report.verify_report`), manifest
+against data files and plan, and with a report: inputs equal the report's inputs, every
+line's sample is a ``keep`` decision of its split, retained splits are complete. A plain
+mixture has no decisions to check its retained splits against; its own counts are checked.
 """
 
 from __future__ import annotations
@@ -74,6 +85,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from near_dedup_core import __version__
+from near_dedup_core.compare import compared_text
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
     CHECKSUMS,
@@ -87,6 +99,7 @@ from near_dedup_core.fsutil import (
 )
 from near_dedup_core.package import Package, open_packages, stream_records
 from near_dedup_core.progress import Progress
+from near_dedup_core.report import iter_decisions, load_manifest, verify_report
 
 FORMAT = "mixture-package"
 FORMAT_VERSION = 1
@@ -268,23 +281,6 @@ def sample_rank(seed: int, package_id: str, sample_id: str) -> bytes:
 
 # --------------------------------------------------------------------------- records
 
-def compared_text(kind: str, record: dict) -> str | None:
-    """The text quality filters look at (CPT ``text``, SFT QA text); None if malformed."""
-    if kind == "cpt":
-        text = record.get("text")
-        return text if isinstance(text, str) else None
-    messages = record.get("messages")
-    if not isinstance(messages, list):
-        return None
-    parts = []
-    for m in messages:
-        if not isinstance(m, dict) or not isinstance(m.get("role"), str) \
-                or not isinstance(m.get("content"), str):
-            return None
-        parts.append(f"{m['role']}: {m['content']}")
-    return "\n".join(parts)
-
-
 def resolve_ref(own: dict, target: dict) -> dict:
     """The referenced record's fields, then the ref record's own id/domain/source."""
     resolved = {k: v for k, v in target.items() if k != "ref"}
@@ -296,30 +292,15 @@ def resolve_ref(own: dict, target: dict) -> dict:
 
 # --------------------------------------------------------------------------- report access
 
-def verify_report(path: Path) -> None:
-    """Checksums of a report folder (every listed file matches, nothing unlisted)."""
-    verify_checksums(path, "near-dedup report")
-
-
-def load_manifest(path: Path) -> dict:
-    return _load_json(path / "manifest.json", f"near-dedup report {path}")
-
-
-def iter_decisions(path: Path) -> Iterator[dict]:
-    with open(path / "decisions.jsonl", "rb") as fh:
-        for raw in fh:
-            yield orjson.loads(raw)
-
-
 @dataclass(frozen=True)
 class ReportView:
     """What a mixture needs from a frozen report: identity, inputs and exclusions."""
 
     path: Path
     manifest_sha256: str
+    checksums_sha256: str  # pins every file of the report as it was read
     manifest: dict
     excluded: set[SampleKey]  # pool samples the report excludes
-    decisions_per_package: dict[str, int]
 
     @property
     def inputs(self) -> list[dict]:
@@ -341,24 +322,16 @@ def _report_manifest(path: Path, label: str) -> dict:
 
 
 def read_report(path: Path, label: str = "near_dedup_report") -> ReportView:
-    """Verify a report folder and load its manifest and exclusions."""
+    """Verify a report folder (`report.verify_report`) and load its manifest and exclusions."""
     if not (path / "manifest.json").is_file():
         raise NearDedupError(f"{label} {path}: not a near-dedup report (no manifest.json)")
     verify_report(path)
     manifest = _report_manifest(path, label)
-    excluded: set[SampleKey] = set()
-    per_package: Counter[str] = Counter()
-    retained = set(manifest["config"]["retained_splits"])
-    for n, d in enumerate(iter_decisions(path), 1):
-        per_package[d["package_id"]] += 1
-        if d["decision"] == "exclude":
-            if d["split"] in retained:
-                raise NearDedupError(f"{label} {path}: decisions.jsonl:{n}: retained split "
-                                     f"{d['split']} sample {d['sample_id']} is excluded")
-            excluded.add((d["package_id"], d["sample_id"]))
+    excluded = {(d["package_id"], d["sample_id"]) for d in iter_decisions(path)
+                if d["decision"] == "exclude"}
     return ReportView(path=path, manifest_sha256=sha256_file(path / "manifest.json"),
-                      manifest=manifest, excluded=excluded,
-                      decisions_per_package=dict(per_package))
+                      checksums_sha256=sha256_file(path / CHECKSUMS), manifest=manifest,
+                      excluded=excluded)
 
 
 def check_inputs_match(packages: list[Package], report: ReportView) -> None:
@@ -376,11 +349,6 @@ def check_inputs_match(packages: list[Package], report: ReportView) -> None:
         if pid not in mine:
             raise NearDedupError(f"report input package {pid} is not among the mixture "
                                  f"inputs; {hint}")
-    for p in packages:
-        got = report.decisions_per_package.get(p.package_id, 0)
-        if got != p.record_count:
-            raise NearDedupError(f"package {p.package_id}: {p.record_count} records but the "
-                                 f"report has {got} decisions for it; {hint}")
 
 
 # --------------------------------------------------------------------------- plan
@@ -514,14 +482,6 @@ class Plan:
         return "\n".join(lines)
 
 
-def _group_value(resolved: dict, group_by: str, loc: str) -> str:
-    value = resolved.get(group_by)
-    if not isinstance(value, str) or not value:
-        raise NearDedupError(f"{loc}: group_by field {group_by!r} is missing or not a "
-                             f"non-empty string")
-    return value
-
-
 def _open_inputs(cfg: MixtureConfig) -> list[Package]:
     """Open the input packages; their kind must be the mixture's and every split name must
     be usable as the folder ``data/<split>/`` of the mixture."""
@@ -550,6 +510,64 @@ def _retained_splits(cfg: MixtureConfig, report: ReportView | None) -> list[str]
     return theirs
 
 
+@dataclass
+class _PoolScan:
+    """What one pass over the inputs learns: per-domain counts and the eligible samples."""
+
+    before: Counter[str] = field(default_factory=Counter)
+    after: Counter[str] = field(default_factory=Counter)
+    candidates: dict[str, list[tuple[bytes, SampleKey]]] = field(
+        default_factory=lambda: defaultdict(list))  # domain → (rank, sample), eligible only
+    retained_records: Counter[str] = field(default_factory=Counter)
+    ref_of: dict[SampleKey, SampleKey] = field(default_factory=dict)
+    retained_refs: set[SampleKey] = field(default_factory=set)
+
+
+def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
+               excluded: set[SampleKey], progress: bool) -> _PoolScan:
+    """One validating pass: domains (refs resolved), dedup drops, quality, selection ranks."""
+    scan = _PoolScan()
+    depended = {d for p in packages for d in p.depends_on}
+    # Records that other packages reference: their group value and compared-text length.
+    slim: dict[SampleKey, tuple[dict, int]] = {}
+    bar = Progress("mixture: reading inputs", sum(p.record_count for p in packages),
+                   enabled=progress)
+    for rec in stream_records(packages):
+        bar.advance()
+        key = (rec.package_id, rec.sample_id)
+        if "origin" in rec.data:
+            raise NearDedupError(f"{where(rec.package_id, rec.file, rec.line)}: field "
+                                 f"'origin' is reserved for the mixture's origin reference")
+        if rec.ref is not None:
+            # stream_records checked that the ref resolves into a depends_on package.
+            scan.ref_of[key] = rec.ref
+            target, chars = slim[rec.ref]
+            resolved = resolve_ref(rec.data, target)
+        else:
+            resolved = rec.data
+            chars = len(compared_text(cfg.kind, resolved))
+        if rec.package_id in depended:
+            value = resolved.get(cfg.group_by)
+            slim[key] = ({} if value is None else {cfg.group_by: value}), chars
+        if rec.split in retained:
+            scan.retained_records[rec.split] += 1
+            if rec.ref is not None:
+                scan.retained_refs.add(key)
+            continue
+        value = resolved.get(cfg.group_by)
+        if not isinstance(value, str) or not value:
+            raise NearDedupError(f"{where(rec.package_id, rec.file, rec.line)}: group_by field "
+                                 f"{cfg.group_by!r} is missing or not a non-empty string")
+        scan.before[value] += 1
+        if key in excluded:
+            continue
+        scan.after[value] += 1
+        if chars >= cfg.quality.min_chars:
+            scan.candidates[value].append((sample_rank(cfg.seed, *key), key))
+    bar.finish()
+    return scan
+
+
 def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     """Read the inputs (and the report), compute the per-domain plan and the selection.
 
@@ -566,76 +584,29 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
                                  f"packages but the mixture {cfg.name} is {cfg.kind}")
         check_inputs_match(packages, report)
     retained = _retained_splits(cfg, report)
-    retained_set = set(retained)
-    excluded = report.excluded if report is not None else set()
-    depended = {d for p in packages for d in p.depends_on}
+    scan = _scan_pool(cfg, packages, set(retained),
+                      report.excluded if report is not None else set(), progress)
 
-    before: Counter[str] = Counter()
-    after: Counter[str] = Counter()
-    candidates: dict[str, list[tuple[bytes, SampleKey]]] = defaultdict(list)
-    retained_records: Counter[str] = Counter()
-    # Records other packages reference: their group value and compared-text length.
-    slim: dict[SampleKey, tuple[dict, int]] = {}
-    ref_of: dict[SampleKey, SampleKey] = {}
-    retained_refs: set[SampleKey] = set()
-    bar = Progress("mixture: reading inputs", sum(p.record_count for p in packages),
-                   enabled=progress)
-    for rec in stream_records(packages):
-        bar.advance()
-        key = (rec.package_id, rec.sample_id)
-        loc = where(rec.package_id, rec.file, rec.line)
-        if rec.ref is not None:
-            ref_of[key] = rec.ref
-            if rec.ref not in slim:
-                raise NearDedupError(f"{loc}: ref {rec.ref[0]}/{rec.ref[1]} does not resolve")
-            target, chars = slim[rec.ref]
-            resolved = resolve_ref(rec.data, target)
-        else:
-            resolved = rec.data
-            text = compared_text(cfg.kind, resolved)
-            if text is None:
-                raise NearDedupError(f"{loc}: no compared text "
-                                     f"({'text' if cfg.kind == 'cpt' else 'messages'})")
-            chars = len(text)
-        if rec.package_id in depended:
-            value = resolved.get(cfg.group_by)
-            slim[key] = ({} if value is None else {cfg.group_by: value}), chars
-        if "origin" in rec.data:
-            raise NearDedupError(f"{loc}: field 'origin' is reserved for the mixture's "
-                                 f"origin reference")
-        if rec.split in retained_set:
-            retained_records[rec.split] += 1
-            if rec.ref is not None:
-                retained_refs.add(key)
-            continue
-        domain = _group_value(resolved, cfg.group_by, loc)
-        before[domain] += 1
-        if key in excluded:
-            continue
-        after[domain] += 1
-        if chars >= cfg.quality.min_chars:
-            candidates[domain].append((sample_rank(cfg.seed, *key), key))
-    bar.finish()
-
-    weights = strategy_weights(cfg, dict(after) | {d: 0 for d in before if d not in after})
-    eligible = {d: len(c) for d, c in candidates.items()}
+    available = {d: scan.after.get(d, 0) for d in scan.before}
+    weights = strategy_weights(cfg, available)
+    eligible = {d: len(c) for d, c in scan.candidates.items()}
     quota, selected_n = allocate(cfg.target_records, weights, eligible, cfg.redistribute)
     rows = []
     selected: set[SampleKey] = set()
     for domain in sorted(weights):
         own = min(quota[domain], eligible.get(domain, 0))
-        rows.append(PlanRow(domain=domain, available_before_dedup=before.get(domain, 0),
-                            available_after_dedup=after.get(domain, 0),
+        rows.append(PlanRow(domain=domain, available_before_dedup=scan.before.get(domain, 0),
+                            available_after_dedup=available.get(domain, 0),
                             eligible=eligible.get(domain, 0), weight=weights[domain],
                             quota=quota[domain], redistributed=selected_n[domain] - own,
                             selected=selected_n[domain],
                             shortfall=quota[domain] - own).model_dump())
-        ranked = sorted(candidates.get(domain, ()))
+        ranked = sorted(scan.candidates.get(domain, ()))
         selected.update(key for _, key in ranked[:selected_n[domain]])
 
     plan = Plan(config=cfg, packages=packages, report=report, retained_splits=retained,
-                rows=rows, retained_records=dict(sorted(retained_records.items())),
-                selected=selected, ref_of=ref_of, retained_refs=retained_refs)
+                rows=rows, retained_records=dict(sorted(scan.retained_records.items())),
+                selected=selected, ref_of=scan.ref_of, retained_refs=scan.retained_refs)
     if plan.shortfall and not cfg.allow_shortfall:
         short = ", ".join(f"{r['domain']} {r['eligible']:,} eligible for quota {r['quota']:,}"
                           for r in rows if r["shortfall"])
@@ -765,9 +736,7 @@ def _write_data(plan: Plan, work: Path, out: Path, progress: bool) -> list[dict]
             if not wanted and key not in needed:
                 continue
             if rec.ref is not None:
-                if rec.ref not in resolved_store:
-                    raise NearDedupError(f"{where(rec.package_id, rec.file, rec.line)}: ref "
-                                         f"{rec.ref[0]}/{rec.ref[1]} does not resolve")
+                # Ref targets come first (dependency order) and are in ``needed``.
                 resolved = resolve_ref(rec.data, resolved_store[rec.ref])
             else:
                 resolved = rec.data
@@ -813,7 +782,7 @@ def _copy_report(plan: Plan, dest: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(src / rel, target)
     verify_checksums(dest, "near_dedup_report copy")
-    if sha256_file(dest / "manifest.json") != plan.report.manifest_sha256:
+    if sha256_file(dest / CHECKSUMS) != plan.report.checksums_sha256:
         raise NearDedupError(f"near_dedup_report {src} changed while the mixture was built")
 
 
@@ -947,6 +916,21 @@ def _embedded_decisions(path: Path, manifest: MixtureManifest,
     return {(d["package_id"], d["sample_id"]): d for d in iter_decisions(report_dir)}
 
 
+def _check_kept(d: dict | None, key: SampleKey, split: str, loc: str) -> None:
+    """A mixture line's sample must be a ``keep`` decision of the same split."""
+    if d is None:
+        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is not in the embedded "
+                             f"report's decisions")
+    if d["decision"] != "keep":
+        kept = d.get("kept") or {}
+        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} was excluded by the near-dedup "
+                             f"report ({d['reason']} of {kept.get('package_id')}/"
+                             f"{kept.get('sample_id')}) but is selected")
+    if d["split"] != split:
+        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is in split {d['split']} in "
+                             f"the report, not {split}")
+
+
 def verify_mixture(path: Path) -> VerifyResult:
     """Re-check a mixture package from its own files alone (no inputs, no SQLite index).
 
@@ -985,19 +969,7 @@ def verify_mixture(path: Path) -> VerifyResult:
                                      f"twice")
             seen.add(key)
             if decisions is not None:
-                d = decisions.get(key)
-                if d is None:
-                    raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} is not "
-                                         f"in the embedded report's decisions")
-                if d["decision"] != "keep":
-                    kept = d.get("kept") or {}
-                    raise NearDedupError(
-                        f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} was excluded by the "
-                        f"near-dedup report ({d['reason']} of {kept.get('package_id')}/"
-                        f"{kept.get('sample_id')}) but is selected")
-                if d["split"] != split:
-                    raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} is in "
-                                         f"split {d['split']} in the report, not {split}")
+                _check_kept(decisions.get(key), key, split, f"{label}: {rel}:{n}")
             if split in retained:
                 retained_n += 1
             else:
