@@ -355,7 +355,9 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
                 per_node[b].add(a)
         for h, slots in hist_hits.items():
             for j in slots & over_set:
-                per_node[j].add(-h)
+                node = nodes[long_nodes[j]]  # candidates only within one scope and split
+                if pool.content[node.content][1] == history[h][1] and node.split in hist_splits[h]:
+                    per_node[j].add(-h)
         for j in sorted(over_set):
             if len(per_node[j]) > config.max_candidates:
                 raise _too_many(nodes[long_nodes[j]], pool, len(per_node[j]), config)

@@ -1,0 +1,975 @@
+"""`scan` through the CLI: candidates, exact verification, the numeric/unit guard, greedy
+decisions, the report files, refusals, limits, determinism, and LSH quality on real prose.
+
+Every constructed case is built from real prose (docstrings of the running interpreter's
+standard library) and the Jaccard of every pair the test relies on is measured here with the
+product's own shingle hashing, so each assertion states which side of the threshold a pair is.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import hashlib
+import itertools
+import json
+import re
+import shutil
+import subprocess
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import make_package, run_cli, tree_bytes
+
+from near_dedup_core import ALGORITHM_VERSION, __version__
+from near_dedup_core.compare import qa_text
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.guard import SYMBOL_UNITS, guard_for
+from near_dedup_core.normalize import normalize
+from near_dedup_core.signature import MinHasher, exact_jaccard
+
+DEFAULTS = NearDedupConfig()
+THRESHOLD = DEFAULTS.threshold
+HASHER = MinHasher(1, DEFAULTS.seed, DEFAULTS.shingle_size)
+REPORT_FILES = ["checksums.sha256", "decisions.jsonl", "manifest.json", "origins.jsonl",
+                "relations.jsonl"]
+DECISION_KEYS = {"package_id", "sample_id", "split", "scope", "content_id", "text_sha256",
+                 "decision", "kept", "reason", "jaccard"}
+RELATION_KEYS = {"sample", "match", "jaccard", "kind", "history_only", "match_sources",
+                 "blocked_by"}
+ORIGIN_KEYS = {"package_id", "sample_id", "split", "file", "line", "source"}
+
+
+# --------------------------------------------------------------------------- real prose
+
+
+@functools.lru_cache(maxsize=1)
+def stdlib_docstrings() -> tuple[str, ...]:
+    """Docstrings over 500 characters of the interpreter's top-level stdlib modules (module,
+    class and function docstrings, in file then source order), each normalized text once."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    seen: set[str] = set()
+    docs = []
+    for path in sorted(root.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                doc = ast.get_docstring(node)
+                if doc and len(doc) > 500 and normalize(doc) not in seen:
+                    seen.add(normalize(doc))
+                    docs.append(doc)
+    return tuple(docs)
+
+
+@functools.lru_cache(maxsize=1)
+def plain_prose() -> tuple[str, ...]:
+    """Docstrings of 600–1600 characters with no digits and no unit symbols, each far from
+    the others (J < 0.5; the stdlib repeats some docstrings nearly verbatim): the numeric/unit
+    guard sees nothing in them, so the edits of a test alone decide what is similar and what
+    the guard sees."""
+    docs: list[str] = []
+    sets: list = []
+    for doc in stdlib_docstrings():
+        if (600 <= len(doc) <= 1600 and not re.search(r"\d", doc)
+                and not any(unit in doc for unit in SYMBOL_UNITS)):
+            shingles = HASHER.shingle_set(normalize(doc))
+            if all(exact_jaccard(shingles, other) < 0.5 for other in sets):
+                docs.append(doc)
+                sets.append(shingles)
+    assert len(docs) >= 40, "the stdlib should offer enough plain prose"
+    return tuple(docs)
+
+
+def jaccard(a: str, b: str) -> float:
+    """Exact Jaccard of the hashed shingle sets of two texts, as scan computes it."""
+    sa, sb = HASHER.shingle_sets([normalize(a), normalize(b)])
+    return exact_jaccard(sa, sb)
+
+
+def replace_words(text: str, start: int, donor: str, count: int) -> str:
+    """``text`` with ``count`` words from ``start`` (negative: from the end) replaced by the
+    first words of ``donor``: a reprint whose opening or closing was rewritten."""
+    words, new = text.split(), donor.split()[:count]
+    if start < 0:
+        start = len(words) + start
+    return " ".join(words[:start] + new + words[start + count:])
+
+
+def near_copy(text: str, donor: str) -> str:
+    """A reprint with two words in the middle replaced: J well above the threshold."""
+    copy = replace_words(text, len(text.split()) // 2, donor, 2)
+    assert THRESHOLD <= jaccard(text, copy) < 1.0
+    return copy
+
+
+def chain(base: str, donor: str) -> tuple[str, str, str]:
+    """(A, B, C): A rewrites B's first ``k`` words, C its last ``m`` words, with the smallest
+    edits for which J(A, C) falls under the threshold while J(A, B) and J(B, C) stay at or
+    above it."""
+    limit = len(base.split()) // 4
+    for k, m in sorted(itertools.product(range(1, limit), repeat=2), key=lambda km: (sum(km), km)):
+        a = replace_words(base, 0, donor, k)
+        c = replace_words(base, -m, donor, m)
+        if jaccard(a, base) >= THRESHOLD and jaccard(base, c) >= THRESHOLD > jaccard(a, c):
+            return a, base, c
+    raise AssertionError("no chain found")
+
+
+# --------------------------------------------------------------------------- CLI helpers
+
+
+def cli_ok(*argv: object) -> str:
+    code, out, err = run_cli("--quiet", *argv)
+    assert code == 0, err
+    return out
+
+
+def cli_fail(expected_code: int, *argv: object) -> str:
+    """Run a command that must fail: the exit code, and exactly one error line on stderr."""
+    code, out, err = run_cli("--quiet", *argv)
+    assert code == expected_code, (code, out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("near-dedup: error: "), err
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def index(idx: Path, *packages: Path, config: Path | None = None, workers: int = 1) -> str:
+    cfg = ("--config", config) if config else ()
+    return cli_ok("--index", idx, *cfg, "index", "--inputs", *packages, "--workers", workers)
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+@dataclass
+class Report:
+    path: Path
+    manifest: dict
+    decisions: list[dict]
+    relations: list[dict]
+    origins: list[dict]
+
+    def decision(self, package_id: str, sample_id: str) -> dict:
+        found = [d for d in self.decisions
+                 if (d["package_id"], d["sample_id"]) == (package_id, sample_id)]
+        assert len(found) == 1, (package_id, sample_id)
+        return found[0]
+
+    def outcome(self, package_id: str, sample_id: str) -> tuple:
+        """(decision, reason, kept as "package/sample" or None)."""
+        d = self.decision(package_id, sample_id)
+        kept = f"{d['kept']['package_id']}/{d['kept']['sample_id']}" if d["kept"] else None
+        return d["decision"], d["reason"], kept
+
+    def pairs(self) -> set[tuple]:
+        """Relations as (sample "pkg/id", match "pkg/id" or content_id, kind, history_only,
+        blocked_by)."""
+        out = set()
+        for r in self.relations:
+            m = r["match"]
+            match = (f"{m['package_id']}/{m['sample_id']}" if m["package_id"] is not None
+                     else m["content_id"])
+            out.add((f"{r['sample']['package_id']}/{r['sample']['sample_id']}", match,
+                     r["kind"], r["history_only"], r["blocked_by"]))
+        return out
+
+    def involving(self, package_id: str, sample_id: str) -> list[dict]:
+        ref = {"package_id": package_id, "sample_id": sample_id}
+        return [r for r in self.relations
+                if r["sample"] == ref or {k: r["match"][k] for k in ref} == ref]
+
+
+def load_report(path: Path) -> Report:
+    return Report(path, json.loads((path / "manifest.json").read_text(encoding="utf-8")),
+                  read_jsonl(path / "decisions.jsonl"), read_jsonl(path / "relations.jsonl"),
+                  read_jsonl(path / "origins.jsonl"))
+
+
+def scan(idx: Path, packages: list[Path], out: Path, *, config: Path | None = None,
+         workers: int = 1) -> Report:
+    cfg = ("--config", config) if config else ()
+    cli_ok("--index", idx, *cfg, "scan", "--inputs", *packages, "--output", out,
+           "--workers", workers)
+    return load_report(out)
+
+
+def cpt(sample_id: str, text: str, domain: str = "docs", **extra) -> dict:
+    return {"id": sample_id, "text": text, "domain": domain,
+            "source": {"dataset": "stdlib-docs", "row": sample_id}, **extra}
+
+
+def file_sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Temporary siblings an interrupted report write would leave behind."""
+    return sorted(p.name for p in folder.iterdir() if ".tmp-" in p.name)
+
+
+def write_config(path: Path, **overrides) -> Path:
+    path.write_text(json.dumps({**DEFAULTS.model_dump(mode="json"), **overrides}),
+                    encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- versions v1/v2
+
+
+@pytest.fixture(scope="module")
+def versions(tmp_path_factory) -> dict:
+    """v1 and v2 indexed as two batches, scanned as the pool [v2, v1] (input order reversed on
+    purpose: the earlier batch must still win ties)."""
+    root = tmp_path_factory.mktemp("versions")
+    p = plain_prose()
+    x, y, val = p[0], p[1], p[2]
+    x_variant = "  " + x.upper().replace(" ", "   \t") + "\n"   # case/whitespace only
+    assert normalize(x_variant) == normalize(x)
+    y_near = near_copy(y, p[3])
+    y_far = replace_words(y, 0, p[3], 12)
+    texts = {"x": x, "x_variant": x_variant, "y": y, "y_near": y_near, "y_far": y_far}
+    jac = {"y~y_near": jaccard(y, y_near), "y~y_far": jaccard(y, y_far),
+           "y_near~y_far": jaccard(y_near, y_far)}
+    v1 = make_package(root, "v1", {
+        "train": [cpt("x1", x), cpt("y1", y)],
+        "validation": [cpt("val1", val)]}, created_at="2026-11-25T00:00:00Z")
+    v2 = make_package(root, "v2", {
+        "train": [cpt("x2", x), cpt("xv2", x_variant), cpt("yn2", y_near), cpt("yf2", y_far)],
+        "validation": [cpt("val2", val)]}, shard_records=2, created_at="2026-11-26T00:00:00Z")
+    idx = root / "index" / "cpt.sqlite"
+    index(idx, v1)
+    index(idx, v2)
+    report = scan(idx, [v2, v1], root / "report")
+    return {"root": root, "index": idx, "v1": v1, "v2": v2, "report": report, "texts": texts,
+            "jaccard": jac}
+
+
+def test_versions_exact_and_near_duplicates_keep_the_v1_sample(versions):
+    jac, rep = versions["jaccard"], versions["report"]
+    assert jac["y~y_near"] >= THRESHOLD
+    assert 0.8 <= jac["y~y_far"] < THRESHOLD and jac["y_near~y_far"] < THRESHOLD
+
+    assert rep.outcome("v1", "x1") == ("keep", "unique", None)
+    assert rep.outcome("v1", "y1") == ("keep", "unique", None)
+    assert rep.outcome("v2", "x2") == ("exclude", "exact_duplicate", "v1/x1")
+    assert rep.outcome("v2", "xv2") == ("exclude", "exact_duplicate", "v1/x1")
+    assert rep.outcome("v2", "yn2") == ("exclude", "near_duplicate", "v1/y1")
+    assert rep.outcome("v2", "yf2") == ("keep", "unique", None)  # J in [0.8, 0.9): verified out
+    assert rep.outcome("v1", "val1") == ("keep", "retained_split", None)
+    assert rep.outcome("v2", "val2") == ("keep", "retained_split", None)
+
+    assert rep.decision("v2", "x2")["jaccard"] == 1.0
+    assert rep.decision("v2", "yn2")["jaccard"] == jac["y~y_near"]
+    assert rep.decision("v1", "x1")["jaccard"] is None
+    # case/whitespace-only variants are the same content, with their own text_sha256
+    x1, xv2 = rep.decision("v1", "x1"), rep.decision("v2", "xv2")
+    assert xv2["content_id"] == x1["content_id"]
+    assert xv2["text_sha256"] != x1["text_sha256"]
+    assert xv2["text_sha256"] == hashlib.sha256(versions["texts"]["x_variant"].encode()).hexdigest()
+
+    assert rep.pairs() == {
+        ("v2/x2", "v1/x1", "exact", False, None),
+        ("v2/xv2", "v1/x1", "exact", False, None),
+        ("v2/yn2", "v1/y1", "near", False, None),
+        ("v2/val2", "v1/val1", "exact", False, None),
+    }
+    near = [r for r in rep.relations if r["kind"] == "near"]
+    assert near[0]["jaccard"] == jac["y~y_near"]
+    assert near[0]["match"]["content_id"] == rep.decision("v1", "y1")["content_id"]
+    assert near[0]["match_sources"] == []  # nothing outside the pool
+
+
+def test_versions_input_order_does_not_change_decisions(versions, tmp_path):
+    again = scan(versions["index"], [versions["v1"], versions["v2"]], tmp_path / "report")
+    key = lambda d: (d["package_id"], d["sample_id"])  # noqa: E731
+    assert sorted(again.decisions, key=key) == sorted(versions["report"].decisions, key=key)
+    # lines follow the input order, then each package's record order
+    assert [key(d) for d in again.decisions] == [
+        ("v1", "x1"), ("v1", "y1"), ("v1", "val1"),
+        ("v2", "x2"), ("v2", "xv2"), ("v2", "yn2"), ("v2", "yf2"), ("v2", "val2")]
+
+
+def test_report_files_fields_and_manifest(versions):
+    rep, v1, v2 = versions["report"], versions["v1"], versions["v2"]
+    assert sorted(p.name for p in rep.path.iterdir()) == REPORT_FILES
+    assert all(set(d) == DECISION_KEYS for d in rep.decisions)
+    assert all(set(r) == RELATION_KEYS for r in rep.relations)
+    assert all(set(o) == ORIGIN_KEYS for o in rep.origins)
+    assert len(rep.decisions) == len(rep.origins) == 8
+    assert [(d["package_id"], d["sample_id"]) for d in rep.decisions] == \
+        [(o["package_id"], o["sample_id"]) for o in rep.origins]
+
+    # origins: file and line inside the package (v2 train is cut into shards of 2 lines)
+    origin = {(o["package_id"], o["sample_id"]): o for o in rep.origins}
+    assert origin[("v2", "xv2")]["file"] == "data/train/part-00000.jsonl"
+    assert origin[("v2", "xv2")]["line"] == 2
+    assert origin[("v2", "yn2")]["file"] == "data/train/part-00001.jsonl"
+    assert origin[("v2", "yn2")]["line"] == 1
+    assert origin[("v1", "val1")] == {"package_id": "v1", "sample_id": "val1",
+                                      "split": "validation", "file":
+                                      "data/validation/part-00000.jsonl", "line": 1,
+                                      "source": {"dataset": "stdlib-docs", "row": "val1"}}
+    assert rep.decision("v1", "x1")["scope"] == "tokenizer:qwen2-tok@r3"
+
+    m = rep.manifest
+    assert m["format"] == "near-dedup-report" and m["format_version"] == 1
+    assert m["algorithm_version"] == ALGORITHM_VERSION and m["tool_version"] == __version__
+    assert m["config"] == DEFAULTS.model_dump(mode="json")
+    assert m["config_fingerprint"] == DEFAULTS.fingerprint()
+    assert [(i["package_id"], i["kind"], i["manifest_sha256"], i["records"])
+            for i in m["inputs"]] == [
+        ("v2", "cpt", file_sha256(v2 / "manifest.json"), 5),
+        ("v1", "cpt", file_sha256(v1 / "manifest.json"), 3)]
+    assert [(p["package_id"], p["batch"]) for p in m["index"]["packages"]] == [("v1", 1), ("v2", 2)]
+    assert m["index"]["batches"] == 2
+    c = m["counts"]
+    assert (c["samples"], c["keep"], c["exclude"]) == (8, 5, 3)
+    assert c["by_split"] == {"train": {"keep": 3, "exclude": 3},
+                             "validation": {"keep": 2, "exclude": 0}}
+    assert c["by_reason"] == {"exact_duplicate": 2, "near_duplicate": 1, "retained_split": 2,
+                              "unique": 3}
+    assert (c["relations"], c["history_only_relations"], c["blocked_relations"]) == (4, 0, 0)
+    assert m["files"] == {"decisions.jsonl": {"lines": 8}, "relations.jsonl": {"lines": 4},
+                          "origins.jsonl": {"lines": 8}}
+
+
+@pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")
+def test_report_checksums_pass_sha256sum_and_verify(versions):
+    path = versions["report"].path
+    listed = sorted(line.split("  ", 1)[1] for line in
+                    (path / "checksums.sha256").read_text(encoding="utf-8").splitlines())
+    assert listed == [f for f in REPORT_FILES if f != "checksums.sha256"]
+    done = subprocess.run(["sha256sum", "-c", "checksums.sha256"], cwd=path,
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = cli_ok("report", "verify", path)
+    assert "OK" in out and "8 decisions" in out
+
+
+# --------------------------------------------------------------------------- decision rules
+
+
+def test_non_transitive_chain_keeps_a_and_c(tmp_path):
+    a, b, c = chain(*plain_prose()[4:6])
+    j_ab, j_bc, j_ac = jaccard(a, b), jaccard(b, c), jaccard(a, c)
+    assert j_ab >= THRESHOLD and j_bc >= THRESHOLD and j_ac < THRESHOLD
+    pa = make_package(tmp_path, "pa", {"train": [cpt("a", a)]})
+    pb = make_package(tmp_path, "pb", {"train": [cpt("b", b)]})
+    pc = make_package(tmp_path, "pc", {"train": [cpt("c", c)]})
+    idx = tmp_path / "chain.sqlite"
+    for pkg in (pa, pb, pc):  # first-ingest order A, B, C: one batch each
+        index(idx, pkg)
+    rep = scan(idx, [pc, pb, pa], tmp_path / "report")
+    assert rep.outcome("pa", "a") == ("keep", "unique", None)
+    assert rep.outcome("pb", "b") == ("exclude", "near_duplicate", "pa/a")
+    assert rep.decision("pb", "b")["jaccard"] == j_ab
+    assert rep.outcome("pc", "c") == ("keep", "match_not_kept", None)
+    assert rep.pairs() == {("pb/b", "pa/a", "near", False, None),
+                           ("pc/c", "pb/b", "near", False, None)}
+    assert {r["jaccard"] for r in rep.relations} == {j_ab, j_bc}
+
+
+def test_excluded_sample_names_the_earliest_kept_match(tmp_path):
+    a, b, c = chain(*plain_prose()[4:6])
+    pa = make_package(tmp_path, "pa", {"train": [cpt("a", a)]})
+    pc = make_package(tmp_path, "pc", {"train": [cpt("c", c)]})
+    pb = make_package(tmp_path, "pb", {"train": [cpt("b", b)]})
+    idx = tmp_path / "order.sqlite"
+    for pkg in (pa, pc, pb):  # A and C (J < 0.9) both come before B, which matches both
+        index(idx, pkg)
+    rep = scan(idx, [pb, pc, pa], tmp_path / "report")
+    assert rep.outcome("pa", "a") == ("keep", "unique", None)
+    assert rep.outcome("pc", "c") == ("keep", "unique", None)
+    assert rep.outcome("pb", "b") == ("exclude", "near_duplicate", "pa/a")
+    assert rep.decision("pb", "b")["jaccard"] == jaccard(a, b)
+    assert rep.pairs() == {("pb/b", "pa/a", "near", False, None),
+                           ("pb/b", "pc/c", "near", False, None)}
+
+
+def test_ties_in_one_batch_follow_input_position_then_sample_id(tmp_path):
+    x = plain_prose()[6]
+    p = make_package(tmp_path, "p", {"train": [cpt("s2", x), cpt("s1", x.upper())]})
+    q = make_package(tmp_path, "q", {"train": [cpt("s1", " " + x)]})
+    idx = tmp_path / "ties.sqlite"
+    index(idx, p, q)  # one batch: the same content, three samples
+    rep = scan(idx, [q, p], tmp_path / "qp")
+    assert rep.outcome("q", "s1") == ("keep", "unique", None)
+    assert rep.outcome("p", "s1") == ("exclude", "exact_duplicate", "q/s1")
+    assert rep.outcome("p", "s2") == ("exclude", "exact_duplicate", "q/s1")
+    rep = scan(idx, [p, q], tmp_path / "pq")
+    assert rep.outcome("p", "s1") == ("keep", "unique", None)  # sample id before file position
+    assert rep.outcome("p", "s2") == ("exclude", "exact_duplicate", "p/s1")
+    assert rep.outcome("q", "s1") == ("exclude", "exact_duplicate", "p/s1")
+
+
+def test_number_and_unit_changes_are_never_merged(tmp_path):
+    p = plain_prose()
+    numbers_a = p[7] + " The cache keeps at most 128 entries."
+    numbers_b = p[7] + " The cache keeps at most 256 entries."
+    units_a = p[8] + " Each call takes about 40 ms on a warm cache."
+    units_b = p[8] + " Each call takes about 40 s on a warm cache."
+    percent_a = p[9] + " The hit rate rose by 3% in the last release."
+    percent_b = p[9] + " The hit rate rose by 3 points in the last release."
+    same_a = p[10] + " The cache keeps at most 128 entries."
+    same_b = near_copy(p[10], p[11]) + " The cache keeps at most 128 entries."
+    for one, two in ((numbers_a, numbers_b), (units_a, units_b), (percent_a, percent_b),
+                     (same_a, same_b)):
+        assert THRESHOLD <= jaccard(one, two) < 1.0
+    v1 = make_package(tmp_path, "v1", {"train": [cpt("n", numbers_a), cpt("u", units_a),
+                                                 cpt("pct", percent_a), cpt("s", same_a)]})
+    v2 = make_package(tmp_path, "v2", {"train": [cpt("n", numbers_b), cpt("u", units_b),
+                                                 cpt("pct", percent_b), cpt("s", same_b)]})
+    idx = tmp_path / "guard.sqlite"
+    index(idx, v1)
+    index(idx, v2)
+    rep = scan(idx, [v1, v2], tmp_path / "report")
+    for sid in ("n", "u", "pct"):
+        assert rep.outcome("v1", sid) == ("keep", "unique", None)
+        assert rep.outcome("v2", sid) == ("keep", "guard_blocked", None)
+    assert rep.outcome("v2", "s") == ("exclude", "near_duplicate", "v1/s")
+    assert rep.pairs() == {("v2/n", "v1/n", "near", False, "numbers"),
+                           ("v2/u", "v1/u", "near", False, "units"),
+                           ("v2/pct", "v1/pct", "near", False, "units"),
+                           ("v2/s", "v1/s", "near", False, None)}
+    by_sample = {r["sample"]["sample_id"]: r["jaccard"] for r in rep.relations}
+    assert by_sample == {"n": jaccard(numbers_a, numbers_b), "u": jaccard(units_a, units_b),
+                         "pct": jaccard(percent_a, percent_b), "s": jaccard(same_a, same_b)}
+    assert rep.manifest["counts"]["blocked_relations"] == 3
+    assert rep.manifest["counts"]["by_reason"]["guard_blocked"] == 3
+
+
+def test_extra_units_apply_to_their_domain_only(tmp_path):
+    p = plain_prose()
+    barrels, oil_equivalent = " Output was 5 bbl per day.", " Output was 5 boe per day."
+    energy_a, energy_b = p[12] + barrels, p[12] + oil_equivalent
+    web_a, web_b = p[13] + barrels, p[13] + oil_equivalent
+    for one, two in ((energy_a, energy_b), (web_a, web_b)):
+        assert THRESHOLD <= jaccard(one, two) < 1.0
+    config = write_config(tmp_path / "config.json",
+                          extra_units=[{"tokens": ["bbl"], "domains": ["energy"]}])
+    v1 = make_package(tmp_path, "v1", {"train": [cpt("e", energy_a, "energy"),
+                                                 cpt("w", web_a, "web")]})
+    v2 = make_package(tmp_path, "v2", {"train": [cpt("e", energy_b, "energy"),
+                                                 cpt("w", web_b, "web")]})
+    idx = tmp_path / "units.sqlite"
+    index(idx, v1, config=config)
+    index(idx, v2, config=config)
+    rep = scan(idx, [v1, v2], tmp_path / "report", config=config)
+    assert rep.outcome("v2", "e") == ("keep", "guard_blocked", None)
+    assert rep.outcome("v2", "w") == ("exclude", "near_duplicate", "v1/w")
+    assert rep.pairs() == {("v2/e", "v1/e", "near", False, "units"),
+                           ("v2/w", "v1/w", "near", False, None)}
+
+
+def test_short_texts_match_only_exactly(tmp_path):
+    prose = normalize(plain_prose()[14])
+    short, l79, l80 = (prose[:n - 1] + "." for n in (60, 79, 80))  # normalized prose prefixes
+    for text, n in ((short, 60), (l79, 79), (l80, 80)):
+        assert normalize(text) == text and len(text) == n
+    assert DEFAULTS.min_chars == 80
+    edited = {t: t[:-1] + "!" for t in (short, l79, l80)}  # one character changed at the end
+    for t, e in edited.items():
+        assert THRESHOLD <= jaccard(t, e) < 1.0, (t, e)
+    variant = "  " + short.upper().replace(" ", "\n ")  # same content as `short`
+    assert normalize(variant) == short
+    v1 = make_package(tmp_path, "v1", {"train": [cpt("s", short), cpt("l79", l79),
+                                                 cpt("l80", l80)]})
+    v2 = make_package(tmp_path, "v2", {"train": [
+        cpt("s", edited[short]), cpt("sv", variant), cpt("l79", edited[l79]),
+        cpt("l80", edited[l80])]})
+    idx = tmp_path / "short.sqlite"
+    index(idx, v1)
+    index(idx, v2)
+    rep = scan(idx, [v1, v2], tmp_path / "report")
+    assert rep.outcome("v2", "s") == ("keep", "unique", None)
+    assert rep.outcome("v2", "sv") == ("exclude", "exact_duplicate", "v1/s")
+    assert rep.outcome("v2", "l79") == ("keep", "unique", None)
+    assert rep.outcome("v2", "l80") == ("exclude", "near_duplicate", "v1/l80")
+    assert rep.pairs() == {("v2/sv", "v1/s", "exact", False, None),
+                           ("v2/l80", "v1/l80", "near", False, None)}
+
+
+def test_retained_split_always_kept_and_splits_never_compared(tmp_path):
+    p = plain_prose()
+    x = p[15]
+    xn = near_copy(x, p[16])
+    p1 = make_package(tmp_path, "p1", {"train": [cpt("t", x)],
+                                       "validation": [cpt("v", x), cpt("vn", xn)],
+                                       "test": [cpt("e", xn)]})
+    p2 = make_package(tmp_path, "p2", {"train": [cpt("tn", xn)], "validation": [cpt("v", x)]})
+    idx = tmp_path / "splits.sqlite"
+    index(idx, p1)
+    index(idx, p2)
+    rep = scan(idx, [p1, p2], tmp_path / "report")
+    assert rep.outcome("p1", "t") == ("keep", "unique", None)
+    assert rep.outcome("p1", "e") == ("keep", "unique", None)  # "test" is not retained
+    for pkg, sid in (("p1", "v"), ("p1", "vn"), ("p2", "v")):
+        assert rep.outcome(pkg, sid) == ("keep", "retained_split", None)
+    assert rep.outcome("p2", "tn") == ("exclude", "near_duplicate", "p1/t")
+    assert rep.involving("p1", "e") == []
+    split_of = {(d["package_id"], d["sample_id"]): d["split"] for d in rep.decisions}
+    for r in rep.relations:
+        s, m = r["sample"], r["match"]
+        assert (split_of[(s["package_id"], s["sample_id"])]
+                == split_of[(m["package_id"], m["sample_id"])])
+    assert ("p2/tn", "p1/t", "near", False, None) in rep.pairs()
+    assert ("p2/v", "p1/v", "exact", False, None) in rep.pairs()
+    assert rep.manifest["counts"]["by_split"] == {
+        "test": {"keep": 1, "exclude": 0}, "train": {"keep": 1, "exclude": 1},
+        "validation": {"keep": 3, "exclude": 0}}
+
+
+def test_tokenizer_scopes_are_never_compared(tmp_path):
+    p = plain_prose()
+    x = p[17]
+    xn = near_copy(x, p[18])
+    pa = make_package(tmp_path, "pa", {"train": [cpt("a", x)]}, tokenizer="tok@r1")
+    pb = make_package(tmp_path, "pb", {"train": [cpt("b", x)]}, tokenizer="tok@r2")
+    pc = make_package(tmp_path, "pc", {"train": [cpt("c", xn)]}, tokenizer="tok@r1")
+    pd = make_package(tmp_path, "pd", {"train": [cpt("d", xn)]}, tokenizer="tok@r2")
+    idx = tmp_path / "scopes.sqlite"
+    for pkg in (pa, pb, pc, pd):
+        index(idx, pkg)
+    rep = scan(idx, [pa, pb, pc, pd], tmp_path / "report")
+    assert rep.outcome("pa", "a") == ("keep", "unique", None)
+    assert rep.outcome("pb", "b") == ("keep", "unique", None)
+    assert rep.decision("pa", "a")["content_id"] != rep.decision("pb", "b")["content_id"]
+    assert rep.decision("pa", "a")["scope"] == "tokenizer:tok@r1"
+    assert rep.decision("pb", "b")["scope"] == "tokenizer:tok@r2"
+    assert rep.outcome("pc", "c") == ("exclude", "near_duplicate", "pa/a")
+    assert rep.outcome("pd", "d") == ("exclude", "near_duplicate", "pb/b")
+    assert rep.pairs() == {("pc/c", "pa/a", "near", False, None),
+                           ("pd/d", "pb/b", "near", False, None)}
+    # against history too: only the same tokenizer's content is a relation
+    alone = scan(idx, [pd], tmp_path / "alone")
+    b_content = rep.decision("pb", "b")["content_id"]
+    assert alone.pairs() == {("pd/d", b_content, "near", True, None)}
+    assert alone.relations[0]["match_sources"] == [{"package_id": "pb", "sample_id": "b",
+                                                   "split": "train"}]
+
+
+def test_sft_scopes_task_system_material_images(tmp_path):
+    p = plain_prose()
+    answer, material = p[19], p[20]
+    h1, h2 = hashlib.sha256(b"image-1").hexdigest(), hashlib.sha256(b"image-2").hexdigest()
+
+    def sft(sample_id: str, reply: str = answer, *, task: str = "summarize",
+            system: str = "You are a careful technical writer.", material_text: str = material,
+            images: tuple[str, ...] = (h1,)) -> dict:
+        return {"id": sample_id, "domain": "docs", "task": task, "system": system,
+                "material": {"text": material_text, "images": [{"sha256": h} for h in images]},
+                "messages": [{"role": "user", "content": "Summarize the material."},
+                             {"role": "assistant", "content": reply}],
+                "source": {"row": sample_id}}
+
+    near_answer = near_copy(answer, p[21])
+    compared = lambda rec: qa_text(rec["messages"])  # noqa: E731
+    assert jaccard(compared(sft("x")), compared(sft("x", near_answer))) >= THRESHOLD
+    s1 = make_package(tmp_path, "s1", {"train": [sft("k0"), sft("img2", images=(h1, h2))]},
+                      kind="sft")
+    s2 = make_package(tmp_path, "s2", {"train": [
+        sft("sys_case", system="  you are a CAREFUL technical   writer. "),  # same scope
+        sft("near", near_answer),
+        sft("task", task="explain"),
+        sft("system", system="You are a terse technical writer."),
+        sft("material", material_text=replace_words(material, 0, p[22], 3)),
+        sft("image", images=(h2,)),
+        sft("no_image", images=()),
+        sft("img2r", images=(h2, h1)),  # image order does not matter
+    ]}, kind="sft")
+    idx = tmp_path / "sft.sqlite"
+    index(idx, s1)
+    index(idx, s2)
+    rep = scan(idx, [s1, s2], tmp_path / "report")
+    assert rep.outcome("s1", "k0") == ("keep", "unique", None)
+    assert rep.outcome("s1", "img2") == ("keep", "unique", None)
+    assert rep.outcome("s2", "sys_case") == ("exclude", "exact_duplicate", "s1/k0")
+    assert rep.outcome("s2", "near") == ("exclude", "near_duplicate", "s1/k0")
+    assert rep.outcome("s2", "img2r") == ("exclude", "exact_duplicate", "s1/img2")
+    for sid in ("task", "system", "material", "image", "no_image"):
+        assert rep.outcome("s2", sid) == ("keep", "unique", None), sid
+    assert rep.pairs() == {("s2/sys_case", "s1/k0", "exact", False, None),
+                           ("s2/near", "s1/k0", "near", False, None),
+                           ("s2/img2r", "s1/img2", "exact", False, None)}
+    scopes = {d["sample_id"]: d["scope"] for d in rep.decisions}
+    assert len({scopes[s] for s in ("k0", "task", "system", "material", "image", "no_image",
+                                    "img2")}) == 7
+    assert all(s.startswith("sft:") for s in scopes.values())
+
+
+def test_history_only_matches_are_relations_never_exclusions(tmp_path):
+    p = plain_prose()
+    x, y, w, z = p[23], p[24], p[25], p[26]
+    yn, wn = near_copy(y, p[27]), near_copy(w, p[27])
+    v1 = make_package(tmp_path, "v1", {"train": [cpt("x", x), cpt("y", y)],
+                                       "validation": [cpt("w", w)]})
+    v2 = make_package(tmp_path, "v2", {"train": [cpt("x2", x), cpt("yn", yn), cpt("wn", wn),
+                                                 cpt("z", z)]})
+    idx = tmp_path / "history.sqlite"
+    index(idx, v1)
+    index(idx, v2)
+    rep = scan(idx, [v2], tmp_path / "v2-only")
+    for sid in ("x2", "yn", "wn", "z"):
+        assert rep.outcome("v2", sid) == ("keep", "unique", None)
+    x_content = rep.decision("v2", "x2")["content_id"]
+    full = scan(idx, [v1, v2], tmp_path / "v1-v2")
+    y_content = full.decision("v1", "y")["content_id"]
+    assert rep.pairs() == {("v2/x2", x_content, "exact", True, None),
+                           ("v2/yn", y_content, "near", True, None)}
+    by_sample = {r["sample"]["sample_id"]: r for r in rep.relations}
+    assert by_sample["x2"]["match"] == {"content_id": x_content, "package_id": None,
+                                        "sample_id": None}
+    assert by_sample["x2"]["match_sources"] == [{"package_id": "v1", "sample_id": "x",
+                                                 "split": "train"}]
+    assert by_sample["yn"]["jaccard"] == jaccard(y, yn)
+    assert by_sample["yn"]["match_sources"] == [{"package_id": "v1", "sample_id": "y",
+                                                 "split": "train"}]
+    assert [i["package_id"] for i in rep.manifest["inputs"]] == ["v2"]
+    assert {q["package_id"] for q in rep.manifest["index"]["packages"]} == {"v1", "v2"}
+    assert rep.manifest["counts"]["history_only_relations"] == 2
+    # with v1 in the pool the same matches exclude
+    assert full.outcome("v2", "x2") == ("exclude", "exact_duplicate", "v1/x")
+    assert full.outcome("v2", "yn") == ("exclude", "near_duplicate", "v1/y")
+    assert full.outcome("v2", "wn") == ("keep", "unique", None)
+
+
+# --------------------------------------------------------------------------- determinism, read-only
+
+
+def _pool(tmp_path: Path) -> list[Path]:
+    """Two versions of 40 real documents: v2 reprints half of them, exactly or nearly."""
+    docs = stdlib_docstrings()[:40]
+    v1 = make_package(tmp_path, "d1", {"train": [cpt(f"d{i}", t) for i, t in enumerate(docs)],
+                                       "validation": [cpt("val", docs[0])]})
+    reprints = []
+    for i, t in enumerate(docs[::2]):
+        reprints.append(cpt(f"r{i}", t if i % 3 == 0 else replace_words(t, 3, docs[-1], 2)))
+    v2 = make_package(tmp_path, "d2", {"train": reprints}, shard_records=7)
+    return [v1, v2]
+
+
+def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, monkeypatch):
+    from near_dedup_core import scan as scan_module
+
+    pkgs = _pool(tmp_path)
+    idx1, idx2 = tmp_path / "one.sqlite", tmp_path / "two.sqlite"
+    index(idx1, pkgs[0], workers=1)
+    index(idx1, pkgs[1], workers=1)
+    index(idx2, pkgs[0], workers=2)
+    index(idx2, pkgs[1], workers=2)
+    outs = [scan(idx1, pkgs, tmp_path / "r1", workers=1).path,
+            scan(idx1, pkgs, tmp_path / "r2", workers=2).path,
+            scan(idx2, pkgs, tmp_path / "r3", workers=2).path,
+            scan(idx1, pkgs, tmp_path / "r4", workers=1).path]
+    # small verification chunks: this pool's pairs are spread over several worker processes
+    monkeypatch.setattr(scan_module, "VERIFY_CHUNK", 3)
+    outs += [scan(idx1, pkgs, tmp_path / "r5", workers=2).path,
+             scan(idx2, pkgs, tmp_path / "r6", workers=1).path]
+    first = tree_bytes(outs[0])
+    assert load_report(outs[0]).manifest["counts"]["exclude"] >= 10
+    for out in outs[1:]:
+        assert tree_bytes(out) == first, out
+
+
+def test_scan_leaves_the_index_file_unchanged(tmp_path):
+    pkgs = _pool(tmp_path)
+    idx = tmp_path / "ro.sqlite"
+    index(idx, *pkgs)
+    before = file_sha256(idx)
+    scan(idx, pkgs, tmp_path / "report")
+    assert file_sha256(idx) == before
+    cli_fail(1, "--index", idx, "scan", "--inputs", *pkgs, "--output", tmp_path / "report")
+    assert file_sha256(idx) == before
+
+
+def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
+    from near_dedup_core import report as report_module
+
+    pkgs = _pool(tmp_path)
+    idx = tmp_path / "idx.sqlite"
+    index(idx, *pkgs)
+
+    def fail_after_writing(folder: Path) -> None:
+        (folder / "checksums.sha256").write_text("partial", encoding="utf-8")
+        raise NearDedupError("simulated write failure")
+
+    monkeypatch.setattr(report_module, "write_checksums", fail_after_writing)
+    out = tmp_path / "reports" / "near"
+    assert "simulated write failure" in cli_fail(
+        1, "--index", idx, "scan", "--inputs", *pkgs, "--output", out)
+    assert not out.exists()
+    assert leftovers(out.parent) == []
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+@pytest.fixture
+def indexed(tmp_path) -> dict:
+    p = plain_prose()
+    v1 = make_package(tmp_path / "pkgs", "v1", {"train": [cpt("a", p[28]), cpt("b", p[29])]})
+    v2 = make_package(tmp_path / "pkgs", "v2", {"train": [cpt("c", p[30])]})
+    idx = tmp_path / "index" / "cpt.sqlite"
+    index(idx, v1)
+    (tmp_path / "reports").mkdir()
+    return {"root": tmp_path, "index": idx, "v1": v1, "v2": v2}
+
+
+def _refusal(env: dict, case: str) -> tuple[list, str]:
+    """Arrange one refused scan: (argv, expected message fragment)."""
+    root, idx, v1, v2 = env["root"], env["index"], env["v1"], env["v2"]
+    out = root / "reports" / "near"
+    if case == "not indexed":
+        return ["--index", idx, "scan", "--inputs", v1, v2, "--output", out], \
+            "package v2: not in index"
+    if case == "other manifest":
+        changed = make_package(root / "changed", "v1", {"train": [cpt("a", plain_prose()[31])]})
+        return ["--index", idx, "scan", "--inputs", changed, "--output", out], \
+            "package v1, manifest.json: indexed with manifest sha256"
+    if case == "data changed":
+        shard = v1 / "data/train/part-00000.jsonl"
+        data = shard.read_bytes()
+        assert b"the" in data
+        shard.write_bytes(data.replace(b"the", b"thy", 1))  # same size, same manifest
+        return ["--index", idx, "scan", "--inputs", v1, "--output", out], \
+            "package v1, data/train/part-00000.jsonl: sha256 does not match"
+    if case == "output exists":
+        out.mkdir()
+        return ["--index", idx, "scan", "--inputs", v1, "--output", out], "already exists"
+    if case == "output inside package":
+        return ["--index", idx, "scan", "--inputs", v1, "--output", v1 / "report"], \
+            "inside input package"
+    if case == "index missing":
+        return ["--index", root / "index" / "none.sqlite", "scan", "--inputs", v1,
+                "--output", out], "not found"
+    if case == "other config":
+        cfg = write_config(root / "strict.json", threshold=0.8)
+        return ["--index", idx, "--config", cfg, "scan", "--inputs", v1, "--output", out], \
+            "use a new index path"
+    if case == "not an index":
+        other = root / "index" / "notes.sqlite"
+        other.write_text("not a database", encoding="utf-8")
+        return ["--index", other, "scan", "--inputs", v1, "--output", out], \
+            "not a near-dedup index"
+    if case == "no index option":
+        return ["scan", "--inputs", v1, "--output", out], "needs --index"
+    if case == "mixed kinds":
+        sft = make_package(root / "pkgs", "s1", {"train": [{
+            "id": "q", "task": "t", "messages": [{"role": "user", "content": "hello"}]}]},
+            kind="sft")
+        return ["--index", idx, "scan", "--inputs", v1, sft, "--output", out], "kind sft differs"
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case", ["not indexed", "other manifest", "data changed",
+                                  "output exists", "output inside package", "index missing",
+                                  "other config", "not an index", "no index option",
+                                  "mixed kinds"])
+def test_scan_refusals_exit_1_and_publish_nothing(indexed, case):
+    argv, fragment = _refusal(indexed, case)
+    before_index = file_sha256(indexed["index"])
+    before_pkgs = {k: tree_bytes(indexed[k]) for k in ("v1", "v2")}
+    out = argv[argv.index("--output") + 1]
+    existed = out.exists()
+    message = cli_fail(1, *argv)
+    assert fragment in message, message
+    assert file_sha256(indexed["index"]) == before_index
+    if case != "data changed":
+        assert {k: tree_bytes(indexed[k]) for k in ("v1", "v2")} == before_pkgs
+    if existed:
+        assert list(out.iterdir()) == []
+    else:
+        assert not out.exists()
+    assert leftovers(out.parent) == []
+
+
+# --------------------------------------------------------------------------- limits
+
+
+def test_max_candidates_exceeded_exits_2_without_report(tmp_path):
+    p = plain_prose()
+    config = write_config(tmp_path / "config.json", max_candidates=3)
+
+    def copies(base: str, donor: str, n: int, prefix: str) -> list[dict]:
+        texts = [replace_words(base, 2 * i + 1, donor, 1) for i in range(n)]
+        for one, two in itertools.combinations(texts, 2):
+            assert jaccard(one, two) >= 0.95  # an LSH candidate but for ~1e-7
+        return [cpt(f"{prefix}{i}", t) for i, t in enumerate(texts)]
+
+    four = make_package(tmp_path, "four", {"train": copies(p[32], p[33], 4, "f")})
+    six = make_package(tmp_path, "six", {"train": copies(p[34], p[33], 6, "s")})
+    history = make_package(tmp_path, "history", {"train": copies(p[35], p[33], 4, "h")})
+    single = make_package(tmp_path, "single", {"train": copies(p[35], p[36], 1, "one")})
+    idx = tmp_path / "cand.sqlite"
+    index(idx, four, six, config=config)
+    index(idx, history, config=config)
+    index(idx, single, config=config)
+    before = file_sha256(idx)
+
+    # exactly max_candidates candidates per sample is allowed
+    rep = scan(idx, [four], tmp_path / "four-report", config=config)
+    assert rep.manifest["counts"]["exclude"] == 3
+
+    for pkgs, name in (([six], "six-report"), ([single], "single-report")):
+        out = tmp_path / name
+        message = cli_fail(2, "--index", idx, "--config", config, "scan", "--inputs", *pkgs,
+                           "--output", out)
+        assert "over max_candidates 3" in message and "no report written" in message
+        assert re.search(r"package (six|single), data/train/part-00000\.jsonl:\d+", message)
+        assert not out.exists()
+        assert leftovers(tmp_path) == []
+    assert file_sha256(idx) == before
+
+
+def test_max_candidates_counts_only_the_same_scope_and_split(tmp_path):
+    """Indexed copies in another split or tokenizer scope are never candidates, so they do not
+    count towards max_candidates."""
+    p = plain_prose()
+    config = write_config(tmp_path / "config.json", max_candidates=3)
+    texts = [replace_words(p[37], 2 * i + 1, p[33], 1) for i in range(8)]
+    for one, two in itertools.combinations(texts, 2):
+        assert jaccard(one, two) >= 0.93  # an LSH candidate but for ~1e-5
+    elsewhere = make_package(tmp_path, "elsewhere", {
+        "validation": [cpt(f"v{i}", t) for i, t in enumerate(texts[4:])]})
+    other_scope = make_package(tmp_path, "other-scope", {
+        "train": [cpt(f"o{i}", t) for i, t in enumerate(texts[4:])]}, tokenizer="tok@r9")
+    pool = make_package(tmp_path, "pool",
+                        {"train": [cpt(f"t{i}", t) for i, t in enumerate(texts[:4])]})
+    idx = tmp_path / "cand.sqlite"
+    index(idx, elsewhere, other_scope, config=config)
+    index(idx, pool, config=config)
+    rep = scan(idx, [pool], tmp_path / "report", config=config)
+    assert rep.manifest["counts"]["exclude"] == 3
+    assert all(not r["history_only"] for r in rep.relations)
+
+
+def test_max_pool_records_exceeded_exits_2_without_report(tmp_path):
+    p = plain_prose()
+    config = write_config(tmp_path / "config.json", max_pool_records=3)
+    a = make_package(tmp_path, "a", {"train": [cpt("1", p[37]), cpt("2", p[38])]})
+    b = make_package(tmp_path, "b", {"train": [cpt("3", p[39]), cpt("4", p[0])]})
+    idx = tmp_path / "pool.sqlite"
+    index(idx, a, config=config)
+    index(idx, b, config=config)
+    out = tmp_path / "report"
+    message = cli_fail(2, "--index", idx, "--config", config, "scan", "--inputs", a, b,
+                       "--output", out)
+    assert "input pool has 4 records, over max_pool_records 3" in message
+    assert not out.exists() and leftovers(tmp_path) == []
+    scan(idx, [a], tmp_path / "a-report", config=config)  # under the limit: fine
+
+
+def test_sample_over_max_chars_exits_2_and_nothing_is_indexed_or_reported(tmp_path):
+    p = plain_prose()
+    config = write_config(tmp_path / "config.json", max_chars=1000)
+    long_text = next(t for t in p if len(t) > 1000)
+    ok = make_package(tmp_path, "ok", {"train": [cpt("a", p[0][:900])]})
+    big = make_package(tmp_path, "big", {"train": [cpt("a", p[1][:900]), cpt("b", long_text)]})
+    idx = tmp_path / "chars.sqlite"
+    index(idx, ok, config=config)
+    before = file_sha256(idx)
+    message = cli_fail(2, "--index", idx, "--config", config, "index", "--inputs", big)
+    assert "package big, data/train/part-00000.jsonl:2" in message
+    assert "over max_chars 1,000" in message
+    assert file_sha256(idx) == before
+    out = tmp_path / "report"
+    assert "index it first" in cli_fail(1, "--index", idx, "--config", config, "scan",
+                                        "--inputs", ok, big, "--output", out)
+    assert not out.exists() and leftovers(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- quality on real prose
+
+
+def _reprint(doc: str, n: int, donor: str) -> str:
+    """One of the edits a later release makes to a document, chosen by ``n``."""
+    sentences = re.split(r"(?<=[.!?])\s+", doc.strip())
+    kind = n % 5
+    if kind == 0 and len(sentences) > 3:  # a sentence deleted
+        del sentences[len(sentences) // 2]
+        return " ".join(sentences)
+    if kind == 1:  # a sentence inserted
+        extra = re.split(r"(?<=[.!?])\s+", donor.strip())[0][:120]
+        sentences.insert(len(sentences) // 2, extra)
+        return " ".join(sentences)
+    if kind == 2:  # a word changed
+        return replace_words(doc, len(doc.split()) // 3, donor, 1)
+    if kind == 3:  # a navigation line added
+        return f"Home › Library reference › Section {n // 5}\n{doc}"
+    return "\n\n" + doc.upper() + "  "  # reformatted only: the same content
+
+
+def test_quality_on_real_prose_recall_and_no_false_exclusions(tmp_path):
+    docs = list(stdlib_docstrings()[:320])
+    assert len(docs) == 320
+    reprints = [_reprint(doc, i, docs[(i * 7 + 3) % len(docs)]) for i, doc in enumerate(docs[::2])]
+    v1 = make_package(tmp_path, "real-v1", {"train": [cpt(f"d{i}", t) for i, t in enumerate(docs)]},
+                      shard_records=100)
+    v2 = make_package(tmp_path, "real-v2",
+                      {"train": [cpt(f"r{i}", t) for i, t in enumerate(reprints)]})
+    idx = tmp_path / "real.sqlite"
+    index(idx, v1)
+    index(idx, v2)
+    rep = scan(idx, [v1, v2], tmp_path / "report")
+
+    text_of = {("real-v1", f"d{i}"): t for i, t in enumerate(docs)}
+    text_of.update({("real-v2", f"r{i}"): t for i, t in enumerate(reprints)})
+    content_of = {(d["package_id"], d["sample_id"]): d["content_id"] for d in rep.decisions}
+    norm = {}
+    for key, cid in content_of.items():
+        norm.setdefault(cid, normalize(text_of[key]))
+    cids = sorted(norm)
+    sets = dict(zip(cids, HASHER.shingle_sets([norm[c] for c in cids])))
+    guard = guard_for(DEFAULTS, frozenset({"docs"}))
+
+    # ground truth: exact Jaccard of every pair of distinct contents (all in one split)
+    truth = {}
+    for a, b in itertools.combinations(cids, 2):
+        j = exact_jaccard(sets[a], sets[b])
+        if j >= THRESHOLD:
+            truth[frozenset((a, b))] = j
+    assert len(truth) >= 100
+
+    found = {}
+    for r in rep.relations:
+        if r["kind"] != "near":
+            continue
+        assert not r["history_only"]
+        pair = frozenset((content_of[(r["sample"]["package_id"], r["sample"]["sample_id"])],
+                          r["match"]["content_id"]))
+        found[pair] = r
+    recall = sum(1 for pair in truth if pair in found) / len(truth)
+    assert recall >= 0.99, recall
+    for pair, r in found.items():  # every relation is verified and guard-checked correctly
+        assert pair in truth and r["jaccard"] == truth[pair]
+        a, b = sorted(pair)
+        assert r["blocked_by"] == guard.blocked_by(norm[a], norm[b])
+
+    excluded = [d for d in rep.decisions if d["decision"] == "exclude"]
+    assert len(excluded) >= 100
+    decision_of = {(d["package_id"], d["sample_id"]): d for d in rep.decisions}
+    for d in excluded:
+        kept_key = (d["kept"]["package_id"], d["kept"]["sample_id"])
+        assert decision_of[kept_key]["decision"] == "keep"
+        mine, theirs = d["content_id"], content_of[kept_key]
+        if d["reason"] == "exact_duplicate":
+            assert mine == theirs and d["jaccard"] == 1.0
+        else:
+            assert d["reason"] == "near_duplicate"
+            j = exact_jaccard(sets[mine], sets[theirs])
+            assert d["jaccard"] == j and j >= THRESHOLD
+            assert guard.blocked_by(norm[mine], norm[theirs]) is None
+    # greedy: a kept sample never has an open relation to a kept pool sample
+    for r in rep.relations:
+        s = decision_of[(r["sample"]["package_id"], r["sample"]["sample_id"])]
+        if s["decision"] == "keep" and r["blocked_by"] is None and not r["history_only"]:
+            m = decision_of[(r["match"]["package_id"], r["match"]["sample_id"])]
+            assert m["decision"] == "exclude", r
