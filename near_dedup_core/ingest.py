@@ -354,6 +354,8 @@ def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: 
         result.batch = seq
         new_ids = {p.package_id for p in new}
         bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
+        if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
+            workers = 1
         with _executor(workers) as executor:
             writer = _BatchWriter(conn, config, seq, executor, workers, kind, bar)
             targets = {d for p in new for d in p.depends_on}

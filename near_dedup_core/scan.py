@@ -296,6 +296,7 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
 
     # history: band keys of pool contents looked up in the index (a join in SQLite)
     hist_hits: dict[int, set[int]] = defaultdict(set)  # history content -> long-node slots
+    pool_nodes = {(n.content, n.split) for n in nodes}
     if n_long:
         flat_keys = keys.reshape(-1)
         by_key = np.argsort(flat_keys, kind="stable")
@@ -309,6 +310,11 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         con.executemany("INSERT INTO temp.scan_keys VALUES (?)", ((k,) for k in distinct.tolist()))
         con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
                         ((c,) for c in sorted({n.content for n in nodes})))
+        # a pool content indexed in a split where it is not in the pool is history there too
+        mixed = sorted({c for c, split in con.execute(
+            "SELECT DISTINCT s.content, s.split FROM temp.scan_contents t "
+            "JOIN main.sources s ON s.content = t.id") if (c, split) not in pool_nodes})
+        con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
         rows = con.execute(
             "SELECT b.key, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
             "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)").fetchall()
@@ -337,7 +343,8 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         for j in sorted(hist_hits[h]):
             i = long_nodes[j]
             node = nodes[i]
-            if pool.content[node.content][1] != scope or node.split not in hist_splits[h]:
+            if pool.content[node.content][1] != scope or node.split not in hist_splits[h] \
+                    or (h, node.split) in pool_nodes:
                 continue
             raw_counts[j] += 1
             lsh_pairs += 1
@@ -356,7 +363,8 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         for h, slots in hist_hits.items():
             for j in slots & over_set:
                 node = nodes[long_nodes[j]]  # candidates only within one scope and split
-                if pool.content[node.content][1] == history[h][1] and node.split in hist_splits[h]:
+                if pool.content[node.content][1] == history[h][1] and node.split in hist_splits[h] \
+                        and (h, node.split) not in pool_nodes:
                     per_node[j].add(-h)
         for j in sorted(over_set):
             if len(per_node[j]) > config.max_candidates:

@@ -641,6 +641,26 @@ def test_history_only_matches_are_relations_never_exclusions(tmp_path):
     assert full.outcome("v2", "wn") == ("keep", "unique", None)
 
 
+def test_history_match_of_a_content_the_pool_holds_in_another_split(tmp_path):
+    """History is every indexed (content, split) the pool does not hold: v1 has X in train;
+    the pool has X only in validation and a near copy of X in train, which relates to v1's X."""
+    p = plain_prose()
+    x = p[28]
+    xn = near_copy(x, p[29])
+    assert jaccard(x, xn) >= THRESHOLD
+    v1 = make_package(tmp_path, "v1", {"train": [cpt("x", x)]})
+    v2 = make_package(tmp_path, "v2", {"train": [cpt("xn", xn)], "validation": [cpt("x", x)]})
+    idx = tmp_path / "mixed.sqlite"
+    index(idx, v1)
+    index(idx, v2)
+    rep = scan(idx, [v2], tmp_path / "v2-only")
+    x_content = rep.decision("v2", "x")["content_id"]
+    assert rep.pairs() == {("v2/xn", x_content, "near", True, None)}
+    (rel,) = rep.relations
+    assert rel["match_sources"] == [{"package_id": "v1", "sample_id": "x", "split": "train"}]
+    assert rep.outcome("v2", "xn") == ("keep", "unique", None)
+
+
 # --------------------------------------------------------------------------- determinism, read-only
 
 
