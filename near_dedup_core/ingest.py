@@ -161,6 +161,9 @@ class _BatchWriter:
                        config.rows, config.min_chars)
         self.scope_ids = {k: i for i, k in conn.execute(select(db.scopes.c.id, db.scopes.c.scope_key))}
         self.next_content = (conn.execute(select(func.max(db.contents.c.id))).scalar() or 0) + 1
+        self.first_content = self.next_content
+        self.band_keys: list[np.ndarray] = []  # written at the end, in key order
+        self.band_contents: list[np.ndarray] = []
         self.batch_contents: dict[bytes, int] = {}
         self.ref_targets: dict[str, dict[str, tuple[int, bytes, str | None]]] = {}
         self.stage2: collections.deque[_Pending] = collections.deque()
@@ -207,6 +210,7 @@ class _BatchWriter:
         while self.stage2:
             self._finish_identify(self.stage2.popleft())
         self._drain_sign(limit=0)
+        self._write_bands()
 
     # -- stage 3
     def _scope_id(self, key: str, label: str) -> int:
@@ -217,12 +221,16 @@ class _BatchWriter:
         return sid
 
     def _known(self, cids: list[bytes]) -> dict[bytes, int]:
+        """Row ids of contents indexed by earlier batches."""
         found: dict[bytes, int] = {}
+        if self.first_content == 1:  # the index holds no content yet
+            return found
         todo = [c for c in set(cids) if c not in self.batch_contents]
-        c = db.contents.c
         for i in range(0, len(todo), 900):
             part = todo[i:i + 900]
-            found.update(self.conn.execute(select(c.content_id, c.id).where(c.content_id.in_(part))).all())
+            found.update(self.conn.exec_driver_sql(
+                f"SELECT content_id, id FROM contents WHERE content_id IN ({','.join('?' * len(part))})",
+                tuple(part)).all())
         return found
 
     def _finish_identify(self, pending: _Pending) -> None:
@@ -283,7 +291,7 @@ class _BatchWriter:
     def _write_contents(self, rows, sigs, sizes, keys, blobs) -> None:
         min_chars = self.config.min_chars
         content_rows = []
-        band_rows = []
+        long_rows = []
         for i, (rowid, cid, scope_id, nchars) in enumerate(rows):
             is_long = nchars >= min_chars
             content_rows.append((rowid, cid, scope_id, self.batch, nchars,
@@ -291,12 +299,27 @@ class _BatchWriter:
                                  sigs[i].tobytes() if is_long else None, blobs[i],
                                  self.dictionary[0]))
             if is_long:
-                band_rows.extend((int(k), rowid) for k in keys[i])
+                long_rows.append(i)
         self.conn.exec_driver_sql(self.sql_contents, content_rows)
-        if band_rows:
-            band_rows.sort()
-            self.conn.exec_driver_sql(self.sql_bands, band_rows)
+        if long_rows:
+            rowids = np.asarray([rows[i][0] for i in long_rows], dtype=np.int64)
+            self.band_keys.append(keys[long_rows].reshape(-1))
+            self.band_contents.append(np.repeat(rowids, keys.shape[1]))
         self.new_contents += len(content_rows)
+
+    def _write_bands(self) -> None:
+        """All band rows of the batch in key order: the B-tree is filled front to back."""
+        if not self.band_keys:
+            return
+        keys = np.concatenate(self.band_keys)
+        contents = np.concatenate(self.band_contents)
+        order = np.lexsort((contents, keys))
+        keys, contents = keys[order], contents[order]
+        step = 1 << 20
+        for i in range(0, len(keys), step):
+            self.conn.exec_driver_sql(self.sql_bands, list(zip(keys[i:i + step].tolist(),
+                                                               contents[i:i + step].tolist())))
+        self.band_keys, self.band_contents = [], []
 
 
 # --------------------------------------------------------------------------- entry point
