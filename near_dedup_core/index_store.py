@@ -315,24 +315,43 @@ def existing_meta(path: Path) -> dict[str, str] | None:
 @contextmanager
 def writer_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
     """Exclusive writer lock on ``<index>.lock``; waits at most ``timeout`` seconds
-    (env NEAR_DEDUP_BUSY_TIMEOUT, default 30) and then reports the index as busy."""
+    (env NEAR_DEDUP_BUSY_TIMEOUT, default 30) and then reports the index as busy.
+
+    The lock file exists only while it is held: the holder removes it before unlocking, and a
+    waiter that then gets the lock on the removed file retries on the current one. So a refused
+    first batch leaves no file at all beside a new index path."""
     if timeout is None:
         timeout = float(os.environ.get(BUSY_TIMEOUT_ENV, DEFAULT_BUSY_TIMEOUT))
     lock_path = path.with_name(path.name + ".lock")
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + timeout
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            if time.monotonic() >= deadline:
+                raise NearDedupError(
+                    f"index {path}: busy, another near-dedup index run holds it "
+                    f"(waited {timeout:g}s); try again when it has finished") from None
+            time.sleep(0.1)
+            continue
+        if _is_current(fd, lock_path):
+            break
+        os.close(fd)  # locked a file its previous holder has removed: lock the current one
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise NearDedupError(
-                        f"index {path}: busy, another near-dedup index run holds it "
-                        f"(waited {timeout:g}s); try again when it has finished") from None
-                time.sleep(0.1)
         yield
     finally:
+        lock_path.unlink(missing_ok=True)  # still locked here, so no one else can own it yet
         os.close(fd)
+
+
+def _is_current(fd: int, path: Path) -> bool:
+    """Whether the open file ``fd`` is still the file at ``path``."""
+    try:
+        on_disk = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)

@@ -426,8 +426,10 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
             finally:
                 engine.dispose()
             return result
+        # under the writer lock any temporary sibling is left over from a killed first batch
+        for stale in index_path.parent.glob(f".{index_path.name}.tmp-*"):
+            stale.unlink()
         tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
-        _remove_db_files(tmp)
         engine = db.open_writable(tmp)
         try:
             db.create_schema(engine, config, _now())
