@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.fsutil import read_json_object
 
 
 class ExtraUnits(BaseModel):
@@ -78,22 +79,20 @@ class NearDedupConfig(BaseModel):
         return hashlib.sha256(payload).hexdigest()
 
 
+def validate_model(model: type[BaseModel], raw: dict, label: str):
+    """``model.model_validate(raw)`` with the first problem as one line naming ``label``."""
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"].removeprefix("Value error, ")
+        raise NearDedupError(f"{label}: {loc + ': ' if loc else ''}{msg}") from None
+
+
 def load_config(path: str | Path | None) -> NearDedupConfig:
     """Read a JSON config file; None gives the shipped defaults."""
     if path is None:
         return NearDedupConfig()
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NearDedupError(f"config {path}: file not found") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise NearDedupError(f"config {path}: not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise NearDedupError(f"config {path}: expected a JSON object")
-    try:
-        return NearDedupConfig.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise NearDedupError(f"config {path}: {loc}: {first['msg']}") from None
+    return validate_model(NearDedupConfig, read_json_object(path, "config"), f"config {path}")

@@ -49,6 +49,19 @@ def write_json(path: Path, obj: object) -> None:
                                   | orjson.OPT_APPEND_NEWLINE))
 
 
+def read_json_object(path: Path, label: str) -> dict:
+    """Parse a file holding one JSON object; problems are one line ``<label> <path>: …``."""
+    try:
+        raw = orjson.loads(path.read_bytes())
+    except FileNotFoundError:
+        raise NearDedupError(f"{label} {path}: file not found") from None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise NearDedupError(f"{label} {path}: not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise NearDedupError(f"{label} {path}: expected a JSON object")
+    return raw
+
+
 def is_within(path: Path, folder: Path) -> bool:
     try:
         path.resolve().relative_to(folder.resolve())

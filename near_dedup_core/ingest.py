@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from sqlalchemy import Connection, event, func, insert, select
+from sqlalchemy import Connection, func, insert, select
 
 from near_dedup_core import __version__, index_store as db
 from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256

@@ -69,7 +69,6 @@ mixture has no decisions to check its retained splits against; its own counts ar
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import re
@@ -86,8 +85,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from near_dedup_core import __version__
 from near_dedup_core.compare import compared_text
+from near_dedup_core.config import validate_model
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
+    read_json_object,
     CHECKSUMS,
     atomic_dir,
     is_within,
@@ -200,21 +201,8 @@ class MixtureConfig(BaseModel):
 def load_mixture_config(path: str | Path) -> MixtureConfig:
     """Read and validate a mixture config; every error is one line naming the file."""
     path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise NearDedupError(f"mixture config {path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise NearDedupError(f"mixture config {path}: not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise NearDedupError(f"mixture config {path}: expected a JSON object")
-    try:
-        return MixtureConfig.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        msg = first["msg"].removeprefix("Value error, ")
-        loc = ".".join(str(p) for p in first["loc"])
-        raise NearDedupError(f"mixture config {path}: {loc + ': ' if loc else ''}{msg}") from None
+    return validate_model(MixtureConfig, read_json_object(path, "mixture config"),
+                          f"mixture config {path}")
 
 
 # --------------------------------------------------------------------------- weights, quotas

@@ -35,7 +35,6 @@ from pathlib import Path
 
 import numba
 import numpy as np
-import orjson
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
