@@ -1,0 +1,67 @@
+"""Asset checks: the published report and mixture of a day still verify.
+
+Both are blocking: a failing report check stops the day's mixture from being built, a
+failing mixture check fails the run. They are thin wrappers around the core's `report
+verify` and `mixture verify` (checksums and consistency, no SQLite index needed) and read the
+day from the run's partition; the failure description is the core's one-line message.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import dagster as dg
+
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.fsutil import verify_checksums
+from near_dedup_core.mixture import verify_mixture
+from near_dedup_core.report import verify_report
+
+from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
+from near_dedup_assets.resources import ReleaseSettings
+
+
+def _verified(day: str, label: str, path: Path,
+              verify: Callable[[], str]) -> dg.AssetCheckResult:
+    metadata = {"day": dg.MetadataValue.text(day), label: dg.MetadataValue.path(str(path))}
+    try:
+        summary = verify()
+    except NearDedupError as exc:
+        problem = dg.MetadataValue.text(str(exc))
+        return dg.AssetCheckResult(passed=False, description=str(exc),
+                                   metadata={**metadata, "problem": problem})
+    return dg.AssetCheckResult(passed=True, description=summary,
+                               metadata={**metadata, "summary": dg.MetadataValue.text(summary)})
+
+
+@dg.asset_check(asset=SCAN_REPORT, blocking=True)
+def report_checksums(context: dg.AssetCheckExecutionContext,
+                     release: ReleaseSettings) -> dg.AssetCheckResult:
+    """The day's report matches its checksums.sha256 and is internally consistent."""
+    day = context.partition_key
+    if not release.near_dedup_enabled:
+        return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
+                                   metadata={"day": dg.MetadataValue.text(day),
+                                             "near_dedup": dg.MetadataValue.text("off")})
+    path = release.report_dir(day)
+    return _verified(day, "report", path, lambda: verify_report(path).summary())
+
+
+@dg.asset_check(asset=MIXTURE, blocking=True)
+def mixture_verify(context: dg.AssetCheckExecutionContext,
+                   release: ReleaseSettings) -> dg.AssetCheckResult:
+    """The day's mixture passes `mixture verify` and its release record its checksums."""
+    day = context.partition_key
+    path = release.mixture_dir(day)
+    record = release.release_dir(day)
+
+    def verify() -> str:
+        if not path.is_dir():
+            raise NearDedupError(f"mixture {path}: does not exist")
+        summary = verify_mixture(path).summary()
+        verify_checksums(record, "release record")
+        return summary
+
+    return _verified(day, "mixture", path, verify)
+
+
+RELEASE_CHECKS = [report_checksums, mixture_verify]

@@ -1,0 +1,304 @@
+"""The work of one release day, in plain Python on top of `near_dedup_core`.
+
+The assets call these functions; they decide which packages form the day's input pool,
+where its outputs go and what happens when a day is materialized again:
+
+* The input pool of a day is every package folder directly inside the day's snapshot folder
+  (hidden folders, e.g. transfers in progress, and plain files are ignored), in name order.
+* Index append is the core's batch append; a day that is already indexed is a no-op.
+* Reports are frozen. A day whose report folder exists gets that report back if it was made
+  from the same inputs and config and still verifies; otherwise the step fails and the folder
+  is left alone (move it away to rescan). A new report is scanned into a hidden staging
+  folder and renamed into place only after checking that the index held nothing appended
+  after the day's own batch, so a report never sees a later day as history.
+* Mixtures and release records are deterministic. A day whose mixture or record exists is
+  rebuilt into a staging folder: identical checksums → the published one stays (same
+  package); different → the step fails and nothing is replaced.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from near_dedup_core.config import NearDedupConfig, validate_model
+from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.fsutil import (
+    CHECKSUMS,
+    atomic_dir,
+    read_json_object,
+    sha256_file,
+    verify_checksums,
+    write_checksums,
+    write_json,
+)
+from near_dedup_core.ingest import IndexResult, index_packages
+from near_dedup_core.mixture import MixtureConfig, build_mixture, verify_mixture
+from near_dedup_core.package import Package, open_packages, validate_packages
+from near_dedup_core.report import load_manifest, verify_report
+from near_dedup_core.scan import scan_pool
+
+from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings
+
+RELEASE_FORMAT = "near-dedup-release"
+RELEASE_FORMAT_VERSION = 1
+#: Mixture fields that the release fills in per day; a template must not set them.
+PER_DAY_MIXTURE_FIELDS = ("name", "inputs", "near_dedup_report")
+
+
+@dataclass(frozen=True)
+class DayPool:
+    """The input pool of one release day: its packages in name order."""
+
+    day: str
+    folder: Path
+    packages: list[Package]
+
+    @property
+    def paths(self) -> list[Path]:
+        return [p.path for p in self.packages]
+
+    @property
+    def identities(self) -> list[tuple[str, str]]:
+        return [(p.package_id, p.manifest_sha256) for p in self.packages]
+
+    @property
+    def records(self) -> int:
+        return sum(p.record_count for p in self.packages)
+
+
+def day_package_paths(settings: ReleaseSettings, day: str) -> list[Path]:
+    """Package folders of ``day``; a missing or empty snapshot folder is an error."""
+    folder = settings.snapshot_dir(day)
+    if not folder.is_dir():
+        raise NearDedupError(f"release day {day}: snapshot folder {folder} does not exist")
+    paths = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not paths:
+        raise NearDedupError(f"release day {day}: snapshot folder {folder} holds no package "
+                             f"folders")
+    return paths
+
+
+def _check_kind(settings: ReleaseSettings, packages: Iterable[Package]) -> None:
+    kind = settings.release_kind
+    for pkg in packages:
+        if pkg.kind != kind:
+            raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: kind {pkg.kind}, "
+                                 f"but this release is {kind} ({ENV_PREFIX}KIND)")
+
+
+def validate_day(settings: ReleaseSettings, day: str) -> DayPool:
+    """Full validation of the day's packages (every line), as `snapshot validate` does."""
+    paths = day_package_paths(settings, day)
+    packages = validate_packages(paths)
+    _check_kind(settings, packages)
+    return DayPool(day, settings.snapshot_dir(day), packages)
+
+
+def open_day(settings: ReleaseSettings, day: str) -> DayPool:
+    """The day's packages after the cheap manifest checks (the core re-validates lines)."""
+    paths = day_package_paths(settings, day)
+    packages = open_packages(paths)
+    _check_kind(settings, packages)
+    return DayPool(day, settings.snapshot_dir(day), packages)
+
+
+def unindexed_earlier_days(settings: ReleaseSettings, day: str, days: Sequence[str],
+                           indexed: set[str]) -> list[str]:
+    """Release days before ``day`` that have a snapshot folder but no index append yet.
+
+    Appends run in day order; a day whose snapshot never arrived does not block later days.
+    """
+    return [d for d in days if d < day and d not in indexed
+            and settings.snapshot_dir(d).is_dir()]
+
+
+def index_day(settings: ReleaseSettings, pool: DayPool) -> IndexResult:
+    return index_packages(settings.index_path, settings.dedup_config(), pool.paths,
+                          workers=settings.worker_count, progress=False)
+
+
+# --------------------------------------------------------------------------- report
+
+
+@dataclass(frozen=True)
+class ReportOutcome:
+    path: Path
+    manifest: dict
+    reused: bool
+
+
+def _staging(target: Path) -> Path:
+    return target.with_name(f".{target.name}.staging-{os.getpid()}")
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+
+
+def _label(identities: Sequence[tuple[str, str]]) -> str:
+    return ", ".join(f"{pid} ({sha[:12]}…)" for pid, sha in identities) or "none"
+
+
+def later_batch_packages(manifest: dict, pool: DayPool) -> list[str]:
+    """Packages the index had appended after the batch that holds the day's packages."""
+    batches = {p["package_id"]: p["batch"] for p in manifest["index"]["packages"]}
+    day_batch = max(batches[p.package_id] for p in pool.packages)
+    return sorted(pid for pid, batch in batches.items() if batch > day_batch)
+
+
+def _reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> dict:
+    manifest = load_manifest(target)
+    frozen = [(i["package_id"], i["manifest_sha256"]) for i in manifest["inputs"]]
+    hint = f"frozen reports are never replaced: move {target} away to rescan day {pool.day}"
+    if frozen != pool.identities:
+        raise NearDedupError(f"report {target} was frozen for inputs {_label(frozen)}, but day "
+                             f"{pool.day} has {_label(pool.identities)}; {hint}")
+    if manifest.get("config_fingerprint") != config.fingerprint():
+        raise NearDedupError(f"report {target} was frozen with another near-dedup config "
+                             f"(fingerprint {str(manifest.get('config_fingerprint'))[:12]}…, "
+                             f"now {config.fingerprint()[:12]}…); {hint}")
+    try:
+        verify_report(target)
+    except NearDedupError as exc:
+        raise NearDedupError(f"{exc}; {hint}") from None
+    return manifest
+
+
+def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
+    """The day's frozen report: the existing one if it matches, else a new scan."""
+    target = settings.report_dir(pool.day)
+    config = settings.dedup_config()
+    if target.exists():
+        return ReportOutcome(target, _reuse_report(target, pool, config), reused=True)
+    staging = _staging(target)
+    _remove(staging)
+    try:
+        scan_pool(settings.index_path, config, pool.paths, staging,
+                  workers=settings.worker_count, progress=False)
+        manifest = load_manifest(staging)
+        later = later_batch_packages(manifest, pool)
+        if later:
+            raise NearDedupError(
+                f"release day {pool.day}: index {settings.index_path} already holds packages "
+                f"appended after this day ({', '.join(later)}); its report would count them as "
+                f"history. Release days in order (a backfill does), or rebuild the index")
+        os.rename(staging, target)
+    finally:
+        _remove(staging)
+    return ReportOutcome(target, manifest, reused=False)
+
+
+# --------------------------------------------------------------------------- mixture
+
+
+def mixture_config(settings: ReleaseSettings, pool: DayPool,
+                   report: Path | None) -> MixtureConfig:
+    """The day's mixture: the template's fields plus name, inputs and (near-dedup on) report."""
+    path = settings.template_path
+    raw = read_json_object(path, "mixture template")
+    for key in PER_DAY_MIXTURE_FIELDS:
+        if key in raw:
+            raise NearDedupError(f"mixture template {path}: {key!r} is filled in per release "
+                                 f"day; remove it from the template")
+    kind = settings.release_kind
+    if raw.setdefault("kind", kind) != kind:
+        raise NearDedupError(f"mixture template {path}: kind {raw['kind']!r}, but this release "
+                             f"is {kind} ({ENV_PREFIX}KIND)")
+    raw["name"] = settings.mixture_name(pool.day)
+    raw["inputs"] = [str(p) for p in pool.paths]
+    raw["near_dedup_report"] = None if report is None else str(report)
+    return validate_model(MixtureConfig, raw, f"mixture template {path}")
+
+
+def publish(target: Path, build: Callable[[Path], None], verify: Callable[[Path], object],
+            label: str) -> bool:
+    """Build into a staging sibling and rename it to ``target``; True if ``target`` existed
+    with identical content (checksums) and was kept, an error if it differs."""
+    staging = _staging(target)
+    _remove(staging)
+    try:
+        build(staging)
+        if not target.exists():
+            os.rename(staging, target)
+            return False
+        verify(target)
+        if (staging / CHECKSUMS).read_bytes() != (target / CHECKSUMS).read_bytes():
+            raise NearDedupError(f"{label} {target} already exists with other content than "
+                                 f"this build (checksums differ); published outputs are never "
+                                 f"replaced: move it away to rebuild")
+        return True
+    finally:
+        _remove(staging)
+
+
+@dataclass(frozen=True)
+class MixtureOutcome:
+    path: Path
+    config: MixtureConfig
+    manifest: dict
+    plan: dict
+    reused: bool
+
+
+def build_day_mixture(settings: ReleaseSettings, pool: DayPool,
+                      report: Path | None) -> MixtureOutcome:
+    """Build (or keep the identical published) mixture of the day."""
+    cfg = mixture_config(settings, pool, report)
+    target = settings.mixture_dir(pool.day)
+    reused = publish(target, lambda out: build_mixture(cfg, out, progress=False),
+                     verify_mixture, "mixture")
+    manifest = read_json_object(target / "manifest.json", "mixture")
+    plan = read_json_object(target / "plan.json", "mixture")
+    return MixtureOutcome(target, cfg, manifest, plan, reused)
+
+
+# --------------------------------------------------------------------------- release record
+
+
+def release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None,
+                   mixture: MixtureOutcome) -> dict:
+    """What was released on the day: inputs, report and mixture with their manifest hashes."""
+    record: dict = {
+        "format": RELEASE_FORMAT,
+        "format_version": RELEASE_FORMAT_VERSION,
+        "day": pool.day,
+        "kind": settings.release_kind,
+        "near_dedup": report is not None,
+        "inputs": [{"package_id": p.package_id, "manifest_sha256": p.manifest_sha256,
+                    "records": p.record_count, "path": str(p.path)} for p in pool.packages],
+        "index": None,
+        "report": None,
+        "mixture": {"name": mixture.config.name, "path": str(mixture.path),
+                    "manifest_sha256": sha256_file(mixture.path / "manifest.json"),
+                    "counts": mixture.manifest["counts"]},
+    }
+    if report is not None:
+        manifest = load_manifest(report)
+        record["index"] = str(settings.index_path)
+        record["report"] = {"path": str(report),
+                            "manifest_sha256": sha256_file(report / "manifest.json"),
+                            "config_fingerprint": manifest["config_fingerprint"],
+                            "counts": manifest["counts"]}
+    return record
+
+
+def write_release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None,
+                         mixture: MixtureOutcome) -> tuple[Path, bool]:
+    """``<release_root>/<kind>-<day>/``: release.json, the day's mixture.json, checksums."""
+    record = release_record(settings, pool, report, mixture)
+
+    def build(out: Path) -> None:
+        with atomic_dir(out) as tmp:
+            write_json(tmp / "release.json", record)
+            write_json(tmp / "mixture.json", mixture.config.model_dump(mode="json"))
+            write_checksums(tmp)
+
+    target = settings.release_dir(pool.day)
+    reused = publish(target, build, lambda p: verify_checksums(p, "release record"),
+                     "release record")
+    return target, reused

@@ -1,0 +1,228 @@
+"""Materialization metadata a release manager reads in the UI, built from the frozen outputs.
+
+Numbers that are worth plotting across days (records in, kept, excluded, history-only
+relations, selected) are plain ints; breakdowns are small markdown tables: by split, by
+reason, by domain, the similarity histogram of the report's relations and the mixture plan.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+
+import dagster as dg
+import orjson
+
+from near_dedup_core.ingest import IndexResult
+from near_dedup_core.package import Package, open_packages, stream_records
+from near_dedup_core.report import iter_decisions
+
+from near_dedup_assets.daily import DayPool, MixtureOutcome, ReportOutcome
+
+NO_DOMAIN = "(none)"
+HISTOGRAM_BINS = 5
+BAR_WIDTH = 24
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A GitHub-flavoured markdown table; numbers right-aligned and thousands-separated."""
+    rows = [list(r) for r in rows]
+
+    def cell(value: object) -> str:
+        if isinstance(value, bool):
+            return str(value).lower()
+        if isinstance(value, int):
+            return f"{value:,}"
+        if isinstance(value, float):
+            return f"{value:.4f}"
+        return str(value).replace("|", "\\|")
+
+    numeric = [bool(rows) and all(isinstance(r[i], (int, float)) for r in rows)
+               for i in range(len(headers))]
+    lines = ["| " + " | ".join(headers) + " |",
+             "| " + " | ".join("---:" if n else "---" for n in numeric) + " |"]
+    lines += ["| " + " | ".join(cell(v) for v in r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _short(sha: str) -> str:
+    return sha[:12] + "…"
+
+
+# --------------------------------------------------------------------------- snapshot
+
+
+def snapshot_metadata(pool: DayPool) -> dict:
+    by_split: Counter[str] = Counter()
+    rows = []
+    for pkg in pool.packages:
+        for entry in pkg.files:
+            by_split[entry.split] += entry.records
+        rows.append([pkg.package_id, pkg.kind, pkg.record_count, ", ".join(pkg.splits),
+                     _short(pkg.manifest_sha256)])
+    return {
+        "records": dg.MetadataValue.int(pool.records),
+        "packages": dg.MetadataValue.md(md_table(
+            ["package", "kind", "records", "splits", "manifest sha256"], rows)),
+        "records_by_split": dg.MetadataValue.md(md_table(
+            ["split", "records"], sorted(by_split.items()))),
+        "snapshot_folder": dg.MetadataValue.path(str(pool.folder)),
+    }
+
+
+# --------------------------------------------------------------------------- index
+
+
+def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
+    size = result.index.stat().st_size if result.index.exists() else 0
+    return {
+        "batch": dg.MetadataValue.text("none: already indexed" if result.batch is None
+                                       else str(result.batch)),
+        "packages_added": dg.MetadataValue.text(", ".join(result.packages_added) or "none"),
+        "packages_already_indexed": dg.MetadataValue.text(
+            ", ".join(result.packages_skipped) or "none"),
+        "records_appended": dg.MetadataValue.int(result.records),
+        "new_contents": dg.MetadataValue.int(result.new_contents),
+        "new_sources": dg.MetadataValue.int(result.new_sources),
+        "index_bytes": dg.MetadataValue.int(size),
+        "index": dg.MetadataValue.path(str(result.index)),
+        "summary": dg.MetadataValue.text(result.summary()),
+        "report": dg.MetadataValue.path(str(report.path)),
+        "report_was_already_frozen": dg.MetadataValue.bool(report.reused),
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def sample_domains(packages: Sequence[Package]) -> dict[tuple[str, str], str]:
+    """(package_id, sample_id) → domain; a ref without its own domain takes its target's."""
+    domains: dict[tuple[str, str], str] = {}
+    interned: dict[str, str] = {}
+    for rec in stream_records(packages):
+        domain = rec.data.get("domain")
+        if domain is None and rec.ref is not None:
+            domain = domains.get(rec.ref)
+        domain = NO_DOMAIN if domain is None else str(domain)
+        domains[(rec.package_id, rec.sample_id)] = interned.setdefault(domain, domain)
+    return domains
+
+
+def domain_rows(decisions: Iterable[dict], domains: dict[tuple[str, str], str]) -> list[list]:
+    """Per domain: samples, kept, excluded, exact and near duplicates, excluded share."""
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for d in decisions:
+        c = counts[domains.get((d["package_id"], d["sample_id"]), NO_DOMAIN)]
+        c["samples"] += 1
+        c[d["decision"]] += 1
+        c[d["reason"]] += 1
+    rows = []
+    for domain in sorted(counts):
+        c = counts[domain]
+        share = f"{100 * c['exclude'] / c['samples']:.1f}%" if c["samples"] else "-"
+        rows.append([domain, c["samples"], c["keep"], c["exclude"], c["exact_duplicate"],
+                     c["near_duplicate"], share])
+    return rows
+
+
+def iter_relations(report: Path) -> Iterator[dict]:
+    with open(report / "relations.jsonl", "rb") as fh:
+        for line in fh:
+            yield orjson.loads(line)
+
+
+def similarity_histogram(relations: Iterable[dict], threshold: float,
+                         bins: int = HISTOGRAM_BINS) -> list[list]:
+    """Relations by Jaccard: equal bins from the threshold to 1, exact matches apart, and
+    pool matches, history-only matches and guard-blocked pairs in separate columns."""
+    width = (1.0 - threshold) / bins if threshold < 1.0 else 0.0
+    labels = [f"{threshold + i * width:.3f} – {threshold + (i + 1) * width:.3f}"
+              for i in range(bins)] if width else []
+    below, exact = f"< {threshold:.3f}", "1.000 (exact)"
+    table: dict[str, Counter[str]] = defaultdict(Counter)
+    for rel in relations:
+        jac = float(rel["jaccard"])
+        if rel["kind"] == "exact" or jac >= 1.0 or not labels:
+            label = exact
+        elif jac < threshold:
+            label = below
+        else:
+            label = labels[min(int((jac - threshold) / width), bins - 1)]
+        column = ("guard-blocked" if rel.get("blocked_by")
+                  else "history-only" if rel["history_only"] else "pool")
+        table[label][column] += 1
+    order = ([below] if below in table else []) + labels + [exact]
+    peak = max((sum(table[label].values()) for label in order), default=0) or 1
+    rows = []
+    for label in order:
+        c = table[label]
+        total = sum(c.values())
+        rows.append([label, c["pool"], c["history-only"], c["guard-blocked"],
+                     "█" * round(BAR_WIDTH * total / peak)])
+    return rows
+
+
+def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
+    manifest = outcome.manifest
+    counts = manifest["counts"]
+    split_rows = [[split, v["keep"] + v["exclude"], v["keep"], v["exclude"]]
+                  for split, v in sorted(counts["by_split"].items())]
+    reason_rows = sorted(counts["by_reason"].items())
+    domains = sample_domains(open_packages(pool.paths))
+    threshold = float(manifest["config"]["threshold"])
+    return {
+        "records_in": dg.MetadataValue.int(counts["samples"]),
+        "kept": dg.MetadataValue.int(counts["keep"]),
+        "excluded": dg.MetadataValue.int(counts["exclude"]),
+        "relations": dg.MetadataValue.int(counts["relations"]),
+        "history_only_relations": dg.MetadataValue.int(counts["history_only_relations"]),
+        "guard_blocked_relations": dg.MetadataValue.int(counts["blocked_relations"]),
+        "by_split": dg.MetadataValue.md(md_table(["split", "records", "kept", "excluded"],
+                                                 split_rows)),
+        "by_reason": dg.MetadataValue.md(md_table(["reason", "samples"], reason_rows)),
+        "by_domain": dg.MetadataValue.md(md_table(
+            ["domain", "records", "kept", "excluded", "exact dup.", "near dup.", "excluded %"],
+            domain_rows(iter_decisions(outcome.path), domains))),
+        "similarity_histogram": dg.MetadataValue.md(md_table(
+            ["jaccard", "pool", "history-only", "guard-blocked", ""],
+            similarity_histogram(iter_relations(outcome.path), threshold))),
+        "inputs": dg.MetadataValue.text(", ".join(p.package_id for p in pool.packages)),
+        "config_fingerprint": dg.MetadataValue.text(manifest["config_fingerprint"]),
+        "report": dg.MetadataValue.path(str(outcome.path)),
+    }
+
+
+def disabled_metadata(step: str) -> dict:
+    return {
+        "near_dedup": dg.MetadataValue.text("off"),
+        "skipped": dg.MetadataValue.text(
+            f"{step} skipped: near-dedup is switched off (NEAR_DEDUP_ENABLED=false); the "
+            f"day's mixture is built without a report"),
+    }
+
+
+# --------------------------------------------------------------------------- mixture
+
+
+def mixture_metadata(outcome: MixtureOutcome, release: Path, reused_release: bool) -> dict:
+    counts = outcome.manifest["counts"]
+    rows = [[r["domain"], r["available_before_dedup"], r["available_after_dedup"],
+             float(r["weight"]), r["quota"], r["selected"], r["shortfall"]]
+            for r in outcome.plan["domains"]]
+    report = outcome.config.near_dedup_report
+    return {
+        "selected": dg.MetadataValue.int(counts["selected"]),
+        "target_records": dg.MetadataValue.int(counts["target_records"]),
+        "shortfall": dg.MetadataValue.int(counts["shortfall"]),
+        "retained_records": dg.MetadataValue.int(counts["retained"]),
+        "excluded_by_report": dg.MetadataValue.int(counts["excluded_by_report"]),
+        "plan": dg.MetadataValue.md(md_table(
+            ["domain", "before dedup", "after dedup", "weight", "quota", "selected",
+             "shortfall"], rows)),
+        "strategy": dg.MetadataValue.text(outcome.config.strategy_label()),
+        "near_dedup_report": dg.MetadataValue.text(report or "none: near-dedup is off"),
+        "reused_published_mixture": dg.MetadataValue.bool(outcome.reused and reused_release),
+        "mixture": dg.MetadataValue.path(str(outcome.path)),
+        "release_record": dg.MetadataValue.path(str(release)),
+    }

@@ -1,0 +1,509 @@
+"""The daily release asset graph, through Dagster's own testing APIs.
+
+Every test gets its own temporary Dagster instance (`dg.instance_for_test`) and its own
+release folders; the snapshot days are small CPT packages written by `release_days`, with
+near duplicates inside a day and across days so that history matters.
+"""
+
+import json
+import logging
+import random
+import shutil
+import sqlite3
+import textwrap
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from conftest import make_package, tree_bytes
+from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
+from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.test_utils import create_test_daemon_workspace_context
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
+from dagster._daemon.backfill import execute_backfill_iteration
+
+from near_dedup_assets.assets import INDEX_APPEND, MIXTURE, RELEASE_ASSETS, SCAN_REPORT
+from near_dedup_assets.checks import RELEASE_CHECKS
+from near_dedup_assets.definitions import build_defs, defs
+from near_dedup_assets.jobs import build_release_schedule, release_day_for_tick
+from near_dedup_assets.partitions import release_days
+from near_dedup_assets.resources import ReleaseSettings, settings_from_env
+from near_dedup_core.mixture import verify_mixture
+from near_dedup_core.report import load_manifest, verify_report
+
+REPO = Path(__file__).resolve().parents[1]
+DAYS = ["2026-11-25", "2026-11-26", "2026-11-27"]
+GRAPH = [*RELEASE_ASSETS, *RELEASE_CHECKS]
+WORDS = ("river harbor engine column signal garden market winter copper lantern basin "
+         "meadow archive ledger canyon orbit pillar valley harvest compass beacon quarry "
+         "thunder mirror summit ribbon anchor velvet marble timber falcon glacier saddle "
+         "orchard cable furnace meadow prism tunnel island forest station bridge shadow").split()
+
+
+# --------------------------------------------------------------------------- sample days
+
+
+def paragraph(rng: random.Random, words: int = 70) -> str:
+    text = " ".join(rng.choice(WORDS) for _ in range(words))
+    return text.capitalize() + "."
+
+
+def edit_word(text: str, index: int, word: str = "zeppelin") -> str:
+    parts = text.split(" ")
+    parts[index] = word
+    return " ".join(parts)
+
+
+def release_days_on_disk(root: Path) -> Path:
+    """Three cumulative CPT days: verbatim repeats, small edits, a number change (guard),
+    exact and near duplicates inside a day, short texts, a validation split."""
+    rng = random.Random(20261125)
+    base = [paragraph(rng) for _ in range(10)]
+    domains = ["web"] * 6 + ["books"] * 4
+    fresh2 = [paragraph(rng) for _ in range(4)]
+    fresh3 = [paragraph(rng) for _ in range(3)]
+    numbered = "The plant shipped 4200 units in 2025 and " + paragraph(rng)
+
+    def rec(sid, text, domain):
+        return {"id": sid, "text": text, "domain": domain,
+                "source": {"dataset": "test-days", "row": sid}}
+
+    v1 = [rec(f"a{i}", t, d) for i, (t, d) in enumerate(zip(base, domains))]
+    v1 += [rec("n1", numbered, "news"), rec("s1", "Short note.", "news")]
+    val1 = [rec("val0", paragraph(rng), "web"), rec("val1", base[0], "web")]
+    make_package(root / DAYS[0], "cpt-v1", {"train": v1, "validation": val1})
+
+    v2 = [rec(f"b{i}", t, d) for i, (t, d) in enumerate(zip(base[:8], domains))]
+    v2 += [rec("b8", edit_word(base[8], 5), domains[8]),
+           rec("n1", numbered.replace("4200", "4300"), "news"),
+           rec("c0", fresh2[0], "news"), rec("c1", fresh2[1], "web"),
+           rec("c2", fresh2[2], "books"), rec("c3", fresh2[3], "books"),
+           rec("c0-copy", fresh2[0], "news"), rec("c1-edit", edit_word(fresh2[1], 9), "web"),
+           rec("s1", "Short note.", "news")]
+    make_package(root / DAYS[1], "cpt-v2", {"train": v2, "validation": val1},
+                 parents=["cpt-v1"], created_at="2026-11-26T00:00:00Z")
+
+    v3 = [rec(f"d{i}", t, d) for i, (t, d) in enumerate(zip(base[:6], domains))]
+    v3 += [rec("d8", edit_word(base[8], 12, "quartz"), domains[8]),
+           rec("e0", fresh2[0], "news"), rec("e1", edit_word(fresh2[2], 3), "books"),
+           rec("f0", fresh3[0], "web"), rec("f1", fresh3[1], "web"), rec("f2", fresh3[2], "books"),
+           rec("f2-edit", edit_word(fresh3[2], 20, "meteor"), "books")]
+    make_package(root / DAYS[2], "cpt-v3", {"train": v3, "validation": val1},
+                 parents=["cpt-v2"], created_at="2026-11-27T00:00:00Z")
+    return root
+
+
+@pytest.fixture(scope="module")
+def snapshots(tmp_path_factory) -> Path:
+    return release_days_on_disk(tmp_path_factory.mktemp("snapshots"))
+
+
+def template(path: Path, **overrides) -> Path:
+    data = {"kind": "cpt", "target_records": 8, "group_by": "domain",
+            "strategy": {"type": "temperature", "temperature": 2.0},
+            "quality": {"min_chars": 0}, "allow_shortfall": False, "redistribute": True,
+            "seed": 7, **overrides}
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def settings_for(out: Path, snapshots: Path, **overrides) -> ReleaseSettings:
+    out.mkdir(parents=True, exist_ok=True)
+    values = dict(snapshot_root=str(snapshots), index=str(out / "index" / "cpt-near.sqlite"),
+                  config=str(REPO / "config" / "near-dedup.json"),
+                  report_root=str(out / "reports"), mixture_root=str(out / "mixtures"),
+                  release_root=str(out / "releases"),
+                  mixture_template=str(template(out / "mixture-template.json")),
+                  workers=1)
+    values.update(overrides)
+    return ReleaseSettings(**values)
+
+
+@pytest.fixture
+def instance():
+    with dg.instance_for_test() as inst:
+        yield inst
+
+
+def release(day: str, settings: ReleaseSettings, instance, selection=None):
+    return dg.materialize(GRAPH, partition_key=day, resources={"release": settings},
+                          instance=instance, raise_on_error=False, selection=selection)
+
+
+def metadata(result, key: dg.AssetKey) -> dict:
+    [event] = [e for e in result.get_asset_materialization_events()
+               if e.asset_key == key]
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def failure_message(result) -> str:
+    [event] = [e for e in result.all_events if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    return event.step_failure_data.user_failure_data.description
+
+
+def executed_steps(result) -> set[str]:
+    return {e.step_key for e in result.all_events
+            if e.event_type == dg.DagsterEventType.STEP_START}
+
+
+def check_results(result) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.get_asset_check_evaluations()}
+
+
+def outputs(settings: ReleaseSettings, day: str) -> dict[str, dict[str, bytes]]:
+    return {name: tree_bytes(path) for name, path in (
+        ("report", settings.report_dir(day)), ("mixture", settings.mixture_dir(day)),
+        ("release", settings.release_dir(day))) if path.exists()}
+
+
+# --------------------------------------------------------------------------- definitions
+
+
+def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule():
+    dg.Definitions.validate_loadable(defs)
+    graph = defs.resolve_asset_graph()
+    assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
+        "validated_snapshot", "index_append", "scan_report", "mixture"}
+    assert {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys} == {
+        ("scan_report", "report_checksums"), ("mixture", "mixture_verify")}
+    index_step = graph.get(INDEX_APPEND)
+    assert index_step.pools == {"sqlite_index_writer"}
+    assert all(graph.get(k).partitions_def == release_days() for k in graph.get_all_asset_keys())
+    job = defs.resolve_job_def("daily_release")
+    assert {"index_append", "scan_report", "scan_report_report_checksums",
+            "mixture_mixture_verify"} <= set(job.graph.node_dict)
+    assert defs.resolve_schedule_def("daily_release_schedule").cron_schedule == "0 2 * * *"
+
+
+def test_settings_bind_environment_variables():
+    settings = settings_from_env({"NEAR_DEDUP_SNAPSHOT_ROOT": "/x", "NEAR_DEDUP_WORKERS": "3"})
+    assert isinstance(settings.snapshot_root, dg.EnvVar)
+    assert settings.snapshot_root.env_var_name == "NEAR_DEDUP_SNAPSHOT_ROOT"
+    assert getattr(settings.workers, "name", None) == "NEAR_DEDUP_WORKERS"
+    assert settings.kind == "cpt"  # unset: the default
+
+
+# --------------------------------------------------------------------------- one day
+
+
+def test_materialize_one_day_freezes_report_builds_mixture_and_passes_checks(
+        tmp_path, snapshots, instance):
+    settings = settings_for(tmp_path, snapshots)
+    result = release(DAYS[0], settings, instance)
+    assert result.success
+    checks = check_results(result)
+    assert checks["report_checksums"].passed and checks["mixture_verify"].passed
+
+    report = settings.report_dir(DAYS[0])
+    assert verify_report(report).counts["samples"] == 14
+    assert verify_mixture(settings.mixture_dir(DAYS[0])).report_decisions == 14
+    record = json.loads((settings.release_dir(DAYS[0]) / "release.json").read_text())
+    assert record["near_dedup"] is True
+    assert record["report"]["path"] == str(report)
+    assert [i["package_id"] for i in record["inputs"]] == ["cpt-v1"]
+
+    snap = metadata(result, dg.AssetKey("validated_snapshot"))
+    assert snap["records"] == 14
+    index = metadata(result, INDEX_APPEND)
+    assert index["batch"] == "1" and index["packages_added"] == "cpt-v1"
+    scan = metadata(result, SCAN_REPORT)
+    assert (scan["records_in"], scan["history_only_relations"]) == (14, 0)
+    assert scan["kept"] + scan["excluded"] == 14
+    assert "| web |" in scan["by_domain"] and "| validation |" in scan["by_split"]
+    assert "1.000 (exact)" in scan["similarity_histogram"]
+    assert scan["report"] == str(report)
+    mix = metadata(result, MIXTURE)
+    assert mix["selected"] == 8 and mix["near_dedup_report"] == str(report)
+    assert "| books |" in mix["plan"]
+
+
+@pytest.fixture(scope="module")
+def day_by_day(tmp_path_factory, snapshots):
+    """The three days released one after the other, in one instance: (settings, instance)."""
+    settings = settings_for(tmp_path_factory.mktemp("day-by-day"), snapshots)
+    with dg.instance_for_test() as inst:
+        for day in DAYS:
+            assert release(day, settings, inst).success, day
+        yield settings, inst
+
+
+def test_days_in_order_see_earlier_days_as_history(day_by_day):
+    settings, _ = day_by_day
+    day2 = load_manifest(settings.report_dir(DAYS[1]))
+    assert [p["package_id"] for p in day2["index"]["packages"]] == ["cpt-v1", "cpt-v2"]
+    counts = day2["counts"]
+    assert counts["history_only_relations"] > 0  # cpt-v1 is history on day 2
+    assert counts["by_reason"]["exact_duplicate"] >= 1  # c0-copy
+    assert counts["by_reason"]["near_duplicate"] >= 1  # c1-edit
+    assert counts["blocked_relations"] >= 1  # 4200 → 4300 units
+    day3 = load_manifest(settings.report_dir(DAYS[2]))
+    assert day3["index"]["batches"] == 3
+
+
+def test_rematerialized_day_is_a_no_op_append_with_the_same_outputs(day_by_day):
+    settings, instance = day_by_day
+    before = outputs(settings, DAYS[1])
+    index_before = settings.index_path.read_bytes()
+    again = release(DAYS[1], settings, instance)
+    assert again.success
+    index = metadata(again, INDEX_APPEND)
+    assert index["batch"] == "none: already indexed"
+    assert index["packages_already_indexed"] == "cpt-v2"
+    assert index["report_was_already_frozen"] is True
+    assert metadata(again, MIXTURE)["reused_published_mixture"] is True
+    assert outputs(settings, DAYS[1]) == before
+    assert settings.index_path.read_bytes() == index_before
+
+
+def test_a_lost_report_is_not_rescanned_against_later_days(tmp_path, snapshots, instance):
+    settings = settings_for(tmp_path, snapshots)
+    for day in DAYS[:2]:
+        assert release(day, settings, instance).success
+    shutil.rmtree(settings.report_dir(DAYS[0]))
+    result = release(DAYS[0], settings, instance)
+    assert not result.success
+    assert failure_message(result).startswith(
+        f"release day {DAYS[0]}: index {settings.index_path} already holds packages appended "
+        f"after this day (cpt-v2)")
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
+        f"near-cpt-{DAYS[1]}"]  # no staging folder left behind
+
+
+def test_days_out_of_order_are_refused(tmp_path, snapshots, instance):
+    settings = settings_for(tmp_path, snapshots)
+    result = release(DAYS[1], settings, instance)
+    assert not result.success
+    assert "earlier day(s) 2026-11-25 have snapshots but are not indexed yet" in \
+        failure_message(result)
+    assert not settings.index_path.exists()
+    assert not settings.report_dir(DAYS[1]).exists()
+
+
+# --------------------------------------------------------------------------- bad snapshots
+
+
+def test_missing_snapshot_fails_the_day_and_nothing_downstream_runs(tmp_path, instance):
+    settings = settings_for(tmp_path / "out", tmp_path / "snapshots")
+    result = release(DAYS[0], settings, instance)
+    assert not result.success
+    assert failure_message(result) == (f"release day {DAYS[0]}: snapshot folder "
+                                       f"{tmp_path / 'snapshots' / DAYS[0]} does not exist")
+    assert executed_steps(result) == {"validated_snapshot"}
+    assert not (tmp_path / "out" / "index").exists()
+    assert not (tmp_path / "out" / "reports").exists()
+    assert not (tmp_path / "out" / "mixtures").exists()
+
+
+def test_invalid_snapshot_fails_with_the_validator_message(tmp_path, snapshots, instance):
+    days = tmp_path / "snapshots"
+    shutil.copytree(snapshots / DAYS[0], days / DAYS[0])
+    shard = days / DAYS[0] / "cpt-v1" / "data" / "train" / "part-00000.jsonl"
+    lines = shard.read_bytes().splitlines(keepends=True)
+    lines[2] = b'{"id": "a2", "text": 7}\n'
+    shard.write_bytes(b"".join(lines))
+    settings = settings_for(tmp_path / "out", days)
+    result = release(DAYS[0], settings, instance)
+    assert not result.success
+    message = failure_message(result)
+    assert message.startswith("package cpt-v1, data/train/part-00000.jsonl")
+    assert "\n" not in message
+    assert executed_steps(result) == {"validated_snapshot"}
+    assert not (tmp_path / "out" / "index").exists()
+
+
+def test_a_configured_limit_fails_the_day_without_writing_anything(tmp_path, snapshots,
+                                                                   instance):
+    config = json.loads((REPO / "config" / "near-dedup.json").read_text())
+    config["max_pool_records"] = 5
+    (tmp_path / "small.json").write_text(json.dumps(config))
+    settings = settings_for(tmp_path, snapshots, config=str(tmp_path / "small.json"))
+    result = release(DAYS[0], settings, instance)
+    assert not result.success
+    [failure] = [e for e in result.all_events if e.is_step_failure]
+    assert failure.step_key == "index_append"
+    data = failure.step_failure_data.user_failure_data
+    assert data.description.startswith("input pool has 14 records, over max_pool_records 5")
+    assert data.metadata["exit_code"].value == 2
+    assert not settings.index_path.exists()
+    assert not (tmp_path / "reports").exists()
+
+
+def test_a_template_that_sets_per_day_fields_fails_the_mixture(tmp_path, snapshots, instance):
+    bad = template(tmp_path / "bad-template.json", inputs=["somewhere"])
+    settings = settings_for(tmp_path, snapshots, mixture_template=str(bad))
+    result = release(DAYS[0], settings, instance)
+    assert not result.success
+    assert failure_message(result) == (f"mixture template {bad}: 'inputs' is filled in per "
+                                       f"release day; remove it from the template")
+    assert not (tmp_path / "mixtures").exists() and not (tmp_path / "releases").exists()
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def test_report_check_fails_on_a_tampered_report_and_blocks_the_mixture(
+        tmp_path, snapshots, instance):
+    settings = settings_for(tmp_path, snapshots)
+    first = release(DAYS[0], settings, instance,
+                    selection=dg.AssetSelection.assets("validated_snapshot", INDEX_APPEND,
+                                                       SCAN_REPORT))
+    assert first.success
+    decisions = settings.report_dir(DAYS[0]) / "decisions.jsonl"
+    decisions.write_bytes(decisions.read_bytes().replace(b'"keep"', b'"exclude"', 1))
+    tampered = tree_bytes(settings.report_dir(DAYS[0]))
+
+    result = release(DAYS[0], settings, instance,
+                     selection=dg.AssetSelection.checks_for_assets(SCAN_REPORT)
+                     | dg.AssetSelection.assets(MIXTURE))
+    assert not result.success
+    check = check_results(result)["report_checksums"]
+    assert not check.passed
+    assert "decisions.jsonl does not match its sha256" in check.description
+    assert "mixture" not in executed_steps(result)
+    assert not settings.mixture_dir(DAYS[0]).exists()
+
+    again = release(DAYS[0], settings, instance)  # a frozen report is never replaced
+    assert not again.success
+    assert "move" in failure_message(again) and "away to rescan" in failure_message(again)
+    assert tree_bytes(settings.report_dir(DAYS[0])) == tampered
+
+
+def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance):
+    settings = settings_for(tmp_path, snapshots)
+    assert release(DAYS[0], settings, instance).success
+    shard = settings.mixture_dir(DAYS[0]) / "data" / "train" / "part-00000.jsonl"
+    shard.write_bytes(shard.read_bytes() + b"\n")
+    # a check alone has no partitions in a run: re-validate the snapshot along with it
+    result = release(DAYS[0], settings, instance,
+                     selection=dg.AssetSelection.checks_for_assets(MIXTURE)
+                     | dg.AssetSelection.assets("validated_snapshot"))
+    check = check_results(result)["mixture_verify"]
+    assert not check.passed
+    assert "data/train/part-00000.jsonl" in check.description
+
+
+# --------------------------------------------------------------------------- near-dedup off
+
+
+def test_near_dedup_off_builds_mixtures_without_report_or_index(tmp_path, snapshots, instance):
+    settings = settings_for(tmp_path, snapshots, enabled="false")
+    result = release(DAYS[1], settings, instance)
+    assert result.success
+    assert metadata(result, SCAN_REPORT)["near_dedup"] == "off"
+    assert check_results(result)["report_checksums"].passed
+    assert not settings.index_path.exists()
+    assert not (tmp_path / "reports").exists()
+    mixture = settings.mixture_dir(DAYS[1])
+    assert verify_mixture(mixture).report_decisions is None
+    assert json.loads((mixture / "manifest.json").read_text())["near_dedup_report"] is None
+    record = json.loads((settings.release_dir(DAYS[1]) / "release.json").read_text())
+    assert record["near_dedup"] is False and record["report"] is None
+    assert metadata(result, MIXTURE)["near_dedup_report"] == "none: near-dedup is off"
+
+
+# --------------------------------------------------------------------------- schedule
+
+
+def test_schedule_requests_the_day_that_just_ended():
+    schedule = defs.resolve_schedule_def("daily_release_schedule")
+    tick = datetime(2026, 11, 28, 2, 0, tzinfo=timezone.utc)
+    with dg.instance_for_test() as inst:
+        context = dg.build_schedule_context(instance=inst, scheduled_execution_time=tick,
+                                            repository_def=defs.get_repository_def())
+        [request] = schedule.evaluate_tick(context).run_requests
+    assert request.partition_key == "2026-11-27"
+    assert request.run_key == "2026-11-27"
+    assert schedule.job_name == "daily_release"
+
+
+def test_schedule_reads_days_in_the_release_timezone_and_skips_before_the_start():
+    shanghai = release_days({"NEAR_DEDUP_START_DATE": "2026-11-25",
+                             "NEAR_DEDUP_TIMEZONE": "Asia/Shanghai"})
+    schedule = build_release_schedule("30 1 * * *", partitions=shanghai)
+    assert (schedule.cron_schedule, schedule.execution_timezone) == ("30 1 * * *", "Asia/Shanghai")
+    # 2026-11-27 17:30 UTC is 01:30 on the 28th in Shanghai: the 27th has just ended there.
+    tick = datetime(2026, 11, 27, 17, 30, tzinfo=timezone.utc)
+    assert release_day_for_tick(tick, "Asia/Shanghai") == "2026-11-27"
+    request = schedule(dg.build_schedule_context(scheduled_execution_time=tick))
+    assert request.partition_key == "2026-11-27"
+    early = datetime(2026, 11, 24, 17, 30, tzinfo=timezone.utc)  # 25th, 01:30 in Shanghai
+    skipped = schedule(dg.build_schedule_context(scheduled_execution_time=early))
+    assert isinstance(skipped, dg.SkipReason)
+    assert "2026-11-24 is before the first release day 2026-11-25" in skipped.skip_message
+
+
+# --------------------------------------------------------------------------- backfill
+
+
+def backfill(settings: ReleaseSettings, days: list[str], workdir: Path) -> list[tuple]:
+    """Run an asset backfill of ``days`` the way the daemon does, with runs executed in this
+    process; returns (partition, sorted asset keys) per run in launch order."""
+    module = workdir / "release_defs.py"
+    module.write_text(textwrap.dedent(f"""
+        from near_dedup_assets.definitions import build_defs
+        from near_dedup_assets.resources import ReleaseSettings
+
+        defs = build_defs(ReleaseSettings(**{settings.model_dump()!r}))
+    """), encoding="utf-8")
+    overrides = {
+        "run_coordinator": {"module": "dagster._core.run_coordinator",
+                            "class": "DefaultRunCoordinator"},
+        "run_launcher": {"module": "dagster._core.launcher.sync_in_memory_run_launcher",
+                         "class": "SyncInMemoryRunLauncher"},
+    }
+    origin = InProcessCodeLocationOrigin(LoadableTargetOrigin(
+        python_file=str(module), attribute="defs", working_directory=str(workdir)))
+    with dg.instance_for_test(overrides=overrides) as inst, \
+            create_test_daemon_workspace_context(InProcessWorkspaceLoadTarget([origin]),
+                                                 inst) as workspace:
+        graph = build_defs(settings).resolve_asset_graph()
+        inst.add_backfill(PartitionBackfill.from_asset_partitions(
+            backfill_id="release-backfill", asset_graph=graph, partition_names=days,
+            asset_selection=list(graph.get_all_asset_keys()), backfill_timestamp=time.time(),
+            tags={}, dynamic_partitions_store=inst, all_partitions=False, title=None,
+            description=None, run_config=None))
+        for _ in range(40):
+            list(execute_backfill_iteration(workspace, logging.getLogger("backfill")))
+            status = inst.get_backfill("release-backfill").status
+            if status != BulkActionStatus.REQUESTED:
+                break
+        assert status == BulkActionStatus.COMPLETED_SUCCESS
+        runs = list(reversed(inst.get_runs()))
+        assert all(r.is_success for r in runs)
+        return [(r.tags["dagster/partition"],
+                 sorted(k.to_user_string() for k in r.asset_selection)) for r in runs]
+
+
+def index_rows(path: Path) -> dict[str, list]:
+    """The index's packages and contents in first-ingest order (without timestamps)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return {
+            "packages": con.execute("SELECT package_id, manifest_sha256, batch FROM packages "
+                                    "ORDER BY batch, package_id").fetchall(),
+            "contents": con.execute("SELECT content_id, batch FROM contents "
+                                    "ORDER BY id").fetchall(),
+            "sources": con.execute("SELECT count(*) FROM sources").fetchall(),
+        }
+    finally:
+        con.close()
+
+
+def test_backfill_of_several_days_equals_running_them_day_by_day(tmp_path, snapshots,
+                                                                day_by_day):
+    one_by_one, _ = day_by_day
+    filled = settings_for(tmp_path / "backfill", snapshots)
+    runs = backfill(filled, DAYS, tmp_path)
+
+    # each day's index step ran after the previous day's, and in date order
+    index_runs = [day for day, keys in runs if "index_append" in keys]
+    assert index_runs == DAYS
+    assert index_rows(filled.index_path) == index_rows(one_by_one.index_path)
+    for day in DAYS:
+        assert tree_bytes(filled.report_dir(day)) == tree_bytes(one_by_one.report_dir(day)), day
+        for name in ("manifest.json", "data/train/part-00000.jsonl"):
+            assert (filled.mixture_dir(day) / name).read_bytes() == \
+                (one_by_one.mixture_dir(day) / name).read_bytes(), (day, name)
