@@ -40,9 +40,10 @@ from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, open_packages, stream_records
 from near_dedup_core.progress import Progress
-from near_dedup_core.signature import MinHasher, band_keys
+from near_dedup_core.signature import MinHasher, band_keys, stored_values
 
 CHUNK = 1024
+DICT_REFRESH = 100_000  # new contents per trained text dictionary
 
 
 @dataclass
@@ -101,16 +102,17 @@ def identify(kind: str, items: list[tuple[object, str]]) -> list[tuple[str, str,
 
 def sign(params: tuple[int, int, int, int, int, int], texts: list[str],
          dictionary: bytes | None) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
-    """Stage 4: signatures, shingle-set sizes, band keys and compressed texts of new contents.
+    """Stage 4: stored (16-bit) signatures, shingle-set sizes, band keys and compressed texts
+    of new contents.
     Texts shorter than min_chars get no signature (rows of zeros, ignored by the caller)."""
     num_perm, seed, shingle_size, bands, rows, min_chars = params
     hasher = _hasher(num_perm, seed, shingle_size)
     long_idx = [i for i, t in enumerate(texts) if len(t) >= min_chars]
-    sigs = np.zeros((len(texts), num_perm), dtype=np.uint32)
+    sigs = np.zeros((len(texts), num_perm), dtype=np.uint16)
     sizes = np.zeros(len(texts), dtype=np.int64)
     if long_idx:
         s, z = hasher.signatures_and_sizes([texts[i] for i in long_idx])
-        sigs[long_idx] = s
+        sigs[long_idx] = stored_values(s)
         sizes[long_idx] = z
     keys = band_keys(sigs, bands, rows)
     return sigs, sizes, keys, db.compress_texts(texts, dictionary)
@@ -167,13 +169,14 @@ class _BatchWriter:
         self.batch_contents: dict[bytes, int] = {}
         self.ref_targets: dict[str, dict[str, tuple[int, bytes, str | None]]] = {}
         self.stage2: collections.deque[_Pending] = collections.deque()
-        self.stage4: collections.deque[tuple[list[tuple[int, int, int]], Future]] = collections.deque()
+        self.stage4: collections.deque[tuple[list, int | None, Future]] = collections.deque()
         self.sql_sources = db.insert_sql(db.sources)
         self.sql_contents = db.insert_sql(db.contents)
         self.sql_bands = db.insert_sql(db.bands).replace("INSERT", "INSERT OR IGNORE", 1)
         self.new_contents = 0
         self.new_sources = 0
-        self.dictionary: tuple[int | None, bytes | None] | None = None  # trained on first texts
+        self.dictionary: tuple[int | None, bytes | None] = (None, None)
+        self.dictionary_uses = DICT_REFRESH  # contents compressed with the current dictionary
 
     # -- refs
     def track_targets(self, package_ids: set[str], indexed: dict[str, int]) -> None:
@@ -266,29 +269,32 @@ class _BatchWriter:
         self.conn.exec_driver_sql(self.sql_sources, source_rows)
         self.new_sources += len(source_rows)
         if new_texts:
-            if self.dictionary is None:
-                self.dictionary = self._train_dictionary(new_texts)
-            self.stage4.append((new_rows, self.executor.submit(sign, self.params, new_texts,
-                                                               self.dictionary[1])))
+            if self.dictionary_uses >= DICT_REFRESH:  # follow the batch as its text drifts
+                self._train_dictionary(new_texts)
+            self.dictionary_uses += len(new_texts)
+            dict_id, dict_data = self.dictionary
+            self.stage4.append((new_rows, dict_id,
+                                self.executor.submit(sign, self.params, new_texts, dict_data)))
         self.progress.advance(len(pending.records))
         self._drain_sign(limit=self.window)
 
-    def _train_dictionary(self, texts: list[str]) -> tuple[int | None, bytes | None]:
+    def _train_dictionary(self, texts: list[str]) -> None:
+        """A new zstd dictionary from these texts; the current one stays if they are too few."""
         data = db.train_text_dictionary(texts)
-        if data is None:
-            return (None, None)
-        rowid = self.conn.execute(insert(db.dictionaries).values(batch=self.batch, data=data)
-                                  ).inserted_primary_key[0]
-        return (rowid, data)
+        if data is not None:
+            rowid = self.conn.execute(insert(db.dictionaries).values(batch=self.batch, data=data)
+                                      ).inserted_primary_key[0]
+            self.dictionary = (rowid, data)
+            self.dictionary_uses = 0
 
     # -- stage 5
     def _drain_sign(self, limit: int) -> None:
         """Write finished signing work in order; wait while more than ``limit`` is pending."""
-        while self.stage4 and (len(self.stage4) > limit or self.stage4[0][1].done()):
-            rows, fut = self.stage4.popleft()
-            self._write_contents(rows, *fut.result())
+        while self.stage4 and (len(self.stage4) > limit or self.stage4[0][2].done()):
+            rows, dict_id, fut = self.stage4.popleft()
+            self._write_contents(rows, dict_id, *fut.result())
 
-    def _write_contents(self, rows, sigs, sizes, keys, blobs) -> None:
+    def _write_contents(self, rows, dict_id, sigs, sizes, keys, blobs) -> None:
         min_chars = self.config.min_chars
         content_rows = []
         long_rows = []
@@ -296,8 +302,7 @@ class _BatchWriter:
             is_long = nchars >= min_chars
             content_rows.append((rowid, cid, scope_id, self.batch, nchars,
                                  int(sizes[i]) if is_long else None,
-                                 sigs[i].tobytes() if is_long else None, blobs[i],
-                                 self.dictionary[0]))
+                                 sigs[i].tobytes() if is_long else None, blobs[i], dict_id))
             if is_long:
                 long_rows.append(i)
         self.conn.exec_driver_sql(self.sql_contents, content_rows)

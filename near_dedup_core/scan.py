@@ -249,13 +249,13 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
     agree_min = min_agreement(config.num_perm, threshold)
     long_nodes = [i for i, n in enumerate(nodes) if pool.content[n.content][5] is not None]
     n_long = len(long_nodes)
-    sigs = np.zeros((n_long, config.num_perm), dtype=np.uint32)
+    sigs = np.zeros((n_long, config.num_perm), dtype=np.uint16)
     sizes = np.zeros(n_long, dtype=np.int64)
     group_of: dict[tuple[int, str], int] = {}
     groups = np.zeros(n_long, dtype=np.int64)
     if n_long:
         sigs = np.frombuffer(b"".join(pool.content[nodes[i].content][5] for i in long_nodes),
-                             dtype=np.uint32).reshape(n_long, config.num_perm)
+                             dtype=np.uint16).reshape(n_long, config.num_perm)
     for j, i in enumerate(long_nodes):
         _cid, scope, _b, _nc, shingles, _sig = pool.content[nodes[i].content]
         sizes[j] = shingles
@@ -338,7 +338,7 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
     history_pairs: list[tuple[int, int]] = []
     for h in sorted(hist_hits):
         _cid, scope, _nc, shingles, sig = history[h]
-        hsig = np.frombuffer(sig, dtype=np.uint32)
+        hsig = np.frombuffer(sig, dtype=np.uint16)
         for j in sorted(hist_hits[h]):
             i = long_nodes[j]
             node = nodes[i]

@@ -14,9 +14,14 @@ permutation. For a pair with Jaccard ``J`` each signature position agrees with p
 compiled kernel use 8-wide SIMD; the per-permutation loop is the whole cost once shingles
 are hashed, which is why it lives in numba and not in Python.
 
-LSH. Signature positions are cut into ``bands`` groups of ``rows``; a band key hashes one
+Stored values. The index keeps the low 16 bits of each minimum (b-bit minwise hashing, Li &
+König 2010): two texts agree on a stored position with probability ``J + (1 - J) / 2^16``,
+never less than with full values, so LSH recall and the agreement filter lose nothing, and a
+signature takes 256 bytes instead of 512.
+
+LSH. Stored positions are cut into ``bands`` groups of ``rows``; a band key hashes one
 group together with its band number. Two texts are candidates when any band key is equal,
-with probability ``1 - (1 - J^rows)^bands``.
+with probability ``1 - (1 - J^rows)^bands`` (a hair more, from 16-bit agreement).
 
 ``a_i``, ``b_i`` and the shingle seed derive from the config ``seed`` through numpy's PCG64,
 so signatures are identical across processes and machines.
@@ -276,6 +281,11 @@ class MinHasher:
 def shingle_set(text: str, k: int = 5, seed: int = 1) -> np.ndarray:
     """Hashed shingle set of one normalized text (see MinHasher.shingle_sets)."""
     return MinHasher(1, seed, k).shingle_set(text)
+
+
+def stored_values(sigs: np.ndarray) -> np.ndarray:
+    """The 16-bit values the index stores and bands: the low half of each 32-bit minimum."""
+    return (sigs & np.uint32(0xFFFF)).astype(np.uint16)
 
 
 def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from conftest import tree_bytes
 
-from near_dedup_core import mixture
+from near_dedup_core import ALGORITHM_VERSION, mixture
 from near_dedup_core.cli import main
 from near_dedup_core.fsutil import json_line, write_checksums, write_json
 from near_dedup_core.package import create_package, open_packages, stream_records
@@ -73,7 +73,7 @@ def _write_report(folder: Path, packages: list[Path], excluded: dict[tuple[str, 
     (folder / "origins.jsonl").write_bytes(b"".join(json_line(o) for o in origins))
     write_json(folder / "manifest.json", {
         "format": "near-dedup-report", "format_version": 1, "tool_version": "0.1.0",
-        "algorithm_version": "nd-1",
+        "algorithm_version": ALGORITHM_VERSION,
         "config": {"threshold": 0.9, "retained_splits": list(retained)},
         "config_fingerprint": "0" * 64,
         "inputs": [{"package_id": p.package_id, "kind": p.kind,
