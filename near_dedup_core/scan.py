@@ -27,7 +27,7 @@ import math
 import multiprocessing
 import sqlite3
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -187,7 +187,7 @@ class Candidates:
     pool_pairs: np.ndarray
     history_pairs: list[tuple[int, int]]
     history: dict[int, tuple[bytes, int, int, int | None, bytes | None]]
-    lsh_pairs: int = 0
+    lsh_pairs: int = 0  # distinct candidate pairs before the filters
 
 
 @numba.njit(cache=True)
@@ -243,6 +243,75 @@ def _passes(sig_a: np.ndarray, size_a: int, sig_b: np.ndarray, size_b: int,
     return int(np.count_nonzero(sig_a == sig_b)) >= agree_min
 
 
+def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray,
+                    limit: int, too_many: Callable[[int, int], LimitExceeded]) -> np.ndarray:
+    """Distinct (i, j), i < j, of long-node slots sharing a band key within one (scope,
+    split) group, one band at a time: sort by (group, key), pairs within equal runs."""
+    n = len(groups)
+    chunks = []
+    for b in range(keys.shape[1]):
+        order = np.lexsort((keys[:, b], groups))
+        g_sorted, k_sorted = groups[order], keys[order, b]
+        boundary = np.ones(n + 1, dtype=bool)
+        if n > 1:
+            boundary[1:-1] = (g_sorted[1:] != g_sorted[:-1]) | (k_sorted[1:] != k_sorted[:-1])
+        starts = np.flatnonzero(boundary)
+        run_sizes = np.diff(starts)
+        too_big = np.flatnonzero(run_sizes - 1 > limit)
+        if len(too_big):
+            r = int(too_big[0])
+            raise too_many(int(order[starts[r]]), int(run_sizes[r]) - 1)
+        multi = run_sizes >= 2
+        if multi.any():
+            chunks.append(_run_pairs(order.astype(np.int64), starts[:-1][multi].astype(np.int64),
+                                     run_sizes[multi].astype(np.int64), raw_counts))
+    if not chunks:
+        return np.zeros((0, 2), dtype=np.int64)
+    flat = np.sort(np.concatenate([p[:, 0] * n + p[:, 1] for p in chunks]))
+    flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
+    return np.stack([flat // n, flat % n], axis=1)
+
+
+def _history_hits(con: sqlite3.Connection, keys: np.ndarray, nodes: list[Node],
+                  pool_nodes: set[tuple[int, str]]) -> dict[int, set[int]]:
+    """Indexed contents outside the pool sharing a band key with a long-node slot, looked up
+    in the index's band table (a join in SQLite): content -> slots."""
+    hits: dict[int, set[int]] = defaultdict(set)
+    if not len(keys):
+        return hits
+    flat_keys = keys.reshape(-1)
+    by_key = np.argsort(flat_keys, kind="stable")
+    sorted_keys = flat_keys[by_key]
+    slot_of = (by_key // keys.shape[1]).astype(np.int64)
+    distinct = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
+    con.execute("PRAGMA temp_store = MEMORY")
+    con.execute("CREATE TEMP TABLE scan_keys (key INTEGER PRIMARY KEY)")
+    con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
+    try:
+        # distinct keys in key order: the probes walk the band B-tree in order
+        con.executemany("INSERT INTO temp.scan_keys VALUES (?)", ((k,) for k in distinct.tolist()))
+        con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
+                        ((c,) for c in sorted({n.content for n in nodes})))
+        # a pool content indexed in a split where it is not in the pool is history there too
+        mixed = sorted({c for c, split in con.execute(
+            "SELECT DISTINCT s.content, s.split FROM temp.scan_contents t "
+            "JOIN main.sources s ON s.content = t.id") if (c, split) not in pool_nodes})
+        con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
+        rows = con.execute(
+            "SELECT b.key, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
+            "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)").fetchall()
+    finally:
+        con.execute("DROP TABLE temp.scan_keys")
+        con.execute("DROP TABLE temp.scan_contents")
+    if rows:
+        found = np.asarray(rows, dtype=np.int64)
+        lo = np.searchsorted(sorted_keys, found[:, 0], side="left")
+        hi = np.searchsorted(sorted_keys, found[:, 0], side="right")
+        for content, l, h in zip(found[:, 1].tolist(), lo.tolist(), hi.tolist()):
+            hits[content].update(slot_of[l:h].tolist())
+    return hits
+
+
 def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
                     config: NearDedupConfig, progress: bool) -> Candidates:
     threshold = config.threshold
@@ -261,115 +330,55 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         sizes[j] = shingles
         groups[j] = group_of.setdefault((scope, nodes[i].split), len(group_of))
     keys = band_keys(sigs, config.bands, config.rows) if n_long else np.zeros((0, config.bands), np.int64)
-    per_node: dict[int, set[int]] = defaultdict(set)  # only for nodes over the raw limit
-    raw_counts = np.zeros(n_long, dtype=np.int64)
 
-    # pool × pool, one band at a time: sort (group, key), pairs within equal runs
-    pair_chunks = []
-    lsh_pairs = 0
-    for b in range(config.bands):
-        order = np.lexsort((keys[:, b], groups))
-        g_sorted, k_sorted = groups[order], keys[order, b]
-        boundary = np.ones(n_long + 1, dtype=bool)
-        if n_long > 1:
-            boundary[1:-1] = (g_sorted[1:] != g_sorted[:-1]) | (k_sorted[1:] != k_sorted[:-1])
-        starts = np.flatnonzero(boundary)
-        run_sizes = np.diff(starts)
-        too_big = np.flatnonzero(run_sizes - 1 > config.max_candidates)
-        if len(too_big):
-            r = int(too_big[0])
-            raise _too_many(nodes[long_nodes[int(order[starts[r]])]], pool,
-                            int(run_sizes[r]) - 1, config)
-        multi = run_sizes >= 2
-        if multi.any():
-            pairs = _run_pairs(order.astype(np.int64), starts[:-1][multi].astype(np.int64),
-                               run_sizes[multi].astype(np.int64), raw_counts)
-            lsh_pairs += len(pairs)
-            pair_chunks.append(pairs)
-    if pair_chunks:
-        flat = np.sort(np.concatenate([p[:, 0] * n_long + p[:, 1] for p in pair_chunks]))
-        flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
-        all_pairs = np.stack([flat // max(n_long, 1), flat % max(n_long, 1)], axis=1)
-    else:
-        all_pairs = np.zeros((0, 2), dtype=np.int64)
+    def too_many(slot: int, count: int) -> LimitExceeded:
+        return _too_many(nodes[long_nodes[slot]], pool, count, config)
 
-    # history: band keys of pool contents looked up in the index (a join in SQLite)
-    hist_hits: dict[int, set[int]] = defaultdict(set)  # history content -> long-node slots
+    raw_counts = np.zeros(n_long, dtype=np.int64)  # an upper bound of each slot's candidates
+    all_pairs = _pool_lsh_pairs(keys, groups, raw_counts, config.max_candidates, too_many)
+
+    # history candidates: same scope, and indexed in the slot's split outside the pool
     pool_nodes = {(n.content, n.split) for n in nodes}
-    if n_long:
-        flat_keys = keys.reshape(-1)
-        by_key = np.argsort(flat_keys, kind="stable")
-        sorted_keys = flat_keys[by_key]
-        slot_of = (by_key // config.bands).astype(np.int64)
-        distinct = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
-        con.execute("PRAGMA temp_store = MEMORY")
-        con.execute("CREATE TEMP TABLE scan_keys (key INTEGER PRIMARY KEY)")
-        con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
-        # distinct keys in key order: the probes walk the band B-tree in order
-        con.executemany("INSERT INTO temp.scan_keys VALUES (?)", ((k,) for k in distinct.tolist()))
-        con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
-                        ((c,) for c in sorted({n.content for n in nodes})))
-        # a pool content indexed in a split where it is not in the pool is history there too
-        mixed = sorted({c for c, split in con.execute(
-            "SELECT DISTINCT s.content, s.split FROM temp.scan_contents t "
-            "JOIN main.sources s ON s.content = t.id") if (c, split) not in pool_nodes})
-        con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
-        rows = con.execute(
-            "SELECT b.key, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
-            "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)").fetchall()
-        con.execute("DROP TABLE temp.scan_keys")
-        con.execute("DROP TABLE temp.scan_contents")
-        if rows:
-            found = np.asarray(rows, dtype=np.int64)
-            lo = np.searchsorted(sorted_keys, found[:, 0], side="left")
-            hi = np.searchsorted(sorted_keys, found[:, 0], side="right")
-            for content, l, h in zip(found[:, 1].tolist(), lo.tolist(), hi.tolist()):
-                hist_hits[content].update(slot_of[l:h].tolist())
+    hits = _history_hits(con, keys, nodes, pool_nodes)
     history: dict[int, tuple] = {}
     hist_splits: dict[int, set[str]] = defaultdict(set)
-    if hist_hits:
-        hids = sorted(hist_hits)
+    if hits:
+        hids = sorted(hits)
         for row in _rows_in(con, "SELECT id, content_id, scope, norm_chars, shingles, signature "
                                  "FROM contents WHERE id IN ({})", hids):
             history[row[0]] = row[1:]
         for content, split in _rows_in(con, "SELECT DISTINCT content, split FROM sources "
                                             "WHERE content IN ({})", hids):
             hist_splits[content].add(split)
-    history_pairs: list[tuple[int, int]] = []
-    for h in sorted(hist_hits):
-        _cid, scope, _nc, shingles, sig = history[h]
-        hsig = np.frombuffer(sig, dtype=np.uint16)
-        for j in sorted(hist_hits[h]):
-            i = long_nodes[j]
-            node = nodes[i]
-            if pool.content[node.content][1] != scope or node.split not in hist_splits[h] \
-                    or (h, node.split) in pool_nodes:
-                continue
-            raw_counts[j] += 1
-            lsh_pairs += 1
-            if _passes(sigs[j], sizes[j], hsig, shingles, threshold, agree_min):
-                history_pairs.append((i, h))
+    hist_candidates: list[tuple[int, int]] = []  # (slot, history content)
+    for h in sorted(hits):
+        for j in sorted(hits[h]):
+            split = nodes[long_nodes[j]].split
+            if pool.content[nodes[long_nodes[j]].content][1] == history[h][1] \
+                    and split in hist_splits[h] and (h, split) not in pool_nodes:
+                hist_candidates.append((j, h))
+                raw_counts[j] += 1
 
-    # max_candidates: exact distinct counts for the nodes whose raw count could exceed it
-    over = np.flatnonzero(raw_counts > config.max_candidates)
-    if len(over):
-        over_set = set(over.tolist())
+    # max_candidates: exact distinct counts for the slots whose upper bound exceeds it
+    over = set(np.flatnonzero(raw_counts > config.max_candidates).tolist())
+    if over:
+        per_slot: dict[int, set[int]] = defaultdict(set)
         for a, b in all_pairs.tolist():
-            if a in over_set:
-                per_node[a].add(b)
-            if b in over_set:
-                per_node[b].add(a)
-        for h, slots in hist_hits.items():
-            for j in slots & over_set:
-                node = nodes[long_nodes[j]]  # candidates only within one scope and split
-                if pool.content[node.content][1] == history[h][1] and node.split in hist_splits[h] \
-                        and (h, node.split) not in pool_nodes:
-                    per_node[j].add(-h)
-        for j in sorted(over_set):
-            if len(per_node[j]) > config.max_candidates:
-                raise _too_many(nodes[long_nodes[j]], pool, len(per_node[j]), config)
+            if a in over:
+                per_slot[a].add(b)
+            if b in over:
+                per_slot[b].add(a)
+        for j, h in hist_candidates:
+            if j in over:
+                per_slot[j].add(-h)
+        for j in sorted(over):
+            if len(per_slot[j]) > config.max_candidates:
+                raise too_many(j, len(per_slot[j]))
 
-    # filters on pool pairs (vectorized)
+    # the cheap filters
+    history_pairs = [(long_nodes[j], h) for j, h in hist_candidates
+                     if _passes(sigs[j], sizes[j], np.frombuffer(history[h][4], dtype=np.uint16),
+                                history[h][3], threshold, agree_min)]
     if len(all_pairs):
         kept = all_pairs[_filter_pairs(all_pairs, sigs, sizes, threshold, agree_min)]
         lut = np.asarray(long_nodes, dtype=np.int64)
@@ -378,7 +387,7 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         pool_pairs = pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]
     else:
         pool_pairs = np.zeros((0, 2), dtype=np.int64)
-    return Candidates(pool_pairs, history_pairs, history, lsh_pairs)
+    return Candidates(pool_pairs, history_pairs, history, len(all_pairs) + len(hist_candidates))
 
 
 def _too_many(node: Node, pool: Pool, count: int, config: NearDedupConfig) -> LimitExceeded:
