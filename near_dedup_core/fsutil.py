@@ -110,8 +110,12 @@ def verify_checksums(folder: Path, label: str) -> list[str]:
     sums = folder / CHECKSUMS
     if not sums.is_file():
         raise NearDedupError(f"{label} {folder}: {CHECKSUMS} is missing")
+    try:
+        text = sums.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise NearDedupError(f"{label} {folder}: {CHECKSUMS} is not UTF-8 text") from None
     listed: dict[str, str] = {}
-    for n, line in enumerate(sums.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         digest, sep, rel = line.partition("  ")
         if not sep or len(digest) != 64 or not rel:
             raise NearDedupError(f"{label} {folder}: {CHECKSUMS}:{n}: malformed line")

@@ -199,6 +199,8 @@ CASES = [
      "checksums.sha256 is missing"),
     ("checksums malformed", _edit_text("checksums.sha256", 1, b"not a checksum line\n"), False,
      "checksums.sha256:1: malformed line"),
+    ("checksums not UTF-8", lambda f: (f / "checksums.sha256").write_bytes(b"\xff\xfe\n"), False,
+     "checksums.sha256 is not UTF-8 text"),
     # checksums rewritten to match: consistency checks catch the edit
     ("file and its checksum deleted", lambda f: (f / "relations.jsonl").unlink(), True,
      "relations.jsonl is not listed in checksums.sha256"),
