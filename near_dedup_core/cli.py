@@ -140,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
     except NearDedupError as exc:
         print(f"near-dedup: error: {exc}", file=sys.stderr)
         return exc.exit_code
+    except OSError as exc:  # a path that cannot be read or written: bad input or state
+        where_ = f"{exc.filename}: " if exc.filename else ""
+        print(f"near-dedup: error: {where_}{exc.strerror or exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("near-dedup: interrupted", file=sys.stderr)
         return 130
