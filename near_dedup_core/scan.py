@@ -218,29 +218,23 @@ def _run_pairs(order, run_starts, run_sizes, raw_counts):
 
 
 @numba.njit(cache=True)
-def _filter_pairs(pairs, sigs, sizes, threshold, agree_min):
-    """Mask of pairs that pass the set-size ratio bound and the signature-agreement bound."""
-    keep = np.zeros(pairs.shape[0], dtype=np.bool_)
-    for k in range(pairs.shape[0]):
-        a = pairs[k, 0]
-        b = pairs[k, 1]
-        lo = min(sizes[a], sizes[b])
-        hi = max(sizes[a], sizes[b])
+def _filter_pairs(left, right, sigs_l, sizes_l, sigs_r, sizes_r, threshold, agree_min):
+    """Mask of pairs (sigs_l[left[k]], sigs_r[right[k]]) that pass the set-size ratio bound and
+    the signature-agreement bound."""
+    keep = np.zeros(left.shape[0], dtype=np.bool_)
+    for k in range(left.shape[0]):
+        a = left[k]
+        b = right[k]
+        lo = min(sizes_l[a], sizes_r[b])
+        hi = max(sizes_l[a], sizes_r[b])
         if lo < threshold * hi:
             continue
         agree = 0
-        for p in range(sigs.shape[1]):
-            if sigs[a, p] == sigs[b, p]:
+        for p in range(sigs_l.shape[1]):
+            if sigs_l[a, p] == sigs_r[b, p]:
                 agree += 1
         keep[k] = agree >= agree_min
     return keep
-
-
-def _passes(sig_a: np.ndarray, size_a: int, sig_b: np.ndarray, size_b: int,
-            threshold: float, agree_min: int) -> bool:
-    if min(size_a, size_b) < threshold * max(size_a, size_b):
-        return False
-    return int(np.count_nonzero(sig_a == sig_b)) >= agree_min
 
 
 def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray,
@@ -339,7 +333,9 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
 
     # history candidates: same scope, and indexed in the slot's split outside the pool
     pool_nodes = {(n.content, n.split) for n in nodes}
-    hits = _history_hits(con, keys, nodes, pool_nodes)
+    pool_ids = {p.package_id for p in pool.packages}
+    has_history = any(p["package_id"] not in pool_ids for p in pool.index_packages)
+    hits = _history_hits(con, keys, nodes, pool_nodes) if has_history else {}
     history: dict[int, tuple] = {}
     hist_splits: dict[int, set[str]] = defaultdict(set)
     if hits:
@@ -350,14 +346,40 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         for content, split in _rows_in(con, "SELECT DISTINCT content, split FROM sources "
                                             "WHERE content IN ({})", hids):
             hist_splits[content].add(split)
-    hist_candidates: list[tuple[int, int]] = []  # (slot, history content)
-    for h in sorted(hits):
-        for j in sorted(hits[h]):
-            split = nodes[long_nodes[j]].split
-            if pool.content[nodes[long_nodes[j]].content][1] == history[h][1] \
-                    and split in hist_splits[h] and (h, split) not in pool_nodes:
-                hist_candidates.append((j, h))
-                raw_counts[j] += 1
+    hist_candidates = np.zeros((0, 2), dtype=np.int64)  # (slot, history content)
+    hist_row: dict[int, int] = {}
+    hist_sigs = np.zeros((0, config.num_perm), dtype=np.uint16)
+    hist_sizes = np.zeros(0, dtype=np.int64)
+    if hits:
+        hids = np.asarray(sorted(hits), dtype=np.int64)
+        hist_row = {h: r for r, h in enumerate(hids.tolist())}
+        hist_sigs = np.zeros((len(hids), config.num_perm), dtype=np.uint16)
+        hist_sizes = np.zeros(len(hids), dtype=np.int64)
+        hist_scope = np.zeros(len(hids), dtype=np.int64)
+        for h, *row in _rows_in(con, "SELECT id, content_id, scope, norm_chars, shingles, "
+                                     "signature FROM contents WHERE id IN ({})", hids.tolist()):
+            history[h] = tuple(row)
+            r = hist_row[h]
+            hist_scope[r], hist_sizes[r] = row[1], row[3]
+            hist_sigs[r] = np.frombuffer(row[4], dtype=np.uint16)
+        split_id: dict[str, int] = {}
+        open_keys = []  # (history content, split) indexed outside the pool, as h * S + split
+        for content, split in _rows_in(con, "SELECT DISTINCT content, split FROM sources "
+                                            "WHERE content IN ({})", hids.tolist()):
+            if (content, split) not in pool_nodes:
+                open_keys.append((content, split_id.setdefault(split, len(split_id))))
+        slot_split = np.asarray([split_id.get(nodes[i].split, -1) for i in long_nodes], np.int64)
+        slot_scope = np.asarray([pool.content[nodes[i].content][1] for i in long_nodes], np.int64)
+        n_splits = max(len(split_id), 1)
+        valid = np.asarray([h * n_splits + sp for h, sp in open_keys], dtype=np.int64)
+        cand_h = np.repeat(hids, [len(hits[h]) for h in hids.tolist()])
+        cand_slot = np.fromiter((j for h in hids.tolist() for j in sorted(hits[h])),
+                                dtype=np.int64, count=len(cand_h))
+        ok = (slot_scope[cand_slot] == hist_scope[np.searchsorted(hids, cand_h)]) \
+            & (slot_split[cand_slot] >= 0) \
+            & np.isin(cand_h * n_splits + slot_split[cand_slot], valid)
+        hist_candidates = np.stack([cand_slot[ok], cand_h[ok]], axis=1)
+        np.add.at(raw_counts, hist_candidates[:, 0], 1)
 
     # max_candidates: exact distinct counts for the slots whose upper bound exceeds it
     over = set(np.flatnonzero(raw_counts > config.max_candidates).tolist())
@@ -368,7 +390,7 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
                 per_slot[a].add(b)
             if b in over:
                 per_slot[b].add(a)
-        for j, h in hist_candidates:
+        for j, h in hist_candidates.tolist():
             if j in over:
                 per_slot[j].add(-h)
         for j in sorted(over):
@@ -376,12 +398,15 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
                 raise too_many(j, len(per_slot[j]))
 
     # the cheap filters
-    history_pairs = [(long_nodes[j], h) for j, h in hist_candidates
-                     if _passes(sigs[j], sizes[j], np.frombuffer(history[h][4], dtype=np.uint16),
-                                history[h][3], threshold, agree_min)]
+    lut = np.asarray(long_nodes, dtype=np.int64)
+    rows = np.asarray([hist_row[h] for h in hist_candidates[:, 1].tolist()], dtype=np.int64)
+    passed = _filter_pairs(hist_candidates[:, 0], rows, sigs, sizes, hist_sigs, hist_sizes,
+                           threshold, agree_min)
+    history_pairs = list(zip(lut[hist_candidates[passed, 0]].tolist(),
+                             hist_candidates[passed, 1].tolist()))
     if len(all_pairs):
-        kept = all_pairs[_filter_pairs(all_pairs, sigs, sizes, threshold, agree_min)]
-        lut = np.asarray(long_nodes, dtype=np.int64)
+        kept = all_pairs[_filter_pairs(all_pairs[:, 0], all_pairs[:, 1], sigs, sizes, sigs, sizes,
+                                       threshold, agree_min)]
         pool_pairs = np.stack([lut[kept[:, 0]], lut[kept[:, 1]]], axis=1)
         pool_pairs.sort(axis=1)
         pool_pairs = pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]
