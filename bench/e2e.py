@@ -1,0 +1,240 @@
+"""End-to-end `near-dedup index` + `scan` at scale, through the CLI, under /usr/bin/time -v.
+
+For a pool package P (100k or 1M records from ``bench.build_corpus scale``):
+
+1. **pool** — for each ``--workers`` value: index P into a fresh index, scan P; wall, CPU, CPU
+   share and peak memory of each command; the report's jsonl files must be byte-identical
+   whatever the number of workers.
+2. **day N+1** (``--day``) — append a next-day package (5 % new content) to a copy of P's
+   index, and to an empty index: the cost should follow the new content, not the index size.
+3. **history** (``--history-pool``, a pool a tenth of P's size) — scan it against an index that
+   holds only itself, and against a copy of P's index it was appended to (history 10× its
+   size).
+4. **size** — index bytes on disk per input text byte (UTF-8 bytes of the records' ``text``).
+
+Commands run one at a time: the box has two cores and each command is meant to use both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from bench.build_corpus import OUT, ensure
+from bench.measure import Measurement, code_version, run, wall_clock
+
+ROOT = Path(__file__).resolve().parent.parent
+#: The shipped config.
+CONFIG = ROOT / "config" / "near-dedup.json"
+REPORT_FILES = ("decisions.jsonl", "relations.jsonl", "origins.jsonl")
+#: Presets: pool, next-day package (5 % of the pool, new content), history pool (a tenth).
+SCALES = {
+    "100k": ("pool-100k", "day-100k", "pool-10k"),
+    "1m": ("pool-1m", "day-1m", "pool-100k"),
+}
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def text_bytes(package: Path) -> tuple[int, int]:
+    """(records, UTF-8 bytes of the ``text`` fields) of a CPT package's data files."""
+    records = total = 0
+    for path in sorted((package / "data").rglob("*.jsonl")):
+        with open(path, "rb") as fh:
+            for line in fh:
+                rec = orjson.loads(line)
+                records += 1
+                total += len(rec.get("text", "").encode("utf-8", "surrogatepass"))
+    return records, total
+
+
+def index_bytes(index: Path) -> int:
+    return sum(p.stat().st_size for p in (index, index.with_name(index.name + "-wal"))
+               if p.exists())
+
+
+class Runner:
+    def __init__(self, out: Path, config: Path) -> None:
+        self.out = out
+        self.config = config
+        self.steps: list[dict] = []
+
+    def cli(self, name: str, index: Path, args: list[str]) -> Measurement:
+        cmd = [sys.executable, "-m", "near_dedup_core", "--index", str(index),
+               "--config", str(self.config), *args]
+        print(f"[{wall_clock()}] {name}: {' '.join(cmd[1:])}", flush=True)
+        m = run(cmd, self.out / "logs" / f"{name}.log", cwd=ROOT)
+        row = {"step": name, **m.as_dict()}
+        self.steps.append(row)
+        print(f"[{wall_clock()}] {name}: exit {m.returncode}, wall {m.wall_s:.1f} s, "
+              f"CPU {m.cpu_s:.1f} s ({m.cpu_share:.2f} cores), peak RSS {m.max_rss_process_mib:,.0f} "
+              f"MiB/process, {m.peak_tree_rss_mib:,.0f} MiB/tree; {m.stdout[-300:]}", flush=True)
+        if m.returncode != 0:
+            self.save({"failed_step": name})
+            raise SystemExit(f"e2e: step {name} failed with exit {m.returncode}: "
+                             f"{m.stderr_tail}")
+        return m
+
+    def save(self, extra: dict) -> None:
+        data = {"date": time.strftime("%Y-%m-%d"), "steps": self.steps, **extra}
+        (self.out / "e2e.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+
+
+def copy_index(src: Path, dst: Path) -> None:
+    for suffix in ("", "-wal"):
+        s = src.with_name(src.name + suffix)
+        if s.exists():
+            shutil.copyfile(s, dst.with_name(dst.name + suffix))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.splitlines()[0])
+    p.add_argument("--scale", choices=sorted(SCALES),
+                   help="preset: builds the packages if missing, sets pool/day/history/out")
+    p.add_argument("--pool", type=Path)
+    p.add_argument("--day", type=Path)
+    p.add_argument("--history-pool", type=Path)
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 1])
+    p.add_argument("--config", type=Path, default=CONFIG)
+    p.add_argument("--out", type=Path)
+    args = p.parse_args(argv)
+    if args.scale:
+        pool, day, history = ensure(*SCALES[args.scale])
+        args.pool, args.day, args.history_pool = pool, day, history
+        args.out = args.out or OUT / f"e2e-{args.scale}"
+    if args.pool is None or args.out is None:
+        p.error("give --scale, or --pool and --out")
+
+    if args.out.exists():
+        shutil.rmtree(args.out)
+    args.out.mkdir(parents=True)
+    r = Runner(args.out, args.config)
+    result: dict = {"pool": str(args.pool), "config": str(args.config),
+                    "workers": args.workers, "code": code_version(ROOT)}
+    records, pool_bytes = text_bytes(args.pool)
+    result.update(pool_records=records, pool_text_bytes=pool_bytes)
+
+    # 1. index + scan of the pool, per worker count.
+    digests: dict[int, dict[str, str]] = {}
+    main_index = None
+    for w in args.workers:
+        d = args.out / f"w{w}"
+        d.mkdir()
+        index = d / "index.sqlite"
+        mi = r.cli(f"pool-index-w{w}", index, ["index", "--inputs", str(args.pool),
+                                               "--workers", str(w)])
+        ms = r.cli(f"pool-scan-w{w}", index, ["scan", "--inputs", str(args.pool), "--output",
+                                              str(d / "report"), "--workers", str(w)])
+        digests[w] = {f: sha256(d / "report" / f) for f in REPORT_FILES}
+        manifest = orjson.loads((d / "report" / "manifest.json").read_bytes())
+        result[f"w{w}"] = {
+            "index_wall_s": mi.wall_s, "scan_wall_s": ms.wall_s,
+            "total_wall_s": mi.wall_s + ms.wall_s, "total_cpu_s": mi.cpu_s + ms.cpu_s,
+            "peak_tree_rss_mib": max(mi.peak_tree_rss_mib, ms.peak_tree_rss_mib),
+            "max_rss_process_mib": max(mi.max_rss_process_mib, ms.max_rss_process_mib),
+            "index_bytes": index_bytes(index), "counts": manifest.get("counts"),
+            "report_sha256": digests[w],
+        }
+        main_index = main_index or index
+        r.save(result)
+    result["reports_identical_across_workers"] = len({tuple(sorted(v.items()))
+                                                      for v in digests.values()}) == 1
+    result["index_bytes_per_text_byte"] = index_bytes(main_index) / pool_bytes
+    w = args.workers[0]
+    r.save(result)
+
+    # 2. Day N+1: append to the pool's index vs to an empty index.
+    if args.day:
+        day_records, day_bytes = text_bytes(args.day)
+        d = args.out / "day"
+        d.mkdir()
+        grown = d / "index-grown.sqlite"
+        copy_index(main_index, grown)
+        mg = r.cli("day-append-to-pool-index", grown, ["index", "--inputs", str(args.day),
+                                                       "--workers", str(w)])
+        me = r.cli("day-append-to-empty-index", d / "index-empty.sqlite",
+                   ["index", "--inputs", str(args.day), "--workers", str(w)])
+        result["day"] = {"records": day_records, "text_bytes": day_bytes,
+                         "append_to_pool_index_wall_s": mg.wall_s,
+                         "append_to_empty_index_wall_s": me.wall_s,
+                         "ratio": mg.wall_s / me.wall_s,
+                         "pool_index_wall_s_per_record": result[f"w{w}"]["index_wall_s"] / records,
+                         "day_wall_s_per_record": mg.wall_s / day_records,
+                         "index_growth_bytes": index_bytes(grown) - index_bytes(main_index)}
+        grown.unlink()
+        r.save(result)
+
+    # 3. History 10× the pool vs empty history.
+    if args.history_pool:
+        h_records, h_bytes = text_bytes(args.history_pool)
+        d = args.out / "history"
+        d.mkdir()
+        alone = d / "index-alone.sqlite"
+        r.cli("hist-index-alone", alone, ["index", "--inputs", str(args.history_pool),
+                                          "--workers", str(w)])
+        m0 = r.cli("hist-scan-empty-history", alone, ["scan", "--inputs", str(args.history_pool),
+                                                      "--output", str(d / "report-alone"),
+                                                      "--workers", str(w)])
+        big = d / "index-with-history.sqlite"
+        copy_index(main_index, big)
+        r.cli("hist-index-onto-pool-index", big, ["index", "--inputs", str(args.history_pool),
+                                                  "--workers", str(w)])
+        m1 = r.cli("hist-scan-with-history", big, ["scan", "--inputs", str(args.history_pool),
+                                                   "--output", str(d / "report-history"),
+                                                   "--workers", str(w)])
+        man1 = orjson.loads((d / "report-history" / "manifest.json").read_bytes())
+        result["history"] = {"pool_records": h_records, "history_records": records,
+                             "scan_empty_history_wall_s": m0.wall_s,
+                             "scan_with_history_wall_s": m1.wall_s,
+                             "ratio": m1.wall_s / m0.wall_s,
+                             "counts_with_history": man1.get("counts")}
+        big.unlink()
+        r.save(result)
+
+    r.save(result)
+    print_table(result)
+
+
+def print_table(result: dict) -> None:
+    print(f"\npool {result['pool']}: {result['pool_records']:,} records, "
+          f"{result['pool_text_bytes'] / 1e6:,.0f} MB text")
+    print("| workers | index wall | scan wall | index+scan wall | CPU | peak RSS (tree / largest "
+          "process) | excluded |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    for w in result["workers"]:
+        x = result[f"w{w}"]
+        excl = (x.get("counts") or {}).get("exclude")
+        print(f"| {w} | {x['index_wall_s']:.1f} s | {x['scan_wall_s']:.1f} s | "
+              f"{x['total_wall_s']:.1f} s | {x['total_cpu_s']:.1f} s | "
+              f"{x['peak_tree_rss_mib']:,.0f} / {x['max_rss_process_mib']:,.0f} MiB | "
+              f"{excl if excl is None else format(excl, ',')} |")
+    print(f"\nreport jsonl byte-identical across workers {result['workers']}: "
+          f"{result['reports_identical_across_workers']}; index size per input text byte: "
+          f"{result['index_bytes_per_text_byte']:.3f}")
+    if "day" in result:
+        d = result["day"]
+        print(f"day N+1 ({d['records']:,} records): append to pool index {d['append_to_pool_index_wall_s']:.1f} s, "
+              f"to empty index {d['append_to_empty_index_wall_s']:.1f} s (ratio {d['ratio']:.2f}); "
+              f"{1e3 * d['day_wall_s_per_record']:.2f} ms/record vs "
+              f"{1e3 * d['pool_index_wall_s_per_record']:.2f} ms/record for the pool")
+    if "history" in result:
+        h = result["history"]
+        print(f"history: scan of {h['pool_records']:,} records with {h['history_records']:,} "
+              f"in history {h['scan_with_history_wall_s']:.1f} s vs empty history "
+              f"{h['scan_empty_history_wall_s']:.1f} s (ratio {h['ratio']:.2f})")
+
+
+if __name__ == "__main__":
+    main()

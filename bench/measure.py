@@ -1,0 +1,144 @@
+"""Run one command and measure it: wall, user and system CPU, CPU share and peak memory.
+
+``/usr/bin/time -v`` (Debian package ``time``) gives wall, CPU and the peak RSS of the largest
+single process, but only of processes that the command waits for: workers started through a
+multiprocessing forkserver are children of the forkserver, which nobody reaps, so their CPU and
+memory never reach ``time``. The process tree is therefore also sampled every 0.2 s with
+psutil: summed RSS (an upper bound: pages shared between processes count once per process) and
+the CPU time last seen of every process that ever appeared in the tree.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import psutil
+
+TIME = "/usr/bin/time"
+
+
+@dataclass
+class Measurement:
+    command: list[str]
+    returncode: int
+    wall_s: float
+    user_s: float
+    sys_s: float
+    cpu_percent: float
+    max_rss_process_mib: float
+    peak_tree_rss_mib: float
+    tree_cpu_s: float
+    stdout: str
+    stderr_tail: str
+
+    @property
+    def cpu_s(self) -> float:
+        """CPU seconds of the whole tree: the larger of time's count and the sampled one."""
+        return max(self.user_s + self.sys_s, self.tree_cpu_s)
+
+    @property
+    def cpu_share(self) -> float:
+        """Average number of busy cores (2.0 = both cores all the time)."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["cpu_s"] = self.cpu_s
+        d["cpu_share"] = self.cpu_share
+        return d
+
+
+def _sample_tree(proc: psutil.Process, cpu_seen: dict[int, float]) -> int:
+    """Summed RSS of the tree now; records each process's CPU seconds in ``cpu_seen``."""
+    total = 0
+    try:
+        procs = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    for p in procs:
+        try:
+            with p.oneshot():
+                total += p.memory_info().rss
+                t = p.cpu_times()
+                cpu_seen[p.pid] = t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def _parse_time_v(text: str) -> dict[str, float]:
+    def grab(label: str) -> str:
+        m = re.search(rf"^\s*{re.escape(label)}: (.+)$", text, re.MULTILINE)
+        if not m:
+            raise RuntimeError(f"measure: '{label}' not in /usr/bin/time output")
+        return m.group(1).strip()
+
+    wall = grab("Elapsed (wall clock) time (h:mm:ss or m:ss)")
+    seconds = 0.0
+    for part in wall.split(":"):
+        seconds = seconds * 60 + float(part)
+    return {
+        "wall_s": seconds,
+        "user_s": float(grab("User time (seconds)")),
+        "sys_s": float(grab("System time (seconds)")),
+        "cpu_percent": float(grab("Percent of CPU this job got").rstrip("%") or 0),
+        "max_rss_process_mib": int(grab("Maximum resident set size (kbytes)")) / 1024,
+    }
+
+
+def run(command: list[str], log: Path, cwd: Path | None = None) -> Measurement:
+    """Run ``command`` under ``/usr/bin/time -v``; its stderr (progress, then the time report)
+    goes to ``log``. Returns the measurement; a non-zero exit is recorded, not raised."""
+    if shutil.which(TIME) is None:
+        raise SystemExit("measure: /usr/bin/time is missing: apt-get install time")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    peak = 0
+    cpu_seen: dict[int, float] = {}
+    with open(log, "w", encoding="utf-8") as err:
+        proc = subprocess.Popen([TIME, "-v", *command], cwd=cwd, stdout=subprocess.PIPE,
+                                stderr=err, text=True)
+        ps = psutil.Process(proc.pid)
+        stop = threading.Event()
+
+        def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, _sample_tree(ps, cpu_seen))
+                stop.wait(0.2)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        stdout, _ = proc.communicate()
+        stop.set()
+        sampler.join()
+    text = log.read_text(encoding="utf-8", errors="replace")
+    stats = _parse_time_v(text)
+    # The tree includes /usr/bin/time itself (~2 MiB); it is left in.
+    before_report = text.split("\tCommand being timed:")[0].strip().splitlines()
+    return Measurement(command=command, returncode=proc.returncode, stdout=stdout.strip(),
+                       peak_tree_rss_mib=peak / 2**20, tree_cpu_s=sum(cpu_seen.values()),
+                       stderr_tail="\n".join(before_report[-3:]),
+                       **stats)
+
+
+def code_version(root: Path) -> dict:
+    """Which code was measured: git HEAD and a digest of the near_dedup_core sources (the work
+    tree may hold changes not yet committed)."""
+    import hashlib
+
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                          text=True).stdout.strip()
+    h = hashlib.sha256()
+    for path in sorted((root / "near_dedup_core").glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return {"git_head": head, "near_dedup_core_sha256": h.hexdigest()[:16]}
+
+
+def wall_clock() -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S")
