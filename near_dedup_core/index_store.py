@@ -160,6 +160,16 @@ class TextReader:
         return dctx.decompress(blob).decode()
 
 
+SQL_IN = 900  # ids per ``IN (…)`` list, under SQLite's bound-parameter limit
+
+
+def rows_in(con: sqlite3.Connection, sql: str, ids: list[int]) -> Iterator[tuple]:
+    """Rows of ``sql`` (one ``{}`` standing for the id list) over ``ids``, in slices."""
+    for i in range(0, len(ids), SQL_IN):
+        part = ids[i:i + SQL_IN]
+        yield from con.execute(sql.format(",".join("?" * len(part))), part)
+
+
 def insert_sql(table: Table) -> str:
     """The plain ``INSERT INTO t (cols…) VALUES (?, …)`` for executemany on raw tuples."""
     cols = ", ".join(c.name for c in table.columns)

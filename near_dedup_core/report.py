@@ -23,6 +23,7 @@ byte-identical files. The folder appears atomically.
 
 from __future__ import annotations
 
+import bisect
 import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ import orjson
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.index_store import rows_in
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import atomic_dir, verify_checksums, write_checksums, write_json, write_jsonl
 
@@ -90,11 +92,9 @@ def _ref(s) -> dict:
 
 def _outside_sources(con: sqlite3.Connection, pool, contents: set[int]) -> dict[tuple[int, str], list[dict]]:
     """(content, split) -> sources outside the pool, sorted."""
-    from near_dedup_core.scan import _rows_in
-
     pool_ids = {p.package_id for p in pool.packages}
     found: dict[tuple[int, str], list[dict]] = defaultdict(list)
-    for content, pid, sid, split in _rows_in(
+    for content, pid, sid, split in rows_in(
             con, "SELECT s.content, p.package_id, s.sample_id, s.split FROM sources s "
                  "JOIN packages p ON p.id = s.package WHERE s.content IN ({})", sorted(contents)):
         if pid not in pool_ids:
@@ -144,15 +144,12 @@ def _relations(con, pool, nodes, near, hist, history) -> list[dict]:
 
 
 def _histogram(values: list[float]) -> dict[str, int]:
+    """Counts of Jaccard values per bin of HISTOGRAM_BINS (the last bin includes 1.0)."""
     edges = HISTOGRAM_BINS
-    counts = {f"{edges[i]:.2f}-{edges[i + 1]:.2f}": 0 for i in range(len(edges) - 1)}
-    keys = list(counts)
+    labels = [f"{edges[i]:.2f}-{edges[i + 1]:.2f}" for i in range(len(edges) - 1)]
+    counts = dict.fromkeys(labels, 0)
     for v in values:
-        for i in range(len(edges) - 1):
-            if v < edges[i + 1] or i == len(edges) - 2:
-                if v >= edges[i] or i == 0:
-                    counts[keys[i]] += 1
-                break
+        counts[labels[min(max(bisect.bisect_right(edges, v) - 1, 0), len(labels) - 1)]] += 1
     return counts
 
 

@@ -46,7 +46,6 @@ from near_dedup_core.progress import Progress
 from near_dedup_core.signature import MinHasher, band_keys, exact_jaccard
 
 VERIFY_CHUNK = 20_000
-SQL_IN = 900
 
 
 def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
@@ -93,13 +92,6 @@ class Pool:
     index_contents: int
 
 
-def _rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int]):
-    """Run ``sql`` (with one ``{}`` placeholder list) over ``ids`` in slices."""
-    for i in range(0, len(ids), SQL_IN):
-        part = ids[i:i + SQL_IN]
-        yield from con.execute(sql.format(",".join("?" * len(part))), part)
-
-
 def _verify_files(pkgs: list[Package]) -> None:
     jobs = [(pkg, entry) for pkg in pkgs for entry in pkg.files]
     with ThreadPoolExecutor(max_workers=2) as ex:
@@ -133,7 +125,7 @@ def load_pool(con: sqlite3.Connection, index_path: Path, pkgs: list[Package]) ->
                                   sha, domain, source, content))
     ids = sorted({s.content for s in samples})
     content = {}
-    for row in _rows_in(con, "SELECT id, content_id, scope, batch, norm_chars, shingles, "
+    for row in db.rows_in(con, "SELECT id, content_id, scope, batch, norm_chars, shingles, "
                              "signature FROM contents WHERE id IN ({})", ids):
         content[row[0]] = row[1:]
     labels = dict(con.execute("SELECT id, label FROM scopes"))
@@ -337,15 +329,6 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
     has_history = any(p["package_id"] not in pool_ids for p in pool.index_packages)
     hits = _history_hits(con, keys, nodes, pool_nodes) if has_history else {}
     history: dict[int, tuple] = {}
-    hist_splits: dict[int, set[str]] = defaultdict(set)
-    if hits:
-        hids = sorted(hits)
-        for row in _rows_in(con, "SELECT id, content_id, scope, norm_chars, shingles, signature "
-                                 "FROM contents WHERE id IN ({})", hids):
-            history[row[0]] = row[1:]
-        for content, split in _rows_in(con, "SELECT DISTINCT content, split FROM sources "
-                                            "WHERE content IN ({})", hids):
-            hist_splits[content].add(split)
     hist_candidates = np.zeros((0, 2), dtype=np.int64)  # (slot, history content)
     hist_row: dict[int, int] = {}
     hist_sigs = np.zeros((0, config.num_perm), dtype=np.uint16)
@@ -356,7 +339,7 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         hist_sigs = np.zeros((len(hids), config.num_perm), dtype=np.uint16)
         hist_sizes = np.zeros(len(hids), dtype=np.int64)
         hist_scope = np.zeros(len(hids), dtype=np.int64)
-        for h, *row in _rows_in(con, "SELECT id, content_id, scope, norm_chars, shingles, "
+        for h, *row in db.rows_in(con, "SELECT id, content_id, scope, norm_chars, shingles, "
                                      "signature FROM contents WHERE id IN ({})", hids.tolist()):
             history[h] = tuple(row)
             r = hist_row[h]
@@ -364,7 +347,7 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
             hist_sigs[r] = np.frombuffer(row[4], dtype=np.uint16)
         split_id: dict[str, int] = {}
         open_keys = []  # (history content, split) indexed outside the pool, as h * S + split
-        for content, split in _rows_in(con, "SELECT DISTINCT content, split FROM sources "
+        for content, split in db.rows_in(con, "SELECT DISTINCT content, split FROM sources "
                                             "WHERE content IN ({})", hids.tolist()):
             if (content, split) not in pool_nodes:
                 open_keys.append((content, split_id.setdefault(split, len(split_id))))
@@ -442,7 +425,7 @@ def verify_pairs(index_path: str, params: tuple, pairs: list[tuple[int, int]],
     ids = sorted({c for pair in pairs for c in pair})
     reader = db.TextReader(con)
     texts: dict[int, str] = {}
-    for cid, blob, dictionary in _rows_in(
+    for cid, blob, dictionary in db.rows_in(
             con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
         texts[cid] = reader.text(blob, dictionary)
     order = sorted(texts)
