@@ -62,6 +62,20 @@ def read_json_object(path: Path, label: str) -> dict:
     return raw
 
 
+def iter_json_objects(folder: Path, rel: str, label: str) -> Iterator[tuple[int, dict]]:
+    """(line number, object) of a JSONL file; a line that is not a JSON object is one line
+    ``<label>: <rel>:<n>: …``."""
+    with open(folder / rel, "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            try:
+                obj = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                raise NearDedupError(f"{label}: {rel}:{n}: not valid JSON") from None
+            if not isinstance(obj, dict):
+                raise NearDedupError(f"{label}: {rel}:{n}: not a JSON object")
+            yield n, obj
+
+
 def is_within(path: Path, folder: Path) -> bool:
     try:
         path.resolve().relative_to(folder.resolve())

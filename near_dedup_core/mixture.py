@@ -88,6 +88,7 @@ from near_dedup_core.compare import compared_text
 from near_dedup_core.config import validate_model
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
+    iter_json_objects,
     read_json_object,
     CHECKSUMS,
     atomic_dir,
@@ -853,17 +854,12 @@ def _load_json(path: Path, label: str) -> dict:
 
 
 def _iter_data_lines(folder: Path, rel: str, label: str) -> Iterator[tuple[int, dict]]:
-    with open(folder / rel, "rb") as fh:
-        for n, raw in enumerate(fh, 1):
-            try:
-                obj = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                raise NearDedupError(f"{label}: {rel}:{n}: not valid JSON") from None
-            origin = obj.get("origin") if isinstance(obj, dict) else None
-            if not isinstance(origin, dict) or not isinstance(origin.get("package_id"), str) \
-                    or not isinstance(origin.get("sample_id"), str):
-                raise NearDedupError(f"{label}: {rel}:{n}: no origin {{package_id, sample_id}}")
-            yield n, obj
+    for n, obj in iter_json_objects(folder, rel, label):
+        origin = obj.get("origin")
+        if not isinstance(origin, dict) or not isinstance(origin.get("package_id"), str) \
+                or not isinstance(origin.get("sample_id"), str):
+            raise NearDedupError(f"{label}: {rel}:{n}: no origin {{package_id, sample_id}}")
+        yield n, obj
 
 
 def _parse(model: type[BaseModel], obj: object, label: str, name: str):

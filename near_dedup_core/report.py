@@ -36,7 +36,8 @@ from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.index_store import rows_in
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import atomic_dir, verify_checksums, write_checksums, write_json, write_jsonl
+from near_dedup_core.fsutil import (atomic_dir, iter_json_objects, verify_checksums,
+                                    write_checksums, write_json, write_jsonl)
 
 FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1
@@ -240,15 +241,7 @@ def load_manifest(path: str | Path) -> dict:
 
 
 def _iter_jsonl(path: Path, name: str) -> Iterator[dict]:
-    with open(path / name, "rb") as fh:
-        for n, line in enumerate(fh, 1):
-            try:
-                row = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                raise NearDedupError(f"report {path}: {name}:{n}: not valid JSON") from None
-            if not isinstance(row, dict):
-                raise NearDedupError(f"report {path}: {name}:{n}: not a JSON object")
-            yield row
+    return (row for _, row in iter_json_objects(path, name, f"report {path}"))
 
 
 def _require_fields(path: Path, name: str, rows: list[dict], fields: tuple[str, ...]) -> None:
