@@ -1,16 +1,20 @@
-"""Shared test helpers: write snapshot packages from record lists, run the CLI in-process.
+"""Shared test helpers: write snapshot packages from record lists, run the CLI in-process,
+real prose (stdlib docstring paragraphs) and the word edits that make near duplicates of it.
 
 Import them in a test module with ``from conftest import make_package, run_cli``.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import gzip
 import hashlib
 import io
 import json
+import sysconfig
 from collections.abc import Callable
+from functools import lru_cache
 from pathlib import Path
 
 import orjson
@@ -84,3 +88,43 @@ def tree_bytes(folder: Path) -> dict[str, bytes]:
     """Every file below ``folder`` by relative path, to assert that nothing changed."""
     return {p.relative_to(folder).as_posix(): p.read_bytes()
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+# --------------------------------------------------------------------------- real prose
+
+
+@lru_cache(maxsize=1)
+def stdlib_paragraphs(min_chars: int = 300) -> tuple[str, ...]:
+    """Distinct paragraphs (whitespace collapsed) of at least ``min_chars`` characters from the
+    module, class and function docstrings of the top-level stdlib modules, in file order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    seen: dict[str, None] = {}
+    for path in sorted(root.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        nodes = [tree, *(n for n in tree.body
+                         if isinstance(n, (ast.FunctionDef, ast.ClassDef)))]
+        for node in nodes:
+            for para in (ast.get_docstring(node) or "").split("\n\n"):
+                para = " ".join(para.split())
+                if len(para) >= min_chars:
+                    seen.setdefault(para)
+    paragraphs = tuple(seen)
+    assert len(paragraphs) >= 200, "the stdlib should give a few hundred long paragraphs"
+    return paragraphs
+
+
+def reverse_every(text: str, every: int) -> str:
+    """Reverse every ``every``-th word if it is alphabetic and longer than two letters (one
+    edited word each; numbers are left alone so the numeric guard is not involved)."""
+    words = text.split(" ")
+    return " ".join(w[::-1] if i % every == every - 1 and len(w) > 2 and w.isalpha() else w
+                    for i, w in enumerate(words))
+
+
+def drop_every(text: str, every: int) -> str:
+    """Delete every ``every``-th word if it is alphabetic."""
+    return " ".join(w for i, w in enumerate(text.split(" "))
+                    if i % every != every - 1 or not w.isalpha())

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import REPO, SAMPLES, make_package, run_cli, tree_bytes, update_manifest
-from test_signature import drop_every, reverse_every, stdlib_paragraphs
+from conftest import drop_every, reverse_every, stdlib_paragraphs
 
 from near_dedup_core import ALGORITHM_VERSION, index_store, ingest
 from near_dedup_core.compare import content_id, cpt_scope

@@ -8,7 +8,6 @@ across processes and across ``index --workers``.
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
@@ -16,14 +15,13 @@ import os
 import sqlite3
 import subprocess
 import sys
-import sysconfig
 import unicodedata
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, make_package, run_cli
+from conftest import REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs
 from datasketch import MinHash
 
 from near_dedup_core import ALGORITHM_VERSION, ingest
@@ -36,43 +34,6 @@ NUM_PERM = 128
 
 
 # --------------------------------------------------------------------------- real prose
-
-
-@lru_cache(maxsize=1)
-def stdlib_paragraphs(min_chars: int = 300) -> tuple[str, ...]:
-    """Distinct paragraphs (whitespace collapsed) of at least ``min_chars`` characters from the
-    module, class and function docstrings of the top-level stdlib modules, in file order."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    seen: dict[str, None] = {}
-    for path in sorted(root.glob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        nodes = [tree, *(n for n in tree.body
-                         if isinstance(n, (ast.FunctionDef, ast.ClassDef)))]
-        for node in nodes:
-            for para in (ast.get_docstring(node) or "").split("\n\n"):
-                para = " ".join(para.split())
-                if len(para) >= min_chars:
-                    seen.setdefault(para)
-    paragraphs = tuple(seen)
-    assert len(paragraphs) >= 200, "the stdlib should give a few hundred long paragraphs"
-    return paragraphs
-
-
-def reverse_every(text: str, every: int) -> str:
-    """Reverse every ``every``-th word if it is alphabetic and longer than two letters (one
-    edited word each; numbers are left alone so the numeric guard is not involved)."""
-    words = text.split(" ")
-    return " ".join(w[::-1] if i % every == every - 1 and len(w) > 2 and w.isalpha() else w
-                    for i, w in enumerate(words))
-
-
-def drop_every(text: str, every: int) -> str:
-    """Delete every ``every``-th word if it is alphabetic."""
-    return " ".join(w for i, w in enumerate(text.split(" "))
-                    if i % every != every - 1 or not w.isalpha())
 
 
 def string_shingles(normalized: str, k: int = K) -> set[str]:
