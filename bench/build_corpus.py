@@ -37,6 +37,8 @@ import orjson
 from bench import reprints
 from bench.sources import FAMILIES
 
+from near_dedup_core.fsutil import sha256_file
+
 CORPUS = Path("bench/corpus")
 OUT = Path("bench/out")
 REAL = CORPUS / "real.jsonl"
@@ -65,14 +67,6 @@ def write_jsonl(path: Path, rows) -> int:
             n += 1
     tmp.replace(path)
     return n
-
-
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def collect_real(max_chars: int = MAX_CHARS) -> tuple[list[dict], dict]:
@@ -109,7 +103,7 @@ def cmd_real(args: argparse.Namespace) -> None:
     chars.sort()
     total_bytes = sum(len(d["text"].encode("utf-8", "surrogatepass")) for d in docs)
     print(orjson.dumps({
-        "docs": n, "text_bytes": total_bytes, "sha256": sha256_of(args.out), "mean_chars": round(sum(chars) / n),
+        "docs": n, "text_bytes": total_bytes, "sha256": sha256_file(args.out), "mean_chars": round(sum(chars) / n),
         "median_chars": chars[n // 2], "by_family": stats,
         "seconds": round(time.monotonic() - t0, 1), "output": str(args.out),
     }, option=orjson.OPT_INDENT_2).decode())
@@ -144,7 +138,7 @@ def cmd_set20k(args: argparse.Namespace) -> None:
     n = write_jsonl(args.out, docs)
     mean = sum(len(d["text"]) for d in docs) / n
     print(f"set20k: {n} docs ({args.n_real} real + {args.n_reprints} reprints), "
-          f"mean {mean:,.0f} chars -> {args.out} (sha256 {sha256_of(args.out)[:16]}…)")
+          f"mean {mean:,.0f} chars -> {args.out} (sha256 {sha256_file(args.out)[:16]}…)")
 
 
 def family(doc: dict) -> str:

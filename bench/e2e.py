@@ -18,7 +18,6 @@ Commands run one at a time: the box has two cores and each command is meant to u
 from __future__ import annotations
 
 import argparse
-import hashlib
 import shutil
 import sys
 import time
@@ -29,6 +28,8 @@ import orjson
 from bench.build_corpus import OUT, ensure
 from bench.measure import Measurement, code_version, run, wall_clock
 
+from near_dedup_core.fsutil import sha256_file
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The shipped config.
 CONFIG = ROOT / "config" / "near-dedup.json"
@@ -38,14 +39,6 @@ SCALES = {
     "100k": ("pool-100k", "day-100k", "pool-10k"),
     "1m": ("pool-1m", "day-1m", "pool-100k"),
 }
-
-
-def sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(1 << 20):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def text_bytes(package: Path) -> tuple[int, int]:
@@ -137,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
                                                "--workers", str(w)])
         ms = r.cli(f"pool-scan-w{w}", index, ["scan", "--inputs", str(args.pool), "--output",
                                               str(d / "report"), "--workers", str(w)])
-        digests[w] = {f: sha256(d / "report" / f) for f in REPORT_FILES}
+        digests[w] = {f: sha256_file(d / "report" / f) for f in REPORT_FILES}
         manifest = orjson.loads((d / "report" / "manifest.json").read_bytes())
         result[f"w{w}"] = {
             "index_wall_s": mi.wall_s, "scan_wall_s": ms.wall_s,

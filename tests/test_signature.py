@@ -201,17 +201,10 @@ def test_seed_and_shingle_size_change_signatures():
 
 
 _CHILD = """
-import hashlib, json, sys
-from near_dedup_core.signature import MinHasher, band_keys, stored_values
-texts = json.load(open(sys.argv[1], encoding="utf-8"))
-hasher = MinHasher(128, 1, 5)
-sigs, sizes = hasher.signatures_and_sizes(texts)
-h = hashlib.sha256(sigs.tobytes())
-h.update(sizes.tobytes())
-h.update(band_keys(stored_values(sigs), 16, 8).tobytes())
-for s in hasher.shingle_sets(texts):
-    h.update(s.tobytes())
-print(h.hexdigest())
+import json, sys
+sys.path.insert(0, sys.argv[2])
+from test_signature import _digest
+print(_digest(json.load(open(sys.argv[1], encoding="utf-8"))))
 """
 
 
@@ -233,7 +226,8 @@ def test_signatures_are_identical_across_processes(tmp_path):
     children = []
     for hash_seed in ("1", "2"):  # str hashing randomization must not matter
         env = {**os.environ, "PYTHONPATH": str(REPO), "PYTHONHASHSEED": hash_seed}
-        children.append(subprocess.Popen([sys.executable, "-c", _CHILD, str(path)], env=env,
+        children.append(subprocess.Popen([sys.executable, "-c", _CHILD, str(path),
+                                          str(Path(__file__).parent)], env=env,
                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                          text=True))
     digests = []
