@@ -59,25 +59,24 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
+def _joined_docstrings(node: ast.Module | ast.ClassDef) -> str:
+    """The node's docstring and those of its direct functions, as ``name: doc`` paragraphs."""
+    parts = [ast.get_docstring(node, clean=True) or ""]
+    for sub in node.body:
+        if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(sub, clean=True)
+            if doc:
+                parts.append(f"{sub.name}: {doc}")
+    return "\n\n".join(p for p in parts if p)
+
+
 def _docstring_docs(tree: ast.Module) -> Iterator[tuple[str, str]]:
     """(qualname, text) per module (module + top-level function docstrings) and per class
     (class + method docstrings): the unit a reader of ``help()`` sees."""
-    parts = [ast.get_docstring(tree, clean=True) or ""]
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            doc = ast.get_docstring(node, clean=True)
-            if doc:
-                parts.append(f"{node.name}: {doc}")
-    yield "", "\n\n".join(p for p in parts if p)
+    yield "", _joined_docstrings(tree)
     for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
-            cparts = [ast.get_docstring(node, clean=True) or ""]
-            for sub in node.body:
-                if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    doc = ast.get_docstring(sub, clean=True)
-                    if doc:
-                        cparts.append(f"{sub.name}: {doc}")
-            yield node.name, "\n\n".join(p for p in cparts if p)
+            yield node.name, _joined_docstrings(node)
 
 
 def stdlib_docstrings(root: Path | None = None) -> Iterator[Doc]:

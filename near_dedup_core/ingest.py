@@ -373,7 +373,8 @@ def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: 
         conn.execute(insert(db.batches).values(
             seq=seq, created_at=_now(), tool_version=__version__,
             packages=orjson.dumps([p.package_id for p in new]).decode()))
-        rowids: dict[str, int] = {pid: r for pid, (r, _) in indexed.items()}
+        indexed_rowids = {pid: r for pid, (r, _) in indexed.items()}
+        rowids = dict(indexed_rowids)
         for pkg in new:
             rowids[pkg.package_id] = conn.execute(insert(db.packages).values(
                 package_id=pkg.package_id, kind=pkg.kind, manifest_sha256=pkg.manifest_sha256,
@@ -387,7 +388,7 @@ def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: 
         with _executor(workers) as executor:
             writer = _BatchWriter(conn, config, seq, executor, workers, kind, bar)
             targets = {d for p in new for d in p.depends_on}
-            writer.track_targets(targets, {pid: r for pid, (r, _) in indexed.items()})
+            writer.track_targets(targets, indexed_rowids)
             tokenizers = {p.package_id: p.tokenizer for p in pkgs}
             chunk: list[Record] = []
             chunk_rowids: list[int] = []
