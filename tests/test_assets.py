@@ -385,6 +385,38 @@ def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance
     assert "data/train/part-00000.jsonl" in check.description
 
 
+def test_checks_executed_alone_without_a_partition_verify_the_latest_day(
+        tmp_path, snapshots, instance):
+    """The UI's "Execute" button on a check launches a run without a partition."""
+    settings = settings_for(tmp_path, snapshots)
+
+    def execute_checks_alone():
+        result = dg.materialize(GRAPH, resources={"release": settings}, instance=instance,
+                                raise_on_error=False, selection=dg.AssetSelection.checks(
+                                    *RELEASE_CHECKS))
+        return result, check_results(result)
+
+    result, checks = execute_checks_alone()
+    assert result.success
+    assert checks["report_checksums"].passed and checks["mixture_verify"].passed
+    assert "nothing to verify" in checks["report_checksums"].description
+
+    assert release(DAYS[0], settings, instance).success
+    result, checks = execute_checks_alone()
+    assert result.success
+    assert checks["report_checksums"].passed
+    assert checks["report_checksums"].metadata["day"].value == DAYS[0]
+    assert checks["report_checksums"].description.startswith(
+        f"report {settings.report_dir(DAYS[0])}: OK")
+
+    decisions = settings.report_dir(DAYS[0]) / "decisions.jsonl"
+    decisions.write_bytes(decisions.read_bytes() + b"\n")
+    result, checks = execute_checks_alone()
+    assert not checks["report_checksums"].passed
+    assert "decisions.jsonl does not match its sha256" in checks["report_checksums"].description
+    assert checks["mixture_verify"].passed
+
+
 # --------------------------------------------------------------------------- near-dedup off
 
 
