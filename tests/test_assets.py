@@ -7,9 +7,13 @@ near duplicates inside a day and across days so that history matters.
 
 import json
 import logging
+import os
 import random
+import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import textwrap
 import time
 from datetime import datetime, timezone
@@ -30,7 +34,12 @@ from near_dedup_assets.checks import RELEASE_CHECKS
 from near_dedup_assets.definitions import build_defs, defs
 from near_dedup_assets.jobs import build_release_schedule, release_day_for_tick
 from near_dedup_assets.partitions import release_days
-from near_dedup_assets.resources import ReleaseSettings, settings_from_env
+from near_dedup_assets.resources import (
+    ReleaseSettings,
+    release_settings_at_run_start,
+    settings_from_env,
+)
+from near_dedup_core.errors import NearDedupError
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.report import load_manifest, verify_report
 
@@ -178,12 +187,63 @@ def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule()
     assert defs.resolve_schedule_def("daily_release_schedule").cron_schedule == "0 2 * * *"
 
 
-def test_settings_bind_environment_variables():
-    settings = settings_from_env({"NEAR_DEDUP_SNAPSHOT_ROOT": "/x", "NEAR_DEDUP_WORKERS": "3"})
-    assert isinstance(settings.snapshot_root, dg.EnvVar)
-    assert settings.snapshot_root.env_var_name == "NEAR_DEDUP_SNAPSHOT_ROOT"
-    assert getattr(settings.workers, "name", None) == "NEAR_DEDUP_WORKERS"
+def test_settings_come_from_environment_variables_and_are_validated():
+    config = str(REPO / "config" / "near-dedup.json")
+    settings = settings_from_env({"NEAR_DEDUP_SNAPSHOT_ROOT": "/x", "NEAR_DEDUP_WORKERS": "3",
+                                  "NEAR_DEDUP_CONFIG": config})
+    assert (settings.snapshot_root, settings.workers) == ("/x", 3)
     assert settings.kind == "cpt"  # unset: the default
+    for name, value, message in [
+            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid "
+                                          "integer"),
+            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': expected cpt or sft"),
+            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': expected true or "
+                                            "false"),
+            ("NEAR_DEDUP_CONFIG", "/nowhere/near-dedup.json", "/nowhere/near-dedup.json")]:
+        with pytest.raises(NearDedupError, match=re.escape(message)):
+            settings_from_env({"NEAR_DEDUP_CONFIG": config, name: value})
+
+
+def test_a_bad_setting_stops_the_code_location_from_loading(tmp_path):
+    (tmp_path / ".env").write_text("NEAR_DEDUP_KIND=pretrain\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEAR_DEDUP_")}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run([sys.executable, "-c", "import near_dedup_assets.definitions"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines()[-1] == (
+        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': expected cpt or sft")
+
+
+def test_an_edited_env_file_counts_from_the_next_run(tmp_path, snapshots, instance,
+                                                    monkeypatch):
+    """The code location's resource reads `.env` when each run starts (no reload needed)."""
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.startswith("NEAR_DEDUP_")]:
+        monkeypatch.delenv(name)
+    env_file = tmp_path / ".env"
+
+    def write_env(snapshot_root: Path) -> None:
+        env_file.write_text(f"NEAR_DEDUP_SNAPSHOT_ROOT={snapshot_root}\n"
+                            f"NEAR_DEDUP_CONFIG={REPO / 'config' / 'near-dedup.json'}\n",
+                            encoding="utf-8")
+
+    def validate_day():
+        return dg.materialize(GRAPH, partition_key=DAYS[0], instance=instance,
+                              resources={"release": release_settings_at_run_start},
+                              raise_on_error=False,
+                              selection=dg.AssetSelection.assets("validated_snapshot"))
+
+    write_env(snapshots)
+    first = validate_day()
+    assert first.success
+    assert metadata(first, dg.AssetKey("validated_snapshot"))["snapshot_folder"] == \
+        str(snapshots / DAYS[0])
+    write_env(tmp_path / "moved")
+    second = validate_day()
+    assert not second.success
+    assert failure_message(second) == (f"release day {DAYS[0]}: snapshot folder "
+                                       f"{tmp_path / 'moved' / DAYS[0]} does not exist")
 
 
 # --------------------------------------------------------------------------- one day
