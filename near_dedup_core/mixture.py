@@ -202,8 +202,13 @@ class MixtureConfig(BaseModel):
 def load_mixture_config(path: str | Path) -> MixtureConfig:
     """Read and validate a mixture config; every error is one line naming the file."""
     path = Path(path)
-    return validate_model(MixtureConfig, read_json_object(path, "mixture config"),
-                          f"mixture config {path}")
+    raw = read_json_object(path, "mixture config")
+    if "name" not in raw and "inputs" not in raw:
+        raise NearDedupError(f"mixture config {path}: no name and no inputs: a daily-release "
+                             f"template (NEAR_DEDUP_MIXTURE_TEMPLATE), completed per day by the "
+                             f"release; give the CLI a full config such as "
+                             f"config/mixture-example.json")
+    return validate_model(MixtureConfig, raw, f"mixture config {path}")
 
 
 # --------------------------------------------------------------------------- weights, quotas

@@ -49,6 +49,30 @@ RELATION_FIELDS = ("sample", "match", "jaccard", "kind", "history_only", "match_
                    "blocked_by")
 
 
+#: Every decision reason: the decision it comes with and what it means.
+REASONS = {
+    "unique": ("keep", "no verified match with an earlier sample of the pool"),
+    "retained_split": ("keep", "in a retained split (validation): never deduplicated"),
+    "guard_blocked": ("keep", "its only matches differ in numbers or units (numeric/unit "
+                              "guard)"),
+    "match_not_kept": ("keep", "it matches only earlier samples that were themselves "
+                               "excluded; matches are not transitive"),
+    "exact_duplicate": ("exclude", "same normalized text as an earlier kept sample"),
+    "near_duplicate": ("exclude", "Jaccard at or above the threshold with an earlier kept "
+                                  "sample"),
+}
+
+
+def decision_summary(counts: dict) -> str:
+    """``keep N (reason n, ...), exclude M (reason m, ...)`` from a manifest's counts."""
+    parts = []
+    for decision in ("keep", "exclude"):
+        reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(counts["by_reason"].items())
+                            if REASONS.get(reason, ("exclude",))[0] == decision)
+        parts.append(f"{decision} {counts[decision]:,}" + (f" ({reasons})" if reasons else ""))
+    return ", ".join(parts)
+
+
 @dataclass(slots=True)
 class Decision:
     decision: str

@@ -556,10 +556,11 @@ class ScanResult:
     counts: dict
 
     def summary(self) -> str:
+        from near_dedup_core.report import decision_summary
+
         c = self.counts
-        reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(c["by_reason"].items()))
-        return (f"report {self.output}: {c['samples']:,} samples, keep {c['keep']:,}, exclude "
-                f"{c['exclude']:,} ({reasons}); {c['relations']:,} relations, "
+        return (f"report {self.output}: {c['samples']:,} samples, {decision_summary(c)}; "
+                f"{c['relations']:,} relations, "
                 f"{c['history_only_relations']:,} history-only, {c['blocked_relations']:,} "
                 f"blocked by the numeric/unit guard")
 

@@ -285,3 +285,23 @@ def test_verify_as_a_process_exit_codes_and_one_line(copy):
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "decisions.jsonl does not match its sha256" in done.stderr
+
+
+def test_summary_lists_keep_reasons_with_keep_and_exclude_reasons_with_exclude():
+    from near_dedup_core.report import REASONS, decision_summary
+    from near_dedup_core.scan import ScanResult
+
+    counts = {"samples": 10, "keep": 7, "exclude": 3, "relations": 4,
+              "history_only_relations": 1, "blocked_relations": 1,
+              "by_reason": {"exact_duplicate": 1, "guard_blocked": 1, "match_not_kept": 1,
+                            "near_duplicate": 2, "retained_split": 1, "unique": 4}}
+    assert decision_summary(counts) == (
+        "keep 7 (guard_blocked 1, match_not_kept 1, retained_split 1, unique 4), "
+        "exclude 3 (exact_duplicate 1, near_duplicate 2)")
+    assert ScanResult(Path("r"), counts).summary() == (
+        "report r: 10 samples, keep 7 (guard_blocked 1, match_not_kept 1, retained_split 1, "
+        "unique 4), exclude 3 (exact_duplicate 1, near_duplicate 2); 4 relations, "
+        "1 history-only, 1 blocked by the numeric/unit guard")
+    assert decision_summary({**counts, "exclude": 0, "by_reason": {"unique": 7}}) == \
+        "keep 7 (unique 7), exclude 0"
+    assert {decision for decision, _ in REASONS.values()} == {"keep", "exclude"}
