@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     cr.add_argument("--kind", choices=["cpt", "sft"], required=True,
                     help="cpt (records with text) or sft (records with messages)")
     cr.add_argument("--package-id", required=True, metavar="ID",
-                    help="the new package's id ([A-Za-z0-9._-]+)")
+                    help="the new package's id: letters, digits, '.', '_' and '-'")
     cr.add_argument("--tokenizer", metavar="NAME@REVISION", help="tokenizer (required for cpt)")
     cr.add_argument("--split", action="append", required=True, metavar="SPLIT=FILE",
                     help="records of one split; repeat for more splits or files")

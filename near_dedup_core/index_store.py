@@ -231,7 +231,7 @@ def _tool_folder_kind(folder: Path) -> str | None:
     return _FOLDER_KINDS.get(fmt)
 
 
-def _read_meta(conn) -> dict[str, str]:
+def read_meta(conn) -> dict[str, str]:
     return {k: v for k, v in conn.execute(select(meta.c.key, meta.c.value))}
 
 
@@ -310,10 +310,6 @@ def create_schema(engine: Engine, config: NearDedupConfig, created_at: str) -> N
             {"key": "config", "value": config.canonical_json()},
             {"key": "created_at", "value": created_at},
         ])
-
-
-def read_meta(conn) -> dict[str, str]:
-    return _read_meta(conn)
 
 
 def existing_meta(path: Path) -> dict[str, str] | None:

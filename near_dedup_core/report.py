@@ -201,8 +201,12 @@ def jaccard_histogram(values: Iterable[float], threshold: float) -> dict[str, in
     return counts
 
 
-def count_decisions(decisions: list[dict], relations: list[dict], threshold: float) -> dict:
-    """The manifest's ``counts``: recomputed the same way by ``verify_report``."""
+def count_decisions(decisions: list[dict], relations: list[dict],
+                    threshold: float | None = None) -> dict:
+    """The manifest's ``counts``: recomputed the same way by ``verify_report``. The Jaccard
+    histogram's bins start at ``threshold`` (None: the default config's)."""
+    if threshold is None:
+        threshold = NearDedupConfig().threshold
     by_split: dict[str, Counter] = defaultdict(Counter)
     by_reason: Counter = Counter()
     for d in decisions:
@@ -377,9 +381,12 @@ def verify_report(path: str | Path) -> ReportSummary:
         elif d.get("decision") != "keep" or d.get("kept") is not None:
             raise NearDedupError(f"report {path}: decisions.jsonl:{line}: decision must be keep "
                                  f"(kept null) or exclude")
-    counts = count_decisions(decisions, relations,
-                             float(manifest.get("config", {}).get(
-                                 "threshold", NearDedupConfig().threshold)))
+    threshold = manifest.get("config", {}).get("threshold")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not 0 < threshold <= 1:
+        raise NearDedupError(f"report {path}: manifest.json: config.threshold is not a "
+                             f"number in (0, 1]")
+    counts = count_decisions(decisions, relations, float(threshold))
     recorded = {k: v for k, v in manifest.get("counts", {}).items() if k != "candidates"}
     if recorded != counts:
         raise NearDedupError(f"report {path}: counts in manifest.json do not match "
