@@ -25,6 +25,7 @@ import os
 from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 from dotenv import dotenv_values
@@ -150,8 +151,9 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> ReleaseSettin
     config, ...) is a `NearDedupError` naming the variable.
     """
     environ = os.environ if environ is None else environ
-    values = {field: environ[env_name(field)] for field in ReleaseSettings.model_fields
-              if env_name(field) in environ}
+    values: dict[str, Any] = {field: environ[env_name(field)]
+                              for field in ReleaseSettings.model_fields
+                              if env_name(field) in environ}
     try:
         settings = ReleaseSettings(**values)
     except ValidationError as exc:

@@ -167,16 +167,16 @@ def similarity_histogram(relations: Iterable[dict], threshold: float,
 def text_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
     """A fixed-width table in a markdown code block: rows never wrap in the UI (a long row
     scrolls), and the bars of a histogram line up. Numbers right-aligned, text left-aligned."""
-    rows = [[f"{v:,}" if isinstance(v, int) else str(v) for v in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
-    numeric = [bool(rows) and all(r[i].replace(",", "").isdigit() for r in rows)
+    cells = [[f"{v:,}" if isinstance(v, int) else str(v) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [bool(cells) and all(r[i].replace(",", "").isdigit() for r in cells)
                for i in range(len(headers))]
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if n else c.ljust(w)
                          for c, w, n in zip(cells, widths, numeric)).rstrip()
 
-    return "\n".join(["```", line(headers), *(line(r) for r in rows), "```"])
+    return "\n".join(["```", line(headers), *(line(r) for r in cells), "```"])
 
 
 def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:

@@ -28,16 +28,23 @@ import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import orjson
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.index_store import rows_in
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import (atomic_dir, iter_json_objects, verify_checksums,
-                                    write_checksums, write_json, write_jsonl)
+from near_dedup_core.fsutil import (
+    atomic_dir,
+    iter_json_objects,
+    verify_checksums,
+    write_checksums,
+    write_json,
+    write_jsonl,
+)
+from near_dedup_core.index_store import rows_in
 
 FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1
@@ -53,13 +60,10 @@ RELATION_FIELDS = ("sample", "match", "jaccard", "kind", "history_only", "match_
 REASONS = {
     "unique": ("keep", "no verified match with an earlier sample of the pool"),
     "retained_split": ("keep", "in a retained split (validation): never deduplicated"),
-    "guard_blocked": ("keep", "its only matches differ in numbers or units (numeric/unit "
-                              "guard)"),
-    "match_not_kept": ("keep", "it matches only earlier samples that were themselves "
-                               "excluded; matches are not transitive"),
+    "guard_blocked": ("keep", "its only matches differ in numbers or units (the guard)"),
+    "match_not_kept": ("keep", "matches only earlier samples that were themselves excluded"),
     "exact_duplicate": ("exclude", "same normalized text as an earlier kept sample"),
-    "near_duplicate": ("exclude", "Jaccard at or above the threshold with an earlier kept "
-                                  "sample"),
+    "near_duplicate": ("exclude", "Jaccard at or above the threshold with an earlier kept one"),
 }
 
 
@@ -187,7 +191,7 @@ def jaccard_bin(value: float, edges: Sequence[float]) -> int | None:
 def bin_labels(edges: Sequence[float], separator: str = "-") -> list[str]:
     """``lo-hi`` per bin with the fewest decimals (at least 2) that show every edge exactly."""
     digits = next((d for d in range(2, 6) if all(round(e, d) == e for e in edges)), 6)
-    return [f"{lo:.{digits}f}{separator}{hi:.{digits}f}" for lo, hi in zip(edges, edges[1:])]
+    return [f"{lo:.{digits}f}{separator}{hi:.{digits}f}" for lo, hi in pairwise(edges)]
 
 
 def jaccard_histogram(values: Iterable[float], threshold: float) -> dict[str, int]:

@@ -88,14 +88,14 @@ def day_summary(day: str, result) -> list[str]:
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     packages = ", ".join(line.split("|")[1].strip() for line in snap["packages"].splitlines()[2:])
     lines = [
-        f"day {day}  {packages}: {scan['records_in']} records in, {scan['kept']} kept, "
-        f"{scan['excluded']} excluded; {scan['history_only_relations']} history-only relations, "
-        f"{scan['guard_blocked_relations']} kept apart by the numeric/unit guard",
-        f"  index    batch {index['batch']}, {index['new_contents']} new contents "
-        f"({rel(index['index'])})",
-        f"  mixture  {mix['selected']}/{mix['target_records']} selected, "
-        f"{mix['excluded_by_report']} excluded by the report before quotas, "
-        f"{mix['retained_records']} retained validation records",
+        (f"day {day}  {packages}: {scan['records_in']} records in, {scan['kept']} kept, "
+         f"{scan['excluded']} excluded; {scan['history_only_relations']} history-only "
+         f"relations, {scan['guard_blocked_relations']} kept apart by the numeric/unit guard"),
+        (f"  index    batch {index['batch']}, {index['new_contents']} new contents "
+         f"({rel(index['index'])})"),
+        (f"  mixture  {mix['selected']}/{mix['target_records']} selected, "
+         f"{mix['excluded_by_report']} excluded by the report before quotas, "
+         f"{mix['retained_records']} retained validation records"),
         "  checks   " + ", ".join(f"{name} {'passed' if ok else 'FAILED'}"
                                   for name, ok in sorted(checks.items())),
         f"  report   {rel(scan['report'])}",

@@ -29,6 +29,10 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster._daemon.backfill import execute_backfill_iteration
 
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.mixture import verify_mixture
+from near_dedup_core.report import load_manifest, verify_report
+
 from near_dedup_assets.assets import INDEX_APPEND, MIXTURE, RELEASE_ASSETS, SCAN_REPORT
 from near_dedup_assets.checks import RELEASE_CHECKS
 from near_dedup_assets.definitions import build_defs, defs
@@ -39,9 +43,6 @@ from near_dedup_assets.resources import (
     release_settings_at_run_start,
     settings_from_env,
 )
-from near_dedup_core.errors import NearDedupError
-from near_dedup_core.mixture import verify_mixture
-from near_dedup_core.report import load_manifest, verify_report
 
 REPO = Path(__file__).resolve().parents[1]
 DAYS = ["2026-11-25", "2026-11-26", "2026-11-27"]
@@ -194,11 +195,9 @@ def test_settings_come_from_environment_variables_and_are_validated():
     assert (settings.snapshot_root, settings.workers) == ("/x", 3)
     assert settings.kind == "cpt"  # unset: the default
     for name, value, message in [
-            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid "
-                                          "integer"),
+            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid"),
             ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': expected cpt or sft"),
-            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': expected true or "
-                                            "false"),
+            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': expected true or"),
             ("NEAR_DEDUP_CONFIG", "/nowhere/near-dedup.json", "/nowhere/near-dedup.json")]:
         with pytest.raises(NearDedupError, match=re.escape(message)):
             settings_from_env({"NEAR_DEDUP_CONFIG": config, name: value})
@@ -209,7 +208,8 @@ def test_a_bad_setting_stops_the_code_location_from_loading(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEAR_DEDUP_")}
     env["PYTHONPATH"] = str(REPO)
     run = subprocess.run([sys.executable, "-c", "import near_dedup_assets.definitions"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == (
         "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': expected cpt or sft")
