@@ -954,7 +954,7 @@ def _embedded_decisions(path: Path, manifest: MixtureManifest,
     if ref is None:
         return None
     report_dir = path / ref.path
-    verified = verify_report(report_dir)
+    verified = verify_report(report_dir, keep_text_sha256=True)
     if sha256_file(report_dir / "manifest.json") != ref.manifest_sha256:
         raise NearDedupError(f"{label}: {ref.path}/manifest.json does not match the "
                              f"manifest_sha256 recorded in manifest.json")
@@ -984,6 +984,17 @@ def _check_kept(d: SampleDecision | None, key: SampleKey, split: str, loc: str) 
                              f"the report, not {split}")
 
 
+def _check_text(obj: dict, kind: str, d: SampleDecision, loc: str) -> None:
+    """The record's compared text (refs resolved) must hash to the report's text_sha256."""
+    try:
+        text = compared_text(kind, obj)
+    except (KeyError, TypeError):
+        raise NearDedupError(f"{loc}: the record has no {kind} text to compare") from None
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).digest() != d.text_sha256:
+        raise NearDedupError(f"{loc}: the record's text does not match the text_sha256 of its "
+                             f"sample in the embedded report (record edited)")
+
+
 def verify_mixture(path: Path) -> VerifyResult:
     """Re-check a mixture package from its own files alone (no inputs, no SQLite index).
 
@@ -995,8 +1006,11 @@ def verify_mixture(path: Path) -> VerifyResult:
       the manifest's parameters and counts (`_check_plan`);
     - the embedded report verified by `report.verify_report`, its inputs and retained splits
       equal the mixture's, its exclusion count equal to the plan's;
-    - every line's origin is an input sample, appears once, and with a report is a ``keep``
-      decision of its split; retained splits are complete.
+    - every line's origin is an input sample, appears once, in input package order; with a
+      report it is a ``keep`` decision of its split, lines follow the report's sample order
+      and the record's compared text hashes to the sample's ``text_sha256`` (so a record
+      edited with manifest.json and checksums regenerated is caught); retained splits are
+      complete. A plain mixture has no reference for the text of its records.
     """
     path = Path(path)
     label = f"mixture {path}"
@@ -1019,7 +1033,7 @@ def verify_mixture(path: Path) -> VerifyResult:
         if rel not in ("manifest.json", "plan.json") and not rel.startswith("data/") and not (
                 decisions is not None and rel.startswith(REPORT_DIR + "/")):
             raise NearDedupError(f"{label}: {rel} does not belong in a mixture package")
-    inputs = {i.package_id for i in manifest.inputs}
+    input_pos = {i.package_id: k for k, i in enumerate(manifest.inputs)}
     seen: set[SampleKey] = set()
     selected_by_domain: Counter[str] = Counter()
     selected = retained_n = 0
@@ -1031,18 +1045,27 @@ def verify_mixture(path: Path) -> VerifyResult:
             raise NearDedupError(f"{label}: {rel} does not match its sha256 in manifest.json "
                                  f"files (file changed)")
         lines = 0
+        order: tuple[int, int] = (-1, -1)
         for n, obj in _iter_data_lines(path, rel, label):
             lines += 1
             key = (obj["origin"]["package_id"], obj["origin"]["sample_id"])
-            if key[0] not in inputs:
+            if key[0] not in input_pos:
                 raise NearDedupError(f"{label}: {rel}:{n}: origin package {key[0]} is not "
                                      f"among the inputs")
+            d = decisions.get(key) if decisions is not None else None
+            here = (input_pos[key[0]], d.line if d is not None else 0)
+            if here < order or (d is not None and here == order):
+                raise NearDedupError(f"{label}: {rel}:{n}: records are not in input package "
+                                     f"order" + (" and sample order (the report's decisions)"
+                                                 if decisions is not None else ""))
+            order = here
             if key in seen:
                 raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} appears "
                                      f"twice")
             seen.add(key)
             if decisions is not None:
-                _check_kept(decisions.get(key), key, split, f"{label}: {rel}:{n}")
+                _check_kept(d, key, split, f"{label}: {rel}:{n}")
+                _check_text(obj, manifest.kind, d, f"{label}: {rel}:{n}")
             if split in retained:
                 retained_n += 1
             else:

@@ -380,6 +380,7 @@ class SampleDecision(NamedTuple):
     reason: str
     kept: SampleKey | None
     jaccard: float | None
+    text_sha256: bytes | None  # kept only when the caller asks (mixture verify)
 
 
 @dataclass
@@ -442,8 +443,9 @@ class _ReportCheck:
     recorded relations.
     """
 
-    def __init__(self, path: Path, manifest: ReportManifest) -> None:
+    def __init__(self, path: Path, manifest: ReportManifest, keep_text_sha256: bool) -> None:
         self.path = path
+        self.keep_text_sha256 = keep_text_sha256
         self.m = manifest
         self.retained = set(manifest.config.retained_splits)
         self.threshold = manifest.config.threshold
@@ -505,6 +507,7 @@ class _ReportCheck:
                 self.fail(f"manifest.json: input {i.package_id} is not in index.packages with "
                           f"the same kind and manifest_sha256")
         self.batch = {pid: p.batch for pid, p in indexed.items()}
+        self.first_batch = min(self.batch.values())
         self.input_pos = {i.package_id: k for k, i in enumerate(m.inputs)}
         self.outside = set(indexed) - seen
 
@@ -571,8 +574,9 @@ class _ReportCheck:
                 self.node_first.append((order, key))
             elif order < self.node_first[node][0]:
                 self.node_first[node] = (order, key)
-            self.decided[key] = SampleDecision(int(loc.rpartition(":")[2]), split, node,
-                                               decision, reason, kept, jaccard)
+            self.decided[key] = SampleDecision(
+                int(loc.rpartition(":")[2]), split, node, decision, reason, kept, jaccard,
+                bytes.fromhex(row["text_sha256"]) if self.keep_text_sha256 else None)
             per_package[pid] += 1
             self.tally.decision(split, decision, reason)
         self._line_count("decisions.jsonl", self.m.files.decisions.lines)
@@ -610,7 +614,11 @@ class _ReportCheck:
         samples_seen: set[SampleKey] = set()
         cur_node = -1
         cur_sample: SampleKey | None = None
+        cur_order: tuple = ()
         section, last_block, last_hist = -1, -1, ""
+        near_nodes: set[int] = set()
+        last_near = -1
+        max_cid = ""  # greatest content_id of the blocks listed so far
         for loc, row in self._rows("relations.jsonl"):
             self._fields(loc, row, RELATION_FIELDS)
             key = _ref_key(row["sample"])
@@ -645,15 +653,26 @@ class _ReportCheck:
                 if node in matched_unlisted:
                     self.fail(f"{loc}: sample {key[0]}/{key[1]} is listed after a sample that "
                               f"matched it; relations follow decision order")
+                if self._exact_batch(node) and self.node_content[node] < max_cid:
+                    self.fail(f"{loc}: content {self.node_content[node][:12]}… is listed after "
+                              f"a content that comes later in first-ingest order")
+                max_cid = max(max_cid, self.node_content[node])
                 blocks[node] = len(blocks)
                 cur_node = node
+                cur_order = ()
             if key != cur_sample:
                 if key in samples_seen:
                     self.fail(f"{loc}: relations of sample {key[0]}/{key[1]} are not listed "
                               f"together")
                 samples_seen.add(key)
-                cur_sample = key
+                order = (self.batch[key[0]], self.input_pos[key[0]], key[1])
+                if order <= cur_order:
+                    self.fail(f"{loc}: samples of one content are not in decision order "
+                              f"(package batch, input position, sample id)")
+                cur_sample, cur_order = key, order
                 section, last_block, last_hist = -1, -1, ""
+                near_nodes = set()
+                last_near = -1
             own = self.node_content[node]
             match_key = None
             if hist:
@@ -694,6 +713,15 @@ class _ReportCheck:
                     sec = 2
                     assert match_key is not None
                     md = self.decided[match_key]
+                    if md.node in near_nodes:
+                        self.fail(f"{loc}: {key[0]}/{key[1]} matches {match_key[0]}/"
+                                  f"{match_key[1]} twice")
+                    near_nodes.add(md.node)
+                    if not self._before(md.node, node) or (
+                            last_near >= 0 and not self._before(last_near, md.node)):
+                        self.fail(f"{loc}: near matches of {key[0]}/{key[1]} are not earlier "
+                                  f"contents in first-ingest order")
+                    last_near = md.node
                     block = blocks.get(md.node)
                     if block is None:
                         matched_unlisted.add(md.node)
@@ -716,6 +744,16 @@ class _ReportCheck:
             section = sec
             self.tally.relation(kind, hist, blocked, jaccard)
         self._line_count("relations.jsonl", self.m.files.relations.lines)
+
+    def _exact_batch(self, node: int) -> bool:
+        """The content's first-ingest batch is known: a sample of it came with the index's
+        first batch (otherwise only an upper bound, its samples' earliest batch, is)."""
+        return self.node_first[node][0][0] == self.first_batch
+
+    def _before(self, a: int, b: int) -> bool:
+        """Whether node ``a`` can precede node ``b`` in decision order (batch, content_id):
+        a's batch is at least the index's first batch, b's at most its samples' earliest."""
+        return not (self._exact_batch(b) and self.node_content[b] < self.node_content[a])
 
     # ---------------------------------------------------------------- the greedy rule
 
@@ -799,7 +837,7 @@ class _ReportCheck:
                       "relations.jsonl")
 
 
-def verify_report(path: str | Path) -> ReportSummary:
+def verify_report(path: str | Path, *, keep_text_sha256: bool = False) -> ReportSummary:
     """Check a report folder from its own files; raise NearDedupError naming the first problem.
 
     - ``checksums.sha256`` in canonical form over plain files (`fsutil.verify_checksums`);
@@ -812,7 +850,8 @@ def verify_report(path: str | Path) -> ReportSummary:
     - every decision re-derived by the greedy rule from the relations and the decisions of
       its matches; origins describe the decisions line by line, in package order.
 
-    Streams each file once; keeps one small record per sample.
+    Streams each file once; keeps one small record per sample (`ReportSummary.samples`;
+    with ``keep_text_sha256`` it includes the sample's text_sha256).
     """
     path = Path(path)
     if not path.is_dir():
@@ -825,7 +864,7 @@ def verify_report(path: str | Path) -> ReportSummary:
         extra = sorted(set(listed) - {"manifest.json", *FILES})
         raise NearDedupError(f"report {path}: {extra[0]} does not belong in a report")
     manifest, raw = report_manifest(path)
-    check = _ReportCheck(path, manifest)
+    check = _ReportCheck(path, manifest, keep_text_sha256)
     check.manifest(raw)
     check.decisions()
     check.relations()

@@ -52,14 +52,16 @@ def _write_report(folder: Path, packages: list[Path], excluded: dict[tuple[str, 
                   retained: tuple[str, ...] = ("validation",)) -> Path:
     """A report folder in the frozen format that passes every cross-check of
     `report.verify_report`: ``excluded`` maps (package, sample) → kept key, each backed by a
-    near relation at Jaccard 0.95; every sample has its own content."""
+    near relation at Jaccard 0.95; every sample has its own content; each package was indexed
+    in its own batch, in input order."""
     pkgs = open_packages(packages)
     config = NearDedupConfig(retained_splits=list(retained))
     decisions, origins, relations = [], [], []
-    content = {}
-    for rec in stream_records(pkgs):
+    content, text = {}, {}
+    for rec in stream_records(pkgs):  # dependency order: ref targets first
         key = (rec.package_id, rec.sample_id)
         content[key] = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+        text[key] = text[rec.ref] if rec.ref is not None else rec.data["text"]
     for rec in sorted(stream_records(pkgs), key=lambda r: [p.package_id for p in pkgs]
                       .index(r.package_id)):
         key = (rec.package_id, rec.sample_id)
@@ -67,7 +69,7 @@ def _write_report(folder: Path, packages: list[Path], excluded: dict[tuple[str, 
         decisions.append({
             "package_id": rec.package_id, "sample_id": rec.sample_id, "split": rec.split,
             "scope": "tok", "content_id": content[key],
-            "text_sha256": hashlib.sha256(rec.sample_id.encode()).hexdigest(),
+            "text_sha256": hashlib.sha256(text[key].encode()).hexdigest(),
             "decision": "exclude" if kept else "keep",
             "kept": {"package_id": kept[0], "sample_id": kept[1]} if kept else None,
             "reason": ("near_duplicate" if kept else
@@ -96,9 +98,9 @@ def _write_report(folder: Path, packages: list[Path], excluded: dict[tuple[str, 
                     "manifest_sha256": p.manifest_sha256, "records": p.record_count,
                     "path": str(p.path)} for p in pkgs],
         "index": {"packages": [{"package_id": p.package_id, "kind": p.kind,
-                                "manifest_sha256": p.manifest_sha256, "batch": 1}
-                               for p in pkgs],
-                  "batches": 1, "contents": len(decisions)},
+                                "manifest_sha256": p.manifest_sha256, "batch": k + 1}
+                               for k, p in enumerate(pkgs)],
+                  "batches": len(pkgs), "contents": len(decisions)},
         "counts": counts,
         "files": {"decisions.jsonl": {"lines": len(decisions)},
                   "relations.jsonl": {"lines": len(relations)},
