@@ -1052,17 +1052,17 @@ def verify_mixture(path: Path) -> VerifyResult:
             if key[0] not in input_pos:
                 raise NearDedupError(f"{label}: {rel}:{n}: origin package {key[0]} is not "
                                      f"among the inputs")
-            d = decisions.get(key) if decisions is not None else None
-            here = (input_pos[key[0]], d.line if d is not None else 0)
-            if here < order or (d is not None and here == order):
-                raise NearDedupError(f"{label}: {rel}:{n}: records are not in input package "
-                                     f"order" + (" and sample order (the report's decisions)"
-                                                 if decisions is not None else ""))
-            order = here
             if key in seen:
                 raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} appears "
                                      f"twice")
             seen.add(key)
+            d = decisions.get(key) if decisions is not None else None
+            here = (input_pos[key[0]], d.line if d is not None else 0)
+            if here < order:
+                raise NearDedupError(f"{label}: {rel}:{n}: records are not in input package "
+                                     f"order" + (" and sample order (the report's decisions)"
+                                                 if decisions is not None else ""))
+            order = here
             if decisions is not None:
                 _check_kept(d, key, split, f"{label}: {rel}:{n}")
                 _check_text(obj, manifest.kind, d, f"{label}: {rel}:{n}")
