@@ -27,7 +27,6 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import read_json_object, validate_model
 
 __all__ = ["ExtraUnits", "NearDedupConfig", "load_config", "validate_model"]

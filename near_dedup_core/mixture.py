@@ -80,7 +80,6 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Annotated, Any, Literal, NoReturn, Union
 
-import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import __version__

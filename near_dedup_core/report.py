@@ -24,6 +24,7 @@ byte-identical files. The folder appears atomically.
 from __future__ import annotations
 
 import bisect
+import re
 import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -408,9 +409,11 @@ def _ref_key(value: object) -> SampleKey | None:
     return None
 
 
+_HEX = {n: re.compile(f"[0-9a-f]{{{n}}}") for n in (32, 64)}
+
+
 def _is_hex(value: object, digits: int) -> bool:
-    return type(value) is str and len(value) == digits and all(c in "0123456789abcdef"
-                                                                for c in value)
+    return type(value) is str and _HEX[digits].fullmatch(value) is not None
 
 
 def _describe(decision: str, reason: str, kept: SampleKey | None, jaccard: float | None) -> str:
@@ -457,11 +460,15 @@ class _ReportCheck:
         self.near: dict[SampleKey, _NearState] = {}
         self.tally = Tally()
         self.lines = {"decisions.jsonl": 0, "relations.jsonl": 0, "origins.jsonl": 0}
+        self._keysets = {f: frozenset(f) for f in (DECISION_FIELDS, RELATION_FIELDS,
+                                                    ORIGIN_FIELDS)}
 
     def fail(self, message: str) -> NoReturn:
         raise NearDedupError(f"report {self.path}: {message}")
 
     def _fields(self, loc: str, row: dict, fields: tuple[str, ...]) -> None:
+        if row.keys() == self._keysets[fields]:
+            return
         for f in fields:
             if f not in row:
                 self.fail(f"{loc}: missing field '{f}'")
@@ -470,6 +477,8 @@ class _ReportCheck:
             self.fail(f"{loc}: unknown field '{extra[0]}'")
 
     def _strings(self, loc: str, row: dict, fields: tuple[str, ...]) -> None:
+        if all(type(row[f]) is str for f in fields):
+            return
         for f in fields:
             if type(row[f]) is not str:
                 self.fail(f"{loc}: {f} must be a string")
@@ -514,16 +523,23 @@ class _ReportCheck:
     # ---------------------------------------------------------------- decisions.jsonl
 
     def decisions(self) -> None:
+        hex32, hex64 = _HEX[CONTENT_ID_HEX].fullmatch, _HEX[64].fullmatch
         last_pos = 0
         per_package: Counter = Counter()
         for loc, row in self._rows("decisions.jsonl"):
             self._fields(loc, row, DECISION_FIELDS)
-            self._strings(loc, row, ("package_id", "sample_id", "split", "scope", "decision",
-                                     "reason"))
-            for f, digits in (("content_id", CONTENT_ID_HEX), ("text_sha256", 64)):
-                if not _is_hex(row[f], digits):
-                    self.fail(f"{loc}: {f} must be {digits} lowercase hex digits")
             pid, sid, split = row["package_id"], row["sample_id"], row["split"]
+            decision, reason, jaccard = row["decision"], row["reason"], row["jaccard"]
+            if not (type(pid) is str and type(sid) is str and type(split) is str
+                    and type(decision) is str and type(reason) is str
+                    and type(row["scope"]) is str):
+                self._strings(loc, row, ("package_id", "sample_id", "split", "scope",
+                                         "decision", "reason"))
+            if not (type(row["content_id"]) is str and hex32(row["content_id"])
+                    and type(row["text_sha256"]) is str and hex64(row["text_sha256"])):
+                for f, digits in (("content_id", CONTENT_ID_HEX), ("text_sha256", 64)):
+                    if not _is_hex(row[f], digits):
+                        self.fail(f"{loc}: {f} must be {digits} lowercase hex digits")
             pos = self.input_pos.get(pid)
             if pos is None:
                 self.fail(f"{loc}: package {pid} is not among the inputs")
@@ -534,7 +550,6 @@ class _ReportCheck:
             key = (pid, sid)
             if key in self.decided:
                 self.fail(f"{loc}: sample {pid}/{sid} is decided twice")
-            decision, reason, jaccard = row["decision"], row["reason"], row["jaccard"]
             kept = None
             if decision == "keep" and row["kept"] is None:
                 if jaccard is not None:
@@ -575,7 +590,7 @@ class _ReportCheck:
             elif order < self.node_first[node][0]:
                 self.node_first[node] = (order, key)
             self.decided[key] = SampleDecision(
-                int(loc.rpartition(":")[2]), split, node, decision, reason, kept, jaccard,
+                self.lines["decisions.jsonl"], split, node, decision, reason, kept, jaccard,
                 bytes.fromhex(row["text_sha256"]) if self.keep_text_sha256 else None)
             per_package[pid] += 1
             self.tally.decision(split, decision, reason)
