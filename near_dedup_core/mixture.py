@@ -60,10 +60,13 @@ then the ref record's own ``id`` and its own ``domain``/``source`` if present â€
 (`fsutil.json_line`), in input package order then position in the package.
 
 `verify_mixture` needs only the mixture folder: no input package and no SQLite index. It
-checks every checksum (the embedded report's too, through `report.verify_report`), manifest
-against data files and plan, and with a report: inputs equal the report's inputs, every
-line's sample is a ``keep`` decision of its split, retained splits are complete. A plain
-mixture has no decisions to check its retained splits against; its own counts are checked.
+checks the canonical checksums over plain files (the embedded report through
+`report.verify_report`), manifest and plan with strict types, each data file against its
+``files[]`` sha256 and record count, the plan recomputed from its own counts, and with a
+report: inputs equal the report's inputs, every line's sample is a ``keep`` decision of its
+split whose ``text_sha256`` the record's text matches, retained splits are complete. A plain
+mixture has no decisions to check its records against; its own counts are checked. What the
+files can and cannot prove: docs/tamper.md.
 """
 
 from __future__ import annotations
