@@ -213,12 +213,12 @@ def _plain_tree(folder: Path, where: str) -> tuple[set[str], set[str]]:
     return files, dirs
 
 
-def _sha256_inside(folder: Path, rel: str) -> str:
+def _sha256_inside(folder: Path, rel: str, where: str) -> str:
     """sha256 of ``folder/rel``, opened without following a symlink in the last component
     and only if it resolves inside ``folder``."""
     path = folder / rel
     if not is_within(path, folder):
-        raise NearDedupError(f"{folder}: {rel} resolves outside the folder")
+        raise NearDedupError(f"{where}: {rel} resolves outside the folder")
     h = hashlib.sha256()
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
     with os.fdopen(fd, "rb") as fh:
@@ -262,7 +262,7 @@ def verify_checksums(folder: Path, label: str) -> dict[str, str]:
     for rel in sorted(dirs - holding, key=checksum_order):
         raise NearDedupError(f"{where}: directory {rel} holds no listed file")
     for rel, digest in listed.items():
-        if _sha256_inside(folder, rel) != digest:
+        if _sha256_inside(folder, rel, where) != digest:
             raise NearDedupError(f"{where}: {rel} does not match its sha256 in {CHECKSUMS} "
                                  f"(file changed)")
     return listed
