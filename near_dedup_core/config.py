@@ -24,26 +24,31 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import read_json_object
+from near_dedup_core.fsutil import read_json_object, validate_model
+
+__all__ = ["ExtraUnits", "NearDedupConfig", "load_config", "validate_model"]
 
 
 class ExtraUnits(BaseModel):
     """Unit tokens added to the numeric/unit guard, for some domains or (empty list) all."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     tokens: list[str] = Field(min_length=1)
     domains: list[str] = Field(default_factory=list)
 
 
 class NearDedupConfig(BaseModel):
-    """All parameters of normalization, signatures, LSH, verification, limits and the guard."""
+    """All parameters of normalization, signatures, LSH, verification, limits and the guard.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Strict types: a JSON string, boolean or fraction where a number or an integer belongs is
+    refused, never coerced (``"threshold": "0.9"``, ``"num_perm": "128"``, ``true``); an
+    integer is accepted for a float (``"threshold": 1``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     threshold: float = Field(0.9, gt=0.0, le=1.0)
     shingle_size: int = Field(5, ge=1, le=32)
@@ -69,21 +74,11 @@ class NearDedupConfig(BaseModel):
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
-    def fingerprint(self) -> str:
-        """sha256 over the canonical config and the algorithm version."""
-        payload = f"{ALGORITHM_VERSION}\n{self.canonical_json()}".encode()
+    def fingerprint(self, algorithm_version: str = ALGORITHM_VERSION) -> str:
+        """sha256 over the algorithm version and the canonical config. The default is this
+        tool's version; a report verifier passes the version the report was frozen with."""
+        payload = f"{algorithm_version}\n{self.canonical_json()}".encode()
         return hashlib.sha256(payload).hexdigest()
-
-
-def validate_model(model: type[BaseModel], raw: dict, label: str):
-    """``model.model_validate(raw)`` with the first problem as one line naming ``label``."""
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
-        raise NearDedupError(f"{label}: {loc + ': ' if loc else ''}{msg}") from None
 
 
 def load_config(path: str | Path | None) -> NearDedupConfig:

@@ -60,10 +60,13 @@ then the ref record's own ``id`` and its own ``domain``/``source`` if present �
 (`fsutil.json_line`), in input package order then position in the package.
 
 `verify_mixture` needs only the mixture folder: no input package and no SQLite index. It
-checks every checksum (the embedded report's too, through `report.verify_report`), manifest
-against data files and plan, and with a report: inputs equal the report's inputs, every
-line's sample is a ``keep`` decision of its split, retained splits are complete. A plain
-mixture has no decisions to check its retained splits against; its own counts are checked.
+checks the canonical checksums over plain files (the embedded report through
+`report.verify_report`), manifest and plan with strict types, each data file against its
+``files[]`` sha256 and record count, the plan recomputed from its own counts, and with a
+report: inputs equal the report's inputs, every line's sample is a ``keep`` decision of its
+split whose ``text_sha256`` the record's text matches, retained splits are complete. A plain
+mixture has no decisions to check its records against; its own counts are checked. What the
+files can and cannot prove: docs/tamper.md.
 """
 
 from __future__ import annotations
@@ -77,10 +80,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, NoReturn, Union
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import __version__
 from near_dedup_core.compare import compared_text
@@ -89,6 +91,7 @@ from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
     iter_json_objects,
     read_json_object,
+    read_model,
     CHECKSUMS,
     atomic_dir,
     is_within,
@@ -101,7 +104,7 @@ from near_dedup_core.fsutil import (
 )
 from near_dedup_core.package import ID_PATTERN, ID_RE, Package, open_packages, stream_records
 from near_dedup_core.progress import Progress
-from near_dedup_core.report import iter_decisions, load_manifest, verify_report
+from near_dedup_core.report import SampleDecision, verify_report
 
 FORMAT = "mixture-package"
 FORMAT_VERSION = 1
@@ -121,7 +124,7 @@ Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 class _Weights(BaseModel):
     """Explicit per-domain weights; normalized by their sum, which must be positive."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     weights: dict[str, Weight] = Field(min_length=1)
 
@@ -147,7 +150,7 @@ class LearnedStrategy(_Weights):
 class TemperatureStrategy(BaseModel):
     """w_i ∝ n_i^(1/T): T = 1 is proportional to size, larger T flattens towards uniform."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     type: Literal["temperature"]
     temperature: float = Field(gt=0.0, allow_inf_nan=False)
@@ -160,7 +163,7 @@ Strategy = Annotated[Union[FixedStrategy, TemperatureStrategy, LearnedStrategy],
 class QualityFilter(BaseModel):
     """Per-sample quality filters applied after dedup, before selection."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     min_chars: int = Field(0, ge=0)
 
@@ -168,7 +171,7 @@ class QualityFilter(BaseModel):
 class MixtureConfig(BaseModel):
     """A mixture config file (SPEC §5)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(pattern=f"^{ID_PATTERN}$")
     kind: Literal["cpt", "sft"]
@@ -212,9 +215,11 @@ def load_mixture_config(path: str | Path) -> MixtureConfig:
 
 # --------------------------------------------------------------------------- weights, quotas
 
-def strategy_weights(cfg: MixtureConfig, available: dict[str, int]) -> dict[str, float]:
-    """Normalized weight per domain (every domain of ``available`` and of fixed weights)."""
-    strategy = cfg.strategy
+def strategy_weights(cfg: "MixtureConfig | FixedStrategy | TemperatureStrategy | LearnedStrategy",
+                     available: dict[str, int]) -> dict[str, float]:
+    """Normalized weight per domain (every domain of ``available`` and of fixed weights), for
+    a config or its strategy alone (as recorded in plan.json)."""
+    strategy = cfg.strategy if isinstance(cfg, MixtureConfig) else cfg
     if isinstance(strategy, TemperatureStrategy):
         raw = {d: (n ** (1.0 / strategy.temperature) if n > 0 else 0.0)
                for d, n in available.items()}
@@ -304,24 +309,13 @@ class ReportView:
         return list(self.manifest["config"]["retained_splits"])
 
 
-def _report_manifest(path: Path, label: str) -> dict:
-    manifest = load_manifest(path)
-    config = manifest.get("config")
-    if not isinstance(manifest.get("inputs"), list) or not isinstance(config, dict) \
-            or not isinstance(config.get("retained_splits"), list):
-        raise NearDedupError(f"{label} {path}: manifest.json lacks inputs or "
-                             f"config.retained_splits")
-    return manifest
-
-
 def read_report(path: Path, label: str = "near_dedup_report") -> ReportView:
     """Verify a report folder (`report.verify_report`) and load its manifest and exclusions."""
     if not (path / "manifest.json").is_file():
         raise NearDedupError(f"{label} {path}: not a near-dedup report (no manifest.json)")
-    verify_report(path)
-    manifest = _report_manifest(path, label)
-    excluded = {(d["package_id"], d["sample_id"]) for d in iter_decisions(path)
-                if d["decision"] == "exclude"}
+    verified = verify_report(path)
+    manifest = verified.manifest  # validated against report.ReportManifest
+    excluded = {key for key, d in verified.samples.items() if d.decision == "exclude"}
     return ReportView(path=path, manifest_sha256=sha256_file(path / "manifest.json"),
                       checksums_sha256=sha256_file(path / CHECKSUMS), manifest=manifest,
                       excluded=excluded)
@@ -349,7 +343,7 @@ def check_inputs_match(packages: list[Package], report: ReportView) -> None:
 class PlanRow(BaseModel):
     """One domain of a plan (module docstring, steps 1–6)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     domain: str
     available_before_dedup: int
@@ -614,7 +608,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
 # --------------------------------------------------------------------------- package format
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class InputRef(_Frozen):
@@ -660,7 +654,7 @@ class MixtureManifest(_Frozen):
     name: str
     kind: Literal["cpt", "sft"]
     inputs: list[InputRef]
-    strategy: dict
+    strategy: Strategy
     seed: int
     target_records: int
     group_by: str
@@ -769,7 +763,7 @@ def _copy_report(plan: Plan, dest: Path) -> None:
     """Byte-identical copy of the report folder; re-verified against the planned identity."""
     assert plan.report is not None
     src = plan.report.path
-    rels = verify_checksums(src, "near_dedup_report") + [CHECKSUMS]
+    rels = [*verify_checksums(src, "near_dedup_report"), CHECKSUMS]
     for rel in rels:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -844,18 +838,6 @@ class VerifyResult:
                 f"decisions): no excluded sample selected, retained splits complete")
 
 
-def _load_json(path: Path, label: str) -> dict:
-    try:
-        obj = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise NearDedupError(f"{label}: {path.name} is missing") from None
-    except orjson.JSONDecodeError as exc:
-        raise NearDedupError(f"{label}: {path.name} is not valid JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise NearDedupError(f"{label}: {path.name} is not a JSON object")
-    return obj
-
-
 def _iter_data_lines(folder: Path, rel: str, label: str) -> Iterator[tuple[int, dict]]:
     for n, obj in iter_json_objects(folder, rel, label):
         origin = obj.get("origin")
@@ -865,81 +847,198 @@ def _iter_data_lines(folder: Path, rel: str, label: str) -> Iterator[tuple[int, 
         yield n, obj
 
 
-def _parse(model: type[BaseModel], obj: object, label: str, name: str):
-    try:
-        return model.model_validate(obj)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise NearDedupError(f"{label}: {name}: {loc}: {first['msg']}") from None
+class PlanReport(_Frozen):
+    """The report a plan was made with: the path as written in the config, its identity."""
+
+    path: str
+    manifest_sha256: str
+    excluded_pool_samples: int = Field(ge=0)
 
 
-class _PlanFile(BaseModel):
-    """The part of plan.json that verify cross-checks against the data."""
+class PlanTotals(_Frozen):
+    selected: int = Field(ge=0)
+    shortfall: int = Field(ge=0)
+    redistributed: int = Field(ge=0)
 
+
+class PlanFile(_Frozen):
+    """``plan.json`` (`Plan.to_json`), strict JSON types."""
+
+    format: Literal["mixture-plan"]
+    format_version: int = Field(ge=FORMAT_VERSION, le=FORMAT_VERSION)
+    name: str
+    kind: Literal["cpt", "sft"]
+    inputs: list[InputRef]
+    strategy: Strategy
+    seed: int
+    target_records: int
+    group_by: str
+    quality: QualityFilter
+    allow_shortfall: bool
+    redistribute: bool
+    retained_splits: list[str]
+    near_dedup_report: PlanReport | None
     domains: list[PlanRow]
+    totals: PlanTotals
+    retained_records: dict[str, int]
+
+
+_SAME_IN_PLAN = ("name", "kind", "inputs", "strategy", "seed", "target_records", "group_by",
+                 "quality", "allow_shortfall", "redistribute", "retained_splits")
+
+
+def _check_plan(manifest: MixtureManifest, plan: PlanFile, report_excluded: int | None,
+                label: str) -> None:
+    """plan.json against manifest.json and against itself: the mixing parameters are the
+    manifest's; weights, quotas, redistribution and selection are recomputed from each
+    row's available and eligible counts (module docstring, steps 3–6) and must be equal."""
+    def fail(message: str) -> NoReturn:
+        raise NearDedupError(f"{label}: {message}")
+
+    for name in _SAME_IN_PLAN:
+        if getattr(plan, name) != getattr(manifest, name):
+            fail(f"plan.json {name} differs from manifest.json")
+    ref, planned_ref = manifest.near_dedup_report, plan.near_dedup_report
+    counts = manifest.counts
+    if (ref is None) != (planned_ref is None) or (
+            ref is not None and planned_ref is not None
+            and (ref.manifest_sha256 != planned_ref.manifest_sha256
+                 or planned_ref.excluded_pool_samples != counts.excluded_by_report)):
+        fail("plan.json near_dedup_report differs from manifest.json")
+    rows = {r.domain: r for r in plan.domains}
+    if len(rows) != len(plan.domains) or list(rows) != sorted(rows):
+        fail("plan.json domains are not sorted and distinct")
+    for r in plan.domains:
+        if not 0 <= r.eligible <= r.available_after_dedup <= r.available_before_dedup \
+                or (ref is None and r.available_after_dedup != r.available_before_dedup):
+            fail(f"plan.json domain {r.domain}: eligible ≤ available after dedup ≤ available "
+                 f"before dedup (equal without a report) does not hold")
+    excluded = sum(r.available_before_dedup - r.available_after_dedup for r in plan.domains)
+    if excluded != counts.excluded_by_report or (report_excluded is not None
+                                                 and excluded != report_excluded):
+        fail(f"plan.json drops {excluded} samples by dedup; manifest.json says "
+             f"{counts.excluded_by_report}"
+             + ("" if report_excluded is None else
+                f", the embedded report excludes {report_excluded}"))
+    weights = strategy_weights(plan.strategy, {d: r.available_after_dedup
+                                               for d, r in rows.items()})
+    if sorted(weights) != list(rows):
+        fail("plan.json domains differ from the strategy's domains")
+    eligible = {d: r.eligible for d, r in rows.items()}
+    quota, selected = allocate(plan.target_records, weights, eligible, plan.redistribute)
+    for d, r in rows.items():
+        own = min(quota[d], eligible[d])
+        expected = (weights[d], quota[d], selected[d], selected[d] - own, quota[d] - own)
+        if (r.weight, r.quota, r.selected, r.redistributed, r.shortfall) != expected:
+            fail(f"plan.json domain {d}: weight, quota, selected, redistributed or shortfall "
+                 f"differ from the strategy applied to its counts")
+    total = sum(selected.values())
+    shortfall = plan.target_records - total
+    if (plan.totals.selected, plan.totals.shortfall, plan.totals.redistributed) != \
+            (total, shortfall, sum(r.redistributed for r in plan.domains)) \
+            or (counts.target_records, counts.selected, counts.shortfall) != \
+            (plan.target_records, total, shortfall):
+        fail("plan.json totals differ from its domains or from manifest.json counts")
+    if shortfall and not plan.allow_shortfall:
+        fail(f"a shortfall of {shortfall} without allow_shortfall")
+    if counts.by_domain != {d: r.selected for d, r in rows.items()}:
+        fail("manifest.json counts.by_domain differ from plan.json")
+    retained = set(plan.retained_splits)
+    by_split = {f.split: f.records for f in manifest.files}
+    if counts.by_split != by_split or plan.retained_records != \
+            {s: n for s, n in sorted(by_split.items()) if s in retained} \
+            or counts.retained != sum(plan.retained_records.values()):
+        fail("manifest.json counts.by_split/retained or plan.json retained_records differ "
+             "from the data files")
 
 
 def _embedded_decisions(path: Path, manifest: MixtureManifest,
-                        label: str) -> dict[SampleKey, dict] | None:
+                        label: str) -> dict[SampleKey, SampleDecision] | None:
     """Verify the embedded report against the mixture manifest; its decisions by sample."""
     ref = manifest.near_dedup_report
     if ref is None:
         return None
     report_dir = path / ref.path
-    verify_report(report_dir)
+    verified = verify_report(report_dir, keep_text_sha256=True)
     if sha256_file(report_dir / "manifest.json") != ref.manifest_sha256:
         raise NearDedupError(f"{label}: {ref.path}/manifest.json does not match the "
                              f"manifest_sha256 recorded in manifest.json")
-    rmanifest = _report_manifest(report_dir, "embedded near-dedup report")
+    rmanifest = verified.manifest
     mine = sorted((i.package_id, i.manifest_sha256) for i in manifest.inputs)
-    theirs = sorted((i.get("package_id"), i.get("manifest_sha256")) for i in rmanifest["inputs"])
+    theirs = sorted((i["package_id"], i["manifest_sha256"]) for i in rmanifest["inputs"])
     if mine != theirs:
         raise NearDedupError(f"{label}: inputs in manifest.json differ from the embedded "
                              f"report's inputs")
     if sorted(rmanifest["config"]["retained_splits"]) != sorted(manifest.retained_splits):
         raise NearDedupError(f"{label}: retained_splits in manifest.json differ from the "
                              f"embedded report's")
-    return {(d["package_id"], d["sample_id"]): d for d in iter_decisions(report_dir)}
+    return verified.samples
 
 
-def _check_kept(d: dict | None, key: SampleKey, split: str, loc: str) -> None:
+def _check_kept(d: SampleDecision | None, key: SampleKey, split: str, loc: str) -> None:
     """A mixture line's sample must be a ``keep`` decision of the same split."""
     if d is None:
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is not in the embedded "
                              f"report's decisions")
-    if d["decision"] != "keep":
-        kept = d.get("kept") or {}
+    if d.decision != "keep":
+        kept = d.kept or ("?", "?")
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} was excluded by the near-dedup "
-                             f"report ({d['reason']} of {kept.get('package_id')}/"
-                             f"{kept.get('sample_id')}) but is selected")
-    if d["split"] != split:
-        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is in split {d['split']} in "
+                             f"report ({d.reason} of {kept[0]}/{kept[1]}) but is selected")
+    if d.split != split:
+        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is in split {d.split} in "
                              f"the report, not {split}")
+
+
+def _check_text(obj: dict, kind: str, d: SampleDecision, loc: str) -> None:
+    """The record's compared text (refs resolved) must hash to the report's text_sha256."""
+    try:
+        text = compared_text(kind, obj)
+    except (KeyError, TypeError):
+        raise NearDedupError(f"{loc}: the record has no {kind} text to compare") from None
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).digest() != d.text_sha256:
+        raise NearDedupError(f"{loc}: the record's text does not match the text_sha256 of its "
+                             f"sample in the embedded report (record edited)")
 
 
 def verify_mixture(path: Path) -> VerifyResult:
     """Re-check a mixture package from its own files alone (no inputs, no SQLite index).
 
-    Checksums of every file (the embedded report included), the embedded report itself,
-    manifest against data files, and with a report: inputs equal the report's, every
-    selected sample is ``keep`` in the report's decisions, retained splits are complete.
+    - ``checksums.sha256`` in canonical form over plain files (`fsutil.verify_checksums`);
+      only manifest.json, plan.json, the listed data files and the embedded report belong;
+    - manifest.json and plan.json against their models (strict types); each data file's
+      sha256 and record count as recorded in manifest.json ``files`` (so an edited record
+      with a regenerated ``checksums.sha256`` is caught), plan.json recomputed and equal to
+      the manifest's parameters and counts (`_check_plan`);
+    - the embedded report verified by `report.verify_report`, its inputs and retained splits
+      equal the mixture's, its exclusion count equal to the plan's;
+    - every line's origin is an input sample, appears once, in input package order; with a
+      report it is a ``keep`` decision of its split, lines follow the report's sample order
+      and the record's compared text hashes to the sample's ``text_sha256`` (so a record
+      edited with manifest.json and checksums regenerated is caught); retained splits are
+      complete. A plain mixture has no reference for the text of its records.
     """
     path = Path(path)
     label = f"mixture {path}"
     if not path.is_dir():
         raise NearDedupError(f"{label}: not a directory")
     listed = verify_checksums(path, "mixture")
-    manifest = _parse(MixtureManifest, _load_json(path / "manifest.json", label), label,
-                      "manifest.json")
-    plan = _parse(_PlanFile, _load_json(path / "plan.json", label), label, "plan.json")
+    manifest = read_model(path / "manifest.json", MixtureManifest, label)
+    plan = read_model(path / "plan.json", PlanFile, label)
     retained = set(manifest.retained_splits)
     group_by = manifest.group_by
     decisions = _embedded_decisions(path, manifest, label)
+    report_excluded = None if decisions is None else sum(
+        1 for d in decisions.values() if d.decision == "exclude")
+    _check_plan(manifest, plan, report_excluded, label)
 
     data_on_disk = sorted(r for r in listed if r.startswith("data/"))
     if sorted(f.path for f in manifest.files) != data_on_disk:
         raise NearDedupError(f"{label}: manifest.json files differ from the data files present")
+    for rel in listed:
+        if rel not in ("manifest.json", "plan.json") and not rel.startswith("data/") and not (
+                decisions is not None and rel.startswith(REPORT_DIR + "/")):
+            raise NearDedupError(f"{label}: {rel} does not belong in a mixture package")
+    input_pos = {i.package_id: k for k, i in enumerate(manifest.inputs)}
     seen: set[SampleKey] = set()
     selected_by_domain: Counter[str] = Counter()
     selected = retained_n = 0
@@ -947,16 +1046,31 @@ def verify_mixture(path: Path) -> VerifyResult:
         rel, split = entry.path, entry.split
         if rel != f"data/{split}/part-00000.jsonl":
             raise NearDedupError(f"{label}: {rel} is not the data file of split {split}")
+        if listed[rel] != entry.sha256:
+            raise NearDedupError(f"{label}: {rel} does not match its sha256 in manifest.json "
+                                 f"files (file changed)")
         lines = 0
+        order: tuple[int, int] = (-1, -1)
         for n, obj in _iter_data_lines(path, rel, label):
             lines += 1
             key = (obj["origin"]["package_id"], obj["origin"]["sample_id"])
+            if key[0] not in input_pos:
+                raise NearDedupError(f"{label}: {rel}:{n}: origin package {key[0]} is not "
+                                     f"among the inputs")
             if key in seen:
                 raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} appears "
                                      f"twice")
             seen.add(key)
+            d = decisions.get(key) if decisions is not None else None
+            here = (input_pos[key[0]], d.line if d is not None else 0)
+            if here < order:
+                raise NearDedupError(f"{label}: {rel}:{n}: records are not in input package "
+                                     f"order" + (" and sample order (the report's decisions)"
+                                                 if decisions is not None else ""))
+            order = here
             if decisions is not None:
-                _check_kept(decisions.get(key), key, split, f"{label}: {rel}:{n}")
+                _check_kept(d, key, split, f"{label}: {rel}:{n}")
+                _check_text(obj, manifest.kind, d, f"{label}: {rel}:{n}")
             if split in retained:
                 retained_n += 1
             else:
@@ -967,8 +1081,8 @@ def verify_mixture(path: Path) -> VerifyResult:
                                  f"{entry.records}")
     if decisions is not None:
         for key, d in decisions.items():
-            if d["split"] in retained and key not in seen:
-                raise NearDedupError(f"{label}: retained split {d['split']} is incomplete: "
+            if d.split in retained and key not in seen:
+                raise NearDedupError(f"{label}: retained split {d.split} is incomplete: "
                                      f"sample {key[0]}/{key[1]} is missing")
     counts = manifest.counts
     if counts.selected != selected or counts.retained != retained_n:
