@@ -95,7 +95,7 @@ LEXICON = (
     "十之八九", "略知一二", "统一", "唯一", "同一", "之一", "单一", "划一", "专一", "均一",
     "归一", "不一", "一些", "一点点", "一下子", "一次性", "一部分", "一口气", "一块儿", "一度",
     "一时", "一道", "一成不变", "一分为二", "一会儿", "三角", "四周", "万岁", "百折不挠", "有朝一日",
-    "一来", "非零", "十六进", "二元", "三元组", "一元运算", "三元运算", "百分号", "百分数", "十字", "千位",
+    "一来", "非零", "十六进", "零件", "零部件", "二元", "三元组", "一元运算", "三元运算", "百分号", "百分数", "十字", "千位",
     "登陆", "着陆", "大陆", "陆地", "陆军", "陆续", "收拾", "拾取", "队伍", "落伍", "入伍", "放肆",
     "肆意")
 #: Unit words that start with a magnitude character: 千克 is a unit, not 1000 克.
@@ -127,6 +127,28 @@ def _alt(tokens) -> str:
 
 
 _AR = r"\d+(?:[.,]\d+)*"
+
+
+def _ranges(chars: str) -> str:
+    """A character-class body of these characters as ranges (a-z…)."""
+    codes, out, i = sorted(set(map(ord, chars))), [], 0
+    while i < len(codes):
+        j = i
+        while j + 1 < len(codes) and codes[j + 1] == codes[j] + 1:
+            j += 1
+        out.append(re.escape(chr(codes[i])) + (f"-{re.escape(chr(codes[j]))}" if j > i else ""))
+        i = j + 1
+    return "".join(out)
+
+
+#: The decimal digits of the Basic Multilingual Plane (what ``\d`` matches there) as ranges:
+#: the regex engine tests a class of BMP ranges with a bitmap, ``\d`` with a Unicode lookup
+#: per character. Digits of the supplementary planes (historic scripts, Adlam …) start no
+#: number in non-ASCII text; NFKC already maps the mathematical digits there to 0-9.
+_BMP_DIGITS = _ranges("".join(re.findall(r"\d", "".join(map(chr, range(0x10000))))))
+#: A letter of an alphabet: a word unit must not run into one (5 kg, not 5 kgs or 5 kbit);
+#: CJK characters do not count (96mb内存).
+_LETTER = r"[^\W\d_\u3000-\u9fff\uac00-\ud7af\uf900-\ufaff]"
 _NOT_UNIT = rf"(?!{_alt(_MAG_UNITS)})"
 _CC = rf"{_NOT_UNIT}[{''.join(DIGITS)}{''.join(SMALL)}{''.join(BIG)}]"
 _DD = f"[{''.join(DIGITS)}]"
@@ -150,10 +172,14 @@ def _cn_start(lex: str) -> str:
             behind.setdefault((i, w[i]), set()).add(w[:i])
     inside = "|".join(f"{re.escape(ch)}(?<={_alt(prefixes)}.)"
                       for (_, ch), prefixes in sorted(behind.items()))
-    return rf"(?<![{_NUMERALS}])(?!{lex}|{inside})"
+    return rf"(?<![\d{_NUMERALS}]){_NOT_AFTER}(?<![{_NUMERALS}]点)(?!{lex}|{inside})"
 
 
-_AR_START = r"(?<!\d)(?<!\d[.,])"
+# Places where a number was read already: after 第, 星期 or 礼拜 (ordinals), after 分之
+# (fractions), and, for Arabic digits, after a digit and one or two magnitudes (1亿2千万).
+_NOT_AFTER = r"(?<!第)(?<!第 )(?<!之)(?<!星期)(?<!礼拜)"
+_AR_START = (rf"(?<!\d)(?<!\d[.,]){_NOT_AFTER}(?<!\d[{''.join(SMALL)}{''.join(BIG)}])"
+             rf"(?<!\d[{''.join(SMALL)}{''.join(BIG)}][{''.join(SMALL)}{''.join(BIG)}])")
 #: Words that start with a unit character but are not units after a number (两元素, 一个分区).
 NOT_UNITS = ("元素", "分隔", "分区", "分片", "分类", "分别", "分支", "分布", "分配", "分析",
              "分组", "分割", "分号", "分量", "成员", "成功", "成分", "成份", "成为", "成立",
@@ -162,8 +188,7 @@ NOT_UNITS = ("元素", "分隔", "分区", "分片", "分类", "分别", "分支
 # A CJK unit follows the number directly (or after 多/余); a sign or a word unit may follow a
 # space. Several unit tokens in a row are one (万元, 千瓦时).
 _AFTER = (r"(?:[多余]?(?P<unit>(?!{not_units})(?:{cjk})+)"
-          r"| ?(?P<unit_s>(?:{sym})+|(?:{words})(?![^\W\d_])))")
-_BEFORE = r"(?:(?<![^\W\d_])({words})|({sym})) ?$"
+          r"| ?(?P<unit_s>(?:{sym})+|(?:{words})(?!{letter})))")
 
 
 @lru_cache(maxsize=8192)
@@ -259,78 +284,74 @@ class Guard:
         cjk = {t for t in symbols if not t.isascii() and t.isalpha()}
         signs = symbols - cjk
         after = _AFTER.format(not_units=_alt(NOT_UNITS), cjk=_alt(cjk), sym=_alt(signs),
-                              words=_alt(words))
+                              words=_alt(words), letter=_LETTER)
         licence = (rf"(?:(?!{_alt(NOT_UNITS)}){_alt(set(MEASURE_WORDS) | cjk | {'分之'})}"
                    rf"| ?{_alt(signs)})")
         cn_start = _cn_start(_LEX.format(u=_alt(set(MEASURE_WORDS) | symbols)))
-        number = (rf"(?:{_AR_START}{_MIXED}|(?=[{_NUMERALS}]){cn_start}"
+        number = (rf"(?:(?=\d){_AR_START}{_MIXED}|(?=[{_NUMERALS}]){cn_start}"
                   rf"(?:(?={_CC}(?:{_CC}|点{_DD})){_CN}|(?![{''.join(BIG)}]){_CN}(?={licence})))")
+        # A currency sign or code right before the number, each form a fixed-width look-behind
+        # (a sign right after another number belongs to that one: 5 $ 6).
+        by_width: dict[int, set[str]] = {}
+        for token in PREFIX_SYMBOLS + PREFIX_UNITS:
+            by_width.setdefault(len(token), set()).add(token)
+        ends = "".join(sorted({re.escape(t[-1]) for t in PREFIX_SYMBOLS + PREFIX_UNITS}))
+        prefix = f"(?:(?<=[{ends}])|(?<=[{ends}] ))(?:" + "|".join(
+            rf"(?<=(?<!\d)(?<!\d )(?<!{_LETTER})(?P<cur{width}{gap}>{_alt(tokens)}){' ' * gap})"
+            for width, tokens in sorted(by_width.items()) for gap in (0, 1)) + ")"
         # Every candidate starts with one of these characters. The scan consumes that one
         # character and reads the candidate in a look-ahead from it (group ``all``), so that
         # the regex engine skips every other character at C speed: a pattern that starts with
         # a group makes it try every position. The rest of an Arabic digit run is consumed as
-        # well, so that its inner digits are no candidates.
-        first = rf"[\d{_NUMERALS}第星礼]"
-        self._scan = re.compile(
-            rf"{first}(?<=(?=(?P<all>(?:(?P<pre>第|星期|礼拜) ?(?P<ord>{_MIXED}|{_CN})"
-            rf"|(?P<num>{number})(?:分之(?P<frac>{_MIXED}|{_CN}))?)(?:{after})?)).)"
-            r"(?:(?<=\d)\d*(?:[.,]\d+)*)?")
-        self._ascii = re.compile(rf"(?P<n>{_AR})(?:{after})?")
-        self._before = re.compile(_BEFORE.format(words=_alt(PREFIX_UNITS),
-                                                 sym=_alt(PREFIX_SYMBOLS)))
-        #: Characters that may stand right before a prefix unit's number.
-        self._before_last = frozenset(t[-1] for t in PREFIX_UNITS + PREFIX_SYMBOLS) | {" "}
-
-    def _prefix(self, text: str, start: int, units: dict[int, str]) -> None:
-        """Record a currency sign or code right before the number at ``start`` (the caller
-        has seen that the character before it may end one)."""
-        u = self._before.search(text, max(0, start - 5), start)
-        if u:
-            units[u.start()] = u.group(u.lastindex)
+        # well, so that its inner digits are no candidates; the look-behinds of the number
+        # starts keep every other candidate out of a number read already.
+        first = rf"[{_BMP_DIGITS}{_NUMERALS}第星礼]"
+        body = (rf"(?:{prefix})?(?:(?P<pre>第|星期|礼拜) ?(?P<ord>{_MIXED}|{_CN})"
+                rf"|(?P<num>{number})(?:分之(?P<frac>{_MIXED}|{_CN}))?)(?:{after})?")
+        self._scan = re.compile(rf"{first}(?<=(?=(?P<all>{body})).)"
+                                r"(?:(?<=\d)\d*(?:[.,]\d+)*)?")
+        self._ascii = re.compile(rf"\d(?<=(?=(?P<all>(?:{prefix})?(?P<num>{_AR})(?:{after})?)).)"
+                                 r"\d*(?:[.,]\d+)*")
+        names = sorted(self._scan.groupindex, key=self._scan.groupindex.__getitem__)
+        self._prefixes = [i for i, name in enumerate(names) if name.startswith("cur")]
+        assert names[self._prefixes[-1] + 1:] == ["pre", "ord", "num", "frac", "unit", "unit_s"]
+        ascii_names = sorted(self._ascii.groupindex, key=self._ascii.groupindex.__getitem__)
+        assert ascii_names[len(self._prefixes) + 1:] == ["num", "unit", "unit_s"]
 
     def sequences(self, text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(numbers, units) of the normalized ``text``, each in order of appearance."""
         numbers: list[str] = []
-        units: dict[int, str] = {}
+        units: list[str] = []
+        number, unit = numbers.append, units.append
+        k = len(self._prefixes)
         if text.isascii():
-            for m in self._ascii.finditer(text):
-                start = m.start()
-                number, unit, sign = m.group("n", "unit", "unit_s")
-                numbers.append(number)
-                if unit is not None:
-                    units[m.start("unit")] = unit
-                elif sign is not None:
-                    units[m.start("unit_s")] = sign
-                if start and text[start - 1] in self._before_last:
-                    self._prefix(text, start, units)
-            return tuple(numbers), tuple(units[k] for k in sorted(units))
-        until = 0         # end of the last candidate read: no candidate starts inside one
-        read, prefix, before_last = _read, self._prefix, self._before_last
-        append = numbers.append
-        for m in self._scan.finditer(text):
-            start, end = m.span("all")
-            if start < until:
-                continue
-            until = end
-            ordinal, num, frac, unit, sign = m.group("ord", "num", "frac", "unit", "unit_s")
-            if num is not None:
-                if frac is None:
-                    append(read(num))
-                else:
-                    number, percent = _fraction(num, frac)
-                    if percent is not None:
-                        units[start] = percent
-                    append(number)
+            for groups in self._ascii.findall(text):
+                cur = "".join(groups[1:k + 1])      # at most one prefix group matched
+                if cur:
+                    unit(cur)
+                num, after, sign = groups[k + 1:]
+                number(num)
+                if after or sign:
+                    unit(after or sign)
+            return tuple(numbers), tuple(units)
+        read = _read
+        for groups in self._scan.findall(text):
+            cur = "".join(groups[1:k + 1])
+            if cur:
+                unit(cur)
+            _pre, ordinal, num, frac, after, sign = groups[k + 1:]
+            if not num:
+                number(read(ordinal))
+            elif not frac:
+                number(read(num))
             else:
-                start = m.start("ord")
-                append(read(ordinal))
-            if unit is not None:
-                units[m.start("unit")] = unit
-            elif sign is not None:
-                units[m.start("unit_s")] = sign
-            if start and text[start - 1] in before_last:
-                prefix(text, start, units)
-        return tuple(numbers), tuple(units[k] for k in sorted(units))
+                value, percent = _fraction(num, frac)
+                if percent is not None:
+                    unit(percent)
+                number(value)
+            if after or sign:
+                unit(after or sign)
+        return tuple(numbers), tuple(units)
 
     def blocked_by(self, text_a: str, text_b: str) -> str | None:
         """"numbers", "units" or None (the pair may merge)."""
