@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
 from conftest import REPO, make_package, run_cli
