@@ -155,7 +155,8 @@ def chinese(n: int, rng: random.Random, capitals: bool = False) -> str:
     digits, small = (_CAPITALS, "拾佰仟") if capitals else (_CN_DIGITS, "十百千")
 
     def section(v: int) -> str:
-        out, zero = [], False
+        out: list[str] = []
+        zero = False
         for power in (3, 2, 1, 0):
             d = v // 10**power % 10
             if d == 0:
@@ -170,7 +171,7 @@ def chinese(n: int, rng: random.Random, capitals: bool = False) -> str:
             out.append(ch + (small[power - 1] if power else ""))
         return "".join(out)
 
-    parts = []
+    parts: list[str] = []
     for big, mark in ((10**8, "亿"), (10**4, "万"), (1, "")):
         v = n // big % 10**4 if big < 10**8 else n // big
         if v:
@@ -249,7 +250,7 @@ def _far_from_numbers(text: str, start: int, end: int, margin: int = 2) -> bool:
 def changed_pairs(paragraphs: list[str], rng: random.Random, injected: bool,
                   ) -> list[tuple[str, str, str]]:
     """(category, a, b) changed-quantity pairs of these paragraphs."""
-    out = []
+    out: list[tuple[str, str, str]] = []
     for para in paragraphs:
         arabic = list(_REAL_AR.finditer(para))
         if arabic:
@@ -379,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, pairs in (("changed", changed), ("preserving_zh", kept_zh),
                         ("preserving_en", kept_en)):
         table = blocked_rates(pairs, guards)
-        total = Counter()
+        total: Counter[str] = Counter()
         for row in table.values():
             total.update(row)
         figures[name] = {"by_category": table, "total": dict(total)}
