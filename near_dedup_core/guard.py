@@ -175,14 +175,15 @@ def _cn_start(lex: str) -> str:
             behind.setdefault((i, w[i]), set()).add(w[:i])
     inside = "|".join(f"{re.escape(ch)}(?<={_alt(prefixes)}.)"
                       for (_, ch), prefixes in sorted(behind.items()))
-    return rf"(?<![\d{_NUMERALS}]){_NOT_AFTER}(?<![{_NUMERALS}]点)(?!{lex}|{inside})"
+    return rf"{_CN_AFTER}(?!{lex}|{inside})"
 
 
 # Places where a number was read already: after 第, 星期 or 礼拜 (ordinals), after 分之
-# (fractions), and, for Arabic digits, after a digit and one or two magnitudes (1亿2千万).
-_NOT_AFTER = r"(?<!第)(?<!第 )(?<!之)(?<!星期)(?<!礼拜)"
-_AR_START = (rf"(?<!\d)(?<!\d[.,]){_NOT_AFTER}(?<!\d[{''.join(SMALL)}{''.join(BIG)}])"
-             rf"(?<!\d[{''.join(SMALL)}{''.join(BIG)}][{''.join(SMALL)}{''.join(BIG)}])")
+# (fractions), inside a numeral run or a decimal (三点|五), and, for Arabic digits, after a
+# digit and one or two magnitudes (1亿2千万). Look-behinds of one width are one alternation.
+_MAGS = "".join(SMALL) + "".join(BIG)
+_AR_START = (rf"(?<![\d第之])(?<!\d[.,]|第 |星期|礼拜|\d[{_MAGS}])(?<!\d[{_MAGS}][{_MAGS}])")
+_CN_AFTER = rf"(?<![\d{_NUMERALS}第之])(?<!第 |星期|礼拜|[{_NUMERALS}]点)"
 #: Words that start with a unit character but are not units after a number (两元素, 一个分区).
 NOT_UNITS = ("元素", "分隔", "分区", "分片", "分类", "分别", "分支", "分布", "分配", "分析",
              "分组", "分割", "分号", "分量", "成员", "成功", "成分", "成份", "成为", "成立",
@@ -190,7 +191,7 @@ NOT_UNITS = ("元素", "分隔", "分区", "分片", "分类", "分别", "分支
              "美元符", "倍数", "股票", "周期", "周围", "月份", "年龄", "年份", "秒表")
 # A CJK unit follows the number directly (or after 多/余); a sign or a word unit may follow a
 # space. Several unit tokens in a row are one (万元, 千瓦时).
-_AFTER = (r"(?:[多余]?(?P<unit>(?!{not_units})(?:{cjk})+)"
+_AFTER = (r"(?=[{first}])(?:[多余]?(?P<unit>(?!{not_units})(?:{cjk})+)"
           r"| ?(?P<unit_s>(?:{sym})+|(?:{words})(?!{letter})))")
 
 
@@ -286,21 +287,24 @@ class Guard:
         words = set(WORD_UNITS) | extra_words
         cjk = {t for t in symbols if not t.isascii() and t.isalpha()}
         signs = symbols - cjk
-        after = _AFTER.format(not_units=_alt(NOT_UNITS), cjk=_alt(cjk), sym=_alt(signs),
-                              words=_alt(words), letter=_LETTER)
+        # (the look-ahead class of every first character rejects most numbers at once)
+        starts = "".join(sorted({re.escape(t[0]) for t in symbols | words} | {"多", "余", " "}))
+        after = _AFTER.format(first=starts, not_units=_alt(NOT_UNITS), cjk=_alt(cjk),
+                              sym=_alt(signs), words=_alt(words), letter=_LETTER)
         licence = (rf"(?:(?!{_alt(NOT_UNITS)}){_alt(set(MEASURE_WORDS) | cjk | {'分之'})}"
                    rf"| ?{_alt(signs)})")
         cn_start = _cn_start(_LEX.format(u=_alt(set(MEASURE_WORDS) | symbols)))
         number = (rf"(?:(?=\d){_AR_START}{_MIXED}|(?=[{_NUMERALS}]){cn_start}"
                   rf"(?:(?={_CC}(?:{_CC}|点{_DD})){_CN}|(?![{''.join(BIG)}](?!分之)){_CN}(?={licence})))")
         # A currency sign or code right before the number, each form a fixed-width look-behind
-        # (a sign right after another number belongs to that one: 5 $ 6).
+        # (a sign right after another number belongs to that one: 5 $ 6, 二 ¥ 5).
         by_width: dict[int, set[str]] = {}
         for token in PREFIX_SYMBOLS + PREFIX_UNITS:
             by_width.setdefault(len(token), set()).add(token)
         ends = "".join(sorted({re.escape(t[-1]) for t in PREFIX_SYMBOLS + PREFIX_UNITS}))
         prefix = f"(?:(?<=[{ends}])|(?<=[{ends}] ))(?:" + "|".join(
-            rf"(?<=(?<!\d)(?<!\d )(?<!{_LETTER})(?P<cur{width}{gap}>{_alt(tokens)}){' ' * gap})"
+            rf"(?<=(?<![\d{_NUMERALS}])(?<![\d{_NUMERALS}] )(?<!{_LETTER})"
+            rf"(?P<cur{width}{gap}>{_alt(tokens)}){' ' * gap})"
             for width, tokens in sorted(by_width.items()) for gap in (0, 1)) + ")"
         # Every candidate starts with one of these characters. The scan consumes that one
         # character and reads the candidate in a look-ahead from it (group ``all``), so that
