@@ -75,6 +75,11 @@ def _rows(report: Path) -> Iterator[tuple[dict, dict]]:
     return zip(iter_decisions(report), _iter_jsonl(report, "origins.jsonl"), strict=False)
 
 
+def _find_rows(report: Path, keys: set[Key]) -> dict[Key, tuple[dict, dict]]:
+    return {k: (d, o) for d, o in _rows(report)
+            if (k := (d["package_id"], d["sample_id"])) in keys}
+
+
 def _sample_record(d: dict, o: dict, text: SampleText | None) -> dict:
     return {"package_id": d["package_id"], "sample_id": d["sample_id"], "split": d["split"],
             "scope": d.get("scope"), "content_id": d.get("content_id"),
@@ -103,59 +108,60 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
                              f"{', '.join(sorted(inputs)) or 'none'})")
     key = (package_id, sample_id)
 
-    # pass 1: the sample and the samples it excluded
+    # pass 1: its relations (a pair is listed once, from the later sample's side)
+    fields = ("kind", "jaccard", "history_only", "blocked_by", "match_sources")
+    relations: list[dict] = []
+    for r in _iter_jsonl(report, "relations.jsonl"):
+        if _key(r["sample"]) == key:
+            relations.append({"listed_as": "sample", "partner": dict(r["match"]),
+                              **{k: r[k] for k in fields}})
+        elif _key(r["match"]) == key:
+            relations.append({"listed_as": "match", "partner": {"content_id": None,
+                                                                **r["sample"]},
+                              **{k: r[k] for k in fields}})
+
+    # pass 2: the sample, its partners, and the samples it excluded
+    partners = {k for k in (_key(r["partner"]) for r in relations) if k is not None}
     target: tuple[dict, dict] | None = None
     excluded: list[dict] = []
+    found: dict[Key, tuple[dict, dict]] = {}
     for d, o in _rows(report):
-        if (d["package_id"], d["sample_id"]) == key:
+        k = (d["package_id"], d["sample_id"])
+        if k == key:
             target = (d, o)
         elif _key(d.get("kept")) == key:
             excluded.append({"package_id": d["package_id"], "sample_id": d["sample_id"],
                              "split": d["split"], "reason": d["reason"],
                              "jaccard": d["jaccard"]})
+        if k in partners:
+            found[k] = (d, o)
     if target is None:
         raise NearDedupError(f"report {report}: package {package_id} has no sample "
                              f"{sample_id!r} in this report")
     dec, origin = target
+    found[key] = target
+    kept_key = _key(dec.get("kept"))
+    if kept_key is not None and kept_key not in found:  # the kept sample is always a partner
+        found.update(_find_rows(report, {kept_key}))
 
-    # pass 2: its relations
-    relations: list[dict] = []
-    for r in _iter_jsonl(report, "relations.jsonl"):
-        if _key(r["sample"]) == key:
-            relations.append({"listed_as": "sample", "partner": dict(r["match"]),
-                              **{k: r[k] for k in ("kind", "jaccard", "history_only",
-                                                   "blocked_by", "match_sources")}})
-        elif _key(r["match"]) == key:
-            relations.append({"listed_as": "match",
-                              "partner": {"content_id": None, **r["sample"]},
-                              **{k: r[k] for k in ("kind", "jaccard", "history_only",
-                                                   "blocked_by", "match_sources")}})
-
-    # pass 3: partners' decisions and origins; samples sharing a blocked pair's content
-    partners = {k for k in (_key(dec.get("kept")),
-                            *(_key(r["partner"]) for r in relations),
-                            *((e["package_id"], e["sample_id"]) for e in excluded))
-                if k is not None}
-    blocked_contents = {dec["content_id"]} | {r["partner"]["content_id"] for r in relations
-                                              if r["blocked_by"] and r["partner"]["content_id"]}
-    found: dict[Key, tuple[dict, dict]] = {key: target}
-    same_content: dict[str, list[Key]] = {}
-    for d, o in _rows(report):
-        k = (d["package_id"], d["sample_id"])
-        if k in partners:
-            found[k] = (d, o)
-        if config.extra_units and d["content_id"] in blocked_contents \
-                and d["split"] == dec["split"]:
-            bucket = same_content.setdefault(d["content_id"], [])
-            if len(bucket) < MAX_DOMAIN_SAMPLES:
-                bucket.append(k)
     for r in relations:
         if r["listed_as"] == "match" and _key(r["partner"]) in found:
             r["partner"]["content_id"] = found[_key(r["partner"])][0]["content_id"]
         pk = _key(r["partner"])
         r["partner_decision"] = found[pk][0]["decision"] if pk in found else None
 
-    kept_key = _key(dec.get("kept"))
+    # pass 3, only with domain-specific guard units: the samples of the blocked pairs'
+    # contents in the sample's split, whose domains choose the units (as in the scan)
+    blocked_contents = {dec["content_id"]} | {r["partner"]["content_id"] for r in relations
+                                              if r["blocked_by"] and r["partner"]["content_id"]}
+    same_content: dict[str, list[Key]] = {}
+    if config.extra_units and any(r["blocked_by"] for r in relations):
+        for d, _ in _rows(report):
+            if d["content_id"] in blocked_contents and d["split"] == dec["split"]:
+                bucket = same_content.setdefault(d["content_id"], [])
+                if len(bucket) < MAX_DOMAIN_SAMPLES:
+                    bucket.append((d["package_id"], d["sample_id"]))
+
     diff_key = _diff_partner(kept_key, relations, excluded)
 
     # texts: the sample, the diff partner, guard-blocked pool partners, domain samples
