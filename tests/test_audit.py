@@ -450,3 +450,21 @@ def test_rate_settings_are_validated():
         _ = ReleaseSettings(max_exclusion_rate="1.5").exclusion_rate_limit
     with pytest.raises(NearDedupError, match="NEAR_DEDUP_RATE_CHECKS_BLOCKING"):
         _ = ReleaseSettings(rate_checks_blocking="maybe").rate_checks_are_blocking
+
+
+def test_explain_guard_uses_the_domain_units_of_the_report_config(tmp_path):
+    """A unit token configured for one domain: the explained sequences carry it for that
+    domain's pair, as the scan saw it."""
+    base = plain_paragraphs(1)[0]
+    config = tmp_path / "units.json"
+    config.write_text(json.dumps({"extra_units": [{"tokens": ["pts"], "domains": ["sport"]}]}))
+    records = [{"id": "a", "text": "they scored 30 pts. " + base, "domain": "sport"},
+               {"id": "b", "text": "they scored 30 goals. " + base, "domain": "sport"}]
+    pkg = make_package(tmp_path, "p", {"train": records})
+    report = scan(tmp_path / "i.sqlite", [pkg], tmp_path / "report", config)
+    e, _ = explain_json(report, "p", "b")
+    assert e["reason"] == "guard_blocked"
+    [g] = e["guard"]
+    assert g["sequences"] == {"sample": {"numbers": ["30"], "units": []},
+                              "partner": {"numbers": ["30"], "units": ["pts"]}}
+    assert (g["blocked_by"], g["units_differ_at"], g["numbers_differ_at"]) == ("units", 0, None)

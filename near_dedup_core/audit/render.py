@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from near_dedup_core.audit.diff import CHANGES, LISTS, ReportDiff
 from near_dedup_core.audit.explain import Explanation
-from near_dedup_core.audit.textdiff import Span, show_span
+from near_dedup_core.audit.textdiff import Span, merge_close, show_span
 
 MAX_SPANS = 20
 
@@ -105,10 +105,11 @@ def explanation_text(e: Explanation) -> str:
                    f"({len(e.diff)} changed span{'s' if len(e.diff) != 1 else ''}, normalized)")
         if not e.diff:
             out.append("  the normalized texts are identical")
-        for d in e.diff[:MAX_SPANS]:
-            out.append("  " + show_span(partner, mine, Span(**d)))
-        if len(e.diff) > MAX_SPANS:
-            out.append(f"  … {len(e.diff) - MAX_SPANS} more (see --json)")
+        shown = merge_close(partner, mine, [Span(**d) for d in e.diff])
+        for span in shown[:MAX_SPANS]:
+            out.append("  " + show_span(partner, mine, span))
+        if len(shown) > MAX_SPANS:
+            out.append(f"  … {len(shown) - MAX_SPANS} more (see --json)")
     return "\n".join(out)
 
 

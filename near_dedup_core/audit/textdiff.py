@@ -80,3 +80,17 @@ def show_span(a: str, b: str, span: Span, context: int = 20) -> str:
     change = (f"[-{span.a_text}-]" if span.a_text else "") + \
              (f"{{+{span.b_text}+}}" if span.b_text else "")
     return (lead + before + change + after + trail).replace("\n", "⏎")
+
+
+def merge_close(a: str, b: str, spans: list[Span], gap: int = 8) -> list[Span]:
+    """Spans less than ``gap`` unchanged characters apart joined into one ``replace`` (for
+    reading: "3 [-km-]{+miles+}" rather than "3 [-k-]m{+iles+}")."""
+    out: list[Span] = []
+    for s in spans:
+        if out and s.a_start - out[-1].a_end < gap and s.b_start - out[-1].b_end < gap:
+            p = out[-1]
+            out[-1] = Span("replace", p.a_start, s.a_end, p.b_start, s.b_end,
+                           a[p.a_start:s.a_end], b[p.b_start:s.b_end])
+        else:
+            out.append(s)
+    return out
