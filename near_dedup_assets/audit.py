@@ -13,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from near_dedup_core import audit
+from near_dedup_core.errors import NearDedupError
 
 from near_dedup_assets.resources import ReleaseSettings
 from near_dedup_assets.summaries import md_table
@@ -30,7 +31,11 @@ def comparison_metadata(report: Path, previous: Path | None) -> dict:
     """`report diff` against the previous day's report: counts and a small table."""
     if previous is None:
         return {"previous_day": dg.MetadataValue.text("none: first release day")}
-    diff = audit.diff_reports(previous, report)
+    try:
+        diff = audit.diff_reports(previous, report)
+    except NearDedupError as exc:  # yesterday's report is unreadable: today's is still fine
+        return {"previous_day": dg.MetadataValue.path(str(previous)),
+                "vs_previous": dg.MetadataValue.text(f"no comparison: {exc}")}
     total = diff.counts["total"]
     rows = [[r["domain"] if r["domain"] is not None else "(unknown)",
              f"{100 * r['old']['exclusion_rate']:.1f}%", f"{100 * r['new']['exclusion_rate']:.1f}%",
