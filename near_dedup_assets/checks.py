@@ -4,6 +4,9 @@ Both are blocking: a failing report check stops the day's mixture from being bui
 failing mixture check fails the run. They are thin wrappers around the core's `report
 verify` and `mixture verify` (checksums and consistency, no SQLite index needed) and read the
 day from the run's partition; the failure description is the core's one-line message.
+
+`exclusion_rates` (docs/audit.md) watches the report's exclusion rates by domain and package,
+also against the previous release day; it warns, and blocks only when configured to.
 """
 
 from collections.abc import Callable
