@@ -92,7 +92,12 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
     old, new = Path(old), Path(new)
     mo, mn = load_manifest(old), load_manifest(new)
     dom_o = report_domains(old, mo) if old_domains is None else old_domains
-    dom_n = report_domains(new, mn) if new_domains is None else new_domains
+    if new_domains is None:
+        # the same packages (id and manifest sha256) give the same domains: read them once
+        same = {(i["package_id"], i["manifest_sha256"], i["path"]) for i in mn["inputs"]} <= \
+            {(i["package_id"], i["manifest_sha256"], i["path"]) for i in mo["inputs"]}
+        new_domains = dom_o if same and old_domains is None else report_domains(new, mn)
+    dom_n = new_domains
     counts_o, counts_n = ReportCounts(), ReportCounts()
     change: dict[str, dict[object, dict[str, int]]] = {
         g: defaultdict(lambda: dict.fromkeys(LISTS, 0)) for g in ("split", "domain", "package")}
