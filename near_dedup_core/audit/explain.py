@@ -2,23 +2,23 @@
 
 Everything about the decision comes from the report itself, streamed (never loaded whole):
 
-1. ``decisions.jsonl`` with ``origins.jsonl`` (the two are aligned line by line): the
-   sample's decision, reason, kept partner and Jaccard, and every sample whose ``kept`` names
-   it (``excluded_because_of_it``);
-2. ``relations.jsonl``: every verified pair the sample takes part in. A pair is listed once,
+1. ``relations.jsonl``: every verified pair the sample takes part in. A pair is listed once,
    from the later sample's side, so the sample appears either as ``sample`` (it matched an
    earlier content: ``listed_as = "sample"``) or as ``match`` (a later sample matched it:
    ``listed_as = "match"``); history-only pairs have no partner in the pool and name the
    partner content's sources (``match_sources``);
-3. a second pass over decisions/origins for the partners' decisions and shard lines.
+2. ``decisions.jsonl`` with ``origins.jsonl`` (aligned line by line), once: the sample's
+   decision, reason, kept partner and Jaccard, the partners' decisions and shard lines, and
+   every sample whose ``kept`` names it (``excluded_because_of_it``);
+3. only with domain-specific guard units and a guard-blocked pair: the pool samples of the
+   pair's contents, whose domains select the units.
 
 Texts come from the input packages (`sources`): the guard sequences of both sides of every
-guard-blocked pair, recomputed with the report's own config (`guard.guard_for`, with the
-domains of the samples of both contents in the pair's split when the config has
-domain-specific units), and a character diff of the normalized texts of the sample and its
-*diff partner*: the kept sample it lost to; for a kept sample the first guard-blocked pool
-partner, else its first pool partner, else the first sample it excluded. A history-only
-partner has no text outside the index, so it gets no sequences and no diff.
+guard-blocked pair, recomputed with the report's own config (`guard.guard_for`), and a
+character diff of the normalized texts of the sample and its *diff partner*: the kept
+sample it lost to; for a kept sample the first guard-blocked pool partner, else its first
+pool partner, else the first sample it excluded. A history-only partner has no text outside
+the index, so it gets no sequences and no diff.
 """
 
 from __future__ import annotations
@@ -150,14 +150,14 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
         pk = _key(r["partner"])
         r["partner_decision"] = found[pk][0]["decision"] if pk in found else None
 
-    # pass 3, only with domain-specific guard units: the samples of the blocked pairs'
-    # contents in the sample's split, whose domains choose the units (as in the scan)
+    # pass 3, only with domain-specific guard units: the pool samples of the blocked pairs'
+    # contents, whose domains choose the units (as in the scan)
     blocked_contents = {dec["content_id"]} | {r["partner"]["content_id"] for r in relations
                                               if r["blocked_by"] and r["partner"]["content_id"]}
     same_content: dict[str, list[Key]] = {}
     if config.extra_units and any(r["blocked_by"] for r in relations):
         for d, _ in _rows(report):
-            if d["content_id"] in blocked_contents and d["split"] == dec["split"]:
+            if d["content_id"] in blocked_contents:
                 bucket = same_content.setdefault(d["content_id"], [])
                 if len(bucket) < MAX_DOMAIN_SAMPLES:
                     bucket.append((d["package_id"], d["sample_id"]))
@@ -182,8 +182,6 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
         domains = frozenset(
             t.domain for c in (dec["content_id"], r["partner"]["content_id"])
             for k in same_content.get(c, []) if (t := texts.get(k)) and t.domain)
-        if pk is None:
-            domains = domains | frozenset(t.domain for t in [texts.get(key)] if t and t.domain)
         guard = guard_for(config, domains)
         guard_rows.append(_guard_row(r, guard, texts.get(key), texts.get(pk) if pk else None))
 
