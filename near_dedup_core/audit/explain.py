@@ -145,10 +145,11 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
         found.update(_find_rows(report, {kept_key}))
 
     for r in relations:
-        if r["listed_as"] == "match" and _key(r["partner"]) in found:
-            r["partner"]["content_id"] = found[_key(r["partner"])][0]["content_id"]
         pk = _key(r["partner"])
-        r["partner_decision"] = found[pk][0]["decision"] if pk in found else None
+        row = found.get(pk) if pk is not None else None
+        if r["listed_as"] == "match" and row is not None:
+            r["partner"]["content_id"] = row[0]["content_id"]
+        r["partner_decision"] = row[0]["decision"] if row is not None else None
 
     # pass 3, only with domain-specific guard units: the pool samples of the blocked pairs'
     # contents, whose domains choose the units (as in the scan)
@@ -165,8 +166,8 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
     diff_key = _diff_partner(kept_key, relations, excluded)
 
     # texts: the sample, the diff partner, guard-blocked pool partners, domain samples
-    need = {key} | ({diff_key} if diff_key else set()) | {
-        _key(r["partner"]) for r in relations if r["blocked_by"] and _key(r["partner"])}
+    need: set[Key] = {key} | ({diff_key} if diff_key else set()) | {
+        pk for r in relations if r["blocked_by"] and (pk := _key(r["partner"])) is not None}
     domain_keys = {k for keys in same_content.values() for k in keys}
     origins = {k: found[k][1] for k in need if k in found}
     origins.update(locate(report, domain_keys - set(origins)) if domain_keys else {})
@@ -236,7 +237,7 @@ def _guard_row(rel: dict, guard, mine: SampleText | None, theirs: SampleText | N
         return {"numbers": list(numbers), "units": list(units)}
 
     a, b = seqs(mine), seqs(theirs)
-    differ = {"numbers": None, "units": None}
+    differ: dict[str, int | None] = {"numbers": None, "units": None}
     if a is not None and b is not None:
         differ = {n: _first_difference(tuple(a[n]), tuple(b[n])) for n in differ}
     return {"partner": rel["partner"], "history_only": rel["history_only"],

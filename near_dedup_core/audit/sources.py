@@ -152,7 +152,7 @@ def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Ke
         for data in records.values():
             ref = data.get("ref")
             if isinstance(ref, dict):
-                target = (ref.get("package_id"), ref.get("id"))
+                target = _ref_key(ref)
                 if target not in records:
                     targets.add(target)
         if not targets:
@@ -171,6 +171,11 @@ def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Ke
     return out
 
 
+def _ref_key(ref: dict) -> Key:
+    """The (package_id, sample_id) a record's ``ref`` points at."""
+    return (str(ref.get("package_id")), str(ref.get("id")))
+
+
 def _resolve(key: Key, records: dict[Key, dict]) -> tuple[dict, str | None] | None:
     """(content record, domain) of a sample: a ref takes its target's content and, when it
     has no domain of its own, its target's domain."""
@@ -184,7 +189,7 @@ def _resolve(key: Key, records: dict[Key, dict]) -> tuple[dict, str | None] | No
         ref = data.get("ref")
         if not isinstance(ref, dict):
             return data, domain
-        data = records.get((ref.get("package_id"), ref.get("id")))
+        data = records.get(_ref_key(ref))
     return None
 
 
@@ -215,7 +220,7 @@ def sample_domains(inputs: dict[str, InputPackage]) -> Domains:
                     domain = data.get("domain")
                     ref = data.get("ref")
                     if domain is None and isinstance(ref, dict):
-                        domain = domains.get((ref.get("package_id"), ref.get("id")))
+                        domain = domains.get(_ref_key(ref))
                     if domain is not None:
                         domain = interned.setdefault(str(domain), str(domain))
                     domains[(pkg.package_id, data["id"])] = domain
