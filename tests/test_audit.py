@@ -331,6 +331,12 @@ def test_bar_diff_lists_exactly_the_changed_samples_under_two_configs(versions):
     news = {r["domain"]: r for r in diff["counts"]["by_domain"]}["news"]
     assert (news["newly_kept"], news["old"]["exclude"], news["new"]["exclude"]) == (1, 1, 0)
     assert diff_json(versions["pool"], versions["pool"])["newly_kept"] == []
+    out, _ = cli_ok("report", "diff", versions["pool"], versions["strict"], "--limit", 2)
+    lines = out.splitlines()
+    assert lines[2] == "config CHANGED: decisions may differ for that reason alone"
+    assert "  threshold: 0.9 → 0.99" in lines
+    assert "newly kept (3, first 2)" in lines
+    assert any(line.startswith("  v2/a ") and "near_duplicate v1/a" in line for line in lines)
 
 
 def test_bar_diff_of_two_days_history_never_excludes(versions):

@@ -118,9 +118,10 @@ def diff_text(d: ReportDiff, limit: int) -> str:
     out = [f"old  {d.old}", f"new  {d.new}"]
     if c["changed"]:
         out.append("config CHANGED: decisions may differ for that reason alone")
-        for name in ("config_fingerprint", "algorithm_version"):
+        for name, width in (("config_fingerprint", 12), ("algorithm_version", 40)):
             if c[name]["old"] != c[name]["new"]:
-                out.append(f"  {name}: {c[name]['old']} → {c[name]['new']}")
+                out.append(f"  {name}: {str(c[name]['old'])[:width]} → "
+                           f"{str(c[name]['new'])[:width]}")
         for name, v in c["parameters"].items():
             out.append(f"  {name}: {json.dumps(v['old'])} → {json.dumps(v['new'])}")
     else:
