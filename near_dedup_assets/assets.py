@@ -29,7 +29,7 @@ import dagster as dg
 
 from near_dedup_core.errors import NearDedupError
 
-from near_dedup_assets import daily, summaries
+from near_dedup_assets import audit, daily, summaries
 from near_dedup_assets.partitions import PREVIOUS_DAY, RELEASE_DAYS
 from near_dedup_assets.resources import ReleaseSettings
 
@@ -117,6 +117,8 @@ def scan_report(context: dg.AssetExecutionContext,
         pool = daily.open_day(release, day)
         report = daily.freeze_report(release, pool)
         metadata = summaries.report_metadata(report, pool)
+        metadata.update(audit.comparison_metadata(report.path, audit.previous_report(
+            release, day, RELEASE_DAYS.get_partition_keys())))
     return dg.MaterializeResult(metadata=metadata)
 
 

@@ -93,6 +93,22 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Check a report folder against its checksums.sha256 and "
                                     "its manifest's counts; no index needed.")
     rv.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
+    rx = rps.add_parser("explain", help="why one sample was kept or excluded, and by what",
+                        description="Explain one sample's decision from the report files and "
+                                    "the input packages (no index needed): the kept partner, "
+                                    "every relation, guard sequences and a diff of the texts.")
+    rx.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
+    rx.add_argument("package_id", metavar="PACKAGE_ID", help="the sample's package id")
+    rx.add_argument("sample_id", metavar="SAMPLE_ID", help="the sample's id")
+    rx.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    rd = rps.add_parser("diff", help="decisions that changed between two reports",
+                        description="Compare two reports: config changes first, then counts "
+                                    "and the samples whose decision or kept partner changed.")
+    rd.add_argument("old_report", type=Path, metavar="OLD", help="the older report folder")
+    rd.add_argument("new_report", type=Path, metavar="NEW", help="the newer report folder")
+    rd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    rd.add_argument("--limit", type=_workers, default=20, metavar="N",
+                    help="samples shown per list (default 20; --json lists all)")
 
     sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
@@ -151,6 +167,26 @@ def _need_index(args: argparse.Namespace) -> Path:
     return args.index
 
 
+def _report_audit(args: argparse.Namespace) -> None:
+    import orjson
+
+    from near_dedup_core import audit
+    from near_dedup_core.audit import render
+
+    if args.report_command == "explain":
+        result = audit.explain_sample(args.report, args.package_id, args.sample_id)
+        text = None if args.json else render.explanation_text(result)
+    else:
+        result = audit.diff_reports(args.old_report, args.new_report)
+        text = None if args.json else render.diff_text(result, args.limit)
+    for note in result.notes:
+        print(f"near-dedup: note: {note}", file=sys.stderr)
+    if text is None:
+        print(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(text)
+
+
 def run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
@@ -168,9 +204,12 @@ def run(args: argparse.Namespace) -> None:
                            workers=args.workers, progress=progress)
         print(result.summary())
     elif args.command == "report":
-        from near_dedup_core.report import verify_report
+        if args.report_command in ("explain", "diff"):
+            _report_audit(args)
+        else:
+            from near_dedup_core.report import verify_report
 
-        print(verify_report(args.report).summary())
+            print(verify_report(args.report).summary())
     elif args.command == "snapshot":
         from near_dedup_core import package
 
