@@ -45,9 +45,17 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--output", type=Path, required=True)
     sc.add_argument("--workers", type=_workers, default=os.cpu_count() or 1)
 
+    ct = sub.add_parser("contamination",
+                        help="freeze the report of eval items contained in training samples")
+    ct.add_argument("--evals", nargs="+", type=Path, required=True, metavar="EVAL_PKG")
+    ct.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="POOL_PKG")
+    ct.add_argument("--output", type=Path, required=True)
+    ct.add_argument("--workers", type=_workers, default=os.cpu_count() or 1)
+
     rp = sub.add_parser("report", help="frozen reports")
     rps = rp.add_subparsers(dest="report_command", required=True, parser_class=_Parser)
-    rv = rps.add_parser("verify", help="verify a report's checksums and consistency")
+    rv = rps.add_parser("verify", help="verify a report's checksums and consistency "
+                                       "(near-dedup or contamination report)")
     rv.add_argument("report", type=Path)
 
     sn = sub.add_parser("snapshot", help="snapshot packages")
@@ -85,6 +93,17 @@ def _need_index(args: argparse.Namespace) -> Path:
     return args.index
 
 
+def verify_any_report(path: Path) -> str:
+    """Verify a frozen report of either format (dispatch on its manifest's ``format``);
+    returns the one-line summary."""
+    from near_dedup_core.contamination import is_contamination_report, verify_contamination
+    from near_dedup_core.report import verify_report
+
+    if is_contamination_report(path):
+        return verify_contamination(path).summary()
+    return verify_report(path).summary()
+
+
 def run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
@@ -101,10 +120,14 @@ def run(args: argparse.Namespace) -> None:
         result = scan_pool(_need_index(args), load_config(args.config), args.inputs, args.output,
                            workers=args.workers, progress=progress)
         print(result.summary())
-    elif args.command == "report":
-        from near_dedup_core.report import verify_report
+    elif args.command == "contamination":
+        from near_dedup_core.contamination import contamination_report
 
-        print(verify_report(args.report).summary())
+        print(contamination_report(load_config(args.config), args.evals, args.inputs,
+                                   args.output, workers=args.workers,
+                                   progress=progress).summary())
+    elif args.command == "report":
+        print(verify_any_report(args.report))
     elif args.command == "snapshot":
         from near_dedup_core import package
 
