@@ -13,6 +13,7 @@ snapshot folder           ``<snapshot_root>/<day formatted by snapshot_day_forma
 report                    ``<report_root>/near-<kind>-<day>``
 mixture                   ``<mixture_root>/<kind>-mix-<day>``
 release record            ``<release_root>/<kind>-<day>``
+contamination report      ``<contamination_root>/contamination-<kind>-<day>``
 ========================  ==================================================
 """
 
@@ -48,6 +49,8 @@ class ReleaseSettings(dg.ConfigurableResource):
     mixture_template: str = "config/mixture-template.json"
     enabled: str = "true"
     workers: int = 0
+    evals: str = ""
+    contamination_root: str = "data/release/contamination"
 
     # ----------------------------------------------------------------- parsed values
 
@@ -105,6 +108,14 @@ class ReleaseSettings(dg.ConfigurableResource):
 
     def release_dir(self, day: str) -> Path:
         return _path(self.release_root) / f"{self.release_kind}-{day}"
+
+    @property
+    def evals_dir(self) -> Path | None:
+        """The folder of eval packages (``NEAR_DEDUP_EVALS``); None: no contamination step."""
+        return _path(self.evals) if self.evals.strip() else None
+
+    def contamination_dir(self, day: str) -> Path:
+        return _path(self.contamination_root) / f"contamination-{self.release_kind}-{day}"
 
     def mixture_name(self, day: str) -> str:
         return self.mixture_dir(day).name

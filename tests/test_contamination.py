@@ -171,9 +171,15 @@ def test_planted_items_found_with_exact_containment(planted):
         assert key in leaked, key  # verified pairs only: nothing below the threshold
         assert row["containment"] == leaked[key]
         assert row["containment"] == row["common_shingles"] / row["item_shingles"]
-    zh = [k for k in leaked if k[0] == "eval-zh"]
-    if ZH_MAN.is_dir():
-        assert len(zh) >= 20 and all(k in reported for k in zh)
+
+
+@pytest.mark.skipif(not ZH_MAN.is_dir(), reason="Chinese items come from the zh_CN man pages: "
+                    "apt-get install manpages-zh")
+def test_chinese_sft_items_found_in_a_cpt_pool(planted):
+    reported = {(r["eval"]["package_id"], r["eval"]["sample_id"], r["training"]["sample_id"])
+                for r in _lines(planted["report"])}
+    zh = [k for k, c in planted["truth"].items() if k[0] == "eval-zh" and c >= 0.8]
+    assert len(zh) >= 20 and all(k in reported for k in zh)
 
 
 def test_clean_items_are_never_reported(planted):
