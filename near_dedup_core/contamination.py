@@ -170,10 +170,44 @@ def _build_table(keys, size):
 
 
 @numba.njit(cache=True, nogil=True)
+def _densest_run(by_hash, order, item_set, width, k, pos):
+    """[start, end) over the windows whose hash belongs to item_set: the run of ``width``
+    code points holding the most of them (earliest on ties), from its first window to the
+    end of its last shingle (end unclipped). ``by_hash`` are the window hashes sorted,
+    ``order`` their window positions; one merge with item_set finds the matched windows."""
+    n = 0
+    x = 0
+    y = 0
+    while x < item_set.shape[0] and y < by_hash.shape[0]:
+        if item_set[x] < by_hash[y]:
+            x += 1
+        elif item_set[x] > by_hash[y]:
+            y += 1
+        else:
+            pos[n] = order[y]
+            n += 1
+            y += 1
+    if n == 0:
+        return 0, 0
+    matched = np.sort(pos[:n])
+    best = 0
+    best_count = 0
+    b = 0
+    for a in range(n):
+        while b < n and matched[b] < matched[a] + width:
+            b += 1
+        if b - a > best_count:
+            best_count = b - a
+            best = a
+    return matched[best], matched[best + best_count - 1] + k
+
+
+@numba.njit(cache=True, nogil=True)
 def _probe_batch(cps, offsets, k, seed, table, vals, anchor_start, anchor_items, need,
-                 item_flat, item_start, threshold):
+                 item_flat, item_start, item_chars, threshold):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
-    verified by exact containment. Returns ([(text, item, common)], candidates)."""
+    verified by exact containment, with the matched span (`_densest_run`). Returns
+    ([(text, item, common, start, end)], candidates)."""
     n_items = need.shape[0]
     longest = 1
     for i in range(offsets.shape[0] - 1):
@@ -186,8 +220,10 @@ def _probe_batch(cps, offsets, k, seed, table, vals, anchor_start, anchor_items,
     item_seen = np.full(n_items, -1, dtype=np.int64)
     hits_of = np.zeros(n_items, dtype=np.int64)
     touched = np.empty(n_items, dtype=np.int64)
+    pos = np.empty(longest, dtype=np.int64)
     mask = np.uint64(table.shape[0] - 1)
-    out = [(np.int64(0), np.int64(0), np.int64(0)) for _ in range(0)]
+    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
+           for _ in range(0)]
     candidates = 0
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
@@ -212,6 +248,9 @@ def _probe_batch(cps, offsets, k, seed, table, vals, anchor_start, anchor_items,
                 slot = (slot + 1) & (table.shape[0] - 1)
         have_set = False
         u = 0
+        have_order = False
+        order = np.empty(0, dtype=np.int64)
+        by_hash = np.empty(0, dtype=np.uint64)
         for t in range(nt):
             it = touched[t]
             if hits_of[it] < need[it]:
@@ -222,10 +261,18 @@ def _probe_batch(cps, offsets, k, seed, table, vals, anchor_start, anchor_items,
                 u = _sorted_unique(sorted_set, m, buf, bucket_counts)
                 have_set = True
             size = item_start[it + 1] - item_start[it]
-            common = _intersection_size(item_flat[item_start[it]:item_start[it + 1]],
-                                        sorted_set[:u])
+            item_set = item_flat[item_start[it]:item_start[it + 1]]
+            common = _intersection_size(item_set, sorted_set[:u])
             if common / size >= threshold:
-                out.append((np.int64(i), np.int64(it), np.int64(common)))
+                if not have_order:
+                    have_order = True
+                    order = np.argsort(hashes[:m], kind="mergesort")
+                    by_hash = hashes[:m][order]
+                start, end = _densest_run(by_hash, order, item_set, max(item_chars[it], 1), k,
+                                          pos)
+                end = min(end, offsets[i + 1] - offsets[i])
+                out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
+                            np.int64(end)))
     return out, candidates
 
 
@@ -247,13 +294,14 @@ def matched_span(text: str, item_set: np.ndarray, item_chars: int,
     """[start, end) of the densest item-length run of matched windows (module docstring),
     widened to whole words."""
     windows = window_hashes(text, hasher)
-    pos = np.flatnonzero(np.isin(windows, item_set))
-    if not len(pos):
-        return 0, 0
-    inside = np.searchsorted(pos, pos + max(item_chars, 1), side="left") - np.arange(len(pos))
-    best = int(np.argmax(inside))
-    start = int(pos[best])
-    end = min(int(pos[best + int(inside[best]) - 1]) + hasher.shingle_size, len(text))
+    order = np.argsort(windows, kind="stable")
+    start, end = _densest_run(windows[order], order, item_set, max(item_chars, 1),
+                              hasher.shingle_size, np.empty(len(windows), dtype=np.int64))
+    return widen(text, int(start), min(int(end), len(text)))
+
+
+def widen(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) extended to whole words (no alphanumeric character cut in two)."""
     while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
         start -= 1
     while 0 < end < len(text) and text[end].isalnum() and text[end - 1].isalnum():
@@ -315,13 +363,13 @@ def probe_chunk(texts: list[str]) -> ChunkResult:
     cps, offsets = code_points(norms)
     found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,
                                      st.table, st.vals, st.anchor_start, st.anchor_items,
-                                     st.need, st.item_flat, st.item_start, st.threshold)
+                                     st.need, st.item_flat, st.item_start, st.item_chars,
+                                     st.threshold)
     hits = []
     if found:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
-        for i, it, common in sorted(found):
-            item_set = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
-            start, end = matched_span(norms[i], item_set, int(st.item_chars[it]), hasher)
+        for i, it, common, start, end in sorted(found):
+            start, end = widen(norms[i], int(start), int(end))
             numbers = guard.sequences(norms[i][start:end])[0]
             hits.append(Hit(int(i), int(it), int(common), start, end,
                             numbers != st.item_numbers[it]))
@@ -430,13 +478,16 @@ def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
     return items, total, skipped
 
 
-def build_state(items: list[EvalItem], config: NearDedupConfig) -> tuple[ProbeState, int, int]:
-    """The anchor table over all items, and (k, m)."""
+def build_state(items: list[EvalItem], config: NearDedupConfig,
+                exhaustive: bool = False) -> tuple[ProbeState, int, int]:
+    """The anchor table over all items, and (k, m). ``exhaustive`` makes every shingle an
+    anchor, so candidates are exactly the pairs at or above the threshold (ground truth for
+    measuring recall; much slower on common shingles)."""
     t = config.contamination_threshold
-    k, m = anchor_parameters(t)
     hasher = MinHasher(1, config.seed, config.shingle_size)
     sets = hasher.shingle_sets([it.text for it in items])
     sizes = np.asarray([len(s) for s in sets], dtype=np.int64)
+    k, m = (max(int(sizes.max(initial=1)), 1), 1) if exhaustive else anchor_parameters(t)
     item_start = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(sizes, out=item_start[1:])
     item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)

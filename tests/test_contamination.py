@@ -24,10 +24,11 @@ from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 from near_dedup_core import contamination
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.contamination import (anchor_parameters, containment, miss_bound,
-                                           needed_hits, verify_contamination)
+from near_dedup_core.contamination import (anchor_parameters, containment, matched_span,
+                                           miss_bound, needed_hits, verify_contamination)
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import write_checksums
+from near_dedup_core.guard import guard_for
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import MinHasher
@@ -35,6 +36,7 @@ from near_dedup_core.signature import MinHasher
 ZH_MAN = Path("/usr/share/man/zh_CN")
 DEFAULTS = NearDedupConfig()
 HASHER = MinHasher(1, DEFAULTS.seed, DEFAULTS.shingle_size)
+GUARD = guard_for(DEFAULTS, frozenset())
 _CJK = re.compile(r"[\u4e00-\u9fff]")
 
 
@@ -201,6 +203,9 @@ def test_span_numbers_and_summary(planted):
         span = text[r["span"]["start"]:r["span"]["end"]]
         item = items[r["eval"]["sample_id"]]
         assert len(span) <= 1.5 * len(item) + 20
+        assert (r["span"]["start"], r["span"]["end"]) == matched_span(
+            text, _shingles(item), len(item), HASHER)
+        assert r["numbers_differ"] == (GUARD.sequences(item)[0] != GUARD.sequences(span)[0])
         assert containment(_shingles(item), _shingles(span)) >= 0.5 * r["containment"]
         assert r["training"]["domain"] == docs[r["training"]["sample_id"]]["domain"]
     summary = json.loads((planted["report"] / "summary.json").read_text())
