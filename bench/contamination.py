@@ -10,9 +10,9 @@ For a pool package P (``pool-100k`` by default, from ``bench.build_corpus``):
    re-publication edits (a few characters changed, words upper-cased, whitespace changed,
    surrounding text), keeping exact containment in 0.80–1.00; the hosts form a package
    ``plants`` added to the pool. Recall on plants = planted pairs reported / planted pairs.
-3. **ground truth** — for ``--truth-items`` items (half of them planted), every pair of the whole pool at or above
-   the threshold, found by the same exact verification with *every* shingle as an anchor
-   (no sampling); recall against it = pairs of those items reported by the real run.
+3. **cross-check** — for ``--truth-items`` items (half of them planted), every pair of the
+   whole pool at or above the threshold, found by the same exact verification with *every*
+   shingle as an anchor (no filter); the real run must report exactly these pairs.
 4. **speed** — through the CLI under ``/usr/bin/time -v``, one at a time: ``contamination``
    of all items against P + plants, then ``index`` of P + plants into a fresh index and the
    dedup ``scan`` of that pool.
@@ -149,7 +149,7 @@ def ground_truth(evals: Path, pool: list[Path], first: int, n_items: int,
     pkgs = open_packages(pool)
     items, _, _ = ct.read_items(open_packages([evals]), pkgs[0].kind, config, False)
     items = items[first:first + n_items]
-    state, _, _ = ct.build_state(items, config, exhaustive=True)
+    state, _ = ct.build_state(items, config, exhaustive=True)
     pairs, _, _ = ct._probe_pool(pkgs, state, config, workers, True)
     return ({(items[p.item].ref.sample_id, p.sample.package_id, p.sample.sample_id)
              for p in pairs}, {it.ref.sample_id for it in items})
@@ -203,8 +203,7 @@ def main(argv: list[str] | None = None) -> None:
                 for r in lines}
     found = sum(1 for item, host in planted if (item, "plants", host) in reported)
     manifest = orjson.loads((report / "manifest.json").read_bytes())
-    figures["report"] = {"counts": manifest["counts"], "candidates": manifest["candidates"],
-                         "anchors": manifest["anchors"]}
+    figures["report"] = {"counts": manifest["counts"], "candidates": manifest["candidates"]}
     figures["recall_planted"] = {"planted": len(planted), "found": found,
                                  "recall": found / len(planted)}
     containments = np.asarray([r["containment"] for r in lines

@@ -18,25 +18,20 @@ the compared QA text of dedup (``role: content`` lines) against an sft pool, and
 contents alone (one per line) against a cpt pool, whose web text carries no role labels.
 A training sample is its dedup compared text. Refs are resolved as everywhere.
 
-Candidates, with a stated recall. Each item of ``n`` shingles gets ``k`` *anchors*: the
-``k`` smallest hash values of its set. The shingle hash behaves as a random function, so
-the anchors are a uniformly random ``k``-subset of the item's shingles, independent of the
-training text. If a sample holds ``c ≥ t·n`` of the item's shingles, the number ``X`` of
-anchors it holds is hypergeometric (``k`` draws without replacement from ``n``, ``c``
-successes), and by Hoeffding's inequality (1963, §6: the binomial bounds hold without
-replacement) ``P(X ≤ m − 1) ≤ exp(−k · D((m − 1)/k ‖ t))`` with the Kullback–Leibler
-divergence ``D(q ‖ p) = q ln(q/p) + (1 − q) ln((1 − q)/(1 − p))``; it only shrinks as ``c/n``
-grows above ``t``. `anchor_parameters` takes the smallest ``k`` of 128, 256, … and the
-largest ``m`` with that bound ≤ 1e-6: at the default ``t = 0.8``, ``k = 128`` anchors of
-which ``m = 77`` must be present (bound 6.9e-7; for ``m = 1`` the bound is exactly
-``(1 − t)^k``). An item with at most ``k`` shingles uses all of them as anchors and needs
-exactly ``⌈t·n⌉`` of them: no miss at all. A sample becomes a candidate of an item when it
-holds at least the item's ``m`` anchors. Why 128 and not fewer: containment grows with
-the sample's length, and a long English document holds 30–40 % of the shingles of any
-English item by chance (common 5-grams). With ``k = 32`` the bound allows ``m = 12``
-(37.5 %), which such documents reach all the time: 7.2 million candidates for 2,000 items
-against 101,000 samples (bench/contamination.py), against 24 per 4,000 samples with
-``k = 128, m = 77`` (60 %), at a probe cost that hardly changes.
+Candidates, with exact recall (prefix filter, as in set-similarity joins: Chaudhuri et al.
+2006, Bayardo et al. 2007). For an item of ``n`` shingles let ``c = ⌈t·n⌉`` be the least
+overlap at or above the threshold (the least ``h`` with ``h/n ≥ t``, in floating point as
+verified). Order the item's shingles by their document frequency among all eval items
+(rarest first, ties by hash value) and take the first ``p = n − c + r`` as *anchors*
+(``r = EXTRA_HITS = 16``). A sample holding ``≥ c`` of the item's shingles misses at most
+``n − c`` of them, so it holds at least ``p − (n − c) = r`` anchors: requiring ``r`` anchor
+hits loses no pair, whatever the text — no probability involved. An item with ``p ≥ n``
+uses all its shingles and needs exactly ``c``. The rarity order keeps common 5-grams
+(" the ", "tion ") out of the anchors: a long English document holds 30–40 % of any English
+item's shingles by chance, and anchoring on those would make nearly every long document a
+candidate. On 2,000 items against 4,000 pool documents (bench/contamination.py) ``r = 1``
+(the classic prefix filter) gave 1.05 million candidates, ``r = 16`` 356, and 128 random
+anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe cost.
 
 Work. One table maps every distinct anchor hash to the items it anchors. Training records
 are streamed once (validated, refs resolved, ``max_chars`` checked) and cut into chunks; a
@@ -103,56 +98,30 @@ from near_dedup_core.signature import (MinHasher, _intersection_size, _shingle_h
 FORMAT = "near-dedup-contamination"
 FORMAT_VERSION = 1
 FILES = ("contamination.jsonl", "summary.json")
-MISS_TAIL = 1e-6
-MIN_ANCHORS = 128
+EXTRA_HITS = 16
 CHUNK_RECORDS = 2_000
 CHUNK_CHARS = 8_000_000
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
                "numbers_differ")
 
 
-# --------------------------------------------------------------------------- anchor math
+# --------------------------------------------------------------------------- prefix filter
 
 
-def _kl(q: float, p: float) -> float:
-    """Kullback–Leibler divergence of Bernoulli(q) from Bernoulli(p), 0 ≤ q < p < 1."""
-    out = (1 - q) * math.log((1 - q) / (1 - p))
-    if q > 0:
-        out += q * math.log(q / p)
-    return out
-
-
-def miss_bound(k: int, m: int, threshold: float) -> float:
-    """Upper bound of P(fewer than m of k random anchors lie in a sample holding a
-    ``threshold`` share of the item's shingles): exp(−k·D((m−1)/k ‖ t)), Hoeffding."""
-    if threshold >= 1.0:
-        return 0.0
-    q = (m - 1) / k
-    if q >= threshold:
-        return 1.0
-    return math.exp(-k * _kl(q, threshold))
-
-
-def anchor_parameters(threshold: float, tail: float = MISS_TAIL) -> tuple[int, int]:
-    """(k anchors per item, m required): the smallest k of 128, 256, … 4096 for which some
-    m ≥ 1 keeps `miss_bound` ≤ ``tail``, and the largest such m."""
-    k = MIN_ANCHORS
-    while True:
-        good = [m for m in range(1, k + 1) if miss_bound(k, m, threshold) <= tail]
-        if good or k >= 4096:
-            return k, max(good) if good else 1
-        k *= 2
-
-
-def needed_hits(n: int, k: int, m: int, threshold: float) -> int:
-    """Anchors an item of n shingles needs: m, or, when all n ≤ k shingles are anchors,
-    the exact least count h with h/n ≥ threshold."""
-    if n > k:
-        return m
-    for h in range(n + 1):
+def least_overlap(n: int, threshold: float) -> int:
+    """The least h with h / n ≥ threshold (the same float comparison as verification)."""
+    for h in range(max(int(math.floor(threshold * n)) - 1, 0), n + 1):
         if h / n >= threshold:
             return max(h, 1)
     return n
+
+
+def prefix_plan(n: int, threshold: float, extra: int = EXTRA_HITS) -> tuple[int, int]:
+    """(anchors p, hits needed) of an item of n shingles: p = n − c + extra anchors of which
+    ``extra`` must be present, or all n shingles and c hits when that is not fewer."""
+    c = least_overlap(n, threshold)
+    p = n - c + extra
+    return (p, extra) if p < n else (n, c)
 
 
 # --------------------------------------------------------------------------- kernels
@@ -484,20 +453,25 @@ def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
 
 
 def build_state(items: list[EvalItem], config: NearDedupConfig,
-                exhaustive: bool = False) -> tuple[ProbeState, int, int]:
-    """The anchor table over all items, and (k, m). ``exhaustive`` makes every shingle an
-    anchor, so candidates are exactly the pairs at or above the threshold (ground truth for
-    measuring recall; much slower on common shingles)."""
+                exhaustive: bool = False) -> tuple[ProbeState, int]:
+    """The anchor table over all items (module docstring) and the number of anchors.
+    ``exhaustive`` makes every shingle an anchor (needing ``⌈t·n⌉`` hits): the same pairs,
+    much slower; a cross-check of the filter for measurements."""
     t = config.contamination_threshold
     hasher = MinHasher(1, config.seed, config.shingle_size)
     sets = hasher.shingle_sets([it.text for it in items])
     sizes = np.asarray([len(s) for s in sets], dtype=np.int64)
-    k, m = (max(int(sizes.max(initial=1)), 1), 1) if exhaustive else anchor_parameters(t)
     item_start = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(sizes, out=item_start[1:])
     item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
-    need = np.asarray([needed_hits(int(n), k, m, t) for n in sizes], dtype=np.int64)
-    anchors = [s[:k] for s in sets]  # sets are sorted: the k smallest hash values
+    distinct_all, df = np.unique(item_flat, return_counts=True)
+    anchors, need = [], []
+    for s in sets:
+        p, hits = (len(s), least_overlap(len(s), t)) if exhaustive else prefix_plan(len(s), t)
+        if p < len(s):
+            s = s[np.lexsort((s, df[np.searchsorted(distinct_all, s)]))[:p]]
+        anchors.append(s)
+        need.append(hits)
     a_hash = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.uint64)
     a_item = np.repeat(np.arange(len(items), dtype=np.int64), [len(a) for a in anchors])
     order = np.lexsort((a_item, a_hash))
@@ -512,10 +486,11 @@ def build_state(items: list[EvalItem], config: NearDedupConfig,
     state = ProbeState(
         seed=config.seed, shingle_size=config.shingle_size, threshold=t,
         config_json=config.canonical_json(), table=table, vals=vals,
-        anchor_start=anchor_start, anchor_items=a_item, need=need, item_flat=item_flat,
+        anchor_start=anchor_start, anchor_items=a_item, need=np.asarray(need, np.int64),
+        item_flat=item_flat,
         item_start=item_start, item_chars=np.asarray([len(it.text) for it in items], np.int64),
         item_numbers=[guard.sequences(it.text)[0] for it in items])
-    return state, k, m
+    return state, len(a_hash)
 
 
 # --------------------------------------------------------------------------- the run
@@ -694,7 +669,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}")
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
-    state, k, m = build_state(items, config)
+    state, n_anchors = build_state(items, config)
     pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
@@ -712,11 +687,12 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
         "algorithm_version": ALGORITHM_VERSION, "config": config.model_dump(mode="json"),
-        "anchors": {"per_item": k, "min_hits": m,
-                    "miss_probability_bound": miss_bound(k, m, config.contamination_threshold)},
+        "candidates": {"filter": "prefix", "order": "document frequency among the eval "
+                       "items, then hash", "extra_hits": EXTRA_HITS, "anchors": n_anchors,
+                       "verified": candidates},
         "evals": [_package_json(e) for e in evals],
         "inputs": [_package_json(p) for p in pool],
-        "counts": counts_of(summary), "candidates": candidates,
+        "counts": counts_of(summary),
         "files": {"contamination.jsonl": {"lines": len(lines)}},
     }
     with atomic_dir(output) as tmp:

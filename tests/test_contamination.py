@@ -24,8 +24,8 @@ from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 from near_dedup_core import contamination
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.contamination import (anchor_parameters, containment, matched_span,
-                                           miss_bound, needed_hits, verify_contamination)
+from near_dedup_core.contamination import (EXTRA_HITS, containment, least_overlap,
+                                           matched_span, prefix_plan, verify_contamination)
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import write_checksums
 from near_dedup_core.guard import guard_for
@@ -275,16 +275,20 @@ def test_tampering_is_caught(planted, name, change, fragment):
     assert code == 1 and err.count("\n") == 1 and fragment.split()[0] in err
 
 
-def test_anchor_bound():
-    k, m = anchor_parameters(0.8)
-    assert (k, m) == (128, 77) and miss_bound(k, m, 0.8) <= 1e-6
-    assert miss_bound(k, m + 1, 0.8) > 1e-6  # the largest m within the bound
-    assert miss_bound(20, 1, 0.8) == pytest.approx(0.2 ** 20)  # exactly (1 - t)^k for m = 1
-    assert needed_hits(20, 128, 77, 0.8) == 16 and needed_hits(300, 128, 77, 0.8) == 77
-    # empirically: samples holding exactly 80 % of an item's shingles keep ≥ m anchors
-    rng = np.random.default_rng(0)
-    held = rng.random((20_000, 400)).argsort(axis=1)[:, :k] < 320  # 128 of 400, 320 held
-    assert held.sum(axis=1).min() >= m
+def test_prefix_filter_keeps_every_pair_at_the_threshold():
+    assert [least_overlap(n, 0.8) for n in (1, 5, 10, 11, 46)] == [1, 4, 8, 9, 37]
+    assert prefix_plan(300, 0.8) == (300 - 240 + EXTRA_HITS, EXTRA_HITS)
+    assert prefix_plan(50, 0.8) == (26, 16)
+    assert prefix_plan(15, 0.8) == (15, 12)  # a short item: every shingle, exact count
+    # the worst sample at the threshold lacks n − c shingles, all of them anchors: it still
+    # holds `need` anchors
+    for n in range(1, 600):
+        for t in (0.3, 0.5, 0.8, 0.9, 0.95, 1.0):
+            p, need = prefix_plan(n, t)
+            missing = n - least_overlap(n, t)
+            assert (n - missing) / n >= t
+            assert p - min(missing, p) >= need
+            assert (n - missing - 1) / n < t or missing == n - 1  # c is the least overlap
 
 
 def test_fingerprint_ignores_contamination_keys():
