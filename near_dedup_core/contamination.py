@@ -38,7 +38,10 @@ are streamed once (validated, refs resolved, ``max_chars`` checked) and cut into
 process pool normalizes and hashes each chunk, probes every shingle window against the
 anchor table in a compiled kernel (each anchor counted once per sample), and verifies each
 candidate exactly by merging the item's set with the sample's sorted set. Results do not
-depend on the number of workers.
+depend on the number of workers. Cost: every training text is hashed once, and each anchor
+found in it adds a hit to every item it anchors, so the work grows with the number of items
+(docs/benchmarks.md: 2,000 items take about as long as the dedup scan of the same 100k
+pool, 10,000 items 2.5 times as long).
 
 Matched span. ``[start, end)`` in the training sample's *normalized* compared text: among
 the windows whose shingle hashes belong to the item's set, the run of item-length
@@ -57,8 +60,9 @@ Report folder (atomic, canonical JSON lines, deterministic bytes):
   ``{start, end}``, ``numbers_differ``;
 - ``summary.json``: per eval package: items, checked, skipped as too short, leaked, training
   samples affected, and the same per training (domain, split);
-- ``manifest.json``: format ``near-dedup-contamination``, versions, config, anchor
-  parameters, evals and inputs (id, kind, manifest sha256, records, path), counts;
+- ``manifest.json``: format ``near-dedup-contamination``, versions, config, the candidate
+  filter (anchors, candidates verified), evals and inputs (id, kind, manifest sha256,
+  records, path), counts;
 - ``checksums.sha256``.
 
 `verify_contamination` (``near-dedup report verify``) checks checksums, every line's fields,
