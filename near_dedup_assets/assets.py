@@ -126,6 +126,12 @@ def scan_report(context: dg.AssetExecutionContext,
 def mixture(context: dg.AssetExecutionContext, release: ReleaseSettings) -> dg.MaterializeResult:
     """The day's mixture package built on the frozen report (near-dedup off: without one),
     and the day's release record pointing at inputs, report and mixture."""
+    return mixture_for_day(context, release)
+
+
+def mixture_for_day(context: dg.AssetExecutionContext,
+                    release: ReleaseSettings) -> dg.MaterializeResult:
+    """The work of ``mixture`` (also run by its variant after ``contamination_report``)."""
     day = context.partition_key
     with partition_failure():
         pool = daily.open_day(release, day)

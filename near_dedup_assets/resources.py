@@ -16,6 +16,7 @@ snapshot folder           ``<snapshot_root>/<day formatted by snapshot_day_forma
 report                    ``<report_root>/near-<kind>-<day>``
 mixture                   ``<mixture_root>/<kind>-mix-<day>``
 release record            ``<release_root>/<kind>-<day>``
+contamination report      ``<contamination_root>/contamination-<kind>-<day>``
 ========================  ==================================================
 """
 
@@ -59,6 +60,8 @@ class ReleaseSettings(dg.ConfigurableResource):
     max_exclusion_rate: str = "0.5"
     max_rate_jump: str = "0.2"
     rate_checks_blocking: str = "false"
+    evals: str = ""
+    contamination_root: str = "data/release/contamination"
 
     # ----------------------------------------------------------------- parsed values
 
@@ -136,6 +139,14 @@ class ReleaseSettings(dg.ConfigurableResource):
 
     def release_dir(self, day: str) -> Path:
         return _path(self.release_root) / f"{self.release_kind}-{day}"
+
+    @property
+    def evals_dir(self) -> Path | None:
+        """The folder of eval packages (``NEAR_DEDUP_EVALS``); None: no contamination step."""
+        return _path(self.evals) if self.evals.strip() else None
+
+    def contamination_dir(self, day: str) -> Path:
+        return _path(self.contamination_root) / f"contamination-{self.release_kind}-{day}"
 
     def mixture_name(self, day: str) -> str:
         return self.mixture_dir(day).name

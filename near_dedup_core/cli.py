@@ -85,11 +85,27 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
 
+    ct = sub.add_parser("contamination",
+                        help="freeze the report of eval items contained in training samples",
+                        description="Find every training sample of the pool that contains an "
+                                    "evaluation item (exact containment of the item's shingles "
+                                    "at or above contamination_threshold) and write the report "
+                                    "folder atomically; no index needed.")
+    ct.add_argument("--evals", nargs="+", type=Path, required=True, metavar="EVAL_PKG",
+                    help="snapshot packages holding the evaluation items")
+    ct.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="POOL_PKG",
+                    help="package folders of the training pool")
+    ct.add_argument("--output", type=Path, required=True, metavar="DIR",
+                    help="new report folder (must not exist)")
+    ct.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
+                    help=_WORKERS_HELP)
+
     rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
     rps = rp.add_subparsers(dest="report_command", required=True, parser_class=_Parser,
                             title="commands", metavar="COMMAND")
-    rv = rps.add_parser("verify", help="verify a report's checksums and consistency",
+    rv = rps.add_parser("verify", help="verify a report's checksums and consistency "
+                                       "(near-dedup or contamination report)",
                         description="Check a report folder against its checksums.sha256 and "
                                     "its manifest's counts; no index needed.")
     rv.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
@@ -187,6 +203,17 @@ def _report_audit(args: argparse.Namespace) -> None:
         print(text)
 
 
+def verify_any_report(path: Path) -> str:
+    """Verify a frozen report of either format (dispatch on its manifest's ``format``);
+    returns the one-line summary."""
+    from near_dedup_core.contamination import is_contamination_report, verify_contamination
+    from near_dedup_core.report import verify_report
+
+    if is_contamination_report(path):
+        return verify_contamination(path).summary()
+    return verify_report(path).summary()
+
+
 def run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
@@ -203,13 +230,17 @@ def run(args: argparse.Namespace) -> None:
         result = scan_pool(_need_index(args), load_config(args.config), args.inputs, args.output,
                            workers=args.workers, progress=progress)
         print(result.summary())
+    elif args.command == "contamination":
+        from near_dedup_core.contamination import contamination_report
+
+        print(contamination_report(load_config(args.config), args.evals, args.inputs,
+                                   args.output, workers=args.workers,
+                                   progress=progress).summary())
     elif args.command == "report":
         if args.report_command in ("explain", "diff"):
             _report_audit(args)
         else:
-            from near_dedup_core.report import verify_report
-
-            print(verify_report(args.report).summary())
+            print(verify_any_report(args.report))
     elif args.command == "snapshot":
         from near_dedup_core import package
 

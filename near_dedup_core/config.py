@@ -16,6 +16,13 @@ files, docstrings; bench/) the distinct candidates per document had median 10, p
 p99.9 1,211 and maximum 1,404 at 16 × 8, so the shipped limit is 10,000: it stops
 pathological pools (one template repeated tens of thousands of times) without refusing real
 ones.
+
+Contamination (``near-dedup contamination``, see contamination.py): ``contamination_threshold``
+is the containment at or above which an evaluation item counts as leaked into a training
+sample, ``contamination_min_chars`` the normalized length below which an item is skipped (a
+short item such as "yes" is contained in everything). Neither changes a row of the index, so
+both are left out of the index fingerprint: an index built before these keys existed, or
+with other values of them, stays usable.
 """
 
 from __future__ import annotations
@@ -30,6 +37,10 @@ from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.fsutil import read_json_object, validate_model
 
 __all__ = ["ExtraUnits", "NearDedupConfig", "load_config", "validate_model"]
+
+
+#: Config keys that change no index row (contamination only): outside the fingerprint.
+NOT_FINGERPRINTED = ("contamination_threshold", "contamination_min_chars")
 
 
 class ExtraUnits(BaseModel):
@@ -62,6 +73,8 @@ class NearDedupConfig(BaseModel):
     max_pool_records: int = Field(1_000_000, ge=1)
     retained_splits: list[str] = Field(default_factory=lambda: ["validation"])
     extra_units: list[ExtraUnits] = Field(default_factory=list)
+    contamination_threshold: float = Field(0.8, gt=0.0, le=1.0)
+    contamination_min_chars: int = Field(50, ge=1)
 
     @model_validator(mode="after")
     def _banding_fits(self) -> "NearDedupConfig":
@@ -75,9 +88,12 @@ class NearDedupConfig(BaseModel):
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
     def fingerprint(self, algorithm_version: str = ALGORITHM_VERSION) -> str:
-        """sha256 over the algorithm version and the canonical config. The default is this
-        tool's version; a report verifier passes the version the report was frozen with."""
-        payload = f"{algorithm_version}\n{self.canonical_json()}".encode()
+        """sha256 over the algorithm version and the canonical config without the keys that
+        do not affect index rows (`NOT_FINGERPRINTED`). The default version is this tool's; a
+        report verifier passes the version the report was frozen with."""
+        fields = self.model_dump(mode="json", exclude=set(NOT_FINGERPRINTED))
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        payload = f"{algorithm_version}\n{canonical}".encode()
         return hashlib.sha256(payload).hexdigest()
 
 

@@ -67,6 +67,15 @@ report: inputs equal the report's inputs, every line's sample is a ``keep`` deci
 split whose ``text_sha256`` the record's text matches, retained splits are complete. A plain
 mixture has no decisions to check its records against; its own counts are checked. What the
 files can and cannot prove: docs/tamper.md.
+
+Contamination. ``contamination_report`` names a frozen contamination report
+(contamination.py) whose ``inputs`` must equal the mixture inputs like the near-dedup
+report's. After the dedup drop (step 2), pool samples the report lists as containing an
+eval item are removed too (plan field ``removed_contaminated``; ``available_after_dedup``
+counts before this removal, weights use what is left); retained splits are untouched. The
+built mixture holds a byte-identical copy under ``contamination/`` (manifest
+``contamination_report``: {path, manifest_sha256}), and `verify_mixture` re-checks that
+copy and that no selected line is a contaminated sample.
 """
 
 from __future__ import annotations
@@ -86,6 +95,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import __version__
 from near_dedup_core.compare import compared_text
+from near_dedup_core.contamination import (ContaminationView, copy_report as copy_contamination,
+                                           read_contamination)
 from near_dedup_core.config import validate_model
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
@@ -110,6 +121,7 @@ FORMAT = "mixture-package"
 FORMAT_VERSION = 1
 PLAN_FORMAT = "mixture-plan"
 REPORT_DIR = "near-dedup"
+CONTAMINATION_DIR = "contamination"
 DEFAULT_RETAINED_SPLITS = ("validation",)
 #: Fields of a ref record that override the referenced record's fields when resolving.
 REF_OWN_FIELDS = ("id", "domain", "source")
@@ -184,6 +196,7 @@ class MixtureConfig(BaseModel):
     redistribute: bool = False
     seed: int = Field(0, ge=0)
     near_dedup_report: str | None = None
+    contamination_report: str | None = None
     retained_splits: list[str] | None = None
 
     @model_validator(mode="after")
@@ -354,6 +367,7 @@ class PlanRow(BaseModel):
     redistributed: int
     selected: int
     shortfall: int
+    removed_contaminated: int = 0
 
 
 @dataclass
@@ -369,6 +383,11 @@ class Plan:
     selected: set[SampleKey]
     ref_of: dict[SampleKey, SampleKey] = field(repr=False)
     retained_refs: set[SampleKey] = field(repr=False)
+    contamination: ContaminationView | None = None
+
+    @property
+    def removed_contaminated(self) -> int:
+        return sum(r["removed_contaminated"] for r in self.rows)
 
     @property
     def selected_total(self) -> int:
@@ -402,6 +421,10 @@ class Plan:
             "near_dedup_report": None if self.report is None else {
                 "path": cfg.near_dedup_report, "manifest_sha256": self.report.manifest_sha256,
                 "excluded_pool_samples": self.excluded_by_report},
+            **({} if self.contamination is None else {"contamination_report": {
+                "path": cfg.contamination_report,
+                "manifest_sha256": self.contamination.manifest_sha256,
+                "removed_pool_samples": self.removed_contaminated}}),
             "domains": self.rows,
             "totals": {"selected": self.selected_total, "shortfall": self.shortfall,
                        "redistributed": sum(r["redistributed"] for r in self.rows)},
@@ -437,14 +460,19 @@ class Plan:
         else:
             rep = (f"near-dedup report {cfg.near_dedup_report}: {self.excluded_by_report:,} "
                    f"pool samples excluded before quotas")
-        cols = ["domain", "before dedup", "after dedup", "eligible", "weight", "quota",
-                "redistributed", "selected", "shortfall"]
+        if self.contamination is not None:
+            rep += (f"\ncontamination report {cfg.contamination_report}: "
+                    f"{self.removed_contaminated:,} pool samples removed (contain eval items)")
+        cols = ["domain", "before dedup", "after dedup", "contaminated", "eligible", "weight",
+                "quota", "redistributed", "selected", "shortfall"]
         body = [[r["domain"], f"{r['available_before_dedup']:,}",
-                 f"{r['available_after_dedup']:,}", f"{r['eligible']:,}",
+                 f"{r['available_after_dedup']:,}", f"{r['removed_contaminated']:,}",
+                 f"{r['eligible']:,}",
                  f"{r['weight']:.4f}", f"{r['quota']:,}", f"{r['redistributed']:,}",
                  f"{r['selected']:,}", f"{r['shortfall']:,}"] for r in self.rows]
         total = ["total", f"{sum(r['available_before_dedup'] for r in self.rows):,}",
                  f"{sum(r['available_after_dedup'] for r in self.rows):,}",
+                 f"{self.removed_contaminated:,}",
                  f"{sum(r['eligible'] for r in self.rows):,}",
                  f"{sum(r['weight'] for r in self.rows):.4f}",
                  f"{cfg.target_records:,}",
@@ -503,6 +531,7 @@ class _PoolScan:
 
     before: Counter[str] = field(default_factory=Counter)
     after: Counter[str] = field(default_factory=Counter)
+    contaminated: Counter[str] = field(default_factory=Counter)
     candidates: dict[str, list[tuple[bytes, SampleKey]]] = field(
         default_factory=lambda: defaultdict(list))  # domain → (rank, sample), eligible only
     retained_records: Counter[str] = field(default_factory=Counter)
@@ -511,7 +540,8 @@ class _PoolScan:
 
 
 def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
-               excluded: set[SampleKey], progress: bool) -> _PoolScan:
+               excluded: set[SampleKey], progress: bool,
+               contaminated: frozenset[SampleKey] = frozenset()) -> _PoolScan:
     """One validating pass: domains (refs resolved), dedup drops, quality, selection ranks."""
     scan = _PoolScan()
     depended = {d for p in packages for d in p.depends_on}
@@ -549,6 +579,9 @@ def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
         if key in excluded:
             continue
         scan.after[value] += 1
+        if key in contaminated:
+            scan.contaminated[value] += 1
+            continue
         if chars >= cfg.quality.min_chars:
             scan.candidates[value].append((sample_rank(cfg.seed, *key), key))
     bar.finish()
@@ -570,11 +603,16 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
             raise NearDedupError(f"near_dedup_report {report.path} covers {sorted(kinds)} "
                                  f"packages but the mixture {cfg.name} is {cfg.kind}")
         check_inputs_match(packages, report)
+    contamination = None
+    if cfg.contamination_report is not None:
+        contamination = read_contamination(Path(cfg.contamination_report))
+        check_inputs_match(packages, contamination)  # type: ignore[arg-type]
     retained = _retained_splits(cfg, report)
     scan = _scan_pool(cfg, packages, set(retained),
-                      report.excluded if report is not None else set(), progress)
+                      report.excluded if report is not None else set(), progress,
+                      frozenset(contamination.contaminated) if contamination else frozenset())
 
-    available = {d: scan.after.get(d, 0) for d in scan.before}
+    available = {d: scan.after.get(d, 0) - scan.contaminated.get(d, 0) for d in scan.before}
     weights = strategy_weights(cfg, available)
     eligible = {d: len(c) for d, c in scan.candidates.items()}
     quota, selected_n = allocate(cfg.target_records, weights, eligible, cfg.redistribute)
@@ -583,17 +621,19 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     for domain in sorted(weights):
         own = min(quota[domain], eligible.get(domain, 0))
         rows.append(PlanRow(domain=domain, available_before_dedup=scan.before.get(domain, 0),
-                            available_after_dedup=available.get(domain, 0),
+                            available_after_dedup=scan.after.get(domain, 0),
                             eligible=eligible.get(domain, 0), weight=weights[domain],
                             quota=quota[domain], redistributed=selected_n[domain] - own,
                             selected=selected_n[domain],
-                            shortfall=quota[domain] - own).model_dump())
+                            shortfall=quota[domain] - own,
+                            removed_contaminated=scan.contaminated.get(domain, 0)).model_dump())
         ranked = sorted(scan.candidates.get(domain, ()))
         selected.update(key for _, key in ranked[:selected_n[domain]])
 
     plan = Plan(config=cfg, packages=packages, report=report, retained_splits=retained,
                 rows=rows, retained_records=dict(sorted(scan.retained_records.items())),
-                selected=selected, ref_of=scan.ref_of, retained_refs=scan.retained_refs)
+                selected=selected, ref_of=scan.ref_of, retained_refs=scan.retained_refs,
+                contamination=contamination)
     if plan.shortfall and not cfg.allow_shortfall:
         short = ", ".join(f"{r['domain']} {r['eligible']:,} eligible for quota {r['quota']:,}"
                           for r in rows if r["shortfall"])
@@ -635,6 +675,13 @@ class ReportRef(_Frozen):
     manifest_sha256: str
 
 
+class ContaminationRef(_Frozen):
+    """The embedded contamination report: its folder and its manifest's sha256."""
+
+    path: Literal["contamination"]
+    manifest_sha256: str
+
+
 class ManifestCounts(_Frozen):
     target_records: int
     selected: int
@@ -642,6 +689,7 @@ class ManifestCounts(_Frozen):
     retained: int
     excluded_by_report: int
     by_split: dict[str, int]
+    removed_contaminated: int = 0
     by_domain: dict[str, int]
 
 
@@ -665,6 +713,7 @@ class MixtureManifest(_Frozen):
     counts: ManifestCounts
     near_dedup_report: ReportRef | None
     files: list[DataFile]
+    contamination_report: ContaminationRef | None = None
 
 
 # --------------------------------------------------------------------------- build
@@ -683,6 +732,9 @@ class BuildResult:
                 f"{c['selected']:,} selected of {c['target_records']:,} target "
                 f"(shortfall {c['shortfall']:,}), {c['retained']:,} retained records, "
                 f"{len(self.manifest['files'])} data files")
+        if self.manifest.get("contamination_report") is not None:
+            text += (f", contamination report embedded ({c['removed_contaminated']:,} pool "
+                     f"samples removed)")
         if rep is not None:
             text += (f", near-dedup report embedded ({c['excluded_by_report']:,} pool samples "
                      f"excluded)")
@@ -783,6 +835,9 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
                                  f"packages are immutable")
     if cfg.near_dedup_report is not None and is_within(output, Path(cfg.near_dedup_report)):
         raise NearDedupError(f"output {output} is inside the near-dedup report")
+    if cfg.contamination_report is not None and is_within(output,
+                                                          Path(cfg.contamination_report)):
+        raise NearDedupError(f"output {output} is inside the contamination report")
     plan = plan_mixture(cfg, progress=progress)
     with atomic_dir(output) as tmp:
         work = tmp / ".work"
@@ -793,6 +848,12 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
         if plan.report is not None:
             _copy_report(plan, tmp / REPORT_DIR)
             report_ref = ReportRef(path=REPORT_DIR, manifest_sha256=plan.report.manifest_sha256)
+        contamination_ref = None
+        if plan.contamination is not None:
+            copy_contamination(plan.contamination.path, tmp / CONTAMINATION_DIR,
+                               plan.contamination.checksums_sha256)
+            contamination_ref = ContaminationRef(
+                path=CONTAMINATION_DIR, manifest_sha256=plan.contamination.manifest_sha256)
         by_split = {f["split"]: f["records"] for f in files}
         selected_written = sum(n for s, n in by_split.items()
                                if s not in set(plan.retained_splits))
@@ -810,8 +871,12 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
                 target_records=cfg.target_records, selected=plan.selected_total,
                 shortfall=plan.shortfall, retained=sum(plan.retained_records.values()),
                 excluded_by_report=plan.excluded_by_report, by_split=by_split,
+                removed_contaminated=plan.removed_contaminated,
                 by_domain={r["domain"]: r["selected"] for r in plan.rows}),
-            near_dedup_report=report_ref, files=files).model_dump(mode="json")
+            near_dedup_report=report_ref, files=files,
+            contamination_report=contamination_ref).model_dump(
+                mode="json", exclude=None if contamination_ref is not None else
+                {"contamination_report": True, "counts": {"removed_contaminated"}})
         write_json(tmp / "manifest.json", manifest)
         write_checksums(tmp)
     return BuildResult(output=output, manifest=manifest)
@@ -828,10 +893,14 @@ class VerifyResult:
     selected: int
     retained: int
     report_decisions: int | None
+    contaminated_samples: int | None = None
 
     def summary(self) -> str:
         text = (f"mixture {self.path} OK: {self.files} files match checksums, "
                 f"{self.selected:,} selected and {self.retained:,} retained records")
+        if self.contaminated_samples is not None:
+            text += (f", embedded contamination report verified (none of its "
+                     f"{self.contaminated_samples:,} contaminated samples selected)")
         if self.report_decisions is None:
             return text + ", no near-dedup report (plain mixture)"
         return (text + f", embedded near-dedup report verified ({self.report_decisions:,} "
@@ -975,6 +1044,25 @@ def _embedded_decisions(path: Path, manifest: MixtureManifest,
     return verified.samples
 
 
+def _embedded_contamination(path: Path, manifest: MixtureManifest,
+                            label: str) -> set[SampleKey]:
+    """Verify the embedded contamination report; its contaminated training samples."""
+    ref = manifest.contamination_report
+    if ref is None:
+        return set()
+    folder = path / ref.path
+    view = read_contamination(folder)
+    if view.manifest_sha256 != ref.manifest_sha256:
+        raise NearDedupError(f"{label}: {ref.path}/manifest.json does not match the "
+                             f"manifest_sha256 recorded in manifest.json")
+    mine = sorted((i.package_id, i.manifest_sha256) for i in manifest.inputs)
+    theirs = sorted((i.get("package_id"), i.get("manifest_sha256")) for i in view.inputs)
+    if mine != theirs:
+        raise NearDedupError(f"{label}: inputs in manifest.json differ from the embedded "
+                             f"contamination report's inputs")
+    return view.contaminated
+
+
 def _check_kept(d: SampleDecision | None, key: SampleKey, split: str, loc: str) -> None:
     """A mixture line's sample must be a ``keep`` decision of the same split."""
     if d is None:
@@ -1030,6 +1118,7 @@ def verify_mixture(path: Path) -> VerifyResult:
     report_excluded = None if decisions is None else sum(
         1 for d in decisions.values() if d.decision == "exclude")
     _check_plan(manifest, plan, report_excluded, label)
+    contaminated = _embedded_contamination(path, manifest, label)
 
     data_on_disk = sorted(r for r in listed if r.startswith("data/"))
     if sorted(f.path for f in manifest.files) != data_on_disk:
@@ -1071,6 +1160,10 @@ def verify_mixture(path: Path) -> VerifyResult:
             if decisions is not None:
                 _check_kept(d, key, split, f"{label}: {rel}:{n}")
                 _check_text(obj, manifest.kind, d, f"{label}: {rel}:{n}")
+            if split not in retained and key in contaminated:
+                raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} contains "
+                                     f"an eval item (embedded contamination report) but is "
+                                     f"selected")
             if split in retained:
                 retained_n += 1
             else:
@@ -1093,4 +1186,6 @@ def verify_mixture(path: Path) -> VerifyResult:
     if planned != dict(selected_by_domain):
         raise NearDedupError(f"{label}: selected records per {group_by} differ from plan.json")
     return VerifyResult(path=path, files=len(listed), selected=selected, retained=retained_n,
-                        report_decisions=None if decisions is None else len(decisions))
+                        report_decisions=None if decisions is None else len(decisions),
+                        contaminated_samples=None if manifest.contamination_report is None
+                        else len(contaminated))
