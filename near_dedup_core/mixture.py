@@ -924,6 +924,14 @@ class PlanReport(_Frozen):
     excluded_pool_samples: int = Field(ge=0)
 
 
+class PlanContamination(_Frozen):
+    """The contamination report a plan was made with, and how many pool samples it removed."""
+
+    path: str
+    manifest_sha256: str
+    removed_pool_samples: int = Field(ge=0)
+
+
 class PlanTotals(_Frozen):
     selected: int = Field(ge=0)
     shortfall: int = Field(ge=0)
@@ -947,6 +955,7 @@ class PlanFile(_Frozen):
     redistribute: bool
     retained_splits: list[str]
     near_dedup_report: PlanReport | None
+    contamination_report: PlanContamination | None = None
     domains: list[PlanRow]
     totals: PlanTotals
     retained_records: dict[str, int]
@@ -974,14 +983,25 @@ def _check_plan(manifest: MixtureManifest, plan: PlanFile, report_excluded: int 
             and (ref.manifest_sha256 != planned_ref.manifest_sha256
                  or planned_ref.excluded_pool_samples != counts.excluded_by_report)):
         fail("plan.json near_dedup_report differs from manifest.json")
+    cref, planned_cref = manifest.contamination_report, plan.contamination_report
+    removed = sum(r.removed_contaminated for r in plan.domains)
+    if (cref is None) != (planned_cref is None) or (
+            cref is not None and planned_cref is not None
+            and (cref.manifest_sha256 != planned_cref.manifest_sha256
+                 or planned_cref.removed_pool_samples != removed)) \
+            or removed != counts.removed_contaminated:
+        fail("plan.json contamination_report differs from manifest.json or its domains")
     rows = {r.domain: r for r in plan.domains}
     if len(rows) != len(plan.domains) or list(rows) != sorted(rows):
         fail("plan.json domains are not sorted and distinct")
     for r in plan.domains:
-        if not 0 <= r.eligible <= r.available_after_dedup <= r.available_before_dedup \
-                or (ref is None and r.available_after_dedup != r.available_before_dedup):
-            fail(f"plan.json domain {r.domain}: eligible ≤ available after dedup ≤ available "
-                 f"before dedup (equal without a report) does not hold")
+        left = r.available_after_dedup - r.removed_contaminated
+        if not 0 <= r.eligible <= left <= r.available_after_dedup <= r.available_before_dedup \
+                or (ref is None and r.available_after_dedup != r.available_before_dedup) \
+                or (cref is None and r.removed_contaminated):
+            fail(f"plan.json domain {r.domain}: eligible ≤ available after dedup and "
+                 f"contamination ≤ available before dedup (equal without the reports) does "
+                 f"not hold")
     excluded = sum(r.available_before_dedup - r.available_after_dedup for r in plan.domains)
     if excluded != counts.excluded_by_report or (report_excluded is not None
                                                  and excluded != report_excluded):
@@ -989,7 +1009,7 @@ def _check_plan(manifest: MixtureManifest, plan: PlanFile, report_excluded: int 
              f"{counts.excluded_by_report}"
              + ("" if report_excluded is None else
                 f", the embedded report excludes {report_excluded}"))
-    weights = strategy_weights(plan.strategy, {d: r.available_after_dedup
+    weights = strategy_weights(plan.strategy, {d: r.available_after_dedup - r.removed_contaminated
                                                for d, r in rows.items()})
     if sorted(weights) != list(rows):
         fail("plan.json domains differ from the strategy's domains")
@@ -1125,7 +1145,9 @@ def verify_mixture(path: Path) -> VerifyResult:
         raise NearDedupError(f"{label}: manifest.json files differ from the data files present")
     for rel in listed:
         if rel not in ("manifest.json", "plan.json") and not rel.startswith("data/") and not (
-                decisions is not None and rel.startswith(REPORT_DIR + "/")):
+                decisions is not None and rel.startswith(REPORT_DIR + "/")) and not (
+                manifest.contamination_report is not None
+                and rel.startswith(CONTAMINATION_DIR + "/")):
             raise NearDedupError(f"{label}: {rel} does not belong in a mixture package")
     input_pos = {i.package_id: k for k, i in enumerate(manifest.inputs)}
     seen: set[SampleKey] = set()

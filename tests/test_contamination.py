@@ -292,8 +292,9 @@ def test_prefix_filter_keeps_every_pair_at_the_threshold():
 
 
 def test_fingerprint_ignores_contamination_keys():
+    # the default config's fingerprint under nd-3, as before the contamination keys existed
     assert DEFAULTS.fingerprint() == \
-        "8123907e03289a72f818f82afe87c1e7703e6e7db0d043acb943696615c43d68"
+        "a9c3ad54f2c345b660f63ffc17b8ed202e5049042dc369c065b218d79e489784"
     other = NearDedupConfig(contamination_threshold=0.6, contamination_min_chars=10)
     assert other.fingerprint() == DEFAULTS.fingerprint()
     assert NearDedupConfig(threshold=0.85).fingerprint() != DEFAULTS.fingerprint()
@@ -331,7 +332,8 @@ def test_mixture_drops_exactly_the_contaminated_pool_samples(planted, tmp_path):
     assert tree_bytes(mix / "contamination") == tree_bytes(planted["report"])
     assert "embedded contamination report verified" in verify_mixture(mix).summary()
 
-    # a plain mixture with a contamination report grafted in fails verification
+    # a plain mixture with a contamination report grafted in fails verification: its plan
+    # removed nothing, and it selected contaminated samples
     plain = tmp_path / "plain"
     code, _, err = run_cli("--quiet", "mixture", "build", _mixture_cfg(tmp_path, planted),
                            "--output", plain)
@@ -344,6 +346,14 @@ def test_mixture_drops_exactly_the_contaminated_pool_samples(planted, tmp_path):
             __import__("hashlib").sha256((planted["report"] / "manifest.json").read_bytes())
             .hexdigest()))}
     (plain / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    _resum(plain)
+    with pytest.raises(NearDedupError, match="plan.json contamination_report differs"):
+        verify_mixture(plain)
+    plan_path = plain / "plan.json"
+    plan_json = json.loads(plan_path.read_text())
+    plan_json["contamination_report"] = {**manifest["contamination_report"],
+                                         "removed_pool_samples": 0}
+    plan_path.write_text(json.dumps(plan_json, indent=2))
     _resum(plain)
     with pytest.raises(NearDedupError, match="contains an eval item"):
         verify_mixture(plain)
