@@ -20,10 +20,9 @@ Results do not depend on the number of workers.
 from __future__ import annotations
 
 import collections
-import multiprocessing
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -41,6 +40,7 @@ from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, open_packages, stream_records
 from near_dedup_core.progress import Progress
 from near_dedup_core.signature import MinHasher, band_keys, stored_values
+from near_dedup_core.workers import process_pool
 
 CHUNK = 1024
 DICT_REFRESH = 100_000  # new contents per trained text dictionary
@@ -116,25 +116,6 @@ def sign(params: tuple[int, int, int, int, int, int], texts: list[str],
         sizes[long_idx] = z
     keys = band_keys(sigs, bands, rows)
     return sigs, sizes, keys, db.compress_texts(texts, dictionary)
-
-
-class _InlineExecutor(Executor):
-    """Runs submitted work at once in this process (workers=1)."""
-
-    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
-        fut: Future = Future()
-        try:
-            fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed to the caller through the future
-            fut.set_exception(exc)
-        return fut
-
-
-def _executor(workers: int) -> Executor:
-    if workers <= 1:
-        return _InlineExecutor()
-    return ProcessPoolExecutor(max_workers=workers,
-                               mp_context=multiprocessing.get_context("forkserver"))
 
 
 # --------------------------------------------------------------------------- the batch
@@ -385,7 +366,7 @@ def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: 
         bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
         if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
             workers = 1
-        with _executor(workers) as executor:
+        with process_pool(workers) as executor:
             writer = _BatchWriter(conn, config, seq, executor, workers, kind, bar)
             targets = {d for p in new for d in p.depends_on}
             writer.track_targets(targets, indexed_rowids)
