@@ -434,7 +434,7 @@ def database_error(path: Path, exc: BaseException) -> NearDedupError:
     backup and at ``index check``; a full disk or file-size limit says that nothing changed
     (a batch is one transaction, rolled back; a first batch's temporary file is removed)."""
     name = getattr(exc, "sqlite_errorname", None) or ""
-    msg = str(exc) or type(exc).__name__
+    msg = " ".join(str(exc).split()) or type(exc).__name__
     if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT_") \
             or "malformed" in msg or "not a database" in msg:
         return NearDedupError(f"index {path}: damaged ({msg}); restore it from a backup or run "
@@ -684,3 +684,113 @@ class IndexSnapshot(IndexTexts):
             if row[1] not in pool_package_ids:
                 out.append(OutsideSource(*row))
         return out
+
+
+# --------------------------------------------------------------------------- index check
+
+
+REQUIRED_META = ("format", "schema_version", "algorithm_version", "config_fingerprint",
+                 "config", "created_at")
+
+
+class IndexCheck(NamedTuple):
+    path: Path
+    batches: int
+    packages: int
+    contents: int
+    sources: int
+
+    def summary(self) -> str:
+        return (f"index {self.path}: OK ({self.batches:,} batches, {self.packages:,} packages, "
+                f"{self.contents:,} contents, {self.sources:,} sources)")
+
+
+def check_index(path: Path) -> IndexCheck:
+    """SQLite's ``integrity_check`` plus the index's own invariants; raises NearDedupError
+    naming the first problem. Reads only (see :func:`connect_reader`).
+
+    Invariants: the meta keys are present, name this format, schema and algorithm, and the
+    stored config has the stored fingerprint; every band row's content exists and has a
+    signature of ``num_perm`` values; every source's content and package exist; no content,
+    package or dictionary names a batch that does not exist; every text decompresses (with its
+    dictionary) to ``norm_chars`` characters."""
+    if not path.is_file():
+        raise NearDedupError(f"index {path}: not found")
+    with database_errors(path):
+        values = _read_foreign(path)
+        con = connect_reader(path)
+        try:
+            return _check(path, con, values)
+        finally:
+            con.close()
+
+
+def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> IndexCheck:
+    def bad(what: str) -> NearDedupError:
+        return NearDedupError(f"index {path}: {what}; restore it from a backup")
+
+    missing = [k for k in REQUIRED_META if k not in values]
+    if missing:
+        raise bad(f"meta lacks {', '.join(missing)}")
+    if values["format"] != FORMAT:
+        raise NearDedupError(f"index {path}: not a near-dedup index")
+    if values["schema_version"] != SCHEMA_VERSION or values["algorithm_version"] != ALGORITHM_VERSION:
+        raise NearDedupError(f"index {path}: schema {values['schema_version']}, algorithm "
+                             f"{values['algorithm_version']}: not readable by this tool "
+                             f"(schema {SCHEMA_VERSION}, algorithm {ALGORITHM_VERSION})")
+    try:
+        config = NearDedupConfig.model_validate_json(values["config"])
+    except ValueError:
+        raise bad("meta config is not a valid near-dedup config") from None
+    if config.fingerprint() != values["config_fingerprint"]:
+        raise bad("meta config does not have the stored config_fingerprint")
+    con.execute("BEGIN")
+    problems = [row[0] for row in con.execute("PRAGMA integrity_check(1)")]
+    if problems != ["ok"]:
+        first = " ".join(problems[0].split())
+        raise NearDedupError(f"index {path}: damaged (SQLite integrity_check: {first}); "
+                             f"restore it from a backup")
+    max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
+    queries = [
+        ("a band row names a missing content or one without a signature",
+         "SELECT COUNT(*) FROM bands b LEFT JOIN contents c ON c.id = b.content "
+         "WHERE c.id IS NULL OR c.signature IS NULL"),
+        ("a content's signature does not have num_perm values",
+         f"SELECT COUNT(*) FROM contents WHERE signature IS NOT NULL AND "
+         f"length(signature) != {2 * config.num_perm}"),
+        ("a source names a missing content",
+         "SELECT COUNT(*) FROM sources s LEFT JOIN contents c ON c.id = s.content "
+         "WHERE c.id IS NULL"),
+        ("a source names a missing package",
+         "SELECT COUNT(*) FROM sources s LEFT JOIN packages p ON p.id = s.package "
+         "WHERE p.id IS NULL"),
+        ("a content names a batch after the last one",
+         f"SELECT COUNT(*) FROM contents WHERE batch > {max_batch} OR batch < 1"),
+        ("a package names a missing batch",
+         "SELECT COUNT(*) FROM packages p LEFT JOIN batches b ON b.seq = p.batch "
+         "WHERE b.seq IS NULL"),
+        ("a dictionary names a missing batch",
+         "SELECT COUNT(*) FROM dictionaries d LEFT JOIN batches b ON b.seq = d.batch "
+         "WHERE b.seq IS NULL"),
+        ("a content names a missing dictionary",
+         "SELECT COUNT(*) FROM contents c LEFT JOIN dictionaries d ON d.id = c.dictionary "
+         "WHERE c.dictionary IS NOT NULL AND d.id IS NULL"),
+    ]
+    for what, sql in queries:
+        (n,) = con.execute(sql).fetchone()
+        if n:
+            raise bad(f"{what} ({n:,} rows)")
+    reader = TextReader(con)
+    for cid, blob, dictionary, chars in con.execute(
+            "SELECT id, text_z, dictionary, norm_chars FROM contents"):
+        try:
+            text = reader.text(blob, dictionary)
+        except (zstandard.ZstdError, UnicodeDecodeError) as exc:
+            raise bad(f"the text of content row {cid} does not decompress ({exc})") from None
+        if len(text) != chars:
+            raise bad(f"the text of content row {cid} has {len(text)} characters, "
+                      f"norm_chars says {chars}")
+    counts = [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+              for t in ("packages", "contents", "sources")]
+    con.execute("COMMIT")
+    return IndexCheck(path, max_batch, *counts)

@@ -20,6 +20,7 @@ Results do not depend on the number of workers.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
@@ -38,7 +39,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, open_packages, stream_records
-from near_dedup_core.progress import Progress
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import MinHasher, band_keys, stored_values
 from near_dedup_core.workers import process_pool
 
@@ -274,6 +275,7 @@ class _BatchWriter:
         while self.stage4 and (len(self.stage4) > limit or self.stage4[0][2].done()):
             rows, dict_id, fut = self.stage4.popleft()
             self._write_contents(rows, dict_id, *fut.result())
+            pause_point("index-write")
 
     def _write_contents(self, rows, dict_id, sigs, sizes, keys, blobs) -> None:
         min_chars = self.config.min_chars
@@ -403,31 +405,52 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}; split it into several batches")
     result = IndexResult(index=index_path, batch=None)
-    with db.writer_lock(index_path):
-        values = db.existing_meta(index_path)
-        if values is not None:
-            db.check_binding(index_path, values, config)
-            engine = db.open_writable(index_path)
-            try:
-                _append_batch(engine, config, pkgs, result, workers, progress)
-            finally:
-                engine.dispose()
-            return result
-        # under the writer lock any temporary sibling is left over from a killed first batch
-        for stale in index_path.parent.glob(f".{index_path.name}.tmp-*"):
-            stale.unlink()
-        tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
-        engine = db.open_writable(tmp)
+    created = _missing_dirs(index_path.parent)
+    try:
+        with db.writer_lock(index_path), db.database_errors(index_path):
+            _index_locked(index_path, config, pkgs, result, workers, progress)
+    except BaseException:
+        for folder in created:  # made for this batch, which failed: leave no trace of it
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    return result
+
+
+def _missing_dirs(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package],
+                  result: IndexResult, workers: int, progress: bool) -> None:
+    values = db.existing_meta(index_path)
+    if values is not None:
+        db.check_binding(index_path, values, config)
+        engine = db.open_writable(index_path)
         try:
-            db.create_schema(engine, config, _now())
             _append_batch(engine, config, pkgs, result, workers, progress)
-            engine.dispose()
-            if result.batch is not None:
-                os.rename(tmp, index_path)
         finally:
             engine.dispose()
-            _remove_db_files(tmp)
-    return result
+        return
+    # under the writer lock any temporary sibling is left over from a killed first batch
+    for stale in index_path.parent.glob(f".{index_path.name}.tmp-*"):
+        stale.unlink()
+    tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
+    engine = db.open_writable(tmp)
+    try:
+        db.create_schema(engine, config, _now())
+        _append_batch(engine, config, pkgs, result, workers, progress)
+        engine.dispose()
+        if result.batch is not None:
+            os.rename(tmp, index_path)
+    finally:
+        engine.dispose()
+        _remove_db_files(tmp)
 
 
 def _remove_db_files(path: Path) -> None:

@@ -24,9 +24,6 @@ Stages, each producing what the next one needs:
 from __future__ import annotations
 
 import math
-import os
-import sys
-import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +40,7 @@ from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.fsutil import is_within, sha256_file
 from near_dedup_core.guard import guard_for
 from near_dedup_core.package import Package, open_packages
-from near_dedup_core.progress import Progress
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import MinHasher, band_keys, exact_jaccard
 from near_dedup_core.workers import process_pool
 
@@ -502,6 +499,7 @@ def verify(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], cand: Candidat
                                              args, [domains] * len(args))):
                 results.append(res)
                 bar.advance(len(c))
+                pause_point("scan-verify-pool")
     else:
         for c, arg in zip(chunks, args):
             results.append(verify_pairs(snap, params, arg, domains))
@@ -560,27 +558,8 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
         _verify_files(pkgs)
         nodes = build_nodes(pool)
         cand = find_candidates(snap, pool, nodes, config, progress)
-        _pause_point("verify")
+        pause_point("scan-verify")
         near, hist = verify(snap, pool, nodes, cand, config, workers, progress)
         decisions = decide(pool, nodes, near, hist, config)
         counts = write_report(output, snap, pool, nodes, decisions, near, hist, cand, config)
     return ScanResult(output, counts)
-
-
-PAUSE_ENV = "NEAR_DEDUP_SCAN_PAUSE"
-
-
-def _pause_point(stage: str) -> None:
-    """Test hook: with ``NEAR_DEDUP_SCAN_PAUSE=<stage>:<path>`` the scan, on reaching
-    ``stage``, creates ``<path>`` and waits until it has been removed again, so a test can act
-    at a known point of a running scan. Unset, this is one dictionary lookup."""
-    spec = os.environ.get(PAUSE_ENV)
-    if not spec or not spec.startswith(stage + ":"):
-        return
-    flag = spec[len(stage) + 1:]
-    with open(flag, "x"):
-        pass
-    print(f"scan: paused at {stage}", file=sys.stderr, flush=True)
-    while os.path.exists(flag):
-        time.sleep(0.05)
-    os.environ.pop(PAUSE_ENV)
