@@ -7,6 +7,5 @@ import os
 from near_dedup_core.workers import PARENT_ENV, die_with_parent
 
 _parent = os.environ.get(PARENT_ENV)
-if _parent is not None and _parent.isdigit() and int(_parent) != os.getpid():
-    if os.getppid() == int(_parent):
-        die_with_parent(int(_parent))
+if _parent is not None and _parent.isdigit() and os.getppid() == int(_parent):
+    die_with_parent(int(_parent))

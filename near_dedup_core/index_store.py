@@ -32,14 +32,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 import numpy as np
 import zstandard
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.pool import NullPool
 from sqlalchemy import (BLOB, Column, Engine, ForeignKey, Index, Integer, MetaData, String,
                         Table, Text, create_engine, event, insert, select)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.pool import NullPool
 
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.config import NearDedupConfig
@@ -601,7 +601,7 @@ class IndexSnapshot(IndexTexts):
     def close(self) -> None:
         self._con.close()
 
-    def __enter__(self) -> IndexSnapshot:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -753,28 +753,28 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
     max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
     queries = [
         ("a band row names a missing content or one without a signature",
-         "SELECT COUNT(*) FROM bands b LEFT JOIN contents c ON c.id = b.content "
-         "WHERE c.id IS NULL OR c.signature IS NULL"),
+         ("SELECT COUNT(*) FROM bands b LEFT JOIN contents c ON c.id = b.content "
+          "WHERE c.id IS NULL OR c.signature IS NULL")),
         ("a content's signature does not have num_perm values",
-         f"SELECT COUNT(*) FROM contents WHERE signature IS NOT NULL AND "
-         f"length(signature) != {2 * config.num_perm}"),
+         (f"SELECT COUNT(*) FROM contents WHERE signature IS NOT NULL AND "
+          f"length(signature) != {2 * config.num_perm}")),
         ("a source names a missing content",
-         "SELECT COUNT(*) FROM sources s LEFT JOIN contents c ON c.id = s.content "
-         "WHERE c.id IS NULL"),
+         ("SELECT COUNT(*) FROM sources s LEFT JOIN contents c ON c.id = s.content "
+          "WHERE c.id IS NULL")),
         ("a source names a missing package",
-         "SELECT COUNT(*) FROM sources s LEFT JOIN packages p ON p.id = s.package "
-         "WHERE p.id IS NULL"),
+         ("SELECT COUNT(*) FROM sources s LEFT JOIN packages p ON p.id = s.package "
+          "WHERE p.id IS NULL")),
         ("a content names a batch after the last one",
          f"SELECT COUNT(*) FROM contents WHERE batch > {max_batch} OR batch < 1"),
         ("a package names a missing batch",
-         "SELECT COUNT(*) FROM packages p LEFT JOIN batches b ON b.seq = p.batch "
-         "WHERE b.seq IS NULL"),
+         ("SELECT COUNT(*) FROM packages p LEFT JOIN batches b ON b.seq = p.batch "
+          "WHERE b.seq IS NULL")),
         ("a dictionary names a missing batch",
-         "SELECT COUNT(*) FROM dictionaries d LEFT JOIN batches b ON b.seq = d.batch "
-         "WHERE b.seq IS NULL"),
+         ("SELECT COUNT(*) FROM dictionaries d LEFT JOIN batches b ON b.seq = d.batch "
+          "WHERE b.seq IS NULL")),
         ("a content names a missing dictionary",
-         "SELECT COUNT(*) FROM contents c LEFT JOIN dictionaries d ON d.id = c.dictionary "
-         "WHERE c.dictionary IS NOT NULL AND d.id IS NULL"),
+         ("SELECT COUNT(*) FROM contents c LEFT JOIN dictionaries d ON d.id = c.dictionary "
+          "WHERE c.dictionary IS NOT NULL AND d.id IS NULL")),
     ]
     for what, sql in queries:
         (n,) = con.execute(sql).fetchone()

@@ -33,10 +33,10 @@ import orjson
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.index_store import IndexSnapshot
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (atomic_dir, iter_json_objects, verify_checksums,
                                     write_checksums, write_json, write_jsonl)
+from near_dedup_core.index_store import IndexSnapshot
 
 FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1

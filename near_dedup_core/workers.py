@@ -54,7 +54,7 @@ class InlineExecutor(Executor):
         fut: Future = Future()
         try:
             fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed to the caller through the future
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
             fut.set_exception(exc)
         return fut
 
