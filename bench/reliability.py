@@ -191,6 +191,7 @@ def main() -> None:
         delay = rnd.uniform(1.5, 4.0)
         time.sleep(delay)
         finished = proc.poll() is not None
+        running = len(session_alive(proc.pid))  # 5 in the parallel stage (pool of 2)
         os.kill(proc.pid, sig)
         proc.wait()
         deadline = time.monotonic() + 5
@@ -205,7 +206,8 @@ def main() -> None:
         ok = (not survivors and check.returncode == 0 and unchanged
               and (finished or not (work / "rep").exists()) and (sig == signal.SIGKILL or not temps))
         table.add("kills: no survivor, index checks OK, nothing partial published", ok,
-                  f"({command} {sig.name} after {delay:.1f}s{', had finished' if finished else ''}"
+                  f"({command} {sig.name} after {delay:.1f}s, {running} processes"
+                  f"{', had finished' if finished else ''}"
                   f"; survivors {survivors}; {check.stdout.strip() or check.stderr.strip()})")
 
     print("exhaustion: file-size limits")

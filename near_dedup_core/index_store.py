@@ -437,8 +437,7 @@ def database_error(path: Path, exc: BaseException) -> NearDedupError:
     msg = " ".join(str(exc).split()) or type(exc).__name__
     if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT_") \
             or "malformed" in msg or "not a database" in msg:
-        return NearDedupError(f"index {path}: damaged ({msg}); restore it from a backup or run "
-                              f"`near-dedup --index {path} index check`")
+        return damaged(path, msg)
     if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) or "disk is full" in msg \
             or "disk I/O error" in msg:
         return NearDedupError(f"index {path}: cannot write ({msg}: out of disk space or over "
@@ -452,6 +451,24 @@ def database_error(path: Path, exc: BaseException) -> NearDedupError:
                               f"to read the file and to create its -wal/-shm files in "
                               f"{path.parent}")
     return NearDedupError(f"index {path}: SQLite error ({msg})")
+
+
+def raise_if_damaged(path: Path, exc: BaseException) -> None:
+    """After ``exc`` (an unexpected value while reading the index): if SQLite's
+    ``quick_check`` finds the index damaged, raise the one-line damage error instead (pages
+    whose garbage SQLite reads without noticing give such values); otherwise return, and the
+    caller re-raises ``exc``."""
+    try:
+        con = connect_reader(path)
+        try:
+            problems = [row[0] for row in con.execute("PRAGMA quick_check(1)")]
+        finally:
+            con.close()
+    except sqlite3.Error as err:
+        raise damaged(path, " ".join(str(err).split())) from None
+    if problems != ["ok"]:
+        raise damaged(path, f"{type(exc).__name__} while reading it; SQLite quick_check: "
+                            f"{' '.join(problems[0].split())}") from None
 
 
 @contextmanager
@@ -540,7 +557,8 @@ class IndexTexts:
     text for every id that existed when the snapshot was taken: verify workers may read texts
     on their own read-only connections."""
 
-    def __init__(self, con: sqlite3.Connection) -> None:
+    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+        self.path = path
         self._con = con
         self._reader = TextReader(con)
 
@@ -548,15 +566,29 @@ class IndexTexts:
     def open(cls, path: Path) -> IndexTexts:
         """Texts on a fresh read-only connection (``mode=ro``: while a scan holds its snapshot
         open, the index's side files exist and this connection creates nothing)."""
-        return cls(sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
-                                   check_same_thread=False))
+        return cls(path, sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
+                                         check_same_thread=False))
 
     def texts(self, ids: list[int]) -> dict[int, str]:
+        """Texts of these content ids, all of which exist (they come from sources or bands):
+        a missing row or a text that does not decompress means the index is damaged."""
         out: dict[int, str] = {}
         for cid, blob, dictionary in rows_in(
                 self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
-            out[cid] = self._reader.text(blob, dictionary)
+            try:
+                out[cid] = self._reader.text(blob, dictionary)
+            except (zstandard.ZstdError, UnicodeDecodeError, TypeError) as exc:
+                raise damaged(self.path, f"the text of content row {cid} does not "
+                                         f"decompress: {exc}") from None
+        if len(out) != len(set(ids)):
+            raise damaged(self.path, f"{len(set(ids)) - len(out):,} content rows are missing")
         return out
+
+
+def damaged(path: Path, detail: str) -> NearDedupError:
+    """The one-line error for an index whose data contradicts itself."""
+    return NearDedupError(f"index {path}: damaged ({detail}); restore it from a backup or run "
+                          f"`near-dedup --index {path} index check`")
 
 
 class IndexSnapshot(IndexTexts):
@@ -573,9 +605,9 @@ class IndexSnapshot(IndexTexts):
     The methods take and return plain values and named records, not SQL or connections, so
     another backend can implement the same reads."""
 
-    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
-        super().__init__(con)
-        self.path = path
+    def __init__(self, path: Path, con: sqlite3.Connection, num_perm: int | None) -> None:
+        super().__init__(path, con)
+        self._signature_bytes = None if num_perm is None else 2 * num_perm
 
     @classmethod
     def open(cls, path: Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
@@ -596,7 +628,7 @@ class IndexSnapshot(IndexTexts):
             except BaseException:
                 con.close()
                 raise
-        return cls(path, con)
+        return cls(path, con, None if config is None else config.num_perm)
 
     def close(self) -> None:
         self._con.close()
@@ -633,10 +665,19 @@ class IndexSnapshot(IndexTexts):
             "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
 
     def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
-        """Content rows by row id (ids that do not exist are absent)."""
-        return {row[0]: ContentRow(*row[1:]) for row in rows_in(
+        """Content rows by row id. The ids come from sources or bands, so every one exists and
+        every signature has ``num_perm`` values; otherwise the index is damaged (pages that
+        SQLite reads without noticing the damage)."""
+        rows = {row[0]: ContentRow(*row[1:]) for row in rows_in(
             self._con, "SELECT id, content_id, scope, batch, norm_chars, shingles, signature "
                        "FROM contents WHERE id IN ({})", ids)}
+        if len(rows) != len(set(ids)):
+            raise damaged(self.path, f"{len(set(ids)) - len(rows):,} content rows are missing")
+        width = self._signature_bytes
+        if width is not None and any(r.signature is not None and len(r.signature) != width
+                                     for r in rows.values()):
+            raise damaged(self.path, "a content signature has the wrong length")
+        return rows
 
     def content_splits(self, ids: list[int]) -> list[ContentSplit]:
         """The distinct (content, split) pairs the index holds sources of, for these ids."""
@@ -732,7 +773,7 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
     missing = [k for k in REQUIRED_META if k not in values]
     if missing:
         raise bad(f"meta lacks {', '.join(missing)}")
-    if values["format"] != FORMAT:
+    if values.get("format") != FORMAT:
         raise NearDedupError(f"index {path}: not a near-dedup index")
     if values["schema_version"] != SCHEMA_VERSION or values["algorithm_version"] != ALGORITHM_VERSION:
         raise NearDedupError(f"index {path}: schema {values['schema_version']}, algorithm "

@@ -408,7 +408,12 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
     created = _missing_dirs(index_path.parent)
     try:
         with db.writer_lock(index_path), db.database_errors(index_path):
-            _index_locked(index_path, config, pkgs, result, workers, progress)
+            try:
+                _index_locked(index_path, config, pkgs, result, workers, progress)
+            except (LookupError, ValueError, TypeError, AttributeError) as exc:
+                if index_path.is_file():
+                    db.raise_if_damaged(index_path, exc)
+                raise
     except BaseException:
         for folder in created:  # made for this batch, which failed: leave no trace of it
             with contextlib.suppress(OSError):

@@ -538,8 +538,6 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
               package_paths: Sequence[str | Path], output_dir: str | Path, *,
               workers: int = 1, progress: bool = False) -> ScanResult:
     """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see module doc)."""
-    from near_dedup_core.report import decide, write_report
-
     index_path, output = Path(index_path), Path(output_dir)
     paths = [Path(p) for p in package_paths]
     if output.exists():
@@ -553,6 +551,17 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     if total > config.max_pool_records:
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}")
+    try:
+        return _scan(index_path, config, pkgs, output, workers, progress)
+    except (LookupError, ValueError, TypeError, AttributeError) as exc:
+        db.raise_if_damaged(index_path, exc)
+        raise
+
+
+def _scan(index_path: Path, config: NearDedupConfig, pkgs: list[Package], output: Path,
+          workers: int, progress: bool) -> ScanResult:
+    from near_dedup_core.report import decide, write_report
+
     with db.database_errors(index_path), db.IndexSnapshot.open(index_path, config) as snap:
         pool = load_pool(snap, index_path, pkgs)
         _verify_files(pkgs)

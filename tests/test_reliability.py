@@ -170,6 +170,26 @@ def test_a_damaged_index_is_one_line_for_index_scan_and_check(corpus, index, tmp
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_random_damaged_pages_never_give_a_traceback(corpus, index, tmp_path, seed):
+    """A few garbage pages anywhere in the middle: SQLite may notice them (malformed) or read
+    garbage values without noticing; either way the scan says the index is damaged (or, if it
+    never read those pages, succeeds) and `index check` finds the damage."""
+    rng = np.random.default_rng(seed)
+    page = 16384
+    pages = index.stat().st_size // page
+    with open(index, "r+b") as fh:
+        for k in rng.choice(np.arange(pages // 4, 3 * pages // 4), int(rng.integers(1, 9)),
+                            replace=False).tolist():
+            fh.seek(k * page + 64)
+            fh.write(rng.integers(0, 256, page - 128, dtype=np.uint8).tobytes())
+    code, _, err = run_cli("--quiet", "--index", index, "scan", "--inputs", corpus.v1,
+                           "--output", tmp_path / "rep")
+    if code != 0:
+        assert code == 1 and err.count("\n") == 1 and f"index {index}: damaged (" in err, err
+    one_line_error(["--index", index, "index", "check"], 1, f"index {index}: damaged (")
+
+
 def test_index_check_passes_a_sound_index_and_changes_nothing(corpus, index):
     folder = listing(index.parent)
     out = cli_ok("--index", index, "index", "check")
