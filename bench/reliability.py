@@ -153,12 +153,14 @@ def main() -> None:
     assert cli("--index", ix, "scan", "--inputs", v1, "--output", out / "before",
                "--workers", 2).returncode == 0
     scan_seconds = time.monotonic() - t
+    t = time.monotonic()
     assert cli("--index", ix, "index", "--inputs", v2, "--workers", 2).returncode == 0
+    seconds = {"scan": scan_seconds, "index": time.monotonic() - t}
     assert cli("--index", ix, "scan", "--inputs", v1, "--output", out / "after",
                "--workers", 2).returncode == 0
     before, after = report_bytes(out / "before"), report_bytes(out / "after")
     assert before != after
-    print(f"scan of v1: {scan_seconds:.1f}s")
+    print(f"scan of v1: {scan_seconds:.1f}s, index v2: {seconds['index']:.1f}s")
 
     print("concurrency: scan overlapping an append")
     for _ in range(args.trials):
@@ -188,11 +190,12 @@ def main() -> None:
         proc = subprocess.Popen([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
                                  str(ix), *argv, "--workers", "2"], env=ENV,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
-        delay = rnd.uniform(1.5, 4.0)
+        delay = rnd.uniform(0.3, 0.9) * seconds[command]  # somewhere in its run
         time.sleep(delay)
-        finished = proc.poll() is not None
         running = len(session_alive(proc.pid))  # 5 in the parallel stage (pool of 2)
-        os.kill(proc.pid, sig)
+        finished = proc.poll() is not None
+        if not finished:
+            os.kill(proc.pid, sig)
         proc.wait()
         deadline = time.monotonic() + 5
         while session_alive(proc.pid) and time.monotonic() < deadline:
