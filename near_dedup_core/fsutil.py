@@ -7,6 +7,8 @@ place, so a reader sees either nothing or the complete folder.
 from __future__ import annotations
 
 import contextlib
+import errno
+import glob
 import hashlib
 import os
 import re
@@ -122,16 +124,50 @@ def require_new_output(target: Path) -> None:
         raise NearDedupError(f"output {target} already exists; choose a new directory")
 
 
+_NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by another user
+        return True
+    return True
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Remove ``.<name>.tmp-<pid>`` siblings of ``target`` left by processes that no longer
+    run (killed while writing); a temporary of a live process is left alone (if the pid has
+    been reused, the folder stays until that process is gone too). Returns the removed paths."""
+    removed = []
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+        pid = tmp.name.rpartition(".tmp-")[2]
+        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+            continue
+        if tmp.is_dir() and not tmp.is_symlink():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    return removed
+
+
 @contextlib.contextmanager
 def atomic_dir(target: Path) -> Iterator[Path]:
-    """Yield a fresh temporary sibling of ``target``; rename it to ``target`` on success.
+    """Yield a fresh temporary sibling ``.<name>.tmp-<pid>`` of ``target``; rename it to
+    ``target`` on success.
 
-    On any exception the temporary folder is removed and ``target`` is never created.
+    Stale temporaries of dead processes are removed first. On any exception the temporary
+    folder is removed and ``target`` is never created; a full disk or file-size limit is one
+    line naming the output.
     """
     require_new_output(target)
     parent = target.parent
     if not parent.is_dir():
         parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target)
     tmp = parent / f".{target.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -139,6 +175,13 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     try:
         yield tmp
         os.rename(tmp, target)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno in _NO_SPACE:
+            raise NearDedupError(f"output {target}: cannot write ({exc.strerror}: out of disk "
+                                 f"space or over the file-size limit); nothing was "
+                                 f"written") from None
+        raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import re
-import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from near_dedup_core.fsutil import (
     write_json,
     write_jsonl,
 )
-from near_dedup_core.index_store import rows_in
+from near_dedup_core.index_store import IndexSnapshot
 
 FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1
@@ -123,25 +122,24 @@ def _ref(s) -> dict:
     return {"package_id": s.package_id, "sample_id": s.sample_id}
 
 
-def _outside_sources(con: sqlite3.Connection, pool, contents: set[int]) -> dict[tuple[int, str], list[dict]]:
+def _outside_sources(snap: IndexSnapshot, pool,
+                     contents: set[int]) -> dict[tuple[int, str], list[dict]]:
     """(content, split) -> sources outside the pool, sorted."""
     pool_ids = {p.package_id for p in pool.packages}
     found: dict[tuple[int, str], list[dict]] = defaultdict(list)
-    for content, pid, sid, split in rows_in(
-            con, "SELECT s.content, p.package_id, s.sample_id, s.split FROM sources s "
-                 "JOIN packages p ON p.id = s.package WHERE s.content IN ({})", sorted(contents)):
-        if pid not in pool_ids:
-            found[(content, split)].append({"package_id": pid, "sample_id": sid, "split": split})
+    for r in snap.outside_sources(sorted(contents), pool_ids):
+        found[(r.content, r.split)].append({"package_id": r.package_id,
+                                            "sample_id": r.sample_id, "split": r.split})
     for rows in found.values():
         rows.sort(key=lambda r: (r["package_id"], r["sample_id"]))
     return found
 
 
-def _relations(con, pool, nodes, near, hist, history) -> list[dict]:
-    content_hex = {c: v[0].hex() for c, v in pool.content.items()}
-    content_hex.update({h: v[0].hex() for h, v in history.items()})
+def _relations(snap: IndexSnapshot, pool, nodes, near, hist, history) -> list[dict]:
+    content_hex = {c: v.content_id.hex() for c, v in pool.content.items()}
+    content_hex.update({h: v.content_id.hex() for h, v in history.items()})
     wanted = {n.content for n in nodes} | {h for rows in hist.values() for h, _, _ in rows}
-    outside = _outside_sources(con, pool, wanted)
+    outside = _outside_sources(snap, pool, wanted)
     rels = []
     for idx, node in enumerate(nodes):
         first = node.samples[0]
@@ -260,10 +258,10 @@ def count_decisions(decisions: list[dict], relations: list[dict],
     return tally.counts()
 
 
-def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, nodes,
+def write_report(output: Path, snap: IndexSnapshot, pool, nodes,
                  decisions: dict[int, Decision], near, hist, cand,
                  config: NearDedupConfig) -> dict:
-    scope_of = {c: pool.scope_labels[v[1]] for c, v in pool.content.items()}
+    scope_of = {c: pool.scope_labels[v.scope] for c, v in pool.content.items()}
     in_order = sorted(pool.samples, key=lambda s: (s.input_pos, s.position))
     dec_rows = []
     origin_rows = []
@@ -271,7 +269,7 @@ def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, 
         d = decisions[id(s)]
         dec_rows.append({
             "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "scope": scope_of[s.content], "content_id": pool.content[s.content][0].hex(),
+            "scope": scope_of[s.content], "content_id": pool.content[s.content].content_id.hex(),
             "text_sha256": s.text_sha256.hex(), "decision": d.decision,
             "kept": _ref(d.kept) if d.kept is not None else None, "reason": d.reason,
             "jaccard": d.jaccard})
@@ -279,7 +277,7 @@ def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, 
             "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
             "file": s.file, "line": s.line,
             "source": orjson.loads(s.source) if s.source is not None else None})
-    relations = _relations(con, pool, nodes, near, hist, cand.history)
+    relations = _relations(snap, pool, nodes, near, hist, cand.history)
     counts = count_decisions(dec_rows, relations, config.threshold)
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
