@@ -1,0 +1,149 @@
+"""Mixture on-disk formats: strict pydantic models of ``manifest.json`` (format
+``mixture-package``) and ``plan.json`` (format ``mixture-plan``), with the folder names
+of the embedded reports. Written by `build_mixture`, read back by `verify_mixture`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from near_dedup_core.mixture.config import QualityFilter, Strategy
+
+FORMAT = "mixture-package"
+FORMAT_VERSION = 1
+PLAN_FORMAT = "mixture-plan"
+REPORT_DIR = "near-dedup"
+CONTAMINATION_DIR = "contamination"
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class InputRef(_Frozen):
+    """An input package as recorded in a mixture (path as written in the config)."""
+
+    package_id: str
+    manifest_sha256: str
+    path: str
+
+
+class DataFile(_Frozen):
+    """One data file of a mixture: every record of one split."""
+
+    path: str
+    split: str
+    records: int = Field(ge=0)
+    sha256: str
+
+
+class ReportRef(_Frozen):
+    """The embedded report: its folder inside the mixture and its manifest's sha256."""
+
+    path: Literal["near-dedup"]
+    manifest_sha256: str
+
+
+class ContaminationRef(_Frozen):
+    """The embedded contamination report: its folder and its manifest's sha256."""
+
+    path: Literal["contamination"]
+    manifest_sha256: str
+
+
+class ManifestCounts(_Frozen):
+    target_records: int
+    selected: int
+    shortfall: int
+    retained: int
+    excluded_by_report: int
+    by_split: dict[str, int]
+    removed_contaminated: int = 0
+    by_domain: dict[str, int]
+
+
+class MixtureManifest(_Frozen):
+    """``manifest.json`` of a mixture package (format_version 1)."""
+
+    format: Literal["mixture-package"] = FORMAT
+    format_version: Literal[1] = FORMAT_VERSION
+    tool_version: str
+    name: str
+    kind: Literal["cpt", "sft"]
+    inputs: list[InputRef]
+    strategy: Strategy
+    seed: int
+    target_records: int
+    group_by: str
+    quality: QualityFilter
+    allow_shortfall: bool
+    redistribute: bool
+    retained_splits: list[str]
+    counts: ManifestCounts
+    near_dedup_report: ReportRef | None
+    files: list[DataFile]
+    contamination_report: ContaminationRef | None = None
+
+
+class PlanRow(BaseModel):
+    """One domain of a plan (package docstring, steps 1–6)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+    domain: str
+    available_before_dedup: int
+    available_after_dedup: int
+    eligible: int
+    weight: float
+    quota: int
+    redistributed: int
+    selected: int
+    shortfall: int
+    removed_contaminated: int = 0
+
+
+
+class PlanReport(_Frozen):
+    """The report a plan was made with: the path as written in the config, its identity."""
+
+    path: str
+    manifest_sha256: str
+    excluded_pool_samples: int = Field(ge=0)
+
+
+class PlanContamination(_Frozen):
+    """The contamination report a plan was made with, and how many pool samples it removed."""
+
+    path: str
+    manifest_sha256: str
+    removed_pool_samples: int = Field(ge=0)
+
+
+class PlanTotals(_Frozen):
+    selected: int = Field(ge=0)
+    shortfall: int = Field(ge=0)
+    redistributed: int = Field(ge=0)
+
+
+class PlanFile(_Frozen):
+    """``plan.json`` (`Plan.to_json`), strict JSON types."""
+
+    format: Literal["mixture-plan"]
+    format_version: int = Field(ge=FORMAT_VERSION, le=FORMAT_VERSION)
+    name: str
+    kind: Literal["cpt", "sft"]
+    inputs: list[InputRef]
+    strategy: Strategy
+    seed: int
+    target_records: int
+    group_by: str
+    quality: QualityFilter
+    allow_shortfall: bool
+    redistribute: bool
+    retained_splits: list[str]
+    near_dedup_report: PlanReport | None
+    contamination_report: PlanContamination | None = None
+    domains: list[PlanRow]
+    totals: PlanTotals
+    retained_records: dict[str, int]
