@@ -31,11 +31,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
+import orjson
 import zstandard
 from sqlalchemy.pool import NullPool
-from sqlalchemy import (BLOB, Column, Engine, ForeignKey, Index, Integer, MetaData, String,
-                        Table, Text, create_engine, event, insert, select)
+from sqlalchemy import (BLOB, Column, Connection, Engine, ForeignKey, Index, Integer, MetaData,
+                        String, Table, Text, create_engine, event, func, insert, select)
 
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.config import NearDedupConfig
@@ -312,10 +315,6 @@ def create_schema(engine: Engine, config: NearDedupConfig, created_at: str) -> N
         ])
 
 
-def read_meta(conn) -> dict[str, str]:
-    return _read_meta(conn)
-
-
 def existing_meta(path: Path) -> dict[str, str] | None:
     """meta of the index at ``path``, None if there is no file; errors for foreign files."""
     if not path.exists():
@@ -366,3 +365,113 @@ def _is_current(fd: int, path: Path) -> bool:
         return False
     held = os.fstat(fd)
     return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
+
+
+# --------------------------------------------------------------------------- batch writes
+
+
+class IndexedPackage(NamedTuple):
+    """A package row of the index."""
+
+    rowid: int
+    package_id: str
+    manifest_sha256: str
+
+
+class RefTarget(NamedTuple):
+    """What a ``ref`` to an indexed sample resolves to."""
+
+    content: int
+    text_sha256: bytes
+    domain: str | None
+
+
+class BatchTransaction:
+    """The write side of one open batch transaction: every statement ``index`` makes.
+
+    Rows are plain tuples in the table's column order (``sources``, ``contents``) so that a
+    million of them go through ``executemany`` without per-row objects; everything else comes
+    back as named records. Nothing is visible to readers until the surrounding transaction
+    commits.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._sql_sources = insert_sql(sources)
+        self._sql_contents = insert_sql(contents)
+        self._sql_bands = insert_sql(bands).replace("INSERT", "INSERT OR IGNORE", 1)
+
+    # -- the index as a whole
+    def meta(self) -> dict[str, str]:
+        return _read_meta(self.conn)
+
+    def set_kind(self, kind: str) -> None:
+        self.conn.execute(insert(meta).values(key="kind", value=kind))
+
+    def indexed_packages(self) -> dict[str, IndexedPackage]:
+        p = packages.c
+        return {pid: IndexedPackage(rowid, pid, sha) for rowid, pid, sha in
+                self.conn.execute(select(p.id, p.package_id, p.manifest_sha256))}
+
+    def add_batch(self, created_at: str, tool_version: str, package_ids: list[str]) -> int:
+        """A new batch row; returns its sequence number (one more than the last)."""
+        seq = (self.conn.execute(select(func.max(batches.c.seq))).scalar() or 0) + 1
+        self.conn.execute(insert(batches).values(
+            seq=seq, created_at=created_at, tool_version=tool_version,
+            packages=orjson.dumps(package_ids).decode()))
+        return seq
+
+    def add_package(self, package_id: str, kind: str, manifest_sha256: str, batch: int,
+                    records: int, manifest_json: str) -> int:
+        return self.conn.execute(insert(packages).values(
+            package_id=package_id, kind=kind, manifest_sha256=manifest_sha256, batch=batch,
+            records=records, manifest=manifest_json)).inserted_primary_key[0]
+
+    # -- scopes, contents, sources
+    def scope_ids(self) -> dict[str, int]:
+        return {k: i for i, k in self.conn.execute(select(scopes.c.id, scopes.c.scope_key))}
+
+    def add_scope(self, scope_key: str, label: str) -> int:
+        return self.conn.execute(insert(scopes).values(scope_key=scope_key, label=label)
+                                 ).inserted_primary_key[0]
+
+    def max_content_rowid(self) -> int:
+        return self.conn.execute(select(func.max(contents.c.id))).scalar() or 0
+
+    def ref_targets(self, package_rowid: int) -> dict[str, RefTarget]:
+        """sample_id → what a ref to that sample of an indexed package resolves to."""
+        s = sources.c
+        rows = self.conn.execute(select(s.sample_id, s.content, s.text_sha256, s.domain)
+                                 .where(s.package == package_rowid))
+        return {sid: RefTarget(c, sha, dom) for sid, c, sha, dom in rows}
+
+    def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        """Row ids of the given content ids that the index already holds."""
+        found: dict[bytes, int] = {}
+        for i in range(0, len(content_ids), SQL_IN):
+            part = content_ids[i:i + SQL_IN]
+            found.update(self.conn.exec_driver_sql(
+                f"SELECT content_id, id FROM contents WHERE content_id IN "
+                f"({','.join('?' * len(part))})", tuple(part)).all())
+        return found
+
+    def add_sources(self, rows: list[tuple]) -> None:
+        """``sources`` rows: (None, content, package, sample_id, split, file, line, position,
+        text_sha256, domain, source JSON)."""
+        self.conn.exec_driver_sql(self._sql_sources, rows)
+
+    def add_dictionary(self, batch: int, data: bytes) -> int:
+        return self.conn.execute(insert(dictionaries).values(batch=batch, data=data)
+                                 ).inserted_primary_key[0]
+
+    def add_contents(self, rows: list[tuple]) -> None:
+        """``contents`` rows: (rowid, content_id, scope, batch, norm_chars, shingles,
+        signature, text_z, dictionary)."""
+        self.conn.exec_driver_sql(self._sql_contents, rows)
+
+    def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
+        """Band rows, given sorted by (key, content) so the B-tree fills front to back."""
+        step = 1 << 20
+        for i in range(0, len(keys), step):
+            self.conn.exec_driver_sql(self._sql_bands, list(zip(
+                keys[i:i + step].tolist(), content_rowids[i:i + step].tolist())))
