@@ -31,7 +31,7 @@ def _workers(value: str) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="near-dedup", description=__doc__.splitlines()[0])
     p.add_argument("--version", action="version", version=f"near-dedup {__version__}")
-    p.add_argument("--index", type=Path, help="the near-dedup SQLite index (a dedicated file)")
+    p.add_argument("--index", help="the near-dedup SQLite index (a dedicated file)")
     p.add_argument("--config", type=Path, help="near-dedup config JSON (default: shipped defaults)")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)

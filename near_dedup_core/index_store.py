@@ -37,10 +37,12 @@ import numpy as np
 import orjson
 import zstandard
 from sqlalchemy.pool import NullPool
-from sqlalchemy import (BLOB, Column, Connection, Engine, ForeignKey, Index, Integer, MetaData,
-                        String, Table, Text, create_engine, event, func, insert, select)
+from sqlalchemy import (BigInteger, Column, Connection, Engine, ForeignKey, Index, Integer,
+                        LargeBinary, MetaData, String, Table, Text, create_engine, event, func,
+                        insert, select)
 
 from near_dedup_core import ALGORITHM_VERSION
+from near_dedup_core import index_postgres as pg
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 
@@ -49,6 +51,11 @@ SCHEMA_VERSION = "1"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
 
+#: Row ids, band keys and counts: 64-bit everywhere (SQLAlchemy's ``Integer`` is 32-bit on
+#: PostgreSQL); on SQLite an ``INTEGER PRIMARY KEY`` is the rowid, which is 64-bit already.
+INT = BigInteger().with_variant(Integer(), "sqlite")
+BYTES = LargeBinary()
+
 metadata = MetaData()
 
 meta = Table("meta", metadata,
@@ -56,56 +63,57 @@ meta = Table("meta", metadata,
              Column("value", Text, nullable=False))
 
 batches = Table("batches", metadata,
-                Column("seq", Integer, primary_key=True),
+                Column("seq", INT, primary_key=True),
                 Column("created_at", String, nullable=False),
                 Column("tool_version", String, nullable=False),
                 Column("packages", Text, nullable=False))
 
 packages = Table("packages", metadata,
-                 Column("id", Integer, primary_key=True),
+                 Column("id", INT, primary_key=True),
                  Column("package_id", String, nullable=False, unique=True),
                  Column("kind", String, nullable=False),
                  Column("manifest_sha256", String, nullable=False),
-                 Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
-                 Column("records", Integer, nullable=False),
+                 Column("batch", INT, ForeignKey("batches.seq"), nullable=False),
+                 Column("records", INT, nullable=False),
                  Column("manifest", Text, nullable=False))
 
 scopes = Table("scopes", metadata,
-               Column("id", Integer, primary_key=True),
+               Column("id", INT, primary_key=True),
                Column("scope_key", Text, nullable=False, unique=True),
                Column("label", String, nullable=False))
 
 contents = Table("contents", metadata,
-                 Column("id", Integer, primary_key=True),
-                 Column("content_id", BLOB, nullable=False, unique=True),
-                 Column("scope", Integer, ForeignKey("scopes.id"), nullable=False),
-                 Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
-                 Column("norm_chars", Integer, nullable=False),
-                 Column("shingles", Integer),
-                 Column("signature", BLOB),
-                 Column("text_z", BLOB, nullable=False),
-                 Column("dictionary", Integer, ForeignKey("dictionaries.id")))
+                 Column("id", INT, primary_key=True),
+                 Column("content_id", BYTES, nullable=False, unique=True),
+                 Column("scope", INT, ForeignKey("scopes.id"), nullable=False),
+                 Column("batch", INT, ForeignKey("batches.seq"), nullable=False),
+                 Column("norm_chars", INT, nullable=False),
+                 Column("shingles", INT),
+                 Column("signature", BYTES),
+                 Column("text_z", BYTES, nullable=False),
+                 Column("dictionary", INT, ForeignKey("dictionaries.id")))
 
 dictionaries = Table("dictionaries", metadata,
-                     Column("id", Integer, primary_key=True),
-                     Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
-                     Column("data", BLOB, nullable=False))
+                     Column("id", INT, primary_key=True),
+                     Column("batch", INT, ForeignKey("batches.seq"), nullable=False),
+                     Column("data", BYTES, nullable=False))
 
 bands = Table("bands", metadata,
-              Column("key", Integer, primary_key=True),
-              Column("content", Integer, ForeignKey("contents.id"), primary_key=True),
+              Column("key", INT, primary_key=True, autoincrement=False),
+              Column("content", INT, ForeignKey("contents.id"), primary_key=True,
+                     autoincrement=False),
               sqlite_with_rowid=False)
 
 sources = Table("sources", metadata,
-                Column("id", Integer, primary_key=True),
-                Column("content", Integer, ForeignKey("contents.id"), nullable=False),
-                Column("package", Integer, ForeignKey("packages.id"), nullable=False),
+                Column("id", INT, primary_key=True),
+                Column("content", INT, ForeignKey("contents.id"), nullable=False),
+                Column("package", INT, ForeignKey("packages.id"), nullable=False),
                 Column("sample_id", String, nullable=False),
                 Column("split", String, nullable=False),
                 Column("file", String, nullable=False),
-                Column("line", Integer, nullable=False),
-                Column("position", Integer, nullable=False),
-                Column("text_sha256", BLOB, nullable=False),
+                Column("line", INT, nullable=False),
+                Column("position", INT, nullable=False),
+                Column("text_sha256", BYTES, nullable=False),
                 Column("domain", String),
                 Column("source", Text),
                 Index("ix_sources_package", "package", "position"),
@@ -191,6 +199,19 @@ def _engine(creator) -> Engine:
     engine = create_engine("sqlite://", creator=creator, poolclass=NullPool)
     event.listen(engine, "connect", _pragmas)
     return engine
+
+
+def postgres_url(index: str | Path) -> str | None:
+    """The URL when ``index`` names a PostgreSQL database, None for a SQLite path; any other
+    URL scheme is refused."""
+    value = str(index)
+    if pg.is_url(value):
+        return value
+    scheme, sep, _rest = value.partition("://")
+    if sep and scheme.replace("+", "").isalnum():
+        raise NearDedupError(f"index {value.split('@')[-1]}: unknown scheme {scheme}://; give a "
+                             f"SQLite file path or postgresql://user@host:port/dbname")
+    return None
 
 
 def is_sqlite_file(path: Path) -> bool:
@@ -302,17 +323,22 @@ def open_writable(path: Path) -> Engine:
 PAGE_SIZE = 16384  # rows of ~2 KB (compressed text + signature) pack with little slack
 
 
+def binding_rows(config: NearDedupConfig, created_at: str) -> list[dict[str, str]]:
+    """The ``meta`` rows that bind a new index to its format, config and algorithm."""
+    return [
+        {"key": "format", "value": FORMAT},
+        {"key": "schema_version", "value": SCHEMA_VERSION},
+        {"key": "algorithm_version", "value": ALGORITHM_VERSION},
+        {"key": "config_fingerprint", "value": config.fingerprint()},
+        {"key": "config", "value": config.canonical_json()},
+        {"key": "created_at", "value": created_at},
+    ]
+
+
 def create_schema(engine: Engine, config: NearDedupConfig, created_at: str) -> None:
     metadata.create_all(engine)
     with engine.begin() as conn:
-        conn.execute(insert(meta), [
-            {"key": "format", "value": FORMAT},
-            {"key": "schema_version", "value": SCHEMA_VERSION},
-            {"key": "algorithm_version", "value": ALGORITHM_VERSION},
-            {"key": "config_fingerprint", "value": config.fingerprint()},
-            {"key": "config", "value": config.canonical_json()},
-            {"key": "created_at", "value": created_at},
-        ])
+        conn.execute(insert(meta), binding_rows(config, created_at))
 
 
 def existing_meta(path: Path) -> dict[str, str] | None:
@@ -389,11 +415,18 @@ class RefTarget(NamedTuple):
 class BatchTransaction:
     """The write side of one open batch transaction: every statement ``index`` makes.
 
+    ``BatchTransaction.on(conn)`` gives the one for the connection's backend (SQLite here,
+    PostgreSQL in ``PostgresBatch``).
+
     Rows are plain tuples in the table's column order (``sources``, ``contents``) so that a
     million of them go through ``executemany`` without per-row objects; everything else comes
     back as named records. Nothing is visible to readers until the surrounding transaction
     commits.
     """
+
+    @staticmethod
+    def on(conn: Connection) -> BatchTransaction:
+        return PostgresBatch(conn) if conn.dialect.name == "postgresql" else BatchTransaction(conn)
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -475,3 +508,23 @@ class BatchTransaction:
         for i in range(0, len(keys), step):
             self.conn.exec_driver_sql(self._sql_bands, list(zip(
                 keys[i:i + step].tolist(), content_rowids[i:i + step].tolist())))
+
+
+class PostgresBatch(BatchTransaction):
+    """The batch writes on PostgreSQL: bulk rows by ``COPY``, lookups by ``= ANY(array)``."""
+
+    def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        return pg.known_contents(self.conn, content_ids)
+
+    def add_sources(self, rows: list[tuple]) -> None:
+        pg.copy_rows(self.conn, "sources", _SOURCE_COLUMNS[1:], (r[1:] for r in rows))
+
+    def add_contents(self, rows: list[tuple]) -> None:
+        pg.copy_rows(self.conn, "contents", _CONTENT_COLUMNS, rows)
+
+    def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
+        pg.copy_bands(self.conn, keys, content_rowids)
+
+
+_SOURCE_COLUMNS = tuple(c.name for c in sources.columns)
+_CONTENT_COLUMNS = tuple(c.name for c in contents.columns)

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from near_dedup_core import __version__, index_store as db
+from near_dedup_core import __version__, index_postgres as pg, index_store as db
 from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
@@ -47,7 +47,7 @@ DICT_REFRESH = 100_000  # new contents per trained text dictionary
 
 @dataclass
 class IndexResult:
-    index: Path
+    index: Path | str  # a SQLite path, or a PostgreSQL location without its password
     batch: int | None
     packages_added: list[str] = field(default_factory=list)
     packages_skipped: list[str] = field(default_factory=list)
@@ -323,72 +323,83 @@ def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage])
 
 def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
                   workers: int, progress: bool) -> None:
-    kind = pkgs[0].kind
     with engine.begin() as conn:  # BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error
-        store = db.BatchTransaction(conn)
-        values = store.meta()
-        if values.get("kind", kind) != kind:
-            raise NearDedupError(f"index {result.index}: holds {values['kind']} packages; "
-                                 f"{kind} packages need their own index")
-        indexed = store.indexed_packages()
-        _check_known(pkgs, indexed)
-        new = [p for p in pkgs if p.package_id not in indexed]
-        result.packages_skipped = [p.package_id for p in pkgs if p.package_id in indexed]
-        result.packages_added = [p.package_id for p in new]
-        if not new:
-            for _ in stream_records(pkgs):  # the inputs are still validated in full
-                pass
-            return
-        if "kind" not in values:
-            store.set_kind(kind)
-        seq = store.add_batch(_now(), __version__, [p.package_id for p in new])
-        indexed_rowids = {pid: known.rowid for pid, known in indexed.items()}
-        rowids = dict(indexed_rowids)
-        for pkg in new:
-            rowids[pkg.package_id] = store.add_package(
-                pkg.package_id, pkg.kind, pkg.manifest_sha256, seq, pkg.record_count,
-                orjson.dumps(pkg.manifest).decode())
-        result.batch = seq
-        new_ids = {p.package_id for p in new}
-        bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
-        if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
-            workers = 1
-        with _executor(workers) as executor:
-            writer = _BatchWriter(store, config, seq, executor, workers, kind, bar)
-            targets = {d for p in new for d in p.depends_on}
-            writer.track_targets(targets, indexed_rowids)
-            tokenizers = {p.package_id: p.tokenizer for p in pkgs}
-            chunk: list[Record] = []
-            chunk_rowids: list[int] = []
-            for rec in stream_records(pkgs):
-                if rec.package_id not in new_ids:
-                    continue
-                chunk.append(rec)
-                chunk_rowids.append(rowids[rec.package_id])
-                if len(chunk) >= CHUNK:
-                    writer.add_chunk(chunk, chunk_rowids, tokenizers)
-                    chunk, chunk_rowids = [], []
-            if chunk:
+        _append_in(conn, config, pkgs, result, workers, progress)
+
+
+def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
+               workers: int, progress: bool) -> None:
+    """The batch inside the open transaction of ``conn``."""
+    kind = pkgs[0].kind
+    store = db.BatchTransaction.on(conn)
+    values = store.meta()
+    if values.get("kind", kind) != kind:
+        raise NearDedupError(f"index {result.index}: holds {values['kind']} packages; "
+                             f"{kind} packages need their own index")
+    indexed = store.indexed_packages()
+    _check_known(pkgs, indexed)
+    new = [p for p in pkgs if p.package_id not in indexed]
+    result.packages_skipped = [p.package_id for p in pkgs if p.package_id in indexed]
+    result.packages_added = [p.package_id for p in new]
+    if not new:
+        for _ in stream_records(pkgs):  # the inputs are still validated in full
+            pass
+        return
+    if "kind" not in values:
+        store.set_kind(kind)
+    seq = store.add_batch(_now(), __version__, [p.package_id for p in new])
+    indexed_rowids = {pid: known.rowid for pid, known in indexed.items()}
+    rowids = dict(indexed_rowids)
+    for pkg in new:
+        rowids[pkg.package_id] = store.add_package(
+            pkg.package_id, pkg.kind, pkg.manifest_sha256, seq, pkg.record_count,
+            orjson.dumps(pkg.manifest).decode())
+    result.batch = seq
+    new_ids = {p.package_id for p in new}
+    bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
+    if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
+        workers = 1
+    with _executor(workers) as executor:
+        writer = _BatchWriter(store, config, seq, executor, workers, kind, bar)
+        targets = {d for p in new for d in p.depends_on}
+        writer.track_targets(targets, indexed_rowids)
+        tokenizers = {p.package_id: p.tokenizer for p in pkgs}
+        chunk: list[Record] = []
+        chunk_rowids: list[int] = []
+        for rec in stream_records(pkgs):
+            if rec.package_id not in new_ids:
+                continue
+            chunk.append(rec)
+            chunk_rowids.append(rowids[rec.package_id])
+            if len(chunk) >= CHUNK:
                 writer.add_chunk(chunk, chunk_rowids, tokenizers)
-            writer.flush()
-        bar.finish()
-        result.records = sum(p.record_count for p in new)
-        result.new_contents = writer.new_contents
-        result.new_sources = writer.new_sources
+                chunk, chunk_rowids = [], []
+        if chunk:
+            writer.add_chunk(chunk, chunk_rowids, tokenizers)
+        writer.flush()
+    bar.finish()
+    result.records = sum(p.record_count for p in new)
+    result.new_contents = writer.new_contents
+    result.new_sources = writer.new_sources
 
 
 def index_packages(index_path: str | Path, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
                    progress: bool = False) -> IndexResult:
-    """Validate the packages and append them to the index as one batch (see module doc)."""
-    index_path = Path(index_path)
+    """Validate the packages and append them to the index as one batch (see module doc).
+    ``index_path`` is a SQLite file or a ``postgresql://`` URL."""
     paths = [Path(p) for p in package_paths]
-    db.check_index_path(index_path, paths)
+    url = db.postgres_url(index_path)
+    if url is None:
+        db.check_index_path(Path(index_path), paths)
     pkgs = open_packages(paths)
     total = sum(p.record_count for p in pkgs)
     if total > config.max_pool_records:
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}; split it into several batches")
+    if url is not None:
+        return _index_postgres(url, config, pkgs, workers, progress)
+    index_path = Path(index_path)
     result = IndexResult(index=index_path, batch=None)
     with db.writer_lock(index_path):
         values = db.existing_meta(index_path)
@@ -414,6 +425,28 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
         finally:
             engine.dispose()
             _remove_db_files(tmp)
+    return result
+
+
+def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], workers: int,
+                    progress: bool) -> IndexResult:
+    """The batch on a PostgreSQL index: lock, initialise an empty database and append, all in
+    one transaction, so a failure or a killed client leaves the database as it was."""
+    result = IndexResult(index=pg.label(url), batch=None)
+    engine = pg.engine(url)
+    try:
+        with engine.begin() as conn:
+            pg.lock_writer(conn, url)
+            values = pg.read_meta_or_none(conn, url)
+            if values is None:
+                pg.create_schema(conn, config, _now())
+            else:
+                db.check_binding(pg.label(url), values, config)
+            _append_in(conn, config, pkgs, result, workers, progress)
+    except pg.driver_errors() as exc:
+        raise pg.connect_error(url, exc) from None
+    finally:
+        engine.dispose()
     return result
 
 

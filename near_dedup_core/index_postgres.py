@@ -1,0 +1,164 @@
+"""The PostgreSQL backend of the index: one database is one index, shared by every machine
+that reaches the server.
+
+The tables are the SQLite index's (``index_store.metadata``, 64-bit ids and band keys); what
+differs per backend lives here:
+
+- **Location**: ``postgresql://[user[:password]@]host[:port]/dbname`` (psycopg 3, the
+  ``near-dedup[postgres]`` extra). Messages name the server and database, never the password.
+- **Initialisation**: ``index`` on an empty database creates the tables and the binding rows in
+  the same transaction as the first batch (PostgreSQL's DDL is transactional), so a failed or
+  killed first batch leaves the database empty. A database holding any other table is refused:
+  it is not a near-dedup index.
+- **One writer at a time**: a transaction-level advisory lock, taken with
+  ``pg_try_advisory_xact_lock`` until the busy timeout (``NEAR_DEDUP_BUSY_TIMEOUT``, as for
+  SQLite's lock file) and released by the server when the transaction ends — also when the
+  client is killed.
+- **Bulk rows**: ``sources``, ``contents`` and ``bands`` go in with ``COPY … FROM STDIN``
+  (binary), known contents are looked up with ``= ANY(array)``.
+- **Scans** read in one ``REPEATABLE READ READ ONLY`` transaction: one snapshot from the
+  first statement to the last, whatever another machine appends meanwhile.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+from sqlalchemy import Connection, Engine, create_engine, insert, inspect, text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.pool import NullPool
+
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import NearDedupError
+
+SCHEMES = ("postgresql://", "postgres://")
+INSTALL_HINT = "install it with: pip install 'near-dedup[postgres]'"
+#: Advisory lock key of the index writer: the first 8 bytes of sha256("near-dedup-index").
+WRITER_LOCK_KEY = 0x5F1C0B3E2D4A6978
+
+
+def is_url(value: str) -> bool:
+    return value.startswith(SCHEMES)
+
+
+def label(url: str) -> str:
+    """``postgresql://user@host:port/db`` without the password, for messages."""
+    parts = urlsplit(url)
+    user = f"{parts.username}@" if parts.username else ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"postgresql://{user}{parts.hostname or ''}{port}{parts.path}"
+
+
+def engine(url: str) -> Engine:
+    """An engine on the database of ``url``; refuses a URL without a database name."""
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        raise NearDedupError(f"index {label(url)}: the PostgreSQL driver psycopg is not "
+                             f"installed; {INSTALL_HINT}") from None
+    parts = urlsplit(url)
+    if not parts.path.strip("/"):
+        raise NearDedupError(f"index {label(url)}: the URL names no database "
+                             f"(postgresql://user@host:port/dbname)")
+    driver_url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    return create_engine(driver_url, poolclass=NullPool,
+                         connect_args={"application_name": "near-dedup", "connect_timeout": 10})
+
+
+def driver_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the server or the driver, also those raised outside SQLAlchemy (COPY)."""
+    try:
+        import psycopg
+    except ImportError:
+        return (DBAPIError,)
+    return (DBAPIError, psycopg.Error)
+
+
+def connect_error(url: str, exc: BaseException) -> NearDedupError:
+    """One line for a server that cannot be reached, refuses us or fails a statement."""
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return NearDedupError(f"index {label(url)}: cannot use the database: "
+                          f"{detail[0] if detail else type(exc).__name__}")
+
+
+def lock_writer(conn: Connection, url: str, timeout: float | None = None) -> None:
+    """Take the writer's advisory lock for this transaction, waiting at most ``timeout``."""
+    if timeout is None:
+        timeout = float(os.environ.get("NEAR_DEDUP_BUSY_TIMEOUT", 30.0))
+    deadline = time.monotonic() + timeout
+    while not conn.execute(text("SELECT pg_try_advisory_xact_lock(:k)"),
+                           {"k": WRITER_LOCK_KEY}).scalar():
+        if time.monotonic() >= deadline:
+            raise NearDedupError(f"index {label(url)}: busy, another near-dedup index run "
+                                 f"holds it (waited {timeout:g}s); try again when it has finished")
+        time.sleep(0.1)
+
+
+def read_meta_or_none(conn: Connection, url: str) -> dict[str, str] | None:
+    """The binding rows of the index, None for an empty database; refuses foreign tables."""
+    from near_dedup_core import index_store as db
+
+    tables = set(inspect(conn).get_table_names())
+    if not tables:
+        return None
+    ours = {t.name for t in db.metadata.sorted_tables}
+    if "meta" not in tables or not tables <= ours:
+        foreign = sorted(tables - ours) or ["meta missing"]
+        raise NearDedupError(f"index {label(url)}: the database holds tables that are not a "
+                             f"near-dedup index ({', '.join(foreign[:3])}); use a dedicated "
+                             f"database")
+    values = dict(conn.execute(text("SELECT key, value FROM meta")).all())
+    if values.get("format") != db.FORMAT:
+        raise NearDedupError(f"index {label(url)}: the database is not a near-dedup index")
+    return values
+
+
+def create_schema(conn: Connection, config: NearDedupConfig, created_at: str) -> None:
+    """Tables and binding rows inside the open transaction."""
+    from near_dedup_core import index_store as db
+
+    db.metadata.create_all(conn)
+    # As on SQLite (which enforces no foreign keys unless asked), references are not checked
+    # per row: sources are written before their new contents, and 16 band rows per content
+    # would each pay a lookup. `index check` verifies them.
+    for table, name in conn.execute(text(
+            "SELECT table_name, constraint_name FROM information_schema.table_constraints "
+            "WHERE constraint_type = 'FOREIGN KEY' AND table_schema = current_schema() "
+            "ORDER BY table_name, constraint_name")).all():
+        conn.exec_driver_sql(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
+    conn.execute(insert(db.meta), db.binding_rows(config, created_at))
+
+
+def begin_snapshot(conn: Connection) -> None:
+    """Pin one snapshot for every later statement of this transaction."""
+    conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+
+
+def raw(conn: Connection) -> Any:
+    """The psycopg connection under ``conn`` (for COPY)."""
+    return conn.connection.dbapi_connection
+
+
+def copy_rows(conn: Connection, table: str, columns: tuple[str, ...], rows: Any) -> None:
+    """``COPY table (columns) FROM STDIN`` of ``rows`` (tuples in column order)."""
+    with raw(conn).cursor() as cur:
+        with cur.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(row)
+
+
+def copy_bands(conn: Connection, keys: np.ndarray, contents: np.ndarray) -> None:
+    copy_rows(conn, "bands", ("key", "content"), zip(keys.tolist(), contents.tolist()))
+
+
+def known_contents(conn: Connection, content_ids: list[bytes]) -> dict[bytes, int]:
+    if not content_ids:
+        return {}
+    rows = conn.exec_driver_sql("SELECT content_id, id FROM contents WHERE content_id = ANY(%s)",
+                                (content_ids,)).all()
+    return {bytes(cid): rowid for cid, rowid in rows}
+
