@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 from sqlalchemy import Connection, Engine, create_engine, insert, inspect, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core.config import NearDedupConfig
@@ -47,10 +47,11 @@ def is_url(value: str) -> bool:
 
 def label(url: str) -> str:
     """``postgresql://user@host:port/db`` without the password, for messages."""
-    parts = urlsplit(url)
-    user = f"{parts.username}@" if parts.username else ""
-    port = f":{parts.port}" if parts.port else ""
-    return f"postgresql://{user}{parts.hostname or ''}{port}{parts.path}"
+    scheme, _, rest = url.partition("://")
+    netloc, slash, path = rest.partition("/")
+    userinfo, at, host = netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0] + "@" if at else ""
+    return f"{scheme}://{user}{host}{slash}{path.split('?', 1)[0]}"
 
 
 def engine(url: str) -> Engine:
@@ -60,13 +61,20 @@ def engine(url: str) -> Engine:
     except ImportError:
         raise NearDedupError(f"index {label(url)}: the PostgreSQL driver psycopg is not "
                              f"installed; {INSTALL_HINT}") from None
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 -- raises ValueError for a port that is not a number in range
+    except ValueError as exc:
+        raise NearDedupError(f"index {label(url)}: not a valid URL ({exc})") from None
     if not parts.path.strip("/"):
         raise NearDedupError(f"index {label(url)}: the URL names no database "
                              f"(postgresql://user@host:port/dbname)")
     driver_url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    return create_engine(driver_url, poolclass=NullPool,
-                         connect_args={"application_name": "near-dedup", "connect_timeout": 10})
+    try:
+        return create_engine(driver_url, poolclass=NullPool, connect_args={
+            "application_name": "near-dedup", "connect_timeout": 10})
+    except ArgumentError as exc:
+        raise NearDedupError(f"index {label(url)}: not a valid URL ({exc})") from None
 
 
 def driver_errors() -> tuple[type[BaseException], ...]:

@@ -164,7 +164,8 @@ class TextReader:
             return self._plain.decompress(blob).decode()
         dctx = self._by_dict.get(dictionary)
         if dctx is None:
-            (data,) = self._con.execute("SELECT data FROM dictionaries WHERE id = ?",
+            mark = "%s" if type(self._con).__module__.startswith("psycopg") else "?"
+            (data,) = self._con.execute(f"SELECT data FROM dictionaries WHERE id = {mark}",
                                         (dictionary,)).fetchone()
             dctx = self._by_dict[dictionary] = zstandard.ZstdDecompressor(
                 dict_data=zstandard.ZstdCompressionDict(data))
