@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast install clean-demo
+.PHONY: demo test test-fast lint install clean-demo
 
 install: $(STAMP)
 
@@ -19,6 +19,15 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+# Everything but the web-UI test (needs Chromium) and the larger end-to-end cases.
+test-fast: $(STAMP)
+	$(PY) -m pytest -q -m "not webserver and not slow"
+
+# ruff (lint + import order) and mypy (pydantic plugin), configured in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(PY) -m mypy
 
 clean-demo:
 	rm -rf data/demo

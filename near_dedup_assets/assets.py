@@ -41,14 +41,27 @@ SCAN_REPORT = dg.AssetKey("scan_report")
 MIXTURE = dg.AssetKey("mixture")
 
 
+class ReleaseDayFailed(dg.Failure):
+    """A release day stopped on bad input or state; the description is the core's one line.
+
+    Dagster shows a step failure as the exception's type and message, then its stack trace.
+    The one-line reason is therefore also logged as an error just before the failure (the
+    first red line of the run's log) and attached as ``reason`` metadata, which the UI shows
+    above the stack trace; the stack of an expected failure is Dagster's, not the problem.
+    """
+
+
 @contextmanager
 def partition_failure() -> Iterator[None]:
     """Turn a core error into a Dagster failure that carries the one-line message."""
     try:
         yield
     except NearDedupError as exc:
-        raise dg.Failure(description=str(exc), allow_retries=False,
-                         metadata={"exit_code": exc.exit_code}) from None
+        reason = str(exc)
+        dg.get_dagster_logger().error(reason)
+        raise ReleaseDayFailed(description=reason, allow_retries=False,
+                               metadata={"reason": dg.MetadataValue.text(reason),
+                                         "exit_code": exc.exit_code}) from None
 
 
 @dg.asset(partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"})

@@ -2,8 +2,12 @@
 
 Both are blocking: a failing report check stops the day's mixture from being built, a
 failing mixture check fails the run. They are thin wrappers around the core's `report
-verify` and `mixture verify` (checksums and consistency, no SQLite index needed) and read the
-day from the run's partition; the failure description is the core's one-line message.
+verify` and `mixture verify` (checksums and consistency, no SQLite index needed); the failure
+description is the core's one-line message.
+
+The day comes from the run's partition. A check executed on its own (the "Execute" button of
+the UI launches a run without a partition) verifies the latest materialized day of its asset,
+and passes with "nothing to verify" while no day is materialized.
 """
 
 from collections.abc import Callable
@@ -18,6 +22,20 @@ from near_dedup_core.report import verify_report
 
 from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
 from near_dedup_assets.resources import ReleaseSettings
+
+
+def _check_day(context: dg.AssetCheckExecutionContext, asset: dg.AssetKey) -> str | None:
+    """The run's release day; without a partition, the latest materialized day (or None)."""
+    if context.has_partition_key:
+        return context.partition_key
+    return max(context.instance.get_materialized_partitions(asset), default=None)
+
+
+def _nothing_to_verify(asset: dg.AssetKey) -> dg.AssetCheckResult:
+    what = asset.to_user_string()
+    return dg.AssetCheckResult(
+        passed=True, description=f"no day of {what} is materialized yet: nothing to verify",
+        metadata={"day": dg.MetadataValue.text("none")})
 
 
 def _verified(day: str, label: str, path: Path,
@@ -37,7 +55,9 @@ def _verified(day: str, label: str, path: Path,
 def report_checksums(context: dg.AssetCheckExecutionContext,
                      release: ReleaseSettings) -> dg.AssetCheckResult:
     """The day's report matches its checksums.sha256 and is internally consistent."""
-    day = context.partition_key
+    day = _check_day(context, SCAN_REPORT)
+    if day is None:
+        return _nothing_to_verify(SCAN_REPORT)
     if not release.near_dedup_enabled:
         return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
                                    metadata={"day": dg.MetadataValue.text(day),
@@ -50,7 +70,9 @@ def report_checksums(context: dg.AssetCheckExecutionContext,
 def mixture_verify(context: dg.AssetCheckExecutionContext,
                    release: ReleaseSettings) -> dg.AssetCheckResult:
     """The day's mixture passes `mixture verify` and its release record its checksums."""
-    day = context.partition_key
+    day = _check_day(context, MIXTURE)
+    if day is None:
+        return _nothing_to_verify(MIXTURE)
     path = release.mixture_dir(day)
     record = release.release_dir(day)
 

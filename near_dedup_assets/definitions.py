@@ -3,6 +3,10 @@
 Runs execute their steps in one process (`in_process_executor`): a day's steps form a chain,
 and the heavy work already uses ``NEAR_DEDUP_WORKERS`` processes inside the core, so a
 process per step would only add start-up time. Days run in parallel as separate runs.
+
+The ``release`` resource reads the ``NEAR_DEDUP_*`` settings when each run starts (an edited
+`.env` counts from the next run on); they are also read and validated here, so a bad value
+stops the code location from loading with a one-line message naming the variable.
 """
 
 from __future__ import annotations
@@ -12,12 +16,17 @@ import dagster as dg
 from near_dedup_assets.assets import RELEASE_ASSETS
 from near_dedup_assets.checks import RELEASE_CHECKS
 from near_dedup_assets.jobs import daily_release, schedule_from_env
-from near_dedup_assets.resources import ReleaseSettings, settings_from_env
+from near_dedup_assets.resources import (
+    ReleaseSettings,
+    current_environment,
+    release_settings_at_run_start,
+    settings_from_env,
+)
 
 
-def build_defs(settings: ReleaseSettings,
+def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
                schedule: dg.ScheduleDefinition | None = None) -> dg.Definitions:
-    """The release graph with the given settings (and schedule, if any)."""
+    """The release graph with the given settings or settings resource (and schedule)."""
     return dg.Definitions(
         assets=RELEASE_ASSETS,
         asset_checks=RELEASE_CHECKS,
@@ -28,4 +37,5 @@ def build_defs(settings: ReleaseSettings,
     )
 
 
-defs = build_defs(settings_from_env(), schedule_from_env())
+settings_from_env(current_environment())  # validated when the code location loads
+defs = build_defs(release_settings_at_run_start, schedule_from_env(current_environment()))

@@ -4,6 +4,11 @@
 tick releases the last complete day before it (a tick at 02:00 on the 28th releases the 27th).
 The schedule is created stopped unless ``NEAR_DEDUP_SCHEDULE_RUNNING=true``; either way it
 only fires while the Dagster daemon runs (`dagster dev` starts one).
+
+The schedule is written out rather than made by ``dg.build_schedule_from_partitioned_job``:
+that helper refuses a free cron for a time-partitioned job (it takes only minute, hour and
+day parameters), and its skip reason before the first day is the generic "has no
+partitions" instead of naming the day and the first release day.
 """
 
 import os

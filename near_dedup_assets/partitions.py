@@ -1,7 +1,8 @@
 """Release days: one daily partition per calendar day in the release timezone.
 
 Read when the code location loads (partitions and schedules are part of the definitions, not
-of a run): ``NEAR_DEDUP_START_DATE`` (first release day, ``YYYY-MM-DD``) and
+of a run), from the environment with the working directory's ``.env`` on top, so an edited
+``.env`` counts after "Reload definitions": ``NEAR_DEDUP_START_DATE`` (first release day, ``YYYY-MM-DD``) and
 ``NEAR_DEDUP_TIMEZONE`` (an IANA name; release days and the schedule's cron are read in it).
 The last partition is the last complete day, so the day being delivered today is released
 after midnight.
@@ -15,6 +16,8 @@ from datetime import date
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import dagster as dg
+
+from near_dedup_assets.resources import current_environment
 
 START_DATE_VAR = "NEAR_DEDUP_START_DATE"
 TIMEZONE_VAR = "NEAR_DEDUP_TIMEZONE"
@@ -44,7 +47,7 @@ def release_days(environ: Mapping[str, str] | None = None) -> dg.DailyPartitions
 
 
 #: The partitions of every release asset, from the environment the code location loaded with.
-RELEASE_DAYS = release_days()
+RELEASE_DAYS = release_days(current_environment())
 
 
 #: "The release day before": the partition mapping of the index's self-dependency. On the

@@ -1,10 +1,13 @@
 """Release settings: one Dagster resource whose fields come from ``NEAR_DEDUP_*`` variables.
 
-Every field ``x`` is read from ``NEAR_DEDUP_<X>`` when the run starts (`dg.EnvVar`), so the
-`.env` that `dagster dev` loads drives the whole release; unset variables fall back to the
-defaults below, which release the bundled sample days into ``data/release/``. Relative
-paths are relative to the working directory of the Dagster process (the project root under
-`dagster dev`).
+Every field ``x`` is read from ``NEAR_DEDUP_<X>`` when a run starts: the process environment
+with the ``.env`` file of the working directory on top (the file wins, as with Dagster's CLI,
+which reads it only once, when it starts). So an edited `.env` takes effect in the next run,
+without reloading the code location. Unset variables fall back to the defaults below, which
+release the bundled sample days into ``data/release/``. Relative paths are relative to the
+working directory of the Dagster process (the project root under `dagster dev`). The
+settings are also read and validated when the code location loads, so a bad value stops the
+load with its message instead of failing every run.
 
 Per day (partition key ``YYYY-MM-DD``) the settings name every location of the release:
 
@@ -22,13 +25,18 @@ import os
 from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
+from dotenv import dotenv_values
+from pydantic import ValidationError
 
 from near_dedup_core.config import NearDedupConfig, load_config
 from near_dedup_core.errors import NearDedupError
 
 ENV_PREFIX = "NEAR_DEDUP_"
+#: The settings file read at the start of every run, relative to the working directory.
+ENV_FILE = ".env"
 KINDS = ("cpt", "sft")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -50,6 +58,11 @@ class ReleaseSettings(dg.ConfigurableResource):
     workers: int = 0
 
     # ----------------------------------------------------------------- parsed values
+
+    def validate_values(self) -> None:
+        """Every value parses: the switch, the kind, the worker count, the near-dedup config."""
+        _ = self.near_dedup_enabled, self.release_kind, self.worker_count
+        self.dedup_config()
 
     @property
     def near_dedup_enabled(self) -> bool:
@@ -119,16 +132,46 @@ def env_name(field: str) -> str:
     return ENV_PREFIX + field.upper()
 
 
-def settings_from_env(environ: Mapping[str, str] | None = None) -> ReleaseSettings:
-    """Settings whose fields are bound to ``NEAR_DEDUP_<FIELD>`` where that variable is set.
+def current_environment(env_file: str | Path = ENV_FILE) -> dict[str, str]:
+    """The process environment with ``env_file``'s values on top (no file: unchanged).
 
-    Bound fields are resolved by Dagster when a run starts, so editing `.env` and reloading
-    the code location is enough; unset variables keep the field default.
+    A variable deleted from the file keeps the value the process started with.
+    """
+    values = dict(os.environ)
+    path = Path(env_file)
+    if path.is_file():
+        values.update({k: v for k, v in dotenv_values(path).items() if v is not None})
+    return values
+
+
+def settings_from_env(environ: Mapping[str, str] | None = None) -> ReleaseSettings:
+    """Settings from ``NEAR_DEDUP_<FIELD>`` variables (unset: the field default), validated.
+
+    Any bad value (a non-integer worker count, an unknown kind, an unreadable near-dedup
+    config, ...) is a `NearDedupError` naming the variable.
     """
     environ = os.environ if environ is None else environ
-    values: dict[str, object] = {}
-    for field, info in ReleaseSettings.model_fields.items():
-        name = env_name(field)
-        if name in environ:
-            values[field] = dg.EnvVar.int(name) if info.annotation is int else dg.EnvVar(name)
-    return ReleaseSettings(**values)
+    values: dict[str, Any] = {field: environ[env_name(field)]
+                              for field in ReleaseSettings.model_fields
+                              if env_name(field) in environ}
+    try:
+        settings = ReleaseSettings(**values)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = str(error["loc"][0])
+        raise NearDedupError(f"{env_name(field)}={values.get(field)!r}: "
+                             f"{error['msg']}") from None
+    settings.validate_values()
+    return settings
+
+
+@dg.resource(
+    config_schema={"env_file": dg.Field(str, default_value=ENV_FILE, description=(
+        "settings file read when each run starts, on top of the environment"))},
+    description="Release settings from NEAR_DEDUP_* variables, read when each run starts "
+                "(environment, then the .env file of the working directory).",
+)
+def release_settings_at_run_start(context: dg.InitResourceContext) -> ReleaseSettings:
+    """The ``release`` resource of the code location: `settings_from_env` over
+    `current_environment`, evaluated anew for every run."""
+    return settings_from_env(current_environment(context.resource_config["env_file"]))

@@ -16,13 +16,13 @@ import orjson
 
 from near_dedup_core.ingest import IndexResult
 from near_dedup_core.package import Package, open_packages, stream_records
-from near_dedup_core.report import iter_decisions
+from near_dedup_core.report import bin_labels, iter_decisions, jaccard_bin, jaccard_edges
 
 from near_dedup_assets.daily import DayPool, MixtureOutcome, ReportOutcome
 
 NO_DOMAIN = "(none)"
 HISTOGRAM_BINS = 5
-BAR_WIDTH = 24
+BAR_WIDTH = 20
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -134,21 +134,22 @@ def iter_relations(report: Path) -> Iterator[dict]:
 
 def similarity_histogram(relations: Iterable[dict], threshold: float,
                          bins: int = HISTOGRAM_BINS) -> list[list]:
-    """Relations by Jaccard: equal bins from the threshold to 1, exact matches apart, and
-    pool matches, history-only matches and guard-blocked pairs in separate columns."""
-    width = (1.0 - threshold) / bins if threshold < 1.0 else 0.0
-    labels = [f"{threshold + i * width:.3f} – {threshold + (i + 1) * width:.3f}"
-              for i in range(bins)] if width else []
+    """Relations by Jaccard: the report's equal bins from the threshold to 1 (`jaccard_edges`),
+    exact matches apart, and pool matches, history-only matches and guard-blocked pairs in
+    separate columns; the last column is a bar of the row's total."""
+    edges = jaccard_edges(threshold, bins)
+    labels = bin_labels(edges, separator="–") if threshold < 1.0 else []
     below, exact = f"< {threshold:.3f}", "1.000 (exact)"
     table: dict[str, Counter[str]] = defaultdict(Counter)
     for rel in relations:
         jac = float(rel["jaccard"])
+        index = jaccard_bin(jac, edges)
         if rel["kind"] == "exact" or jac >= 1.0 or not labels:
             label = exact
-        elif jac < threshold:
+        elif index is None:
             label = below
         else:
-            label = labels[min(int((jac - threshold) / width), bins - 1)]
+            label = labels[index]
         column = ("guard-blocked" if rel.get("blocked_by")
                   else "history-only" if rel["history_only"] else "pool")
         table[label][column] += 1
@@ -161,6 +162,21 @@ def similarity_histogram(relations: Iterable[dict], threshold: float,
         rows.append([label, c["pool"], c["history-only"], c["guard-blocked"],
                      "█" * round(BAR_WIDTH * total / peak)])
     return rows
+
+
+def text_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
+    """A fixed-width table in a markdown code block: rows never wrap in the UI (a long row
+    scrolls), and the bars of a histogram line up. Numbers right-aligned, text left-aligned."""
+    cells = [[f"{v:,}" if isinstance(v, int) else str(v) for v in r] for r in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    numeric = [bool(cells) and all(r[i].replace(",", "").isdigit() for r in cells)
+               for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if n else c.ljust(w)
+                         for c, w, n in zip(cells, widths, numeric)).rstrip()
+
+    return "\n".join(["```", line(headers), *(line(r) for r in cells), "```"])
 
 
 def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
@@ -184,7 +200,7 @@ def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
         "by_domain": dg.MetadataValue.md(md_table(
             ["domain", "records", "kept", "excluded", "exact dup.", "near dup.", "excluded %"],
             domain_rows(iter_decisions(outcome.path), domains))),
-        "similarity_histogram": dg.MetadataValue.md(md_table(
+        "similarity_histogram": dg.MetadataValue.md(text_table(
             ["jaccard", "pool", "history-only", "guard-blocked", ""],
             similarity_histogram(iter_relations(outcome.path), threshold))),
         "inputs": dg.MetadataValue.text(", ".join(p.package_id for p in pool.packages)),

@@ -66,10 +66,6 @@ class NearDedupConfig(BaseModel):
             )
         return self
 
-    def candidate_probability(self, jaccard: float) -> float:
-        """P(a pair with this Jaccard shares at least one band) = 1 - (1 - s^r)^b."""
-        return 1.0 - (1.0 - jaccard**self.rows) ** self.bands
-
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 

@@ -84,14 +84,19 @@ def is_within(path: Path, folder: Path) -> bool:
     return True
 
 
+def require_new_output(target: Path) -> None:
+    """Outputs are never replaced: ``target`` must not exist, not even as a broken symlink."""
+    if target.exists() or target.is_symlink():
+        raise NearDedupError(f"output {target} already exists; choose a new directory")
+
+
 @contextlib.contextmanager
 def atomic_dir(target: Path) -> Iterator[Path]:
     """Yield a fresh temporary sibling of ``target``; rename it to ``target`` on success.
 
     On any exception the temporary folder is removed and ``target`` is never created.
     """
-    if target.exists() or target.is_symlink():
-        raise NearDedupError(f"output {target} already exists; choose a new directory")
+    require_new_output(target)
     parent = target.parent
     if not parent.is_dir():
         parent.mkdir(parents=True, exist_ok=True)

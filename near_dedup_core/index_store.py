@@ -256,7 +256,7 @@ def _tool_folder_kind(folder: Path) -> str | None:
     return _FOLDER_KINDS.get(fmt)
 
 
-def _read_meta(conn) -> dict[str, str]:
+def read_meta(conn) -> dict[str, str]:
     return {k: v for k, v in conn.execute(select(meta.c.key, meta.c.value))}
 
 

@@ -71,7 +71,6 @@ from __future__ import annotations
 import hashlib
 import math
 import os
-import re
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Iterator
@@ -93,13 +92,14 @@ from near_dedup_core.fsutil import (
     CHECKSUMS,
     atomic_dir,
     is_within,
+    require_new_output,
     json_line,
     sha256_file,
     verify_checksums,
     write_checksums,
     write_json,
 )
-from near_dedup_core.package import Package, open_packages, stream_records
+from near_dedup_core.package import ID_PATTERN, ID_RE, Package, open_packages, stream_records
 from near_dedup_core.progress import Progress
 from near_dedup_core.report import iter_decisions, load_manifest, verify_report
 
@@ -112,7 +112,6 @@ DEFAULT_RETAINED_SPLITS = ("validation",)
 REF_OWN_FIELDS = ("id", "domain", "source")
 
 SampleKey = tuple[str, str]  # (package_id, sample_id)
-_SPLIT_RE = re.compile(r"[A-Za-z0-9._-]+")
 
 # --------------------------------------------------------------------------- config
 
@@ -171,7 +170,7 @@ class MixtureConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(pattern=f"^{ID_PATTERN}$")
     kind: Literal["cpt", "sft"]
     inputs: list[str] = Field(min_length=1)
     target_records: int = Field(ge=1)
@@ -202,8 +201,13 @@ class MixtureConfig(BaseModel):
 def load_mixture_config(path: str | Path) -> MixtureConfig:
     """Read and validate a mixture config; every error is one line naming the file."""
     path = Path(path)
-    return validate_model(MixtureConfig, read_json_object(path, "mixture config"),
-                          f"mixture config {path}")
+    raw = read_json_object(path, "mixture config")
+    if "name" not in raw and "inputs" not in raw:
+        raise NearDedupError(f"mixture config {path}: no name and no inputs: a daily-release "
+                             f"template (NEAR_DEDUP_MIXTURE_TEMPLATE), completed per day by the "
+                             f"release; give the CLI a full config such as "
+                             f"config/mixture-example.json")
+    return validate_model(MixtureConfig, raw, f"mixture config {path}")
 
 
 # --------------------------------------------------------------------------- weights, quotas
@@ -480,10 +484,10 @@ def _open_inputs(cfg: MixtureConfig) -> list[Package]:
             raise NearDedupError(f"{where(p.package_id)}: kind {p.kind} but the mixture "
                                  f"{cfg.name} is {cfg.kind}")
         for split in p.splits:
-            if not _SPLIT_RE.fullmatch(split) or split in (".", ".."):
+            if not ID_RE.fullmatch(split) or split in (".", ".."):
                 raise NearDedupError(f"{where(p.package_id, 'manifest.json')}: split name "
                                      f"{split!r} cannot name a mixture folder "
-                                     f"([A-Za-z0-9._-]+)")
+                                     f"({ID_PATTERN})")
     return packages
 
 
@@ -778,8 +782,7 @@ def _copy_report(plan: Plan, dest: Path) -> None:
 def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) -> BuildResult:
     """Plan, then write the immutable mixture package atomically at ``output``."""
     output = Path(output)
-    if output.exists() or output.is_symlink():
-        raise NearDedupError(f"output {output} already exists; choose a new directory")
+    require_new_output(output)
     for path in cfg.inputs:
         if is_within(output, Path(path)):
             raise NearDedupError(f"output {output} is inside input package {path}; "

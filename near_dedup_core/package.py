@@ -31,7 +31,7 @@ from pathlib import Path, PurePosixPath
 import orjson
 
 from near_dedup_core.errors import NearDedupError, where
-from near_dedup_core.fsutil import atomic_dir, is_within
+from near_dedup_core.fsutil import atomic_dir, is_within, require_new_output
 
 FORMAT = "training-snapshot"
 FORMAT_VERSION = 2
@@ -40,7 +40,9 @@ MANIFEST = "manifest.json"
 DATA_DIR = "data"
 SHARD_SUFFIXES = (".jsonl", ".jsonl.gz")
 
-_ID_RE = re.compile(r"[A-Za-z0-9._-]+")
+#: Package ids, split names and mixture names: letters, digits, ".", "_" and "-".
+ID_PATTERN = r"[A-Za-z0-9._-]+"
+ID_RE = re.compile(ID_PATTERN)
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 _GZIP_MAGIC = b"\x1f\x8b"
 _READ_BUFFER = 1 << 20
@@ -119,9 +121,9 @@ def _string_list(value: object) -> bool:
 
 def _check_package_ids(loc: str, field: str, ids: list[str]) -> None:
     for item in ids:
-        if not _ID_RE.fullmatch(item):
+        if not ID_RE.fullmatch(item):
             raise NearDedupError(f"{loc}: {field} entry {item!r} is not a package id "
-                                 f"([A-Za-z0-9._-]+)")
+                                 f"({ID_PATTERN})")
     if len(set(ids)) != len(ids):
         raise NearDedupError(f"{loc}: {field} lists a package twice")
 
@@ -198,9 +200,9 @@ def load_package(path: str | Path) -> Package:
     path = Path(path)
     manifest, manifest_sha256 = _read_manifest(path)
     package_id = manifest.get("package_id")
-    if type(package_id) is not str or not _ID_RE.fullmatch(package_id):
+    if type(package_id) is not str or not ID_RE.fullmatch(package_id):
         raise NearDedupError(f"{where(str(path), MANIFEST)}: package_id must match "
-                             f"[A-Za-z0-9._-]+, found {package_id!r}")
+                             f"{ID_PATTERN}, found {package_id!r}")
     loc = where(package_id, MANIFEST)
     if manifest.get("format") != FORMAT:
         raise NearDedupError(f"{loc}: format must be {FORMAT!r}, found "
@@ -552,9 +554,9 @@ def parse_split_args(items: Iterable[str]) -> list[tuple[str, Path]]:
     result = []
     for item in items:
         split, sep, file = item.partition("=")
-        if not sep or not file or not _ID_RE.fullmatch(split):
+        if not sep or not file or not ID_RE.fullmatch(split):
             raise NearDedupError(f"usage: --split {item!r} must be SPLIT=FILE with a split name "
-                                 f"of [A-Za-z0-9._-]+, e.g. train=new.jsonl")
+                                 f"of {ID_PATTERN}, e.g. train=new.jsonl")
         result.append((split, Path(file)))
     return result
 
@@ -627,8 +629,8 @@ def create_package(kind: str, package_id: str, tokenizer: str | None,
     order given), copied byte for byte after every line was checked. Refs can only be checked
     for shape and for naming a package in ``depends_on``: those packages are not given here.
     """
-    if not isinstance(package_id, str) or not _ID_RE.fullmatch(package_id):
-        raise NearDedupError(f"package id {package_id!r} must match [A-Za-z0-9._-]+")
+    if not isinstance(package_id, str) or not ID_RE.fullmatch(package_id):
+        raise NearDedupError(f"package id {package_id!r} must match {ID_PATTERN}")
     if kind not in KINDS:
         raise NearDedupError(f"{where(package_id)}: kind must be one of {', '.join(KINDS)}")
     tokenizer_obj = _parse_tokenizer(package_id, kind, tokenizer)
@@ -642,13 +644,12 @@ def create_package(kind: str, package_id: str, tokenizer: str | None,
     if not splits:
         raise NearDedupError(f"{loc}: give at least one --split SPLIT=FILE")
     for split, source in splits:
-        if not _ID_RE.fullmatch(split):
-            raise NearDedupError(f"{loc}: split name {split!r} must match [A-Za-z0-9._-]+")
+        if not ID_RE.fullmatch(split):
+            raise NearDedupError(f"{loc}: split name {split!r} must match {ID_PATTERN}")
         if not Path(source).is_file():
             raise NearDedupError(f"{where(package_id, str(source))}: no such file")
     output = Path(output)
-    if output.exists() or output.is_symlink():
-        raise NearDedupError(f"output {output} already exists; choose a new directory")
+    require_new_output(output)
 
     with atomic_dir(output) as tmp:
         files = []

@@ -1,4 +1,8 @@
-"""Progress lines on stderr for long work: throttled, carriage-return on a terminal."""
+"""Progress lines on stderr for long work: delayed, throttled, carriage-return on a terminal.
+
+Nothing is shown for work that finishes within ``delay`` seconds (one second by default): a
+quick command, or one that stops on bad input, prints its result or its one-line error alone.
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,19 @@ import time
 
 
 class Progress:
-    """Counts work done and reports it on stderr at most every ``interval`` seconds.
+    """Counts work done and reports it on stderr at most every ``interval`` seconds, once the
+    work has lasted ``delay`` seconds; the final count is shown only if a line was.
 
     Silent when ``enabled`` is False (library use, tests) so that only the CLI talks.
     """
 
     def __init__(self, label: str, total: int | None = None, *, enabled: bool = True,
-                 interval: float = 1.0, stream=None) -> None:
+                 interval: float = 1.0, delay: float = 1.0, stream=None) -> None:
         self.label = label
         self.total = total
         self.enabled = enabled
         self.interval = interval
+        self.delay = delay
         self.stream = stream if stream is not None else sys.stderr
         self.done = 0
         self._start = time.monotonic()
@@ -29,12 +35,16 @@ class Progress:
         self.done += n
         if self.enabled:
             now = time.monotonic()
-            if now - self._last >= self.interval:
+            if now - self._start >= self.delay and now - self._last >= self.interval:
                 self._last = now
                 self._emit(final=False)
 
     def finish(self) -> None:
-        if self.enabled and self.done and (self._tty or self._shown != self.done):
+        if not (self.enabled and self.done):
+            return
+        if self._shown < 0 and time.monotonic() - self._start < self.delay:
+            return  # quick work: no progress at all
+        if self._tty or self._shown != self.done:
             self._emit(final=True)
 
     def _emit(self, final: bool) -> None:

@@ -26,27 +26,55 @@ from __future__ import annotations
 import bisect
 import sqlite3
 from collections import Counter, defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import orjson
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.index_store import rows_in
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import (atomic_dir, iter_json_objects, verify_checksums,
-                                    write_checksums, write_json, write_jsonl)
+from near_dedup_core.fsutil import (
+    atomic_dir,
+    iter_json_objects,
+    verify_checksums,
+    write_checksums,
+    write_json,
+    write_jsonl,
+)
+from near_dedup_core.index_store import rows_in
 
 FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1
 FILES = ("decisions.jsonl", "relations.jsonl", "origins.jsonl")
-HISTOGRAM_BINS = (0.9, 0.92, 0.94, 0.96, 0.98, 1.0)
+HISTOGRAM_BINS = 5
 DECISION_FIELDS = ("package_id", "sample_id", "split", "scope", "content_id", "text_sha256",
                    "decision", "kept", "reason", "jaccard")
 RELATION_FIELDS = ("sample", "match", "jaccard", "kind", "history_only", "match_sources",
                    "blocked_by")
+
+
+#: Every decision reason: the decision it comes with and what it means.
+REASONS = {
+    "unique": ("keep", "no verified match with an earlier sample of the pool"),
+    "retained_split": ("keep", "in a retained split (validation): never deduplicated"),
+    "guard_blocked": ("keep", "its only matches differ in numbers or units (the guard)"),
+    "match_not_kept": ("keep", "matches only earlier samples that were themselves excluded"),
+    "exact_duplicate": ("exclude", "same normalized text as an earlier kept sample"),
+    "near_duplicate": ("exclude", "Jaccard at or above the threshold with an earlier kept one"),
+}
+
+
+def decision_summary(counts: dict) -> str:
+    """``keep N (reason n, ...), exclude M (reason m, ...)`` from a manifest's counts."""
+    parts = []
+    for decision in ("keep", "exclude"):
+        reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(counts["by_reason"].items())
+                            if REASONS.get(reason, ("exclude",))[0] == decision)
+        parts.append(f"{decision} {counts[decision]:,}" + (f" ({reasons})" if reasons else ""))
+    return ", ".join(parts)
 
 
 @dataclass(slots=True)
@@ -144,18 +172,45 @@ def _relations(con, pool, nodes, near, hist, history) -> list[dict]:
     return rels
 
 
-def _histogram(values: list[float]) -> dict[str, int]:
-    """Counts of Jaccard values per bin of HISTOGRAM_BINS (the last bin includes 1.0)."""
-    edges = HISTOGRAM_BINS
-    labels = [f"{edges[i]:.2f}-{edges[i + 1]:.2f}" for i in range(len(edges) - 1)]
+def jaccard_edges(threshold: float, bins: int = HISTOGRAM_BINS) -> list[float]:
+    """Edges of ``bins`` equal Jaccard bins from ``threshold`` to 1.0.
+
+    Rounded to 10 decimals, so the default threshold 0.9 gives exactly 0.9, 0.92, …, 1.0.
+    """
+    width = (1.0 - threshold) / bins
+    return [round(threshold + i * width, 10) for i in range(bins)] + [1.0]
+
+
+def jaccard_bin(value: float, edges: Sequence[float]) -> int | None:
+    """Index of the bin of ``value`` (1.0 falls in the last bin); None below the first edge."""
+    if value < edges[0]:
+        return None
+    return min(bisect.bisect_right(edges, value) - 1, len(edges) - 2)
+
+
+def bin_labels(edges: Sequence[float], separator: str = "-") -> list[str]:
+    """``lo-hi`` per bin with the fewest decimals (at least 2) that show every edge exactly."""
+    digits = next((d for d in range(2, 6) if all(round(e, d) == e for e in edges)), 6)
+    return [f"{lo:.{digits}f}{separator}{hi:.{digits}f}" for lo, hi in pairwise(edges)]
+
+
+def jaccard_histogram(values: Iterable[float], threshold: float) -> dict[str, int]:
+    """Counts of Jaccard values per bin from the threshold to 1; none are below the threshold
+    (near relations are verified at or above it), and one that were is counted in the first."""
+    edges = jaccard_edges(threshold)
+    labels = bin_labels(edges)
     counts = dict.fromkeys(labels, 0)
     for v in values:
-        counts[labels[min(max(bisect.bisect_right(edges, v) - 1, 0), len(labels) - 1)]] += 1
+        counts[labels[jaccard_bin(v, edges) or 0]] += 1
     return counts
 
 
-def count_decisions(decisions: list[dict], relations: list[dict]) -> dict:
-    """The manifest's ``counts``: recomputed the same way by ``verify_report``."""
+def count_decisions(decisions: list[dict], relations: list[dict],
+                    threshold: float | None = None) -> dict:
+    """The manifest's ``counts``: recomputed the same way by ``verify_report``. The Jaccard
+    histogram's bins start at ``threshold`` (None: the default config's)."""
+    if threshold is None:
+        threshold = NearDedupConfig().threshold
     by_split: dict[str, Counter] = defaultdict(Counter)
     by_reason: Counter = Counter()
     for d in decisions:
@@ -170,8 +225,9 @@ def count_decisions(decisions: list[dict], relations: list[dict]) -> dict:
         "relations": len(relations),
         "history_only_relations": sum(1 for r in relations if r["history_only"]),
         "blocked_relations": sum(1 for r in relations if r["blocked_by"] is not None),
-        "near_relations_jaccard": _histogram(
-            [r["jaccard"] for r in relations if r["kind"] == "near" and r["blocked_by"] is None]),
+        "near_relations_jaccard": jaccard_histogram(
+            [r["jaccard"] for r in relations if r["kind"] == "near" and r["blocked_by"] is None],
+            threshold),
     }
 
 
@@ -195,7 +251,7 @@ def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, 
             "file": s.file, "line": s.line,
             "source": orjson.loads(s.source) if s.source is not None else None})
     relations = _relations(con, pool, nodes, near, hist, cand.history)
-    counts = count_decisions(dec_rows, relations)
+    counts = count_decisions(dec_rows, relations, config.threshold)
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
     manifest = {
@@ -329,7 +385,12 @@ def verify_report(path: str | Path) -> ReportSummary:
         elif d.get("decision") != "keep" or d.get("kept") is not None:
             raise NearDedupError(f"report {path}: decisions.jsonl:{line}: decision must be keep "
                                  f"(kept null) or exclude")
-    counts = count_decisions(decisions, relations)
+    threshold = manifest.get("config", {}).get("threshold")
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
+            or not 0 < threshold <= 1:
+        raise NearDedupError(f"report {path}: manifest.json: config.threshold is not a "
+                             f"number in (0, 1]")
+    counts = count_decisions(decisions, relations, float(threshold))
     recorded = {k: v for k, v in manifest.get("counts", {}).items() if k != "candidates"}
     if recorded != counts:
         raise NearDedupError(f"report {path}: counts in manifest.json do not match "

@@ -39,7 +39,7 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
-from near_dedup_core.fsutil import is_within, sha256_file
+from near_dedup_core.fsutil import is_within, require_new_output, sha256_file
 from near_dedup_core.guard import guard_for
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress
@@ -556,10 +556,11 @@ class ScanResult:
     counts: dict
 
     def summary(self) -> str:
+        from near_dedup_core.report import decision_summary
+
         c = self.counts
-        reasons = ", ".join(f"{k} {v:,}" for k, v in sorted(c["by_reason"].items()))
-        return (f"report {self.output}: {c['samples']:,} samples, keep {c['keep']:,}, exclude "
-                f"{c['exclude']:,} ({reasons}); {c['relations']:,} relations, "
+        return (f"report {self.output}: {c['samples']:,} samples, {decision_summary(c)}; "
+                f"{c['relations']:,} relations, "
                 f"{c['history_only_relations']:,} history-only, {c['blocked_relations']:,} "
                 f"blocked by the numeric/unit guard")
 
@@ -572,8 +573,7 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
 
     index_path, output = Path(index_path), Path(output_dir)
     paths = [Path(p) for p in package_paths]
-    if output.exists():
-        raise NearDedupError(f"output {output} already exists; choose a new directory")
+    require_new_output(output)
     for p in paths:
         if is_within(output, p):
             raise NearDedupError(f"output {output} is inside input package {p}; packages are "

@@ -34,8 +34,6 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-_MASK32 = np.uint64(0xFFFFFFFF)
-_EMPTY = np.uint32(0xFFFFFFFF)
 _POLY = np.uint64(0x100000001B3)  # FNV-64 prime: spreads code points across the word
 
 

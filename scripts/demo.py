@@ -88,14 +88,14 @@ def day_summary(day: str, result) -> list[str]:
     checks = {e.check_name: e.passed for e in result.get_asset_check_evaluations()}
     packages = ", ".join(line.split("|")[1].strip() for line in snap["packages"].splitlines()[2:])
     lines = [
-        f"day {day}  {packages}: {scan['records_in']} records in, {scan['kept']} kept, "
-        f"{scan['excluded']} excluded; {scan['history_only_relations']} history-only relations, "
-        f"{scan['guard_blocked_relations']} kept apart by the numeric/unit guard",
-        f"  index    batch {index['batch']}, {index['new_contents']} new contents "
-        f"({rel(index['index'])})",
-        f"  mixture  {mix['selected']}/{mix['target_records']} selected, "
-        f"{mix['excluded_by_report']} excluded by the report before quotas, "
-        f"{mix['retained_records']} retained validation records",
+        (f"day {day}  {packages}: {scan['records_in']} records in, {scan['kept']} kept, "
+         f"{scan['excluded']} excluded; {scan['history_only_relations']} history-only "
+         f"relations, {scan['guard_blocked_relations']} kept apart by the numeric/unit guard"),
+        (f"  index    batch {index['batch']}, {index['new_contents']} new contents "
+         f"({rel(index['index'])})"),
+        (f"  mixture  {mix['selected']}/{mix['target_records']} selected, "
+         f"{mix['excluded_by_report']} excluded by the report before quotas, "
+         f"{mix['retained_records']} retained validation records"),
         "  checks   " + ", ".join(f"{name} {'passed' if ok else 'FAILED'}"
                                   for name, ok in sorted(checks.items())),
         f"  report   {rel(scan['report'])}",
@@ -112,6 +112,8 @@ def main() -> int:
         return 1
     settings = demo_settings(days)
     prepare(settings)
+    # Runs read the settings of the working directory's .env when they start: use the demo's.
+    os.chdir(DEMO)
 
     import dagster as dg
 
@@ -136,13 +138,14 @@ def main() -> int:
                 return 1
             print("\n".join(day_summary(day, result)) + "\n")
 
+    bin_dir = Path(sys.executable).parent  # the venv the demo runs in: .venv under make
     report = Path(settings["NEAR_DEDUP_REPORT_ROOT"]) / f"near-cpt-{days[-1]}"
     mixture = Path(settings["NEAR_DEDUP_MIXTURE_ROOT"]) / f"cpt-mix-{days[-1]}"
-    print("Verify without the index (the CLI is the fallback):\n"
-          f"  near-dedup report verify {rel(report)}\n"
-          f"  near-dedup mixture verify {rel(mixture)}\n")
+    print("Verify without the index (the CLI is the fallback), from the project root:\n"
+          f"  {rel(bin_dir / 'near-dedup')} report verify {rel(report)}\n"
+          f"  {rel(bin_dir / 'near-dedup')} mixture verify {rel(mixture)}\n")
     print("Open the UI on this demo instance (runs, materializations, metadata, checks):\n"
-          f"  cd {rel(DEMO)} && {REPO / '.venv' / 'bin' / 'dagster'} dev "
+          f"  cd {rel(DEMO)} && {bin_dir / 'dagster'} dev "
           f"-m near_dedup_assets.definitions\n"
           f"  then http://127.0.0.1:3000 → Lineage; {rel(DEMO / '.env')} holds the settings.\n"
           "For the real daily release: cp .env.example .env, edit it, then `.venv/bin/dagster "

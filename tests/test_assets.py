@@ -7,9 +7,13 @@ near duplicates inside a day and across days so that history matters.
 
 import json
 import logging
+import os
 import random
+import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 import textwrap
 import time
 from datetime import datetime, timezone
@@ -25,14 +29,20 @@ from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster._daemon.backfill import execute_backfill_iteration
 
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.mixture import verify_mixture
+from near_dedup_core.report import load_manifest, verify_report
+
 from near_dedup_assets.assets import INDEX_APPEND, MIXTURE, RELEASE_ASSETS, SCAN_REPORT
 from near_dedup_assets.checks import RELEASE_CHECKS
 from near_dedup_assets.definitions import build_defs, defs
 from near_dedup_assets.jobs import build_release_schedule, release_day_for_tick
 from near_dedup_assets.partitions import release_days
-from near_dedup_assets.resources import ReleaseSettings, settings_from_env
-from near_dedup_core.mixture import verify_mixture
-from near_dedup_core.report import load_manifest, verify_report
+from near_dedup_assets.resources import (
+    ReleaseSettings,
+    release_settings_at_run_start,
+    settings_from_env,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 DAYS = ["2026-11-25", "2026-11-26", "2026-11-27"]
@@ -178,12 +188,62 @@ def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule()
     assert defs.resolve_schedule_def("daily_release_schedule").cron_schedule == "0 2 * * *"
 
 
-def test_settings_bind_environment_variables():
-    settings = settings_from_env({"NEAR_DEDUP_SNAPSHOT_ROOT": "/x", "NEAR_DEDUP_WORKERS": "3"})
-    assert isinstance(settings.snapshot_root, dg.EnvVar)
-    assert settings.snapshot_root.env_var_name == "NEAR_DEDUP_SNAPSHOT_ROOT"
-    assert getattr(settings.workers, "name", None) == "NEAR_DEDUP_WORKERS"
+def test_settings_come_from_environment_variables_and_are_validated():
+    config = str(REPO / "config" / "near-dedup.json")
+    settings = settings_from_env({"NEAR_DEDUP_SNAPSHOT_ROOT": "/x", "NEAR_DEDUP_WORKERS": "3",
+                                  "NEAR_DEDUP_CONFIG": config})
+    assert (settings.snapshot_root, settings.workers) == ("/x", 3)
     assert settings.kind == "cpt"  # unset: the default
+    for name, value, message in [
+            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid"),
+            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': expected cpt or sft"),
+            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': expected true or"),
+            ("NEAR_DEDUP_CONFIG", "/nowhere/near-dedup.json", "/nowhere/near-dedup.json")]:
+        with pytest.raises(NearDedupError, match=re.escape(message)):
+            settings_from_env({"NEAR_DEDUP_CONFIG": config, name: value})
+
+
+def test_a_bad_setting_stops_the_code_location_from_loading(tmp_path):
+    (tmp_path / ".env").write_text("NEAR_DEDUP_KIND=pretrain\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("NEAR_DEDUP_")}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run([sys.executable, "-c", "import near_dedup_assets.definitions"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                         check=False)
+    assert run.returncode != 0
+    assert run.stderr.strip().splitlines()[-1] == (
+        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': expected cpt or sft")
+
+
+def test_an_edited_env_file_counts_from_the_next_run(tmp_path, snapshots, instance,
+                                                    monkeypatch):
+    """The code location's resource reads `.env` when each run starts (no reload needed)."""
+    monkeypatch.chdir(tmp_path)
+    for name in [n for n in os.environ if n.startswith("NEAR_DEDUP_")]:
+        monkeypatch.delenv(name)
+    env_file = tmp_path / ".env"
+
+    def write_env(snapshot_root: Path) -> None:
+        env_file.write_text(f"NEAR_DEDUP_SNAPSHOT_ROOT={snapshot_root}\n"
+                            f"NEAR_DEDUP_CONFIG={REPO / 'config' / 'near-dedup.json'}\n",
+                            encoding="utf-8")
+
+    def validate_day():
+        return dg.materialize(GRAPH, partition_key=DAYS[0], instance=instance,
+                              resources={"release": release_settings_at_run_start},
+                              raise_on_error=False,
+                              selection=dg.AssetSelection.assets("validated_snapshot"))
+
+    write_env(snapshots)
+    first = validate_day()
+    assert first.success
+    assert metadata(first, dg.AssetKey("validated_snapshot"))["snapshot_folder"] == \
+        str(snapshots / DAYS[0])
+    write_env(tmp_path / "moved")
+    second = validate_day()
+    assert not second.success
+    assert failure_message(second) == (f"release day {DAYS[0]}: snapshot folder "
+                                       f"{tmp_path / 'moved' / DAYS[0]} does not exist")
 
 
 # --------------------------------------------------------------------------- one day
@@ -292,6 +352,20 @@ def test_missing_snapshot_fails_the_day_and_nothing_downstream_runs(tmp_path, in
     assert failure_message(result) == (f"release day {DAYS[0]}: snapshot folder "
                                        f"{tmp_path / 'snapshots' / DAYS[0]} does not exist")
     assert executed_steps(result) == {"validated_snapshot"}
+    reason = failure_message(result)
+    # the run log's error line just before the step failure is the one-line reason, and the
+    # failure event shows it (type, message, "reason" metadata) without a chained cause
+    logs = instance.all_logs(result.run_id)
+    failed_at = next(i for i, e in enumerate(logs) if e.dagster_event is not None
+                     and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE)
+    errors = [e.user_message for e in logs[:failed_at]
+              if e.dagster_event is None and e.level == logging.ERROR]
+    assert errors == [reason]
+    failure = logs[failed_at].dagster_event.step_failure_data
+    assert failure.error.cls_name == "ReleaseDayFailed"
+    assert failure.error.message.strip().endswith(f"ReleaseDayFailed: {reason}")
+    assert failure.error.cause is None and failure.error.context is None
+    assert failure.user_failure_data.metadata["reason"].value == reason
     assert not (tmp_path / "out" / "index").exists()
     assert not (tmp_path / "out" / "reports").exists()
     assert not (tmp_path / "out" / "mixtures").exists()
@@ -311,6 +385,20 @@ def test_invalid_snapshot_fails_with_the_validator_message(tmp_path, snapshots, 
     assert message.startswith("package cpt-v1, data/train/part-00000.jsonl")
     assert "\n" not in message
     assert executed_steps(result) == {"validated_snapshot"}
+    reason = failure_message(result)
+    # the run log's error line just before the step failure is the one-line reason, and the
+    # failure event shows it (type, message, "reason" metadata) without a chained cause
+    logs = instance.all_logs(result.run_id)
+    failed_at = next(i for i, e in enumerate(logs) if e.dagster_event is not None
+                     and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE)
+    errors = [e.user_message for e in logs[:failed_at]
+              if e.dagster_event is None and e.level == logging.ERROR]
+    assert errors == [reason]
+    failure = logs[failed_at].dagster_event.step_failure_data
+    assert failure.error.cls_name == "ReleaseDayFailed"
+    assert failure.error.message.strip().endswith(f"ReleaseDayFailed: {reason}")
+    assert failure.error.cause is None and failure.error.context is None
+    assert failure.user_failure_data.metadata["reason"].value == reason
     assert not (tmp_path / "out" / "index").exists()
 
 
@@ -383,6 +471,38 @@ def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance
     check = check_results(result)["mixture_verify"]
     assert not check.passed
     assert "data/train/part-00000.jsonl" in check.description
+
+
+def test_checks_executed_alone_without_a_partition_verify_the_latest_day(
+        tmp_path, snapshots, instance):
+    """The UI's "Execute" button on a check launches a run without a partition."""
+    settings = settings_for(tmp_path, snapshots)
+
+    def execute_checks_alone():
+        result = dg.materialize(GRAPH, resources={"release": settings}, instance=instance,
+                                raise_on_error=False, selection=dg.AssetSelection.checks(
+                                    *RELEASE_CHECKS))
+        return result, check_results(result)
+
+    result, checks = execute_checks_alone()
+    assert result.success
+    assert checks["report_checksums"].passed and checks["mixture_verify"].passed
+    assert "nothing to verify" in checks["report_checksums"].description
+
+    assert release(DAYS[0], settings, instance).success
+    result, checks = execute_checks_alone()
+    assert result.success
+    assert checks["report_checksums"].passed
+    assert checks["report_checksums"].metadata["day"].value == DAYS[0]
+    assert checks["report_checksums"].description.startswith(
+        f"report {settings.report_dir(DAYS[0])}: OK")
+
+    decisions = settings.report_dir(DAYS[0]) / "decisions.jsonl"
+    decisions.write_bytes(decisions.read_bytes() + b"\n")
+    result, checks = execute_checks_alone()
+    assert not checks["report_checksums"].passed
+    assert "decisions.jsonl does not match its sha256" in checks["report_checksums"].description
+    assert checks["mixture_verify"].passed
 
 
 # --------------------------------------------------------------------------- near-dedup off

@@ -237,7 +237,8 @@ def test_two_batches_through_the_cli(world, tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout == (f"index {index}: batch 1 added cpt-v1: 26 records, 26 new contents, "
                           f"0 sources of already known contents\n")
-    assert "index: records: 26/26 (100%)" in run.stderr  # progress on stderr
+    # progress (on stderr) only if the batch took over a second
+    assert all(line.startswith("index: records: ") for line in run.stderr.splitlines())
 
     out = index_ok(index, world.v2)
     assert out == (f"index {index}: batch 2 added cpt-v2: 24 records, 18 new contents, "

@@ -285,3 +285,54 @@ def test_verify_as_a_process_exit_codes_and_one_line(copy):
     assert done.returncode == 1
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "decisions.jsonl does not match its sha256" in done.stderr
+
+
+def test_summary_lists_keep_reasons_with_keep_and_exclude_reasons_with_exclude():
+    from near_dedup_core.report import REASONS, decision_summary
+    from near_dedup_core.scan import ScanResult
+
+    counts = {"samples": 10, "keep": 7, "exclude": 3, "relations": 4,
+              "history_only_relations": 1, "blocked_relations": 1,
+              "by_reason": {"exact_duplicate": 1, "guard_blocked": 1, "match_not_kept": 1,
+                            "near_duplicate": 2, "retained_split": 1, "unique": 4}}
+    assert decision_summary(counts) == (
+        "keep 7 (guard_blocked 1, match_not_kept 1, retained_split 1, unique 4), "
+        "exclude 3 (exact_duplicate 1, near_duplicate 2)")
+    assert ScanResult(Path("r"), counts).summary() == (
+        "report r: 10 samples, keep 7 (guard_blocked 1, match_not_kept 1, retained_split 1, "
+        "unique 4), exclude 3 (exact_duplicate 1, near_duplicate 2); 4 relations, "
+        "1 history-only, 1 blocked by the numeric/unit guard")
+    assert decision_summary({**counts, "exclude": 0, "by_reason": {"unique": 7}}) == \
+        "keep 7 (unique 7), exclude 0"
+    assert {decision for decision, _ in REASONS.values()} == {"keep", "exclude"}
+
+
+def test_jaccard_histogram_bins_follow_the_threshold_and_keep_the_default_labels():
+    from near_dedup_core.report import bin_labels, jaccard_edges, jaccard_histogram
+
+    assert jaccard_edges(0.9) == [0.9, 0.92, 0.94, 0.96, 0.98, 1.0]  # manifest bytes unchanged
+    assert jaccard_histogram([0.9, 0.92, 0.935, 1.0], 0.9) == {
+        "0.90-0.92": 1, "0.92-0.94": 2, "0.94-0.96": 0, "0.96-0.98": 0, "0.98-1.00": 1}
+    # a lower threshold: values below 0.9 get their own bins instead of "0.90-0.92"
+    assert jaccard_histogram([0.81, 0.85, 0.97], 0.8) == {
+        "0.80-0.84": 1, "0.84-0.88": 1, "0.88-0.92": 0, "0.92-0.96": 0, "0.96-1.00": 1}
+    assert bin_labels(jaccard_edges(0.875))[0] == "0.875-0.900"
+
+
+def test_ui_histogram_uses_the_report_bins_in_a_block_that_does_not_wrap():
+    from near_dedup_assets.summaries import similarity_histogram, text_table
+
+    relations = [{"jaccard": 0.85, "kind": "near", "history_only": False, "blocked_by": None},
+                 {"jaccard": 0.99, "kind": "near", "history_only": True, "blocked_by": None},
+                 {"jaccard": 0.95, "kind": "near", "history_only": False,
+                  "blocked_by": "numbers"},
+                 {"jaccard": 1.0, "kind": "exact", "history_only": False, "blocked_by": None}]
+    rows = similarity_histogram(relations, 0.8)
+    assert [r[0] for r in rows] == ["0.80–0.84", "0.84–0.88", "0.88–0.92", "0.92–0.96",
+                                    "0.96–1.00", "1.000 (exact)"]
+    assert [r[1:4] for r in rows] == [[0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 0, 1], [0, 1, 0],
+                                      [1, 0, 0]]
+    text = text_table(["jaccard", "pool", "history-only", "guard-blocked", ""], rows)
+    lines = text.splitlines()
+    assert lines[0] == lines[-1] == "```" and len(lines) == len(rows) + 3
+    assert lines[2].split() == ["0.80–0.84", "0", "0", "0"] and "|" not in text
