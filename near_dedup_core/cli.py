@@ -52,27 +52,18 @@ _WORKERS_HELP = "worker processes (default: one per CPU core; results do not dep
 
 
 def build_parser() -> argparse.ArgumentParser:
-<<<<<<< HEAD
-    p = _Parser(prog="near-dedup", description=__doc__.splitlines()[0])
-    p.add_argument("--version", action="version", version=f"near-dedup {__version__}")
-    p.add_argument("--index", help="the near-dedup SQLite index (a dedicated file)")
-    p.add_argument("--config", type=Path, help="near-dedup config JSON (default: shipped defaults)")
-    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-=======
     p = _Parser(prog="near-dedup", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"near-dedup {__version__}",
                    help="print the version and exit")
-    p.add_argument("--index", type=Path, metavar="PATH",
-                   help="the near-dedup SQLite index, a dedicated file bound to the config "
-                        "(needed by index and scan)")
+    p.add_argument("--index", metavar="PATH|URL",
+                   help="the near-dedup index, bound to the config (needed by index and scan): "
+                        "a dedicated SQLite file, or postgresql://user@host:port/dbname")
     p.add_argument("--config", type=Path, metavar="PATH",
                    help="near-dedup config JSON (default: the shipped defaults)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser,
                            title="commands", metavar="COMMAND")
->>>>>>> main
 
     ix = sub.add_parser("index", help="append one batch of snapshot packages to the index",
                         description="Append the packages to the index as one batch, in one "

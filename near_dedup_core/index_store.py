@@ -437,7 +437,7 @@ class BatchTransaction:
 
     # -- the index as a whole
     def meta(self) -> dict[str, str]:
-        return _read_meta(self.conn)
+        return read_meta(self.conn)
 
     def set_kind(self, kind: str) -> None:
         self.conn.execute(insert(meta).values(key="kind", value=kind))
