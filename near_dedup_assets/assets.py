@@ -29,7 +29,7 @@ import dagster as dg
 
 from near_dedup_core.errors import NearDedupError
 
-from near_dedup_assets import daily, summaries
+from near_dedup_assets import audit, daily, summaries
 from near_dedup_assets.partitions import PREVIOUS_DAY, RELEASE_DAYS
 from near_dedup_assets.resources import ReleaseSettings
 
@@ -117,6 +117,8 @@ def scan_report(context: dg.AssetExecutionContext,
         pool = daily.open_day(release, day)
         report = daily.freeze_report(release, pool)
         metadata = summaries.report_metadata(report, pool)
+        metadata.update(audit.comparison_metadata(report.path, audit.previous_report(
+            release, day, RELEASE_DAYS.get_partition_keys())))
     return dg.MaterializeResult(metadata=metadata)
 
 
@@ -124,6 +126,12 @@ def scan_report(context: dg.AssetExecutionContext,
 def mixture(context: dg.AssetExecutionContext, release: ReleaseSettings) -> dg.MaterializeResult:
     """The day's mixture package built on the frozen report (near-dedup off: without one),
     and the day's release record pointing at inputs, report and mixture."""
+    return mixture_for_day(context, release)
+
+
+def mixture_for_day(context: dg.AssetExecutionContext,
+                    release: ReleaseSettings) -> dg.MaterializeResult:
+    """The work of ``mixture`` (also run by its variant after ``contamination_report``)."""
     day = context.partition_key
     with partition_failure():
         pool = daily.open_day(release, day)

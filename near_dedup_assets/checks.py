@@ -8,6 +8,9 @@ description is the core's one-line message.
 The day comes from the run's partition. A check executed on its own (the "Execute" button of
 the UI launches a run without a partition) verifies the latest materialized day of its asset,
 and passes with "nothing to verify" while no day is materialized.
+
+`exclusion_rates` (docs/audit.md) watches the report's exclusion rates by domain and package,
+also against the previous release day; it warns, and blocks only when configured to.
 """
 
 from collections.abc import Callable
@@ -21,6 +24,8 @@ from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.report import verify_report
 
 from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
+from near_dedup_assets.audit import exclusion_rate_result
+from near_dedup_assets.partitions import RELEASE_DAYS
 from near_dedup_assets.resources import ReleaseSettings
 
 
@@ -86,4 +91,25 @@ def mixture_verify(context: dg.AssetCheckExecutionContext,
     return _verified(day, "mixture", path, verify)
 
 
-RELEASE_CHECKS = [report_checksums, mixture_verify]
+@dg.asset_check(asset=SCAN_REPORT, blocking=True)
+def exclusion_rates(context: dg.AssetCheckExecutionContext,
+                    release: ReleaseSettings) -> dg.AssetCheckResult:
+    """No domain or package lost more than NEAR_DEDUP_MAX_EXCLUSION_RATE of its samples, and
+    no domain's exclusion rate rose by more than NEAR_DEDUP_MAX_RATE_JUMP since the previous
+    release day. A failure warns; with NEAR_DEDUP_RATE_CHECKS_BLOCKING=true it is an error
+    that stops the day's mixture."""
+    if not context.has_partition_key:
+        return dg.AssetCheckResult(passed=True, description="no release day: run it with a "
+                                   "day's scan_report", severity=dg.AssetCheckSeverity.WARN)
+    day = context.partition_key
+    if not release.near_dedup_enabled:
+        return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
+                                   metadata={"day": dg.MetadataValue.text(day)})
+    try:
+        return exclusion_rate_result(release, day, RELEASE_DAYS.get_partition_keys())
+    except NearDedupError as exc:
+        return dg.AssetCheckResult(passed=False, description=str(exc),
+                                   metadata={"day": dg.MetadataValue.text(day)})
+
+
+RELEASE_CHECKS = [report_checksums, mixture_verify, exclusion_rates]

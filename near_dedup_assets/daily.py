@@ -46,7 +46,7 @@ from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings
 RELEASE_FORMAT = "near-dedup-release"
 RELEASE_FORMAT_VERSION = 1
 #: Mixture fields that the release fills in per day; a template must not set them.
-PER_DAY_MIXTURE_FIELDS = ("name", "inputs", "near_dedup_report")
+PER_DAY_MIXTURE_FIELDS = ("name", "inputs", "near_dedup_report", "contamination_report")
 
 
 @dataclass(frozen=True)
@@ -212,6 +212,12 @@ def mixture_config(settings: ReleaseSettings, pool: DayPool,
     raw["name"] = settings.mixture_name(pool.day)
     raw["inputs"] = [str(p) for p in pool.paths]
     raw["near_dedup_report"] = None if report is None else str(report)
+    if settings.evals_dir is not None:  # the contamination step runs: its report filters
+        contamination = settings.contamination_dir(pool.day)
+        if not contamination.is_dir():
+            raise NearDedupError(f"release day {pool.day}: no contamination report at "
+                                 f"{contamination}; materialize contamination_report first")
+        raw["contamination_report"] = str(contamination)
     return validate_model(MixtureConfig, raw, f"mixture template {path}")
 
 

@@ -15,6 +15,7 @@ import dagster as dg
 
 from near_dedup_assets.assets import RELEASE_ASSETS
 from near_dedup_assets.checks import RELEASE_CHECKS
+from near_dedup_assets.contamination import contamination_settings_from_env, with_contamination
 from near_dedup_assets.jobs import daily_release, schedule_from_env
 from near_dedup_assets.resources import (
     ReleaseSettings,
@@ -25,11 +26,17 @@ from near_dedup_assets.resources import (
 
 
 def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
-               schedule: dg.ScheduleDefinition | None = None) -> dg.Definitions:
-    """The release graph with the given settings or settings resource (and schedule)."""
+               schedule: dg.ScheduleDefinition | None = None,
+               contamination: tuple[bool, bool] = (False, False)) -> dg.Definitions:
+    """The release graph with the given settings or settings resource (and schedule, if any);
+    ``contamination`` = (enabled, blocking) adds the contamination step
+    (``NEAR_DEDUP_EVALS``)."""
+    assets, checks = list(RELEASE_ASSETS), list(RELEASE_CHECKS)
+    if contamination[0]:
+        assets, checks = with_contamination(assets, checks, blocking=contamination[1])
     return dg.Definitions(
-        assets=RELEASE_ASSETS,
-        asset_checks=RELEASE_CHECKS,
+        assets=assets,
+        asset_checks=checks,
         jobs=[daily_release],
         schedules=[schedule] if schedule is not None else [],
         resources={"release": settings},
@@ -38,4 +45,5 @@ def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
 
 
 settings_from_env(current_environment())  # validated when the code location loads
-defs = build_defs(release_settings_at_run_start, schedule_from_env(current_environment()))
+defs = build_defs(release_settings_at_run_start, schedule_from_env(current_environment()),
+                  contamination_settings_from_env(current_environment()))

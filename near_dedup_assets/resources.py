@@ -16,6 +16,7 @@ snapshot folder           ``<snapshot_root>/<day formatted by snapshot_day_forma
 report                    ``<report_root>/near-<kind>-<day>``
 mixture                   ``<mixture_root>/<kind>-mix-<day>``
 release record            ``<release_root>/<kind>-<day>``
+contamination report      ``<contamination_root>/contamination-<kind>-<day>``
 ========================  ==================================================
 """
 
@@ -56,6 +57,11 @@ class ReleaseSettings(dg.ConfigurableResource):
     mixture_template: str = "config/mixture-template.json"
     enabled: str = "true"
     workers: int = 0
+    max_exclusion_rate: str = "0.5"
+    max_rate_jump: str = "0.2"
+    rate_checks_blocking: str = "false"
+    evals: str = ""
+    contamination_root: str = "data/release/contamination"
 
     # ----------------------------------------------------------------- parsed values
 
@@ -87,6 +93,21 @@ class ReleaseSettings(dg.ConfigurableResource):
             raise NearDedupError(f"{ENV_PREFIX}WORKERS={self.workers}: must be 0 (all cores) "
                                  f"or more")
         return self.workers or os.cpu_count() or 1
+
+    @property
+    def exclusion_rate_limit(self) -> float:
+        """Largest share of a domain's or package's samples a day may exclude (0–1)."""
+        return _share("MAX_EXCLUSION_RATE", self.max_exclusion_rate)
+
+    @property
+    def rate_jump_limit(self) -> float:
+        """Largest rise of a domain's exclusion rate over the previous day (0–1, absolute)."""
+        return _share("MAX_RATE_JUMP", self.max_rate_jump)
+
+    @property
+    def rate_checks_are_blocking(self) -> bool:
+        """True: a failed exclusion-rate check is an error and stops the day's mixture."""
+        return _flag("RATE_CHECKS_BLOCKING", self.rate_checks_blocking)
 
     def dedup_config(self) -> NearDedupConfig:
         """The near-dedup config file (empty setting: the shipped defaults)."""
@@ -130,6 +151,14 @@ class ReleaseSettings(dg.ConfigurableResource):
     def release_dir(self, day: str) -> Path:
         return _path(self.release_root) / f"{self.release_kind}-{day}"
 
+    @property
+    def evals_dir(self) -> Path | None:
+        """The folder of eval packages (``NEAR_DEDUP_EVALS``); None: no contamination step."""
+        return _path(self.evals) if self.evals.strip() else None
+
+    def contamination_dir(self, day: str) -> Path:
+        return _path(self.contamination_root) / f"contamination-{self.release_kind}-{day}"
+
     def mixture_name(self, day: str) -> str:
         return self.mixture_dir(day).name
 
@@ -137,6 +166,24 @@ class ReleaseSettings(dg.ConfigurableResource):
 def _path(value: str) -> Path:
     """An absolute path: relative settings are taken from the current working directory."""
     return Path(os.path.abspath(Path(value).expanduser()))
+
+
+def _share(name: str, value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        share = -1.0
+    if not 0.0 <= share <= 1.0:
+        raise NearDedupError(f"{ENV_PREFIX}{name}={value!r}: expected a number from 0 to 1")
+    return share
+
+
+def _flag(name: str, value: str) -> bool:
+    if value.strip().lower() in _TRUE:
+        return True
+    if value.strip().lower() in _FALSE:
+        return False
+    raise NearDedupError(f"{ENV_PREFIX}{name}={value!r}: expected true or false")
 
 
 def env_name(field: str) -> str:

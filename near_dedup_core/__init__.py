@@ -5,4 +5,4 @@ __version__ = "0.1.0"
 #: Bumped whenever normalization, shingling, hashing, banding or decision rules change in a way
 #: that changes stored index rows or report contents. An index is bound to the version it was
 #: created with.
-ALGORITHM_VERSION = "nd-2"
+ALGORITHM_VERSION = "nd-3"

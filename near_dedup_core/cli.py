@@ -6,8 +6,12 @@ Exit codes: 0 success, 1 invalid input/usage/state (one line on stderr), 2 a lim
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import signal
 import sys
+import threading
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from near_dedup_core import __version__
@@ -65,11 +69,16 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser,
                            title="commands", metavar="COMMAND")
 
-    ix = sub.add_parser("index", help="append one batch of snapshot packages to the index",
+    ix = sub.add_parser("index", help="append one batch of snapshot packages to the index; "
+                                      "`index check` verifies the index",
                         description="Append the packages to the index as one batch, in one "
                                     "transaction. Packages already indexed are skipped; index "
-                                    "each version in its own batch, oldest first.")
-    ix.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="PACKAGE",
+                                    "each version in its own batch, oldest first. "
+                                    "`near-dedup --index PATH index check` runs SQLite's "
+                                    "integrity check and the index's own invariants instead.")
+    ix.add_argument("action", nargs="?", choices=["check"],
+                    help="check: SQLite integrity_check and the index's own invariants")
+    ix.add_argument("--inputs", nargs="+", type=Path, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
@@ -85,14 +94,46 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
 
+    ct = sub.add_parser("contamination",
+                        help="freeze the report of eval items contained in training samples",
+                        description="Find every training sample of the pool that contains an "
+                                    "evaluation item (exact containment of the item's shingles "
+                                    "at or above contamination_threshold) and write the report "
+                                    "folder atomically; no index needed.")
+    ct.add_argument("--evals", nargs="+", type=Path, required=True, metavar="EVAL_PKG",
+                    help="snapshot packages holding the evaluation items")
+    ct.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="POOL_PKG",
+                    help="package folders of the training pool")
+    ct.add_argument("--output", type=Path, required=True, metavar="DIR",
+                    help="new report folder (must not exist)")
+    ct.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
+                    help=_WORKERS_HELP)
+
     rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
     rps = rp.add_subparsers(dest="report_command", required=True, parser_class=_Parser,
                             title="commands", metavar="COMMAND")
-    rv = rps.add_parser("verify", help="verify a report's checksums and consistency",
+    rv = rps.add_parser("verify", help="verify a report's checksums and consistency "
+                                       "(near-dedup or contamination report)",
                         description="Check a report folder against its checksums.sha256 and "
                                     "its manifest's counts; no index needed.")
     rv.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
+    rx = rps.add_parser("explain", help="why one sample was kept or excluded, and by what",
+                        description="Explain one sample's decision from the report files and "
+                                    "the input packages (no index needed): the kept partner, "
+                                    "every relation, guard sequences and a diff of the texts.")
+    rx.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
+    rx.add_argument("package_id", metavar="PACKAGE_ID", help="the sample's package id")
+    rx.add_argument("sample_id", metavar="SAMPLE_ID", help="the sample's id")
+    rx.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    rd = rps.add_parser("diff", help="decisions that changed between two reports",
+                        description="Compare two reports: config changes first, then counts "
+                                    "and the samples whose decision or kept partner changed.")
+    rd.add_argument("old_report", type=Path, metavar="OLD", help="the older report folder")
+    rd.add_argument("new_report", type=Path, metavar="NEW", help="the newer report folder")
+    rd.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    rd.add_argument("--limit", type=_workers, default=20, metavar="N",
+                    help="samples shown per list (default 20; --json lists all)")
 
     sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
@@ -151,13 +192,52 @@ def _need_index(args: argparse.Namespace) -> Path:
     return args.index
 
 
+def _report_audit(args: argparse.Namespace) -> None:
+    import orjson
+
+    from near_dedup_core import audit
+    from near_dedup_core.audit import render
+
+    if args.report_command == "explain":
+        result = audit.explain_sample(args.report, args.package_id, args.sample_id)
+        text = None if args.json else render.explanation_text(result)
+    else:
+        result = audit.diff_reports(args.old_report, args.new_report)
+        text = None if args.json else render.diff_text(result, args.limit)
+    for note in result.notes:
+        print(f"near-dedup: note: {note}", file=sys.stderr)
+    if text is None:
+        print(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(text)
+
+
+def verify_any_report(path: Path) -> str:
+    """Verify a frozen report of either format (dispatch on its manifest's ``format``);
+    returns the one-line summary."""
+    from near_dedup_core.contamination import is_contamination_report, verify_contamination
+    from near_dedup_core.report import verify_report
+
+    if is_contamination_report(path):
+        return verify_contamination(path).summary()
+    return verify_report(path).summary()
+
+
 def run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
     progress = not args.quiet
-    if args.command == "index":
+    if args.command == "index" and args.action == "check":
+        from near_dedup_core.index_store import check_index
+
+        if args.inputs:
+            raise NearDedupError("usage: index check takes no --inputs (see near-dedup --help)")
+        print(check_index(_need_index(args)).summary())
+    elif args.command == "index":
         from near_dedup_core.ingest import index_packages
 
+        if not args.inputs:
+            raise NearDedupError("usage: index needs --inputs PACKAGE... (see near-dedup --help)")
         result = index_packages(_need_index(args), load_config(args.config), args.inputs,
                                 workers=args.workers, progress=progress)
         print(result.summary())
@@ -167,10 +247,17 @@ def run(args: argparse.Namespace) -> None:
         result = scan_pool(_need_index(args), load_config(args.config), args.inputs, args.output,
                            workers=args.workers, progress=progress)
         print(result.summary())
-    elif args.command == "report":
-        from near_dedup_core.report import verify_report
+    elif args.command == "contamination":
+        from near_dedup_core.contamination import contamination_report
 
-        print(verify_report(args.report).summary())
+        print(contamination_report(load_config(args.config), args.evals, args.inputs,
+                                   args.output, workers=args.workers,
+                                   progress=progress).summary())
+    elif args.command == "report":
+        if args.report_command in ("explain", "diff"):
+            _report_audit(args)
+        else:
+            print(verify_any_report(args.report))
     elif args.command == "snapshot":
         from near_dedup_core import package
 
@@ -199,21 +286,64 @@ def run(args: argparse.Namespace) -> None:
             print(mixture.verify_mixture(args.mixture).summary())
 
 
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so that open transactions roll back, temporary
+    folders are removed and worker pools are stopped, as for Ctrl-C."""
+
+
+def _terminate(signum, _frame) -> None:
+    raise Terminated(signum)
+
+
+_NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every failure is one stderr line and an exit code.
+
+    Bad input or state raises NearDedupError where it is found (the index store names the
+    index for SQLite errors, atomic_dir the output for failed writes). The last-resort cases
+    here are the ones that can happen anywhere: memory exhaustion (MemoryError, numpy's
+    allocation error is one), a full disk or file-size limit (OSError ENOSPC/EFBIG/EDQUOT),
+    other OSErrors on a named path, and a worker process that died (killed, e.g. by the OOM
+    killer). In each of them nothing was published: batches are transactions, outputs are
+    renamed into place only when complete."""
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
     try:
         args = build_parser().parse_args(argv)
         run(args)
     except NearDedupError as exc:
-        print(f"near-dedup: error: {exc}", file=sys.stderr)
-        return exc.exit_code
+        return _fail(str(exc), exc.exit_code)
+    except MemoryError as exc:
+        detail = f" ({exc})" if str(exc) else ""
+        return _fail(f"out of memory{detail}; nothing was changed; try fewer --workers or a "
+                     f"smaller input pool")
+    except BrokenProcessPool:
+        return _fail("a worker process died (killed, or out of memory); nothing was changed; "
+                     "try fewer --workers")
     except OSError as exc:  # a path that cannot be read or written: bad input or state
         where_ = f"{exc.filename}: " if exc.filename else ""
-        print(f"near-dedup: error: {where_}{exc.strerror or exc}", file=sys.stderr)
-        return 1
+        if exc.errno in _NO_SPACE:
+            return _fail(f"{where_}{exc.strerror or exc} (out of disk space or over the "
+                         f"file-size limit); nothing was changed")
+        return _fail(f"{where_}{exc.strerror or exc}")
     except KeyboardInterrupt:
         print("near-dedup: interrupted", file=sys.stderr)
         return 130
+    except Terminated:
+        print("near-dedup: terminated", file=sys.stderr)
+        return 143
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _fail(message: str, code: int = 1) -> int:
+    print(f"near-dedup: error: {message}", file=sys.stderr)
+    return code
 
 
 if __name__ == "__main__":

@@ -16,6 +16,13 @@ files, docstrings; bench/) the distinct candidates per document had median 10, p
 p99.9 1,211 and maximum 1,404 at 16 × 8, so the shipped limit is 10,000: it stops
 pathological pools (one template repeated tens of thousands of times) without refusing real
 ones.
+
+Contamination (``near-dedup contamination``, see contamination.py): ``contamination_threshold``
+is the containment at or above which an evaluation item counts as leaked into a training
+sample, ``contamination_min_chars`` the normalized length below which an item is skipped (a
+short item such as "yes" is contained in everything). Neither changes a row of the index, so
+both are left out of the index fingerprint: an index built before these keys existed, or
+with other values of them, stays usable.
 """
 
 from __future__ import annotations
@@ -24,26 +31,35 @@ import hashlib
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import read_json_object
+from near_dedup_core.fsutil import read_json_object, validate_model
+
+__all__ = ["ExtraUnits", "NearDedupConfig", "load_config", "validate_model"]
+
+
+#: Config keys that change no index row (contamination only): outside the fingerprint.
+NOT_FINGERPRINTED = ("contamination_threshold", "contamination_min_chars")
 
 
 class ExtraUnits(BaseModel):
     """Unit tokens added to the numeric/unit guard, for some domains or (empty list) all."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     tokens: list[str] = Field(min_length=1)
     domains: list[str] = Field(default_factory=list)
 
 
 class NearDedupConfig(BaseModel):
-    """All parameters of normalization, signatures, LSH, verification, limits and the guard."""
+    """All parameters of normalization, signatures, LSH, verification, limits and the guard.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Strict types: a JSON string, boolean or fraction where a number or an integer belongs is
+    refused, never coerced (``"threshold": "0.9"``, ``"num_perm": "128"``, ``true``); an
+    integer is accepted for a float (``"threshold": 1``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     threshold: float = Field(0.9, gt=0.0, le=1.0)
     shingle_size: int = Field(5, ge=1, le=32)
@@ -57,6 +73,8 @@ class NearDedupConfig(BaseModel):
     max_pool_records: int = Field(1_000_000, ge=1)
     retained_splits: list[str] = Field(default_factory=lambda: ["validation"])
     extra_units: list[ExtraUnits] = Field(default_factory=list)
+    contamination_threshold: float = Field(0.8, gt=0.0, le=1.0)
+    contamination_min_chars: int = Field(50, ge=1)
 
     @model_validator(mode="after")
     def _banding_fits(self) -> "NearDedupConfig":
@@ -69,21 +87,14 @@ class NearDedupConfig(BaseModel):
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
 
-    def fingerprint(self) -> str:
-        """sha256 over the canonical config and the algorithm version."""
-        payload = f"{ALGORITHM_VERSION}\n{self.canonical_json()}".encode()
+    def fingerprint(self, algorithm_version: str = ALGORITHM_VERSION) -> str:
+        """sha256 over the algorithm version and the canonical config without the keys that
+        do not affect index rows (`NOT_FINGERPRINTED`). The default version is this tool's; a
+        report verifier passes the version the report was frozen with."""
+        fields = self.model_dump(mode="json", exclude=set(NOT_FINGERPRINTED))
+        canonical = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+        payload = f"{algorithm_version}\n{canonical}".encode()
         return hashlib.sha256(payload).hexdigest()
-
-
-def validate_model(model: type[BaseModel], raw: dict, label: str):
-    """``model.model_validate(raw)`` with the first problem as one line naming ``label``."""
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        msg = first["msg"].removeprefix("Value error, ")
-        raise NearDedupError(f"{label}: {loc + ': ' if loc else ''}{msg}") from None
 
 
 def load_config(path: str | Path | None) -> NearDedupConfig:

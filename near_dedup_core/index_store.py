@@ -27,19 +27,21 @@ import json
 import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Self
 
 import numpy as np
 import orjson
 import zstandard
-from sqlalchemy.pool import NullPool
 from sqlalchemy import (BigInteger, Column, Connection, Engine, ForeignKey, Index, Integer,
                         LargeBinary, MetaData, String, Table, Text, create_engine, event, func,
                         insert, select)
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.pool import NullPool
 
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core import index_postgres as pg
@@ -277,29 +279,81 @@ def check_binding(path: Path, values: dict[str, str], config: NearDedupConfig) -
                              f"threshold, shingling, limits or rules")
 
 
+def _is_wal(path: Path) -> bool:
+    """Whether the SQLite file at ``path`` is in WAL mode (header bytes 18-19 are 2)."""
+    with open(path, "rb") as fh:
+        header = fh.read(20)
+    return len(header) == 20 and header[18] == 2 and header[19] == 2
+
+
+_WRITES = {sqlite3.SQLITE_INSERT, sqlite3.SQLITE_UPDATE, sqlite3.SQLITE_DELETE,
+           sqlite3.SQLITE_CREATE_TABLE, sqlite3.SQLITE_CREATE_INDEX, sqlite3.SQLITE_DROP_TABLE,
+           sqlite3.SQLITE_DROP_INDEX, sqlite3.SQLITE_ALTER_TABLE, sqlite3.SQLITE_CREATE_VIEW,
+           sqlite3.SQLITE_CREATE_TRIGGER}
+
+
+def _no_writes_to_main(action: int, _arg1, _arg2, dbname, _trigger) -> int:
+    if action in _WRITES and dbname == "main":
+        return sqlite3.SQLITE_DENY
+    return sqlite3.SQLITE_OK
+
+
+def connect_reader(path: Path) -> sqlite3.Connection:
+    """A connection that reads the index at ``path`` and leaves its directory as it was.
+
+    SQLite readers of a WAL-mode file need its ``-wal``/``-shm`` side files; a connection opened
+    with ``mode=ro`` creates them but may not remove them, so every read would leave two files
+    behind. Instead a WAL-mode index is opened ``mode=rw`` (never created) with an authorizer
+    that denies any write to it: when the last connection closes, SQLite checkpoints (nothing
+    to copy when no writer is active) and removes the side files, as a writer does. If the
+    directory cannot be written, no writer can be active either (it could not create the
+    ``-shm`` file), and the file is opened ``immutable=1``: read without locks or side files.
+    Files not in WAL mode (foreign SQLite files) are opened ``mode=ro``, which creates nothing.
+    """
+    if not _is_wal(path):
+        uri = f"file:{_uri_path(path)}?mode=ro"
+    elif not _dir_writable(path.parent) and not path.with_name(path.name + "-shm").exists():
+        uri = f"file:{_uri_path(path)}?immutable=1"
+    else:
+        uri = f"file:{_uri_path(path)}?mode=rw"
+    con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+    con.set_authorizer(_no_writes_to_main)
+    con.execute("PRAGMA busy_timeout = 60000")
+    return con
+
+
+def _uri_path(path: Path) -> str:
+    return urllib.parse.quote(str(path.resolve()))
+
+
+def _dir_writable(folder: Path) -> bool:
+    return os.access(folder, os.W_OK | os.X_OK)
+
+
 def _read_foreign(path: Path) -> dict[str, str]:
     """meta of an existing file, or an error that it is not a near-dedup index."""
     if not is_sqlite_file(path):
         raise NearDedupError(f"index {path}: exists and is not a near-dedup index (not SQLite)")
     try:
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        con = connect_reader(path)
         try:
+            tables = {name for (name,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+            if "meta" not in tables:
+                raise NearDedupError(f"index {path}: exists and is not a near-dedup index")
             rows = con.execute("SELECT key, value FROM meta").fetchall()
         finally:
             con.close()
-    except sqlite3.DatabaseError:
-        raise NearDedupError(f"index {path}: exists and is not a near-dedup index") from None
+    except sqlite3.Error as exc:
+        raise database_error(path, exc) from None
     return dict(rows)
 
 
-def open_readonly(path: Path, config: NearDedupConfig) -> Engine:
-    """An engine on an existing index opened with SQLite's read-only URI (never writes)."""
+def check_readable(path: Path, config: NearDedupConfig) -> None:
+    """An existing index of this tool bound to ``config``, or a one-line error."""
     if not path.is_file():
         raise NearDedupError(f"index {path}: not found; index the inputs first")
-    values = _read_foreign(path)
-    check_binding(path, values, config)
-    uri = f"file:{path.resolve()}?mode=ro"
-    return _engine(lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
+    check_binding(path, _read_foreign(path), config)
 
 
 def open_writable(path: Path) -> Engine:
@@ -394,15 +448,420 @@ def _is_current(fd: int, path: Path) -> bool:
     return (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino)
 
 
-# --------------------------------------------------------------------------- batch writes
+# --------------------------------------------------------------------------- errors
+
+
+def database_error(path: Path, exc: BaseException) -> NearDedupError:
+    """The one-line error for a SQLite failure on the index at ``path``.
+
+    Damage (``database disk image is malformed``, ``file is not a database``) points at a
+    backup and at ``index check``; a full disk or file-size limit says that nothing changed
+    (a batch is one transaction, rolled back; a first batch's temporary file is removed)."""
+    name = getattr(exc, "sqlite_errorname", None) or ""
+    msg = " ".join(str(exc).split()) or type(exc).__name__
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or name.startswith("SQLITE_CORRUPT_") \
+            or "malformed" in msg or "not a database" in msg:
+        return damaged(path, msg)
+    if name.startswith(("SQLITE_FULL", "SQLITE_IOERR")) or "disk is full" in msg \
+            or "disk I/O error" in msg:
+        return NearDedupError(f"index {path}: cannot write ({msg}: out of disk space or over "
+                              f"the file-size limit); nothing was changed")
+    if name.startswith("SQLITE_BUSY") or "database is locked" in msg:
+        return NearDedupError(f"index {path}: busy ({msg}); try again when the other "
+                              f"near-dedup run has finished")
+    if name.startswith(("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM")) \
+            or "unable to open" in msg or "readonly" in msg:
+        return NearDedupError(f"index {path}: cannot be opened or written ({msg}); SQLite needs "
+                              f"to read the file and to create its -wal/-shm files in "
+                              f"{path.parent}")
+    return NearDedupError(f"index {path}: SQLite error ({msg})")
+
+
+def raise_if_damaged(path: Path, exc: BaseException) -> None:
+    """After ``exc`` (an unexpected value while reading the index): if SQLite's
+    ``quick_check`` finds the index damaged, raise the one-line damage error instead (pages
+    whose garbage SQLite reads without noticing give such values); otherwise return, and the
+    caller re-raises ``exc``."""
+    try:
+        con = connect_reader(path)
+        try:
+            problems = [row[0] for row in con.execute("PRAGMA quick_check(1)")]
+        finally:
+            con.close()
+    except sqlite3.Error as err:
+        raise damaged(path, " ".join(str(err).split())) from None
+    if problems != ["ok"]:
+        raise damaged(path, f"{type(exc).__name__} while reading it; SQLite quick_check: "
+                            f"{' '.join(problems[0].split())}") from None
+
+
+@contextmanager
+def database_errors(path: Path) -> Iterator[None]:
+    """Turn SQLite errors (raw, or wrapped by SQLAlchemy) inside the block into one line
+    naming the index ``path``."""
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise database_error(path, exc) from None
+    except sa_exc.DBAPIError as exc:
+        raise database_error(path, exc.orig if isinstance(exc.orig, sqlite3.Error) else exc
+                             ) from None
+
+
+# --------------------------------------------------------------------------- reading
 
 
 class IndexedPackage(NamedTuple):
-    """A package row of the index."""
+    """A package of the index: ``rowid`` is its key in the snapshot's other answers."""
 
     rowid: int
     package_id: str
+    kind: str
     manifest_sha256: str
+    batch: int
+
+
+class SourceRow(NamedTuple):
+    """One indexed sample of a package, in package order (``position``)."""
+
+    sample_id: str
+    split: str
+    file: str
+    line: int
+    position: int
+    text_sha256: bytes
+    domain: str | None
+    source: str | None  # the original ``source`` object as JSON text
+    content: int  # the content row id
+
+
+class ContentRow(NamedTuple):
+    """What the scan needs of a content: its first-ingest batch, sizes and signature (None
+    for texts under ``min_chars``)."""
+
+    content_id: bytes
+    scope: int
+    batch: int
+    norm_chars: int
+    shingles: int | None
+    signature: bytes | None
+
+
+class IndexCounts(NamedTuple):
+    batches: int
+    contents: int  # the highest content row id
+
+
+class BandHits(NamedTuple):
+    """(band key, content) rows: ``keys[i]`` is a band key of ``contents[i]``."""
+
+    keys: np.ndarray
+    contents: np.ndarray
+
+
+class ContentSplit(NamedTuple):
+    content: int
+    split: str
+
+
+class OutsideSource(NamedTuple):
+    """A source of a content in a package that is not one of the given pool packages."""
+
+    content: int
+    package_id: str
+    sample_id: str
+    split: str
+
+
+class IndexTexts:
+    """Normalized texts of contents by row id, on a read connection.
+
+    Content rows (and dictionaries) are insert-only and never change once committed, so a
+    connection that reads a newer state of the index than a scan's snapshot returns the same
+    text for every id that existed when the snapshot was taken: verify workers may read texts
+    on their own read-only connections."""
+
+    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+        self.path = path
+        self._con = con
+        self._reader = TextReader(con)
+
+    @classmethod
+    def open(cls, path: Path) -> IndexTexts:
+        """Texts on a fresh read-only connection (``mode=ro``: while a scan holds its snapshot
+        open, the index's side files exist and this connection creates nothing)."""
+        return cls(path, sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
+                                         check_same_thread=False))
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        """Texts of these content ids, all of which exist (they come from sources or bands):
+        a missing row or a text that does not decompress means the index is damaged."""
+        out: dict[int, str] = {}
+        for cid, blob, dictionary in rows_in(
+                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+            try:
+                out[cid] = self._reader.text(blob, dictionary)
+            except (zstandard.ZstdError, UnicodeDecodeError, TypeError) as exc:
+                raise damaged(self.path, f"the text of content row {cid} does not "
+                                         f"decompress: {exc}") from None
+        if len(out) != len(set(ids)):
+            raise damaged(self.path, f"{len(set(ids)) - len(out):,} content rows are missing")
+        return out
+
+
+def damaged(path: Path, detail: str) -> NearDedupError:
+    """The one-line error for an index whose data contradicts itself."""
+    return NearDedupError(f"index {path}: damaged ({detail}); restore it from a backup or run "
+                          f"`near-dedup --index {path} index check`")
+
+
+class IndexSnapshot(IndexTexts):
+    """Every read of a scan, from ONE state of the index.
+
+    One connection holds one read transaction from :meth:`open` to :meth:`close`: in WAL mode
+    ``BEGIN`` plus a first read pins the snapshot, and batches committed meanwhile by ``index``
+    stay invisible to it (they are appended to the WAL; SQLite does not checkpoint past a
+    reader's snapshot). So the pool, the history candidates and the report's ``match_sources``
+    all describe the same index. The connection never writes the index (see
+    :func:`connect_reader`); lookups over many ids use temporary tables, which live in the
+    connection's own temp database.
+
+    The methods take and return plain values and named records, not SQL or connections, so
+    another backend can implement the same reads."""
+
+    def __init__(self, path: Path, con: sqlite3.Connection, num_perm: int | None) -> None:
+        super().__init__(path, con)
+        self._signature_bytes = None if num_perm is None else 2 * num_perm
+
+    @classmethod
+    def open(cls, path: Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
+        """Open the index at ``path`` (checked to be ours and bound to ``config`` when given)
+        and pin its current state."""
+        if not path.is_file():
+            raise NearDedupError(f"index {path}: not found; index the inputs first")
+        with database_errors(path):
+            values = _read_foreign(path)
+            if config is not None:
+                check_binding(path, values, config)
+            con = connect_reader(path)
+            try:
+                con.execute("PRAGMA temp_store = MEMORY")
+                con.execute("PRAGMA cache_size = -262144")  # 256 MiB page cache
+                con.execute("BEGIN")
+                con.execute("SELECT COUNT(*) FROM meta").fetchone()  # pins the snapshot
+            except BaseException:
+                con.close()
+                raise
+        return cls(path, con, None if config is None else config.num_perm)
+
+    def close(self) -> None:
+        self._con.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- what the index holds
+    def meta(self) -> dict[str, str]:
+        return dict(self._con.execute("SELECT key, value FROM meta"))
+
+    def indexed_packages(self) -> list[IndexedPackage]:
+        """Every indexed package in (batch, package_id) order."""
+        return [IndexedPackage(*row) for row in self._con.execute(
+            "SELECT id, package_id, kind, manifest_sha256, batch FROM packages "
+            "ORDER BY batch, package_id")]
+
+    def counts(self) -> IndexCounts:
+        batches = self._con.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
+        contents_ = self._con.execute("SELECT MAX(id) FROM contents").fetchone()[0] or 0
+        return IndexCounts(batches, contents_)
+
+    def scope_labels(self) -> dict[int, str]:
+        return dict(self._con.execute("SELECT id, label FROM scopes"))
+
+    # -- the pool
+    def package_sources(self, package: IndexedPackage) -> list[SourceRow]:
+        """The samples of one indexed package in package order."""
+        return [SourceRow(*row) for row in self._con.execute(
+            "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
+            "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
+
+    def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
+        """Content rows by row id. The ids come from sources or bands, so every one exists and
+        every signature has ``num_perm`` values; otherwise the index is damaged (pages that
+        SQLite reads without noticing the damage)."""
+        rows = {row[0]: ContentRow(*row[1:]) for row in rows_in(
+            self._con, "SELECT id, content_id, scope, batch, norm_chars, shingles, signature "
+                       "FROM contents WHERE id IN ({})", ids)}
+        if len(rows) != len(set(ids)):
+            raise damaged(self.path, f"{len(set(ids)) - len(rows):,} content rows are missing")
+        width = self._signature_bytes
+        if width is not None and any(r.signature is not None and len(r.signature) != width
+                                     for r in rows.values()):
+            raise damaged(self.path, "a content signature has the wrong length")
+        return rows
+
+    def content_splits(self, ids: list[int]) -> list[ContentSplit]:
+        """The distinct (content, split) pairs the index holds sources of, for these ids."""
+        return [ContentSplit(*row) for row in rows_in(
+            self._con, "SELECT DISTINCT content, split FROM sources WHERE content IN ({})", ids)]
+
+    # -- history
+    def history_band_hits(self, keys: np.ndarray, pool_contents: list[int],
+                          pool_nodes: set[tuple[int, str]]) -> BandHits:
+        """Band rows with one of ``keys`` (distinct, sorted) whose content is outside the pool.
+
+        A pool content (one of ``pool_contents``) is history too when the index holds a source
+        of it in a split where it is not in the pool (``pool_nodes`` are the pool's
+        (content, split) pairs). Keys and pool contents go into temporary tables; the join
+        walks the band B-tree in key order."""
+        con = self._con
+        con.execute("CREATE TEMP TABLE scan_keys (key INTEGER PRIMARY KEY)")
+        con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
+        try:
+            con.executemany("INSERT INTO temp.scan_keys VALUES (?)", ((k,) for k in keys.tolist()))
+            con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
+                            ((c,) for c in pool_contents))
+            mixed = sorted({c for c, split in con.execute(
+                "SELECT DISTINCT s.content, s.split FROM temp.scan_contents t "
+                "JOIN main.sources s ON s.content = t.id") if (c, split) not in pool_nodes})
+            con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
+            rows = con.execute(
+                "SELECT b.key, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
+                "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)").fetchall()
+        finally:
+            con.execute("DROP TABLE temp.scan_keys")
+            con.execute("DROP TABLE temp.scan_contents")
+        found = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+        return BandHits(found[:, 0], found[:, 1])
+
+    # -- the report
+    def outside_sources(self, contents_: list[int],
+                        pool_package_ids: set[str]) -> list[OutsideSource]:
+        """Sources of these contents in packages other than ``pool_package_ids``."""
+        out = []
+        for row in rows_in(
+                self._con, "SELECT s.content, p.package_id, s.sample_id, s.split FROM sources s "
+                           "JOIN packages p ON p.id = s.package WHERE s.content IN ({})",
+                contents_):
+            if row[1] not in pool_package_ids:
+                out.append(OutsideSource(*row))
+        return out
+
+
+# --------------------------------------------------------------------------- index check
+
+
+REQUIRED_META = ("format", "schema_version", "algorithm_version", "config_fingerprint",
+                 "config", "created_at")
+
+
+class IndexCheck(NamedTuple):
+    path: Path
+    batches: int
+    packages: int
+    contents: int
+    sources: int
+
+    def summary(self) -> str:
+        return (f"index {self.path}: OK ({self.batches:,} batches, {self.packages:,} packages, "
+                f"{self.contents:,} contents, {self.sources:,} sources)")
+
+
+def check_index(path: Path) -> IndexCheck:
+    """SQLite's ``integrity_check`` plus the index's own invariants; raises NearDedupError
+    naming the first problem. Reads only (see :func:`connect_reader`).
+
+    Invariants: the meta keys are present, name this format, schema and algorithm, and the
+    stored config has the stored fingerprint; every band row's content exists and has a
+    signature of ``num_perm`` values; every source's content and package exist; no content,
+    package or dictionary names a batch that does not exist; every text decompresses (with its
+    dictionary) to ``norm_chars`` characters."""
+    if not path.is_file():
+        raise NearDedupError(f"index {path}: not found")
+    with database_errors(path):
+        values = _read_foreign(path)
+        con = connect_reader(path)
+        try:
+            return _check(path, con, values)
+        finally:
+            con.close()
+
+
+def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> IndexCheck:
+    def bad(what: str) -> NearDedupError:
+        return NearDedupError(f"index {path}: {what}; restore it from a backup")
+
+    missing = [k for k in REQUIRED_META if k not in values]
+    if missing:
+        raise bad(f"meta lacks {', '.join(missing)}")
+    if values.get("format") != FORMAT:
+        raise NearDedupError(f"index {path}: not a near-dedup index")
+    if values["schema_version"] != SCHEMA_VERSION or values["algorithm_version"] != ALGORITHM_VERSION:
+        raise NearDedupError(f"index {path}: schema {values['schema_version']}, algorithm "
+                             f"{values['algorithm_version']}: not readable by this tool "
+                             f"(schema {SCHEMA_VERSION}, algorithm {ALGORITHM_VERSION})")
+    try:
+        config = NearDedupConfig.model_validate_json(values["config"])
+    except ValueError:
+        raise bad("meta config is not a valid near-dedup config") from None
+    if config.fingerprint() != values["config_fingerprint"]:
+        raise bad("meta config does not have the stored config_fingerprint")
+    con.execute("BEGIN")
+    problems = [row[0] for row in con.execute("PRAGMA integrity_check(1)")]
+    if problems != ["ok"]:
+        first = " ".join(problems[0].split())
+        raise NearDedupError(f"index {path}: damaged (SQLite integrity_check: {first}); "
+                             f"restore it from a backup")
+    max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
+    queries = [
+        ("a band row names a missing content or one without a signature",
+         ("SELECT COUNT(*) FROM bands b LEFT JOIN contents c ON c.id = b.content "
+          "WHERE c.id IS NULL OR c.signature IS NULL")),
+        ("a content's signature does not have num_perm values",
+         (f"SELECT COUNT(*) FROM contents WHERE signature IS NOT NULL AND "
+          f"length(signature) != {2 * config.num_perm}")),
+        ("a source names a missing content",
+         ("SELECT COUNT(*) FROM sources s LEFT JOIN contents c ON c.id = s.content "
+          "WHERE c.id IS NULL")),
+        ("a source names a missing package",
+         ("SELECT COUNT(*) FROM sources s LEFT JOIN packages p ON p.id = s.package "
+          "WHERE p.id IS NULL")),
+        ("a content names a batch after the last one",
+         f"SELECT COUNT(*) FROM contents WHERE batch > {max_batch} OR batch < 1"),
+        ("a package names a missing batch",
+         ("SELECT COUNT(*) FROM packages p LEFT JOIN batches b ON b.seq = p.batch "
+          "WHERE b.seq IS NULL")),
+        ("a dictionary names a missing batch",
+         ("SELECT COUNT(*) FROM dictionaries d LEFT JOIN batches b ON b.seq = d.batch "
+          "WHERE b.seq IS NULL")),
+        ("a content names a missing dictionary",
+         ("SELECT COUNT(*) FROM contents c LEFT JOIN dictionaries d ON d.id = c.dictionary "
+          "WHERE c.dictionary IS NOT NULL AND d.id IS NULL")),
+    ]
+    for what, sql in queries:
+        (n,) = con.execute(sql).fetchone()
+        if n:
+            raise bad(f"{what} ({n:,} rows)")
+    reader = TextReader(con)
+    for cid, blob, dictionary, chars in con.execute(
+            "SELECT id, text_z, dictionary, norm_chars FROM contents"):
+        try:
+            text = reader.text(blob, dictionary)
+        except (zstandard.ZstdError, UnicodeDecodeError) as exc:
+            raise bad(f"the text of content row {cid} does not decompress ({exc})") from None
+        if len(text) != chars:
+            raise bad(f"the text of content row {cid} has {len(text)} characters, "
+                      f"norm_chars says {chars}")
+    counts = [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
+              for t in ("packages", "contents", "sources")]
+    con.execute("COMMIT")
+    return IndexCheck(path, max_batch, *counts)
+
+
+# --------------------------------------------------------------------------- batch writes
 
 
 class RefTarget(NamedTuple):
@@ -444,8 +903,8 @@ class BatchTransaction:
 
     def indexed_packages(self) -> dict[str, IndexedPackage]:
         p = packages.c
-        return {pid: IndexedPackage(rowid, pid, sha) for rowid, pid, sha in
-                self.conn.execute(select(p.id, p.package_id, p.manifest_sha256))}
+        return {row.package_id: IndexedPackage(*row) for row in self.conn.execute(
+            select(p.id, p.package_id, p.kind, p.manifest_sha256, p.batch))}
 
     def add_batch(self, created_at: str, tool_version: str, package_ids: list[str]) -> int:
         """A new batch row; returns its sequence number (one more than the last)."""

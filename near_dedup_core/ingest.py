@@ -20,10 +20,10 @@ Results do not depend on the number of workers.
 from __future__ import annotations
 
 import collections
-import multiprocessing
+import contextlib
 import os
-from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
@@ -38,8 +38,9 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, open_packages, stream_records
-from near_dedup_core.progress import Progress
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import MinHasher, band_keys, stored_values
+from near_dedup_core.workers import process_pool
 
 CHUNK = 1024
 DICT_REFRESH = 100_000  # new contents per trained text dictionary
@@ -115,25 +116,6 @@ def sign(params: tuple[int, int, int, int, int, int], texts: list[str],
         sizes[long_idx] = z
     keys = band_keys(sigs, bands, rows)
     return sigs, sizes, keys, db.compress_texts(texts, dictionary)
-
-
-class _InlineExecutor(Executor):
-    """Runs submitted work at once in this process (workers=1)."""
-
-    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
-        fut: Future = Future()
-        try:
-            fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # handed to the caller through the future
-            fut.set_exception(exc)
-        return fut
-
-
-def _executor(workers: int) -> Executor:
-    if workers <= 1:
-        return _InlineExecutor()
-    return ProcessPoolExecutor(max_workers=workers,
-                               mp_context=multiprocessing.get_context("forkserver"))
 
 
 # --------------------------------------------------------------------------- the batch
@@ -273,6 +255,7 @@ class _BatchWriter:
         while self.stage4 and (len(self.stage4) > limit or self.stage4[0][2].done()):
             rows, dict_id, fut = self.stage4.popleft()
             self._write_contents(rows, dict_id, *fut.result())
+            pause_point("index-write")
 
     def _write_contents(self, rows, dict_id, sigs, sizes, keys, blobs) -> None:
         min_chars = self.config.min_chars
@@ -359,7 +342,7 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
     if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
         workers = 1
-    with _executor(workers) as executor:
+    with process_pool(workers) as executor:
         writer = _BatchWriter(store, config, seq, executor, workers, kind, bar)
         targets = {d for p in new for d in p.depends_on}
         writer.track_targets(targets, indexed_rowids)
@@ -401,31 +384,57 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
         return _index_postgres(url, config, pkgs, workers, progress)
     index_path = Path(index_path)
     result = IndexResult(index=index_path, batch=None)
-    with db.writer_lock(index_path):
-        values = db.existing_meta(index_path)
-        if values is not None:
-            db.check_binding(index_path, values, config)
-            engine = db.open_writable(index_path)
+    created = _missing_dirs(index_path.parent)
+    try:
+        with db.writer_lock(index_path), db.database_errors(index_path):
             try:
-                _append_batch(engine, config, pkgs, result, workers, progress)
-            finally:
-                engine.dispose()
-            return result
-        # under the writer lock any temporary sibling is left over from a killed first batch
-        for stale in index_path.parent.glob(f".{index_path.name}.tmp-*"):
-            stale.unlink()
-        tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
-        engine = db.open_writable(tmp)
+                _index_locked(index_path, config, pkgs, result, workers, progress)
+            except (LookupError, ValueError, TypeError, AttributeError) as exc:
+                if index_path.is_file():
+                    db.raise_if_damaged(index_path, exc)
+                raise
+    except BaseException:
+        for folder in created:  # made for this batch, which failed: leave no trace of it
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    return result
+
+
+def _missing_dirs(folder: Path) -> list[Path]:
+    """``folder`` and its ancestors that do not exist yet, deepest first."""
+    missing = []
+    while not folder.exists() and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    return missing
+
+
+def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package],
+                  result: IndexResult, workers: int, progress: bool) -> None:
+    values = db.existing_meta(index_path)
+    if values is not None:
+        db.check_binding(index_path, values, config)
+        engine = db.open_writable(index_path)
         try:
-            db.create_schema(engine, config, _now())
             _append_batch(engine, config, pkgs, result, workers, progress)
-            engine.dispose()
-            if result.batch is not None:
-                os.rename(tmp, index_path)
         finally:
             engine.dispose()
-            _remove_db_files(tmp)
-    return result
+        return
+    # under the writer lock any temporary sibling is left over from a killed first batch
+    for stale in index_path.parent.glob(f".{index_path.name}.tmp-*"):
+        stale.unlink()
+    tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
+    engine = db.open_writable(tmp)
+    try:
+        db.create_schema(engine, config, _now())
+        _append_batch(engine, config, pkgs, result, workers, progress)
+        engine.dispose()
+        if result.batch is not None:
+            os.rename(tmp, index_path)
+    finally:
+        engine.dispose()
+        _remove_db_files(tmp)
 
 
 def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], workers: int,

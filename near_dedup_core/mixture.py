@@ -60,10 +60,22 @@ then the ref record's own ``id`` and its own ``domain``/``source`` if present �
 (`fsutil.json_line`), in input package order then position in the package.
 
 `verify_mixture` needs only the mixture folder: no input package and no SQLite index. It
-checks every checksum (the embedded report's too, through `report.verify_report`), manifest
-against data files and plan, and with a report: inputs equal the report's inputs, every
-line's sample is a ``keep`` decision of its split, retained splits are complete. A plain
-mixture has no decisions to check its retained splits against; its own counts are checked.
+checks the canonical checksums over plain files (the embedded report through
+`report.verify_report`), manifest and plan with strict types, each data file against its
+``files[]`` sha256 and record count, the plan recomputed from its own counts, and with a
+report: inputs equal the report's inputs, every line's sample is a ``keep`` decision of its
+split whose ``text_sha256`` the record's text matches, retained splits are complete. A plain
+mixture has no decisions to check its records against; its own counts are checked. What the
+files can and cannot prove: docs/tamper.md.
+
+Contamination. ``contamination_report`` names a frozen contamination report
+(contamination.py) whose ``inputs`` must equal the mixture inputs like the near-dedup
+report's. After the dedup drop (step 2), pool samples the report lists as containing an
+eval item are removed too (plan field ``removed_contaminated``; ``available_after_dedup``
+counts before this removal, weights use what is left); retained splits are untouched. The
+built mixture holds a byte-identical copy under ``contamination/`` (manifest
+``contamination_report``: {path, manifest_sha256}), and `verify_mixture` re-checks that
+copy and that no selected line is a contaminated sample.
 """
 
 from __future__ import annotations
@@ -77,18 +89,20 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, NoReturn, Union
 
-import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import __version__
 from near_dedup_core.compare import compared_text
+from near_dedup_core.contamination import (ContaminationView, copy_report as copy_contamination,
+                                           read_contamination)
 from near_dedup_core.config import validate_model
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
     iter_json_objects,
     read_json_object,
+    read_model,
     CHECKSUMS,
     atomic_dir,
     is_within,
@@ -101,12 +115,13 @@ from near_dedup_core.fsutil import (
 )
 from near_dedup_core.package import ID_PATTERN, ID_RE, Package, open_packages, stream_records
 from near_dedup_core.progress import Progress
-from near_dedup_core.report import iter_decisions, load_manifest, verify_report
+from near_dedup_core.report import SampleDecision, verify_report
 
 FORMAT = "mixture-package"
 FORMAT_VERSION = 1
 PLAN_FORMAT = "mixture-plan"
 REPORT_DIR = "near-dedup"
+CONTAMINATION_DIR = "contamination"
 DEFAULT_RETAINED_SPLITS = ("validation",)
 #: Fields of a ref record that override the referenced record's fields when resolving.
 REF_OWN_FIELDS = ("id", "domain", "source")
@@ -121,7 +136,7 @@ Weight = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
 class _Weights(BaseModel):
     """Explicit per-domain weights; normalized by their sum, which must be positive."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     weights: dict[str, Weight] = Field(min_length=1)
 
@@ -147,7 +162,7 @@ class LearnedStrategy(_Weights):
 class TemperatureStrategy(BaseModel):
     """w_i ∝ n_i^(1/T): T = 1 is proportional to size, larger T flattens towards uniform."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     type: Literal["temperature"]
     temperature: float = Field(gt=0.0, allow_inf_nan=False)
@@ -160,7 +175,7 @@ Strategy = Annotated[Union[FixedStrategy, TemperatureStrategy, LearnedStrategy],
 class QualityFilter(BaseModel):
     """Per-sample quality filters applied after dedup, before selection."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     min_chars: int = Field(0, ge=0)
 
@@ -168,7 +183,7 @@ class QualityFilter(BaseModel):
 class MixtureConfig(BaseModel):
     """A mixture config file (SPEC §5)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     name: str = Field(pattern=f"^{ID_PATTERN}$")
     kind: Literal["cpt", "sft"]
@@ -181,6 +196,7 @@ class MixtureConfig(BaseModel):
     redistribute: bool = False
     seed: int = Field(0, ge=0)
     near_dedup_report: str | None = None
+    contamination_report: str | None = None
     retained_splits: list[str] | None = None
 
     @model_validator(mode="after")
@@ -212,9 +228,11 @@ def load_mixture_config(path: str | Path) -> MixtureConfig:
 
 # --------------------------------------------------------------------------- weights, quotas
 
-def strategy_weights(cfg: MixtureConfig, available: dict[str, int]) -> dict[str, float]:
-    """Normalized weight per domain (every domain of ``available`` and of fixed weights)."""
-    strategy = cfg.strategy
+def strategy_weights(cfg: "MixtureConfig | FixedStrategy | TemperatureStrategy | LearnedStrategy",
+                     available: dict[str, int]) -> dict[str, float]:
+    """Normalized weight per domain (every domain of ``available`` and of fixed weights), for
+    a config or its strategy alone (as recorded in plan.json)."""
+    strategy = cfg.strategy if isinstance(cfg, MixtureConfig) else cfg
     if isinstance(strategy, TemperatureStrategy):
         raw = {d: (n ** (1.0 / strategy.temperature) if n > 0 else 0.0)
                for d, n in available.items()}
@@ -304,24 +322,13 @@ class ReportView:
         return list(self.manifest["config"]["retained_splits"])
 
 
-def _report_manifest(path: Path, label: str) -> dict:
-    manifest = load_manifest(path)
-    config = manifest.get("config")
-    if not isinstance(manifest.get("inputs"), list) or not isinstance(config, dict) \
-            or not isinstance(config.get("retained_splits"), list):
-        raise NearDedupError(f"{label} {path}: manifest.json lacks inputs or "
-                             f"config.retained_splits")
-    return manifest
-
-
 def read_report(path: Path, label: str = "near_dedup_report") -> ReportView:
     """Verify a report folder (`report.verify_report`) and load its manifest and exclusions."""
     if not (path / "manifest.json").is_file():
         raise NearDedupError(f"{label} {path}: not a near-dedup report (no manifest.json)")
-    verify_report(path)
-    manifest = _report_manifest(path, label)
-    excluded = {(d["package_id"], d["sample_id"]) for d in iter_decisions(path)
-                if d["decision"] == "exclude"}
+    verified = verify_report(path)
+    manifest = verified.manifest  # validated against report.ReportManifest
+    excluded = {key for key, d in verified.samples.items() if d.decision == "exclude"}
     return ReportView(path=path, manifest_sha256=sha256_file(path / "manifest.json"),
                       checksums_sha256=sha256_file(path / CHECKSUMS), manifest=manifest,
                       excluded=excluded)
@@ -349,7 +356,7 @@ def check_inputs_match(packages: list[Package], report: ReportView) -> None:
 class PlanRow(BaseModel):
     """One domain of a plan (module docstring, steps 1–6)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     domain: str
     available_before_dedup: int
@@ -360,6 +367,7 @@ class PlanRow(BaseModel):
     redistributed: int
     selected: int
     shortfall: int
+    removed_contaminated: int = 0
 
 
 @dataclass
@@ -375,6 +383,11 @@ class Plan:
     selected: set[SampleKey]
     ref_of: dict[SampleKey, SampleKey] = field(repr=False)
     retained_refs: set[SampleKey] = field(repr=False)
+    contamination: ContaminationView | None = None
+
+    @property
+    def removed_contaminated(self) -> int:
+        return sum(r["removed_contaminated"] for r in self.rows)
 
     @property
     def selected_total(self) -> int:
@@ -408,6 +421,10 @@ class Plan:
             "near_dedup_report": None if self.report is None else {
                 "path": cfg.near_dedup_report, "manifest_sha256": self.report.manifest_sha256,
                 "excluded_pool_samples": self.excluded_by_report},
+            **({} if self.contamination is None else {"contamination_report": {
+                "path": cfg.contamination_report,
+                "manifest_sha256": self.contamination.manifest_sha256,
+                "removed_pool_samples": self.removed_contaminated}}),
             "domains": self.rows,
             "totals": {"selected": self.selected_total, "shortfall": self.shortfall,
                        "redistributed": sum(r["redistributed"] for r in self.rows)},
@@ -443,14 +460,19 @@ class Plan:
         else:
             rep = (f"near-dedup report {cfg.near_dedup_report}: {self.excluded_by_report:,} "
                    f"pool samples excluded before quotas")
-        cols = ["domain", "before dedup", "after dedup", "eligible", "weight", "quota",
-                "redistributed", "selected", "shortfall"]
+        if self.contamination is not None:
+            rep += (f"\ncontamination report {cfg.contamination_report}: "
+                    f"{self.removed_contaminated:,} pool samples removed (contain eval items)")
+        cols = ["domain", "before dedup", "after dedup", "contaminated", "eligible", "weight",
+                "quota", "redistributed", "selected", "shortfall"]
         body = [[r["domain"], f"{r['available_before_dedup']:,}",
-                 f"{r['available_after_dedup']:,}", f"{r['eligible']:,}",
+                 f"{r['available_after_dedup']:,}", f"{r['removed_contaminated']:,}",
+                 f"{r['eligible']:,}",
                  f"{r['weight']:.4f}", f"{r['quota']:,}", f"{r['redistributed']:,}",
                  f"{r['selected']:,}", f"{r['shortfall']:,}"] for r in self.rows]
         total = ["total", f"{sum(r['available_before_dedup'] for r in self.rows):,}",
                  f"{sum(r['available_after_dedup'] for r in self.rows):,}",
+                 f"{self.removed_contaminated:,}",
                  f"{sum(r['eligible'] for r in self.rows):,}",
                  f"{sum(r['weight'] for r in self.rows):.4f}",
                  f"{cfg.target_records:,}",
@@ -509,6 +531,7 @@ class _PoolScan:
 
     before: Counter[str] = field(default_factory=Counter)
     after: Counter[str] = field(default_factory=Counter)
+    contaminated: Counter[str] = field(default_factory=Counter)
     candidates: dict[str, list[tuple[bytes, SampleKey]]] = field(
         default_factory=lambda: defaultdict(list))  # domain → (rank, sample), eligible only
     retained_records: Counter[str] = field(default_factory=Counter)
@@ -517,7 +540,8 @@ class _PoolScan:
 
 
 def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
-               excluded: set[SampleKey], progress: bool) -> _PoolScan:
+               excluded: set[SampleKey], progress: bool,
+               contaminated: frozenset[SampleKey] = frozenset()) -> _PoolScan:
     """One validating pass: domains (refs resolved), dedup drops, quality, selection ranks."""
     scan = _PoolScan()
     depended = {d for p in packages for d in p.depends_on}
@@ -555,6 +579,9 @@ def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
         if key in excluded:
             continue
         scan.after[value] += 1
+        if key in contaminated:
+            scan.contaminated[value] += 1
+            continue
         if chars >= cfg.quality.min_chars:
             scan.candidates[value].append((sample_rank(cfg.seed, *key), key))
     bar.finish()
@@ -576,11 +603,16 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
             raise NearDedupError(f"near_dedup_report {report.path} covers {sorted(kinds)} "
                                  f"packages but the mixture {cfg.name} is {cfg.kind}")
         check_inputs_match(packages, report)
+    contamination = None
+    if cfg.contamination_report is not None:
+        contamination = read_contamination(Path(cfg.contamination_report))
+        check_inputs_match(packages, contamination)  # type: ignore[arg-type]
     retained = _retained_splits(cfg, report)
     scan = _scan_pool(cfg, packages, set(retained),
-                      report.excluded if report is not None else set(), progress)
+                      report.excluded if report is not None else set(), progress,
+                      frozenset(contamination.contaminated) if contamination else frozenset())
 
-    available = {d: scan.after.get(d, 0) for d in scan.before}
+    available = {d: scan.after.get(d, 0) - scan.contaminated.get(d, 0) for d in scan.before}
     weights = strategy_weights(cfg, available)
     eligible = {d: len(c) for d, c in scan.candidates.items()}
     quota, selected_n = allocate(cfg.target_records, weights, eligible, cfg.redistribute)
@@ -589,17 +621,19 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     for domain in sorted(weights):
         own = min(quota[domain], eligible.get(domain, 0))
         rows.append(PlanRow(domain=domain, available_before_dedup=scan.before.get(domain, 0),
-                            available_after_dedup=available.get(domain, 0),
+                            available_after_dedup=scan.after.get(domain, 0),
                             eligible=eligible.get(domain, 0), weight=weights[domain],
                             quota=quota[domain], redistributed=selected_n[domain] - own,
                             selected=selected_n[domain],
-                            shortfall=quota[domain] - own).model_dump())
+                            shortfall=quota[domain] - own,
+                            removed_contaminated=scan.contaminated.get(domain, 0)).model_dump())
         ranked = sorted(scan.candidates.get(domain, ()))
         selected.update(key for _, key in ranked[:selected_n[domain]])
 
     plan = Plan(config=cfg, packages=packages, report=report, retained_splits=retained,
                 rows=rows, retained_records=dict(sorted(scan.retained_records.items())),
-                selected=selected, ref_of=scan.ref_of, retained_refs=scan.retained_refs)
+                selected=selected, ref_of=scan.ref_of, retained_refs=scan.retained_refs,
+                contamination=contamination)
     if plan.shortfall and not cfg.allow_shortfall:
         short = ", ".join(f"{r['domain']} {r['eligible']:,} eligible for quota {r['quota']:,}"
                           for r in rows if r["shortfall"])
@@ -614,7 +648,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
 # --------------------------------------------------------------------------- package format
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class InputRef(_Frozen):
@@ -641,6 +675,13 @@ class ReportRef(_Frozen):
     manifest_sha256: str
 
 
+class ContaminationRef(_Frozen):
+    """The embedded contamination report: its folder and its manifest's sha256."""
+
+    path: Literal["contamination"]
+    manifest_sha256: str
+
+
 class ManifestCounts(_Frozen):
     target_records: int
     selected: int
@@ -648,6 +689,7 @@ class ManifestCounts(_Frozen):
     retained: int
     excluded_by_report: int
     by_split: dict[str, int]
+    removed_contaminated: int = 0
     by_domain: dict[str, int]
 
 
@@ -660,7 +702,7 @@ class MixtureManifest(_Frozen):
     name: str
     kind: Literal["cpt", "sft"]
     inputs: list[InputRef]
-    strategy: dict
+    strategy: Strategy
     seed: int
     target_records: int
     group_by: str
@@ -671,6 +713,7 @@ class MixtureManifest(_Frozen):
     counts: ManifestCounts
     near_dedup_report: ReportRef | None
     files: list[DataFile]
+    contamination_report: ContaminationRef | None = None
 
 
 # --------------------------------------------------------------------------- build
@@ -689,6 +732,9 @@ class BuildResult:
                 f"{c['selected']:,} selected of {c['target_records']:,} target "
                 f"(shortfall {c['shortfall']:,}), {c['retained']:,} retained records, "
                 f"{len(self.manifest['files'])} data files")
+        if self.manifest.get("contamination_report") is not None:
+            text += (f", contamination report embedded ({c['removed_contaminated']:,} pool "
+                     f"samples removed)")
         if rep is not None:
             text += (f", near-dedup report embedded ({c['excluded_by_report']:,} pool samples "
                      f"excluded)")
@@ -769,7 +815,7 @@ def _copy_report(plan: Plan, dest: Path) -> None:
     """Byte-identical copy of the report folder; re-verified against the planned identity."""
     assert plan.report is not None
     src = plan.report.path
-    rels = verify_checksums(src, "near_dedup_report") + [CHECKSUMS]
+    rels = [*verify_checksums(src, "near_dedup_report"), CHECKSUMS]
     for rel in rels:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -789,6 +835,9 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
                                  f"packages are immutable")
     if cfg.near_dedup_report is not None and is_within(output, Path(cfg.near_dedup_report)):
         raise NearDedupError(f"output {output} is inside the near-dedup report")
+    if cfg.contamination_report is not None and is_within(output,
+                                                          Path(cfg.contamination_report)):
+        raise NearDedupError(f"output {output} is inside the contamination report")
     plan = plan_mixture(cfg, progress=progress)
     with atomic_dir(output) as tmp:
         work = tmp / ".work"
@@ -799,6 +848,12 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
         if plan.report is not None:
             _copy_report(plan, tmp / REPORT_DIR)
             report_ref = ReportRef(path=REPORT_DIR, manifest_sha256=plan.report.manifest_sha256)
+        contamination_ref = None
+        if plan.contamination is not None:
+            copy_contamination(plan.contamination.path, tmp / CONTAMINATION_DIR,
+                               plan.contamination.checksums_sha256)
+            contamination_ref = ContaminationRef(
+                path=CONTAMINATION_DIR, manifest_sha256=plan.contamination.manifest_sha256)
         by_split = {f["split"]: f["records"] for f in files}
         selected_written = sum(n for s, n in by_split.items()
                                if s not in set(plan.retained_splits))
@@ -816,8 +871,12 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
                 target_records=cfg.target_records, selected=plan.selected_total,
                 shortfall=plan.shortfall, retained=sum(plan.retained_records.values()),
                 excluded_by_report=plan.excluded_by_report, by_split=by_split,
+                removed_contaminated=plan.removed_contaminated,
                 by_domain={r["domain"]: r["selected"] for r in plan.rows}),
-            near_dedup_report=report_ref, files=files).model_dump(mode="json")
+            near_dedup_report=report_ref, files=files,
+            contamination_report=contamination_ref).model_dump(
+                mode="json", exclude=None if contamination_ref is not None else
+                {"contamination_report": True, "counts": {"removed_contaminated"}})
         write_json(tmp / "manifest.json", manifest)
         write_checksums(tmp)
     return BuildResult(output=output, manifest=manifest)
@@ -834,26 +893,18 @@ class VerifyResult:
     selected: int
     retained: int
     report_decisions: int | None
+    contaminated_samples: int | None = None
 
     def summary(self) -> str:
         text = (f"mixture {self.path} OK: {self.files} files match checksums, "
                 f"{self.selected:,} selected and {self.retained:,} retained records")
+        if self.contaminated_samples is not None:
+            text += (f", embedded contamination report verified (none of its "
+                     f"{self.contaminated_samples:,} contaminated samples selected)")
         if self.report_decisions is None:
             return text + ", no near-dedup report (plain mixture)"
         return (text + f", embedded near-dedup report verified ({self.report_decisions:,} "
                 f"decisions): no excluded sample selected, retained splits complete")
-
-
-def _load_json(path: Path, label: str) -> dict:
-    try:
-        obj = orjson.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise NearDedupError(f"{label}: {path.name} is missing") from None
-    except orjson.JSONDecodeError as exc:
-        raise NearDedupError(f"{label}: {path.name} is not valid JSON ({exc})") from None
-    if not isinstance(obj, dict):
-        raise NearDedupError(f"{label}: {path.name} is not a JSON object")
-    return obj
 
 
 def _iter_data_lines(folder: Path, rel: str, label: str) -> Iterator[tuple[int, dict]]:
@@ -865,81 +916,240 @@ def _iter_data_lines(folder: Path, rel: str, label: str) -> Iterator[tuple[int, 
         yield n, obj
 
 
-def _parse(model: type[BaseModel], obj: object, label: str, name: str):
-    try:
-        return model.model_validate(obj)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise NearDedupError(f"{label}: {name}: {loc}: {first['msg']}") from None
+class PlanReport(_Frozen):
+    """The report a plan was made with: the path as written in the config, its identity."""
+
+    path: str
+    manifest_sha256: str
+    excluded_pool_samples: int = Field(ge=0)
 
 
-class _PlanFile(BaseModel):
-    """The part of plan.json that verify cross-checks against the data."""
+class PlanContamination(_Frozen):
+    """The contamination report a plan was made with, and how many pool samples it removed."""
 
+    path: str
+    manifest_sha256: str
+    removed_pool_samples: int = Field(ge=0)
+
+
+class PlanTotals(_Frozen):
+    selected: int = Field(ge=0)
+    shortfall: int = Field(ge=0)
+    redistributed: int = Field(ge=0)
+
+
+class PlanFile(_Frozen):
+    """``plan.json`` (`Plan.to_json`), strict JSON types."""
+
+    format: Literal["mixture-plan"]
+    format_version: int = Field(ge=FORMAT_VERSION, le=FORMAT_VERSION)
+    name: str
+    kind: Literal["cpt", "sft"]
+    inputs: list[InputRef]
+    strategy: Strategy
+    seed: int
+    target_records: int
+    group_by: str
+    quality: QualityFilter
+    allow_shortfall: bool
+    redistribute: bool
+    retained_splits: list[str]
+    near_dedup_report: PlanReport | None
+    contamination_report: PlanContamination | None = None
     domains: list[PlanRow]
+    totals: PlanTotals
+    retained_records: dict[str, int]
+
+
+_SAME_IN_PLAN = ("name", "kind", "inputs", "strategy", "seed", "target_records", "group_by",
+                 "quality", "allow_shortfall", "redistribute", "retained_splits")
+
+
+def _check_plan(manifest: MixtureManifest, plan: PlanFile, report_excluded: int | None,
+                label: str) -> None:
+    """plan.json against manifest.json and against itself: the mixing parameters are the
+    manifest's; weights, quotas, redistribution and selection are recomputed from each
+    row's available and eligible counts (module docstring, steps 3–6) and must be equal."""
+    def fail(message: str) -> NoReturn:
+        raise NearDedupError(f"{label}: {message}")
+
+    for name in _SAME_IN_PLAN:
+        if getattr(plan, name) != getattr(manifest, name):
+            fail(f"plan.json {name} differs from manifest.json")
+    ref, planned_ref = manifest.near_dedup_report, plan.near_dedup_report
+    counts = manifest.counts
+    if (ref is None) != (planned_ref is None) or (
+            ref is not None and planned_ref is not None
+            and (ref.manifest_sha256 != planned_ref.manifest_sha256
+                 or planned_ref.excluded_pool_samples != counts.excluded_by_report)):
+        fail("plan.json near_dedup_report differs from manifest.json")
+    cref, planned_cref = manifest.contamination_report, plan.contamination_report
+    removed = sum(r.removed_contaminated for r in plan.domains)
+    if (cref is None) != (planned_cref is None) or (
+            cref is not None and planned_cref is not None
+            and (cref.manifest_sha256 != planned_cref.manifest_sha256
+                 or planned_cref.removed_pool_samples != removed)) \
+            or removed != counts.removed_contaminated:
+        fail("plan.json contamination_report differs from manifest.json or its domains")
+    rows = {r.domain: r for r in plan.domains}
+    if len(rows) != len(plan.domains) or list(rows) != sorted(rows):
+        fail("plan.json domains are not sorted and distinct")
+    for r in plan.domains:
+        left = r.available_after_dedup - r.removed_contaminated
+        if not 0 <= r.eligible <= left <= r.available_after_dedup <= r.available_before_dedup \
+                or (ref is None and r.available_after_dedup != r.available_before_dedup) \
+                or (cref is None and r.removed_contaminated):
+            fail(f"plan.json domain {r.domain}: eligible ≤ available after dedup and "
+                 f"contamination ≤ available before dedup (equal without the reports) does "
+                 f"not hold")
+    excluded = sum(r.available_before_dedup - r.available_after_dedup for r in plan.domains)
+    if excluded != counts.excluded_by_report or (report_excluded is not None
+                                                 and excluded != report_excluded):
+        fail(f"plan.json drops {excluded} samples by dedup; manifest.json says "
+             f"{counts.excluded_by_report}"
+             + ("" if report_excluded is None else
+                f", the embedded report excludes {report_excluded}"))
+    weights = strategy_weights(plan.strategy, {d: r.available_after_dedup - r.removed_contaminated
+                                               for d, r in rows.items()})
+    if sorted(weights) != list(rows):
+        fail("plan.json domains differ from the strategy's domains")
+    eligible = {d: r.eligible for d, r in rows.items()}
+    quota, selected = allocate(plan.target_records, weights, eligible, plan.redistribute)
+    for d, r in rows.items():
+        own = min(quota[d], eligible[d])
+        expected = (weights[d], quota[d], selected[d], selected[d] - own, quota[d] - own)
+        if (r.weight, r.quota, r.selected, r.redistributed, r.shortfall) != expected:
+            fail(f"plan.json domain {d}: weight, quota, selected, redistributed or shortfall "
+                 f"differ from the strategy applied to its counts")
+    total = sum(selected.values())
+    shortfall = plan.target_records - total
+    if (plan.totals.selected, plan.totals.shortfall, plan.totals.redistributed) != \
+            (total, shortfall, sum(r.redistributed for r in plan.domains)) \
+            or (counts.target_records, counts.selected, counts.shortfall) != \
+            (plan.target_records, total, shortfall):
+        fail("plan.json totals differ from its domains or from manifest.json counts")
+    if shortfall and not plan.allow_shortfall:
+        fail(f"a shortfall of {shortfall} without allow_shortfall")
+    if counts.by_domain != {d: r.selected for d, r in rows.items()}:
+        fail("manifest.json counts.by_domain differ from plan.json")
+    retained = set(plan.retained_splits)
+    by_split = {f.split: f.records for f in manifest.files}
+    if counts.by_split != by_split or plan.retained_records != \
+            {s: n for s, n in sorted(by_split.items()) if s in retained} \
+            or counts.retained != sum(plan.retained_records.values()):
+        fail("manifest.json counts.by_split/retained or plan.json retained_records differ "
+             "from the data files")
 
 
 def _embedded_decisions(path: Path, manifest: MixtureManifest,
-                        label: str) -> dict[SampleKey, dict] | None:
+                        label: str) -> dict[SampleKey, SampleDecision] | None:
     """Verify the embedded report against the mixture manifest; its decisions by sample."""
     ref = manifest.near_dedup_report
     if ref is None:
         return None
     report_dir = path / ref.path
-    verify_report(report_dir)
+    verified = verify_report(report_dir, keep_text_sha256=True)
     if sha256_file(report_dir / "manifest.json") != ref.manifest_sha256:
         raise NearDedupError(f"{label}: {ref.path}/manifest.json does not match the "
                              f"manifest_sha256 recorded in manifest.json")
-    rmanifest = _report_manifest(report_dir, "embedded near-dedup report")
+    rmanifest = verified.manifest
     mine = sorted((i.package_id, i.manifest_sha256) for i in manifest.inputs)
-    theirs = sorted((i.get("package_id"), i.get("manifest_sha256")) for i in rmanifest["inputs"])
+    theirs = sorted((i["package_id"], i["manifest_sha256"]) for i in rmanifest["inputs"])
     if mine != theirs:
         raise NearDedupError(f"{label}: inputs in manifest.json differ from the embedded "
                              f"report's inputs")
     if sorted(rmanifest["config"]["retained_splits"]) != sorted(manifest.retained_splits):
         raise NearDedupError(f"{label}: retained_splits in manifest.json differ from the "
                              f"embedded report's")
-    return {(d["package_id"], d["sample_id"]): d for d in iter_decisions(report_dir)}
+    return verified.samples
 
 
-def _check_kept(d: dict | None, key: SampleKey, split: str, loc: str) -> None:
+def _embedded_contamination(path: Path, manifest: MixtureManifest,
+                            label: str) -> set[SampleKey]:
+    """Verify the embedded contamination report; its contaminated training samples."""
+    ref = manifest.contamination_report
+    if ref is None:
+        return set()
+    folder = path / ref.path
+    view = read_contamination(folder)
+    if view.manifest_sha256 != ref.manifest_sha256:
+        raise NearDedupError(f"{label}: {ref.path}/manifest.json does not match the "
+                             f"manifest_sha256 recorded in manifest.json")
+    mine = sorted((i.package_id, i.manifest_sha256) for i in manifest.inputs)
+    theirs = sorted((i.get("package_id"), i.get("manifest_sha256")) for i in view.inputs)
+    if mine != theirs:
+        raise NearDedupError(f"{label}: inputs in manifest.json differ from the embedded "
+                             f"contamination report's inputs")
+    return view.contaminated
+
+
+def _check_kept(d: SampleDecision | None, key: SampleKey, split: str, loc: str) -> None:
     """A mixture line's sample must be a ``keep`` decision of the same split."""
     if d is None:
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is not in the embedded "
                              f"report's decisions")
-    if d["decision"] != "keep":
-        kept = d.get("kept") or {}
+    if d.decision != "keep":
+        kept = d.kept or ("?", "?")
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} was excluded by the near-dedup "
-                             f"report ({d['reason']} of {kept.get('package_id')}/"
-                             f"{kept.get('sample_id')}) but is selected")
-    if d["split"] != split:
-        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is in split {d['split']} in "
+                             f"report ({d.reason} of {kept[0]}/{kept[1]}) but is selected")
+    if d.split != split:
+        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is in split {d.split} in "
                              f"the report, not {split}")
+
+
+def _check_text(obj: dict, kind: str, d: SampleDecision, loc: str) -> None:
+    """The record's compared text (refs resolved) must hash to the report's text_sha256."""
+    try:
+        text = compared_text(kind, obj)
+    except (KeyError, TypeError):
+        raise NearDedupError(f"{loc}: the record has no {kind} text to compare") from None
+    if not isinstance(text, str) or hashlib.sha256(text.encode()).digest() != d.text_sha256:
+        raise NearDedupError(f"{loc}: the record's text does not match the text_sha256 of its "
+                             f"sample in the embedded report (record edited)")
 
 
 def verify_mixture(path: Path) -> VerifyResult:
     """Re-check a mixture package from its own files alone (no inputs, no SQLite index).
 
-    Checksums of every file (the embedded report included), the embedded report itself,
-    manifest against data files, and with a report: inputs equal the report's, every
-    selected sample is ``keep`` in the report's decisions, retained splits are complete.
+    - ``checksums.sha256`` in canonical form over plain files (`fsutil.verify_checksums`);
+      only manifest.json, plan.json, the listed data files and the embedded report belong;
+    - manifest.json and plan.json against their models (strict types); each data file's
+      sha256 and record count as recorded in manifest.json ``files`` (so an edited record
+      with a regenerated ``checksums.sha256`` is caught), plan.json recomputed and equal to
+      the manifest's parameters and counts (`_check_plan`);
+    - the embedded report verified by `report.verify_report`, its inputs and retained splits
+      equal the mixture's, its exclusion count equal to the plan's;
+    - every line's origin is an input sample, appears once, in input package order; with a
+      report it is a ``keep`` decision of its split, lines follow the report's sample order
+      and the record's compared text hashes to the sample's ``text_sha256`` (so a record
+      edited with manifest.json and checksums regenerated is caught); retained splits are
+      complete. A plain mixture has no reference for the text of its records.
     """
     path = Path(path)
     label = f"mixture {path}"
     if not path.is_dir():
         raise NearDedupError(f"{label}: not a directory")
     listed = verify_checksums(path, "mixture")
-    manifest = _parse(MixtureManifest, _load_json(path / "manifest.json", label), label,
-                      "manifest.json")
-    plan = _parse(_PlanFile, _load_json(path / "plan.json", label), label, "plan.json")
+    manifest = read_model(path / "manifest.json", MixtureManifest, label)
+    plan = read_model(path / "plan.json", PlanFile, label)
     retained = set(manifest.retained_splits)
     group_by = manifest.group_by
     decisions = _embedded_decisions(path, manifest, label)
+    report_excluded = None if decisions is None else sum(
+        1 for d in decisions.values() if d.decision == "exclude")
+    _check_plan(manifest, plan, report_excluded, label)
+    contaminated = _embedded_contamination(path, manifest, label)
 
     data_on_disk = sorted(r for r in listed if r.startswith("data/"))
     if sorted(f.path for f in manifest.files) != data_on_disk:
         raise NearDedupError(f"{label}: manifest.json files differ from the data files present")
+    for rel in listed:
+        if rel not in ("manifest.json", "plan.json") and not rel.startswith("data/") and not (
+                decisions is not None and rel.startswith(REPORT_DIR + "/")) and not (
+                manifest.contamination_report is not None
+                and rel.startswith(CONTAMINATION_DIR + "/")):
+            raise NearDedupError(f"{label}: {rel} does not belong in a mixture package")
+    input_pos = {i.package_id: k for k, i in enumerate(manifest.inputs)}
     seen: set[SampleKey] = set()
     selected_by_domain: Counter[str] = Counter()
     selected = retained_n = 0
@@ -947,16 +1157,35 @@ def verify_mixture(path: Path) -> VerifyResult:
         rel, split = entry.path, entry.split
         if rel != f"data/{split}/part-00000.jsonl":
             raise NearDedupError(f"{label}: {rel} is not the data file of split {split}")
+        if listed[rel] != entry.sha256:
+            raise NearDedupError(f"{label}: {rel} does not match its sha256 in manifest.json "
+                                 f"files (file changed)")
         lines = 0
+        order: tuple[int, int] = (-1, -1)
         for n, obj in _iter_data_lines(path, rel, label):
             lines += 1
             key = (obj["origin"]["package_id"], obj["origin"]["sample_id"])
+            if key[0] not in input_pos:
+                raise NearDedupError(f"{label}: {rel}:{n}: origin package {key[0]} is not "
+                                     f"among the inputs")
             if key in seen:
                 raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} appears "
                                      f"twice")
             seen.add(key)
+            d = decisions.get(key) if decisions is not None else None
+            here = (input_pos[key[0]], d.line if d is not None else 0)
+            if here < order:
+                raise NearDedupError(f"{label}: {rel}:{n}: records are not in input package "
+                                     f"order" + (" and sample order (the report's decisions)"
+                                                 if decisions is not None else ""))
+            order = here
             if decisions is not None:
-                _check_kept(decisions.get(key), key, split, f"{label}: {rel}:{n}")
+                _check_kept(d, key, split, f"{label}: {rel}:{n}")
+                _check_text(obj, manifest.kind, d, f"{label}: {rel}:{n}")
+            if split not in retained and key in contaminated:
+                raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} contains "
+                                     f"an eval item (embedded contamination report) but is "
+                                     f"selected")
             if split in retained:
                 retained_n += 1
             else:
@@ -967,8 +1196,8 @@ def verify_mixture(path: Path) -> VerifyResult:
                                  f"{entry.records}")
     if decisions is not None:
         for key, d in decisions.items():
-            if d["split"] in retained and key not in seen:
-                raise NearDedupError(f"{label}: retained split {d['split']} is incomplete: "
+            if d.split in retained and key not in seen:
+                raise NearDedupError(f"{label}: retained split {d.split} is incomplete: "
                                      f"sample {key[0]}/{key[1]} is missing")
     counts = manifest.counts
     if counts.selected != selected or counts.retained != retained_n:
@@ -979,4 +1208,6 @@ def verify_mixture(path: Path) -> VerifyResult:
     if planned != dict(selected_by_domain):
         raise NearDedupError(f"{label}: selected records per {group_by} differ from plan.json")
     return VerifyResult(path=path, files=len(listed), selected=selected, retained=retained_n,
-                        report_decisions=None if decisions is None else len(decisions))
+                        report_decisions=None if decisions is None else len(decisions),
+                        contaminated_samples=None if manifest.contamination_report is None
+                        else len(contaminated))

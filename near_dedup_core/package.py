@@ -243,6 +243,9 @@ def load_package(path: str | Path) -> Package:
 def _check_files_on_disk(path: Path, package_id: str, entries: list[FileEntry]) -> None:
     """Every listed shard exists inside data/ with the listed size; nothing else is in data/."""
     data_dir = path / DATA_DIR
+    if data_dir.is_symlink() or (data_dir.exists() and not is_within(data_dir, path)):
+        raise NearDedupError(f"{where(package_id, DATA_DIR + '/')}: is a symlink or resolves "
+                             f"outside the package; {DATA_DIR}/ must be a folder of the package")
     listed: set[str] = set()
     for entry in entries:
         if entry.path in listed:

@@ -6,8 +6,11 @@ quick command, or one that stops on bad input, prints its result or its one-line
 
 from __future__ import annotations
 
+import os
 import sys
 import time
+
+PAUSE_ENV = "NEAR_DEDUP_PAUSE"
 
 
 class Progress:
@@ -61,3 +64,20 @@ class Progress:
         else:
             self.stream.write(("\r" if self._tty else "") + text + "\n")
         self.stream.flush()
+
+
+def pause_point(stage: str) -> None:
+    """Test hook for reliability tests: with ``NEAR_DEDUP_PAUSE=<stage>:<flag path>`` in the
+    environment, the first time the run reaches ``stage`` it creates the flag file, says so on
+    stderr and waits until the file has been removed, so that a test can act (append a batch,
+    send a signal) at a known point of a running command. Unset, it costs one lookup."""
+    spec = os.environ.get(PAUSE_ENV)
+    if not spec or not spec.startswith(stage + ":"):
+        return
+    del os.environ[PAUSE_ENV]
+    flag = spec[len(stage) + 1:]
+    with open(flag, "x"):
+        pass
+    print(f"paused at {stage}", file=sys.stderr, flush=True)
+    while os.path.exists(flag):
+        time.sleep(0.05)

@@ -24,14 +24,16 @@ byte-identical files. The folder appears atomically.
 from __future__ import annotations
 
 import bisect
-import sqlite3
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from pathlib import Path
+from typing import Literal, NamedTuple, NoReturn
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
@@ -39,12 +41,13 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
     atomic_dir,
     iter_json_objects,
+    validate_model,
     verify_checksums,
     write_checksums,
     write_json,
     write_jsonl,
 )
-from near_dedup_core.index_store import rows_in
+from near_dedup_core.index_store import IndexSnapshot
 
 FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1
@@ -119,25 +122,24 @@ def _ref(s) -> dict:
     return {"package_id": s.package_id, "sample_id": s.sample_id}
 
 
-def _outside_sources(con: sqlite3.Connection, pool, contents: set[int]) -> dict[tuple[int, str], list[dict]]:
+def _outside_sources(snap: IndexSnapshot, pool,
+                     contents: set[int]) -> dict[tuple[int, str], list[dict]]:
     """(content, split) -> sources outside the pool, sorted."""
     pool_ids = {p.package_id for p in pool.packages}
     found: dict[tuple[int, str], list[dict]] = defaultdict(list)
-    for content, pid, sid, split in rows_in(
-            con, "SELECT s.content, p.package_id, s.sample_id, s.split FROM sources s "
-                 "JOIN packages p ON p.id = s.package WHERE s.content IN ({})", sorted(contents)):
-        if pid not in pool_ids:
-            found[(content, split)].append({"package_id": pid, "sample_id": sid, "split": split})
+    for r in snap.outside_sources(sorted(contents), pool_ids):
+        found[(r.content, r.split)].append({"package_id": r.package_id,
+                                            "sample_id": r.sample_id, "split": r.split})
     for rows in found.values():
         rows.sort(key=lambda r: (r["package_id"], r["sample_id"]))
     return found
 
 
-def _relations(con, pool, nodes, near, hist, history) -> list[dict]:
-    content_hex = {c: v[0].hex() for c, v in pool.content.items()}
-    content_hex.update({h: v[0].hex() for h, v in history.items()})
+def _relations(snap: IndexSnapshot, pool, nodes, near, hist, history) -> list[dict]:
+    content_hex = {c: v.content_id.hex() for c, v in pool.content.items()}
+    content_hex.update({h: v.content_id.hex() for h, v in history.items()})
     wanted = {n.content for n in nodes} | {h for rows in hist.values() for h, _, _ in rows}
-    outside = _outside_sources(con, pool, wanted)
+    outside = _outside_sources(snap, pool, wanted)
     rels = []
     for idx, node in enumerate(nodes):
         first = node.samples[0]
@@ -205,36 +207,61 @@ def jaccard_histogram(values: Iterable[float], threshold: float) -> dict[str, in
     return counts
 
 
+class Tally:
+    """The manifest's ``counts`` built one decision and one relation at a time, so a verifier
+    streaming a million-line report recomputes them without holding the rows."""
+
+    def __init__(self, threshold: float | None = None) -> None:
+        #: the Jaccard histogram's bins start here (None: the default config's threshold)
+        self.threshold = NearDedupConfig().threshold if threshold is None else threshold
+        self.by_split: dict[str, Counter] = defaultdict(Counter)
+        self.by_reason: Counter = Counter()
+        self.samples = self.relations = self.history_only = self.blocked = 0
+        self.near_jaccards: list[float] = []
+
+    def decision(self, split: str, decision: str, reason: str) -> None:
+        self.samples += 1
+        self.by_split[split][decision] += 1
+        self.by_reason[reason] += 1
+
+    def relation(self, kind: str, history_only: bool, blocked_by: str | None,
+                 jaccard: float) -> None:
+        self.relations += 1
+        self.history_only += bool(history_only)
+        self.blocked += blocked_by is not None
+        if kind == "near" and blocked_by is None:
+            self.near_jaccards.append(jaccard)
+
+    def counts(self) -> dict:
+        keep = sum(c["keep"] for c in self.by_split.values())
+        return {
+            "samples": self.samples, "keep": keep, "exclude": self.samples - keep,
+            "by_split": {s: {"keep": c["keep"], "exclude": c["exclude"]}
+                         for s, c in sorted(self.by_split.items())},
+            "by_reason": dict(sorted(self.by_reason.items())),
+            "relations": self.relations,
+            "history_only_relations": self.history_only,
+            "blocked_relations": self.blocked,
+            "near_relations_jaccard": jaccard_histogram(self.near_jaccards, self.threshold),
+        }
+
+
 def count_decisions(decisions: list[dict], relations: list[dict],
                     threshold: float | None = None) -> dict:
-    """The manifest's ``counts``: recomputed the same way by ``verify_report``. The Jaccard
-    histogram's bins start at ``threshold`` (None: the default config's)."""
-    if threshold is None:
-        threshold = NearDedupConfig().threshold
-    by_split: dict[str, Counter] = defaultdict(Counter)
-    by_reason: Counter = Counter()
+    """The manifest's ``counts`` (without ``candidates``); ``verify_report`` recomputes them
+    the same way through `Tally`."""
+    tally = Tally(threshold)
     for d in decisions:
-        by_split[d["split"]][d["decision"]] += 1
-        by_reason[d["reason"]] += 1
-    keep = sum(c["keep"] for c in by_split.values())
-    return {
-        "samples": len(decisions), "keep": keep, "exclude": len(decisions) - keep,
-        "by_split": {s: {"keep": c["keep"], "exclude": c["exclude"]}
-                     for s, c in sorted(by_split.items())},
-        "by_reason": dict(sorted(by_reason.items())),
-        "relations": len(relations),
-        "history_only_relations": sum(1 for r in relations if r["history_only"]),
-        "blocked_relations": sum(1 for r in relations if r["blocked_by"] is not None),
-        "near_relations_jaccard": jaccard_histogram(
-            [r["jaccard"] for r in relations if r["kind"] == "near" and r["blocked_by"] is None],
-            threshold),
-    }
+        tally.decision(d["split"], d["decision"], d["reason"])
+    for r in relations:
+        tally.relation(r["kind"], r["history_only"], r["blocked_by"], r["jaccard"])
+    return tally.counts()
 
 
-def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, nodes,
+def write_report(output: Path, snap: IndexSnapshot, pool, nodes,
                  decisions: dict[int, Decision], near, hist, cand,
                  config: NearDedupConfig) -> dict:
-    scope_of = {c: pool.scope_labels[v[1]] for c, v in pool.content.items()}
+    scope_of = {c: pool.scope_labels[v.scope] for c, v in pool.content.items()}
     in_order = sorted(pool.samples, key=lambda s: (s.input_pos, s.position))
     dec_rows = []
     origin_rows = []
@@ -242,7 +269,7 @@ def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, 
         d = decisions[id(s)]
         dec_rows.append({
             "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "scope": scope_of[s.content], "content_id": pool.content[s.content][0].hex(),
+            "scope": scope_of[s.content], "content_id": pool.content[s.content].content_id.hex(),
             "text_sha256": s.text_sha256.hex(), "decision": d.decision,
             "kept": _ref(d.kept) if d.kept is not None else None, "reason": d.reason,
             "jaccard": d.jaccard})
@@ -250,7 +277,7 @@ def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, 
             "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
             "file": s.file, "line": s.line,
             "source": orjson.loads(s.source) if s.source is not None else None})
-    relations = _relations(con, pool, nodes, near, hist, cand.history)
+    relations = _relations(snap, pool, nodes, near, hist, cand.history)
     counts = count_decisions(dec_rows, relations, config.threshold)
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
@@ -279,47 +306,142 @@ def write_report(output: Path, con: sqlite3.Connection, index_path: Path, pool, 
 
 # --------------------------------------------------------------------------- reading
 
+HEX64 = r"^[0-9a-f]{64}$"
+KEEP_REASONS = ("unique", "guard_blocked", "match_not_kept", "retained_split")
+EXCLUDE_REASONS = ("near_duplicate", "exact_duplicate")
+ORIGIN_FIELDS = ("package_id", "sample_id", "split", "file", "line", "source")
+CONTENT_ID_HEX = 32  # a content id is 16 bytes
+SampleKey = tuple[str, str]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ReportInput(_Strict):
+    """One input package of the scanned pool, in input order."""
+
+    package_id: str
+    kind: Literal["cpt", "sft"]
+    manifest_sha256: str = Field(pattern=HEX64)
+    records: int = Field(ge=0)
+    path: str
+
+
+class IndexedPackage(_Strict):
+    """A package held by the index when the report was frozen."""
+
+    package_id: str
+    kind: Literal["cpt", "sft"]
+    manifest_sha256: str = Field(pattern=HEX64)
+    batch: int = Field(ge=0)
+
+
+class IndexState(_Strict):
+    packages: list[IndexedPackage]
+    batches: int = Field(ge=0)
+    contents: int = Field(ge=0)
+
+
+class SplitCounts(_Strict):
+    keep: int = Field(ge=0)
+    exclude: int = Field(ge=0)
+
+
+class CandidateCounts(_Strict):
+    lsh_pairs: int = Field(ge=0)
+    after_filters: int = Field(ge=0)
+
+
+class ReportCounts(_Strict):
+    samples: int = Field(ge=0)
+    keep: int = Field(ge=0)
+    exclude: int = Field(ge=0)
+    by_split: dict[str, SplitCounts]
+    by_reason: dict[str, int]
+    relations: int = Field(ge=0)
+    history_only_relations: int = Field(ge=0)
+    blocked_relations: int = Field(ge=0)
+    near_relations_jaccard: dict[str, int]
+    candidates: CandidateCounts
+
+
+class FileLines(_Strict):
+    lines: int = Field(ge=0)
+
+
+class ReportFiles(_Strict):
+    decisions: FileLines = Field(alias="decisions.jsonl")
+    relations: FileLines = Field(alias="relations.jsonl")
+    origins: FileLines = Field(alias="origins.jsonl")
+
+
+class ReportManifest(_Strict):
+    """``manifest.json`` of a report (format_version 1), strict JSON types."""
+
+    format: Literal["near-dedup-report"]
+    format_version: int
+    tool_version: str
+    algorithm_version: str = Field(min_length=1)
+    config: NearDedupConfig
+    config_fingerprint: str = Field(pattern=HEX64)
+    inputs: list[ReportInput] = Field(min_length=1)
+    index: IndexState
+    counts: ReportCounts
+    files: ReportFiles
+
+
+def report_manifest(path: str | Path) -> tuple[ReportManifest, dict]:
+    """The validated manifest model and the parsed JSON object; every problem is one line."""
+    path = Path(path)
+    label = f"report {path}"
+    try:
+        raw = orjson.loads((path / "manifest.json").read_bytes())
+    except FileNotFoundError:
+        raise NearDedupError(f"{label}: manifest.json is missing") from None
+    except OSError as exc:
+        raise NearDedupError(f"{label}: manifest.json cannot be read ({exc.strerror})") from None
+    except orjson.JSONDecodeError as exc:
+        raise NearDedupError(f"{label}: manifest.json is not valid JSON ({exc})") from None
+    if not isinstance(raw, dict) or raw.get("format") != FORMAT:
+        raise NearDedupError(f"{label}: manifest.json is not a near-dedup report manifest")
+    version = raw.get("format_version")
+    if type(version) is not int or version != FORMAT_VERSION:
+        raise NearDedupError(f"{label}: format_version {version!r} is not {FORMAT_VERSION}")
+    return validate_model(ReportManifest, raw, f"{label}: manifest.json"), raw
+
 
 def load_manifest(path: str | Path) -> dict:
-    path = Path(path)
-    try:
-        manifest = orjson.loads((path / "manifest.json").read_bytes())
-    except FileNotFoundError:
-        raise NearDedupError(f"report {path}: manifest.json is missing") from None
-    except orjson.JSONDecodeError as exc:
-        raise NearDedupError(f"report {path}: manifest.json is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise NearDedupError(f"report {path}: manifest.json is not a near-dedup report manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise NearDedupError(f"report {path}: format_version {manifest.get('format_version')} "
-                             f"is not {FORMAT_VERSION}")
-    return manifest
+    """The report's manifest as a JSON object, validated against `ReportManifest`."""
+    return report_manifest(path)[1]
 
 
 def _iter_jsonl(path: Path, name: str) -> Iterator[dict]:
     return (row for _, row in iter_json_objects(path, name, f"report {path}"))
 
 
-def _require_fields(path: Path, name: str, rows: list[dict], fields: tuple[str, ...]) -> None:
-    """Every line carries every field (a tampered line must fail with a message, not a
-    KeyError); a decision's ``kept`` is null or a sample reference."""
-    for n, row in enumerate(rows, 1):
-        for field in fields:
-            if field not in row:
-                raise NearDedupError(f"report {path}: {name}:{n}: missing field '{field}'")
-        if "kept" in fields and row["kept"] is not None and not isinstance(row["kept"], dict):
-            raise NearDedupError(f"report {path}: {name}:{n}: kept must be null or an object "
-                                 f"with package_id and sample_id")
-
-
 def iter_decisions(path: str | Path) -> Iterator[dict]:
     return _iter_jsonl(Path(path), "decisions.jsonl")
+
+
+class SampleDecision(NamedTuple):
+    """One line of decisions.jsonl as the verifier keeps it (``node``: content within split)."""
+
+    line: int
+    split: str
+    node: int
+    decision: str
+    reason: str
+    kept: SampleKey | None
+    jaccard: float | None
+    text_sha256: bytes | None  # kept only when the caller asks (mixture verify)
 
 
 @dataclass
 class ReportSummary:
     path: Path
     manifest: dict
+    samples: dict[SampleKey, SampleDecision] = field(default_factory=dict, repr=False)
 
     @property
     def counts(self) -> dict:
@@ -332,9 +454,473 @@ class ReportSummary:
                 f"{c['relations']:,} relations)")
 
 
-def verify_report(path: str | Path) -> ReportSummary:
-    """Check a report folder: checksums, manifest ↔ files, decisions ↔ origins line by line,
-    exclusions pointing at kept samples. Raises NearDedupError naming the first problem."""
+def _ref_key(value: object) -> SampleKey | None:
+    """(package_id, sample_id) of a sample reference object, None if it is not one."""
+    if type(value) is dict and value.keys() == {"package_id", "sample_id"} \
+            and type(value["package_id"]) is str and type(value["sample_id"]) is str:
+        return value["package_id"], value["sample_id"]
+    return None
+
+
+_HEX = {n: re.compile(f"[0-9a-f]{{{n}}}") for n in (32, 64)}
+
+
+def _is_hex(value: object, digits: int) -> bool:
+    return type(value) is str and _HEX[digits].fullmatch(value) is not None
+
+
+def _describe(decision: str, reason: str, kept: SampleKey | None, jaccard: float | None) -> str:
+    if kept is None:
+        return f"{decision} ({reason})"
+    return f"{decision} ({reason} of {kept[0]}/{kept[1]}, jaccard {jaccard})"
+
+
+@dataclass
+class _NearState:
+    """What a sample's pool near relations say for the greedy rule."""
+
+    edge: bool = False  # any near match with an earlier pool node (guard-blocked or not)
+    open: bool = False  # any such match not blocked by the guard
+    first_kept: tuple[SampleKey, float] | None = None  # earliest open match with a kept sample
+
+
+class _ReportCheck:
+    """The cross-checks of `verify_report`, one streaming pass per file.
+
+    Decision order (SPEC §4) is first-ingest order of contents; the batch that first ingested a
+    content is not in the report, so the order of nodes is not re-derivable from the files.
+    What is: within a node (one content_id within one split) the first sample is the least
+    (batch of its package, input position, sample id); relations.jsonl lists the nodes in
+    decision order, so a pool match must belong to a node listed before the matching one or
+    to one without relations of its own; near matches of one sample are listed in decision
+    order. With those, every decision is re-derived from the decisions of its matches
+    (greedy rule, module docstring) and must equal the recorded one: by induction over
+    decision order the recorded decisions are then exactly the greedy result over the
+    recorded relations.
+    """
+
+    def __init__(self, path: Path, manifest: ReportManifest, keep_text_sha256: bool) -> None:
+        self.path = path
+        self.keep_text_sha256 = keep_text_sha256
+        self.m = manifest
+        self.retained = set(manifest.config.retained_splits)
+        self.threshold = manifest.config.threshold
+        self.decided: dict[SampleKey, SampleDecision] = {}
+        self.node_ids: dict[tuple[str, str], int] = {}
+        self.node_content: list[str] = []
+        self.node_first: list[tuple[tuple, SampleKey]] = []
+        self.exact_link: dict[SampleKey, SampleKey] = {}
+        self.near: dict[SampleKey, _NearState] = {}
+        self.tally = Tally(manifest.config.threshold)
+        self.lines = {"decisions.jsonl": 0, "relations.jsonl": 0, "origins.jsonl": 0}
+        self._keysets = {f: frozenset(f) for f in (DECISION_FIELDS, RELATION_FIELDS,
+                                                    ORIGIN_FIELDS)}
+
+    def fail(self, message: str) -> NoReturn:
+        raise NearDedupError(f"report {self.path}: {message}")
+
+    def _fields(self, loc: str, row: dict, fields: tuple[str, ...]) -> None:
+        if row.keys() == self._keysets[fields]:
+            return
+        for f in fields:
+            if f not in row:
+                self.fail(f"{loc}: missing field '{f}'")
+        if len(row) != len(fields):
+            extra = sorted(set(row) - set(fields))
+            self.fail(f"{loc}: unknown field '{extra[0]}'")
+
+    def _strings(self, loc: str, row: dict, fields: tuple[str, ...]) -> None:
+        if all(type(row[f]) is str for f in fields):
+            return
+        for f in fields:
+            if type(row[f]) is not str:
+                self.fail(f"{loc}: {f} must be a string")
+
+    def _rows(self, name: str) -> Iterator[tuple[str, dict]]:
+        for n, row in iter_json_objects(self.path, name, f"report {self.path}"):
+            self.lines[name] = n
+            yield f"{name}:{n}", row
+
+    def _line_count(self, name: str, recorded: int) -> None:
+        if self.lines[name] != recorded:
+            self.fail(f"{name} has {self.lines[name]} lines, manifest.json says {recorded}")
+
+    # ---------------------------------------------------------------- manifest
+
+    def manifest(self, raw: dict) -> None:
+        m = self.m
+        if raw["config"] != m.config.model_dump(mode="json"):
+            self.fail("manifest.json: config does not list every field of the configuration")
+        if m.config.fingerprint(m.algorithm_version) != m.config_fingerprint:
+            self.fail("manifest.json: config_fingerprint does not match config and "
+                      "algorithm_version (config changed)")
+        indexed = {}
+        for p in m.index.packages:
+            if p.package_id in indexed:
+                self.fail(f"manifest.json: index.packages lists {p.package_id} twice")
+            indexed[p.package_id] = p
+        seen: set[str] = set()
+        for i in m.inputs:
+            if i.package_id in seen:
+                self.fail(f"manifest.json: inputs list {i.package_id} twice")
+            seen.add(i.package_id)
+            p = indexed.get(i.package_id)
+            if p is None or (p.kind, p.manifest_sha256) != (i.kind, i.manifest_sha256):
+                self.fail(f"manifest.json: input {i.package_id} is not in index.packages with "
+                          f"the same kind and manifest_sha256")
+        self.batch = {pid: p.batch for pid, p in indexed.items()}
+        self.first_batch = min(self.batch.values())
+        self.input_pos = {i.package_id: k for k, i in enumerate(m.inputs)}
+        self.outside = set(indexed) - seen
+
+    # ---------------------------------------------------------------- decisions.jsonl
+
+    def decisions(self) -> None:
+        hex32, hex64 = _HEX[CONTENT_ID_HEX].fullmatch, _HEX[64].fullmatch
+        last_pos = 0
+        per_package: Counter = Counter()
+        for loc, row in self._rows("decisions.jsonl"):
+            self._fields(loc, row, DECISION_FIELDS)
+            pid, sid, split = row["package_id"], row["sample_id"], row["split"]
+            decision, reason, jaccard = row["decision"], row["reason"], row["jaccard"]
+            if not (type(pid) is str and type(sid) is str and type(split) is str
+                    and type(decision) is str and type(reason) is str
+                    and type(row["scope"]) is str):
+                self._strings(loc, row, ("package_id", "sample_id", "split", "scope",
+                                         "decision", "reason"))
+            if not (type(row["content_id"]) is str and hex32(row["content_id"])
+                    and type(row["text_sha256"]) is str and hex64(row["text_sha256"])):
+                for f, digits in (("content_id", CONTENT_ID_HEX), ("text_sha256", 64)):
+                    if not _is_hex(row[f], digits):
+                        self.fail(f"{loc}: {f} must be {digits} lowercase hex digits")
+            pos = self.input_pos.get(pid)
+            if pos is None:
+                self.fail(f"{loc}: package {pid} is not among the inputs")
+            if pos < last_pos:
+                self.fail(f"{loc}: package {pid} after a later input; decisions follow input "
+                          f"order")
+            last_pos = pos
+            key = (pid, sid)
+            if key in self.decided:
+                self.fail(f"{loc}: sample {pid}/{sid} is decided twice")
+            kept = None
+            if decision == "keep" and row["kept"] is None:
+                if jaccard is not None:
+                    self.fail(f"{loc}: a kept sample has jaccard {jaccard!r}, expected null")
+                if reason not in KEEP_REASONS:
+                    self.fail(f"{loc}: reason {reason!r} is not a reason to keep")
+            elif decision == "exclude":
+                kept = _ref_key(row["kept"])
+                if kept is None:
+                    self.fail(f"{loc}: kept must be null or an object with package_id and "
+                              f"sample_id")
+                if reason not in EXCLUDE_REASONS:
+                    self.fail(f"{loc}: reason {reason!r} is not a reason to exclude")
+                if type(jaccard) is not float or not self.threshold <= jaccard <= 1.0 \
+                        or (reason == "exact_duplicate" and jaccard != 1.0):
+                    self.fail(f"{loc}: jaccard must be a number from the threshold "
+                              f"{self.threshold} to 1 (1.0 for exact_duplicate), found "
+                              f"{jaccard!r}")
+            elif decision == "keep":
+                if _ref_key(row["kept"]) is None:
+                    self.fail(f"{loc}: kept must be null or an object with package_id and "
+                              f"sample_id")
+                self.fail(f"{loc}: decision must be keep (kept null) or exclude")
+            else:
+                self.fail(f"{loc}: decision must be keep (kept null) or exclude")
+            if split in self.retained and decision == "exclude":
+                self.fail(f"{loc}: a sample of retained split {split} is excluded")
+            if (split in self.retained) != (reason == "retained_split"):
+                self.fail(f"{loc}: reason retained_split is for the samples of retained splits "
+                          f"{sorted(self.retained)} only, and the only reason there")
+            node_key = (row["content_id"], split)
+            node = self.node_ids.get(node_key)
+            order = (self.batch[pid], pos, sid)
+            if node is None:
+                node = self.node_ids[node_key] = len(self.node_content)
+                self.node_content.append(row["content_id"])
+                self.node_first.append((order, key))
+            elif order < self.node_first[node][0]:
+                self.node_first[node] = (order, key)
+            self.decided[key] = SampleDecision(
+                self.lines["decisions.jsonl"], split, node, decision, reason, kept, jaccard,
+                bytes.fromhex(row["text_sha256"]) if self.keep_text_sha256 else None)
+            per_package[pid] += 1
+            self.tally.decision(split, decision, reason)
+        self._line_count("decisions.jsonl", self.m.files.decisions.lines)
+        for i in self.m.inputs:
+            if per_package[i.package_id] != i.records:
+                self.fail(f"decisions.jsonl has {per_package[i.package_id]} samples of "
+                          f"{i.package_id}, manifest.json says {i.records}")
+
+    # ---------------------------------------------------------------- relations.jsonl
+
+    def _match_sources(self, loc: str, value: object, split: str) -> bool:
+        if type(value) is not list:
+            self.fail(f"{loc}: match_sources must be a list")
+        previous = None
+        for src in value:
+            if type(src) is not dict or src.keys() != {"package_id", "sample_id", "split"} \
+                    or not all(type(v) is str for v in src.values()):
+                self.fail(f"{loc}: match_sources entries must be objects with package_id, "
+                          f"sample_id and split")
+            if src["package_id"] not in self.outside:
+                self.fail(f"{loc}: match source package {src['package_id']} is not an indexed "
+                          f"package outside the inputs (manifest.json index.packages)")
+            if src["split"] != split:
+                self.fail(f"{loc}: match source {src['package_id']}/{src['sample_id']} is in "
+                          f"split {src['split']}, the sample in {split}")
+            here = (src["package_id"], src["sample_id"])
+            if previous is not None and here <= previous:
+                self.fail(f"{loc}: match_sources are not sorted and distinct")
+            previous = here
+        return bool(value)
+
+    def relations(self) -> None:
+        blocks: dict[int, int] = {}
+        matched_unlisted: set[int] = set()
+        samples_seen: set[SampleKey] = set()
+        cur_node = -1
+        cur_sample: SampleKey | None = None
+        cur_order: tuple = ()
+        section, last_block, last_hist = -1, -1, ""
+        near_nodes: set[int] = set()
+        last_near = -1
+        max_cid = ""  # greatest content_id of the blocks listed so far
+        for loc, row in self._rows("relations.jsonl"):
+            self._fields(loc, row, RELATION_FIELDS)
+            key = _ref_key(row["sample"])
+            if key is None:
+                self.fail(f"{loc}: sample must be an object with package_id and sample_id")
+            d = self.decided.get(key)
+            if d is None:
+                self.fail(f"{loc}: sample {key[0]}/{key[1]} is not in decisions.jsonl")
+            kind, jaccard, hist, blocked = (row["kind"], row["jaccard"], row["history_only"],
+                                            row["blocked_by"])
+            match = row["match"]
+            if kind not in ("exact", "near"):
+                self.fail(f"{loc}: kind must be exact or near")
+            if type(hist) is not bool:
+                self.fail(f"{loc}: history_only must be true or false")
+            if type(jaccard) is not float or not self.threshold <= jaccard <= 1.0:
+                self.fail(f"{loc}: jaccard must be a number from the threshold "
+                          f"{self.threshold} to 1, found {jaccard!r}")
+            if blocked is not None and (type(blocked) is not str or not blocked):
+                self.fail(f"{loc}: blocked_by must be null or the name of a guard rule")
+            if type(match) is not dict or match.keys() != {"content_id", "package_id",
+                                                           "sample_id"} \
+                    or not _is_hex(match["content_id"], CONTENT_ID_HEX):
+                self.fail(f"{loc}: match must be an object with content_id, package_id and "
+                          f"sample_id")
+            has_sources = self._match_sources(loc, row["match_sources"], d.split)
+            node = d.node
+            if node != cur_node:
+                if node in blocks:
+                    self.fail(f"{loc}: relations of content {self.node_content[node][:12]}… "
+                              f"in split {d.split} are not listed together")
+                if node in matched_unlisted:
+                    self.fail(f"{loc}: sample {key[0]}/{key[1]} is listed after a sample that "
+                              f"matched it; relations follow decision order")
+                if self._exact_batch(node) and self.node_content[node] < max_cid:
+                    self.fail(f"{loc}: content {self.node_content[node][:12]}… is listed after "
+                              f"a content that comes later in first-ingest order")
+                max_cid = max(max_cid, self.node_content[node])
+                blocks[node] = len(blocks)
+                cur_node = node
+                cur_order = ()
+            if key != cur_sample:
+                if key in samples_seen:
+                    self.fail(f"{loc}: relations of sample {key[0]}/{key[1]} are not listed "
+                              f"together")
+                samples_seen.add(key)
+                order = (self.batch[key[0]], self.input_pos[key[0]], key[1])
+                if order <= cur_order:
+                    self.fail(f"{loc}: samples of one content are not in decision order "
+                              f"(package batch, input position, sample id)")
+                cur_sample, cur_order = key, order
+                section, last_block, last_hist = -1, -1, ""
+                near_nodes = set()
+                last_near = -1
+            own = self.node_content[node]
+            match_key = None
+            if hist:
+                if match["package_id"] is not None or match["sample_id"] is not None:
+                    self.fail(f"{loc}: a history_only match has null package_id and sample_id")
+                if not has_sources:
+                    self.fail(f"{loc}: a history_only match lists its match_sources")
+            else:
+                match_key = _ref_key({"package_id": match["package_id"],
+                                      "sample_id": match["sample_id"]})
+                md = self.decided.get(match_key) if match_key is not None else None
+                if md is None:
+                    self.fail(f"{loc}: match is not a sample in decisions.jsonl")
+                if md.split != d.split or self.node_content[md.node] != match["content_id"]:
+                    self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} has another split "
+                              f"or content_id in decisions.jsonl")
+                if self.node_first[md.node][1] != match_key:
+                    self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} is not the first "
+                              f"sample of its content in decision order")
+            if kind == "exact":
+                if jaccard != 1.0 or blocked is not None or match["content_id"] != own:
+                    self.fail(f"{loc}: an exact relation has jaccard 1.0, no guard block and "
+                              f"the sample's own content_id")
+                sec = 1 if hist else 0
+                if match_key is not None:
+                    if match_key == key:
+                        self.fail(f"{loc}: sample matches itself")
+                    self.exact_link[key] = match_key
+            else:
+                if match["content_id"] == own:
+                    self.fail(f"{loc}: a near relation matches the sample's own content")
+                if hist:
+                    sec = 3
+                    if match["content_id"] <= last_hist:
+                        self.fail(f"{loc}: history near matches are not sorted by content_id")
+                    last_hist = match["content_id"]
+                else:
+                    sec = 2
+                    assert match_key is not None
+                    md = self.decided[match_key]
+                    if md.node in near_nodes:
+                        self.fail(f"{loc}: {key[0]}/{key[1]} matches {match_key[0]}/"
+                                  f"{match_key[1]} twice")
+                    near_nodes.add(md.node)
+                    if not self._before(md.node, node) or (
+                            last_near >= 0 and not self._before(last_near, md.node)):
+                        self.fail(f"{loc}: near matches of {key[0]}/{key[1]} are not earlier "
+                                  f"contents in first-ingest order")
+                    last_near = md.node
+                    block = blocks.get(md.node)
+                    if block is None:
+                        matched_unlisted.add(md.node)
+                    elif block <= last_block:
+                        self.fail(f"{loc}: near matches of {key[0]}/{key[1]} are not in "
+                                  f"decision order")
+                    else:
+                        last_block = block
+                    st = self.near.get(key)
+                    if st is None:
+                        st = self.near[key] = _NearState()
+                    st.edge = True
+                    if blocked is None:
+                        st.open = True
+                        if st.first_kept is None and md.decision == "keep":
+                            st.first_kept = (match_key, jaccard)
+            if sec < section or (sec == section and sec < 2):
+                self.fail(f"{loc}: relations of {key[0]}/{key[1]} are out of order (exact, "
+                          f"history exact, near, history near; one exact of each)")
+            section = sec
+            self.tally.relation(kind, hist, blocked, jaccard)
+        self._line_count("relations.jsonl", self.m.files.relations.lines)
+
+    def _exact_batch(self, node: int) -> bool:
+        """The content's first-ingest batch is known: a sample of it came with the index's
+        first batch (otherwise only an upper bound, its samples' earliest batch, is)."""
+        return self.node_first[node][0][0] == self.first_batch
+
+    def _before(self, a: int, b: int) -> bool:
+        """Whether node ``a`` can precede node ``b`` in decision order (batch, content_id):
+        a's batch is at least the index's first batch, b's at most its samples' earliest."""
+        return not (self._exact_batch(b) and self.node_content[b] < self.node_content[a])
+
+    # ---------------------------------------------------------------- the greedy rule
+
+    def rule(self) -> None:
+        for key, d in self.decided.items():
+            loc = f"decisions.jsonl:{d.line}"
+            if d.kept is not None:
+                target = self.decided.get(d.kept)
+                if target is None or target.decision != "keep" or d.kept == key:
+                    self.fail(f"{loc}: excluded sample's kept sample is not a kept sample of "
+                              f"the pool")
+            first = self.node_first[d.node][1]
+            if key != first and self.exact_link.get(key) != first:
+                self.fail(f"{loc}: {key[0]}/{key[1]} shares content and split with "
+                          f"{first[0]}/{first[1]}, but relations.jsonl has no exact relation "
+                          f"between them")
+            if d.reason == "retained_split":
+                continue
+            if key != first:
+                f = self.decided[first]
+                expected = (("exclude", "exact_duplicate", first, 1.0) if f.decision == "keep"
+                            else ("exclude", "near_duplicate", f.kept, f.jaccard))
+            else:
+                st = self.near.get(key) or _NearState()
+                if st.first_kept is not None:
+                    expected = ("exclude", "near_duplicate", *st.first_kept)
+                else:
+                    reason = ("match_not_kept" if st.open else
+                              "guard_blocked" if st.edge else "unique")
+                    expected = ("keep", reason, None, None)
+            if (d.decision, d.reason, d.kept, d.jaccard) != expected:
+                self.fail(f"{loc}: {key[0]}/{key[1]} is "
+                          f"{_describe(d.decision, d.reason, d.kept, d.jaccard)} but "
+                          f"relations.jsonl and the earlier decisions give "
+                          f"{_describe(*expected)}")
+
+    # ---------------------------------------------------------------- origins.jsonl
+
+    def origins(self) -> None:
+        decided = iter(self.decided.items())
+        package = file = None
+        files_done: set[str] = set()
+        expect = 0
+        split = ""
+        for loc, row in self._rows("origins.jsonl"):
+            n = self.lines["origins.jsonl"]
+            item = next(decided, None)
+            if item is None:
+                self.fail("origins.jsonl and decisions.jsonl differ in length")
+            key, d = item
+            if (row.get("package_id"), row.get("sample_id"), row.get("split")) != \
+                    (*key, d.split):
+                self.fail(f"origins.jsonl:{n} does not describe the sample of "
+                          f"decisions.jsonl:{n}")
+            self._fields(loc, row, ORIGIN_FIELDS)
+            if type(row["file"]) is not str or type(row["line"]) is not int:
+                self.fail(f"{loc}: file must be a string and line an integer")
+            if key[0] != package:
+                package, file, files_done = key[0], None, set()
+            if row["file"] != file:
+                file = row["file"]
+                if file in files_done:
+                    self.fail(f"{loc}: {file} of {package} appears in two runs; samples follow "
+                              f"their order in the package")
+                files_done.add(file)
+                expect, split = 1, d.split
+            if row["line"] != expect:
+                self.fail(f"{loc}: line {row['line']} of {file}, expected {expect}; samples "
+                          f"follow their order in the package")
+            if d.split != split:
+                self.fail(f"{loc}: {file} holds samples of splits {split} and {d.split}")
+            expect += 1
+        if next(decided, None) is not None:
+            self.fail("origins.jsonl and decisions.jsonl differ in length")
+        self._line_count("origins.jsonl", self.m.files.origins.lines)
+
+    def counts(self, raw: dict) -> None:
+        recorded = {k: v for k, v in raw["counts"].items() if k != "candidates"}
+        if recorded != self.tally.counts():
+            self.fail("counts in manifest.json do not match decisions.jsonl and "
+                      "relations.jsonl")
+
+
+def verify_report(path: str | Path, *, keep_text_sha256: bool = False) -> ReportSummary:
+    """Check a report folder from its own files; raise NearDedupError naming the first problem.
+
+    - ``checksums.sha256`` in canonical form over plain files (`fsutil.verify_checksums`);
+    - ``manifest.json`` against `ReportManifest` (strict types), ``config_fingerprint``
+      recomputed from ``config`` and ``algorithm_version``, inputs among the indexed packages;
+    - every line of every file typed, line counts and ``counts`` recomputed;
+    - relations: samples and pool matches are decided samples of the same split, a match is
+      the first sample of its content, exact/near/history fields agree, history sources are
+      indexed packages outside the pool, the file follows decision order (`_ReportCheck`);
+    - every decision re-derived by the greedy rule from the relations and the decisions of
+      its matches; origins describe the decisions line by line, in package order.
+
+    Streams each file once; keeps one small record per sample (`ReportSummary.samples`;
+    with ``keep_text_sha256`` it includes the sample's text_sha256).
+    """
     path = Path(path)
     if not path.is_dir():
         raise NearDedupError(f"report {path}: not a directory")
@@ -342,57 +928,15 @@ def verify_report(path: str | Path) -> ReportSummary:
     for name in ("manifest.json", *FILES):
         if name not in listed:
             raise NearDedupError(f"report {path}: {name} is not listed in checksums.sha256")
-    manifest = load_manifest(path)
-    decisions = list(iter_decisions(path))
-    relations = list(_iter_jsonl(path, "relations.jsonl"))
-    _require_fields(path, "decisions.jsonl", decisions, DECISION_FIELDS)
-    _require_fields(path, "relations.jsonl", relations, RELATION_FIELDS)
-    files = manifest.get("files", {})
-    for name, rows in (("decisions.jsonl", decisions), ("relations.jsonl", relations)):
-        if files.get(name, {}).get("lines") != len(rows):
-            raise NearDedupError(f"report {path}: {name} has {len(rows)} lines, manifest.json "
-                                 f"says {files.get(name, {}).get('lines')}")
-    origins = _iter_jsonl(path, "origins.jsonl")
-    n = 0
-    for n, (d, o) in enumerate(zip(decisions, origins, strict=False), 1):
-        if (d.get("package_id"), d.get("sample_id"), d.get("split")) != \
-                (o.get("package_id"), o.get("sample_id"), o.get("split")):
-            raise NearDedupError(f"report {path}: origins.jsonl:{n} does not describe the sample "
-                                 f"of decisions.jsonl:{n}")
-    if n != len(decisions) or sum(1 for _ in _iter_jsonl(path, "origins.jsonl")) != len(decisions):
-        raise NearDedupError(f"report {path}: origins.jsonl and decisions.jsonl differ in length")
-    inputs = {i["package_id"]: i for i in manifest.get("inputs", [])}
-    per_package = Counter(d.get("package_id") for d in decisions)
-    for pid, info in inputs.items():
-        if per_package.get(pid, 0) != info.get("records"):
-            raise NearDedupError(f"report {path}: decisions.jsonl has {per_package.get(pid, 0)} "
-                                 f"samples of {pid}, manifest.json says {info.get('records')}")
-    decided = {(d["package_id"], d["sample_id"]): (n, d) for n, d in enumerate(decisions, 1)}
-    retained = set(manifest.get("config", {}).get("retained_splits", []))
-    for line, d in enumerate(decisions, 1):
-        if d.get("package_id") not in inputs:
-            raise NearDedupError(f"report {path}: decisions.jsonl:{line}: package "
-                                 f"{d.get('package_id')} is not among the inputs")
-        if d.get("decision") == "exclude":
-            kept = d.get("kept") or {}
-            target = decided.get((kept.get("package_id"), kept.get("sample_id")))
-            if target is None or target[1]["decision"] != "keep" or target[0] == line:
-                raise NearDedupError(f"report {path}: decisions.jsonl:{line}: excluded sample's "
-                                     f"kept sample is not a kept sample of the pool")
-            if d.get("split") in retained:
-                raise NearDedupError(f"report {path}: decisions.jsonl:{line}: a sample of "
-                                     f"retained split {d['split']} is excluded")
-        elif d.get("decision") != "keep" or d.get("kept") is not None:
-            raise NearDedupError(f"report {path}: decisions.jsonl:{line}: decision must be keep "
-                                 f"(kept null) or exclude")
-    threshold = manifest.get("config", {}).get("threshold")
-    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) \
-            or not 0 < threshold <= 1:
-        raise NearDedupError(f"report {path}: manifest.json: config.threshold is not a "
-                             f"number in (0, 1]")
-    counts = count_decisions(decisions, relations, float(threshold))
-    recorded = {k: v for k, v in manifest.get("counts", {}).items() if k != "candidates"}
-    if recorded != counts:
-        raise NearDedupError(f"report {path}: counts in manifest.json do not match "
-                             f"decisions.jsonl and relations.jsonl")
-    return ReportSummary(path, manifest)
+    if len(listed) != len(FILES) + 1:
+        extra = sorted(set(listed) - {"manifest.json", *FILES})
+        raise NearDedupError(f"report {path}: {extra[0]} does not belong in a report")
+    manifest, raw = report_manifest(path)
+    check = _ReportCheck(path, manifest, keep_text_sha256)
+    check.manifest(raw)
+    check.decisions()
+    check.relations()
+    check.rule()
+    check.origins()
+    check.counts(raw)
+    return ReportSummary(path, raw, check.decided)

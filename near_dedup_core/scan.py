@@ -24,11 +24,9 @@ Stages, each producing what the next one needs:
 from __future__ import annotations
 
 import math
-import multiprocessing
-import sqlite3
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -42,8 +40,9 @@ from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.fsutil import is_within, require_new_output, sha256_file
 from near_dedup_core.guard import guard_for
 from near_dedup_core.package import Package, open_packages
-from near_dedup_core.progress import Progress
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import MinHasher, band_keys, exact_jaccard
+from near_dedup_core.workers import process_pool
 
 VERIFY_CHUNK = 20_000
 
@@ -84,8 +83,7 @@ class Pool:
     packages: list[Package]
     package_batch: dict[str, int]
     samples: list[Sample]
-    # per content rowid: content_id, scope id, batch, norm_chars, shingles, signature
-    content: dict[int, tuple[bytes, int, int, int, int | None, bytes | None]]
+    content: dict[int, db.ContentRow]  # per content row id
     scope_labels: dict[int, str]
     index_packages: list[dict]
     index_batches: int
@@ -102,41 +100,33 @@ def _verify_files(pkgs: list[Package]) -> None:
                                  f"manifest.json (file changed after it was indexed)")
 
 
-def load_pool(con: sqlite3.Connection, index_path: Path, pkgs: list[Package]) -> Pool:
-    rows = con.execute("SELECT id, package_id, kind, manifest_sha256, batch FROM packages "
-                       "ORDER BY batch, package_id").fetchall()
-    indexed = {pid: (rowid, sha, batch) for rowid, pid, _kind, sha, batch in rows}
+def load_pool(snap: db.IndexSnapshot, index_path: Path, pkgs: list[Package]) -> Pool:
+    rows = snap.indexed_packages()
+    indexed = {r.package_id: r for r in rows}
     for pkg in pkgs:
         known = indexed.get(pkg.package_id)
         if known is None:
             raise NearDedupError(f"{where(pkg.package_id)}: not in index {index_path}; "
                                  f"index it first")
-        if known[1] != pkg.manifest_sha256:
+        if known.manifest_sha256 != pkg.manifest_sha256:
             raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: indexed with "
-                                 f"manifest sha256 {known[1][:12]}…, this one is "
+                                 f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
                                  f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
     samples: list[Sample] = []
     for pos, pkg in enumerate(pkgs):
-        rowid, _sha, batch = indexed[pkg.package_id]
-        for (sid, split, file, line, position, sha, domain, source, content) in con.execute(
-                "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
-                "content FROM sources WHERE package = ? ORDER BY position", (rowid,)):
-            samples.append(Sample(pos, pkg.package_id, batch, sid, split, file, line, position,
-                                  sha, domain, source, content))
-    ids = sorted({s.content for s in samples})
-    content = {}
-    for row in db.rows_in(con, "SELECT id, content_id, scope, batch, norm_chars, shingles, "
-                             "signature FROM contents WHERE id IN ({})", ids):
-        content[row[0]] = row[1:]
-    labels = dict(con.execute("SELECT id, label FROM scopes"))
-    meta_batches = con.execute("SELECT COUNT(*) FROM batches").fetchone()[0]
-    meta_contents = con.execute("SELECT MAX(id) FROM contents").fetchone()[0] or 0
+        package = indexed[pkg.package_id]
+        for r in snap.package_sources(package):
+            samples.append(Sample(pos, pkg.package_id, package.batch, r.sample_id, r.split,
+                                  r.file, r.line, r.position, r.text_sha256, r.domain, r.source,
+                                  r.content))
+    content = snap.content_rows(sorted({s.content for s in samples}))
+    counts = snap.counts()
     return Pool(
-        packages=pkgs, package_batch={p: v[2] for p, v in indexed.items()}, samples=samples,
-        content=content, scope_labels=labels,
-        index_packages=[{"package_id": pid, "kind": kind, "manifest_sha256": sha, "batch": batch}
-                        for _rowid, pid, kind, sha, batch in rows],
-        index_batches=meta_batches, index_contents=meta_contents)
+        packages=pkgs, package_batch={r.package_id: r.batch for r in rows}, samples=samples,
+        content=content, scope_labels=snap.scope_labels(),
+        index_packages=[{"package_id": r.package_id, "kind": r.kind,
+                         "manifest_sha256": r.manifest_sha256, "batch": r.batch} for r in rows],
+        index_batches=counts.batches, index_contents=counts.contents)
 
 
 # --------------------------------------------------------------------------- nodes
@@ -154,8 +144,8 @@ class Node:
 def order_key(pool: Pool, s: Sample) -> tuple:
     """Decision order (SPEC §4 scan): first-ingest order of the sample's content, then the
     batch that indexed the sample's package, then input position, then sample id."""
-    cid, _scope, batch = pool.content[s.content][:3]
-    return (batch, cid, s.package_batch, s.input_pos, s.sample_id)
+    row = pool.content[s.content]
+    return (row.batch, row.content_id, s.package_batch, s.input_pos, s.sample_id)
 
 
 def build_nodes(pool: Pool) -> list[Node]:
@@ -178,7 +168,7 @@ class Candidates:
 
     pool_pairs: np.ndarray
     history_pairs: list[tuple[int, int]]
-    history: dict[int, tuple[bytes, int, int, int | None, bytes | None]]
+    history: dict[int, db.ContentRow]
     lsh_pairs: int = 0  # distinct candidate pairs before the filters
 
 
@@ -258,10 +248,10 @@ def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray
     return np.stack([flat // n, flat % n], axis=1)
 
 
-def _history_hits(con: sqlite3.Connection, keys: np.ndarray, nodes: list[Node],
+def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, nodes: list[Node],
                   pool_nodes: set[tuple[int, str]]) -> dict[int, set[int]]:
     """Indexed contents outside the pool sharing a band key with a long-node slot, looked up
-    in the index's band table (a join in SQLite): content -> slots."""
+    in the index's band table: content -> slots."""
     hits: dict[int, set[int]] = defaultdict(set)
     if not len(keys):
         return hits
@@ -270,51 +260,34 @@ def _history_hits(con: sqlite3.Connection, keys: np.ndarray, nodes: list[Node],
     sorted_keys = flat_keys[by_key]
     slot_of = (by_key // keys.shape[1]).astype(np.int64)
     distinct = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
-    con.execute("PRAGMA temp_store = MEMORY")
-    con.execute("CREATE TEMP TABLE scan_keys (key INTEGER PRIMARY KEY)")
-    con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
-    try:
-        # distinct keys in key order: the probes walk the band B-tree in order
-        con.executemany("INSERT INTO temp.scan_keys VALUES (?)", ((k,) for k in distinct.tolist()))
-        con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
-                        ((c,) for c in sorted({n.content for n in nodes})))
-        # a pool content indexed in a split where it is not in the pool is history there too
-        mixed = sorted({c for c, split in con.execute(
-            "SELECT DISTINCT s.content, s.split FROM temp.scan_contents t "
-            "JOIN main.sources s ON s.content = t.id") if (c, split) not in pool_nodes})
-        con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
-        rows = con.execute(
-            "SELECT b.key, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
-            "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)").fetchall()
-    finally:
-        con.execute("DROP TABLE temp.scan_keys")
-        con.execute("DROP TABLE temp.scan_contents")
-    if rows:
-        found = np.asarray(rows, dtype=np.int64)
-        lo = np.searchsorted(sorted_keys, found[:, 0], side="left")
-        hi = np.searchsorted(sorted_keys, found[:, 0], side="right")
-        for content, l, h in zip(found[:, 1].tolist(), lo.tolist(), hi.tolist()):
+    # distinct keys in key order: the probes walk the band B-tree in order
+    found = snap.history_band_hits(distinct, sorted({n.content for n in nodes}), pool_nodes)
+    if len(found.keys):
+        lo = np.searchsorted(sorted_keys, found.keys, side="left")
+        hi = np.searchsorted(sorted_keys, found.keys, side="right")
+        for content, l, h in zip(found.contents.tolist(), lo.tolist(), hi.tolist()):
             hits[content].update(slot_of[l:h].tolist())
     return hits
 
 
-def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
+def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node],
                     config: NearDedupConfig, progress: bool) -> Candidates:
     threshold = config.threshold
     agree_min = min_agreement(config.num_perm, threshold)
-    long_nodes = [i for i, n in enumerate(nodes) if pool.content[n.content][5] is not None]
+    long_nodes = [i for i, n in enumerate(nodes) if pool.content[n.content].signature is not None]
     n_long = len(long_nodes)
     sigs = np.zeros((n_long, config.num_perm), dtype=np.uint16)
     sizes = np.zeros(n_long, dtype=np.int64)
     group_of: dict[tuple[int, str], int] = {}
     groups = np.zeros(n_long, dtype=np.int64)
     if n_long:
-        sigs = np.frombuffer(b"".join(pool.content[nodes[i].content][5] for i in long_nodes),
+        sigs = np.frombuffer(b"".join(pool.content[nodes[i].content].signature  # type: ignore[misc]
+                                      for i in long_nodes),
                              dtype=np.uint16).reshape(n_long, config.num_perm)
     for j, i in enumerate(long_nodes):
-        _cid, scope, _b, _nc, shingles, _sig = pool.content[nodes[i].content]
-        sizes[j] = shingles
-        groups[j] = group_of.setdefault((scope, nodes[i].split), len(group_of))
+        row = pool.content[nodes[i].content]
+        sizes[j] = row.shingles
+        groups[j] = group_of.setdefault((row.scope, nodes[i].split), len(group_of))
     keys = band_keys(sigs, config.bands, config.rows) if n_long else np.zeros((0, config.bands), np.int64)
 
     def too_many(slot: int, count: int) -> LimitExceeded:
@@ -327,8 +300,8 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
     pool_nodes = {(n.content, n.split) for n in nodes}
     pool_ids = {p.package_id for p in pool.packages}
     has_history = any(p["package_id"] not in pool_ids for p in pool.index_packages)
-    hits = _history_hits(con, keys, nodes, pool_nodes) if has_history else {}
-    history: dict[int, tuple] = {}
+    hits = _history_hits(snap, keys, nodes, pool_nodes) if has_history else {}
+    history: dict[int, db.ContentRow] = {}
     hist_candidates = np.zeros((0, 2), dtype=np.int64)  # (slot, history content)
     hist_row: dict[int, int] = {}
     hist_sigs = np.zeros((0, config.num_perm), dtype=np.uint16)
@@ -339,20 +312,19 @@ def find_candidates(con: sqlite3.Connection, pool: Pool, nodes: list[Node],
         hist_sigs = np.zeros((len(hids), config.num_perm), dtype=np.uint16)
         hist_sizes = np.zeros(len(hids), dtype=np.int64)
         hist_scope = np.zeros(len(hids), dtype=np.int64)
-        for h, *row in db.rows_in(con, "SELECT id, content_id, scope, norm_chars, shingles, "
-                                     "signature FROM contents WHERE id IN ({})", hids.tolist()):
-            history[h] = tuple(row)
+        history = snap.content_rows(hids.tolist())
+        for h, row in history.items():
             r = hist_row[h]
-            hist_scope[r], hist_sizes[r] = row[1], row[3]
-            hist_sigs[r] = np.frombuffer(row[4], dtype=np.uint16)
+            hist_scope[r], hist_sizes[r] = row.scope, row.shingles
+            hist_sigs[r] = np.frombuffer(row.signature, dtype=np.uint16)  # type: ignore[arg-type]
         split_id: dict[str, int] = {}
         open_keys = []  # (history content, split) indexed outside the pool, as h * S + split
-        for content, split in db.rows_in(con, "SELECT DISTINCT content, split FROM sources "
-                                            "WHERE content IN ({})", hids.tolist()):
+        for content, split in snap.content_splits(hids.tolist()):
             if (content, split) not in pool_nodes:
                 open_keys.append((content, split_id.setdefault(split, len(split_id))))
         slot_split = np.asarray([split_id.get(nodes[i].split, -1) for i in long_nodes], np.int64)
-        slot_scope = np.asarray([pool.content[nodes[i].content][1] for i in long_nodes], np.int64)
+        slot_scope = np.asarray([pool.content[nodes[i].content].scope for i in long_nodes],
+                                np.int64)
         n_splits = max(len(split_id), 1)
         valid = np.asarray([h * n_splits + sp for h, sp in open_keys], dtype=np.int64)
         cand_h = np.repeat(hids, [len(hits[h]) for h in hids.tolist()])
@@ -409,25 +381,23 @@ def _too_many(node: Node, pool: Pool, count: int, config: NearDedupConfig) -> Li
 
 
 @lru_cache(maxsize=2)
-def _ro_connection(index_path: str) -> sqlite3.Connection:
-    return sqlite3.connect(f"file:{index_path}?mode=ro", uri=True, check_same_thread=False)
+def _worker_texts(index_path: str) -> db.IndexTexts:
+    """A verify worker's own read connection (content rows never change once written, so it
+    reads the same texts as the scan's snapshot for the ids the scan knows)."""
+    return db.IndexTexts.open(Path(index_path))
 
 
-def verify_pairs(index_path: str, params: tuple, pairs: list[tuple[int, int]],
+def verify_pairs(source: str | db.IndexTexts, params: tuple, pairs: list[tuple[int, int]],
                  domains: dict[int, frozenset[str]] | None
                  ) -> list[tuple[int, float, str | None]]:
     """Exact Jaccard of (content, content) pairs; returns (pair index, J, blocked_by) for the
-    pairs at or above the threshold. Runs in a worker: reads texts from the index itself."""
+    pairs at or above the threshold. ``source`` is the scan's snapshot (inline) or, in a
+    worker, the index path to read the texts from."""
     num_perm, seed, shingle_size, threshold, config_json = params
     config = NearDedupConfig.model_validate_json(config_json)
-    con = _ro_connection(index_path)
+    reader = _worker_texts(source) if isinstance(source, str) else source
     hasher = MinHasher(1, seed, shingle_size)
-    ids = sorted({c for pair in pairs for c in pair})
-    reader = db.TextReader(con)
-    texts: dict[int, str] = {}
-    for cid, blob, dictionary in db.rows_in(
-            con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
-        texts[cid] = reader.text(blob, dictionary)
+    texts = reader.texts(sorted({c for pair in pairs for c in pair}))
     order = sorted(texts)
     sets = dict(zip(order, hasher.shingle_sets([texts[c] for c in order])))
     seqs: dict[tuple[int, int], tuple] = {}
@@ -496,7 +466,7 @@ def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
     return chunks
 
 
-def verify(index_path: Path, pool: Pool, nodes: list[Node], cand: Candidates,
+def verify(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], cand: Candidates,
            config: NearDedupConfig, workers: int, progress: bool
            ) -> tuple[dict[int, list[tuple[int, float, str | None]]],
                       dict[int, list[tuple[int, float, str | None]]]]:
@@ -520,19 +490,19 @@ def verify(index_path: Path, pool: Pool, nodes: list[Node], cand: Candidates,
               config.canonical_json())
     bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
     chunks = _local_chunks(content_pairs)
-    path = str(index_path.resolve())
+    path = str(snap.path.resolve())
     args = [[tuple(p) for p in content_pairs[c].tolist()] for c in chunks]
     results: list[list[tuple[int, float, str | None]]] = []
     if workers > 1 and len(chunks) > 1:
-        ctx = multiprocessing.get_context("forkserver")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as ex:
+        with process_pool(workers) as ex:
             for c, res in zip(chunks, ex.map(verify_pairs, [path] * len(args), [params] * len(args),
                                              args, [domains] * len(args))):
                 results.append(res)
                 bar.advance(len(c))
+                pause_point("scan-verify-pool")
     else:
         for c, arg in zip(chunks, args):
-            results.append(verify_pairs(path, params, arg, domains))
+            results.append(verify_pairs(snap, params, arg, domains))
             bar.advance(len(c))
     bar.finish()
     near: dict[int, list] = defaultdict(list)
@@ -569,8 +539,6 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
               package_paths: Sequence[str | Path], output_dir: str | Path, *,
               workers: int = 1, progress: bool = False) -> ScanResult:
     """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see module doc)."""
-    from near_dedup_core.report import decide, write_report
-
     index_path, output = Path(index_path), Path(output_dir)
     paths = [Path(p) for p in package_paths]
     require_new_output(output)
@@ -583,24 +551,24 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     if total > config.max_pool_records:
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}")
-    engine = db.open_readonly(index_path, config)
     try:
-        with engine.connect() as conn:
-            con = conn.connection.dbapi_connection
-            pool = load_pool(con, index_path, pkgs)
-            _verify_files(pkgs)
-            nodes = build_nodes(pool)
-            cand = find_candidates(con, pool, nodes, config, progress)
-    finally:
-        engine.dispose()
-    near, hist = verify(index_path, pool, nodes, cand, config, workers, progress)
-    engine = db.open_readonly(index_path, config)
-    try:
-        with engine.connect() as conn:
-            con = conn.connection.dbapi_connection
-            decisions = decide(pool, nodes, near, hist, config)
-            counts = write_report(output, con, index_path, pool, nodes, decisions, near, hist,
-                                  cand, config)
-    finally:
-        engine.dispose()
+        return _scan(index_path, config, pkgs, output, workers, progress)
+    except (LookupError, ValueError, TypeError, AttributeError) as exc:
+        db.raise_if_damaged(index_path, exc)
+        raise
+
+
+def _scan(index_path: Path, config: NearDedupConfig, pkgs: list[Package], output: Path,
+          workers: int, progress: bool) -> ScanResult:
+    from near_dedup_core.report import decide, write_report
+
+    with db.database_errors(index_path), db.IndexSnapshot.open(index_path, config) as snap:
+        pool = load_pool(snap, index_path, pkgs)
+        _verify_files(pkgs)
+        nodes = build_nodes(pool)
+        cand = find_candidates(snap, pool, nodes, config, progress)
+        pause_point("scan-verify")
+        near, hist = verify(snap, pool, nodes, cand, config, workers, progress)
+        decisions = decide(pool, nodes, near, hist, config)
+        counts = write_report(output, snap, pool, nodes, decisions, near, hist, cand, config)
     return ScanResult(output, counts)

@@ -178,7 +178,8 @@ def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
         "validated_snapshot", "index_append", "scan_report", "mixture"}
     assert {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys} == {
-        ("scan_report", "report_checksums"), ("mixture", "mixture_verify")}
+        ("scan_report", "report_checksums"), ("scan_report", "exclusion_rates"),
+        ("mixture", "mixture_verify")}
     index_step = graph.get(INDEX_APPEND)
     assert index_step.pools == {"sqlite_index_writer"}
     assert all(graph.get(k).partitions_def == release_days() for k in graph.get_all_asset_keys())

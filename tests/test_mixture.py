@@ -19,6 +19,7 @@ from conftest import tree_bytes
 
 from near_dedup_core import ALGORITHM_VERSION, mixture
 from near_dedup_core.cli import main
+from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import json_line, write_checksums, write_json
 from near_dedup_core.package import create_package, open_packages, stream_records
 from near_dedup_core.report import count_decisions
@@ -49,16 +50,26 @@ def _make_package(root: Path, package_id: str, splits: dict[str, list[dict]],
 
 def _write_report(folder: Path, packages: list[Path], excluded: dict[tuple[str, str], tuple],
                   retained: tuple[str, ...] = ("validation",)) -> Path:
-    """A report folder in the frozen format: ``excluded`` maps (package, sample) → kept key."""
+    """A report folder in the frozen format that passes every cross-check of
+    `report.verify_report`: ``excluded`` maps (package, sample) → kept key, each backed by a
+    near relation at Jaccard 0.95; every sample has its own content; each package was indexed
+    in its own batch, in input order."""
     pkgs = open_packages(packages)
-    decisions, origins = [], []
-    for rec in stream_records(pkgs):
+    config = NearDedupConfig(retained_splits=list(retained))
+    decisions, origins, relations = [], [], []
+    content, text = {}, {}
+    for rec in stream_records(pkgs):  # dependency order: ref targets first
+        key = (rec.package_id, rec.sample_id)
+        content[key] = hashlib.sha256(repr(key).encode()).hexdigest()[:32]
+        text[key] = text[rec.ref] if rec.ref is not None else rec.data["text"]
+    for rec in sorted(stream_records(pkgs), key=lambda r: [p.package_id for p in pkgs]
+                      .index(r.package_id)):
         key = (rec.package_id, rec.sample_id)
         kept = excluded.get(key)
         decisions.append({
             "package_id": rec.package_id, "sample_id": rec.sample_id, "split": rec.split,
-            "scope": "tok", "content_id": hashlib.sha256(repr(key).encode()).hexdigest(),
-            "text_sha256": hashlib.sha256(rec.sample_id.encode()).hexdigest(),
+            "scope": "tok", "content_id": content[key],
+            "text_sha256": hashlib.sha256(text[key].encode()).hexdigest(),
             "decision": "exclude" if kept else "keep",
             "kept": {"package_id": kept[0], "sample_id": kept[1]} if kept else None,
             "reason": ("near_duplicate" if kept else
@@ -67,21 +78,32 @@ def _write_report(folder: Path, packages: list[Path], excluded: dict[tuple[str, 
         origins.append({"package_id": rec.package_id, "sample_id": rec.sample_id,
                         "split": rec.split, "file": rec.file, "line": rec.line,
                         "source": rec.data.get("source")})
+        if kept:
+            relations.append({
+                "sample": {"package_id": key[0], "sample_id": key[1]}, "kind": "near",
+                "jaccard": 0.95, "history_only": False, "blocked_by": None,
+                "match": {"content_id": content[kept], "package_id": kept[0],
+                          "sample_id": kept[1]}, "match_sources": []})
     folder.mkdir(parents=True)
     (folder / "decisions.jsonl").write_bytes(b"".join(json_line(d) for d in decisions))
-    (folder / "relations.jsonl").write_bytes(b"")
+    (folder / "relations.jsonl").write_bytes(b"".join(json_line(r) for r in relations))
     (folder / "origins.jsonl").write_bytes(b"".join(json_line(o) for o in origins))
+    counts = count_decisions(decisions, relations)
+    counts["candidates"] = {"lsh_pairs": len(relations), "after_filters": len(relations)}
     write_json(folder / "manifest.json", {
         "format": "near-dedup-report", "format_version": 1, "tool_version": "0.1.0",
         "algorithm_version": ALGORITHM_VERSION,
-        "config": {"threshold": 0.9, "retained_splits": list(retained)},
-        "config_fingerprint": "0" * 64,
+        "config": config.model_dump(mode="json"), "config_fingerprint": config.fingerprint(),
         "inputs": [{"package_id": p.package_id, "kind": p.kind,
                     "manifest_sha256": p.manifest_sha256, "records": p.record_count,
                     "path": str(p.path)} for p in pkgs],
-        "index": {"packages": [], "batches": 1, "contents": len(decisions)},
-        "counts": count_decisions(decisions, []),
-        "files": {"decisions.jsonl": {"lines": len(decisions)}, "relations.jsonl": {"lines": 0},
+        "index": {"packages": [{"package_id": p.package_id, "kind": p.kind,
+                                "manifest_sha256": p.manifest_sha256, "batch": k + 1}
+                               for k, p in enumerate(pkgs)],
+                  "batches": len(pkgs), "contents": len(decisions)},
+        "counts": counts,
+        "files": {"decisions.jsonl": {"lines": len(decisions)},
+                  "relations.jsonl": {"lines": len(relations)},
                   "origins.jsonl": {"lines": len(origins)}}})
     write_checksums(folder)
     return folder
@@ -471,30 +493,51 @@ def test_verify_names_a_tampered_file(built, capsys, rel):
     assert code == 1 and rel in line and "does not match" in line
 
 
-def test_verify_catches_an_excluded_sample_even_with_fresh_checksums(built, pool, capsys):
-    train = built / "data/train/part-00000.jsonl"
-    extra = {"id": "bw0", "text": "x", "domain": "web",
-             "origin": {"package_id": "cpt-b", "sample_id": "bw0"}}
-    train.write_bytes(train.read_bytes() + json_line(extra))
+def _reseal(built: Path, change_manifest=None, change_plan=None) -> None:
+    """Record the data files' new sha256 in manifest.json, apply further edits to the manifest
+    and plan, and rewrite checksums.sha256: tampering as a careful attacker would."""
+    manifest = json.loads((built / "manifest.json").read_text())
+    for f in manifest["files"]:
+        f["sha256"] = hashlib.sha256((built / f["path"]).read_bytes()).hexdigest()
+    if change_manifest is not None:
+        change_manifest(manifest)
+    write_json(built / "manifest.json", manifest)
+    if change_plan is not None:
+        plan = json.loads((built / "plan.json").read_text())
+        change_plan(plan)
+        write_json(built / "plan.json", plan)
     (built / "checksums.sha256").unlink()
     write_checksums(built)
+
+
+def test_verify_catches_an_excluded_sample_even_with_fresh_checksums(built, pool, capsys):
+    train = built / "data/train/part-00000.jsonl"
+    lines = train.read_bytes().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    lines[0] = json_line(first | {"origin": {"package_id": "cpt-b", "sample_id": "bw0"}})
+    train.write_bytes(b"".join(lines))
+    _reseal(built)
     code, _, err = _run(capsys, "mixture", "verify", built)
     line = _error_line(err)
-    assert code == 1 and "data/train/part-00000.jsonl:9" in line
+    assert code == 1 and "data/train/part-00000.jsonl:1" in line
     assert "cpt-b/bw0 was excluded by the near-dedup report" in line
 
 
 def test_verify_catches_an_incomplete_retained_split(built, capsys):
     val = built / "data/validation/part-00000.jsonl"
     val.write_bytes(b"".join(val.read_bytes().splitlines(keepends=True)[:-1]))
-    manifest = json.loads((built / "manifest.json").read_text())
-    for f in manifest["files"]:
-        if f["split"] == "validation":
-            f["records"] -= 1
-    manifest["counts"]["retained"] -= 1
-    write_json(built / "manifest.json", manifest)
-    (built / "checksums.sha256").unlink()
-    write_checksums(built)
+
+    def manifest(m: dict) -> None:
+        for f in m["files"]:
+            if f["split"] == "validation":
+                f["records"] -= 1
+        m["counts"]["retained"] -= 1
+        m["counts"]["by_split"]["validation"] -= 1
+
+    def plan(p: dict) -> None:
+        p["retained_records"]["validation"] -= 1
+
+    _reseal(built, manifest, plan)
     code, _, err = _run(capsys, "mixture", "verify", built)
     assert code == 1 and "retained split validation is incomplete" in _error_line(err)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import shutil
 import json
 import re
 from pathlib import Path
@@ -245,6 +246,17 @@ def test_symlinked_shard_outside_data(tmp_path):
     shard.unlink()
     shard.symlink_to(outside)
     assert_invalid([pkg], "cpt-v1", "data/train/part-00000.jsonl", "outside")
+
+
+def test_symlinked_data_folder_outside_the_package(tmp_path):
+    """A data/ folder that is a symlink to an identical copy elsewhere is refused like a
+    symlinked shard: the package must hold its own data."""
+    pkg = cpt_package(tmp_path)
+    outside = tmp_path / "elsewhere-data"
+    shutil.copytree(pkg / "data", outside)
+    shutil.rmtree(pkg / "data")
+    (pkg / "data").symlink_to(outside, target_is_directory=True)
+    assert_invalid([pkg], "cpt-v1", "data/", "symlink")
 
 
 def test_bytes_mismatch(tmp_path):

@@ -1,0 +1,183 @@
+"""The contamination step of the daily release, present when ``NEAR_DEDUP_EVALS`` is set.
+
+``validated_snapshot`` → ``contamination_report`` → ``mixture``: the day's input pool is
+checked against every eval package in the ``NEAR_DEDUP_EVALS`` folder (each package folder
+directly inside it, in name order) with the core's ``contamination`` command; the frozen
+report goes to ``<contamination_root>/contamination-<kind>-<day>`` and the day's mixture
+drops the pool samples it lists (mixture config ``contamination_report``).
+
+A report that exists is reused if it verifies and was made from the same inputs, eval
+packages and config; otherwise the day fails and the folder is left alone (frozen reports
+are never replaced). The asset check ``no_new_contamination`` fails when the day's pool
+contains any eval item: severity WARN by default (the mixture is still built, without the
+contaminated samples), ERROR and blocking with ``NEAR_DEDUP_CONTAMINATION_BLOCKING=true``
+(the day's mixture is not built). Both variables are read when the code location loads.
+"""
+
+import os
+import shutil
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import dagster as dg
+
+from near_dedup_assets import daily
+from near_dedup_assets.assets import (GROUP, MIXTURE, SCAN_REPORT, VALIDATED_SNAPSHOT,
+                                      mixture_for_day, partition_failure)
+from near_dedup_assets.partitions import RELEASE_DAYS
+from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings
+from near_dedup_core.contamination import contamination_report as run_contamination
+from near_dedup_core.contamination import verify_contamination
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.fsutil import read_json_object
+from near_dedup_core.package import load_package
+
+CONTAMINATION_REPORT = dg.AssetKey("contamination_report")
+EVALS_VAR = f"{ENV_PREFIX}EVALS"
+BLOCKING_VAR = f"{ENV_PREFIX}CONTAMINATION_BLOCKING"
+
+
+@dataclass(frozen=True)
+class ContaminationOutcome:
+    path: Path
+    manifest: dict
+    summary: dict
+    reused: bool
+
+
+def eval_package_paths(settings: ReleaseSettings) -> list[Path]:
+    folder = settings.evals_dir
+    if folder is None or not folder.is_dir():
+        raise NearDedupError(f"{EVALS_VAR}={settings.evals!r}: not a folder of eval packages")
+    paths = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    if not paths:
+        raise NearDedupError(f"{EVALS_VAR} {folder}: holds no package folders")
+    return paths
+
+
+def _identities(entries: list[dict]) -> list[tuple[str, str]]:
+    return [(e["package_id"], e["manifest_sha256"]) for e in entries]
+
+
+def freeze_contamination(settings: ReleaseSettings, pool: daily.DayPool) -> ContaminationOutcome:
+    """The day's frozen contamination report: the existing one if it matches, else a new run
+    into a staging folder renamed into place."""
+    target = settings.contamination_dir(pool.day)
+    config = settings.dedup_config()
+    evals = eval_package_paths(settings)
+    reused = target.exists()
+    if reused:
+        hint = f"frozen reports are never replaced: move {target} away to recheck day {pool.day}"
+        try:
+            verify_contamination(target)
+        except NearDedupError as exc:
+            raise NearDedupError(f"{exc}; {hint}") from None
+        manifest = read_json_object(target / "manifest.json", "contamination report")
+        now_evals = [(p.package_id, p.manifest_sha256) for p in map(load_package, evals)]
+        if (_identities(manifest["inputs"]) != pool.identities
+                or _identities(manifest["evals"]) != now_evals
+                or manifest["config"] != config.model_dump(mode="json")):
+            raise NearDedupError(f"contamination report {target} was made from other inputs, "
+                                 f"eval packages or config than day {pool.day} has now; {hint}")
+    else:
+        staging = target.with_name(f".{target.name}.staging-{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            run_contamination(config, evals, pool.paths, staging,
+                              workers=settings.worker_count, progress=False)
+            os.rename(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+        manifest = read_json_object(target / "manifest.json", "contamination report")
+    summary = read_json_object(target / "summary.json", "contamination report")
+    return ContaminationOutcome(target, manifest, summary, reused)
+
+
+def contamination_metadata(outcome: ContaminationOutcome) -> dict:
+    from near_dedup_assets.summaries import md_table
+
+    counts = outcome.manifest["counts"]
+    rows = [[e["package_id"], e["items_checked"], e["items_skipped_short"], e["items_leaked"],
+             e["training_samples_affected"]] for e in outcome.summary["evals"]]
+    metadata: dict = {
+        "report": dg.MetadataValue.path(str(outcome.path)),
+        "reused": outcome.reused,
+        "pairs": counts["pairs"],
+        "items_leaked": counts["items_leaked"],
+        "training_samples_contaminated": counts["training_samples_contaminated"],
+        "by_eval_set": dg.MetadataValue.md(md_table(
+            ["eval set", "items checked", "skipped (short)", "leaked", "training samples"],
+            rows)),
+    }
+    for e in outcome.summary["evals"]:
+        metadata[f"leaked/{e['package_id']}"] = e["items_leaked"]
+    return metadata
+
+
+@dg.asset(partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"},
+          deps=[VALIDATED_SNAPSHOT])
+def contamination_report(context: dg.AssetExecutionContext,
+                         release: ReleaseSettings) -> dg.MaterializeResult:
+    """Training samples of the day that contain an item of an eval set (exact containment),
+    frozen; counts per eval set in the metadata."""
+    with partition_failure():
+        pool = daily.open_day(release, context.partition_key)
+        outcome = freeze_contamination(release, pool)
+    return dg.MaterializeResult(metadata=contamination_metadata(outcome))
+
+
+def build_check(blocking: bool) -> dg.AssetChecksDefinition:
+    severity = dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN
+
+    @dg.asset_check(asset=CONTAMINATION_REPORT, blocking=blocking,
+                    description="The day's pool contains no eval item (WARN; ERROR and "
+                                "blocking with NEAR_DEDUP_CONTAMINATION_BLOCKING=true).")
+    def no_new_contamination(context: dg.AssetCheckExecutionContext,
+                             release: ReleaseSettings) -> dg.AssetCheckResult:
+        day = context.partition_key
+        path = release.contamination_dir(day)
+        meta = {"day": dg.MetadataValue.text(day), "report": dg.MetadataValue.path(str(path))}
+        try:
+            counts = verify_contamination(path).counts
+        except NearDedupError as exc:
+            return dg.AssetCheckResult(passed=False, severity=severity, description=str(exc),
+                                       metadata=meta)
+        leaked = counts["training_samples_contaminated"]
+        return dg.AssetCheckResult(
+            passed=leaked == 0, severity=severity,
+            description=(f"{leaked:,} training samples of day {day} contain "
+                         f"{counts['items_leaked']:,} eval items" if leaked
+                         else f"no eval item in the {counts['training_samples']:,} training "
+                              f"samples of day {day}"),
+            metadata={**meta, "training_samples_contaminated": leaked,
+                      "items_leaked": counts["items_leaked"]})
+
+    return no_new_contamination
+
+
+def contamination_settings_from_env(environ: Mapping[str, str] | None = None
+                                    ) -> tuple[bool, bool]:
+    """(enabled, blocking) from ``NEAR_DEDUP_EVALS`` and
+    ``NEAR_DEDUP_CONTAMINATION_BLOCKING``, read when the code location loads."""
+    environ = os.environ if environ is None else environ
+    blocking = environ.get(BLOCKING_VAR, "false").strip().lower()
+    if blocking not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
+        raise ValueError(f"{BLOCKING_VAR}={blocking!r}: expected true or false")
+    return bool(environ.get(EVALS_VAR, "").strip()), blocking in ("true", "1", "yes", "on")
+
+
+@dg.asset(name="mixture", partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"},
+          deps=[SCAN_REPORT, CONTAMINATION_REPORT])
+def mixture_after_contamination(context: dg.AssetExecutionContext,
+                                release: ReleaseSettings) -> dg.MaterializeResult:
+    """The day's mixture package built on the frozen near-dedup and contamination reports
+    (contaminated pool samples dropped), and the day's release record."""
+    return mixture_for_day(context, release)
+
+
+def with_contamination(assets: list, checks: list, blocking: bool) -> tuple[list, list]:
+    """The release graph plus ``contamination_report`` and its check; ``mixture`` is replaced
+    by its variant that runs after the contamination report."""
+    wired = [mixture_after_contamination if MIXTURE in a.keys else a for a in assets]
+    return [*wired, contamination_report], [*checks, build_check(blocking)]

@@ -1,0 +1,169 @@
+"""`report diff`: what changed between two frozen reports (e.g. yesterday's and today's).
+
+Samples are matched by (package_id, sample_id). For a sample in both reports:
+
+- ``newly_excluded``: kept in the old report, excluded in the new one;
+- ``newly_kept``: excluded in the old report, kept in the new one;
+- ``changed_kept``: excluded in both, but the kept sample it is excluded in favour of (or
+  its reason) changed.
+
+Samples in only one report are ``only_old`` / ``only_new`` (a day's new packages are all
+``only_new``). A change of config fingerprint, algorithm version or any config parameter is
+reported first (``config_changed``): decisions of reports under different configs differ for
+that reason alone. ``counts`` tallies both reports and the changes by split, domain and
+package, plus the relations and the history-only relations that are new (a (sample, matched
+content) pair the old report did not have).
+
+Memory: the old report's decisions are held as one small tuple per sample; the new report
+and both relations files are streamed. Domains are read from the input packages (a
+package that is gone counts with domain None, and a note says so).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from near_dedup_core.audit.rates import ReportCounts, Tally, report_domains
+from near_dedup_core.audit.sources import Domains, Key
+from near_dedup_core.report import _iter_jsonl, iter_decisions, load_manifest
+
+LISTS = ("newly_excluded", "newly_kept", "changed_kept", "only_old", "only_new")
+CHANGES = ("newly_excluded", "newly_kept", "changed_kept")
+
+
+class _Old(NamedTuple):
+    split: str
+    decision: str
+    reason: str
+    kept: Key | None
+
+
+def _kept(d: dict) -> Key | None:
+    k = d.get("kept")
+    return (k["package_id"], k["sample_id"]) if k else None
+
+
+def _ref(k: Key | None) -> dict | None:
+    return {"package_id": k[0], "sample_id": k[1]} if k else None
+
+
+@dataclass
+class ReportDiff:
+    old: Path
+    new: Path
+    config_changed: dict
+    lists: dict[str, list[dict]]
+    counts: dict
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"config_changed": self.config_changed, **self.lists, "counts": self.counts}
+
+
+def _config_change(old: dict, new: dict) -> dict:
+    co, cn = old.get("config") or {}, new.get("config") or {}
+    params = {k: {"old": co.get(k), "new": cn.get(k)}
+              for k in sorted(set(co) | set(cn)) if co.get(k) != cn.get(k)}
+    out = {"changed": (old.get("config_fingerprint") != new.get("config_fingerprint")
+                       or old.get("algorithm_version") != new.get("algorithm_version")
+                       or bool(params))}
+    for name in ("config_fingerprint", "algorithm_version", "tool_version"):
+        out[name] = {"old": old.get(name), "new": new.get(name)}
+    out["parameters"] = params
+    return out
+
+
+def _history_only(report: Path) -> tuple[int, set[tuple[str, str, str]]]:
+    n = 0
+    pairs = set()
+    for r in _iter_jsonl(report, "relations.jsonl"):
+        n += 1
+        if r["history_only"]:
+            s = r["sample"]
+            pairs.add((s["package_id"], s["sample_id"], r["match"]["content_id"]))
+    return n, pairs
+
+
+def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | None = None,
+                 new_domains: Domains | None = None) -> ReportDiff:
+    old, new = Path(old), Path(new)
+    mo, mn = load_manifest(old), load_manifest(new)
+    dom_o = report_domains(old, mo) if old_domains is None else old_domains
+    if new_domains is None:
+        # the same packages (id and manifest sha256) give the same domains: read them once
+        same = {(i["package_id"], i["manifest_sha256"], i["path"]) for i in mn["inputs"]} <= \
+            {(i["package_id"], i["manifest_sha256"], i["path"]) for i in mo["inputs"]}
+        new_domains = dom_o if same and old_domains is None else report_domains(new, mn)
+    dom_n = new_domains
+    counts_o, counts_n = ReportCounts(), ReportCounts()
+    change: dict[str, dict[object, dict[str, int]]] = {
+        g: defaultdict(lambda: dict.fromkeys(LISTS, 0)) for g in ("split", "domain", "package")}
+    lists: dict[str, list[dict]] = {name: [] for name in LISTS}
+
+    def tally(name: str, key: Key, split: str, domain: str | None) -> None:
+        for group, value in (("split", split), ("domain", domain), ("package", key[0])):
+            change[group][value][name] += 1
+
+    before: dict[Key, _Old] = {}
+    for d in iter_decisions(old):
+        key = (d["package_id"], d["sample_id"])
+        before[key] = _Old(d["split"], d["decision"], d["reason"], _kept(d))
+        counts_o.add(d, dom_o.of(key))
+    for d in iter_decisions(new):
+        key = (d["package_id"], d["sample_id"])
+        domain = dom_n.of(key)
+        counts_n.add(d, domain)
+        was = before.pop(key, None)
+        item = {"package_id": key[0], "sample_id": key[1], "split": d["split"]}
+        if was is None:
+            lists["only_new"].append({**item, "decision": d["decision"], "reason": d["reason"]})
+            tally("only_new", key, d["split"], domain)
+            continue
+        now = _Old(d["split"], d["decision"], d["reason"], _kept(d))
+        if was.decision == "keep" and now.decision == "exclude":
+            name = "newly_excluded"
+        elif was.decision == "exclude" and now.decision == "keep":
+            name = "newly_kept"
+        elif now.decision == "exclude" and (was.kept, was.reason) != (now.kept, now.reason):
+            name = "changed_kept"
+        else:
+            continue
+        lists[name].append({**item,
+                            "old": {"decision": was.decision, "reason": was.reason,
+                                    "kept": _ref(was.kept)},
+                            "new": {"decision": now.decision, "reason": now.reason,
+                                    "kept": _ref(now.kept)}})
+        tally(name, key, d["split"], domain)
+    for key, was in before.items():  # in the old report's order
+        lists["only_old"].append({"package_id": key[0], "sample_id": key[1], "split": was.split,
+                                  "decision": was.decision, "reason": was.reason})
+        tally("only_old", key, was.split, dom_o.of(key))
+
+    rel_o, hist_o = _history_only(old)
+    rel_n, hist_n = _history_only(new)
+    counts = {
+        "total": {"old": counts_o.total.to_json(), "new": counts_n.total.to_json(),
+                  **{name: len(lists[name]) for name in LISTS}},
+        "by_split": _rows("split", counts_o.by_split, counts_n.by_split, change["split"]),
+        "by_domain": _rows("domain", counts_o.by_domain, counts_n.by_domain, change["domain"]),
+        "by_package": _rows("package", counts_o.by_package, counts_n.by_package,
+                            change["package"]),
+        "relations": {"old": rel_o, "new": rel_n, "history_only_old": len(hist_o),
+                      "history_only_new": len(hist_n),
+                      "new_history_only": len(hist_n - hist_o)},
+        "domains_unknown_for": sorted({p.package_id for p in (*dom_o.missing, *dom_n.missing)}),
+    }
+    notes = [p.problem for p in (*dom_o.missing, *dom_n.missing) if p.problem]
+    notes = list(dict.fromkeys(notes))
+    if notes:
+        notes.append("samples of these packages are counted with domain null")
+    return ReportDiff(old, new, _config_change(mo, mn), lists, counts, notes)
+
+
+def _rows(group: str, old: dict, new: dict, change: dict) -> list[dict]:
+    names = sorted(set(old) | set(new), key=lambda n: (n is None, n or ""))
+    return [{group: n, "old": old.get(n, Tally()).to_json(), "new": new.get(n, Tally()).to_json(),
+             **{k: change.get(n, {}).get(k, 0) for k in LISTS}} for n in names]

@@ -1,0 +1,248 @@
+"""`report explain`: why one sample of a frozen report was kept or excluded, and by what.
+
+Everything about the decision comes from the report itself, streamed (never loaded whole):
+
+1. ``relations.jsonl``: every verified pair the sample takes part in. A pair is listed once,
+   from the later sample's side, so the sample appears either as ``sample`` (it matched an
+   earlier content: ``listed_as = "sample"``) or as ``match`` (a later sample matched it:
+   ``listed_as = "match"``); history-only pairs have no partner in the pool and name the
+   partner content's sources (``match_sources``);
+2. ``decisions.jsonl`` with ``origins.jsonl`` (aligned line by line), once: the sample's
+   decision, reason, kept partner and Jaccard, the partners' decisions and shard lines, and
+   every sample whose ``kept`` names it (``excluded_because_of_it``);
+3. only with domain-specific guard units and a guard-blocked pair: the pool samples of the
+   pair's contents, whose domains select the units.
+
+Texts come from the input packages (`sources`): the guard sequences of both sides of every
+guard-blocked pair, recomputed with the report's own config (`guard.guard_for`), and a
+character diff of the normalized texts of the sample and its *diff partner*: the kept
+sample it lost to; for a kept sample the first guard-blocked pool partner, else its first
+pool partner, else the first sample it excluded. A history-only partner has no text outside
+the index, so it gets no sequences and no diff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from near_dedup_core.audit.sources import (Key, SampleText, locate, read_samples,
+                                           report_inputs)
+from near_dedup_core.audit.textdiff import changed_spans
+from near_dedup_core.config import NearDedupConfig, validate_model
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.guard import guard_for
+from near_dedup_core.report import _iter_jsonl, iter_decisions, load_manifest
+
+#: Most samples sharing a content whose domains are read for domain-specific guard units.
+MAX_DOMAIN_SAMPLES = 1_000
+
+
+@dataclass
+class Explanation:
+    """The result of `explain_sample`; `to_json` gives the documented JSON object and
+    ``notes`` the one-line remarks about what could not be shown."""
+
+    sample: dict
+    decision: str
+    reason: str
+    kept: dict | None
+    jaccard: float | None
+    relations: list[dict]
+    guard: list[dict]
+    excluded_because_of_it: list[dict]
+    diff: list[dict]
+    diff_partner: dict | None = None
+    texts: dict[str, str] = field(default_factory=dict)  # "sample"/"partner" → normalized
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"sample": self.sample, "decision": self.decision, "reason": self.reason,
+                "kept": self.kept, "jaccard": self.jaccard, "relations": self.relations,
+                "guard": self.guard, "excluded_because_of_it": self.excluded_because_of_it,
+                "diff": self.diff}
+
+
+def _key(ref: dict | None) -> Key | None:
+    if not ref or ref.get("package_id") is None:
+        return None
+    return (ref["package_id"], ref["sample_id"])
+
+
+def _rows(report: Path) -> Iterator[tuple[dict, dict]]:
+    """(decision, origin) pairs, line by line."""
+    return zip(iter_decisions(report), _iter_jsonl(report, "origins.jsonl"), strict=False)
+
+
+def _find_rows(report: Path, keys: set[Key]) -> dict[Key, tuple[dict, dict]]:
+    return {k: (d, o) for d, o in _rows(report)
+            if (k := (d["package_id"], d["sample_id"])) in keys}
+
+
+def _sample_record(d: dict, o: dict, text: SampleText | None) -> dict:
+    return {"package_id": d["package_id"], "sample_id": d["sample_id"], "split": d["split"],
+            "scope": d.get("scope"), "content_id": d.get("content_id"),
+            "text_sha256": d.get("text_sha256"), "decision": d["decision"],
+            "reason": d["reason"], "file": o.get("file"), "line": o.get("line"),
+            "source": o.get("source"), "domain": text.domain if text else None,
+            "text_available": text is not None}
+
+
+def _first_difference(a: tuple, b: tuple) -> int | None:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            return i
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Explanation:
+    """Explain one sample's decision from the report and its input packages (no index)."""
+    report = Path(report)
+    manifest = load_manifest(report)
+    config = validate_model(NearDedupConfig, manifest.get("config") or {},
+                            f"report {report}: manifest.json config")
+    inputs = report_inputs(manifest)
+    if package_id not in inputs:
+        raise NearDedupError(f"report {report}: no input package {package_id!r} (inputs: "
+                             f"{', '.join(sorted(inputs)) or 'none'})")
+    key = (package_id, sample_id)
+
+    # pass 1: its relations (a pair is listed once, from the later sample's side)
+    fields = ("kind", "jaccard", "history_only", "blocked_by", "match_sources")
+    relations: list[dict] = []
+    for r in _iter_jsonl(report, "relations.jsonl"):
+        if _key(r["sample"]) == key:
+            relations.append({"listed_as": "sample", "partner": dict(r["match"]),
+                              **{k: r[k] for k in fields}})
+        elif _key(r["match"]) == key:
+            relations.append({"listed_as": "match", "partner": {"content_id": None,
+                                                                **r["sample"]},
+                              **{k: r[k] for k in fields}})
+
+    # pass 2: the sample, its partners, and the samples it excluded
+    partners = {k for k in (_key(r["partner"]) for r in relations) if k is not None}
+    target: tuple[dict, dict] | None = None
+    excluded: list[dict] = []
+    found: dict[Key, tuple[dict, dict]] = {}
+    for d, o in _rows(report):
+        k = (d["package_id"], d["sample_id"])
+        if k == key:
+            target = (d, o)
+        elif _key(d.get("kept")) == key:
+            excluded.append({"package_id": d["package_id"], "sample_id": d["sample_id"],
+                             "split": d["split"], "reason": d["reason"],
+                             "jaccard": d["jaccard"]})
+        if k in partners:
+            found[k] = (d, o)
+    if target is None:
+        raise NearDedupError(f"report {report}: package {package_id} has no sample "
+                             f"{sample_id!r} in this report")
+    dec, origin = target
+    found[key] = target
+    kept_key = _key(dec.get("kept"))
+    if kept_key is not None and kept_key not in found:  # the kept sample is always a partner
+        found.update(_find_rows(report, {kept_key}))
+
+    for r in relations:
+        pk = _key(r["partner"])
+        row = found.get(pk) if pk is not None else None
+        if r["listed_as"] == "match" and row is not None:
+            r["partner"]["content_id"] = row[0]["content_id"]
+        r["partner_decision"] = row[0]["decision"] if row is not None else None
+
+    # pass 3, only with domain-specific guard units: the pool samples of the blocked pairs'
+    # contents, whose domains choose the units (as in the scan)
+    blocked_contents = {dec["content_id"]} | {r["partner"]["content_id"] for r in relations
+                                              if r["blocked_by"] and r["partner"]["content_id"]}
+    same_content: dict[str, list[Key]] = {}
+    if config.extra_units and any(r["blocked_by"] for r in relations):
+        for d, _ in _rows(report):
+            if d["content_id"] in blocked_contents:
+                bucket = same_content.setdefault(d["content_id"], [])
+                if len(bucket) < MAX_DOMAIN_SAMPLES:
+                    bucket.append((d["package_id"], d["sample_id"]))
+
+    diff_key = _diff_partner(kept_key, relations, excluded)
+
+    # texts: the sample, the diff partner, guard-blocked pool partners, domain samples
+    need: set[Key] = {key} | ({diff_key} if diff_key else set()) | {
+        pk for r in relations if r["blocked_by"] and (pk := _key(r["partner"])) is not None}
+    domain_keys = {k for keys in same_content.values() for k in keys}
+    origins = {k: found[k][1] for k in need if k in found}
+    origins.update(locate(report, domain_keys - set(origins)) if domain_keys else {})
+    texts = read_samples(report, inputs, origins)
+
+    notes = [p.problem for p in inputs.values() if p.problem
+             and (p.package_id in {k[0] for k in need})]
+    guard_rows = []
+    for r in relations:
+        if not r["blocked_by"]:
+            continue
+        pk = _key(r["partner"])
+        domains = frozenset(
+            t.domain for c in (dec["content_id"], r["partner"]["content_id"])
+            for k in same_content.get(c, []) if (t := texts.get(k)) and t.domain)
+        guard = guard_for(config, domains)
+        guard_rows.append(_guard_row(r, guard, texts.get(key), texts.get(pk) if pk else None))
+
+    sample = _sample_record(dec, origin, texts.get(key))
+    kept = None
+    if kept_key is not None:
+        kd, ko = found.get(kept_key, ({"package_id": kept_key[0], "sample_id": kept_key[1],
+                                       "split": None, "decision": None, "reason": None}, {}))
+        kept = _sample_record(kd, ko, texts.get(kept_key))  # the diff partner: text read
+    spans: list[dict] = []
+    partner_ref = None
+    shown: dict[str, str] = {}
+    if diff_key is not None:
+        partner_ref = {"package_id": diff_key[0], "sample_id": diff_key[1]}
+        a, b = texts.get(diff_key), texts.get(key)
+        if a is not None and b is not None:
+            spans = [s.to_json() for s in changed_spans(a.normalized, b.normalized)]
+            shown = {"partner": a.normalized, "sample": b.normalized}
+        else:
+            notes.append(f"no text diff: the text of "
+                         f"{'this sample' if b is None else f'{diff_key[0]}/{diff_key[1]}'} "
+                         f"is not available")
+    if any(r["history_only"] for r in relations):
+        notes.append("history-only partners are not among the report's inputs: their texts "
+                     "(and guard sequences) are only in the index")
+    return Explanation(sample=sample, decision=dec["decision"], reason=dec["reason"],
+                       kept=kept, jaccard=dec.get("jaccard"), relations=relations,
+                       guard=guard_rows, excluded_because_of_it=excluded, diff=spans,
+                       diff_partner=partner_ref, texts=shown, notes=notes)
+
+
+def _diff_partner(kept: Key | None, relations: list[dict], excluded: list[dict]) -> Key | None:
+    if kept is not None:
+        return kept
+    pool = [r for r in relations if not r["history_only"] and _key(r["partner"])]
+    for rows in ([r for r in pool if r["blocked_by"]], pool):
+        if rows:
+            return _key(rows[0]["partner"])
+    if excluded:
+        return (excluded[0]["package_id"], excluded[0]["sample_id"])
+    return None
+
+
+def _guard_row(rel: dict, guard, mine: SampleText | None, theirs: SampleText | None) -> dict:
+    """Both sides' number and unit sequences of a guard-blocked relation, and the first index
+    where each differs (None: equal, or a side is unavailable)."""
+
+    def seqs(t: SampleText | None) -> dict | None:
+        if t is None:
+            return None
+        numbers, units = guard.sequences(t.normalized)
+        return {"numbers": list(numbers), "units": list(units)}
+
+    a, b = seqs(mine), seqs(theirs)
+    differ: dict[str, int | None] = {"numbers": None, "units": None}
+    if a is not None and b is not None:
+        differ = {n: _first_difference(tuple(a[n]), tuple(b[n])) for n in differ}
+    return {"partner": rel["partner"], "history_only": rel["history_only"],
+            "blocked_by": rel["blocked_by"], "jaccard": rel["jaccard"],
+            "sequences": {"sample": a, "partner": b}, "numbers_differ_at": differ["numbers"],
+            "units_differ_at": differ["units"],
+            "recomputed_blocked_by": guard.blocked_by(mine.normalized, theirs.normalized)
+            if mine is not None and theirs is not None else None}

@@ -1,0 +1,247 @@
+"""What the audit tools read besides a report's own files: its input packages.
+
+A frozen report names its input packages (``inputs[].path`` and ``manifest_sha256``) and, in
+``origins.jsonl``, the shard file and line of every sample. That is enough to re-read any
+sample's text without the index: open the package, read that one line, follow a ``ref`` to
+the referenced package's sample (whose file and line are in ``origins.jsonl`` too, since a
+``depends_on`` package is always among the inputs), take the compared text and normalize it.
+
+A package that is no longer at its path, or whose manifest changed since the report was
+frozen, is *unavailable*: its texts and domains are not read (a changed package could hold
+other text under the same ids), and the tools say so in one note per package instead of
+failing, because everything in the report itself is still valid.
+
+Reading is streaming: shards are read line by line, only the requested lines are parsed.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from near_dedup_core.compare import compared_text
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.normalize import normalize
+from near_dedup_core.package import load_package
+from near_dedup_core.report import _iter_jsonl
+
+Key = tuple[str, str]  # (package_id, sample_id)
+#: Longest chain of refs followed (a ref may point at a sample that is itself a ref).
+MAX_REF_DEPTH = 16
+
+
+@dataclass(frozen=True)
+class InputPackage:
+    """One input of a report; ``problem`` is the one-line note when it cannot be read."""
+
+    package_id: str
+    kind: str
+    path: Path
+    manifest_sha256: str
+    problem: str | None
+    depends_on: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+
+    @property
+    def available(self) -> bool:
+        return self.problem is None
+
+
+@dataclass(frozen=True)
+class SampleText:
+    """A sample's compared text as read from its package (``text`` before normalization)."""
+
+    key: Key
+    file: str
+    line: int
+    text: str
+    normalized: str
+    domain: str | None
+
+
+def report_inputs(manifest: dict) -> dict[str, InputPackage]:
+    """The report's input packages by id, each checked against the manifest sha256 the report
+    recorded (a cheap check: manifest bytes and file sizes, no data read)."""
+    out: dict[str, InputPackage] = {}
+    for item in manifest.get("inputs", []):
+        pid, path, sha = item["package_id"], Path(item["path"]), item["manifest_sha256"]
+        problem = None
+        depends: tuple[str, ...] = ()
+        files: tuple[str, ...] = ()
+        try:
+            pkg = load_package(path)
+        except NearDedupError as exc:
+            problem = f"package {pid} is no longer readable at {path} ({exc}); its texts are " \
+                      f"not shown"
+        else:
+            if pkg.package_id != pid or pkg.manifest_sha256 != sha:
+                problem = (f"package {pid} at {path} has changed since the report was frozen "
+                           f"(manifest sha256 {pkg.manifest_sha256[:12]}…, the report recorded "
+                           f"{sha[:12]}…); its texts are not shown")
+            else:
+                depends = tuple(pkg.depends_on)
+                files = tuple(entry.path for entry in pkg.files)
+        out[pid] = InputPackage(pid, item.get("kind", "cpt"), path, sha, problem, depends, files)
+    return out
+
+
+def _shard_lines(path: Path) -> Iterator[bytes]:
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rb") as fh:
+            yield from fh
+    else:
+        with open(path, "rb") as fh:
+            yield from fh
+
+
+def _read_lines(pkg: InputPackage, file: str, lines: set[int]) -> dict[int, dict]:
+    """The parsed records at these 1-based line numbers of one shard."""
+    out: dict[int, dict] = {}
+    last = max(lines)
+    try:
+        for n, raw in enumerate(_shard_lines(pkg.path / file), 1):
+            if n in lines:
+                out[n] = orjson.loads(raw)
+            if n >= last:
+                break
+    except (OSError, EOFError, orjson.JSONDecodeError) as exc:
+        raise NearDedupError(f"package {pkg.package_id}, {file}: cannot read ({exc})") from None
+    return out
+
+
+def locate(report: Path, keys: Iterable[Key]) -> dict[Key, dict]:
+    """origins.jsonl rows (package_id, sample_id, split, file, line, source) of these samples:
+    one streamed pass over the file."""
+    wanted = set(keys)
+    found: dict[Key, dict] = {}
+    if not wanted:
+        return found
+    for row in _iter_jsonl(report, "origins.jsonl"):
+        key = (row["package_id"], row["sample_id"])
+        if key in wanted:
+            found[key] = row
+            if len(found) == len(wanted):
+                break
+    return found
+
+
+def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Key, dict]
+                 ) -> dict[Key, SampleText]:
+    """Compared texts of the located samples whose packages are available; refs are followed
+    through the referenced packages (located in ``origins.jsonl``). Samples of unavailable
+    packages, or whose ref chain leads into one, are left out."""
+    records: dict[Key, dict] = {}
+    where: dict[Key, tuple[str, int]] = {}
+    todo = {k: o for k, o in origins.items()}
+    for _ in range(MAX_REF_DEPTH):
+        by_file: dict[tuple[str, str], dict[int, Key]] = defaultdict(dict)
+        for key, o in todo.items():
+            pkg = inputs.get(key[0])
+            if pkg is not None and pkg.available and key not in records:
+                by_file[(key[0], o["file"])][o["line"]] = key
+                where[key] = (o["file"], o["line"])
+        for (pid, file), line_keys in sorted(by_file.items()):
+            for n, data in _read_lines(inputs[pid], file, set(line_keys)).items():
+                records[line_keys[n]] = data
+        targets = set()
+        for data in records.values():
+            ref = data.get("ref")
+            if isinstance(ref, dict):
+                target = _ref_key(ref)
+                if target not in records:
+                    targets.add(target)
+        if not targets:
+            break
+        todo = locate(report, targets)
+    out: dict[Key, SampleText] = {}
+    for key in origins:
+        resolved = _resolve(key, records)
+        if resolved is None:
+            continue
+        data, domain = resolved
+        kind = inputs[key[0]].kind
+        text = compared_text(kind, data)
+        file, line = where[key]
+        out[key] = SampleText(key, file, line, text, normalize(text), domain)
+    return out
+
+
+def _ref_key(ref: dict) -> Key:
+    """The (package_id, sample_id) a record's ``ref`` points at."""
+    return (str(ref.get("package_id")), str(ref.get("id")))
+
+
+def _resolve(key: Key, records: dict[Key, dict]) -> tuple[dict, str | None] | None:
+    """(content record, domain) of a sample: a ref takes its target's content and, when it
+    has no domain of its own, its target's domain."""
+    data = records.get(key)
+    domain = None
+    for _ in range(MAX_REF_DEPTH):
+        if data is None:
+            return None
+        if domain is None and data.get("domain") is not None:
+            domain = str(data["domain"])
+        ref = data.get("ref")
+        if not isinstance(ref, dict):
+            return data, domain
+        data = records.get(_ref_key(ref))
+    return None
+
+
+@dataclass
+class Domains:
+    """Domain of every sample of a report's available packages; ``missing`` lists the
+    unavailable packages, whose samples count with domain None."""
+
+    by_sample: dict[Key, str | None]
+    missing: list[InputPackage]
+
+    def of(self, key: Key) -> str | None:
+        return self.by_sample.get(key)
+
+
+def sample_domains(inputs: dict[str, InputPackage]) -> Domains:
+    """One pass over every shard of the available packages (dependency order, so that a ref
+    without its own domain takes its target's)."""
+    available = [p for p in inputs.values() if p.available]
+    missing = [p for p in inputs.values() if not p.available]
+    domains: dict[Key, str | None] = {}
+    interned: dict[str, str] = {}
+    for pkg in _in_dependency_order(available):
+        for file in pkg.files:
+            try:
+                for raw in _shard_lines(pkg.path / file):
+                    data = orjson.loads(raw)
+                    domain = data.get("domain")
+                    ref = data.get("ref")
+                    if domain is None and isinstance(ref, dict):
+                        domain = domains.get(_ref_key(ref))
+                    if domain is not None:
+                        domain = interned.setdefault(str(domain), str(domain))
+                    domains[(pkg.package_id, data["id"])] = domain
+            except (OSError, EOFError, orjson.JSONDecodeError, KeyError) as exc:
+                raise NearDedupError(f"package {pkg.package_id}, {file}: cannot read "
+                                     f"({exc})") from None
+    return Domains(domains, missing)
+
+
+def _in_dependency_order(packages: list[InputPackage]) -> list[InputPackage]:
+    """Each package after the ones it depends on (among these); otherwise in input order."""
+    ids = {p.package_id for p in packages}
+    order: list[InputPackage] = []
+    done: set[str] = set()
+    pending = list(packages)
+    while pending:
+        ready = [p for p in pending if all(d in done or d not in ids for d in p.depends_on)]
+        if not ready:  # a cycle cannot pass package validation; keep the input order
+            ready = pending[:1]
+        for p in ready:
+            order.append(p)
+            done.add(p.package_id)
+        pending = [p for p in pending if p.package_id not in done]
+    return order

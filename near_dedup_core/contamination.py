@@ -1,0 +1,881 @@
+"""`contamination`: which training samples contain evaluation items, exactly, in a frozen report.
+
+Containment. For an evaluation item ``I`` and a training sample ``D``,
+``C(I, D) = |S(I) ∩ S(D)| / |S(I)|`` over the hashed character-shingle sets of dedup
+(`normalize.normalize`, then `signature`'s 64-bit shingle hashes with the config's
+``shingle_size`` and ``seed``). Containment, not Jaccard: a question pasted into a long web
+page has a tiny Jaccard with the page but containment near 1. ``D`` is contaminated by ``I``
+when ``C(I, D) ≥ contamination_threshold``; every reported pair is computed exactly on the
+full sets (no estimated or probabilistic-only flags). Items whose normalized text is shorter
+than ``contamination_min_chars`` are skipped and counted (a two-word answer is contained in
+everything).
+
+Compared texts. Evaluation sets are ordinary snapshot packages, of either kind; every record
+of every split is an item. The pool is all cpt or all sft, as for every command. Comparison
+crosses isolation scopes on purpose (an eval set may come with another tokenizer, and a
+leaked question is leaked whatever the task): a cpt item is its ``text``; an sft item is
+the compared QA text of dedup (``role: content`` lines) against an sft pool, and its message
+contents alone (one per line) against a cpt pool, whose web text carries no role labels.
+A training sample is its dedup compared text. Refs are resolved as everywhere.
+
+Candidates, with exact recall (prefix filter, as in set-similarity joins: Chaudhuri et al.
+2006, Bayardo et al. 2007). For an item of ``n`` shingles let ``c = ⌈t·n⌉`` be the least
+overlap at or above the threshold (the least ``h`` with ``h/n ≥ t``, in floating point as
+verified). Order the item's shingles by their document frequency among all eval items
+(rarest first, ties by hash value) and take the first ``p = n − c + r`` as *anchors*
+(``r = EXTRA_HITS = 16``). A sample holding ``≥ c`` of the item's shingles misses at most
+``n − c`` of them, so it holds at least ``p − (n − c) = r`` anchors: requiring ``r`` anchor
+hits loses no pair, whatever the text — no probability involved. An item with ``p ≥ n``
+uses all its shingles and needs exactly ``c``. The rarity order keeps common 5-grams
+(" the ", "tion ") out of the anchors: a long English document holds 30–40 % of any English
+item's shingles by chance, and anchoring on those would make nearly every long document a
+candidate. On 2,000 items against 4,000 pool documents (bench/contamination.py) ``r = 1``
+(the classic prefix filter) gave 1.05 million candidates, ``r = 16`` 356, and 128 random
+anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe cost.
+
+Work. One table maps every distinct anchor hash to the items it anchors. Training records
+are streamed once (validated, refs resolved, ``max_chars`` checked) and cut into chunks; a
+process pool normalizes and hashes each chunk, probes every shingle window against the
+anchor table in a compiled kernel (each anchor counted once per sample), and verifies each
+candidate exactly by merging the item's set with the sample's sorted set. Results do not
+depend on the number of workers. Cost: every training text is hashed once, and each anchor
+found in it adds a hit to every item it anchors, so the work grows with the number of items
+(docs/benchmarks.md: 2,000 items take about as long as the dedup scan of the same 100k
+pool, 10,000 items 2.5 times as long).
+
+Matched span. ``[start, end)`` in the training sample's *normalized* compared text: among
+the windows whose shingle hashes belong to the item's set, the run of item-length
+(``len(normalized item)`` code points) holding the most matched windows (earliest on ties),
+from its first matched window to the end of its last matched shingle, widened to whole
+words. ``numbers_differ`` compares the number sequences of the normalized item and of that
+span (`guard.Guard.sequences`, built-in units); the numeric guard does not exempt a pair:
+an item with one changed number is still a leaked item.
+
+Report folder (atomic, canonical JSON lines, deterministic bytes):
+
+- ``contamination.jsonl``: one line per contaminated pair, ordered by eval package (as
+  given), eval record, training package (as given), training record: ``eval`` and
+  ``training`` sample references (package, sample id, split, file, line; training also
+  domain), ``containment``, ``item_shingles``, ``common_shingles``, ``span``
+  ``{start, end}``, ``numbers_differ``;
+- ``summary.json``: per eval package: items, checked, skipped as too short, leaked, training
+  samples affected, and the same per training (domain, split);
+- ``manifest.json``: format ``near-dedup-contamination``, versions, config, the candidate
+  filter (anchors, candidates verified), evals and inputs (id, kind, manifest sha256,
+  records, path), counts;
+- ``checksums.sha256``.
+
+`verify_contamination` (``near-dedup report verify``) checks checksums, every line's fields,
+containment = common/item shingles ≥ threshold, references against the manifest, and
+recomputes the summary and the manifest counts from ``contamination.jsonl``.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import shutil
+from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from near_dedup_core import ALGORITHM_VERSION, __version__
+from near_dedup_core.compare import compared_text
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.fsutil import (atomic_dir, is_within, iter_json_objects, read_json_object,
+                                    sha256_file, verify_checksums, write_checksums, write_json,
+                                    write_jsonl)
+from near_dedup_core.guard import guard_for
+from near_dedup_core.normalize import normalize
+from near_dedup_core.package import Package, Record, load_package, open_packages, stream_records
+from near_dedup_core.progress import Progress
+from near_dedup_core.signature import (MinHasher, _intersection_size, _shingle_hashes,
+                                       _sorted_unique, code_points)
+
+FORMAT = "near-dedup-contamination"
+FORMAT_VERSION = 1
+FILES = ("contamination.jsonl", "summary.json")
+EXTRA_HITS = 16
+CHUNK_RECORDS = 2_000
+CHUNK_CHARS = 8_000_000
+LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
+               "numbers_differ")
+
+
+# --------------------------------------------------------------------------- prefix filter
+
+
+def least_overlap(n: int, threshold: float) -> int:
+    """The least h with h / n ≥ threshold (the same float comparison as verification)."""
+    for h in range(max(int(math.floor(threshold * n)) - 1, 0), n + 1):
+        if h / n >= threshold:
+            return max(h, 1)
+    return n
+
+
+def prefix_plan(n: int, threshold: float, extra: int = EXTRA_HITS) -> tuple[int, int]:
+    """(anchors p, hits needed) of an item of n shingles: p = n − c + extra anchors of which
+    ``extra`` must be present, or all n shingles and c hits when that is not fewer."""
+    c = least_overlap(n, threshold)
+    p = n - c + extra
+    return (p, extra) if p < n else (n, c)
+
+
+# --------------------------------------------------------------------------- kernels
+
+
+@numba.njit(cache=True, nogil=True)
+def _build_table(keys, size):
+    """Open-addressing table of the distinct uint64 ``keys``: slot → index into keys, −1
+    empty; ``size`` is a power of two larger than len(keys)."""
+    mask = np.uint64(size - 1)
+    vals = np.full(size, -1, dtype=np.int64)
+    table = np.zeros(size, dtype=np.uint64)
+    for a in range(keys.shape[0]):
+        slot = np.int64(keys[a] & mask)
+        while vals[slot] != -1:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = keys[a]
+        vals[slot] = a
+    return table, vals
+
+
+@numba.njit(cache=True, nogil=True)
+def _densest_run(by_hash, order, item_set, width, k, pos):
+    """[start, end) over the windows whose hash belongs to item_set: the run of ``width``
+    code points holding the most of them (earliest on ties), from its first window to the
+    end of its last shingle (end unclipped). ``by_hash`` are the window hashes sorted,
+    ``order`` their window positions; one merge with item_set finds the matched windows."""
+    n = 0
+    x = 0
+    y = 0
+    while x < item_set.shape[0] and y < by_hash.shape[0]:
+        if item_set[x] < by_hash[y]:
+            x += 1
+        elif item_set[x] > by_hash[y]:
+            y += 1
+        else:
+            pos[n] = order[y]
+            n += 1
+            y += 1
+    if n == 0:
+        return 0, 0
+    matched = np.sort(pos[:n])
+    best = 0
+    best_count = 0
+    b = 0
+    for a in range(n):
+        while b < n and matched[b] < matched[a] + width:
+            b += 1
+        if b - a > best_count:
+            best_count = b - a
+            best = a
+    return matched[best], matched[best + best_count - 1] + k
+
+
+@numba.njit(cache=True, nogil=True)
+def _probe_batch(cps, offsets, k, seed, table, vals, anchor_start, anchor_items, need,
+                 item_flat, item_start, item_chars, threshold):
+    """For each text of the batch: items whose anchors it holds at least ``need`` times,
+    verified by exact containment, with the matched span (`_densest_run`). Returns
+    ([(text, item, common, start, end)], candidates)."""
+    n_items = need.shape[0]
+    longest = 1
+    for i in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    hashes = np.empty(longest, dtype=np.uint64)
+    sorted_set = np.empty(longest, dtype=np.uint64)
+    buf = np.empty(longest, dtype=np.uint64)
+    bucket_counts = np.empty(2 * longest + 2, dtype=np.int64)
+    anchor_seen = np.full(anchor_start.shape[0] - 1, -1, dtype=np.int64)
+    item_seen = np.full(n_items, -1, dtype=np.int64)
+    hits_of = np.zeros(n_items, dtype=np.int64)
+    touched = np.empty(n_items, dtype=np.int64)
+    pos = np.empty(longest, dtype=np.int64)
+    mask = np.uint64(table.shape[0] - 1)
+    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
+           for _ in range(0)]
+    candidates = 0
+    for i in range(offsets.shape[0] - 1):
+        m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
+        nt = 0
+        for j in range(m):
+            h = hashes[j]
+            slot = np.int64(h & mask)
+            while vals[slot] != -1:
+                if table[slot] == h:
+                    a = vals[slot]
+                    if anchor_seen[a] != i:
+                        anchor_seen[a] = i
+                        for x in range(anchor_start[a], anchor_start[a + 1]):
+                            it = anchor_items[x]
+                            if item_seen[it] != i:
+                                item_seen[it] = i
+                                hits_of[it] = 0
+                                touched[nt] = it
+                                nt += 1
+                            hits_of[it] += 1
+                    break
+                slot = (slot + 1) & (table.shape[0] - 1)
+        have_set = False
+        u = 0
+        have_order = False
+        order = np.empty(0, dtype=np.int64)
+        by_hash = np.empty(0, dtype=np.uint64)
+        for t in range(nt):
+            it = touched[t]
+            if hits_of[it] < need[it]:
+                continue
+            candidates += 1
+            if not have_set:
+                sorted_set[:m] = hashes[:m]
+                u = _sorted_unique(sorted_set, m, buf, bucket_counts)
+                have_set = True
+            size = item_start[it + 1] - item_start[it]
+            item_set = item_flat[item_start[it]:item_start[it + 1]]
+            common = _intersection_size(item_set, sorted_set[:u])
+            if common / size >= threshold:
+                if not have_order:
+                    have_order = True
+                    order = np.argsort(hashes[:m], kind="mergesort")
+                    by_hash = hashes[:m][order]
+                start, end = _densest_run(by_hash, order, item_set, max(item_chars[it], 1), k,
+                                          pos)
+                end = min(end, offsets[i + 1] - offsets[i])
+                out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
+                            np.int64(end)))
+    return out, candidates
+
+
+def containment(item_set: np.ndarray, sample_set: np.ndarray) -> float:
+    """|item ∩ sample| / |item| of two sorted, duplicate-free uint64 shingle sets."""
+    return _intersection_size(item_set, sample_set) / item_set.shape[0]
+
+
+def window_hashes(text: str, hasher: MinHasher) -> np.ndarray:
+    """The shingle hash of every window of a normalized text, by start position."""
+    cps, offsets = code_points([text])
+    out = np.empty(max(len(text), 1), dtype=np.uint64)
+    m = _shingle_hashes(cps, 0, int(offsets[-1]), hasher.shingle_size, hasher.shingle_seed, out)
+    return out[:m]
+
+
+def matched_span(text: str, item_set: np.ndarray, item_chars: int,
+                 hasher: MinHasher) -> tuple[int, int]:
+    """[start, end) of the densest item-length run of matched windows (module docstring),
+    widened to whole words."""
+    windows = window_hashes(text, hasher)
+    order = np.argsort(windows, kind="stable")
+    start, end = _densest_run(windows[order], order, item_set, max(item_chars, 1),
+                              hasher.shingle_size, np.empty(len(windows), dtype=np.int64))
+    return widen(text, int(start), min(int(end), len(text)))
+
+
+def widen(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) extended to whole words (no alphanumeric character cut in two)."""
+    while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+        start -= 1
+    while 0 < end < len(text) and text[end].isalnum() and text[end - 1].isalnum():
+        end += 1
+    return start, end
+
+
+# --------------------------------------------------------------------------- workers
+
+
+class ProbeState(NamedTuple):
+    """Everything a worker needs to check training texts against all items."""
+
+    seed: int
+    shingle_size: int
+    threshold: float
+    config_json: str
+    table: np.ndarray
+    vals: np.ndarray
+    anchor_start: np.ndarray
+    anchor_items: np.ndarray
+    need: np.ndarray
+    item_flat: np.ndarray
+    item_start: np.ndarray
+    item_chars: np.ndarray
+    item_numbers: list[tuple[str, ...]]
+
+
+class Hit(NamedTuple):
+    """A verified pair: ``sample`` indexes the chunk, ``item`` the eval items."""
+
+    sample: int
+    item: int
+    common: int
+    start: int
+    end: int
+    numbers_differ: bool
+
+
+class ChunkResult(NamedTuple):
+    hits: list[Hit]
+    candidates: int
+
+
+_STATE: ProbeState | None = None
+
+
+def _init_worker(state: ProbeState) -> None:
+    global _STATE
+    _STATE = state
+
+
+def probe_chunk(texts: list[str]) -> ChunkResult:
+    """Normalize, hash and probe one chunk of raw training texts (runs in a worker)."""
+    st = _STATE
+    assert st is not None, "worker not initialized"
+    norms = [normalize(t) for t in texts]
+    hasher = MinHasher(1, st.seed, st.shingle_size)
+    cps, offsets = code_points(norms)
+    found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,
+                                     st.table, st.vals, st.anchor_start, st.anchor_items,
+                                     st.need, st.item_flat, st.item_start, st.item_chars,
+                                     st.threshold)
+    hits = []
+    if found:
+        guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
+        for i, it, common, start, end in sorted(found):
+            start, end = widen(norms[i], int(start), int(end))
+            numbers = guard.sequences(norms[i][start:end])[0]
+            hits.append(Hit(int(i), int(it), int(common), start, end,
+                            numbers != st.item_numbers[it]))
+    return ChunkResult(hits, int(candidates))
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True)
+class SampleRef:
+    """Where a sample is: input package position, record position, and its identity."""
+
+    input_pos: int
+    position: int
+    package_id: str
+    sample_id: str
+    split: str
+    file: str
+    line: int
+    domain: str | None
+
+    def key(self) -> tuple[int, int]:
+        return (self.input_pos, self.position)
+
+
+@dataclass(frozen=True, slots=True)
+class EvalItem:
+    ref: SampleRef
+    text: str  # normalized
+
+
+def _resolved(records: Iterator[Record], packages: Sequence[Package], kind: str,
+              config: NearDedupConfig, text_of) -> Iterator[tuple[Record, str, str | None]]:
+    """(record, compared text, domain) with refs resolved; ``max_chars`` checked."""
+    depended = {d for p in packages for d in p.depends_on}
+    targets: dict[tuple[str, str], tuple[str, str | None]] = {}
+    for rec in records:
+        domain = rec.data.get("domain")
+        if rec.ref is not None:
+            raw, target_domain = targets[rec.ref]
+            if domain is None:
+                domain = target_domain
+        else:
+            raw = text_of(rec.data)
+            if len(raw) > config.max_chars:
+                raise LimitExceeded(
+                    f"{where(rec.package_id, rec.file, rec.line)}: sample {rec.sample_id} has "
+                    f"{len(raw):,} characters, over max_chars {config.max_chars:,}")
+        if rec.package_id in depended:
+            targets[(rec.package_id, rec.sample_id)] = (raw, domain)
+        yield rec, raw, domain
+
+
+def _text_reader(item_kind: str, pool_kind: str):
+    if item_kind == "sft" and pool_kind == "cpt":
+        return lambda data: "\n".join(m["content"] for m in data["messages"])
+    return lambda data: compared_text(item_kind, data)
+
+
+def open_evals(paths: Sequence[Path]) -> list[Package]:
+    """Eval packages in the order given; each kind's packages are checked together like one
+    command's inputs (unique ids, depends_on among them)."""
+    if not paths:
+        raise NearDedupError("no eval packages given")
+    kind_of = {p: load_package(p).kind for p in paths}
+    by_path: dict[Path, Package] = {}
+    for kind in dict.fromkeys(kind_of.values()):
+        group = [p for p in paths if kind_of[p] == kind]
+        by_path.update(zip(group, open_packages(group)))
+    packages = [by_path[p] for p in paths]
+    seen: dict[str, Package] = {}
+    for pkg in packages:
+        if pkg.package_id in seen:
+            raise NearDedupError(f"{where(pkg.package_id)}: package id given twice "
+                                 f"({seen[pkg.package_id].path} and {pkg.path})")
+        seen[pkg.package_id] = pkg
+    return packages
+
+
+def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
+               progress: bool) -> tuple[list[EvalItem], Counter, Counter]:
+    """Every eval record as an item in (eval package, record) order; counts of items and of
+    skipped (too short) items per eval package."""
+    pos = {p.package_id: i for i, p in enumerate(evals)}
+    items: list[EvalItem] = []
+    total: Counter = Counter()
+    skipped: Counter = Counter()
+    bar = Progress("contamination: eval items", sum(p.record_count for p in evals),
+                   enabled=progress)
+    for kind in sorted({p.kind for p in evals}):
+        group = [p for p in evals if p.kind == kind]
+        reader = _text_reader(kind, pool_kind)
+        for rec, raw, domain in _resolved(stream_records(group), group, kind, config, reader):
+            bar.advance()
+            total[rec.package_id] += 1
+            norm = normalize(raw)
+            if len(norm) < config.contamination_min_chars:
+                skipped[rec.package_id] += 1
+                continue
+            items.append(EvalItem(SampleRef(pos[rec.package_id], rec.position, rec.package_id,
+                                            rec.sample_id, rec.split, rec.file, rec.line,
+                                            domain), norm))
+    bar.finish()
+    items.sort(key=lambda it: it.ref.key())
+    return items, total, skipped
+
+
+def build_state(items: list[EvalItem], config: NearDedupConfig,
+                exhaustive: bool = False) -> tuple[ProbeState, int]:
+    """The anchor table over all items (module docstring) and the number of anchors.
+    ``exhaustive`` makes every shingle an anchor (needing ``⌈t·n⌉`` hits): the same pairs,
+    much slower; a cross-check of the filter for measurements."""
+    t = config.contamination_threshold
+    hasher = MinHasher(1, config.seed, config.shingle_size)
+    sets = hasher.shingle_sets([it.text for it in items])
+    sizes = np.asarray([len(s) for s in sets], dtype=np.int64)
+    item_start = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=item_start[1:])
+    item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
+    distinct_all, df = np.unique(item_flat, return_counts=True)
+    anchors, need = [], []
+    for s in sets:
+        p, hits = (len(s), least_overlap(len(s), t)) if exhaustive else prefix_plan(len(s), t)
+        if p < len(s):
+            s = s[np.lexsort((s, df[np.searchsorted(distinct_all, s)]))[:p]]
+        anchors.append(s)
+        need.append(hits)
+    a_hash = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.uint64)
+    a_item = np.repeat(np.arange(len(items), dtype=np.int64), [len(a) for a in anchors])
+    order = np.lexsort((a_item, a_hash))
+    a_hash, a_item = a_hash[order], a_item[order]
+    distinct, first = np.unique(a_hash, return_index=True)
+    anchor_start = np.append(first, len(a_hash)).astype(np.int64)
+    size = 1
+    while size < 2 * max(len(distinct), 1):
+        size *= 2
+    table, vals = _build_table(distinct, size)
+    guard = guard_for(config, frozenset())
+    state = ProbeState(
+        seed=config.seed, shingle_size=config.shingle_size, threshold=t,
+        config_json=config.canonical_json(), table=table, vals=vals,
+        anchor_start=anchor_start, anchor_items=a_item, need=np.asarray(need, np.int64),
+        item_flat=item_flat,
+        item_start=item_start, item_chars=np.asarray([len(it.text) for it in items], np.int64),
+        item_numbers=[guard.sequences(it.text)[0] for it in items])
+    return state, len(a_hash)
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class Pair:
+    item: int
+    sample: SampleRef
+    common: int
+    start: int
+    end: int
+    numbers_differ: bool
+
+
+class _Inline:
+    """workers=1: the same calls, in this process."""
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        fut.set_result(fn(*args))
+        return fut
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+
+def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
+                progress: bool) -> tuple[list[Pair], int, int]:
+    """Stream the pool once, probe it in chunks; (pairs, candidates, samples)."""
+    pos = {p.package_id: i for i, p in enumerate(pool)}
+    kind = pool[0].kind
+    pairs: list[Pair] = []
+    candidates = 0
+    samples = 0
+    bar = Progress("contamination: training records", sum(p.record_count for p in pool),
+                   enabled=progress)
+    if workers > 1:
+        executor = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
+                                       initargs=(state,),
+                                       mp_context=multiprocessing.get_context("forkserver"))
+    else:
+        _init_worker(state)
+        executor = _Inline()  # type: ignore[assignment]
+    pending: list[tuple[list[SampleRef], Future]] = []
+
+    def collect(refs: list[SampleRef], fut: Future) -> None:
+        nonlocal candidates
+        result = fut.result()
+        candidates += result.candidates
+        for h in result.hits:
+            pairs.append(Pair(h.item, refs[h.sample], h.common, h.start, h.end,
+                              h.numbers_differ))
+        bar.advance(len(refs))
+
+    with executor:
+        refs: list[SampleRef] = []
+        texts: list[str] = []
+        chars = 0
+        records = stream_records(pool)
+        reader = _text_reader(kind, kind)
+        for rec, raw, domain in _resolved(records, pool, kind, config, reader):
+            samples += 1
+            refs.append(SampleRef(pos[rec.package_id], rec.position, rec.package_id,
+                                  rec.sample_id, rec.split, rec.file, rec.line, domain))
+            texts.append(raw)
+            chars += len(raw)
+            if len(texts) >= CHUNK_RECORDS or chars >= CHUNK_CHARS:
+                pending.append((refs, executor.submit(probe_chunk, texts)))
+                refs, texts, chars = [], [], 0
+                while len(pending) > 2 * workers:
+                    collect(*pending.pop(0))
+        if texts:
+            pending.append((refs, executor.submit(probe_chunk, texts)))
+        for job in pending:
+            collect(*job)
+    bar.finish()
+    return pairs, candidates, samples
+
+
+def _ref_json(ref: SampleRef, with_domain: bool) -> dict:
+    out = {"package_id": ref.package_id, "sample_id": ref.sample_id, "split": ref.split,
+           "file": ref.file, "line": ref.line}
+    if with_domain:
+        out["domain"] = ref.domain
+    return out
+
+
+def _package_json(p: Package) -> dict:
+    return {"package_id": p.package_id, "kind": p.kind, "manifest_sha256": p.manifest_sha256,
+            "records": p.record_count, "path": str(p.path)}
+
+
+def summarize(lines: list[dict], evals: list[dict], training_samples: int) -> dict:
+    """``summary.json`` from the report lines and the per-eval item counts (``evals``:
+    package_id, items, items_checked, items_skipped_short); `verify_contamination` recomputes
+    it the same way."""
+    leaked: dict[str, set] = defaultdict(set)
+    affected: dict[str, set] = defaultdict(set)
+    groups: dict[tuple[str, str | None, str], tuple[set, set]] = {}
+    contaminated = set()
+    for row in lines:
+        e, t = row["eval"], row["training"]
+        item = e["sample_id"]
+        sample = (t["package_id"], t["sample_id"])
+        leaked[e["package_id"]].add(item)
+        affected[e["package_id"]].add(sample)
+        contaminated.add(sample)
+        g = groups.setdefault((e["package_id"], t["domain"], t["split"]), (set(), set()))
+        g[0].add(item)
+        g[1].add(sample)
+    out = []
+    for ev in evals:
+        pid = ev["package_id"]
+        by = [{"domain": d, "split": s, "items_leaked": len(g[0]), "training_samples": len(g[1])}
+              for (p, d, s), g in sorted(groups.items(),
+                                         key=lambda kv: (kv[0][0], kv[0][1] or "", kv[0][2]))
+              if p == pid]
+        out.append({**ev, "items_leaked": len(leaked[pid]),
+                    "training_samples_affected": len(affected[pid]), "by_training": by})
+    return {"evals": out, "pairs": len(lines),
+            "training": {"samples": training_samples, "samples_contaminated": len(contaminated)}}
+
+
+def counts_of(summary: dict) -> dict:
+    """The manifest's ``counts`` (all recomputable from the lines and the eval item counts)."""
+    ev = summary["evals"]
+    return {"pairs": summary["pairs"],
+            "items": sum(e["items"] for e in ev),
+            "items_checked": sum(e["items_checked"] for e in ev),
+            "items_skipped_short": sum(e["items_skipped_short"] for e in ev),
+            "items_leaked": sum(e["items_leaked"] for e in ev),
+            "training_samples": summary["training"]["samples"],
+            "training_samples_contaminated": summary["training"]["samples_contaminated"]}
+
+
+@dataclass
+class ContaminationResult:
+    output: Path
+    counts: dict
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"contamination report {self.output}: {c['items_leaked']:,} of "
+                f"{c['items_checked']:,} eval items leaked ({c['items_skipped_short']:,} "
+                f"skipped as too short) into {c['training_samples_contaminated']:,} of "
+                f"{c['training_samples']:,} training samples; {c['pairs']:,} pairs")
+
+
+def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Path],
+                         pool_paths: Sequence[str | Path], output_dir: str | Path, *,
+                         workers: int = 1, progress: bool = False) -> ContaminationResult:
+    """Check every eval item against every training sample of the pool; freeze the report
+    in ``output_dir`` (see module doc). Nothing is written on any error."""
+    output = Path(output_dir)
+    evals_p = [Path(p) for p in eval_paths]
+    pool_p = [Path(p) for p in pool_paths]
+    if output.exists() or output.is_symlink():
+        raise NearDedupError(f"output {output} already exists; choose a new directory")
+    for p in evals_p + pool_p:
+        if is_within(output, p):
+            raise NearDedupError(f"output {output} is inside input package {p}; packages are "
+                                 f"immutable")
+    pool = open_packages(pool_p)
+    evals = open_evals(evals_p)
+    pool_ids = {p.package_id for p in pool}
+    for e in evals:
+        if e.package_id in pool_ids:
+            raise NearDedupError(f"{where(e.package_id)}: given both as an eval package and as "
+                                 f"an input; an eval set is not training data")
+    total = sum(p.record_count for p in pool)
+    if total > config.max_pool_records:
+        raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
+                            f"{config.max_pool_records:,}")
+    items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
+    state, n_anchors = build_state(items, config)
+    pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
+    pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
+    lines = []
+    for p in pairs:
+        item_shingles = int(state.item_start[p.item + 1] - state.item_start[p.item])
+        lines.append({
+            "eval": _ref_json(items[p.item].ref, False), "training": _ref_json(p.sample, True),
+            "containment": p.common / item_shingles, "item_shingles": item_shingles,
+            "common_shingles": p.common, "span": {"start": p.start, "end": p.end},
+            "numbers_differ": p.numbers_differ})
+    eval_counts = [{"package_id": e.package_id, "items": per_eval[e.package_id],
+                    "items_checked": per_eval[e.package_id] - skipped[e.package_id],
+                    "items_skipped_short": skipped[e.package_id]} for e in evals]
+    summary = summarize(lines, eval_counts, samples)
+    manifest = {
+        "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
+        "algorithm_version": ALGORITHM_VERSION, "config": config.model_dump(mode="json"),
+        "candidates": {"filter": "prefix", "order": "document frequency among the eval "
+                       "items, then hash", "extra_hits": EXTRA_HITS, "anchors": n_anchors,
+                       "verified": candidates},
+        "evals": [_package_json(e) for e in evals],
+        "inputs": [_package_json(p) for p in pool],
+        "counts": counts_of(summary),
+        "files": {"contamination.jsonl": {"lines": len(lines)}},
+    }
+    with atomic_dir(output) as tmp:
+        write_jsonl(tmp / "contamination.jsonl", lines)
+        write_json(tmp / "summary.json", summary)
+        write_json(tmp / "manifest.json", manifest)
+        write_checksums(tmp)
+    return ContaminationResult(output, manifest["counts"])
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def is_contamination_report(path: Path) -> bool:
+    """Whether ``path/manifest.json`` declares a contamination report (no other check)."""
+    try:
+        return read_json_object(Path(path) / "manifest.json", "report").get("format") == FORMAT
+    except NearDedupError:
+        return False
+
+
+def _line_problem(row: dict, threshold: float, evals: dict, inputs: dict) -> str | None:
+    for f in LINE_FIELDS:
+        if f not in row:
+            return f"missing field '{f}'"
+    e, t, span = row["eval"], row["training"], row["span"]
+    if not isinstance(e, dict) or not isinstance(t, dict) or not isinstance(span, dict):
+        return "eval, training and span must be objects"
+    for ref, fields in ((e, ("package_id", "sample_id", "split")),
+                        (t, ("package_id", "sample_id", "split", "domain"))):
+        for f in fields:
+            if f not in ref:
+                return f"missing field '{f}' in a sample reference"
+    if e["package_id"] not in evals:
+        return f"eval package {e['package_id']} is not among the manifest's evals"
+    if t["package_id"] not in inputs:
+        return f"training package {t['package_id']} is not among the manifest's inputs"
+    n, c, value = row["item_shingles"], row["common_shingles"], row["containment"]
+    if type(n) is not int or type(c) is not int or not 0 < c <= n:
+        return "item_shingles and common_shingles must be integers with 0 < common ≤ item"
+    if value != c / n:
+        return f"containment {value} is not common_shingles / item_shingles = {c / n}"
+    if value < threshold:
+        return f"containment {value} is below the threshold {threshold}"
+    start, end = span.get("start"), span.get("end")
+    if type(start) is not int or type(end) is not int or not 0 <= start < end:
+        return "span must have integers 0 ≤ start < end"
+    if type(row["numbers_differ"]) is not bool:
+        return "numbers_differ must be true or false"
+    return None
+
+
+@dataclass
+class ContaminationSummary:
+    path: Path
+    manifest: dict
+
+    @property
+    def counts(self) -> dict:
+        return self.manifest["counts"]
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"contamination report {self.path}: OK — checksums, manifest, summary and "
+                f"{c['pairs']:,} pairs consistent ({c['items_leaked']:,} of "
+                f"{c['items_checked']:,} eval items leaked into "
+                f"{c['training_samples_contaminated']:,} training samples)")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    return iter_json_objects(path, "contamination.jsonl", f"contamination report {path}")
+
+
+def verify_contamination(path: str | Path) -> ContaminationSummary:
+    """Check a contamination report folder: checksums, manifest, every line, and the summary
+    and counts recomputed from the lines. Raises NearDedupError naming the first problem."""
+    path = Path(path)
+    label = f"contamination report {path}"
+    if not path.is_dir():
+        raise NearDedupError(f"{label}: not a directory")
+    listed = verify_checksums(path, "contamination report")
+    for name in ("manifest.json", *FILES):
+        if name not in listed:
+            raise NearDedupError(f"{label}: {name} is not listed in checksums.sha256")
+    manifest = read_json_object(path / "manifest.json", label)
+    if manifest.get("format") != FORMAT:
+        raise NearDedupError(f"{label}: manifest.json is not a contamination report manifest")
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise NearDedupError(f"{label}: format_version {manifest.get('format_version')} is "
+                             f"not {FORMAT_VERSION}")
+    try:
+        threshold = float(manifest["config"]["contamination_threshold"])
+        evals = {e["package_id"]: e for e in manifest["evals"]}
+        inputs = {i["package_id"]: i for i in manifest["inputs"]}
+        recorded_lines = manifest["files"]["contamination.jsonl"]["lines"]
+    except (KeyError, TypeError, ValueError):
+        raise NearDedupError(f"{label}: manifest.json lacks config, evals, inputs or "
+                             f"files") from None
+    lines = []
+    seen: set[tuple] = set()
+    for n, row in iter_lines(path):
+        problem = _line_problem(row, threshold, evals, inputs)
+        if problem is not None:
+            raise NearDedupError(f"{label}: contamination.jsonl:{n}: {problem}")
+        key = (row["eval"]["package_id"], row["eval"]["sample_id"],
+               row["training"]["package_id"], row["training"]["sample_id"])
+        if key in seen:
+            raise NearDedupError(f"{label}: contamination.jsonl:{n}: the pair appears twice")
+        seen.add(key)
+        lines.append(row)
+    if recorded_lines != len(lines):
+        raise NearDedupError(f"{label}: contamination.jsonl has {len(lines)} lines, "
+                             f"manifest.json says {recorded_lines}")
+    summary = read_json_object(path / "summary.json", label)
+    try:
+        eval_counts = [{k: e[k] for k in ("package_id", "items", "items_checked",
+                                          "items_skipped_short")} for e in summary["evals"]]
+        training = summary["training"]["samples"]
+    except (KeyError, TypeError):
+        raise NearDedupError(f"{label}: summary.json lacks evals or training") from None
+    if [e["package_id"] for e in eval_counts] != list(evals):
+        raise NearDedupError(f"{label}: summary.json evals differ from manifest.json evals")
+    for e in eval_counts:
+        if e["items"] != evals[e["package_id"]].get("records") or \
+                e["items_checked"] + e["items_skipped_short"] != e["items"]:
+            raise NearDedupError(f"{label}: summary.json item counts of {e['package_id']} do "
+                                 f"not add up to its records in manifest.json")
+    if training != sum(i.get("records", 0) for i in inputs.values()):
+        raise NearDedupError(f"{label}: summary.json training samples differ from the "
+                             f"inputs' records in manifest.json")
+    recomputed = summarize(lines, eval_counts, training)
+    if recomputed != summary:
+        raise NearDedupError(f"{label}: summary.json does not match contamination.jsonl")
+    if manifest.get("counts") != counts_of(recomputed):
+        raise NearDedupError(f"{label}: counts in manifest.json do not match "
+                             f"contamination.jsonl and summary.json")
+    return ContaminationSummary(path, manifest)
+
+
+# --------------------------------------------------------------------------- consumers
+
+
+@dataclass(frozen=True)
+class ContaminationView:
+    """What a mixture needs from a verified contamination report."""
+
+    path: Path
+    manifest_sha256: str
+    checksums_sha256: str
+    manifest: dict
+    contaminated: set[tuple[str, str]]  # training (package_id, sample_id) of the lines
+    contaminated_split: dict[tuple[str, str], str]
+
+    @property
+    def inputs(self) -> list[dict]:
+        return self.manifest["inputs"]
+
+
+def read_contamination(path: Path) -> ContaminationView:
+    """Verify a contamination report and load its contaminated training samples."""
+    verify_contamination(path)
+    manifest = read_json_object(path / "manifest.json", f"contamination report {path}")
+    split: dict[tuple[str, str], str] = {}
+    for _, row in iter_lines(path):
+        t = row["training"]
+        split[(t["package_id"], t["sample_id"])] = t["split"]
+    return ContaminationView(path=path, manifest_sha256=sha256_file(path / "manifest.json"),
+                             checksums_sha256=sha256_file(path / "checksums.sha256"),
+                             manifest=manifest, contaminated=set(split),
+                             contaminated_split=split)
+
+
+def copy_report(src: Path, dest: Path, checksums_sha256: str) -> None:
+    """Byte-identical copy of a verified report folder, re-verified at ``dest`` and pinned
+    to the checksums file read when it was planned."""
+    for rel in [*verify_checksums(src, "contamination report"), "checksums.sha256"]:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, target)
+    verify_checksums(dest, "contamination report copy")
+    if sha256_file(dest / "checksums.sha256") != checksums_sha256:
+        raise NearDedupError(f"contamination report {src} changed while the mixture was built")

@@ -1,0 +1,100 @@
+"""The worker pool of `index` and `scan`: one place that starts processes, and makes them die
+with the command.
+
+Workers come from a ``forkserver`` (a clean process started once, without the parent's
+threads, open connections or large arrays; each worker is forked from it). On Linux every
+process of the pool asks the kernel for ``SIGKILL`` when its parent dies
+(``prctl(PR_SET_PDEATHSIG)``): the forkserver when the command's process dies, a worker when
+the forkserver dies. So a command killed with ``SIGKILL`` (which no handler can catch) leaves
+no worker, forkserver or resource tracker behind: the tracker exits once the last process
+holding its pipe is gone. ``SIGTERM`` is turned into an exception by the CLI, which unwinds the
+open transaction or temporary folder and shuts the pool down without waiting for its work.
+
+``workers=1`` runs everything inline in the calling process (no pool, no start-up cost).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing
+import multiprocessing.forkserver
+import os
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from contextlib import contextmanager
+
+PARENT_ENV = "NEAR_DEDUP_POOL_PARENT"
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(expected_parent: int | None = None) -> None:
+    """Ask Linux to SIGKILL this process when its parent dies (no-op elsewhere). If the
+    parent is already gone (reparented before the request took effect), exit now."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # no prctl: the pool still works, without the guard
+        return
+    if expected_parent is not None and os.getppid() != expected_parent:
+        os._exit(1)
+
+
+def _worker_init(forkserver_pid: int) -> None:
+    die_with_parent(forkserver_pid)
+
+
+class InlineExecutor(Executor):
+    """Runs submitted work at once in this process (workers=1)."""
+
+    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
+            fut.set_exception(exc)
+        return fut
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """The forkserver context; its server (started once per process, on first use) imports
+    ``near_dedup_core._pool_guard``, which ties it to this process's life."""
+    os.environ[PARENT_ENV] = str(os.getpid())
+    multiprocessing.forkserver.set_forkserver_preload(["near_dedup_core._pool_guard"])
+    return multiprocessing.get_context("forkserver")
+
+
+@contextmanager
+def process_pool(workers: int) -> Iterator[Executor]:
+    """An executor of ``workers`` processes (inline for 1). On an exception (including
+    KeyboardInterrupt and the CLI's SIGTERM) pending work is cancelled and the workers are
+    stopped at once instead of finishing their current task."""
+    if workers <= 1:
+        with InlineExecutor() as inline:
+            yield inline
+        return
+    ctx = _context()
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
+                             initializer=_worker_init, initargs=(_forkserver_pid(ctx),))
+    try:
+        yield ex
+    except BaseException:
+        processes = list((getattr(ex, "_processes", None) or {}).values())
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            if proc.is_alive():
+                proc.terminate()
+        for proc in processes:
+            proc.join(timeout=5)
+        raise
+    ex.shutdown(wait=True)
+
+
+def _forkserver_pid(ctx) -> int:
+    """Start the forkserver now and return its pid (the workers' parent)."""
+    server = multiprocessing.forkserver._forkserver  # type: ignore[attr-defined]
+    server.ensure_running()
+    return server._forkserver_pid

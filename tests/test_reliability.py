@@ -1,0 +1,450 @@
+"""Reliability on real text: one snapshot per scan, one-line errors for a damaged index, a full
+disk and exhausted memory, no process or file left behind by killed or refused commands.
+
+Commands that must be interrupted at a known point run in a subprocess with
+``NEAR_DEDUP_PAUSE=<stage>:<flag>`` (progress.pause_point): the command creates the flag file
+and waits until the test removes it.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import (REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs,
+                      tree_bytes)
+
+from near_dedup_core import fsutil, index_store, ingest, scan
+from near_dedup_core.fsutil import atomic_dir, sha256_file
+
+P = stdlib_paragraphs()
+POOL = 2200  # over 2 × ingest.CHUNK, so that `index --workers 2` starts its pool
+
+
+def texts(seed: int, n: int, near_every: int = 4) -> list[str]:
+    """``n`` texts of two stdlib paragraphs each; every ``near_every``-th one is a near copy
+    (one word in 40 reversed, or one in 50 dropped) of an earlier one."""
+    rng = np.random.default_rng(seed)
+    out: list[str] = []
+    for i in range(n):
+        if out and i % near_every == near_every - 1:
+            base = out[int(rng.integers(0, len(out)))]
+            out.append(reverse_every(base, 40) if i % 2 else drop_every(base, 50))
+        else:
+            out.append(" ".join(P[j] for j in rng.choice(len(P), size=2, replace=False)))
+    return out
+
+
+def docs(prefix: str, items: list[str]) -> list[dict]:
+    return [{"id": f"{prefix}{i}", "text": t, "domain": "docs"} for i, t in enumerate(items)]
+
+
+@dataclass
+class Corpus:
+    v1: Path          # POOL records of real text with near duplicates
+    v2: Path          # copies of 300 v1 texts (new sample ids) and 500 new texts
+    base: Path        # an index holding v1
+    v1_texts: list[str]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Corpus:
+    root = tmp_path_factory.mktemp("reliability")
+    t1 = texts(1, POOL)
+    v1 = make_package(root / "snapshots", "cpt-v1", {"train": docs("a", t1)},
+                      shard_records=1000)
+    v2 = make_package(root / "snapshots", "cpt-v2",
+                      {"train": docs("b", t1[:300] + texts(2, 500))},
+                      created_at="2026-11-26T00:00:00Z")
+    base = root / "indexes" / "base.sqlite"
+    cli_ok("--index", base, "index", "--inputs", v1, "--workers", 1)
+    return Corpus(v1, v2, base, t1)
+
+
+@pytest.fixture
+def index(corpus, tmp_path) -> Path:
+    path = tmp_path / "idx" / "cpt.sqlite"
+    path.parent.mkdir()
+    shutil.copyfile(corpus.base, path)
+    return path
+
+
+def cli_ok(*argv: object) -> str:
+    code, out, err = run_cli("--quiet", *argv)
+    assert code == 0, err
+    return out
+
+
+def one_line_error(argv: list, code: int, *fragments: str) -> str:
+    got, out, err = run_cli("--quiet", *argv)
+    assert got == code, (got, out, err)
+    assert err.count("\n") == 1 and err.startswith("near-dedup: error: "), err
+    for fragment in fragments:
+        assert fragment in err, (fragment, err)
+    return err
+
+
+def listing(folder: Path) -> dict[str, str]:
+    """Every entry of ``folder`` with the digest of the files: the folder 'as it was'."""
+    return {p.name: sha256_file(p) if p.is_file() else "dir" for p in sorted(folder.iterdir())}
+
+
+def env_with(**extra: str) -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(REPO), **extra}
+
+
+def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if proc.poll() is not None:
+            raise AssertionError(f"exited {proc.returncode} before pausing: "
+                                 f"{proc.stderr.read() if proc.stderr else ''}")
+        assert time.monotonic() < deadline, "never paused"
+        time.sleep(0.05)
+
+
+# --------------------------------------------------------------------------- one snapshot
+
+
+def test_a_scan_overlapping_an_append_reads_one_snapshot(corpus, index, tmp_path):
+    before = tmp_path / "before"
+    cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", before)
+    flag = tmp_path / "paused"
+    during = tmp_path / "during"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", str(index), "scan",
+         "--inputs", str(corpus.v1), "--output", str(during), "--workers", "2"],
+        env=env_with(NEAR_DEDUP_PAUSE=f"scan-verify:{flag}"), stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(flag, proc)  # pool and candidates read; verify and the report still to come
+        out = cli_ok("--index", index, "index", "--inputs", corpus.v2, "--workers", 1)
+        assert "batch 2 added cpt-v2" in out
+    finally:
+        flag.unlink(missing_ok=True)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert tree_bytes(during) == tree_bytes(before)
+    after = tmp_path / "after"
+    cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", after)
+    # the append does change the report: the overlapping scan could have mixed the two states
+    assert tree_bytes(after)["relations.jsonl"] != tree_bytes(before)["relations.jsonl"]
+    assert b'"package_id":"cpt-v2"' in tree_bytes(after)["relations.jsonl"]
+
+
+# --------------------------------------------------------------------------- damage
+
+
+def damage_middle_pages(index: Path) -> None:
+    """Overwrite the body of every other page in the middle half of the file with random
+    bytes (the header page and the last pages stay intact)."""
+    page = 16384
+    pages = index.stat().st_size // page
+    rng = np.random.default_rng(5)
+    with open(index, "r+b") as fh:
+        for k in range(pages // 4, 3 * pages // 4, 2):
+            fh.seek(k * page + 64)
+            fh.write(rng.integers(0, 256, page - 128, dtype=np.uint8).tobytes())
+
+
+def test_a_damaged_index_is_one_line_for_index_scan_and_check(corpus, index, tmp_path):
+    assert index.stat().st_size // 16384 >= 40
+    damage_middle_pages(index)
+    folder = listing(index.parent)
+    hint = "restore it from a backup"
+    one_line_error(["--index", index, "index", "--inputs", corpus.v2], 1,
+                   f"index {index}: damaged (", hint, "index check")
+    one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
+                    tmp_path / "rep"], 1, f"index {index}: damaged (", hint)
+    one_line_error(["--index", index, "index", "check"], 1, f"index {index}: damaged (", hint)
+    assert listing(index.parent) == folder
+    assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_damaged_pages_never_give_a_traceback(corpus, index, tmp_path, seed):
+    """A few garbage pages anywhere in the middle: SQLite may notice them (malformed) or read
+    garbage values without noticing; either way the scan says the index is damaged (or, if it
+    never read those pages, succeeds) and `index check` finds the damage."""
+    rng = np.random.default_rng(seed)
+    page = 16384
+    pages = index.stat().st_size // page
+    with open(index, "r+b") as fh:
+        for k in rng.choice(np.arange(pages // 4, 3 * pages // 4), int(rng.integers(1, 9)),
+                            replace=False).tolist():
+            fh.seek(k * page + 64)
+            fh.write(rng.integers(0, 256, page - 128, dtype=np.uint8).tobytes())
+    code, _, err = run_cli("--quiet", "--index", index, "scan", "--inputs", corpus.v1,
+                           "--output", tmp_path / "rep")
+    if code != 0:
+        assert code == 1 and err.count("\n") == 1 and f"index {index}: damaged (" in err, err
+    one_line_error(["--index", index, "index", "check"], 1, f"index {index}: damaged (")
+
+
+def test_index_check_passes_a_sound_index_and_changes_nothing(corpus, index):
+    folder = listing(index.parent)
+    out = cli_ok("--index", index, "index", "check")
+    assert out.startswith(f"index {index}: OK (1 batches, 1 packages, ")
+    assert out.endswith(f" contents, {POOL:,} sources)\n")
+    assert listing(index.parent) == folder
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("DELETE FROM contents WHERE id = (SELECT MAX(content) FROM bands)",
+     "a band row names a missing content"),
+    ("UPDATE sources SET package = 99 WHERE id = 5", "a source names a missing package"),
+    ("UPDATE contents SET batch = 7 WHERE id = 3", "a content names a batch after the last one"),
+    ("UPDATE contents SET text_z = x'00112233' WHERE id = 9",
+     "the text of content row 9 does not decompress"),
+    ("DELETE FROM meta WHERE key = 'config'", "meta lacks config"),
+], ids=["band", "source", "batch", "text", "meta"])
+def test_index_check_names_the_first_broken_invariant(index, sql, fragment):
+    con = sqlite3.connect(index)
+    con.execute(sql)
+    con.commit()
+    con.close()
+    folder = listing(index.parent)
+    one_line_error(["--index", index, "index", "check"], 1, f"index {index}: ", fragment)
+    assert listing(index.parent) == folder
+
+
+def test_index_check_usage(index, corpus):
+    one_line_error(["--index", index, "index", "check", "--inputs", corpus.v1], 1,
+                   "index check takes no --inputs")
+    one_line_error(["--index", index, "index"], 1, "index needs --inputs")
+
+
+# --------------------------------------------------------------------------- exhaustion
+
+
+def run_with_file_size_limit(limit: int, *argv: object) -> subprocess.CompletedProcess:
+    def limited() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write over the limit fails (EFBIG)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet",
+                           *map(str, argv)], env=env_with(), preexec_fn=limited,
+                          capture_output=True, text=True, timeout=300, check=False)
+
+
+def assert_one_line(done: subprocess.CompletedProcess, *fragments: str) -> None:
+    assert done.returncode == 1, done
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("near-dedup: error: "), \
+        done.stderr
+    for fragment in fragments:
+        assert fragment in done.stderr, (fragment, done.stderr)
+
+
+def test_a_full_disk_during_a_later_batch_leaves_the_index_unchanged(corpus, index):
+    folder = listing(index.parent)
+    done = run_with_file_size_limit(256 * 1024, "--index", index, "index", "--inputs",
+                                    corpus.v2, "--workers", 2)
+    assert_one_line(done, f"index {index}: cannot write (", "file-size limit",
+                    "nothing was changed")
+    assert listing(index.parent) == folder
+
+
+def test_a_full_disk_during_a_first_batch_leaves_no_index(corpus, tmp_path):
+    index = tmp_path / "new" / "cpt.sqlite"
+    index.parent.mkdir()
+    done = run_with_file_size_limit(256 * 1024, "--index", index, "index", "--inputs",
+                                    corpus.v1, "--workers", 1)
+    assert_one_line(done, f"index {index}: cannot write (", "nothing was changed")
+    assert list(index.parent.iterdir()) == []
+
+
+def test_a_full_disk_while_writing_a_report_publishes_nothing(corpus, index, tmp_path):
+    out = tmp_path / "reports" / "rep"
+    out.parent.mkdir()
+    folder = listing(index.parent)
+    done = run_with_file_size_limit(64 * 1024, "--index", index, "scan", "--inputs", corpus.v1,
+                                    "--output", out, "--workers", 1)
+    assert_one_line(done, f"output {out}: cannot write (", "nothing was written")
+    assert list(out.parent.iterdir()) == []
+    assert listing(index.parent) == folder
+
+
+def test_memory_exhaustion_during_scan_is_one_line(corpus, index, tmp_path, monkeypatch):
+    def huge(*args, **kwargs):  # numpy's own allocation error (_ArrayMemoryError)
+        return np.empty((1 << 24, 1 << 24), dtype=np.uint64)  # 2 PiB
+
+    monkeypatch.setattr(scan, "band_keys", huge)
+    folder = listing(index.parent)
+    err = one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
+                          tmp_path / "rep"], 1, "out of memory (Unable to allocate",
+                         "nothing was changed")
+    assert "Traceback" not in err
+    assert listing(index.parent) == folder
+    assert not (tmp_path / "rep").exists()
+
+
+def test_memory_exhaustion_during_index_is_one_line(corpus, index, monkeypatch):
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(ingest, "identify", no_memory)
+    folder = listing(index.parent)
+    one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
+                   "out of memory; nothing was changed")
+    assert listing(index.parent) == folder
+
+
+# --------------------------------------------------------------------------- killed runs
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live (not zombie) processes of session ``sid``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+_SMALL_VERIFY_CHUNKS = """
+import sys
+from near_dedup_core import cli, scan
+scan.VERIFY_CHUNK = 10  # many verify chunks, so that the worker pool runs
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("command, sig", [("index", signal.SIGKILL), ("scan", signal.SIGKILL),
+                                          ("index", signal.SIGTERM)],
+                         ids=["index-SIGKILL", "scan-SIGKILL", "index-SIGTERM"])
+def test_no_process_survives_a_killed_run(corpus, index, tmp_path, command, sig):
+    flag = tmp_path / "paused"
+    if command == "index":
+        new = tmp_path / "new" / "cpt.sqlite"
+        argv = ["-m", "near_dedup_core", "--quiet", "--index", str(new), "index", "--inputs",
+                str(corpus.v1), "--workers", "2"]
+        stage = "index-write"
+    else:
+        argv = ["-c", _SMALL_VERIFY_CHUNKS, "--quiet", "--index", str(index), "scan",
+                "--inputs", str(corpus.v1), "--output", str(tmp_path / "rep"), "--workers", "2"]
+        stage = "scan-verify-pool"
+    proc = subprocess.Popen([sys.executable, *argv], env=env_with(
+        NEAR_DEDUP_PAUSE=f"{stage}:{flag}"), stderr=subprocess.PIPE, text=True,
+        start_new_session=True)
+    try:
+        wait_for(flag, proc)
+        running = session_processes(proc.pid)
+        # the command, the resource tracker, the forkserver and two workers
+        assert len(running) >= 4, running
+        os.kill(proc.pid, sig)  # the command only: the others must follow by themselves
+        proc.wait(timeout=30)
+        deadline = time.monotonic() + 5
+        while session_processes(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert session_processes(proc.pid) == []
+    finally:
+        for pid in session_processes(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stderr.close()
+    if sig == signal.SIGTERM:
+        assert proc.returncode == 143
+    if command == "index":
+        assert not new.exists()
+        if sig == signal.SIGTERM:  # unwound: the temporary file and the new folder are gone
+            assert not new.parent.exists()
+    else:
+        assert not (tmp_path / "rep").exists()
+
+
+# --------------------------------------------------------------------------- leftovers
+
+
+def dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_stale_temporaries_of_dead_processes_are_removed(corpus, index, tmp_path):
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    stale = reports / f".rep.tmp-{dead_pid()}"
+    (stale / "sub").mkdir(parents=True)
+    (stale / "sub" / "decisions.jsonl").write_text("partial\n")
+    live = reports / f".rep.tmp-{os.getppid()}"  # a process that is still running
+    live.mkdir()
+    other = reports / f".other.tmp-{dead_pid()}"  # another output's: not ours to judge
+    other.mkdir()
+    cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", reports / "rep")
+    assert sorted(p.name for p in reports.iterdir()) == sorted(["rep", live.name, other.name])
+
+
+def test_atomic_dir_removes_stale_temporaries_before_its_own(tmp_path):
+    target = tmp_path / "mix"
+    stale = tmp_path / f".mix.tmp-{dead_pid()}"
+    stale.mkdir()
+    with atomic_dir(target) as tmp:
+        assert not stale.exists()
+        (tmp / "x").write_text("x")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mix"]
+    assert fsutil.remove_stale_temporaries(target) == []
+
+
+def test_reads_leave_the_index_folder_as_it_was(corpus, index, tmp_path):
+    folder = listing(index.parent)
+    cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", tmp_path / "ok")
+    assert listing(index.parent) == folder
+    other = tmp_path / "other.json"
+    other.write_text('{"threshold": 0.8}')
+    one_line_error(["--index", index, "--config", other, "scan", "--inputs", corpus.v1,
+                    "--output", tmp_path / "refused"], 1, "bound to a different config")
+    one_line_error(["--index", index, "--config", other, "index", "--inputs", corpus.v2], 1,
+                   "bound to a different config")
+    cli_ok("--index", index, "index", "check")
+    assert listing(index.parent) == folder
+
+
+def test_a_refused_first_batch_removes_the_folders_it_created(corpus, tmp_path):
+    bad = make_package(tmp_path, "cpt-bad", {"train": docs("x", P[:3]) + [b"{not json"]})
+    index = tmp_path / "a" / "b" / "cpt.sqlite"
+    one_line_error(["--index", index, "index", "--inputs", bad], 1, "cpt-bad")
+    assert not (tmp_path / "a").exists()
+    existing = tmp_path / "kept"
+    existing.mkdir()
+    one_line_error(["--index", existing / "cpt.sqlite", "index", "--inputs", bad], 1, "cpt-bad")
+    assert existing.is_dir() and list(existing.iterdir()) == []
+
+
+def test_an_index_in_a_folder_sqlite_cannot_write_is_read_immutable(corpus, index, tmp_path,
+                                                                    monkeypatch):
+    # running as root, chmod cannot take write access away: the check itself is replaced
+    monkeypatch.setattr(index_store, "_dir_writable", lambda folder: False)
+    folder = listing(index.parent)
+    cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", tmp_path / "rep")
+    cli_ok("--index", index, "index", "check")
+    assert listing(index.parent) == folder  # immutable reads create no -wal/-shm
+
+
+def test_an_index_sqlite_cannot_open_is_one_line_naming_the_cause(corpus, index, tmp_path,
+                                                                  monkeypatch):
+    def cannot_open(path):
+        raise sqlite3.OperationalError("unable to open database file")
+
+    monkeypatch.setattr(index_store, "connect_reader", cannot_open)
+    one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
+                    tmp_path / "rep"], 1, f"index {index}: cannot be opened or written "
+                   "(unable to open database file)", "-wal/-shm")
