@@ -16,12 +16,14 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SAMPLES, make_package, run_cli, stdlib_paragraphs
+from conftest import (REPO, SAMPLES, drop_every, make_package, reverse_every, run_cli,
+                      stdlib_paragraphs, tree_bytes)
 from pg_server import INSTALL, PostgresServer, find_bindir
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
-from near_dedup_core import index_postgres, index_store
+from near_dedup_core import index_store
+from near_dedup_core.index_store import postgres as index_postgres
 from near_dedup_core.index_store import TextReader
 
 BINDIR = find_bindir()
@@ -70,7 +72,9 @@ def index_rows(index: str | Path) -> dict:
                                         t.packages.c.manifest_sha256, t.packages.c.batch,
                                         t.packages.c.records))}
         scopes = dict(conn.execute(select(t.scopes.c.id, t.scopes.c.scope_key)).all())
-        reader = TextReader(conn.connection.dbapi_connection)
+        raw = conn.connection.dbapi_connection
+        reader = TextReader(index_postgres.QmarkConnection(raw)
+                            if str(index).startswith("postgresql://") else raw)
         contents = sorted(
             (rowid, bytes(cid), scopes[scope], batch, chars, shingles,
              bytes(sig) if sig is not None else None, reader.text(bytes(z), dictionary))
@@ -134,6 +138,78 @@ def test_a_larger_real_text_batch_with_two_workers_gives_the_same_rows(url, tmp_
     assert index_rows(url) == index_rows(lite)
 
 
+# --------------------------------------------------------------------------- same reports
+
+
+def scan_ok(index: str | Path, out: Path, *inputs: Path, workers: int = 1) -> dict[str, bytes]:
+    code, _, err = run_cli("--quiet", "--index", index, "scan", "--inputs", *inputs,
+                           "--output", out, "--workers", workers)
+    assert (code, err) == (0, ""), err
+    return tree_bytes(out)
+
+
+def test_the_bundled_days_give_byte_identical_reports(url, tmp_path):
+    lite = tmp_path / "cpt.sqlite"
+    for day in (V1, V2, V3):
+        ok(url, day)
+        ok(lite, day)
+    for name, pool in (("v2", (V1, V2)), ("v3", (V2, V3))):
+        assert scan_ok(url, tmp_path / f"pg-{name}", *pool) == \
+            scan_ok(lite, tmp_path / f"lite-{name}", *pool)
+
+
+def test_a_real_text_pool_with_history_and_two_workers_gives_the_same_report(url, tmp_path):
+    texts = list(stdlib_paragraphs())
+    edited = [drop_every(t, 9) for t in texts[:400]] + [reverse_every(t, 11) for t in texts[400:700]]
+    old = make_package(tmp_path, "cpt-old", {"train": [
+        {"id": f"o{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:700])]})
+    new = make_package(tmp_path, "cpt-new", {
+        "train": [{"id": f"n{i}", "text": t, "domain": "docs"}
+                  for i, t in enumerate(edited + texts[700:1400] + texts[650:900])],
+        "validation": [{"id": "v0", "text": texts[3], "domain": "docs"}]},
+        created_at="2026-11-26T00:00:00Z")
+    lite = tmp_path / "real.sqlite"
+    for index in (url, lite):
+        ok(index, old, workers=2)
+        ok(index, new, workers=2)
+    pg_report = scan_ok(url, tmp_path / "pg", new, workers=2)
+    assert pg_report == scan_ok(lite, tmp_path / "lite", new, workers=2)
+    relations = pg_report["relations.jsonl"]
+    assert b'"history_only":true' in relations and b'"kind":"near"' in relations
+
+
+def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(url, tmp_path):
+    texts = list(stdlib_paragraphs())
+    v1 = make_package(tmp_path, "cpt-a", {"train": [
+        {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:600])]})
+    v2 = make_package(tmp_path, "cpt-b", {"train": [
+        {"id": f"b{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:300])]},
+        created_at="2026-11-26T00:00:00Z")
+    ok(url, v1)
+    before = scan_ok(url, tmp_path / "before", v1)
+    flag = tmp_path / "paused"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", url, "scan", "--inputs",
+         str(v1), "--output", str(tmp_path / "during"), "--workers", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-verify:{flag}"},
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the scan never paused"
+            time.sleep(0.05)
+        assert "batch 2 added cpt-b" in ok(url, v2)
+    finally:
+        flag.unlink(missing_ok=True)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert tree_bytes(tmp_path / "during") == before
+    after = scan_ok(url, tmp_path / "after", v1)
+    assert b'"package_id":"cpt-b"' in after["relations.jsonl"]
+    assert after["relations.jsonl"] != before["relations.jsonl"]
+
+
 # --------------------------------------------------------------------------- bad states
 
 
@@ -189,9 +265,28 @@ def test_no_permission_to_create_tables_is_one_line(server, url):
     assert table_names(url) == []
 
 
-def test_without_the_driver_the_url_is_one_line_with_the_install_hint(url, monkeypatch):
+def test_without_the_driver_the_url_is_one_line_with_the_install_hint(url, monkeypatch,
+                                                                      tmp_path):
     monkeypatch.setitem(sys.modules, "psycopg", None)
     refused(["--index", url, "index", "--inputs", V1], "pip install 'near-dedup[postgres]'")
+    refused(["--index", url, "scan", "--inputs", V1, "--output", tmp_path / "r"],
+            "pip install 'near-dedup[postgres]'")
+
+
+def test_scans_of_an_empty_a_foreign_or_another_config_database_are_one_line(
+        server, url, tmp_path):
+    out = tmp_path / "r"
+    refused(["--index", url, "scan", "--inputs", V1, "--output", out], "index the inputs first")
+    ok(url, V1)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"threshold": 0.8}')
+    refused(["--index", url, "--config", cfg, "scan", "--inputs", V1, "--output", out],
+            "use a new index path")
+    refused(["--index", url, "scan", "--inputs", V2, "--output", out], "index it first")
+    other = server.create_database()
+    server.execute("CREATE TABLE pipeline (id int)", other.rsplit("/", 1)[1])
+    refused(["--index", other, "scan", "--inputs", V1, "--output", out], "not a near-dedup")
+    assert not out.exists()
 
 
 # --------------------------------------------------------------------------- kills, writers

@@ -44,7 +44,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core import index_postgres as pg
+from near_dedup_core.index_store import postgres as pg
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 
@@ -166,8 +166,7 @@ class TextReader:
             return self._plain.decompress(blob).decode()
         dctx = self._by_dict.get(dictionary)
         if dctx is None:
-            mark = "%s" if type(self._con).__module__.startswith("psycopg") else "?"
-            (data,) = self._con.execute(f"SELECT data FROM dictionaries WHERE id = {mark}",
+            (data,) = self._con.execute("SELECT data FROM dictionaries WHERE id = ?",
                                         (dictionary,)).fetchone()
             dctx = self._by_dict[dictionary] = zstandard.ZstdDecompressor(
                 dict_data=zstandard.ZstdCompressionDict(data))
@@ -496,9 +495,17 @@ def raise_if_damaged(path: Path, exc: BaseException) -> None:
 
 
 @contextmanager
-def database_errors(path: Path) -> Iterator[None]:
+def database_errors(path: Path | str) -> Iterator[None]:
     """Turn SQLite errors (raw, or wrapped by SQLAlchemy) inside the block into one line
-    naming the index ``path``."""
+    naming the index ``path``; for a PostgreSQL URL, the server's and driver's errors."""
+    url = postgres_url(path)
+    if url is not None:
+        try:
+            yield
+        except pg.driver_errors() as exc:
+            raise pg.connect_error(url, exc) from None
+        return
+    path = Path(path)
     try:
         yield
     except sqlite3.Error as exc:
@@ -583,6 +590,9 @@ class IndexTexts:
 
     def __init__(self, path: Path, con: sqlite3.Connection) -> None:
         self.path = path
+        #: where a worker opens its own reader (`open_texts`): the absolute SQLite path, or
+        #: the PostgreSQL URL with its credentials (``path`` is the URL without password)
+        self.location = str(path.resolve()) if isinstance(path, Path) else str(path)
         self._con = con
         self._reader = TextReader(con)
 
@@ -751,6 +761,74 @@ class IndexSnapshot(IndexTexts):
         return out
 
 
+class PostgresSnapshot(IndexSnapshot):
+    """The scan's reads on a PostgreSQL index: one ``REPEATABLE READ`` transaction, the shared
+    SQL through `postgres.QmarkConnection`, the history lookup by ``COPY`` into
+    temporary tables and one join."""
+
+    @classmethod
+    def open_url(cls, url: str, config: NearDedupConfig | None = None) -> PostgresSnapshot:
+        raw = pg.connect(url, snapshot=True)
+        try:
+            values = pg.check_tables(url, lambda sql: raw.execute(sql).fetchall())
+            if values is None:
+                raise NearDedupError(f"index {pg.label(url)}: empty database; index the "
+                                     f"inputs first")
+            if config is not None:
+                check_binding(pg.label(url), values, config)
+        except BaseException:
+            raw.close()
+            raise
+        snap = cls(pg.label(url), pg.QmarkConnection(raw),  # type: ignore[arg-type]
+                   None if config is None else config.num_perm)
+        snap.location = url
+        return snap
+
+    def history_band_hits(self, keys: np.ndarray, pool_contents: list[int],
+                          pool_nodes: set[tuple[int, str]]) -> BandHits:
+        raw = self._con.raw  # type: ignore[attr-defined]
+        raw.execute("CREATE TEMP TABLE scan_keys (key BIGINT PRIMARY KEY)")
+        raw.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
+        try:
+            with raw.cursor() as cur:
+                with cur.copy("COPY scan_keys (key) FROM STDIN") as copy:
+                    for k in keys.tolist():
+                        copy.write_row((k,))
+                with cur.copy("COPY scan_contents (id) FROM STDIN") as copy:
+                    for c in pool_contents:
+                        copy.write_row((c,))
+            raw.execute("ANALYZE scan_keys")
+            mixed = sorted({c for c, split in raw.execute(
+                "SELECT DISTINCT s.content, s.split FROM scan_contents t "
+                "JOIN sources s ON s.content = t.id") if (c, split) not in pool_nodes})
+            raw.execute("DELETE FROM scan_contents WHERE id = ANY(%s)", (mixed,))
+            rows = raw.execute(
+                "SELECT b.key, b.content FROM scan_keys q JOIN bands b ON b.key = q.key "
+                "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)"
+            ).fetchall()
+        finally:
+            raw.execute("DROP TABLE scan_keys, scan_contents")
+        found = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+        return BandHits(found[:, 0], found[:, 1])
+
+
+def open_snapshot(index: str | Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
+    """The scan's one snapshot of the index at a SQLite path or a PostgreSQL URL."""
+    url = postgres_url(index)
+    if url is not None:
+        return PostgresSnapshot.open_url(url, config)
+    return IndexSnapshot.open(Path(index), config)
+
+
+def open_texts(index: str | Path) -> IndexTexts:
+    """A verify worker's own reader of content texts (see `IndexTexts`)."""
+    url = postgres_url(index)
+    if url is not None:
+        return IndexTexts(pg.label(url), pg.QmarkConnection(  # type: ignore[arg-type]
+            pg.connect(url, snapshot=False)))
+    return IndexTexts.open(Path(index))
+
+
 # --------------------------------------------------------------------------- index check
 
 
@@ -779,6 +857,10 @@ def check_index(path: Path) -> IndexCheck:
     signature of ``num_perm`` values; every source's content and package exist; no content,
     package or dictionary names a batch that does not exist; every text decompresses (with its
     dictionary) to ``norm_chars`` characters."""
+    if postgres_url(path) is not None:
+        raise NearDedupError(f"index {pg.label(str(path))}: index check reads SQLite index "
+                             f"files; on PostgreSQL use the server's pg_amcheck")
+    path = Path(path)
     if not path.is_file():
         raise NearDedupError(f"index {path}: not found")
     with database_errors(path):

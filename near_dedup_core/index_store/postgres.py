@@ -16,19 +16,23 @@ differs per backend lives here:
   client is killed.
 - **Bulk rows**: ``sources``, ``contents`` and ``bands`` go in with ``COPY … FROM STDIN``
   (binary), known contents are looked up with ``= ANY(array)``.
-- **Scans** read in one ``REPEATABLE READ READ ONLY`` transaction: one snapshot from the
-  first statement to the last, whatever another machine appends meanwhile.
+- **Scans** read in one ``REPEATABLE READ`` transaction: one snapshot from the first
+  statement to the last, whatever another machine appends meanwhile. (Not ``READ ONLY``: the
+  history lookup joins against temporary tables of probe keys, filled by ``COPY``; the scan
+  writes nothing else.) Verify workers read texts on their own connections: content rows are
+  insert-only, so any later state holds the same text for every id the scan knows.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
 import numpy as np
-from sqlalchemy import Connection, Engine, create_engine, insert, inspect, text
+from sqlalchemy import Connection, Engine, create_engine, insert, text
 from sqlalchemy.exc import ArgumentError, DBAPIError
 from sqlalchemy.pool import NullPool
 
@@ -106,11 +110,21 @@ def lock_writer(conn: Connection, url: str, timeout: float | None = None) -> Non
         time.sleep(0.1)
 
 
+_TABLES_SQL = ("SELECT tablename FROM pg_tables WHERE schemaname = current_schema() "
+               "ORDER BY tablename")
+
+
 def read_meta_or_none(conn: Connection, url: str) -> dict[str, str] | None:
     """The binding rows of the index, None for an empty database; refuses foreign tables."""
+    return check_tables(url, lambda sql: conn.execute(text(sql)).all())
+
+
+def check_tables(url: str, query: Callable[[str], Any]) -> dict[str, str] | None:
+    """``meta`` of the database that ``query(sql) -> rows`` reads; None when it holds no
+    table; a database with any table that is not ours is refused."""
     from near_dedup_core import index_store as db
 
-    tables = set(inspect(conn).get_table_names())
+    tables = {row[0] for row in query(_TABLES_SQL)}
     if not tables:
         return None
     ours = {t.name for t in db.metadata.sorted_tables}
@@ -119,10 +133,43 @@ def read_meta_or_none(conn: Connection, url: str) -> dict[str, str] | None:
         raise NearDedupError(f"index {label(url)}: the database holds tables that are not a "
                              f"near-dedup index ({', '.join(foreign[:3])}); use a dedicated "
                              f"database")
-    values = dict(conn.execute(text("SELECT key, value FROM meta")).all())
+    values = {k: v for k, v in query("SELECT key, value FROM meta")}
     if values.get("format") != db.FORMAT:
         raise NearDedupError(f"index {label(url)}: the database is not a near-dedup index")
     return values
+
+
+def connect(url: str, *, snapshot: bool) -> Any:
+    """A psycopg connection; ``snapshot``: every statement until ``close`` reads one
+    REPEATABLE READ snapshot, taken by the first statement."""
+    try:
+        import psycopg
+    except ImportError:
+        raise NearDedupError(f"index {label(url)}: the PostgreSQL driver psycopg is not "
+                             f"installed; {INSTALL_HINT}") from None
+    try:
+        raw = psycopg.connect(url.replace("postgres://", "postgresql://", 1),
+                              autocommit=not snapshot, application_name="near-dedup",
+                              connect_timeout=10)
+    except psycopg.Error as exc:
+        raise connect_error(url, exc) from None
+    if snapshot:
+        raw.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+    return raw
+
+
+class QmarkConnection:
+    """A psycopg connection spoken to in SQLite's ``?`` parameter style, so that the reads
+    both backends share are written once (their SQL holds no other ``?`` or ``%``)."""
+
+    def __init__(self, raw: Any) -> None:
+        self.raw = raw
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        return self.raw.execute(sql.replace("?", "%s"), tuple(params) or None)
+
+    def close(self) -> None:
+        self.raw.close()
 
 
 def create_schema(conn: Connection, config: NearDedupConfig, created_at: str) -> None:
@@ -139,11 +186,6 @@ def create_schema(conn: Connection, config: NearDedupConfig, created_at: str) ->
             "ORDER BY table_name, constraint_name")).all():
         conn.exec_driver_sql(f'ALTER TABLE "{table}" DROP CONSTRAINT "{name}"')
     conn.execute(insert(db.meta), db.binding_rows(config, created_at))
-
-
-def begin_snapshot(conn: Connection) -> None:
-    """Pin one snapshot for every later statement of this transaction."""
-    conn.exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
 
 
 def raw(conn: Connection) -> Any:
