@@ -184,7 +184,7 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
         later = later_batch_packages(manifest, pool)
         if later:
             raise NearDedupError(
-                f"release day {pool.day}: index {settings.index_path} already holds packages "
+                f"release day {pool.day}: index {settings.index_label} already holds packages "
                 f"appended after this day ({', '.join(later)}); its report would count them as "
                 f"history. Release days in order (a backfill does), or rebuild the index")
         os.rename(staging, target)
@@ -285,7 +285,7 @@ def release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None
     }
     if report is not None:
         manifest = load_manifest(report)
-        record["index"] = str(settings.index_path)
+        record["index"] = settings.index_label
         record["report"] = {"path": str(report),
                             "manifest_sha256": sha256_file(report / "manifest.json"),
                             "config_fingerprint": manifest["config_fingerprint"],

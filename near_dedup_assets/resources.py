@@ -116,8 +116,19 @@ class ReleaseSettings(dg.ConfigurableResource):
     # ----------------------------------------------------------------- locations
 
     @property
-    def index_path(self) -> Path:
+    def index_path(self) -> Path | str:
+        """The index: an absolute SQLite path, or a ``postgresql://`` URL as given."""
+        if self.index.strip().startswith(("postgresql://", "postgres://")):
+            return self.index.strip()
         return _path(self.index)
+
+    @property
+    def index_label(self) -> str:
+        """The index for messages and release records: a PostgreSQL URL without password."""
+        from near_dedup_core.index_store.postgres import is_url, label
+
+        value = str(self.index_path)
+        return label(value) if is_url(value) else value
 
     @property
     def template_path(self) -> Path:

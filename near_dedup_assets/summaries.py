@@ -75,7 +75,8 @@ def snapshot_metadata(pool: DayPool) -> dict:
 
 
 def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
-    size = result.index.stat().st_size if result.index.exists() else 0
+    local = isinstance(result.index, Path)
+    size = result.index.stat().st_size if local and result.index.exists() else 0
     return {
         "batch": dg.MetadataValue.text("none: already indexed" if result.batch is None
                                        else str(result.batch)),
@@ -86,7 +87,8 @@ def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
         "new_contents": dg.MetadataValue.int(result.new_contents),
         "new_sources": dg.MetadataValue.int(result.new_sources),
         "index_bytes": dg.MetadataValue.int(size),
-        "index": dg.MetadataValue.path(str(result.index)),
+        "index": (dg.MetadataValue.path(str(result.index)) if local
+                  else dg.MetadataValue.text(str(result.index))),
         "summary": dg.MetadataValue.text(result.summary()),
         "report": dg.MetadataValue.path(str(report.path)),
         "report_was_already_frozen": dg.MetadataValue.bool(report.reused),

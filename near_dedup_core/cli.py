@@ -60,9 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"near-dedup {__version__}",
                    help="print the version and exit")
-    p.add_argument("--index", type=Path, metavar="PATH",
-                   help="the near-dedup SQLite index, a dedicated file bound to the config "
-                        "(needed by index and scan)")
+    p.add_argument("--index", metavar="PATH|URL",
+                   help="the near-dedup index, bound to the config (needed by index and scan): "
+                        "a dedicated SQLite file, or postgresql://user@host:port/dbname")
     p.add_argument("--config", type=Path, metavar="PATH",
                    help="near-dedup config JSON (default: the shipped defaults)")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")

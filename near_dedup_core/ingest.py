@@ -31,9 +31,9 @@ from pathlib import Path
 
 import numpy as np
 import orjson
-from sqlalchemy import Connection, func, insert, select
 
 from near_dedup_core import __version__, index_store as db
+from near_dedup_core.index_store import postgres as pg
 from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
@@ -49,7 +49,7 @@ DICT_REFRESH = 100_000  # new contents per trained text dictionary
 
 @dataclass
 class IndexResult:
-    index: Path
+    index: Path | str  # a SQLite path, or a PostgreSQL location without its password
     batch: int | None
     packages_added: list[str] = field(default_factory=list)
     packages_skipped: list[str] = field(default_factory=list)
@@ -132,9 +132,9 @@ class _Pending:
 class _BatchWriter:
     """Holds the open transaction's state: id maps, pending work, counters."""
 
-    def __init__(self, conn: Connection, config: NearDedupConfig, batch: int, executor: Executor,
-                 workers: int, kind: str, progress: Progress) -> None:
-        self.conn = conn
+    def __init__(self, store: db.BatchTransaction, config: NearDedupConfig, batch: int,
+                 executor: Executor, workers: int, kind: str, progress: Progress) -> None:
+        self.store = store
         self.config = config
         self.batch = batch
         self.executor = executor
@@ -143,18 +143,15 @@ class _BatchWriter:
         self.progress = progress
         self.params = (config.num_perm, config.seed, config.shingle_size, config.bands,
                        config.rows, config.min_chars)
-        self.scope_ids = {k: i for i, k in conn.execute(select(db.scopes.c.id, db.scopes.c.scope_key))}
-        self.next_content = (conn.execute(select(func.max(db.contents.c.id))).scalar() or 0) + 1
+        self.scope_ids = store.scope_ids()
+        self.next_content = store.max_content_rowid() + 1
         self.first_content = self.next_content
         self.band_keys: list[np.ndarray] = []  # written at the end, in key order
         self.band_contents: list[np.ndarray] = []
         self.batch_contents: dict[bytes, int] = {}
-        self.ref_targets: dict[str, dict[str, tuple[int, bytes, str | None]]] = {}
+        self.ref_targets: dict[str, dict[str, db.RefTarget]] = {}
         self.stage2: collections.deque[_Pending] = collections.deque()
         self.stage4: collections.deque[tuple[list, int | None, Future]] = collections.deque()
-        self.sql_sources = db.insert_sql(db.sources)
-        self.sql_contents = db.insert_sql(db.contents)
-        self.sql_bands = db.insert_sql(db.bands).replace("INSERT", "INSERT OR IGNORE", 1)
         self.new_contents = 0
         self.new_sources = 0
         self.dictionary: tuple[int | None, bytes | None] = (None, None)
@@ -165,13 +162,7 @@ class _BatchWriter:
         """Remember (content, text_sha256, domain) per sample of packages that refs point into;
         already indexed ones are read from the index."""
         for pid in package_ids:
-            table: dict[str, tuple[int, bytes, str | None]] = {}
-            if pid in indexed:
-                s = db.sources.c
-                rows = self.conn.execute(select(s.sample_id, s.content, s.text_sha256, s.domain)
-                                         .where(s.package == indexed[pid]))
-                table = {sid: (c, sha, dom) for sid, c, sha, dom in rows}
-            self.ref_targets[pid] = table
+            self.ref_targets[pid] = self.store.ref_targets(indexed[pid]) if pid in indexed else {}
 
     # -- stage 1
     def add_chunk(self, records: list[Record], package_rowids: list[int], tokenizers: dict) -> None:
@@ -201,22 +192,14 @@ class _BatchWriter:
     def _scope_id(self, key: str, label: str) -> int:
         sid = self.scope_ids.get(key)
         if sid is None:
-            sid = self.conn.execute(insert(db.scopes).values(scope_key=key, label=label)).inserted_primary_key[0]
-            self.scope_ids[key] = sid
+            sid = self.scope_ids[key] = self.store.add_scope(key, label)
         return sid
 
     def _known(self, cids: list[bytes]) -> dict[bytes, int]:
         """Row ids of contents indexed by earlier batches."""
-        found: dict[bytes, int] = {}
         if self.first_content == 1:  # the index holds no content yet
-            return found
-        todo = [c for c in set(cids) if c not in self.batch_contents]
-        for i in range(0, len(todo), 900):
-            part = todo[i:i + 900]
-            found.update(self.conn.exec_driver_sql(
-                f"SELECT content_id, id FROM contents WHERE content_id IN ({','.join('?' * len(part))})",
-                tuple(part)).all())
-        return found
+            return {}
+        return self.store.known_contents([c for c in set(cids) if c not in self.batch_contents])
 
     def _finish_identify(self, pending: _Pending) -> None:
         results = pending.future.result()
@@ -238,17 +221,17 @@ class _BatchWriter:
                     new_rows.append((rowid, cid, self._scope_id(key, label), len(norm)))
             else:
                 target = self.ref_targets[rec.ref[0]][rec.ref[1]]
-                rowid, sha = target[0], target[1]
+                rowid, sha = target.content, target.text_sha256
                 if domain is None:
-                    domain = target[2]
+                    domain = target.domain
             targets = self.ref_targets.get(rec.package_id)
             if targets is not None:
-                targets[rec.sample_id] = (rowid, sha, domain)
+                targets[rec.sample_id] = db.RefTarget(rowid, sha, domain)
             source = rec.data.get("source")
             source_rows.append((None, rowid, pkg_rowid, rec.sample_id, rec.split, rec.file, rec.line,
                                 rec.position, sha, domain,
                                 None if source is None else orjson.dumps(source).decode()))
-        self.conn.exec_driver_sql(self.sql_sources, source_rows)
+        self.store.add_sources(source_rows)
         self.new_sources += len(source_rows)
         if new_texts:
             if self.dictionary_uses >= DICT_REFRESH:  # follow the batch as its text drifts
@@ -264,9 +247,7 @@ class _BatchWriter:
         """A new zstd dictionary from these texts; the current one stays if they are too few."""
         data = db.train_text_dictionary(texts)
         if data is not None:
-            rowid = self.conn.execute(insert(db.dictionaries).values(batch=self.batch, data=data)
-                                      ).inserted_primary_key[0]
-            self.dictionary = (rowid, data)
+            self.dictionary = (self.store.add_dictionary(self.batch, data), data)
             self.dictionary_uses = 0
 
     # -- stage 5
@@ -288,7 +269,7 @@ class _BatchWriter:
                                  sigs[i].tobytes() if is_long else None, blobs[i], dict_id))
             if is_long:
                 long_rows.append(i)
-        self.conn.exec_driver_sql(self.sql_contents, content_rows)
+        self.store.add_contents(content_rows)
         if long_rows:
             rowids = np.asarray([rows[i][0] for i in long_rows], dtype=np.int64)
             self.band_keys.append(keys[long_rows].reshape(-1))
@@ -302,11 +283,7 @@ class _BatchWriter:
         keys = np.concatenate(self.band_keys)
         contents = np.concatenate(self.band_contents)
         order = np.lexsort((contents, keys))
-        keys, contents = keys[order], contents[order]
-        step = 1 << 20
-        for i in range(0, len(keys), step):
-            self.conn.exec_driver_sql(self.sql_bands, list(zip(keys[i:i + step].tolist(),
-                                                               contents[i:i + step].tolist())))
+        self.store.add_bands(keys[order], contents[order])
         self.band_keys, self.band_contents = [], []
 
 
@@ -317,93 +294,96 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _indexed_packages(conn: Connection) -> dict[str, tuple[int, str]]:
-    p = db.packages.c
-    return {pid: (rowid, sha) for rowid, pid, sha in
-            conn.execute(select(p.id, p.package_id, p.manifest_sha256))}
-
-
-def _check_known(pkgs: Sequence[Package], indexed: dict[str, tuple[int, str]]) -> None:
+def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage]) -> None:
     for pkg in pkgs:
         known = indexed.get(pkg.package_id)
-        if known is not None and known[1] != pkg.manifest_sha256:
+        if known is not None and known.manifest_sha256 != pkg.manifest_sha256:
             raise NearDedupError(
                 f"{where(pkg.package_id, 'manifest.json')}: package is already indexed with "
-                f"manifest sha256 {known[1][:12]}…, this one is {pkg.manifest_sha256[:12]}…; "
+                f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
+                f"{pkg.manifest_sha256[:12]}…; "
                 f"packages are immutable: publish a new package id")
 
 
 def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
                   workers: int, progress: bool) -> None:
-    kind = pkgs[0].kind
     with engine.begin() as conn:  # BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error
-        values = db.read_meta(conn)
-        if values.get("kind", kind) != kind:
-            raise NearDedupError(f"index {result.index}: holds {values['kind']} packages; "
-                                 f"{kind} packages need their own index")
-        indexed = _indexed_packages(conn)
-        _check_known(pkgs, indexed)
-        new = [p for p in pkgs if p.package_id not in indexed]
-        result.packages_skipped = [p.package_id for p in pkgs if p.package_id in indexed]
-        result.packages_added = [p.package_id for p in new]
-        if not new:
-            for _ in stream_records(pkgs):  # the inputs are still validated in full
-                pass
-            return
-        if "kind" not in values:
-            conn.execute(insert(db.meta).values(key="kind", value=kind))
-        seq = (conn.execute(select(func.max(db.batches.c.seq))).scalar() or 0) + 1
-        conn.execute(insert(db.batches).values(
-            seq=seq, created_at=_now(), tool_version=__version__,
-            packages=orjson.dumps([p.package_id for p in new]).decode()))
-        indexed_rowids = {pid: r for pid, (r, _) in indexed.items()}
-        rowids = dict(indexed_rowids)
-        for pkg in new:
-            rowids[pkg.package_id] = conn.execute(insert(db.packages).values(
-                package_id=pkg.package_id, kind=pkg.kind, manifest_sha256=pkg.manifest_sha256,
-                batch=seq, records=pkg.record_count,
-                manifest=orjson.dumps(pkg.manifest).decode())).inserted_primary_key[0]
-        result.batch = seq
-        new_ids = {p.package_id for p in new}
-        bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
-        if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
-            workers = 1
-        with process_pool(workers) as executor:
-            writer = _BatchWriter(conn, config, seq, executor, workers, kind, bar)
-            targets = {d for p in new for d in p.depends_on}
-            writer.track_targets(targets, indexed_rowids)
-            tokenizers = {p.package_id: p.tokenizer for p in pkgs}
-            chunk: list[Record] = []
-            chunk_rowids: list[int] = []
-            for rec in stream_records(pkgs):
-                if rec.package_id not in new_ids:
-                    continue
-                chunk.append(rec)
-                chunk_rowids.append(rowids[rec.package_id])
-                if len(chunk) >= CHUNK:
-                    writer.add_chunk(chunk, chunk_rowids, tokenizers)
-                    chunk, chunk_rowids = [], []
-            if chunk:
+        _append_in(conn, config, pkgs, result, workers, progress)
+
+
+def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
+               workers: int, progress: bool) -> None:
+    """The batch inside the open transaction of ``conn``."""
+    kind = pkgs[0].kind
+    store = db.BatchTransaction.on(conn)
+    values = store.meta()
+    if values.get("kind", kind) != kind:
+        raise NearDedupError(f"index {result.index}: holds {values['kind']} packages; "
+                             f"{kind} packages need their own index")
+    indexed = store.indexed_packages()
+    _check_known(pkgs, indexed)
+    new = [p for p in pkgs if p.package_id not in indexed]
+    result.packages_skipped = [p.package_id for p in pkgs if p.package_id in indexed]
+    result.packages_added = [p.package_id for p in new]
+    if not new:
+        for _ in stream_records(pkgs):  # the inputs are still validated in full
+            pass
+        return
+    if "kind" not in values:
+        store.set_kind(kind)
+    seq = store.add_batch(_now(), __version__, [p.package_id for p in new])
+    indexed_rowids = {pid: known.rowid for pid, known in indexed.items()}
+    rowids = dict(indexed_rowids)
+    for pkg in new:
+        rowids[pkg.package_id] = store.add_package(
+            pkg.package_id, pkg.kind, pkg.manifest_sha256, seq, pkg.record_count,
+            orjson.dumps(pkg.manifest).decode())
+    result.batch = seq
+    new_ids = {p.package_id for p in new}
+    bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
+    if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
+        workers = 1
+    with process_pool(workers) as executor:
+        writer = _BatchWriter(store, config, seq, executor, workers, kind, bar)
+        targets = {d for p in new for d in p.depends_on}
+        writer.track_targets(targets, indexed_rowids)
+        tokenizers = {p.package_id: p.tokenizer for p in pkgs}
+        chunk: list[Record] = []
+        chunk_rowids: list[int] = []
+        for rec in stream_records(pkgs):
+            if rec.package_id not in new_ids:
+                continue
+            chunk.append(rec)
+            chunk_rowids.append(rowids[rec.package_id])
+            if len(chunk) >= CHUNK:
                 writer.add_chunk(chunk, chunk_rowids, tokenizers)
-            writer.flush()
-        bar.finish()
-        result.records = sum(p.record_count for p in new)
-        result.new_contents = writer.new_contents
-        result.new_sources = writer.new_sources
+                chunk, chunk_rowids = [], []
+        if chunk:
+            writer.add_chunk(chunk, chunk_rowids, tokenizers)
+        writer.flush()
+    bar.finish()
+    result.records = sum(p.record_count for p in new)
+    result.new_contents = writer.new_contents
+    result.new_sources = writer.new_sources
 
 
 def index_packages(index_path: str | Path, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
                    progress: bool = False) -> IndexResult:
-    """Validate the packages and append them to the index as one batch (see module doc)."""
-    index_path = Path(index_path)
+    """Validate the packages and append them to the index as one batch (see module doc).
+    ``index_path`` is a SQLite file or a ``postgresql://`` URL."""
     paths = [Path(p) for p in package_paths]
-    db.check_index_path(index_path, paths)
+    url = db.postgres_url(index_path)
+    if url is None:
+        db.check_index_path(Path(index_path), paths)
     pkgs = open_packages(paths)
     total = sum(p.record_count for p in pkgs)
     if total > config.max_pool_records:
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}; split it into several batches")
+    if url is not None:
+        return _index_postgres(url, config, pkgs, workers, progress)
+    index_path = Path(index_path)
     result = IndexResult(index=index_path, batch=None)
     created = _missing_dirs(index_path.parent)
     try:
@@ -456,6 +436,28 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
     finally:
         engine.dispose()
         _remove_db_files(tmp)
+
+
+def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], workers: int,
+                    progress: bool) -> IndexResult:
+    """The batch on a PostgreSQL index: lock, initialise an empty database and append, all in
+    one transaction, so a failure or a killed client leaves the database as it was."""
+    result = IndexResult(index=pg.label(url), batch=None)
+    engine = pg.engine(url)
+    try:
+        with engine.begin() as conn:
+            pg.lock_writer(conn, url)
+            values = pg.read_meta_or_none(conn, url)
+            if values is None:
+                pg.create_schema(conn, config, _now())
+            else:
+                db.check_binding(pg.label(url), values, config)
+            _append_in(conn, config, pkgs, result, workers, progress)
+    except pg.driver_errors() as exc:
+        raise pg.connect_error(url, exc) from None
+    finally:
+        engine.dispose()
+    return result
 
 
 def _remove_db_files(path: Path) -> None:

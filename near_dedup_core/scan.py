@@ -100,7 +100,7 @@ def _verify_files(pkgs: list[Package]) -> None:
                                  f"manifest.json (file changed after it was indexed)")
 
 
-def load_pool(snap: db.IndexSnapshot, index_path: Path, pkgs: list[Package]) -> Pool:
+def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package]) -> Pool:
     rows = snap.indexed_packages()
     indexed = {r.package_id: r for r in rows}
     for pkg in pkgs:
@@ -384,7 +384,7 @@ def _too_many(node: Node, pool: Pool, count: int, config: NearDedupConfig) -> Li
 def _worker_texts(index_path: str) -> db.IndexTexts:
     """A verify worker's own read connection (content rows never change once written, so it
     reads the same texts as the scan's snapshot for the ids the scan knows)."""
-    return db.IndexTexts.open(Path(index_path))
+    return db.open_texts(index_path)
 
 
 def verify_pairs(source: str | db.IndexTexts, params: tuple, pairs: list[tuple[int, int]],
@@ -490,7 +490,7 @@ def verify(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], cand: Candidat
               config.canonical_json())
     bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
     chunks = _local_chunks(content_pairs)
-    path = str(snap.path.resolve())
+    path = snap.location
     args = [[tuple(p) for p in content_pairs[c].tolist()] for c in chunks]
     results: list[list[tuple[int, float, str | None]]] = []
     if workers > 1 and len(chunks) > 1:
@@ -539,7 +539,9 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
               package_paths: Sequence[str | Path], output_dir: str | Path, *,
               workers: int = 1, progress: bool = False) -> ScanResult:
     """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see module doc)."""
-    index_path, output = Path(index_path), Path(output_dir)
+    output = Path(output_dir)
+    if db.postgres_url(index_path) is None:
+        index_path = Path(index_path)
     paths = [Path(p) for p in package_paths]
     require_new_output(output)
     for p in paths:
@@ -554,16 +556,17 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     try:
         return _scan(index_path, config, pkgs, output, workers, progress)
     except (LookupError, ValueError, TypeError, AttributeError) as exc:
-        db.raise_if_damaged(index_path, exc)
+        if isinstance(index_path, Path):
+            db.raise_if_damaged(index_path, exc)
         raise
 
 
-def _scan(index_path: Path, config: NearDedupConfig, pkgs: list[Package], output: Path,
+def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
           workers: int, progress: bool) -> ScanResult:
     from near_dedup_core.report import decide, write_report
 
-    with db.database_errors(index_path), db.IndexSnapshot.open(index_path, config) as snap:
-        pool = load_pool(snap, index_path, pkgs)
+    with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap:
+        pool = load_pool(snap, snap.path, pkgs)
         _verify_files(pkgs)
         nodes = build_nodes(pool)
         cand = find_candidates(snap, pool, nodes, config, progress)

@@ -35,13 +35,16 @@ from pathlib import Path
 from typing import NamedTuple, Self
 
 import numpy as np
+import orjson
 import zstandard
-from sqlalchemy import (BLOB, Column, Engine, ForeignKey, Index, Integer, MetaData, String,
-                        Table, Text, create_engine, event, insert, select)
+from sqlalchemy import (BigInteger, Column, Connection, Engine, ForeignKey, Index, Integer,
+                        LargeBinary, MetaData, String, Table, Text, create_engine, event, func,
+                        insert, select)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core import ALGORITHM_VERSION
+from near_dedup_core.index_store import postgres as pg
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 
@@ -50,6 +53,11 @@ SCHEMA_VERSION = "1"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
 
+#: Row ids, band keys and counts: 64-bit everywhere (SQLAlchemy's ``Integer`` is 32-bit on
+#: PostgreSQL); on SQLite an ``INTEGER PRIMARY KEY`` is the rowid, which is 64-bit already.
+INT = BigInteger().with_variant(Integer(), "sqlite")
+BYTES = LargeBinary()
+
 metadata = MetaData()
 
 meta = Table("meta", metadata,
@@ -57,56 +65,57 @@ meta = Table("meta", metadata,
              Column("value", Text, nullable=False))
 
 batches = Table("batches", metadata,
-                Column("seq", Integer, primary_key=True),
+                Column("seq", INT, primary_key=True),
                 Column("created_at", String, nullable=False),
                 Column("tool_version", String, nullable=False),
                 Column("packages", Text, nullable=False))
 
 packages = Table("packages", metadata,
-                 Column("id", Integer, primary_key=True),
+                 Column("id", INT, primary_key=True),
                  Column("package_id", String, nullable=False, unique=True),
                  Column("kind", String, nullable=False),
                  Column("manifest_sha256", String, nullable=False),
-                 Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
-                 Column("records", Integer, nullable=False),
+                 Column("batch", INT, ForeignKey("batches.seq"), nullable=False),
+                 Column("records", INT, nullable=False),
                  Column("manifest", Text, nullable=False))
 
 scopes = Table("scopes", metadata,
-               Column("id", Integer, primary_key=True),
+               Column("id", INT, primary_key=True),
                Column("scope_key", Text, nullable=False, unique=True),
                Column("label", String, nullable=False))
 
 contents = Table("contents", metadata,
-                 Column("id", Integer, primary_key=True),
-                 Column("content_id", BLOB, nullable=False, unique=True),
-                 Column("scope", Integer, ForeignKey("scopes.id"), nullable=False),
-                 Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
-                 Column("norm_chars", Integer, nullable=False),
-                 Column("shingles", Integer),
-                 Column("signature", BLOB),
-                 Column("text_z", BLOB, nullable=False),
-                 Column("dictionary", Integer, ForeignKey("dictionaries.id")))
+                 Column("id", INT, primary_key=True),
+                 Column("content_id", BYTES, nullable=False, unique=True),
+                 Column("scope", INT, ForeignKey("scopes.id"), nullable=False),
+                 Column("batch", INT, ForeignKey("batches.seq"), nullable=False),
+                 Column("norm_chars", INT, nullable=False),
+                 Column("shingles", INT),
+                 Column("signature", BYTES),
+                 Column("text_z", BYTES, nullable=False),
+                 Column("dictionary", INT, ForeignKey("dictionaries.id")))
 
 dictionaries = Table("dictionaries", metadata,
-                     Column("id", Integer, primary_key=True),
-                     Column("batch", Integer, ForeignKey("batches.seq"), nullable=False),
-                     Column("data", BLOB, nullable=False))
+                     Column("id", INT, primary_key=True),
+                     Column("batch", INT, ForeignKey("batches.seq"), nullable=False),
+                     Column("data", BYTES, nullable=False))
 
 bands = Table("bands", metadata,
-              Column("key", Integer, primary_key=True),
-              Column("content", Integer, ForeignKey("contents.id"), primary_key=True),
+              Column("key", INT, primary_key=True, autoincrement=False),
+              Column("content", INT, ForeignKey("contents.id"), primary_key=True,
+                     autoincrement=False),
               sqlite_with_rowid=False)
 
 sources = Table("sources", metadata,
-                Column("id", Integer, primary_key=True),
-                Column("content", Integer, ForeignKey("contents.id"), nullable=False),
-                Column("package", Integer, ForeignKey("packages.id"), nullable=False),
+                Column("id", INT, primary_key=True),
+                Column("content", INT, ForeignKey("contents.id"), nullable=False),
+                Column("package", INT, ForeignKey("packages.id"), nullable=False),
                 Column("sample_id", String, nullable=False),
                 Column("split", String, nullable=False),
                 Column("file", String, nullable=False),
-                Column("line", Integer, nullable=False),
-                Column("position", Integer, nullable=False),
-                Column("text_sha256", BLOB, nullable=False),
+                Column("line", INT, nullable=False),
+                Column("position", INT, nullable=False),
+                Column("text_sha256", BYTES, nullable=False),
                 Column("domain", String),
                 Column("source", Text),
                 Index("ix_sources_package", "package", "position"),
@@ -192,6 +201,19 @@ def _engine(creator) -> Engine:
     engine = create_engine("sqlite://", creator=creator, poolclass=NullPool)
     event.listen(engine, "connect", _pragmas)
     return engine
+
+
+def postgres_url(index: str | Path) -> str | None:
+    """The URL when ``index`` names a PostgreSQL database, None for a SQLite path; any other
+    URL scheme is refused."""
+    value = str(index)
+    if pg.is_url(value):
+        return value
+    scheme, sep, _rest = value.partition("://")
+    if sep and scheme.replace("+", "").isalnum():
+        raise NearDedupError(f"index {value.split('@')[-1]}: unknown scheme {scheme}://; give a "
+                             f"SQLite file path or postgresql://user@host:port/dbname")
+    return None
 
 
 def is_sqlite_file(path: Path) -> bool:
@@ -355,17 +377,22 @@ def open_writable(path: Path) -> Engine:
 PAGE_SIZE = 16384  # rows of ~2 KB (compressed text + signature) pack with little slack
 
 
+def binding_rows(config: NearDedupConfig, created_at: str) -> list[dict[str, str]]:
+    """The ``meta`` rows that bind a new index to its format, config and algorithm."""
+    return [
+        {"key": "format", "value": FORMAT},
+        {"key": "schema_version", "value": SCHEMA_VERSION},
+        {"key": "algorithm_version", "value": ALGORITHM_VERSION},
+        {"key": "config_fingerprint", "value": config.fingerprint()},
+        {"key": "config", "value": config.canonical_json()},
+        {"key": "created_at", "value": created_at},
+    ]
+
+
 def create_schema(engine: Engine, config: NearDedupConfig, created_at: str) -> None:
     metadata.create_all(engine)
     with engine.begin() as conn:
-        conn.execute(insert(meta), [
-            {"key": "format", "value": FORMAT},
-            {"key": "schema_version", "value": SCHEMA_VERSION},
-            {"key": "algorithm_version", "value": ALGORITHM_VERSION},
-            {"key": "config_fingerprint", "value": config.fingerprint()},
-            {"key": "config", "value": config.canonical_json()},
-            {"key": "created_at", "value": created_at},
-        ])
+        conn.execute(insert(meta), binding_rows(config, created_at))
 
 
 def existing_meta(path: Path) -> dict[str, str] | None:
@@ -468,9 +495,17 @@ def raise_if_damaged(path: Path, exc: BaseException) -> None:
 
 
 @contextmanager
-def database_errors(path: Path) -> Iterator[None]:
+def database_errors(path: Path | str) -> Iterator[None]:
     """Turn SQLite errors (raw, or wrapped by SQLAlchemy) inside the block into one line
-    naming the index ``path``."""
+    naming the index ``path``; for a PostgreSQL URL, the server's and driver's errors."""
+    url = postgres_url(path)
+    if url is not None:
+        try:
+            yield
+        except pg.driver_errors() as exc:
+            raise pg.connect_error(url, exc) from None
+        return
+    path = Path(path)
     try:
         yield
     except sqlite3.Error as exc:
@@ -555,6 +590,9 @@ class IndexTexts:
 
     def __init__(self, path: Path, con: sqlite3.Connection) -> None:
         self.path = path
+        #: where a worker opens its own reader (`open_texts`): the absolute SQLite path, or
+        #: the PostgreSQL URL with its credentials (``path`` is the URL without password)
+        self.location = str(path.resolve()) if isinstance(path, Path) else str(path)
         self._con = con
         self._reader = TextReader(con)
 
@@ -723,6 +761,74 @@ class IndexSnapshot(IndexTexts):
         return out
 
 
+class PostgresSnapshot(IndexSnapshot):
+    """The scan's reads on a PostgreSQL index: one ``REPEATABLE READ`` transaction, the shared
+    SQL through `postgres.QmarkConnection`, the history lookup by ``COPY`` into
+    temporary tables and one join."""
+
+    @classmethod
+    def open_url(cls, url: str, config: NearDedupConfig | None = None) -> PostgresSnapshot:
+        raw = pg.connect(url, snapshot=True)
+        try:
+            values = pg.check_tables(url, lambda sql: raw.execute(sql).fetchall())
+            if values is None:
+                raise NearDedupError(f"index {pg.label(url)}: empty database; index the "
+                                     f"inputs first")
+            if config is not None:
+                check_binding(pg.label(url), values, config)
+        except BaseException:
+            raw.close()
+            raise
+        snap = cls(pg.label(url), pg.QmarkConnection(raw),  # type: ignore[arg-type]
+                   None if config is None else config.num_perm)
+        snap.location = url
+        return snap
+
+    def history_band_hits(self, keys: np.ndarray, pool_contents: list[int],
+                          pool_nodes: set[tuple[int, str]]) -> BandHits:
+        raw = self._con.raw  # type: ignore[attr-defined]
+        raw.execute("CREATE TEMP TABLE scan_keys (key BIGINT PRIMARY KEY)")
+        raw.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
+        try:
+            with raw.cursor() as cur:
+                with cur.copy("COPY scan_keys (key) FROM STDIN") as copy:
+                    for k in keys.tolist():
+                        copy.write_row((k,))
+                with cur.copy("COPY scan_contents (id) FROM STDIN") as copy:
+                    for c in pool_contents:
+                        copy.write_row((c,))
+            raw.execute("ANALYZE scan_keys")
+            mixed = sorted({c for c, split in raw.execute(
+                "SELECT DISTINCT s.content, s.split FROM scan_contents t "
+                "JOIN sources s ON s.content = t.id") if (c, split) not in pool_nodes})
+            raw.execute("DELETE FROM scan_contents WHERE id = ANY(%s)", (mixed,))
+            rows = raw.execute(
+                "SELECT b.key, b.content FROM scan_keys q JOIN bands b ON b.key = q.key "
+                "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)"
+            ).fetchall()
+        finally:
+            raw.execute("DROP TABLE scan_keys, scan_contents")
+        found = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
+        return BandHits(found[:, 0], found[:, 1])
+
+
+def open_snapshot(index: str | Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
+    """The scan's one snapshot of the index at a SQLite path or a PostgreSQL URL."""
+    url = postgres_url(index)
+    if url is not None:
+        return PostgresSnapshot.open_url(url, config)
+    return IndexSnapshot.open(Path(index), config)
+
+
+def open_texts(index: str | Path) -> IndexTexts:
+    """A verify worker's own reader of content texts (see `IndexTexts`)."""
+    url = postgres_url(index)
+    if url is not None:
+        return IndexTexts(pg.label(url), pg.QmarkConnection(  # type: ignore[arg-type]
+            pg.connect(url, snapshot=False)))
+    return IndexTexts.open(Path(index))
+
+
 # --------------------------------------------------------------------------- index check
 
 
@@ -751,6 +857,10 @@ def check_index(path: Path) -> IndexCheck:
     signature of ``num_perm`` values; every source's content and package exist; no content,
     package or dictionary names a batch that does not exist; every text decompresses (with its
     dictionary) to ``norm_chars`` characters."""
+    if postgres_url(path) is not None:
+        raise NearDedupError(f"index {pg.label(str(path))}: index check reads SQLite index "
+                             f"files; on PostgreSQL use the server's pg_amcheck")
+    path = Path(path)
     if not path.is_file():
         raise NearDedupError(f"index {path}: not found")
     with database_errors(path):
@@ -831,3 +941,132 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
               for t in ("packages", "contents", "sources")]
     con.execute("COMMIT")
     return IndexCheck(path, max_batch, *counts)
+
+
+# --------------------------------------------------------------------------- batch writes
+
+
+class RefTarget(NamedTuple):
+    """What a ``ref`` to an indexed sample resolves to."""
+
+    content: int
+    text_sha256: bytes
+    domain: str | None
+
+
+class BatchTransaction:
+    """The write side of one open batch transaction: every statement ``index`` makes.
+
+    ``BatchTransaction.on(conn)`` gives the one for the connection's backend (SQLite here,
+    PostgreSQL in ``PostgresBatch``).
+
+    Rows are plain tuples in the table's column order (``sources``, ``contents``) so that a
+    million of them go through ``executemany`` without per-row objects; everything else comes
+    back as named records. Nothing is visible to readers until the surrounding transaction
+    commits.
+    """
+
+    @staticmethod
+    def on(conn: Connection) -> BatchTransaction:
+        return PostgresBatch(conn) if conn.dialect.name == "postgresql" else BatchTransaction(conn)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self._sql_sources = insert_sql(sources)
+        self._sql_contents = insert_sql(contents)
+        self._sql_bands = insert_sql(bands).replace("INSERT", "INSERT OR IGNORE", 1)
+
+    # -- the index as a whole
+    def meta(self) -> dict[str, str]:
+        return read_meta(self.conn)
+
+    def set_kind(self, kind: str) -> None:
+        self.conn.execute(insert(meta).values(key="kind", value=kind))
+
+    def indexed_packages(self) -> dict[str, IndexedPackage]:
+        p = packages.c
+        return {row.package_id: IndexedPackage(*row) for row in self.conn.execute(
+            select(p.id, p.package_id, p.kind, p.manifest_sha256, p.batch))}
+
+    def add_batch(self, created_at: str, tool_version: str, package_ids: list[str]) -> int:
+        """A new batch row; returns its sequence number (one more than the last)."""
+        seq = (self.conn.execute(select(func.max(batches.c.seq))).scalar() or 0) + 1
+        self.conn.execute(insert(batches).values(
+            seq=seq, created_at=created_at, tool_version=tool_version,
+            packages=orjson.dumps(package_ids).decode()))
+        return seq
+
+    def add_package(self, package_id: str, kind: str, manifest_sha256: str, batch: int,
+                    records: int, manifest_json: str) -> int:
+        return self.conn.execute(insert(packages).values(
+            package_id=package_id, kind=kind, manifest_sha256=manifest_sha256, batch=batch,
+            records=records, manifest=manifest_json)).inserted_primary_key[0]
+
+    # -- scopes, contents, sources
+    def scope_ids(self) -> dict[str, int]:
+        return {k: i for i, k in self.conn.execute(select(scopes.c.id, scopes.c.scope_key))}
+
+    def add_scope(self, scope_key: str, label: str) -> int:
+        return self.conn.execute(insert(scopes).values(scope_key=scope_key, label=label)
+                                 ).inserted_primary_key[0]
+
+    def max_content_rowid(self) -> int:
+        return self.conn.execute(select(func.max(contents.c.id))).scalar() or 0
+
+    def ref_targets(self, package_rowid: int) -> dict[str, RefTarget]:
+        """sample_id → what a ref to that sample of an indexed package resolves to."""
+        s = sources.c
+        rows = self.conn.execute(select(s.sample_id, s.content, s.text_sha256, s.domain)
+                                 .where(s.package == package_rowid))
+        return {sid: RefTarget(c, sha, dom) for sid, c, sha, dom in rows}
+
+    def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        """Row ids of the given content ids that the index already holds."""
+        found: dict[bytes, int] = {}
+        for i in range(0, len(content_ids), SQL_IN):
+            part = content_ids[i:i + SQL_IN]
+            found.update(self.conn.exec_driver_sql(
+                f"SELECT content_id, id FROM contents WHERE content_id IN "
+                f"({','.join('?' * len(part))})", tuple(part)).all())
+        return found
+
+    def add_sources(self, rows: list[tuple]) -> None:
+        """``sources`` rows: (None, content, package, sample_id, split, file, line, position,
+        text_sha256, domain, source JSON)."""
+        self.conn.exec_driver_sql(self._sql_sources, rows)
+
+    def add_dictionary(self, batch: int, data: bytes) -> int:
+        return self.conn.execute(insert(dictionaries).values(batch=batch, data=data)
+                                 ).inserted_primary_key[0]
+
+    def add_contents(self, rows: list[tuple]) -> None:
+        """``contents`` rows: (rowid, content_id, scope, batch, norm_chars, shingles,
+        signature, text_z, dictionary)."""
+        self.conn.exec_driver_sql(self._sql_contents, rows)
+
+    def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
+        """Band rows, given sorted by (key, content) so the B-tree fills front to back."""
+        step = 1 << 20
+        for i in range(0, len(keys), step):
+            self.conn.exec_driver_sql(self._sql_bands, list(zip(
+                keys[i:i + step].tolist(), content_rowids[i:i + step].tolist())))
+
+
+class PostgresBatch(BatchTransaction):
+    """The batch writes on PostgreSQL: bulk rows by ``COPY``, lookups by ``= ANY(array)``."""
+
+    def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        return pg.known_contents(self.conn, content_ids)
+
+    def add_sources(self, rows: list[tuple]) -> None:
+        pg.copy_rows(self.conn, "sources", _SOURCE_COLUMNS[1:], (r[1:] for r in rows))
+
+    def add_contents(self, rows: list[tuple]) -> None:
+        pg.copy_rows(self.conn, "contents", _CONTENT_COLUMNS, rows)
+
+    def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
+        pg.copy_bands(self.conn, keys, content_rowids)
+
+
+_SOURCE_COLUMNS = tuple(c.name for c in sources.columns)
+_CONTENT_COLUMNS = tuple(c.name for c in contents.columns)

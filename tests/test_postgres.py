@@ -1,0 +1,363 @@
+"""The PostgreSQL index backend against a real server started for this module (pg_server.py).
+
+The same packages indexed into SQLite and into PostgreSQL give the same index rows; every bad
+state is one line and exit 1 with the database untouched; a SIGKILL'd append leaves the
+database as it was; two concurrent appends both land, one after the other.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import (REPO, SAMPLES, drop_every, make_package, reverse_every, run_cli,
+                      stdlib_paragraphs, tree_bytes)
+from pg_server import INSTALL, PostgresServer, find_bindir
+from sqlalchemy import create_engine, select, text
+from sqlalchemy.pool import NullPool
+
+from near_dedup_core import index_store
+from near_dedup_core.index_store import postgres as index_postgres
+from near_dedup_core.index_store import TextReader
+
+BINDIR = find_bindir()
+if BINDIR is None:
+    if os.environ.get("CI"):
+        raise RuntimeError(f"PostgreSQL is missing on CI: {INSTALL}")
+    pytest.skip(f"PostgreSQL server binaries not found: {INSTALL}", allow_module_level=True)
+psycopg = pytest.importorskip("psycopg", reason="pip install 'near-dedup[postgres]'")
+
+CPT = SAMPLES / "cpt"
+V1 = CPT / "2026-11-25" / "cpt-v1"
+V2 = CPT / "2026-11-26" / "cpt-v2"
+V3 = CPT / "2026-11-27" / "cpt-v3"
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = PostgresServer(BINDIR)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+@pytest.fixture
+def url(server) -> str:
+    return server.create_database()
+
+
+def _engine(index: str | Path):
+    if str(index).startswith("postgresql://"):
+        return create_engine("postgresql+psycopg://" + str(index).split("://", 1)[1],
+                             poolclass=NullPool)
+    return create_engine(f"sqlite:///{index}", poolclass=NullPool)
+
+
+def index_rows(index: str | Path) -> dict:
+    """Every row of the index that reports depend on, with backend-assigned ids (sources,
+    dictionaries, scopes) replaced by what they stand for and texts decompressed."""
+    t = index_store
+    with _engine(index).connect() as conn:
+        meta = {k: v for k, v in conn.execute(select(t.meta.c.key, t.meta.c.value))
+                if k != "created_at"}
+        packages = {rowid: (pid, sha, batch, records) for rowid, pid, sha, batch, records in
+                    conn.execute(select(t.packages.c.id, t.packages.c.package_id,
+                                        t.packages.c.manifest_sha256, t.packages.c.batch,
+                                        t.packages.c.records))}
+        scopes = dict(conn.execute(select(t.scopes.c.id, t.scopes.c.scope_key)).all())
+        raw = conn.connection.dbapi_connection
+        reader = TextReader(index_postgres.QmarkConnection(raw)
+                            if str(index).startswith("postgresql://") else raw)
+        contents = sorted(
+            (rowid, bytes(cid), scopes[scope], batch, chars, shingles,
+             bytes(sig) if sig is not None else None, reader.text(bytes(z), dictionary))
+            for rowid, cid, scope, batch, chars, shingles, sig, z, dictionary in conn.execute(
+                select(t.contents.c.id, t.contents.c.content_id, t.contents.c.scope,
+                       t.contents.c.batch, t.contents.c.norm_chars, t.contents.c.shingles,
+                       t.contents.c.signature, t.contents.c.text_z, t.contents.c.dictionary)))
+        bands = sorted(tuple(r) for r in conn.execute(select(t.bands.c.key, t.bands.c.content)))
+        s = t.sources.c
+        sources = sorted(
+            (packages[pkg][0], sid, content, split, file, line, pos, bytes(sha), dom, src)
+            for content, pkg, sid, split, file, line, pos, sha, dom, src in conn.execute(
+                select(s.content, s.package, s.sample_id, s.split, s.file, s.line, s.position,
+                       s.text_sha256, s.domain, s.source)))
+        batches = [tuple(r) for r in conn.execute(
+            select(t.batches.c.seq, t.batches.c.packages).order_by(t.batches.c.seq))]
+    return {"meta": meta, "packages": sorted(packages.values()), "contents": contents,
+            "bands": bands, "sources": sources, "batches": batches}
+
+
+def ok(index: str | Path, *inputs: Path, workers: int = 1) -> str:
+    code, out, err = run_cli("--quiet", "--index", index, "index", "--inputs", *inputs,
+                             "--workers", workers)
+    assert (code, err) == (0, ""), err
+    return out
+
+
+def refused(argv: list, fragment: str) -> str:
+    code, out, err = run_cli(*argv)
+    assert code == 1, (code, out, err)
+    assert err.count("\n") == 1 and fragment in err, err
+    assert "Traceback" not in err
+    return err
+
+
+def table_names(url: str) -> list[str]:
+    with _engine(url).connect() as conn:
+        return sorted(conn.execute(text(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'")).scalars())
+
+
+# --------------------------------------------------------------------------- same rows
+
+
+def test_the_bundled_days_give_the_same_index_rows_as_sqlite(url, tmp_path):
+    lite = tmp_path / "cpt.sqlite"
+    for day in (V1, V2, V3):
+        assert ok(url, day).startswith(f"index {index_postgres.label(url)}: batch ")
+        ok(lite, day)
+    assert index_rows(url) == index_rows(lite)
+    assert "nothing to do" in ok(url, V3)
+
+
+def test_a_larger_real_text_batch_with_two_workers_gives_the_same_rows(url, tmp_path):
+    texts = list(stdlib_paragraphs()[:900])
+    pkg = make_package(tmp_path, "cpt-real", {"train": [
+        {"id": f"d{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts + texts[:50])]})
+    lite = tmp_path / "real.sqlite"
+    ok(url, pkg, workers=2)
+    ok(lite, pkg, workers=2)
+    assert index_rows(url) == index_rows(lite)
+
+
+# --------------------------------------------------------------------------- same reports
+
+
+def scan_ok(index: str | Path, out: Path, *inputs: Path, workers: int = 1) -> dict[str, bytes]:
+    code, _, err = run_cli("--quiet", "--index", index, "scan", "--inputs", *inputs,
+                           "--output", out, "--workers", workers)
+    assert (code, err) == (0, ""), err
+    return tree_bytes(out)
+
+
+def test_the_bundled_days_give_byte_identical_reports(url, tmp_path):
+    lite = tmp_path / "cpt.sqlite"
+    for day in (V1, V2, V3):
+        ok(url, day)
+        ok(lite, day)
+    for name, pool in (("v2", (V1, V2)), ("v3", (V2, V3))):
+        assert scan_ok(url, tmp_path / f"pg-{name}", *pool) == \
+            scan_ok(lite, tmp_path / f"lite-{name}", *pool)
+
+
+def test_a_real_text_pool_with_history_and_two_workers_gives_the_same_report(url, tmp_path):
+    texts = list(stdlib_paragraphs())
+    edited = [drop_every(t, 9) for t in texts[:400]] + [reverse_every(t, 11) for t in texts[400:700]]
+    old = make_package(tmp_path, "cpt-old", {"train": [
+        {"id": f"o{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:700])]})
+    new = make_package(tmp_path, "cpt-new", {
+        "train": [{"id": f"n{i}", "text": t, "domain": "docs"}
+                  for i, t in enumerate(edited + texts[700:1400] + texts[650:900])],
+        "validation": [{"id": "v0", "text": texts[3], "domain": "docs"}]},
+        created_at="2026-11-26T00:00:00Z")
+    lite = tmp_path / "real.sqlite"
+    for index in (url, lite):
+        ok(index, old, workers=2)
+        ok(index, new, workers=2)
+    pg_report = scan_ok(url, tmp_path / "pg", new, workers=2)
+    assert pg_report == scan_ok(lite, tmp_path / "lite", new, workers=2)
+    relations = pg_report["relations.jsonl"]
+    assert b'"history_only":true' in relations and b'"kind":"near"' in relations
+
+
+def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(url, tmp_path):
+    texts = list(stdlib_paragraphs())
+    v1 = make_package(tmp_path, "cpt-a", {"train": [
+        {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:600])]})
+    v2 = make_package(tmp_path, "cpt-b", {"train": [
+        {"id": f"b{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:300])]},
+        created_at="2026-11-26T00:00:00Z")
+    ok(url, v1)
+    before = scan_ok(url, tmp_path / "before", v1)
+    flag = tmp_path / "paused"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", url, "scan", "--inputs",
+         str(v1), "--output", str(tmp_path / "during"), "--workers", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-verify:{flag}"},
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the scan never paused"
+            time.sleep(0.05)
+        assert "batch 2 added cpt-b" in ok(url, v2)
+    finally:
+        flag.unlink(missing_ok=True)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert tree_bytes(tmp_path / "during") == before
+    after = scan_ok(url, tmp_path / "after", v1)
+    assert b'"package_id":"cpt-b"' in after["relations.jsonl"]
+    assert after["relations.jsonl"] != before["relations.jsonl"]
+
+
+# --------------------------------------------------------------------------- bad states
+
+
+def test_a_database_with_other_tables_is_refused(server, url):
+    server.execute("CREATE TABLE pipeline (id int)", url.rsplit("/", 1)[1])
+    refused(["--index", url, "index", "--inputs", V1], "not a near-dedup index")
+    assert table_names(url) == ["pipeline"]
+
+
+def test_a_database_of_another_config_is_refused(url, tmp_path):
+    ok(url, V1)
+    before = index_rows(url)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"threshold": 0.8}')
+    refused(["--index", url, "--config", cfg, "index", "--inputs", V2], "use a new index path")
+    assert index_rows(url) == before
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("change, fragment", [
+    (lambda u: u.rsplit("/", 1)[0] + "/no_such_db", 'database "no_such_db" does not exist'),
+    (lambda u: re.sub(r":\d+/", f":{_closed_port()}/", u), "Connection refused"),
+    (lambda u: re.sub(r":\d+/", ":99999/", u), "not a valid URL"),
+    (lambda u: "mysql://" + u.split("://", 1)[1], "unknown scheme mysql://"),
+    (lambda u: u.rsplit("/", 1)[0] + "/", "names no database"),
+])
+def test_unreachable_missing_or_unknown_is_one_line(url, change, fragment):
+    refused(["--index", change(url), "index", "--inputs", V1], fragment)
+    assert table_names(url) == []
+
+
+def test_a_wrong_password_is_one_line_without_the_password(server, url):
+    wrong = url.replace(":near-dedup-test@", ":not-the-password@")
+    err = refused(["--index", wrong, "index", "--inputs", V1], "password authentication failed")
+    assert "not-the-password" not in err
+    assert table_names(url) == []
+
+
+def test_no_permission_to_create_tables_is_one_line(server, url):
+    # PostgreSQL 15 gives PUBLIC no CREATE on schema public: a plain login role cannot
+    server.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
+                   "'reader') THEN CREATE ROLE reader LOGIN PASSWORD 'right'; END IF; END $$")
+    reader = url.replace("postgres:near-dedup-test@", "reader:right@")
+    err = refused(["--index", reader, "index", "--inputs", V1], "permission denied")
+    assert "right@" not in err
+    assert table_names(url) == []
+
+
+def test_without_the_driver_the_url_is_one_line_with_the_install_hint(url, monkeypatch,
+                                                                      tmp_path):
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    refused(["--index", url, "index", "--inputs", V1], "pip install 'near-dedup[postgres]'")
+    refused(["--index", url, "scan", "--inputs", V1, "--output", tmp_path / "r"],
+            "pip install 'near-dedup[postgres]'")
+
+
+def test_scans_of_an_empty_a_foreign_or_another_config_database_are_one_line(
+        server, url, tmp_path):
+    out = tmp_path / "r"
+    refused(["--index", url, "scan", "--inputs", V1, "--output", out], "index the inputs first")
+    ok(url, V1)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"threshold": 0.8}')
+    refused(["--index", url, "--config", cfg, "scan", "--inputs", V1, "--output", out],
+            "use a new index path")
+    refused(["--index", url, "scan", "--inputs", V2, "--output", out], "index it first")
+    other = server.create_database()
+    server.execute("CREATE TABLE pipeline (id int)", other.rsplit("/", 1)[1])
+    refused(["--index", other, "scan", "--inputs", V1, "--output", out], "not a near-dedup")
+    assert not out.exists()
+
+
+# --------------------------------------------------------------------------- kills, writers
+
+
+_PAUSE = """
+import os, sys, time
+from near_dedup_core import cli, ingest
+write_contents = ingest._BatchWriter._write_contents
+def write_then_pause(self, rows, *rest):
+    write_contents(self, rows, *rest)
+    print("paused in the transaction", file=sys.stderr, flush=True)
+    time.sleep(float(os.environ.get("PAUSE_SECONDS", "600")))
+ingest._BatchWriter._write_contents = write_then_pause
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _start_paused(url: str, pkg: Path, seconds: float = 600) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PAUSE_SECONDS": str(seconds)}
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSE, "--quiet", "--index", url, "index",
+                             "--inputs", str(pkg)], env=env, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = proc.stderr.readline()
+    assert b"paused in the transaction" in line, (line, proc.poll())
+    return proc
+
+
+def test_sigkill_mid_append_leaves_the_database_as_before(url):
+    ok(url, V1)
+    before = index_rows(url)
+    proc = _start_paused(url, V2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert index_rows(url) == before
+    assert "batch 2 added cpt-v2" in ok(url, V2)
+
+
+def test_sigkill_of_the_first_batch_leaves_an_empty_database(url):
+    proc = _start_paused(url, V1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    time.sleep(0.2)
+    assert table_names(url) == []
+    assert "batch 1 added cpt-v1" in ok(url, V1)
+
+
+def test_a_second_writer_waits_for_the_first_and_both_land(url):
+    ok(url, V1)
+    first = _start_paused(url, V2, seconds=2)
+    t0 = time.monotonic()
+    out = ok(url, V3)  # waits on the advisory lock until the first commits
+    waited = time.monotonic() - t0
+    assert first.wait(timeout=60) == 0
+    assert waited > 0.5
+    assert "batch 3 added cpt-v3" in out
+    rows = index_rows(url)
+    assert [b[0] for b in rows["batches"]] == [1, 2, 3]
+
+
+def test_a_writer_that_cannot_get_the_lock_in_time_is_busy(url, monkeypatch):
+    ok(url, V1)
+    holder = _start_paused(url, V2, seconds=30)
+    try:
+        monkeypatch.setenv("NEAR_DEDUP_BUSY_TIMEOUT", "0.5")
+        refused(["--index", url, "index", "--inputs", V3], "busy")
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait(timeout=30)
+
+
+def test_the_index_location_in_messages_never_shows_a_password():
+    assert index_postgres.label("postgresql://u:secret@h:5/db") == "postgresql://u@h:5/db"
+    assert index_postgres.label("postgresql://u:s:e@cret@h/db?x=1") == "postgresql://u@h/db"
