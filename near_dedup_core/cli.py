@@ -16,6 +16,7 @@ from pathlib import Path
 
 from near_dedup_core import __version__
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.workers import EXECUTORS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,6 +53,9 @@ exit codes:
 
 `near-dedup COMMAND --help` describes each command."""
 
+_EXECUTOR_HELP = ("where the parallel work runs: local (this machine's worker processes) or "
+                  "ray (the Ray cluster of RAY_ADDRESS, or a local Ray of --workers CPUs; needs "
+                  "pip install 'near-dedup[ray]'); the report does not depend on it")
 _WORKERS_HELP = "worker processes (default: one per CPU core; results do not depend on it)"
 
 
@@ -82,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
+    ix.add_argument("--executor", choices=EXECUTORS, default="local",
+                    help=_EXECUTOR_HELP)
 
     sc = sub.add_parser("scan", help="freeze the near-dedup report of one input pool",
                         description="Decide keep/exclude for every sample of the input pool "
@@ -93,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="new report folder (must not exist)")
     sc.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
+    sc.add_argument("--executor", choices=EXECUTORS, default="local",
+                    help=_EXECUTOR_HELP)
 
     ct = sub.add_parser("contamination",
                         help="freeze the report of eval items contained in training samples",
@@ -239,13 +247,14 @@ def run(args: argparse.Namespace) -> None:
         if not args.inputs:
             raise NearDedupError("usage: index needs --inputs PACKAGE... (see near-dedup --help)")
         result = index_packages(_need_index(args), load_config(args.config), args.inputs,
-                                workers=args.workers, progress=progress)
+                                workers=args.workers, executor=args.executor,
+                                progress=progress)
         print(result.summary())
     elif args.command == "scan":
         from near_dedup_core.scan import scan_pool
 
         result = scan_pool(_need_index(args), load_config(args.config), args.inputs, args.output,
-                           workers=args.workers, progress=progress)
+                           workers=args.workers, executor=args.executor, progress=progress)
         print(result.summary())
     elif args.command == "contamination":
         from near_dedup_core.contamination import contamination_report

@@ -41,7 +41,7 @@ from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, open_packages, stream_records
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import MinHasher, band_keys, stored_values
-from near_dedup_core.workers import process_pool
+from near_dedup_core.workers import parallelism, work_pool
 
 CHUNK = 1024
 DICT_REFRESH = 100_000  # new contents per trained text dictionary
@@ -306,13 +306,13 @@ def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage])
 
 
 def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
-                  workers: int, progress: bool) -> None:
+                  workers: int, executor: str, progress: bool) -> None:
     with engine.begin() as conn:  # BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error
-        _append_in(conn, config, pkgs, result, workers, progress)
+        _append_in(conn, config, pkgs, result, workers, executor, progress)
 
 
 def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
-               workers: int, progress: bool) -> None:
+               workers: int, executor: str, progress: bool) -> None:
     """The batch inside the open transaction of ``conn``."""
     kind = pkgs[0].kind
     store = db.BatchTransaction.on(conn)
@@ -341,10 +341,10 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     result.batch = seq
     new_ids = {p.package_id for p in new}
     bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
-    if bar.total <= 2 * CHUNK:  # too little work to pay for starting processes
+    if bar.total <= 2 * CHUNK and executor == "local":  # too little work for processes
         workers = 1
-    with process_pool(workers) as executor:
-        writer = _BatchWriter(store, config, seq, executor, workers, kind, bar)
+    with work_pool(executor, workers) as pool:
+        writer = _BatchWriter(store, config, seq, pool, parallelism(pool, workers), kind, bar)
         targets = {d for p in new for d in p.depends_on}
         writer.track_targets(targets, indexed_rowids)
         tokenizers = {p.package_id: p.tokenizer for p in pkgs}
@@ -369,7 +369,7 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
 
 def index_packages(index_path: str | Path, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
-                   progress: bool = False) -> IndexResult:
+                   executor: str = "local", progress: bool = False) -> IndexResult:
     """Validate the packages and append them to the index as one batch (see module doc).
     ``index_path`` is a SQLite file or a ``postgresql://`` URL."""
     paths = [Path(p) for p in package_paths]
@@ -382,14 +382,14 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}; split it into several batches")
     if url is not None:
-        return _index_postgres(url, config, pkgs, workers, progress)
+        return _index_postgres(url, config, pkgs, workers, executor, progress)
     index_path = Path(index_path)
     result = IndexResult(index=index_path, batch=None)
     created = _missing_dirs(index_path.parent)
     try:
         with db.writer_lock(index_path), db.database_errors(index_path):
             try:
-                _index_locked(index_path, config, pkgs, result, workers, progress)
+                _index_locked(index_path, config, pkgs, result, workers, executor, progress)
             except (LookupError, ValueError, TypeError, AttributeError) as exc:
                 if index_path.is_file():
                     db.raise_if_damaged(index_path, exc)
@@ -412,13 +412,14 @@ def _missing_dirs(folder: Path) -> list[Path]:
 
 
 def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package],
-                  result: IndexResult, workers: int, progress: bool) -> None:
+                  result: IndexResult, workers: int, executor: str,
+                  progress: bool) -> None:
     values = db.existing_meta(index_path)
     if values is not None:
         db.check_binding(index_path, values, config)
         engine = db.open_writable(index_path)
         try:
-            _append_batch(engine, config, pkgs, result, workers, progress)
+            _append_batch(engine, config, pkgs, result, workers, executor, progress)
         finally:
             engine.dispose()
         return
@@ -429,7 +430,7 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
     engine = db.open_writable(tmp)
     try:
         db.create_schema(engine, config, _now())
-        _append_batch(engine, config, pkgs, result, workers, progress)
+        _append_batch(engine, config, pkgs, result, workers, executor, progress)
         engine.dispose()
         if result.batch is not None:
             os.rename(tmp, index_path)
@@ -439,7 +440,7 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
 
 
 def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], workers: int,
-                    progress: bool) -> IndexResult:
+                    executor: str, progress: bool) -> IndexResult:
     """The batch on a PostgreSQL index: lock, initialise an empty database and append, all in
     one transaction, so a failure or a killed client leaves the database as it was."""
     result = IndexResult(index=pg.label(url), batch=None)
@@ -452,7 +453,7 @@ def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], work
                 pg.create_schema(conn, config, _now())
             else:
                 db.check_binding(pg.label(url), values, config)
-            _append_in(conn, config, pkgs, result, workers, progress)
+            _append_in(conn, config, pkgs, result, workers, executor, progress)
     except pg.driver_errors() as exc:
         raise pg.connect_error(url, exc) from None
     finally:

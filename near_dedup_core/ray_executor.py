@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -66,6 +67,8 @@ class RayExecutor(Executor):
         self._started = False
         address = address or os.environ.get("RAY_ADDRESS") or None
         if not ray.is_initialized():
+            if address:
+                _reachable(address)
             try:
                 ray.init(address=address, num_cpus=None if address else local_cpus,
                          include_dashboard=False, log_to_driver=False,
@@ -96,6 +99,24 @@ class RayExecutor(Executor):
         if self._started:
             self._ray.shutdown()
             self._started = False
+
+
+#: Seconds to wait for a cluster's port before giving up (Ray itself retries for minutes).
+CONNECT_TIMEOUT = 10.0
+
+
+def _reachable(address: str) -> None:
+    """A ``host:port`` or ``ray://host:port`` address must accept a TCP connection, so that an
+    unreachable cluster is one line at once; ``auto`` and other forms are left to Ray."""
+    target = address.removeprefix("ray://")
+    host, sep, port = target.rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+    except OSError as exc:
+        raise NearDedupError(f"ray: cannot reach cluster {address} ({exc.strerror or exc})"
+                             ) from None
 
 
 def _settle(out: Future, done: Future, ray: Any) -> None:

@@ -98,3 +98,33 @@ def _forkserver_pid(ctx) -> int:
     server = multiprocessing.forkserver._forkserver  # type: ignore[attr-defined]
     server.ensure_running()
     return server._forkserver_pid
+
+
+#: Where the parallel stages of `index` and `scan` run (``--executor``).
+EXECUTORS = ("local", "ray")
+
+
+@contextmanager
+def work_pool(executor: str, workers: int) -> Iterator[Executor]:
+    """The executor of ``--executor``: ``local`` is this machine's `process_pool` of
+    ``workers`` processes; ``ray`` is a Ray cluster (`ray_executor.RayExecutor`: the one
+    ``RAY_ADDRESS`` names, or a local Ray of ``workers`` CPUs started for the run). Its
+    ``parallelism`` attribute (or ``workers``) says how much work to keep in flight."""
+    if executor == "ray":
+        from near_dedup_core.ray_executor import RayExecutor
+
+        ray_ex = RayExecutor(local_cpus=workers)
+        try:
+            yield ray_ex
+        finally:
+            ray_ex.shutdown()
+        return
+    if executor != "local":
+        raise ValueError(f"unknown executor {executor!r}")
+    with process_pool(workers) as ex:
+        yield ex
+
+
+def parallelism(ex: Executor, workers: int) -> int:
+    """How many tasks ``ex`` runs at once: a Ray cluster's CPUs, else ``workers``."""
+    return int(getattr(ex, "parallelism", workers))

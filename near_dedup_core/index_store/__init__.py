@@ -603,6 +603,22 @@ class IndexTexts:
         return cls(path, sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
                                          check_same_thread=False))
 
+    def shipped(self, ids: list[int]) -> ShippedTexts:
+        """The compressed texts of these content ids with the dictionaries they need: what a
+        task on another machine gets instead of a connection (``--executor ray``)."""
+        blobs: dict[int, tuple[bytes, int | None]] = {}
+        for cid, blob, dictionary in rows_in(
+                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+            blobs[cid] = (bytes(blob), dictionary)
+        if len(blobs) != len(set(ids)):
+            raise damaged(self.path, f"{len(set(ids)) - len(blobs):,} content rows are missing")
+        dictionaries = {}
+        for d in sorted({d for _, d in blobs.values() if d is not None}):
+            (data,) = self._con.execute("SELECT data FROM dictionaries WHERE id = ?",
+                                        (d,)).fetchone()
+            dictionaries[d] = bytes(data)
+        return ShippedTexts(str(self.path), blobs, dictionaries)
+
     def texts(self, ids: list[int]) -> dict[int, str]:
         """Texts of these content ids, all of which exist (they come from sources or bands):
         a missing row or a text that does not decompress means the index is damaged."""
@@ -616,6 +632,28 @@ class IndexTexts:
                                          f"decompress: {exc}") from None
         if len(out) != len(set(ids)):
             raise damaged(self.path, f"{len(set(ids)) - len(out):,} content rows are missing")
+        return out
+
+
+class ShippedTexts:
+    """Compressed texts of some contents and their dictionaries, picklable: the same
+    ``texts(ids)`` as `IndexTexts` without any connection to the index."""
+
+    def __init__(self, label: str, blobs: dict[int, tuple[bytes, int | None]],
+                 dictionaries: dict[int, bytes]) -> None:
+        self.label = label
+        self.blobs = blobs
+        self.dictionaries = dictionaries
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        plain = zstandard.ZstdDecompressor()
+        by_dict = {d: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data))
+                   for d, data in self.dictionaries.items()}
+        out = {}
+        for cid in ids:
+            blob, dictionary = self.blobs[cid]
+            out[cid] = (plain if dictionary is None else by_dict[dictionary]
+                        ).decompress(blob).decode()
         return out
 
 

@@ -1,0 +1,153 @@
+"""`--executor ray` on a real multi-node Ray cluster simulated on this machine
+(`ray.cluster_utils.Cluster`: a head and a second node of one CPU each, started once for the
+module). Run by test_ray.py inside a private network namespace, so that the cluster binds to
+the loopback address only.
+
+Reports and index rows are byte-identical to the local executor's; a task whose worker
+process dies is retried by Ray and the result is still the same; a task that can never finish
+stops the command with exit 1, nothing written.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs
+from conftest import tree_bytes
+
+ray = pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+P = stdlib_paragraphs()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    c.add_node(num_cpus=1)
+    ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
+    try:
+        assert len([n for n in ray.nodes() if n["Alive"]]) == 2
+        yield c
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory) -> tuple[Path, Path]:
+    """About 6,000 real-text documents over two versions, with near and exact copies."""
+    root = tmp_path_factory.mktemp("ray-packages")
+    texts = [f"{a} {b}" for a, b in zip(P, P[1:] + P[:1])] * 3
+    texts = [t if i < len(P) else f"{t} {P[i % len(P)][:200]}" for i, t in enumerate(texts)]
+    v1 = make_package(root, "cpt-v1", {"train": [
+        {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:3000])]},
+        shard_records=1000)
+    edited = [drop_every(t, 9) if i % 3 == 0 else reverse_every(t, 13) if i % 3 == 1 else t
+              for i, t in enumerate(texts[:1500])]
+    v2 = make_package(root, "cpt-v2", {"train": [
+        {"id": f"b{i}", "text": t, "domain": "docs"}
+        for i, t in enumerate(edited + texts[3000:4500])]},
+        created_at="2026-11-26T00:00:00Z", shard_records=1000)
+    return v1, v2
+
+
+def _run(index: Path, executor: str, *argv: object) -> str:
+    code, out, err = run_cli("--quiet", "--index", index, *argv, "--executor", executor,
+                             "--workers", "2")
+    assert code == 0, err
+    return out
+
+
+def release(tmp_path: Path, executor: str, v1: Path, v2: Path) -> dict[str, bytes]:
+    index = tmp_path / f"{executor}.sqlite"
+    _run(index, executor, "index", "--inputs", v1)
+    _run(index, executor, "index", "--inputs", v2)
+    out = tmp_path / f"report-{executor}"
+    _run(index, executor, "scan", "--inputs", v2, "--output", out)
+    return tree_bytes(out)
+
+
+def test_the_ray_executor_gives_the_local_report_byte_for_byte(cluster, packages, tmp_path):
+    local = release(tmp_path, "local", *packages)
+    assert release(tmp_path, "ray", *packages) == local
+    assert b'"history_only":true' in local["relations.jsonl"]
+    assert b'"reason":"near_duplicate"' in local["decisions.jsonl"]
+
+
+_DIE_ONCE = """
+import os, sys
+from pathlib import Path
+from near_dedup_core import cli, ingest
+
+real_sign = ingest.sign
+marker = Path(os.environ["DIE_MARKER"])  # read here: the function runs on Ray's workers
+always = bool(os.environ.get("DIE_ALWAYS"))
+
+def sign_or_die(*args):
+    # the first task to get here kills its own worker process; Ray runs the task again
+    if always or not marker.exists():
+        marker.touch()
+        os.kill(os.getpid(), 9)
+    return real_sign(*args)
+
+ingest.sign = sign_or_die
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def _index_in_subprocess(cluster, index: Path, pkg: Path, marker: Path, always: bool):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": cluster.address,
+           "DIE_MARKER": str(marker)}
+    if always:
+        env["DIE_ALWAYS"] = "1"
+    return subprocess.run([sys.executable, "-c", _DIE_ONCE, "--quiet", "--index", str(index),
+                           "index", "--inputs", str(pkg), "--executor", "ray"],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_a_killed_worker_is_retried_and_the_index_is_the_same(cluster, packages, tmp_path):
+    v1, _ = packages
+    local = tmp_path / "local.sqlite"
+    _run(local, "local", "index", "--inputs", v1)
+    index = tmp_path / "ray.sqlite"
+    marker = tmp_path / "died"
+    run = _index_in_subprocess(cluster, index, v1, marker, always=False)
+    assert run.returncode == 0, run.stderr
+    assert marker.exists()  # a worker did die
+    reports = []
+    for idx in (local, index):
+        out = tmp_path / f"r-{idx.stem}"
+        _run(idx, "local", "scan", "--inputs", v1, "--output", out)
+        reports.append(tree_bytes(out))
+    assert reports[0] == reports[1]
+
+
+def test_a_task_that_keeps_failing_stops_with_one_line_and_writes_nothing(
+        cluster, packages, tmp_path):
+    v1, v2 = packages
+    index = tmp_path / "ray.sqlite"
+    _run(index, "local", "index", "--inputs", v1)
+    before = index.read_bytes()
+    run = _index_in_subprocess(cluster, index, v2, tmp_path / "died", always=True)
+    assert run.returncode == 1, run.stderr
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("near-dedup: error: ray: a task failed after"), run.stderr
+    assert "Traceback" not in run.stderr
+    assert index.read_bytes() == before
+
+
+def test_a_cluster_that_cannot_be_reached_is_one_line(packages, tmp_path):
+    v1, _ = packages
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_ADDRESS": "127.0.0.1:1"}
+    run = subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+                          str(tmp_path / "x.sqlite"), "index", "--inputs", str(v1),
+                          "--executor", "ray"], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 1, run.stderr
+    assert run.stderr.strip().splitlines()[-1].startswith("near-dedup: error: ray: cannot")
+    assert not (tmp_path / "x.sqlite").exists()
