@@ -118,7 +118,8 @@ def unindexed_earlier_days(settings: ReleaseSettings, day: str, days: Sequence[s
 
 def index_day(settings: ReleaseSettings, pool: DayPool) -> IndexResult:
     return index_packages(settings.index_path, settings.dedup_config(), pool.paths,
-                          workers=settings.worker_count, progress=False)
+                          workers=settings.worker_count,
+                          executor=settings.executor_kind, progress=False)
 
 
 # --------------------------------------------------------------------------- report
@@ -179,7 +180,8 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     _remove(staging)
     try:
         scan_pool(settings.index_path, config, pool.paths, staging,
-                  workers=settings.worker_count, progress=False)
+                  workers=settings.worker_count, executor=settings.executor_kind,
+                  progress=False)
         manifest = load_manifest(staging)
         later = later_batch_packages(manifest, pool)
         if later:

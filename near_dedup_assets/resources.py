@@ -57,6 +57,7 @@ class ReleaseSettings(dg.ConfigurableResource):
     mixture_template: str = "config/mixture-template.json"
     enabled: str = "true"
     workers: int = 0
+    executor: str = "local"
     max_exclusion_rate: str = "0.5"
     max_rate_jump: str = "0.2"
     rate_checks_blocking: str = "false"
@@ -67,7 +68,7 @@ class ReleaseSettings(dg.ConfigurableResource):
 
     def validate_values(self) -> None:
         """Every value parses: the switch, the kind, the worker count, the near-dedup config."""
-        _ = self.near_dedup_enabled, self.release_kind, self.worker_count
+        _ = self.near_dedup_enabled, self.release_kind, self.worker_count, self.executor_kind
         self.dedup_config()
 
     @property
@@ -85,6 +86,17 @@ class ReleaseSettings(dg.ConfigurableResource):
         if self.kind not in KINDS:
             raise NearDedupError(f"{ENV_PREFIX}KIND={self.kind!r}: expected cpt or sft")
         return self.kind
+
+    @property
+    def executor_kind(self) -> str:
+        """Where index and scan run their parallel work: local processes or a Ray cluster
+        (``RAY_ADDRESS``, read by Ray itself)."""
+        from near_dedup_core.workers import EXECUTORS
+
+        if self.executor not in EXECUTORS:
+            raise NearDedupError(f"{ENV_PREFIX}EXECUTOR={self.executor!r}: expected "
+                                 f"{' or '.join(EXECUTORS)}")
+        return self.executor
 
     @property
     def worker_count(self) -> int:
