@@ -1,16 +1,10 @@
-"""The frozen near-dedup report: decisions, relations, origins, manifest, checksums.
+"""The frozen near-dedup report's format: decisions, relations, origins, manifest, checksums;
+its counts, reading it back, and `verify_report` (``report verify``).
 
-Decision rule (SPEC §4 scan), applied to nodes (one content within one split) in first-ingest
-order; all samples of a node are exact duplicates of each other:
-- samples of retained splits are kept (``retained_split``);
-- a node's first sample is excluded (``near_duplicate``) iff it directly matches, without a
-  guard block, an earlier node whose first sample was kept; ``kept`` names the earliest such
-  sample. No transitivity: a match with an excluded sample does not exclude (``match_not_kept``);
-- the node's further samples are ``exact_duplicate`` of its first sample when that one is kept,
-  otherwise ``near_duplicate`` of the same kept sample as the first;
-- kept samples without any earlier pool match are ``unique``; those whose only earlier matches
-  were kept apart by the numeric/unit guard are ``guard_blocked``;
-- history-only matches are relations and never exclude.
+The report is written by the scan (`near_dedup_core.scan.write`) after its greedy decisions
+(`near_dedup_core.scan.decide`, SPEC §4 scan): a node's first sample is excluded iff it
+directly matches, without a guard block, an earlier node whose first sample was kept; no
+transitivity; history-only matches are relations and never exclude.
 
 ``relations.jsonl`` lists each verified pair once, from the later sample's side. For matches
 inside the pool, ``match`` names the matched node's first sample; ``match_sources`` lists the
@@ -35,19 +29,9 @@ from typing import Literal, NamedTuple, NoReturn
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
 
-from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import (
-    atomic_dir,
-    iter_json_objects,
-    validate_model,
-    verify_checksums,
-    write_checksums,
-    write_json,
-    write_jsonl,
-)
-from near_dedup_core.index_store import IndexSnapshot
+from near_dedup_core.fsutil import iter_json_objects, validate_model, verify_checksums
 
 FORMAT = "near-dedup-report"
 FORMAT_VERSION = 1
@@ -78,100 +62,6 @@ def decision_summary(counts: dict) -> str:
                             if REASONS.get(reason, ("exclude",))[0] == decision)
         parts.append(f"{decision} {counts[decision]:,}" + (f" ({reasons})" if reasons else ""))
     return ", ".join(parts)
-
-
-@dataclass(slots=True)
-class Decision:
-    decision: str
-    reason: str
-    kept: object | None = None  # scan.Sample
-    jaccard: float | None = None
-
-
-def decide(pool, nodes, near, hist, config: NearDedupConfig) -> dict[int, Decision]:
-    """Decision per sample (keyed by id(sample)), greedy over nodes in first-ingest order."""
-    retained = set(config.retained_splits)
-    kept_node: list[bool] = []
-    out: dict[int, Decision] = {}
-    for idx, node in enumerate(nodes):
-        first = node.samples[0]
-        if node.split in retained:
-            kept_node.append(True)
-            for s in node.samples:
-                out[id(s)] = Decision("keep", "retained_split")
-            continue
-        edges = sorted(near.get(idx, ()))
-        open_edges = [(a, j) for a, j, blocked in edges if blocked is None]
-        kept_matches = [(a, j) for a, j in open_edges if kept_node[a]]
-        if kept_matches:
-            a, j = kept_matches[0]
-            kept_node.append(False)
-            target = nodes[a].samples[0]
-            for s in node.samples:
-                out[id(s)] = Decision("exclude", "near_duplicate", target, j)
-            continue
-        kept_node.append(True)
-        reason = "match_not_kept" if open_edges else ("guard_blocked" if edges else "unique")
-        out[id(first)] = Decision("keep", reason)
-        for s in node.samples[1:]:
-            out[id(s)] = Decision("exclude", "exact_duplicate", first, 1.0)
-    return out
-
-
-def _ref(s) -> dict:
-    return {"package_id": s.package_id, "sample_id": s.sample_id}
-
-
-def _outside_sources(snap: IndexSnapshot, pool,
-                     contents: set[int]) -> dict[tuple[int, str], list[dict]]:
-    """(content, split) -> sources outside the pool, sorted."""
-    pool_ids = {p.package_id for p in pool.packages}
-    found: dict[tuple[int, str], list[dict]] = defaultdict(list)
-    for r in snap.outside_sources(sorted(contents), pool_ids):
-        found[(r.content, r.split)].append({"package_id": r.package_id,
-                                            "sample_id": r.sample_id, "split": r.split})
-    for rows in found.values():
-        rows.sort(key=lambda r: (r["package_id"], r["sample_id"]))
-    return found
-
-
-def _relations(snap: IndexSnapshot, pool, nodes, near, hist, history) -> list[dict]:
-    content_hex = {c: v.content_id.hex() for c, v in pool.content.items()}
-    content_hex.update({h: v.content_id.hex() for h, v in history.items()})
-    wanted = {n.content for n in nodes} | {h for rows in hist.values() for h, _, _ in rows}
-    outside = _outside_sources(snap, pool, wanted)
-    rels = []
-    for idx, node in enumerate(nodes):
-        first = node.samples[0]
-        own_history = outside.get((node.content, node.split), [])
-        near_rows = sorted(near.get(idx, ()))
-        hist_rows = sorted(hist.get(idx, ()), key=lambda r: content_hex[r[0]])
-        for k, s in enumerate(node.samples):
-            sample = _ref(s)
-            if k > 0:
-                rels.append({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                             "history_only": False, "blocked_by": None,
-                             "match": {"content_id": content_hex[node.content], **_ref(first)},
-                             "match_sources": own_history})
-            if own_history:
-                rels.append({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                             "history_only": True, "blocked_by": None,
-                             "match": {"content_id": content_hex[node.content],
-                                       "package_id": None, "sample_id": None},
-                             "match_sources": own_history})
-            for a, j, blocked in near_rows:
-                m = nodes[a]
-                rels.append({"sample": sample, "kind": "near", "jaccard": j,
-                             "history_only": False, "blocked_by": blocked,
-                             "match": {"content_id": content_hex[m.content], **_ref(m.samples[0])},
-                             "match_sources": outside.get((m.content, node.split), [])})
-            for h, j, blocked in hist_rows:
-                rels.append({"sample": sample, "kind": "near", "jaccard": j,
-                             "history_only": True, "blocked_by": blocked,
-                             "match": {"content_id": content_hex[h], "package_id": None,
-                                       "sample_id": None},
-                             "match_sources": outside.get((h, node.split), [])})
-    return rels
 
 
 def jaccard_edges(threshold: float, bins: int = HISTOGRAM_BINS) -> list[float]:
@@ -256,52 +146,6 @@ def count_decisions(decisions: list[dict], relations: list[dict],
     for r in relations:
         tally.relation(r["kind"], r["history_only"], r["blocked_by"], r["jaccard"])
     return tally.counts()
-
-
-def write_report(output: Path, snap: IndexSnapshot, pool, nodes,
-                 decisions: dict[int, Decision], near, hist, cand,
-                 config: NearDedupConfig) -> dict:
-    scope_of = {c: pool.scope_labels[v.scope] for c, v in pool.content.items()}
-    in_order = sorted(pool.samples, key=lambda s: (s.input_pos, s.position))
-    dec_rows = []
-    origin_rows = []
-    for s in in_order:
-        d = decisions[id(s)]
-        dec_rows.append({
-            "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "scope": scope_of[s.content], "content_id": pool.content[s.content].content_id.hex(),
-            "text_sha256": s.text_sha256.hex(), "decision": d.decision,
-            "kept": _ref(d.kept) if d.kept is not None else None, "reason": d.reason,
-            "jaccard": d.jaccard})
-        origin_rows.append({
-            "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "file": s.file, "line": s.line,
-            "source": orjson.loads(s.source) if s.source is not None else None})
-    relations = _relations(snap, pool, nodes, near, hist, cand.history)
-    counts = count_decisions(dec_rows, relations, config.threshold)
-    counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
-                            "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
-        "algorithm_version": ALGORITHM_VERSION,
-        "config": config.model_dump(mode="json"), "config_fingerprint": config.fingerprint(),
-        "inputs": [{"package_id": p.package_id, "kind": p.kind,
-                    "manifest_sha256": p.manifest_sha256, "records": p.record_count,
-                    "path": str(p.path)} for p in pool.packages],
-        "index": {"packages": pool.index_packages, "batches": pool.index_batches,
-                  "contents": pool.index_contents},
-        "counts": counts,
-        "files": {"decisions.jsonl": {"lines": len(dec_rows)},
-                  "relations.jsonl": {"lines": len(relations)},
-                  "origins.jsonl": {"lines": len(origin_rows)}},
-    }
-    with atomic_dir(output) as tmp:
-        write_jsonl(tmp / "decisions.jsonl", dec_rows)
-        write_jsonl(tmp / "relations.jsonl", relations)
-        write_jsonl(tmp / "origins.jsonl", origin_rows)
-        write_json(tmp / "manifest.json", manifest)
-        write_checksums(tmp)
-    return counts
 
 
 # --------------------------------------------------------------------------- reading

@@ -24,8 +24,9 @@ import pytest
 from conftest import (REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs,
                       tree_bytes)
 
-from near_dedup_core import fsutil, index_store, ingest, scan
+from near_dedup_core import fsutil, index_store, ingest
 from near_dedup_core.fsutil import atomic_dir, sha256_file
+from near_dedup_core.scan import candidates as candidates_stage
 
 P = stdlib_paragraphs()
 POOL = 2200  # over 2 × ingest.CHUNK, so that `index --workers 2` starts its pool
@@ -277,7 +278,7 @@ def test_memory_exhaustion_during_scan_is_one_line(corpus, index, tmp_path, monk
     def huge(*args, **kwargs):  # numpy's own allocation error (_ArrayMemoryError)
         return np.empty((1 << 24, 1 << 24), dtype=np.uint64)  # 2 PiB
 
-    monkeypatch.setattr(scan, "band_keys", huge)
+    monkeypatch.setattr(candidates_stage, "band_keys", huge)
     folder = listing(index.parent)
     err = one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
                           tmp_path / "rep"], 1, "out of memory (Unable to allocate",
@@ -318,8 +319,9 @@ def session_processes(sid: int) -> list[int]:
 
 _SMALL_VERIFY_CHUNKS = """
 import sys
-from near_dedup_core import cli, scan
-scan.VERIFY_CHUNK = 10  # many verify chunks, so that the worker pool runs
+from near_dedup_core import cli
+from near_dedup_core.scan import verify
+verify.VERIFY_CHUNK = 10  # many verify chunks, so that the worker pool runs
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -677,7 +677,7 @@ def _pool(tmp_path: Path) -> list[Path]:
 
 
 def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, monkeypatch):
-    from near_dedup_core import scan as scan_module
+    from near_dedup_core.scan import verify as verify_stage
 
     pkgs = _pool(tmp_path)
     idx1, idx2 = tmp_path / "one.sqlite", tmp_path / "two.sqlite"
@@ -690,7 +690,7 @@ def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, 
             scan(idx2, pkgs, tmp_path / "r3", workers=2).path,
             scan(idx1, pkgs, tmp_path / "r4", workers=1).path]
     # small verification chunks: this pool's pairs are spread over several worker processes
-    monkeypatch.setattr(scan_module, "VERIFY_CHUNK", 3)
+    monkeypatch.setattr(verify_stage, "VERIFY_CHUNK", 3)
     outs += [scan(idx1, pkgs, tmp_path / "r5", workers=2).path,
              scan(idx2, pkgs, tmp_path / "r6", workers=1).path]
     first = tree_bytes(outs[0])
@@ -711,7 +711,7 @@ def test_scan_leaves_the_index_file_unchanged(tmp_path):
 
 
 def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
-    from near_dedup_core import report as report_module
+    from near_dedup_core.scan import write as write_stage
 
     pkgs = _pool(tmp_path)
     idx = tmp_path / "idx.sqlite"
@@ -721,7 +721,7 @@ def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
         (folder / "checksums.sha256").write_text("partial", encoding="utf-8")
         raise NearDedupError("simulated write failure")
 
-    monkeypatch.setattr(report_module, "write_checksums", fail_after_writing)
+    monkeypatch.setattr(write_stage, "write_checksums", fail_after_writing)
     out = tmp_path / "reports" / "near"
     assert "simulated write failure" in cli_fail(
         1, "--index", idx, "scan", "--inputs", *pkgs, "--output", out)

@@ -1,0 +1,161 @@
+"""Stage 4, verify: exact Jaccard of the hashed shingle sets of each candidate pair,
+recomputed from the normalized texts stored in the index, in parallel workers. Pairs at or
+above the threshold become relations (`Match`); the numeric/unit guard marks those it keeps
+apart (``blocked_by``)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from functools import lru_cache
+
+import numba
+import numpy as np
+
+from near_dedup_core import index_store as db
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.guard import guard_for
+from near_dedup_core.progress import Progress, pause_point
+from near_dedup_core.scan.records import Candidates, Match, Node, Pool, Verified, VerifyParams
+from near_dedup_core.signature import MinHasher, exact_jaccard
+from near_dedup_core.workers import process_pool
+
+#: pairs per work chunk (a connected component is kept whole up to four times this)
+VERIFY_CHUNK = 20_000
+
+
+@lru_cache(maxsize=2)
+def _worker_texts(index_path: str) -> db.IndexTexts:
+    """A verify worker's own read connection (content rows never change once written, so it
+    reads the same texts as the scan's snapshot for the ids the scan knows)."""
+    return db.open_texts(index_path)
+
+
+def verify_pairs(source: str | db.IndexTexts, params: VerifyParams, pairs: list[tuple[int, int]],
+                 domains: dict[int, frozenset[str]] | None) -> list[Verified]:
+    """Exact Jaccard of (content, content) pairs; returns the pairs at or above the
+    threshold. ``source`` is the scan's snapshot (inline) or, in a worker, the index path to
+    read the texts from."""
+    config = NearDedupConfig.model_validate_json(params.config_json)
+    reader = _worker_texts(source) if isinstance(source, str) else source
+    hasher = MinHasher(1, params.seed, params.shingle_size)
+    texts = reader.texts(sorted({c for pair in pairs for c in pair}))
+    order = sorted(texts)
+    sets = dict(zip(order, hasher.shingle_sets([texts[c] for c in order])))
+    seqs: dict[tuple[int, int], tuple] = {}
+
+    def sequences(guard, content):
+        key = (id(guard), content)
+        if key not in seqs:
+            seqs[key] = guard.sequences(texts[content])
+        return seqs[key]
+
+    out = []
+    for k, (a, b) in enumerate(pairs):
+        j = exact_jaccard(sets[a], sets[b])
+        if j >= params.threshold:
+            doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
+            guard = guard_for(config, doms)
+            (na, ua), (nb, ub) = sequences(guard, a), sequences(guard, b)
+            blocked = "numbers" if na != nb else ("units" if ua != ub else None)
+            out.append(Verified(k, j, blocked))
+    return out
+
+
+@numba.njit(cache=True)
+def _components(pairs_dense, n):
+    """Union-find root of each of n items joined by the (dense) pairs."""
+    parent = np.arange(n)
+    for k in range(pairs_dense.shape[0]):
+        a = pairs_dense[k, 0]
+        b = pairs_dense[k, 1]
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    for i in range(n):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        parent[i] = r
+    return parent
+
+
+def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
+    """Pair indexes cut into work chunks that keep connected components together, so each
+    worker computes a content's shingle set about once (chunks of a giant component are cut
+    by size)."""
+    m = len(content_pairs)
+    if m == 0:
+        return []
+    ids, dense = np.unique(content_pairs, return_inverse=True)
+    dense = dense.reshape(-1, 2)
+    comp = _components(dense, len(ids))[dense[:, 0]]
+    order = np.lexsort((dense[:, 1], dense[:, 0], comp))
+    comp_sorted = comp[order]
+    chunks = []
+    start = 0
+    for k in range(1, m + 1):
+        size = k - start
+        if k == m or (size >= VERIFY_CHUNK and comp_sorted[k] != comp_sorted[k - 1]) \
+                or size >= 4 * VERIFY_CHUNK:
+            chunks.append(order[start:k])
+            start = k
+    return chunks
+
+
+def _domains(nodes: list[Node], config: NearDedupConfig) -> dict[int, frozenset[str]] | None:
+    """Each content's sample domains, when the config has domain-specific units."""
+    if not config.extra_units:
+        return None
+    found: dict[int, set[str]] = defaultdict(set)
+    for n in nodes:
+        found[n.content].update(s.domain for s in n.samples if s.domain)
+    return {c: frozenset(d) for c, d in found.items()}
+
+
+def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], cand: Candidates,
+                      config: NearDedupConfig, workers: int, progress: bool
+                      ) -> tuple[dict[int, list[Match]], dict[int, list[Match]]]:
+    """Verified relations per later node: pool matches (``other`` the earlier node) and
+    history matches (``other`` the history content)."""
+    jobs: list[tuple[str, int, int]] = []  # (kind, node a, node b | history content)
+    for a, b in cand.pool_pairs.tolist():
+        jobs.append(("pool", a, b))
+    for i, h in cand.history_pairs:
+        jobs.append(("hist", i, h))
+    content_pairs = np.asarray([(nodes[a].content, nodes[b].content) if kind == "pool"
+                                else (nodes[a].content, b) for kind, a, b in jobs],
+                               dtype=np.int64).reshape(-1, 2)
+    domains = _domains(nodes, config)
+    params = VerifyParams.of(config)
+    bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
+    chunks = _local_chunks(content_pairs)
+    path = snap.location
+    args = [[tuple(p) for p in content_pairs[c].tolist()] for c in chunks]
+    results: list[list[Verified]] = []
+    if workers > 1 and len(chunks) > 1:
+        with process_pool(workers) as ex:
+            for c, res in zip(chunks, ex.map(verify_pairs, [path] * len(args), [params] * len(args),
+                                             args, [domains] * len(args))):
+                results.append(res)
+                bar.advance(len(c))
+                pause_point("scan-verify-pool")
+    else:
+        for c, arg in zip(chunks, args):
+            results.append(verify_pairs(snap, params, arg, domains))
+            bar.advance(len(c))
+    bar.finish()
+    near: dict[int, list[Match]] = defaultdict(list)
+    hist: dict[int, list[Match]] = defaultdict(list)
+    for c, res in zip(chunks, results):
+        for k, j, blocked in res:
+            kind, a, b = jobs[int(c[k])]
+            if kind == "pool":
+                near[b].append(Match(a, j, blocked))  # b is the later node (a < b)
+            else:
+                hist[a].append(Match(b, j, blocked))
+    return near, hist
