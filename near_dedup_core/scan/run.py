@@ -36,7 +36,8 @@ class ScanResult:
 
 def scan_pool(index_path: str | Path, config: NearDedupConfig,
               package_paths: Sequence[str | Path], output_dir: str | Path, *,
-              workers: int = 1, progress: bool = False) -> ScanResult:
+              workers: int = 1, executor: str = "local",
+              progress: bool = False) -> ScanResult:
     """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see the package
     doc)."""
     output = Path(output_dir)
@@ -54,7 +55,7 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
         raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
                             f"{config.max_pool_records:,}")
     try:
-        return _scan(index_path, config, pkgs, output, workers, progress)
+        return _scan(index_path, config, pkgs, output, workers, executor, progress)
     except (LookupError, ValueError, TypeError, AttributeError) as exc:
         if isinstance(index_path, Path):
             db.raise_if_damaged(index_path, exc)
@@ -62,14 +63,15 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
 
 
 def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
-          workers: int, progress: bool) -> ScanResult:
+          workers: int, executor: str, progress: bool) -> ScanResult:
     with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap:
         pool = load_pool(snap, snap.path, pkgs)
         verify_files(pkgs)
         nodes = build_nodes(pool)
         cand = find_candidates(snap, pool, nodes, config, progress)
         pause_point("scan-verify")
-        near, hist = verify_candidates(snap, pool, nodes, cand, config, workers, progress)
+        near, hist = verify_candidates(snap, pool, nodes, cand, config, workers, progress,
+                                       executor)
         decisions = decide(pool, nodes, near, hist, config)
         counts = write_report(output, snap, pool, nodes, decisions, near, hist, cand, config)
     return ScanResult(output, counts)

@@ -5,7 +5,8 @@ apart (``blocked_by``)."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
+from concurrent.futures import Future
 from functools import lru_cache
 
 import numba
@@ -17,7 +18,7 @@ from near_dedup_core.guard import guard_for
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import Candidates, Match, Node, Pool, Verified, VerifyParams
 from near_dedup_core.signature import MinHasher, exact_jaccard
-from near_dedup_core.workers import process_pool
+from near_dedup_core.workers import parallelism, process_pool, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
 VERIFY_CHUNK = 20_000
@@ -30,11 +31,12 @@ def _worker_texts(index_path: str) -> db.IndexTexts:
     return db.open_texts(index_path)
 
 
-def verify_pairs(source: str | db.IndexTexts, params: VerifyParams, pairs: list[tuple[int, int]],
-                 domains: dict[int, frozenset[str]] | None) -> list[Verified]:
+def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyParams,
+                 pairs: list[tuple[int, int]], domains: dict[int, frozenset[str]] | None
+                 ) -> list[Verified]:
     """Exact Jaccard of (content, content) pairs; returns the pairs at or above the
-    threshold. ``source`` is the scan's snapshot (inline) or, in a worker, the index path to
-    read the texts from."""
+    threshold. ``source`` is the scan's snapshot (inline), a Ray task's shipped texts, or, in a
+    local worker, the index location to read the texts from."""
     config = NearDedupConfig.model_validate_json(params.config_json)
     reader = _worker_texts(source) if isinstance(source, str) else source
     hasher = MinHasher(1, params.seed, params.shingle_size)
@@ -118,7 +120,8 @@ def _domains(nodes: list[Node], config: NearDedupConfig) -> dict[int, frozenset[
 
 
 def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], cand: Candidates,
-                      config: NearDedupConfig, workers: int, progress: bool
+                      config: NearDedupConfig, workers: int, progress: bool,
+                      executor: str = "local"
                       ) -> tuple[dict[int, list[Match]], dict[int, list[Match]]]:
     """Verified relations per later node: pool matches (``other`` the earlier node) and
     history matches (``other`` the history content)."""
@@ -137,7 +140,9 @@ def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], can
     path = snap.location
     args = [[tuple(p) for p in content_pairs[c].tolist()] for c in chunks]
     results: list[list[Verified]] = []
-    if workers > 1 and len(chunks) > 1:
+    if executor == "ray":
+        results = _verify_on_ray(snap, chunks, args, params, domains, workers, bar)
+    elif workers > 1 and len(chunks) > 1:
         with process_pool(workers) as ex:
             for c, res in zip(chunks, ex.map(verify_pairs, [path] * len(args), [params] * len(args),
                                              args, [domains] * len(args))):
@@ -159,3 +164,28 @@ def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], can
             else:
                 hist[a].append(Match(b, j, blocked))
     return near, hist
+
+
+def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
+                   args: list[list[tuple[int, int]]], params: VerifyParams,
+                   domains: dict[int, frozenset[str]] | None, workers: int,
+                   bar: Progress) -> list[list[Verified]]:
+    """The chunks as Ray tasks, each shipped with its contents' compressed texts read from the
+    scan's snapshot (`index_store.ShippedTexts`): a task never opens the index. At most two
+    tasks per cluster CPU are in flight, and results are taken in submission order."""
+    results: list[list[Verified]] = []
+    pending: deque[tuple[int, Future]] = deque()
+    with work_pool("ray", workers) as ex:
+        window = 2 * parallelism(ex, workers)
+        for c, arg in zip(chunks, args):
+            texts = snap.shipped(sorted({x for pair in arg for x in pair}))
+            pending.append((len(c), ex.submit(verify_pairs, texts, params, arg, domains)))
+            while len(pending) > window:
+                n, fut = pending.popleft()
+                results.append(fut.result())
+                bar.advance(n)
+        while pending:
+            n, fut = pending.popleft()
+            results.append(fut.result())
+            bar.advance(n)
+    return results
