@@ -34,10 +34,10 @@ from pathlib import Path
 
 import orjson
 
+from near_dedup_core.fsutil import sha256_file
+
 from bench import reprints
 from bench.sources import FAMILIES
-
-from near_dedup_core.fsutil import sha256_file
 
 CORPUS = Path("bench/corpus")
 OUT = Path("bench/out")

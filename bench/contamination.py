@@ -36,14 +36,14 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from bench.build_corpus import CREATED_AT, OUT, REAL, TOKENIZER, ensure, read_jsonl, write_jsonl
-from bench.measure import code_version, run, wall_clock
-
 from near_dedup_core import contamination as ct
 from near_dedup_core.config import load_config
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import create_package, open_packages
 from near_dedup_core.signature import MinHasher
+
+from bench.build_corpus import CREATED_AT, OUT, REAL, TOKENIZER, ensure, read_jsonl, write_jsonl
+from bench.measure import code_version, run, wall_clock
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config" / "near-dedup.json"

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import orjson
 
+from near_dedup_core.fsutil import sha256_file
+
 from bench.build_corpus import OUT, ensure
 from bench.measure import Measurement, code_version, run, wall_clock
-
-from near_dedup_core.fsutil import sha256_file
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The shipped config.

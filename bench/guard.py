@@ -79,7 +79,7 @@ class NdTwoGuard:
         words = sorted(set(self.WORD_UNITS), key=lambda t: (-len(t), t))
         symbols = sorted(set(self.SYMBOL_UNITS), key=lambda t: (-len(t), t))
         prefixes = sorted(self.PREFIX_UNITS, key=lambda t: (-len(t), t))
-        alt = lambda tokens: "|".join(re.escape(t) for t in tokens)
+        alt = lambda tokens: "|".join(re.escape(t) for t in tokens)  # noqa: E731 (nd-2 verbatim)
         self._after = re.compile(rf" ?({alt(words)})(?![^\W\d_])")
         self._before = re.compile(rf"(?<![^\W\d_])({alt(prefixes)}) ?$")
         self._symbols = re.compile(alt(symbols))

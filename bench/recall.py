@@ -27,8 +27,8 @@ import numpy as np
 import orjson
 
 from bench import groundtruth as gt
-from bench.measure import code_version
 from bench.build_corpus import OUT, SET20K, ensure, make_package, read_jsonl
+from bench.measure import code_version
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The shipped config.

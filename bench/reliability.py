@@ -38,9 +38,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import drop_every, make_package, reverse_every, stdlib_paragraphs
+from conftest import (  # noqa: E402 (tests/ on the path first)
+    drop_every,
+    make_package,
+    reverse_every,
+    stdlib_paragraphs,
+)
 
-from near_dedup_core.fsutil import sha256_file
+from near_dedup_core.fsutil import sha256_file  # noqa: E402
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 

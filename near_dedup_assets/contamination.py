@@ -22,16 +22,23 @@ from pathlib import Path
 
 import dagster as dg
 
-from near_dedup_assets import daily
-from near_dedup_assets.assets import (GROUP, MIXTURE, SCAN_REPORT, VALIDATED_SNAPSHOT,
-                                      mixture_for_day, partition_failure)
-from near_dedup_assets.partitions import RELEASE_DAYS
-from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings
 from near_dedup_core.contamination import contamination_report as run_contamination
 from near_dedup_core.contamination import verify_contamination
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import read_json_object
 from near_dedup_core.package import load_package
+
+from near_dedup_assets import daily
+from near_dedup_assets.assets import (
+    GROUP,
+    MIXTURE,
+    SCAN_REPORT,
+    VALIDATED_SNAPSHOT,
+    mixture_for_day,
+    partition_failure,
+)
+from near_dedup_assets.partitions import RELEASE_DAYS
+from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings
 
 CONTAMINATION_REPORT = dg.AssetKey("contamination_report")
 EVALS_VAR = f"{ENV_PREFIX}EVALS"

@@ -89,15 +89,28 @@ from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.compare import compared_text
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
-from near_dedup_core.fsutil import (atomic_dir, is_within, iter_json_objects, read_json_object,
-                                    sha256_file, verify_checksums, write_checksums, write_json,
-                                    write_jsonl)
+from near_dedup_core.fsutil import (
+    atomic_dir,
+    is_within,
+    iter_json_objects,
+    read_json_object,
+    sha256_file,
+    verify_checksums,
+    write_checksums,
+    write_json,
+    write_jsonl,
+)
 from near_dedup_core.guard import guard_for
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, load_package, open_packages, stream_records
 from near_dedup_core.progress import Progress
-from near_dedup_core.signature import (MinHasher, _intersection_size, _shingle_hashes,
-                                       _sorted_unique, code_points)
+from near_dedup_core.signature import (
+    MinHasher,
+    _intersection_size,
+    _shingle_hashes,
+    _sorted_unique,
+    code_points,
+)
 
 FORMAT = "near-dedup-contamination"
 FORMAT_VERSION = 1

@@ -32,11 +32,12 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from near_dedup_core import __version__, index_store as db
-from near_dedup_core.index_store import postgres as pg
+from near_dedup_core import __version__
+from near_dedup_core import index_store as db
 from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.index_store import postgres as pg
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, open_packages, stream_records
 from near_dedup_core.progress import Progress, pause_point

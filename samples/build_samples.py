@@ -571,7 +571,7 @@ class SftBuilder:
 
         # sft-v2: refs for what is unchanged, full records for copies, edits and new material.
         pick = self.rng.sample(v1_train, len(v1_train))
-        dropped, copied, edited = pick[:2], pick[2:4], pick[4:8]
+        copied, edited = pick[2:4], pick[4:8]  # pick[:2] are dropped from sft-v2
         numeric_base = next(r for r in pick[8:] if r["task"] == "extract_kpi")
         restated_base = next(r for r in pick[8:] if r["task"] == "extract_kpi"
                              and r is not numeric_base)

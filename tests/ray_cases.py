@@ -16,8 +16,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs
-from conftest import tree_bytes
+from conftest import (
+    REPO,
+    drop_every,
+    make_package,
+    reverse_every,
+    run_cli,
+    stdlib_paragraphs,
+    tree_bytes,
+)
 
 ray = pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
 from ray.cluster_utils import Cluster  # noqa: E402

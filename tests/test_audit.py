@@ -446,8 +446,9 @@ def test_exclusion_rate_check_stays_green_on_the_demo_days(tmp_path):
 
 
 def test_rate_settings_are_validated():
-    from near_dedup_assets.resources import ReleaseSettings
     from near_dedup_core.errors import NearDedupError
+
+    from near_dedup_assets.resources import ReleaseSettings
 
     s = ReleaseSettings(max_exclusion_rate="0.3", max_rate_jump="0.1", rate_checks_blocking="on")
     assert (s.exclusion_rate_limit, s.rate_jump_limit, s.rate_checks_are_blocking) == \

@@ -19,13 +19,18 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-
 from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 from near_dedup_core import contamination
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.contamination import (EXTRA_HITS, containment, least_overlap,
-                                           matched_span, prefix_plan, verify_contamination)
+from near_dedup_core.contamination import (
+    EXTRA_HITS,
+    containment,
+    least_overlap,
+    matched_span,
+    prefix_plan,
+    verify_contamination,
+)
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import write_checksums
 from near_dedup_core.guard import guard_for

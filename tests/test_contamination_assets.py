@@ -9,14 +9,17 @@ import pytest
 from conftest import make_package, stdlib_paragraphs
 from test_assets import check_results, executed_steps, metadata, settings_for
 
-from near_dedup_assets.assets import MIXTURE, RELEASE_ASSETS
-from near_dedup_assets.checks import RELEASE_CHECKS
-from near_dedup_assets.contamination import (CONTAMINATION_REPORT,
-                                             contamination_settings_from_env,
-                                             with_contamination)
-from near_dedup_assets.definitions import build_defs
 from near_dedup_core.contamination import verify_contamination
 from near_dedup_core.mixture import verify_mixture
+
+from near_dedup_assets.assets import MIXTURE, RELEASE_ASSETS
+from near_dedup_assets.checks import RELEASE_CHECKS
+from near_dedup_assets.contamination import (
+    CONTAMINATION_REPORT,
+    contamination_settings_from_env,
+    with_contamination,
+)
+from near_dedup_assets.definitions import build_defs
 
 DAY = "2026-11-25"
 

@@ -14,12 +14,13 @@ from functools import lru_cache
 import pytest
 from conftest import REPO, make_package, run_cli
 
-from bench import guard as bench_guard
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.guard import Guard, guard_for, main
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import MinHasher, exact_jaccard
+
+from bench import guard as bench_guard
 
 GUARD = Guard()
 CONFIG = NearDedupConfig()

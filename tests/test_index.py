@@ -23,8 +23,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, SAMPLES, make_package, run_cli, tree_bytes, update_manifest
-from conftest import drop_every, reverse_every, stdlib_paragraphs
+from conftest import (
+    REPO,
+    SAMPLES,
+    drop_every,
+    make_package,
+    reverse_every,
+    run_cli,
+    stdlib_paragraphs,
+    tree_bytes,
+    update_manifest,
+)
 
 from near_dedup_core import ALGORITHM_VERSION, index_store, ingest
 from near_dedup_core.compare import content_id, cpt_scope

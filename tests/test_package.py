@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import gzip
 import hashlib
-import shutil
 import json
 import re
+import shutil
 from pathlib import Path
 
 import pytest

@@ -16,15 +16,23 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import (REPO, SAMPLES, drop_every, make_package, reverse_every, run_cli,
-                      stdlib_paragraphs, tree_bytes)
+from conftest import (
+    REPO,
+    SAMPLES,
+    drop_every,
+    make_package,
+    reverse_every,
+    run_cli,
+    stdlib_paragraphs,
+    tree_bytes,
+)
 from pg_server import INSTALL, PostgresServer, find_bindir
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core import index_store
-from near_dedup_core.index_store import postgres as index_postgres
 from near_dedup_core.index_store import TextReader
+from near_dedup_core.index_store import postgres as index_postgres
 
 BINDIR = find_bindir()
 if BINDIR is None:

@@ -21,8 +21,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import (REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs,
-                      tree_bytes)
+from conftest import (
+    REPO,
+    drop_every,
+    make_package,
+    reverse_every,
+    run_cli,
+    stdlib_paragraphs,
+    tree_bytes,
+)
 
 from near_dedup_core import fsutil, index_store, ingest
 from near_dedup_core.fsutil import atomic_dir, sha256_file

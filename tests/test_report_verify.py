@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import REPO, make_package, tree_bytes
-from test_scan import (THRESHOLD, cli_fail, cli_ok, cpt, index, jaccard, near_copy, plain_prose,
-                       scan)
+from test_scan import THRESHOLD, cli_fail, cli_ok, cpt, index, jaccard, near_copy, plain_prose, scan
 
 from near_dedup_core.fsutil import json_line, write_checksums
 

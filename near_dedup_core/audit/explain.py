@@ -27,8 +27,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from near_dedup_core.audit.sources import (Key, SampleText, locate, read_samples,
-                                           report_inputs)
+from near_dedup_core.audit.sources import Key, SampleText, locate, read_samples, report_inputs
 from near_dedup_core.audit.textdiff import changed_spans
 from near_dedup_core.config import NearDedupConfig, validate_model
 from near_dedup_core.errors import NearDedupError

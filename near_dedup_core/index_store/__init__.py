@@ -37,16 +37,32 @@ from typing import NamedTuple, Self
 import numpy as np
 import orjson
 import zstandard
-from sqlalchemy import (BigInteger, Column, Connection, Engine, ForeignKey, Index, Integer,
-                        LargeBinary, MetaData, String, Table, Text, create_engine, event, func,
-                        insert, select)
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Connection,
+    Engine,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    insert,
+    select,
+)
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.index_store import postgres as pg
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store import postgres as pg
 
 FORMAT = "near-dedup-index"
 SCHEMA_VERSION = "1"

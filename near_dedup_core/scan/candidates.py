@@ -174,8 +174,8 @@ def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, nodes: list[Node],
     if len(found.keys):
         lo = np.searchsorted(sorted_keys, found.keys, side="left")
         hi = np.searchsorted(sorted_keys, found.keys, side="right")
-        for content, l, h in zip(found.contents.tolist(), lo.tolist(), hi.tolist()):
-            hits[content].update(slot_of[l:h].tolist())
+        for content, first, end in zip(found.contents.tolist(), lo.tolist(), hi.tolist()):
+            hits[content].update(slot_of[first:end].tolist())
     return hits
 
 
