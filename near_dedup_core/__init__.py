@@ -1,4 +1,5 @@
-"""Near-dedup daily release: persistent SQLite index, frozen near-duplicate reports, mixtures."""
+"""Near-dedup daily release: a persistent index (SQLite or PostgreSQL), frozen near-duplicate
+reports, contamination reports, mixtures."""
 
 __version__ = "0.1.0"
 

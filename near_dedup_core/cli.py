@@ -35,10 +35,11 @@ def _workers(value: str) -> int:
 
 DESCRIPTION = """\
 Find near-duplicate training samples across released snapshot packages and build mixtures
-without them. `index` adds packages to a persistent SQLite index; `scan` freezes an auditable
-near-duplicate report of an input pool against that index; `mixture build` builds a mixture
-on the frozen report, which `report verify` and `mixture verify` check later without the
-index."""
+without them. `index` adds packages to a persistent index (a SQLite file or a PostgreSQL
+database); `scan` freezes an auditable near-duplicate report of an input pool against that
+index; `report explain` and `report diff` audit reports; `contamination` finds evaluation items
+inside training samples; `mixture build` builds a mixture on the frozen reports, which `report
+verify` and `mixture verify` check later without the index."""
 
 EPILOG = """\
 global options (--index, --config, --quiet) go before the command:
