@@ -362,13 +362,20 @@ class Guard:
 
     def blocked_by(self, text_a: str, text_b: str) -> str | None:
         """"numbers", "units" or None (the pair may merge)."""
-        na, ua = self.sequences(text_a)
-        nb, ub = self.sequences(text_b)
-        if na != nb:
-            return "numbers"
-        if ua != ub:
-            return "units"
-        return None
+        return compare(self.sequences(text_a), self.sequences(text_b))
+
+
+Sequences = tuple[tuple[str, ...], tuple[str, ...]]
+
+
+def compare(a: Sequences, b: Sequences) -> str | None:
+    """The guard's rule on two texts' (numbers, units): "numbers" when the number sequences
+    differ, else "units" when the unit sequences differ, else None (the pair may merge)."""
+    if a[0] != b[0]:
+        return "numbers"
+    if a[1] != b[1]:
+        return "units"
+    return None
 
 
 _PLAIN = re.compile(_AR)

@@ -14,7 +14,7 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.guard import guard_for
+from near_dedup_core.guard import compare, guard_for
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import Candidates, Match, Node, Pool, Verified, VerifyParams
 from near_dedup_core.signature import MinHasher, exact_jaccard
@@ -57,8 +57,7 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
         if j >= params.threshold:
             doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
             guard = guard_for(config, doms)
-            (na, ua), (nb, ub) = sequences(guard, a), sequences(guard, b)
-            blocked = "numbers" if na != nb else ("units" if ua != ub else None)
+            blocked = compare(sequences(guard, a), sequences(guard, b))
             out.append(Verified(k, j, blocked))
     return out
 
