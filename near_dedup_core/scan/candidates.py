@@ -118,16 +118,20 @@ def _shingle_count(row: db.ContentRow) -> int:
 def pool_slots(pool: Pool, nodes: list[Node], config: NearDedupConfig) -> Slots:
     """The signature matrix, set sizes, (scope, split) groups and band keys of the nodes
     that have a signature."""
-    long_nodes = [i for i, n in enumerate(nodes) if pool.content[n.content].signature is not None]
+    long_nodes: list[int] = []
+    long_sigs: list[bytes] = []
+    for i, n in enumerate(nodes):
+        signature = pool.content[n.content].signature
+        if signature is not None:
+            long_nodes.append(i)
+            long_sigs.append(signature)
     n_long = len(long_nodes)
     sigs = np.zeros((n_long, config.num_perm), dtype=np.uint16)
     sizes = np.zeros(n_long, dtype=np.int64)
     group_of: dict[tuple[int, str], int] = {}
     groups = np.zeros(n_long, dtype=np.int64)
     if n_long:
-        sigs = np.frombuffer(b"".join(pool.content[nodes[i].content].signature  # type: ignore[misc]
-                                      for i in long_nodes),
-                             dtype=np.uint16).reshape(n_long, config.num_perm)
+        sigs = np.frombuffer(b"".join(long_sigs), dtype=np.uint16).reshape(n_long, config.num_perm)
     for j, i in enumerate(long_nodes):
         row = pool.content[nodes[i].content]
         sizes[j] = _shingle_count(row)
