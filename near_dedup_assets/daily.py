@@ -223,7 +223,7 @@ def mixture_config(settings: ReleaseSettings, pool: DayPool,
     return validate_model(MixtureConfig, raw, f"mixture template {path}")
 
 
-def publish(target: Path, build: Callable[[Path], None], verify: Callable[[Path], object],
+def publish(target: Path, build: Callable[[Path], object], verify: Callable[[Path], object],
             label: str) -> bool:
     """Build into a staging sibling and rename it to ``target``; True if ``target`` existed
     with identical content (checksums) and was kept, an error if it differs."""

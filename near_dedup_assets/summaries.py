@@ -75,8 +75,9 @@ def snapshot_metadata(pool: DayPool) -> dict:
 
 
 def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
-    local = isinstance(result.index, Path)
-    size = result.index.stat().st_size if local and result.index.exists() else 0
+    index = result.index
+    local = isinstance(index, Path)
+    size = index.stat().st_size if isinstance(index, Path) and index.exists() else 0
     return {
         "batch": dg.MetadataValue.text("none: already indexed" if result.batch is None
                                        else str(result.batch)),

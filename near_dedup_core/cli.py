@@ -207,6 +207,7 @@ def _report_audit(args: argparse.Namespace) -> None:
     from near_dedup_core import audit
     from near_dedup_core.audit import render
 
+    result: audit.Explanation | audit.ReportDiff
     if args.report_command == "explain":
         result = audit.explain_sample(args.report, args.package_id, args.sample_id)
         text = None if args.json else render.explanation_text(result)
@@ -247,16 +248,17 @@ def run(args: argparse.Namespace) -> None:
 
         if not args.inputs:
             raise NearDedupError("usage: index needs --inputs PACKAGE... (see near-dedup --help)")
-        result = index_packages(_need_index(args), load_config(args.config), args.inputs,
-                                workers=args.workers, executor=args.executor,
-                                progress=progress)
-        print(result.summary())
+        indexed = index_packages(_need_index(args), load_config(args.config), args.inputs,
+                                 workers=args.workers, executor=args.executor,
+                                 progress=progress)
+        print(indexed.summary())
     elif args.command == "scan":
         from near_dedup_core.scan import scan_pool
 
-        result = scan_pool(_need_index(args), load_config(args.config), args.inputs, args.output,
-                           workers=args.workers, executor=args.executor, progress=progress)
-        print(result.summary())
+        scanned = scan_pool(_need_index(args), load_config(args.config), args.inputs,
+                            args.output, workers=args.workers, executor=args.executor,
+                            progress=progress)
+        print(scanned.summary())
     elif args.command == "contamination":
         from near_dedup_core.contamination import contamination_report
 

@@ -690,17 +690,19 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
-    for p in pairs:
-        item_shingles = int(state.item_start[p.item + 1] - state.item_start[p.item])
+    for pair in pairs:
+        item_shingles = int(state.item_start[pair.item + 1] - state.item_start[pair.item])
         lines.append({
-            "eval": _ref_json(items[p.item].ref, False), "training": _ref_json(p.sample, True),
-            "containment": p.common / item_shingles, "item_shingles": item_shingles,
-            "common_shingles": p.common, "span": {"start": p.start, "end": p.end},
-            "numbers_differ": p.numbers_differ})
+            "eval": _ref_json(items[pair.item].ref, False),
+            "training": _ref_json(pair.sample, True),
+            "containment": pair.common / item_shingles, "item_shingles": item_shingles,
+            "common_shingles": pair.common, "span": {"start": pair.start, "end": pair.end},
+            "numbers_differ": pair.numbers_differ})
     eval_counts = [{"package_id": e.package_id, "items": per_eval[e.package_id],
                     "items_checked": per_eval[e.package_id] - skipped[e.package_id],
                     "items_skipped_short": skipped[e.package_id]} for e in evals]
     summary = summarize(lines, eval_counts, samples)
+    counts = counts_of(summary)
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
         "algorithm_version": ALGORITHM_VERSION, "config": config.model_dump(mode="json"),
@@ -709,7 +711,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
                        "verified": candidates},
         "evals": [_package_json(e) for e in evals],
         "inputs": [_package_json(p) for p in pool],
-        "counts": counts_of(summary),
+        "counts": counts,
         "files": {"contamination.jsonl": {"lines": len(lines)}},
     }
     with atomic_dir(output) as tmp:
@@ -717,7 +719,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
         write_json(tmp / "summary.json", summary)
         write_json(tmp / "manifest.json", manifest)
         write_checksums(tmp)
-    return ContaminationResult(output, manifest["counts"])
+    return ContaminationResult(output, counts)
 
 
 # --------------------------------------------------------------------------- verify

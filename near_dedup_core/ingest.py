@@ -341,8 +341,9 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
             orjson.dumps(pkg.manifest).decode())
     result.batch = seq
     new_ids = {p.package_id for p in new}
-    bar = Progress("index: records", sum(p.record_count for p in new), enabled=progress)
-    if bar.total <= 2 * CHUNK and executor == "local":  # too little work for processes
+    new_records = sum(p.record_count for p in new)
+    bar = Progress("index: records", new_records, enabled=progress)
+    if new_records <= 2 * CHUNK and executor == "local":  # too little work for processes
         workers = 1
     with work_pool(executor, workers) as pool:
         writer = _BatchWriter(store, config, seq, pool, parallelism(pool, workers), kind, bar)

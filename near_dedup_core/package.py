@@ -27,6 +27,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import TypeGuard
 
 import orjson
 
@@ -111,7 +112,7 @@ def _type_name(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return type(value) is int
 
 
@@ -457,7 +458,7 @@ class _HashingReader(io.RawIOBase):
         return n
 
 
-def _shard_lines(fh: io.BufferedReader, gz: bool) -> Iterator[bytes]:
+def _shard_lines(fh: io.BufferedIOBase, gz: bool) -> Iterator[bytes]:
     """Lines of a shard, decompressing gzip; the underlying file is read to its end."""
     if gz:
         with gzip.GzipFile(fileobj=fh, mode="rb") as text:

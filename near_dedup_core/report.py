@@ -357,8 +357,8 @@ class _ReportCheck:
         self.near: dict[SampleKey, _NearState] = {}
         self.tally = Tally(manifest.config.threshold)
         self.lines = {"decisions.jsonl": 0, "relations.jsonl": 0, "origins.jsonl": 0}
-        self._keysets = {f: frozenset(f) for f in (DECISION_FIELDS, RELATION_FIELDS,
-                                                    ORIGIN_FIELDS)}
+        self._keysets: dict[tuple[str, ...], frozenset[str]] = {
+            f: frozenset(f) for f in (DECISION_FIELDS, RELATION_FIELDS, ORIGIN_FIELDS)}
 
     def fail(self, message: str) -> NoReturn:
         raise NearDedupError(f"report {self.path}: {message}")
@@ -408,8 +408,9 @@ class _ReportCheck:
             if i.package_id in seen:
                 self.fail(f"manifest.json: inputs list {i.package_id} twice")
             seen.add(i.package_id)
-            p = indexed.get(i.package_id)
-            if p is None or (p.kind, p.manifest_sha256) != (i.kind, i.manifest_sha256):
+            listed = indexed.get(i.package_id)
+            if listed is None or ((listed.kind, listed.manifest_sha256)
+                                  != (i.kind, i.manifest_sha256)):
                 self.fail(f"manifest.json: input {i.package_id} is not in index.packages with "
                           f"the same kind and manifest_sha256")
         self.batch = {pid: p.batch for pid, p in indexed.items()}
@@ -596,7 +597,7 @@ class _ReportCheck:
                 match_key = _ref_key({"package_id": match["package_id"],
                                       "sample_id": match["sample_id"]})
                 md = self.decided.get(match_key) if match_key is not None else None
-                if md is None:
+                if match_key is None or md is None:
                     self.fail(f"{loc}: match is not a sample in decisions.jsonl")
                 if md.split != d.split or self.node_content[md.node] != match["content_id"]:
                     self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} has another split "

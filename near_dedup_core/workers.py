@@ -95,9 +95,10 @@ def process_pool(workers: int) -> Iterator[Executor]:
 
 def _forkserver_pid(ctx) -> int:
     """Start the forkserver now and return its pid (the workers' parent)."""
-    server = multiprocessing.forkserver._forkserver  # type: ignore[attr-defined]
+    server = multiprocessing.forkserver._forkserver
     server.ensure_running()
-    return server._forkserver_pid
+    # typeshed declares the ForkServer class without its private pid attribute.
+    return server._forkserver_pid  # type: ignore[attr-defined]
 
 
 #: Where the parallel stages of `index` and `scan` run (``--executor``).

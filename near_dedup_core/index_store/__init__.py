@@ -44,6 +44,7 @@ from sqlalchemy import (
     Engine,
     ForeignKey,
     Index,
+    Insert,
     Integer,
     LargeBinary,
     MetaData,
@@ -146,7 +147,7 @@ DICT_MAX_BYTES = 112_640
 
 def train_text_dictionary(texts: list[str]) -> bytes | None:
     """A zstd dictionary trained on normalized texts, or None when they are too few to help."""
-    samples = [t.encode() for t in texts]
+    samples: list[bytes | bytearray | memoryview] = [t.encode() for t in texts]
     total = sum(len(x) for x in samples)
     if len(samples) < DICT_MIN_SAMPLES or total < DICT_MIN_BYTES:
         return None
@@ -277,7 +278,7 @@ def read_meta(conn) -> dict[str, str]:
     return {k: v for k, v in conn.execute(select(meta.c.key, meta.c.value))}
 
 
-def check_binding(path: Path, values: dict[str, str], config: NearDedupConfig) -> None:
+def check_binding(path: Path | str, values: dict[str, str], config: NearDedupConfig) -> None:
     """The index must be ours, of our schema, and bound to this config and algorithm."""
     if values.get("format") != FORMAT:
         raise NearDedupError(f"index {path}: not a near-dedup index")
@@ -1030,6 +1031,14 @@ class BatchTransaction:
         self._sql_contents = insert_sql(contents)
         self._sql_bands = insert_sql(bands).replace("INSERT", "INSERT OR IGNORE", 1)
 
+    def _insert_id(self, statement: Insert) -> int:
+        """Execute a single-row insert and return the new row's integer primary key."""
+        key = self.conn.execute(statement).inserted_primary_key
+        if key is None:
+            raise NearDedupError(f"index: no primary key returned for the new "
+                                 f"{statement.table.name} row")
+        return key[0]
+
     # -- the index as a whole
     def meta(self) -> dict[str, str]:
         return read_meta(self.conn)
@@ -1052,17 +1061,16 @@ class BatchTransaction:
 
     def add_package(self, package_id: str, kind: str, manifest_sha256: str, batch: int,
                     records: int, manifest_json: str) -> int:
-        return self.conn.execute(insert(packages).values(
+        return self._insert_id(insert(packages).values(
             package_id=package_id, kind=kind, manifest_sha256=manifest_sha256, batch=batch,
-            records=records, manifest=manifest_json)).inserted_primary_key[0]
+            records=records, manifest=manifest_json))
 
     # -- scopes, contents, sources
     def scope_ids(self) -> dict[str, int]:
         return {k: i for i, k in self.conn.execute(select(scopes.c.id, scopes.c.scope_key))}
 
     def add_scope(self, scope_key: str, label: str) -> int:
-        return self.conn.execute(insert(scopes).values(scope_key=scope_key, label=label)
-                                 ).inserted_primary_key[0]
+        return self._insert_id(insert(scopes).values(scope_key=scope_key, label=label))
 
     def max_content_rowid(self) -> int:
         return self.conn.execute(select(func.max(contents.c.id))).scalar() or 0
@@ -1090,8 +1098,7 @@ class BatchTransaction:
         self.conn.exec_driver_sql(self._sql_sources, rows)
 
     def add_dictionary(self, batch: int, data: bytes) -> int:
-        return self.conn.execute(insert(dictionaries).values(batch=batch, data=data)
-                                 ).inserted_primary_key[0]
+        return self._insert_id(insert(dictionaries).values(batch=batch, data=data))
 
     def add_contents(self, rows: list[tuple]) -> None:
         """``contents`` rows: (rowid, content_id, scope, batch, norm_chars, shingles,

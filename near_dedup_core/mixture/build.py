@@ -28,6 +28,7 @@ from near_dedup_core.mixture.formats import (
     CONTAMINATION_DIR,
     REPORT_DIR,
     ContaminationRef,
+    DataFile,
     ManifestCounts,
     MixtureManifest,
     ReportRef,
@@ -73,7 +74,7 @@ def _needed_ref_targets(plan: Plan, outputs: set[SampleKey]) -> set[SampleKey]:
     return needed
 
 
-def _write_data(plan: Plan, work: Path, out: Path, progress: bool) -> list[dict]:
+def _write_data(plan: Plan, work: Path, out: Path, progress: bool) -> list[DataFile]:
     """Second pass over the inputs: write selected and retained records, refs resolved.
 
     Lines go to one scratch file per (split, input package) in stream order, then are
@@ -116,7 +117,7 @@ def _write_data(plan: Plan, work: Path, out: Path, progress: bool) -> list[dict]
         for fh in handles.values():
             fh.close()
     bar.finish()
-    files = []
+    files: list[DataFile] = []
     for split in sorted({s for s, _ in handles}):
         rel = f"data/{split}/part-00000.jsonl"
         target = out / rel
@@ -125,9 +126,9 @@ def _write_data(plan: Plan, work: Path, out: Path, progress: bool) -> list[dict]
             for slot in sorted(k for k in handles if k[0] == split):
                 with open(work / split / f"{slot[1]:05d}.jsonl", "rb") as src:
                     shutil.copyfileobj(src, dst)
-        files.append({"path": rel, "split": split,
-                      "records": sum(n for (s, _), n in counts.items() if s == split),
-                      "sha256": sha256_file(target)})
+        files.append(DataFile(path=rel, split=split,
+                              records=sum(n for (s, _), n in counts.items() if s == split),
+                              sha256=sha256_file(target)))
     return files
 
 
@@ -174,7 +175,7 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
                                plan.contamination.checksums_sha256)
             contamination_ref = ContaminationRef(
                 path=CONTAMINATION_DIR, manifest_sha256=plan.contamination.manifest_sha256)
-        by_split = {f["split"]: f["records"] for f in files}
+        by_split = {f.split: f.records for f in files}
         selected_written = sum(n for s, n in by_split.items()
                                if s not in set(plan.retained_splits))
         if selected_written != plan.selected_total:
@@ -183,7 +184,7 @@ def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) ->
                                  f"during the build")
         manifest = MixtureManifest(
             tool_version=__version__, name=cfg.name, kind=cfg.kind,
-            inputs=plan.to_json()["inputs"], strategy=cfg.strategy.model_dump(mode="json"),
+            inputs=plan.to_json()["inputs"], strategy=cfg.strategy,
             seed=cfg.seed, target_records=cfg.target_records, group_by=cfg.group_by,
             quality=cfg.quality, allow_shortfall=cfg.allow_shortfall,
             redistribute=cfg.redistribute, retained_splits=plan.retained_splits,

@@ -4,17 +4,17 @@ of the embedded reports. Written by `build_mixture`, read back by `verify_mixtur
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from near_dedup_core.mixture.config import QualityFilter, Strategy
 
-FORMAT = "mixture-package"
-FORMAT_VERSION = 1
-PLAN_FORMAT = "mixture-plan"
-REPORT_DIR = "near-dedup"
-CONTAMINATION_DIR = "contamination"
+FORMAT: Final = "mixture-package"
+FORMAT_VERSION: Final = 1
+PLAN_FORMAT: Final = "mixture-plan"
+REPORT_DIR: Final = "near-dedup"
+CONTAMINATION_DIR: Final = "contamination"
 
 
 class _Frozen(BaseModel):

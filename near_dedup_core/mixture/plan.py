@@ -254,7 +254,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     report = None
     if cfg.near_dedup_report is not None:
         report = read_report(Path(cfg.near_dedup_report))
-        kinds = {i.get("kind") for i in report.inputs}
+        kinds: set[str] = {i["kind"] for i in report.inputs}  # validated: always present
         if kinds - {cfg.kind}:
             raise NearDedupError(f"near_dedup_report {report.path} covers {sorted(kinds)} "
                                  f"packages but the mixture {cfg.name} is {cfg.kind}")

@@ -180,8 +180,9 @@ def _embedded_contamination(path: Path, manifest: MixtureManifest,
     return view.contaminated
 
 
-def _check_kept(d: SampleDecision | None, key: SampleKey, split: str, loc: str) -> None:
-    """A mixture line's sample must be a ``keep`` decision of the same split."""
+def _check_kept(d: SampleDecision | None, key: SampleKey, split: str,
+                loc: str) -> SampleDecision:
+    """A mixture line's sample must be a ``keep`` decision of the same split; returns it."""
     if d is None:
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is not in the embedded "
                              f"report's decisions")
@@ -192,6 +193,7 @@ def _check_kept(d: SampleDecision | None, key: SampleKey, split: str, loc: str) 
     if d.split != split:
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is in split {d.split} in "
                              f"the report, not {split}")
+    return d
 
 
 def _check_text(obj: dict, kind: str, d: SampleDecision, loc: str) -> None:
@@ -277,8 +279,8 @@ def verify_mixture(path: Path) -> VerifyResult:
                                                  if decisions is not None else ""))
             order = here
             if decisions is not None:
-                _check_kept(d, key, split, f"{label}: {rel}:{n}")
-                _check_text(obj, manifest.kind, d, f"{label}: {rel}:{n}")
+                kept = _check_kept(d, key, split, f"{label}: {rel}:{n}")
+                _check_text(obj, manifest.kind, kept, f"{label}: {rel}:{n}")
             if split not in retained and key in contaminated:
                 raise NearDedupError(f"{label}: {rel}:{n}: sample {key[0]}/{key[1]} contains "
                                      f"an eval item (embedded contamination report) but is "

@@ -22,7 +22,7 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.errors import LimitExceeded, where
+from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.scan.records import Candidates, Node, Pool
 from near_dedup_core.signature import band_keys
 
@@ -107,22 +107,34 @@ def _filter_pairs(left, right, sigs_l, sizes_l, sigs_r, sizes_r, threshold, agre
     return keep
 
 
+def _shingle_count(row: db.ContentRow) -> int:
+    """The shingle count of a content with a signature (set together at ingest)."""
+    if row.shingles is None:
+        raise NearDedupError(f"index: content {row.content_id.hex()} has a signature but no "
+                             f"shingle count")
+    return row.shingles
+
+
 def pool_slots(pool: Pool, nodes: list[Node], config: NearDedupConfig) -> Slots:
     """The signature matrix, set sizes, (scope, split) groups and band keys of the nodes
     that have a signature."""
-    long_nodes = [i for i, n in enumerate(nodes) if pool.content[n.content].signature is not None]
+    long_nodes: list[int] = []
+    long_sigs: list[bytes] = []
+    for i, n in enumerate(nodes):
+        signature = pool.content[n.content].signature
+        if signature is not None:
+            long_nodes.append(i)
+            long_sigs.append(signature)
     n_long = len(long_nodes)
     sigs = np.zeros((n_long, config.num_perm), dtype=np.uint16)
     sizes = np.zeros(n_long, dtype=np.int64)
     group_of: dict[tuple[int, str], int] = {}
     groups = np.zeros(n_long, dtype=np.int64)
     if n_long:
-        sigs = np.frombuffer(b"".join(pool.content[nodes[i].content].signature  # type: ignore[misc]
-                                      for i in long_nodes),
-                             dtype=np.uint16).reshape(n_long, config.num_perm)
+        sigs = np.frombuffer(b"".join(long_sigs), dtype=np.uint16).reshape(n_long, config.num_perm)
     for j, i in enumerate(long_nodes):
         row = pool.content[nodes[i].content]
-        sizes[j] = row.shingles
+        sizes[j] = _shingle_count(row)
         groups[j] = group_of.setdefault((row.scope, nodes[i].split), len(group_of))
     keys = band_keys(sigs, config.bands, config.rows) if n_long else np.zeros((0, config.bands), np.int64)
     return Slots(long_nodes, sigs, sizes, groups, keys)
@@ -199,8 +211,11 @@ def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], sl
     history = snap.content_rows(hids.tolist())
     for h, row in history.items():
         r = hist_row[h]
-        hist_scope[r], hist_sizes[r] = row.scope, row.shingles
-        hist_sigs[r] = np.frombuffer(row.signature, dtype=np.uint16)  # type: ignore[arg-type]
+        hist_scope[r], hist_sizes[r] = row.scope, _shingle_count(row)
+        if row.signature is None:
+            raise NearDedupError(f"index: content {row.content_id.hex()} has band keys but "
+                                 f"no signature")
+        hist_sigs[r] = np.frombuffer(row.signature, dtype=np.uint16)
     split_id: dict[str, int] = {}
     open_keys = []  # (history content, split) indexed outside the pool, as h * S + split
     for content, split in snap.content_splits(hids.tolist()):
