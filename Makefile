@@ -19,6 +19,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+	$(MAKE) --no-print-directory lint
 
 # Everything but the web-UI test (needs Chromium) and the larger end-to-end cases.
 test-fast: $(STAMP)
@@ -28,6 +29,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m mypy
+	@echo "lint: ruff and mypy clean"
 
 clean-demo:
 	rm -rf data/demo
