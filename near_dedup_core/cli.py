@@ -316,9 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     Bad input or state raises NearDedupError where it is found (the index store names the
     index for SQLite errors, atomic_dir the output for failed writes). The last-resort cases
     here are the ones that can happen anywhere: memory exhaustion (MemoryError, numpy's
-    allocation error is one), a full disk or file-size limit (OSError ENOSPC/EFBIG/EDQUOT),
+    allocation error is one; a C extension that fails an allocation without setting an error
+    raises SystemError), a full disk or file-size limit (OSError ENOSPC/EFBIG/EDQUOT),
     other OSErrors on a named path, and a worker process that died (killed, e.g. by the OOM
-    killer). In each of them nothing was published: batches are transactions, outputs are
+    killer). Anything else unexpected (seen under memory caps: a worker's import failing to
+    map a shared object) is one line too, naming its type; ``NEAR_DEDUP_TRACEBACK=1`` shows
+    the traceback. In each case nothing was published: batches are transactions, outputs are
     renamed into place only when complete."""
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -332,6 +335,9 @@ def main(argv: list[str] | None = None) -> int:
         detail = f" ({exc})" if str(exc) else ""
         return _fail(f"out of memory{detail}; nothing was changed; try fewer --workers or a "
                      f"smaller input pool")
+    except SystemError as exc:  # a C extension that failed without setting an error
+        return _fail(f"an extension module failed ({exc}), as happens when memory runs out; "
+                     f"nothing was changed; try fewer --workers or a smaller input pool")
     except BrokenProcessPool:
         return _fail("a worker process died (killed, or out of memory); nothing was changed; "
                      "try fewer --workers")
@@ -344,6 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("near-dedup: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # the last resort: still one line, still nothing published
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        first = str(exc).strip().splitlines()
+        return _fail(f"unexpected {type(exc).__name__}"
+                     f"{': ' + first[0] if first else ''}; nothing was changed (under memory "
+                     f"pressure, try fewer --workers; {TRACEBACK_ENV}=1 shows where it "
+                     f"happened)")
     except Terminated:
         print("near-dedup: terminated", file=sys.stderr)
         return 143
@@ -351,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+#: Set to show the traceback of an unexpected error instead of its one line.
+TRACEBACK_ENV = "NEAR_DEDUP_TRACEBACK"
 
 
 def _fail(message: str, code: int = 1) -> int:

@@ -306,6 +306,36 @@ def test_memory_exhaustion_during_index_is_one_line(corpus, index, monkeypatch):
     assert listing(index.parent) == folder
 
 
+def test_an_extension_failing_without_an_error_under_memory_pressure_is_one_line(
+        corpus, index, monkeypatch):
+    # measured under RLIMIT_AS: a signing worker's C code can fail an allocation without
+    # setting an error, which reaches the command as SystemError
+    def silent_failure(*args, **kwargs):
+        raise SystemError("error return without exception set")
+
+    monkeypatch.setattr(ingest, "sign", silent_failure)
+    folder = listing(index.parent)
+    one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
+                   "as happens when memory runs out; nothing was changed")
+    assert listing(index.parent) == folder
+
+
+def test_any_unexpected_error_is_one_line_and_changes_nothing(corpus, index, monkeypatch):
+    def unexpected(*args, **kwargs):
+        raise ImportError("cmath.so: failed to map segment from shared object")
+
+    monkeypatch.setattr(ingest, "sign", unexpected)
+    before = listing(index.parent)
+    one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
+                   "unexpected ImportError: cmath.so: failed to map segment",
+                   "NEAR_DEDUP_TRACEBACK=1")
+    assert listing(index.parent) == before
+    monkeypatch.setenv("NEAR_DEDUP_TRACEBACK", "1")
+    with pytest.raises(ImportError):
+        run_cli("--quiet", "--index", index, "index", "--inputs", corpus.v2, "--workers", 1)
+    assert listing(index.parent) == before
+
+
 # --------------------------------------------------------------------------- killed runs
 
 
