@@ -831,12 +831,13 @@ def test_a_waiting_writer_proceeds_when_the_lock_is_released(world, index, monke
 # --------------------------------------------------------------------------- SIGKILL
 
 
-KILL_RECORDS = 4000
+KILL_RECORDS = 10000
 
 
 @pytest.fixture(scope="module")
 def big_package(tmp_path_factory) -> Path:
-    """4,000 records of six stdlib paragraphs each (~3 KB): long enough to be killed mid-way."""
+    """10,000 records of six stdlib paragraphs each (~3 KB): long enough to be killed mid-way
+    also on a quiet box, where progress lines start only after a second."""
     rng = np.random.default_rng(2026)
     texts = [" ".join(P[j] for j in rng.choice(len(P), size=6, replace=False))
              for _ in range(KILL_RECORDS)]
