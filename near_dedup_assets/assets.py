@@ -1,14 +1,15 @@
 """The four release assets, partitioned by release day.
 
-``validated_snapshot`` → ``index_append`` → ``scan_report`` → ``mixture``.
+``validated_snapshot`` → ``index_and_report`` (``index_append`` and ``scan_report``) → ``mixture``.
 
 A day's report must be frozen against the index exactly as it stands after the day's own
 batch: a later day's batch would otherwise show up in it as history, and a backfill would
 give other reports than releasing day by day. ``index_append`` and ``scan_report`` are
 therefore one step, the multi-asset ``index_and_report``: it appends the day's batch, freezes
-the report right after it and materializes both assets. Both depend on the day's
-``validated_snapshot`` and on the previous day's ``index_append`` (the report's history), so
-Dagster runs a backfill's days one after the other, each day's append and report in one run.
+the report right after it and materializes both assets. Each depends on the day's
+``validated_snapshot`` and on its own previous day (the index the batch is appended to; the
+report the new one is compared with), so Dagster runs a backfill's days one after the other,
+each day's append and report in one run.
 The step runs in the ``sqlite_index_writer`` pool (limit 1 in ``dagster_home/dagster.yaml``),
 so runs launched by hand never write the index at the same time, and it refuses a day while
 an earlier day with a snapshot is not indexed yet. It is not subsettable: a report that is
@@ -77,19 +78,17 @@ def validated_snapshot(context: dg.AssetExecutionContext,
     return dg.MaterializeResult(metadata=summaries.snapshot_metadata(pool))
 
 
-#: What a day's append and report read: the day's validated snapshot and the index as the
-#: previous release day left it (the report's history; the day's own batch is added in the
-#: same step).
-DAY_INPUTS = [VALIDATED_SNAPSHOT, dg.AssetDep(INDEX_APPEND, partition_mapping=PREVIOUS_DAY)]
-
-
 @dg.multi_asset(
     partitions_def=RELEASE_DAYS, group_name=GROUP, pool=INDEX_WRITER_POOL,
     specs=[
-        dg.AssetSpec(INDEX_APPEND, kinds={"sqlite"}, deps=DAY_INPUTS,
+        dg.AssetSpec(INDEX_APPEND, kinds={"sqlite"},
+                     deps=[VALIDATED_SNAPSHOT,
+                           dg.AssetDep(INDEX_APPEND, partition_mapping=PREVIOUS_DAY)],
                      description="The day's packages appended to the persistent index as one "
                                  "batch (a day that is already indexed: no-op append)."),
-        dg.AssetSpec(SCAN_REPORT, kinds={"json"}, deps=DAY_INPUTS,
+        dg.AssetSpec(SCAN_REPORT, kinds={"json"},
+                     deps=[VALIDATED_SNAPSHOT,
+                           dg.AssetDep(SCAN_REPORT, partition_mapping=PREVIOUS_DAY)],
                      description="The day's near-dedup report (decisions, relations, origins), "
                                  "frozen right after the day's batch: records kept and excluded "
                                  "by split, reason and domain, history-only relations, "
@@ -101,12 +100,13 @@ def index_and_report(context: dg.AssetExecutionContext,
     """Append the day's batch to the index, then freeze the day's report against it.
 
     One step, because the report must see the index exactly as it stands after the day's own
-    batch. Both specs declare the same inputs (``DAY_INPUTS``) rather than ``scan_report``
-    depending on the same day's ``index_append``: the two are produced together anyway, and
-    Dagster's asset backfill refuses such an inner same-day edge under a self-dependency
-    ("parent index_append is requesting a different set of partitions from scan_report"),
-    while a subsettable step would let it put a day's report into a later run than its
-    append. As declared, a backfill runs one day's append and report per run, in date order.
+    batch. ``scan_report`` declares no same-day edge from ``index_append``: the two are
+    produced together anyway, and Dagster's asset backfill refuses an inner same-day edge
+    under a self-dependency ("parent index_append is requesting a different set of partitions
+    from scan_report"); an edge from the previous day's ``index_append`` would pull the day
+    after a backfill's range into it; and a subsettable step would let the backfill put a
+    day's report into a later run than its append. As declared, a backfill runs one day's
+    append and report per run, in date order.
     """
     day = context.partition_key
     with partition_failure():
