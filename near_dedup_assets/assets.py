@@ -1,21 +1,22 @@
 """The four release assets, partitioned by release day.
 
-``validated_snapshot`` → ``index_append`` → ``scan_report`` → ``mixture``.
+``validated_snapshot`` → ``index_and_report`` (``index_append`` and ``scan_report``) → ``mixture``.
 
 A day's report must be frozen against the index exactly as it stands after the day's own
 batch: a later day's batch would otherwise show up in it as history, and a backfill would
-give other reports than releasing day by day. Dagster runs a backfill's appends one after
-the other (``index_append`` depends on its own previous day) but schedules the downstream
-assets of a day freely, so the append step also freezes the day's report before it
-finishes. ``scan_report`` then publishes that frozen report: it checks that it belongs to the
-day's inputs and config and attaches what it found; if the folder is missing it scans again,
-refusing when the index already holds later days. The append step runs in the
-``sqlite_index_writer`` pool (limit 1 in ``dagster_home/dagster.yaml``), so runs launched by
-hand never write the index at the same time, and it refuses a day while an earlier day with
-a snapshot is not indexed yet.
+give other reports than releasing day by day. ``index_append`` and ``scan_report`` are
+therefore one step, the multi-asset ``index_and_report``: it appends the day's batch, freezes
+the report right after it and materializes both assets. Each depends on the day's
+``validated_snapshot`` and on its own previous day (the index the batch is appended to; the
+report the new one is compared with), so Dagster runs a backfill's days one after the other,
+each day's append and report in one run.
+The step runs in the ``sqlite_index_writer`` pool (limit 1 in ``dagster_home/dagster.yaml``),
+so runs launched by hand never write the index at the same time, and it refuses a day while
+an earlier day with a snapshot is not indexed yet. It is not subsettable: a report that is
+published alone would not be tied to its day's append.
 
 Near-dedup switched off (``NEAR_DEDUP_ENABLED=false``): the graph stays the same, but
-``index_append`` and ``scan_report`` materialize a "skipped" record without touching the
+``index_and_report`` materializes both assets with a "skipped" record without touching the
 index, and ``mixture`` is built from the snapshot alone, without a report.
 
 Any `NearDedupError` of the core fails the partition with its one-line message; nothing
@@ -77,18 +78,44 @@ def validated_snapshot(context: dg.AssetExecutionContext,
     return dg.MaterializeResult(metadata=summaries.snapshot_metadata(pool))
 
 
-@dg.asset(
-    partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"sqlite"}, pool=INDEX_WRITER_POOL,
-    deps=[VALIDATED_SNAPSHOT, dg.AssetDep(INDEX_APPEND, partition_mapping=PREVIOUS_DAY)],
+@dg.multi_asset(
+    partitions_def=RELEASE_DAYS, group_name=GROUP, pool=INDEX_WRITER_POOL,
+    specs=[
+        dg.AssetSpec(INDEX_APPEND, kinds={"sqlite"},
+                     deps=[VALIDATED_SNAPSHOT,
+                           dg.AssetDep(INDEX_APPEND, partition_mapping=PREVIOUS_DAY)],
+                     description="The day's packages appended to the persistent index as one "
+                                 "batch (a day that is already indexed: no-op append)."),
+        dg.AssetSpec(SCAN_REPORT, kinds={"json"},
+                     deps=[VALIDATED_SNAPSHOT,
+                           dg.AssetDep(SCAN_REPORT, partition_mapping=PREVIOUS_DAY)],
+                     description="The day's near-dedup report (decisions, relations, origins), "
+                                 "frozen right after the day's batch: records kept and excluded "
+                                 "by split, reason and domain, history-only relations, "
+                                 "similarity histogram, comparison with the previous day."),
+    ],
 )
-def index_append(context: dg.AssetExecutionContext,
-                 release: ReleaseSettings) -> dg.MaterializeResult:
-    """The day's packages appended to the persistent index as one batch, and the day's report
-    frozen right after it (a day that is already indexed: no-op append, same report)."""
+def index_and_report(context: dg.AssetExecutionContext,
+                     release: ReleaseSettings) -> Iterator[dg.MaterializeResult]:
+    """Append the day's batch to the index, then freeze the day's report against it.
+
+    One step, because the report must see the index exactly as it stands after the day's own
+    batch. ``scan_report`` declares no same-day edge from ``index_append``: the two are
+    produced together anyway, and Dagster's asset backfill refuses an inner same-day edge
+    under a self-dependency ("parent index_append is requesting a different set of partitions
+    from scan_report"); an edge from the previous day's ``index_append`` would pull the day
+    after a backfill's range into it; and a subsettable step would let the backfill put a
+    day's report into a later run than its append. As declared, a backfill runs one day's
+    append and report per run, in date order.
+    """
     day = context.partition_key
     with partition_failure():
         if not release.near_dedup_enabled:
-            return dg.MaterializeResult(metadata=summaries.disabled_metadata("index append"))
+            yield dg.MaterializeResult(asset_key=INDEX_APPEND,
+                                       metadata=summaries.disabled_metadata("index append"))
+            yield dg.MaterializeResult(asset_key=SCAN_REPORT,
+                                       metadata=summaries.disabled_metadata("scan"))
+            return
         earlier = daily.unindexed_earlier_days(
             release, day, RELEASE_DAYS.get_partition_keys(),
             context.instance.get_materialized_partitions(INDEX_APPEND))
@@ -98,28 +125,17 @@ def index_append(context: dg.AssetExecutionContext,
                 f"are not indexed yet; index appends run in day order: materialize them first "
                 f"(a backfill over the range does)")
         pool = daily.open_day(release, day)
-        result = daily.index_day(release, pool)
-        context.log.info(result.summary())
+        index = daily.index_day(release, pool)
+        context.log.info(index.summary())
         report = daily.freeze_report(release, pool)
-    context.log.info(f"report {'already frozen' if report.reused else 'frozen'}: {report.path}")
-    return dg.MaterializeResult(metadata=summaries.index_metadata(result, report))
-
-
-@dg.asset(partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"}, deps=[INDEX_APPEND])
-def scan_report(context: dg.AssetExecutionContext,
-                release: ReleaseSettings) -> dg.MaterializeResult:
-    """The day's frozen near-dedup report (decisions, relations, origins): records kept and
-    excluded by split, reason and domain, history-only relations, similarity histogram."""
-    day = context.partition_key
-    with partition_failure():
-        if not release.near_dedup_enabled:
-            return dg.MaterializeResult(metadata=summaries.disabled_metadata("scan"))
-        pool = daily.open_day(release, day)
-        report = daily.freeze_report(release, pool)
-        metadata = summaries.report_metadata(report, pool)
-        metadata.update(audit.comparison_metadata(report.path, audit.previous_report(
+        context.log.info(f"report {'already frozen' if report.reused else 'frozen'}: "
+                         f"{report.path}")
+        report_metadata = summaries.report_metadata(report, pool)
+        report_metadata.update(audit.comparison_metadata(report.path, audit.previous_report(
             release, day, RELEASE_DAYS.get_partition_keys())))
-    return dg.MaterializeResult(metadata=metadata)
+    yield dg.MaterializeResult(asset_key=INDEX_APPEND,
+                               metadata=summaries.index_metadata(index, report))
+    yield dg.MaterializeResult(asset_key=SCAN_REPORT, metadata=report_metadata)
 
 
 @dg.asset(partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"}, deps=[SCAN_REPORT])
@@ -147,4 +163,4 @@ def mixture_for_day(context: dg.AssetExecutionContext,
                                                                     record_reused))
 
 
-RELEASE_ASSETS = [validated_snapshot, index_append, scan_report, mixture]
+RELEASE_ASSETS = [validated_snapshot, index_and_report, mixture]

@@ -184,7 +184,7 @@ def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule()
     assert index_step.pools == {"sqlite_index_writer"}
     assert all(graph.get(k).partitions_def == release_days() for k in graph.get_all_asset_keys())
     job = defs.resolve_job_def("daily_release")
-    assert {"index_append", "scan_report", "scan_report_report_checksums",
+    assert {"index_and_report", "scan_report_report_checksums",
             "mixture_mixture_verify"} <= set(job.graph.node_dict)
     assert defs.resolve_schedule_def("daily_release_schedule").cron_schedule == "0 2 * * *"
 
@@ -412,7 +412,7 @@ def test_a_configured_limit_fails_the_day_without_writing_anything(tmp_path, sna
     result = release(DAYS[0], settings, instance)
     assert not result.success
     [failure] = [e for e in result.all_events if e.is_step_failure]
-    assert failure.step_key == "index_append"
+    assert failure.step_key == "index_and_report"
     data = failure.step_failure_data.user_failure_data
     assert data.description.startswith("input pool has 14 records, over max_pool_records 5")
     assert data.metadata["exit_code"].value == 2
@@ -622,6 +622,8 @@ def test_backfill_of_several_days_equals_running_them_day_by_day(tmp_path, snaps
     # each day's index step ran after the previous day's, and in date order
     index_runs = [day for day, keys in runs if "index_append" in keys]
     assert index_runs == DAYS
+    # and each day's batch was appended and its report frozen in the same run
+    assert all("scan_report" in keys for _, keys in runs if "index_append" in keys)
     assert index_rows(filled.index_path) == index_rows(one_by_one.index_path)
     for day in DAYS:
         assert tree_bytes(filled.report_dir(day)) == tree_bytes(one_by_one.report_dir(day)), day
