@@ -6,6 +6,8 @@ run, as ratios.
 - ``--executors``: ``--executor local`` against ``--executor ray`` (a local Ray started for
   each command, the way a user without a cluster runs it), both on SQLite. Run it as root in
   a private network namespace (``unshare -n``) or on a developer machine; see docs/ray.md.
+  ``--ray-nodes N`` runs the ray side on a simulated cluster of N one-CPU nodes instead
+  (``ray.cluster_utils.Cluster``, reached through ``RAY_ADDRESS``).
 
 Rounds alternate the two sides (A B A B …) so that the shared box's noise hits both. Every
 report's jsonl files must be byte-identical to the first one. Prints a markdown table and
@@ -15,10 +17,12 @@ writes ``bench/out/scaleout-<mode>.json``.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -53,14 +57,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", default="pool-100k", help="bench.build_corpus package name")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--ray-nodes", type=int, default=0,
+                   help="with --executors: a simulated cluster of this many one-CPU nodes")
     args = p.parse_args(argv)
 
     (pool,) = ensure(args.pool)
     records, nbytes = text_bytes(pool)
     label = "backends" if args.backends else "executors"
-    out = OUT / f"scaleout-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
-    out.mkdir(parents=True)
-    server = None
+    server: Any = None
     if args.backends:
         sys.path.insert(0, str(ROOT / "tests"))
         from pg_server import PostgresServer, find_bindir
@@ -72,13 +76,23 @@ def main(argv: list[str] | None = None) -> None:
         sides = {"sqlite": "local", "postgresql": "local"}
     else:
         sides = {"local": "local", "ray": "ray"}
+        if args.ray_nodes:
+            from ray.cluster_utils import Cluster
+
+            server = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+            for _ in range(args.ray_nodes - 1):
+                server.add_node(num_cpus=1)
+            os.environ["RAY_ADDRESS"] = server.address
+            label = f"executors-{args.ray_nodes}-nodes"
+    out = OUT / f"scaleout-{label}-{time.strftime('%Y%m%d-%H%M%S')}"
+    out.mkdir(parents=True)
     rows: dict[str, list[dict]] = {side: [] for side in sides}
     reference = None
     try:
         for r in range(args.rounds):
             for side, executor in sides.items():
                 if side == "postgresql":
-                    index = server.create_database()  # type: ignore[union-attr]
+                    index = server.create_database()
                 else:
                     index = str(out / f"{side}-{r}.sqlite")
                 common = ["--workers", str(args.workers), "--executor", executor]
@@ -107,7 +121,10 @@ def main(argv: list[str] | None = None) -> None:
                                    "index_bytes": size})
     finally:
         if server is not None:
-            server.stop()
+            if args.backends:
+                server.stop()
+            else:
+                server.shutdown()
     first = next(iter(sides))
     summary = {}
     print(f"\n{records:,} records, {nbytes / 1e6:,.0f} MB of text, {args.workers} workers, "
