@@ -34,6 +34,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from near_dedup_core import ALGORITHM_VERSION
+from near_dedup_core.errors import LimitExceeded
 from near_dedup_core.fsutil import read_json_object, validate_model
 
 __all__ = ["ExtraUnits", "NearDedupConfig", "load_config", "validate_model"]
@@ -83,6 +84,12 @@ class NearDedupConfig(BaseModel):
                 f"bands × rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}"
             )
         return self
+
+    def check_pool_records(self, total: int, advice: str = "") -> None:
+        """An input pool over ``max_pool_records`` is a limit (exit 2), never truncated."""
+        if total > self.max_pool_records:
+            raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
+                                f"{self.max_pool_records:,}{advice}")
 
     def canonical_json(self) -> str:
         return json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))

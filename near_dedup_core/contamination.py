@@ -91,9 +91,9 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.fsutil import (
     atomic_dir,
-    is_within,
     iter_json_objects,
     read_json_object,
+    require_new_output_outside,
     sha256_file,
     verify_checksums,
     write_checksums,
@@ -668,12 +668,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     output = Path(output_dir)
     evals_p = [Path(p) for p in eval_paths]
     pool_p = [Path(p) for p in pool_paths]
-    if output.exists() or output.is_symlink():
-        raise NearDedupError(f"output {output} already exists; choose a new directory")
-    for p in evals_p + pool_p:
-        if is_within(output, p):
-            raise NearDedupError(f"output {output} is inside input package {p}; packages are "
-                                 f"immutable")
+    require_new_output_outside(output, evals_p + pool_p)
     pool = open_packages(pool_p)
     evals = open_evals(evals_p)
     pool_ids = {p.package_id for p in pool}
@@ -681,10 +676,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
         if e.package_id in pool_ids:
             raise NearDedupError(f"{where(e.package_id)}: given both as an eval package and as "
                                  f"an input; an eval set is not training data")
-    total = sum(p.record_count for p in pool)
-    if total > config.max_pool_records:
-        raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
-                            f"{config.max_pool_records:,}")
+    config.check_pool_records(sum(p.record_count for p in pool))
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config)
     pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)

@@ -13,7 +13,7 @@ import hashlib
 import os
 import re
 import shutil
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TypeVar
 
@@ -122,6 +122,15 @@ def require_new_output(target: Path) -> None:
     """Outputs are never replaced: ``target`` must not exist, not even as a broken symlink."""
     if target.exists() or target.is_symlink():
         raise NearDedupError(f"output {target} already exists; choose a new directory")
+
+
+def require_new_output_outside(target: Path, packages: Sequence[str | Path]) -> None:
+    """`require_new_output`, and ``target`` must not lie inside any input package."""
+    require_new_output(target)
+    for package in packages:
+        if is_within(target, Path(package)):
+            raise NearDedupError(f"output {target} is inside input package {package}; "
+                                 f"packages are immutable")
 
 
 _NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}

@@ -379,10 +379,8 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
     if url is None:
         db.check_index_path(Path(index_path), paths)
     pkgs = open_packages(paths)
-    total = sum(p.record_count for p in pkgs)
-    if total > config.max_pool_records:
-        raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
-                            f"{config.max_pool_records:,}; split it into several batches")
+    config.check_pool_records(sum(p.record_count for p in pkgs),
+                              "; split it into several batches")
     if url is not None:
         return _index_postgres(url, config, pkgs, workers, executor, progress)
     index_path = Path(index_path)

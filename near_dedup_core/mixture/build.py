@@ -17,7 +17,7 @@ from near_dedup_core.fsutil import (
     atomic_dir,
     is_within,
     json_line,
-    require_new_output,
+    require_new_output_outside,
     sha256_file,
     verify_checksums,
     write_checksums,
@@ -149,11 +149,7 @@ def _copy_report(plan: Plan, dest: Path) -> None:
 def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) -> BuildResult:
     """Plan, then write the immutable mixture package atomically at ``output``."""
     output = Path(output)
-    require_new_output(output)
-    for path in cfg.inputs:
-        if is_within(output, Path(path)):
-            raise NearDedupError(f"output {output} is inside input package {path}; "
-                                 f"packages are immutable")
+    require_new_output_outside(output, cfg.inputs)
     if cfg.near_dedup_report is not None and is_within(output, Path(cfg.near_dedup_report)):
         raise NearDedupError(f"output {output} is inside the near-dedup report")
     if cfg.contamination_report is not None and is_within(output,

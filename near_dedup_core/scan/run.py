@@ -9,8 +9,7 @@ from pathlib import Path
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.errors import LimitExceeded, NearDedupError
-from near_dedup_core.fsutil import is_within, require_new_output
+from near_dedup_core.fsutil import require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
@@ -44,16 +43,9 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     if db.postgres_url(index_path) is None:
         index_path = Path(index_path)
     paths = [Path(p) for p in package_paths]
-    require_new_output(output)
-    for p in paths:
-        if is_within(output, p):
-            raise NearDedupError(f"output {output} is inside input package {p}; packages are "
-                                 f"immutable")
+    require_new_output_outside(output, paths)
     pkgs = open_packages(paths)
-    total = sum(p.record_count for p in pkgs)
-    if total > config.max_pool_records:
-        raise LimitExceeded(f"input pool has {total:,} records, over max_pool_records "
-                            f"{config.max_pool_records:,}")
+    config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
         return _scan(index_path, config, pkgs, output, workers, executor, progress)
     except (LookupError, ValueError, TypeError, AttributeError) as exc:
