@@ -63,12 +63,10 @@ class ManifestCounts(_Frozen):
     by_domain: dict[str, int]
 
 
-class MixtureManifest(_Frozen):
-    """``manifest.json`` of a mixture package (format_version 1)."""
+class MixingParameters(_Frozen):
+    """What a mixture was made with: written both into ``manifest.json`` and ``plan.json``,
+    which `verify_mixture` requires to agree."""
 
-    format: Literal["mixture-package"] = FORMAT
-    format_version: Literal[1] = FORMAT_VERSION
-    tool_version: str
     name: str
     kind: Literal["cpt", "sft"]
     inputs: list[InputRef]
@@ -80,6 +78,14 @@ class MixtureManifest(_Frozen):
     allow_shortfall: bool
     redistribute: bool
     retained_splits: list[str]
+
+
+class MixtureManifest(MixingParameters):
+    """``manifest.json`` of a mixture package (format_version 1)."""
+
+    format: Literal["mixture-package"] = FORMAT
+    format_version: Literal[1] = FORMAT_VERSION
+    tool_version: str
     counts: ManifestCounts
     near_dedup_report: ReportRef | None
     files: list[DataFile]
@@ -126,22 +132,11 @@ class PlanTotals(_Frozen):
     redistributed: int = Field(ge=0)
 
 
-class PlanFile(_Frozen):
+class PlanFile(MixingParameters):
     """``plan.json`` (`Plan.to_json`), strict JSON types."""
 
     format: Literal["mixture-plan"]
     format_version: int = Field(ge=FORMAT_VERSION, le=FORMAT_VERSION)
-    name: str
-    kind: Literal["cpt", "sft"]
-    inputs: list[InputRef]
-    strategy: Strategy
-    seed: int
-    target_records: int
-    group_by: str
-    quality: QualityFilter
-    allow_shortfall: bool
-    redistribute: bool
-    retained_splits: list[str]
     near_dedup_report: PlanReport | None
     contamination_report: PlanContamination | None = None
     domains: list[PlanRow]

@@ -19,6 +19,7 @@ from near_dedup_core.mixture.allocation import allocate, strategy_weights
 from near_dedup_core.mixture.formats import (
     CONTAMINATION_DIR,
     REPORT_DIR,
+    MixingParameters,
     MixtureManifest,
     PlanFile,
 )
@@ -58,8 +59,7 @@ def _iter_data_lines(folder: Path, rel: str, label: str) -> Iterator[tuple[int, 
         yield n, obj
 
 
-_SAME_IN_PLAN = ("name", "kind", "inputs", "strategy", "seed", "target_records", "group_by",
-                 "quality", "allow_shortfall", "redistribute", "retained_splits")
+_SAME_IN_PLAN = tuple(MixingParameters.model_fields)
 
 
 def _check_plan(manifest: MixtureManifest, plan: PlanFile, report_excluded: int | None,
