@@ -270,7 +270,8 @@ def build_day_mixture(settings: ReleaseSettings, pool: DayPool,
 
 def release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None,
                    mixture: MixtureOutcome) -> dict:
-    """What was released on the day: inputs, report and mixture with their manifest hashes."""
+    """What was released on the day: inputs, report, contamination report (when the mixture
+    used one) and mixture, with their manifest hashes."""
     record: dict = {
         "format": RELEASE_FORMAT,
         "format_version": RELEASE_FORMAT_VERSION,
@@ -292,6 +293,12 @@ def release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None
                             "manifest_sha256": sha256_file(report / "manifest.json"),
                             "config_fingerprint": manifest["config_fingerprint"],
                             "counts": manifest["counts"]}
+    if mixture.config.contamination_report is not None:  # only then: older records unchanged
+        folder = Path(mixture.config.contamination_report)
+        contamination = read_json_object(folder / "manifest.json", "contamination report")
+        record["contamination"] = {"path": str(folder),
+                                   "manifest_sha256": sha256_file(folder / "manifest.json"),
+                                   "counts": contamination.get("counts")}
     return record
 
 
