@@ -38,7 +38,7 @@ from near_dedup_assets.assets import (
     partition_failure,
 )
 from near_dedup_assets.partitions import RELEASE_DAYS
-from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings
+from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, parse_flag
 
 CONTAMINATION_REPORT = dg.AssetKey("contamination_report")
 EVALS_VAR = f"{ENV_PREFIX}EVALS"
@@ -168,10 +168,8 @@ def contamination_settings_from_env(environ: Mapping[str, str] | None = None
     """(enabled, blocking) from ``NEAR_DEDUP_EVALS`` and
     ``NEAR_DEDUP_CONTAMINATION_BLOCKING``, read when the code location loads."""
     environ = os.environ if environ is None else environ
-    blocking = environ.get(BLOCKING_VAR, "false").strip().lower()
-    if blocking not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-        raise ValueError(f"{BLOCKING_VAR}={blocking!r}: expected true or false")
-    return bool(environ.get(EVALS_VAR, "").strip()), blocking in ("true", "1", "yes", "on")
+    blocking = parse_flag(BLOCKING_VAR, environ.get(BLOCKING_VAR, "false"))
+    return bool(environ.get(EVALS_VAR, "").strip()), blocking
 
 
 @dg.asset(name="mixture", partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"},

@@ -20,6 +20,7 @@ import dagster as dg
 
 from near_dedup_assets.assets import GROUP
 from near_dedup_assets.partitions import RELEASE_DAYS
+from near_dedup_assets.resources import parse_flag
 
 CRON_VAR = "NEAR_DEDUP_SCHEDULE_CRON"
 RUNNING_VAR = "NEAR_DEDUP_SCHEDULE_RUNNING"
@@ -64,8 +65,5 @@ def build_release_schedule(cron: str = DEFAULT_CRON, running: bool = False,
 
 def schedule_from_env(environ: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     environ = os.environ if environ is None else environ
-    running = environ.get(RUNNING_VAR, "false").strip().lower()
-    if running not in ("true", "false", "1", "0", "yes", "no", "on", "off"):
-        raise ValueError(f"{RUNNING_VAR}={running!r}: expected true or false")
-    return build_release_schedule(environ.get(CRON_VAR, DEFAULT_CRON),
-                                  running in ("true", "1", "yes", "on"))
+    running = parse_flag(RUNNING_VAR, environ.get(RUNNING_VAR, "false"))
+    return build_release_schedule(environ.get(CRON_VAR, DEFAULT_CRON), running)

@@ -74,12 +74,7 @@ class ReleaseSettings(dg.ConfigurableResource):
     @property
     def near_dedup_enabled(self) -> bool:
         """The near-dedup switch: off → no index append, no scan, mixtures without a report."""
-        value = self.enabled.strip().lower()
-        if value in _TRUE:
-            return True
-        if value in _FALSE:
-            return False
-        raise NearDedupError(f"{ENV_PREFIX}ENABLED={self.enabled!r}: expected true or false")
+        return parse_flag(env_name("enabled"), self.enabled)
 
     @property
     def release_kind(self) -> str:
@@ -119,7 +114,7 @@ class ReleaseSettings(dg.ConfigurableResource):
     @property
     def rate_checks_are_blocking(self) -> bool:
         """True: a failed exclusion-rate check is an error and stops the day's mixture."""
-        return _flag("RATE_CHECKS_BLOCKING", self.rate_checks_blocking)
+        return parse_flag(env_name("rate_checks_blocking"), self.rate_checks_blocking)
 
     def dedup_config(self) -> NearDedupConfig:
         """The near-dedup config file (empty setting: the shipped defaults)."""
@@ -190,12 +185,13 @@ def _share(name: str, value: str) -> float:
     return share
 
 
-def _flag(name: str, value: str) -> bool:
+def parse_flag(variable: str, value: str) -> bool:
+    """A true/false setting (1/0, yes/no, on/off too); anything else names ``variable``."""
     if value.strip().lower() in _TRUE:
         return True
     if value.strip().lower() in _FALSE:
         return False
-    raise NearDedupError(f"{ENV_PREFIX}{name}={value!r}: expected true or false")
+    raise NearDedupError(f"{variable}={value!r}: expected true or false")
 
 
 def env_name(field: str) -> str:

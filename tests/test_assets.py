@@ -154,6 +154,23 @@ def failure_message(result) -> str:
     return event.step_failure_data.user_failure_data.description
 
 
+def assert_reason_shown_once(result, instance) -> None:
+    """The run log's error line just before the step failure is the one-line reason, and the
+    failure event shows it (type, message, "reason" metadata) without a chained cause."""
+    reason = failure_message(result)
+    logs = instance.all_logs(result.run_id)
+    failed_at = next(i for i, e in enumerate(logs) if e.dagster_event is not None
+                     and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE)
+    errors = [e.user_message for e in logs[:failed_at]
+              if e.dagster_event is None and e.level == logging.ERROR]
+    assert errors == [reason]
+    failure = logs[failed_at].dagster_event.step_failure_data
+    assert failure.error.cls_name == "ReleaseDayFailed"
+    assert failure.error.message.strip().endswith(f"ReleaseDayFailed: {reason}")
+    assert failure.error.cause is None and failure.error.context is None
+    assert failure.user_failure_data.metadata["reason"].value == reason
+
+
 def executed_steps(result) -> set[str]:
     return {e.step_key for e in result.all_events
             if e.event_type == dg.DagsterEventType.STEP_START}
@@ -353,20 +370,7 @@ def test_missing_snapshot_fails_the_day_and_nothing_downstream_runs(tmp_path, in
     assert failure_message(result) == (f"release day {DAYS[0]}: snapshot folder "
                                        f"{tmp_path / 'snapshots' / DAYS[0]} does not exist")
     assert executed_steps(result) == {"validated_snapshot"}
-    reason = failure_message(result)
-    # the run log's error line just before the step failure is the one-line reason, and the
-    # failure event shows it (type, message, "reason" metadata) without a chained cause
-    logs = instance.all_logs(result.run_id)
-    failed_at = next(i for i, e in enumerate(logs) if e.dagster_event is not None
-                     and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE)
-    errors = [e.user_message for e in logs[:failed_at]
-              if e.dagster_event is None and e.level == logging.ERROR]
-    assert errors == [reason]
-    failure = logs[failed_at].dagster_event.step_failure_data
-    assert failure.error.cls_name == "ReleaseDayFailed"
-    assert failure.error.message.strip().endswith(f"ReleaseDayFailed: {reason}")
-    assert failure.error.cause is None and failure.error.context is None
-    assert failure.user_failure_data.metadata["reason"].value == reason
+    assert_reason_shown_once(result, instance)
     assert not (tmp_path / "out" / "index").exists()
     assert not (tmp_path / "out" / "reports").exists()
     assert not (tmp_path / "out" / "mixtures").exists()
@@ -386,20 +390,7 @@ def test_invalid_snapshot_fails_with_the_validator_message(tmp_path, snapshots, 
     assert message.startswith("package cpt-v1, data/train/part-00000.jsonl")
     assert "\n" not in message
     assert executed_steps(result) == {"validated_snapshot"}
-    reason = failure_message(result)
-    # the run log's error line just before the step failure is the one-line reason, and the
-    # failure event shows it (type, message, "reason" metadata) without a chained cause
-    logs = instance.all_logs(result.run_id)
-    failed_at = next(i for i, e in enumerate(logs) if e.dagster_event is not None
-                     and e.dagster_event.event_type == dg.DagsterEventType.STEP_FAILURE)
-    errors = [e.user_message for e in logs[:failed_at]
-              if e.dagster_event is None and e.level == logging.ERROR]
-    assert errors == [reason]
-    failure = logs[failed_at].dagster_event.step_failure_data
-    assert failure.error.cls_name == "ReleaseDayFailed"
-    assert failure.error.message.strip().endswith(f"ReleaseDayFailed: {reason}")
-    assert failure.error.cause is None and failure.error.context is None
-    assert failure.user_failure_data.metadata["reason"].value == reason
+    assert_reason_shown_once(result, instance)
     assert not (tmp_path / "out" / "index").exists()
 
 
