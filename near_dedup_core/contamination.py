@@ -108,7 +108,6 @@ from near_dedup_core.signature import (
     MinHasher,
     _intersection_size,
     _shingle_hashes,
-    _sorted_unique,
     code_points,
 )
 
@@ -145,42 +144,66 @@ def prefix_plan(n: int, threshold: float, extra: int = EXTRA_HITS) -> tuple[int,
 
 
 @numba.njit(cache=True, nogil=True)
-def _build_table(keys, size):
-    """Open-addressing table of the distinct uint64 ``keys``: slot → index into keys, −1
+def _build_table(keys, values, size):
+    """Open-addressing table (linear probing on the low bits) of the distinct uint64
+    ``keys``: ``table[slot]`` a key, ``vals[slot]`` its int32 value, −1 when the slot is
     empty; ``size`` is a power of two larger than len(keys)."""
     mask = np.uint64(size - 1)
-    vals = np.full(size, -1, dtype=np.int64)
+    vals = np.full(size, -1, dtype=np.int32)
     table = np.zeros(size, dtype=np.uint64)
     for a in range(keys.shape[0]):
         slot = np.int64(keys[a] & mask)
         while vals[slot] != -1:
             slot = (slot + 1) & (size - 1)
         table[slot] = keys[a]
-        vals[slot] = a
+        vals[slot] = values[a]
     return table, vals
 
 
+@numba.njit(inline="always")
+def _index_size(n):
+    """A power of two ≥ 2n (load factor at most one half)."""
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
 @numba.njit(cache=True, nogil=True)
-def _densest_run(by_hash, order, item_set, width, k, pos):
-    """[start, end) over the windows whose hash belongs to item_set: the run of ``width``
-    code points holding the most of them (earliest on ties), from its first window to the
-    end of its last shingle (end unclipped). ``by_hash`` are the window hashes sorted,
-    ``order`` their window positions; one merge with item_set finds the matched windows."""
-    n = 0
-    x = 0
-    y = 0
-    while x < item_set.shape[0] and y < by_hash.shape[0]:
-        if item_set[x] < by_hash[y]:
-            x += 1
-        elif item_set[x] > by_hash[y]:
-            y += 1
-        else:
-            pos[n] = order[y]
-            n += 1
-            y += 1
+def _index_windows(hashes, m, size, keys, heads, chain):
+    """Index the windows hashes[:m] by value: an open-addressing table (linear probing on
+    the low bits, ``size`` slots, ``heads`` −1 when empty) maps a hash to its last window,
+    and ``chain[j]`` is the previous window of the same hash (−1 for the first)."""
+    heads[:size] = -1
+    for j in range(m):
+        h = hashes[j]
+        slot = np.int64(h & np.uint64(size - 1))
+        while heads[slot] != -1 and keys[slot] != h:
+            slot = (slot + 1) & (size - 1)
+        if heads[slot] == -1:
+            keys[slot] = h
+        chain[j] = heads[slot]
+        heads[slot] = j
+
+
+@numba.njit(inline="always")
+def _last_window(h, size, keys, heads):
+    """The last window of hash h in an `_index_windows` table, −1 when none."""
+    slot = np.int64(h & np.uint64(size - 1))
+    while heads[slot] != -1:
+        if keys[slot] == h:
+            return heads[slot]
+        slot = (slot + 1) & (size - 1)
+    return -1
+
+
+@numba.njit(cache=True, nogil=True)
+def _best_run(matched, n, width, k):
+    """[start, end) of the run of ``width`` code points holding the most of the ``n`` sorted
+    window positions ``matched`` (earliest on ties), from its first window to the end of its
+    last shingle (end unclipped); (0, 0) when there are none."""
     if n == 0:
         return 0, 0
-    matched = np.sort(pos[:n])
     best = 0
     best_count = 0
     b = 0
@@ -194,76 +217,114 @@ def _densest_run(by_hash, order, item_set, width, k, pos):
 
 
 @numba.njit(cache=True, nogil=True)
-def _probe_batch(cps, offsets, k, seed, table, vals, anchor_start, anchor_items, need,
-                 item_flat, item_start, item_chars, threshold):
+def _densest_run(by_hash, order, item_set, width, k, pos):
+    """`_best_run` over the windows whose hash belongs to item_set. ``by_hash`` are the
+    window hashes sorted, ``order`` their window positions; one merge with item_set finds the
+    matched windows."""
+    n = 0
+    x = 0
+    y = 0
+    while x < item_set.shape[0] and y < by_hash.shape[0]:
+        if item_set[x] < by_hash[y]:
+            x += 1
+        elif item_set[x] > by_hash[y]:
+            y += 1
+        else:
+            pos[n] = order[y]
+            n += 1
+            y += 1
+    return _best_run(np.sort(pos[:n]), n, width, k)
+
+
+@numba.njit(cache=True, nogil=True)
+def _probe_batch(cps, offsets, k, seed, table, vals, postings, need, item_flat, item_start,
+                 item_chars, threshold):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
-    verified by exact containment, with the matched span (`_densest_run`). Returns
-    ([(text, item, common, start, end)], candidates)."""
+    verified by exact containment, with the matched span (`_best_run`). Returns
+    ([(text, item, common, start, end)], candidates).
+
+    ``table``/``vals`` map an anchor hash to the offset ``o`` of its block in ``postings``:
+    ``[mark, count, item, …]`` (`anchor_postings`); a batch works on its own copy, whose
+    ``mark`` records the last text that found the anchor.
+
+    Per text: (1) every window is looked up in the anchor table and each distinct anchor
+    found is listed once; (2) each listed anchor adds a hit to every item it anchors, an item
+    becoming a candidate when its count reaches ``need`` (the counts are then cleared along
+    the same lists); (3) for a text with candidates, a hash set of its windows is built once
+    and each candidate's shingles are looked up in it (``common`` = |item ∩ text|, exact);
+    (4) for a verified pair, the windows belonging to the item (a hash set of the item) give
+    the matched span."""
+    size = table.shape[0]
+    mask = np.uint64(size - 1)
     n_items = need.shape[0]
     longest = 1
     for i in range(offsets.shape[0] - 1):
         longest = max(longest, offsets[i + 1] - offsets[i])
     hashes = np.empty(longest, dtype=np.uint64)
-    sorted_set = np.empty(longest, dtype=np.uint64)
-    buf = np.empty(longest, dtype=np.uint64)
-    bucket_counts = np.empty(2 * longest + 2, dtype=np.int64)
-    anchor_seen = np.full(anchor_start.shape[0] - 1, -1, dtype=np.int64)
-    item_seen = np.full(n_items, -1, dtype=np.int64)
-    hits_of = np.zeros(n_items, dtype=np.int64)
-    touched = np.empty(n_items, dtype=np.int64)
+    index_keys = np.empty(_index_size(longest), dtype=np.uint64)
+    index_heads = np.empty(_index_size(longest), dtype=np.int64)
+    chain = np.empty(longest, dtype=np.int64)
     pos = np.empty(longest, dtype=np.int64)
-    mask = np.uint64(table.shape[0] - 1)
+    blocks = postings.copy()
+    found = np.empty(longest, dtype=np.int32)
+    counts = np.zeros(n_items, dtype=np.int32)
+    cands = np.empty(n_items, dtype=np.int32)
     out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
     candidates = 0
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
-        nt = 0
+        nf = 0
         for j in range(m):
             h = hashes[j]
             slot = np.int64(h & mask)
             while vals[slot] != -1:
                 if table[slot] == h:
-                    a = vals[slot]
-                    if anchor_seen[a] != i:
-                        anchor_seen[a] = i
-                        for x in range(anchor_start[a], anchor_start[a + 1]):
-                            it = anchor_items[x]
-                            if item_seen[it] != i:
-                                item_seen[it] = i
-                                hits_of[it] = 0
-                                touched[nt] = it
-                                nt += 1
-                            hits_of[it] += 1
+                    o = vals[slot]
+                    if blocks[o] != i:
+                        blocks[o] = i
+                        found[nf] = o
+                        nf += 1
                     break
-                slot = (slot + 1) & (table.shape[0] - 1)
-        have_set = False
-        u = 0
-        have_order = False
-        order = np.empty(0, dtype=np.int64)
-        by_hash = np.empty(0, dtype=np.uint64)
-        for t in range(nt):
-            it = touched[t]
-            if hits_of[it] < need[it]:
+                slot = (slot + 1) & (size - 1)
+        nc = 0
+        for f in range(nf):
+            o = found[f]
+            for x in range(o + 2, o + 2 + blocks[o + 1]):
+                it = blocks[x]
+                c = counts[it] + 1
+                counts[it] = c
+                if c == need[it]:
+                    cands[nc] = it
+                    nc += 1
+        for f in range(nf):
+            o = found[f]
+            for x in range(o + 2, o + 2 + blocks[o + 1]):
+                counts[blocks[x]] = 0
+        if nc == 0:
+            continue
+        candidates += nc
+        index_size = _index_size(m)
+        _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
+        for q in range(nc):
+            it = cands[q]
+            common = 0
+            for x in range(item_start[it], item_start[it + 1]):
+                if _last_window(item_flat[x], index_size, index_keys, index_heads) != -1:
+                    common += 1
+            if common / (item_start[it + 1] - item_start[it]) < threshold:
                 continue
-            candidates += 1
-            if not have_set:
-                sorted_set[:m] = hashes[:m]
-                u = _sorted_unique(sorted_set, m, buf, bucket_counts)
-                have_set = True
-            size = item_start[it + 1] - item_start[it]
-            item_set = item_flat[item_start[it]:item_start[it + 1]]
-            common = _intersection_size(item_set, sorted_set[:u])
-            if common / size >= threshold:
-                if not have_order:
-                    have_order = True
-                    order = np.argsort(hashes[:m], kind="mergesort")
-                    by_hash = hashes[:m][order]
-                start, end = _densest_run(by_hash, order, item_set, max(item_chars[it], 1), k,
-                                          pos)
-                end = min(end, offsets[i + 1] - offsets[i])
-                out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
-                            np.int64(end)))
+            n = 0
+            for x in range(item_start[it], item_start[it + 1]):
+                j = _last_window(item_flat[x], index_size, index_keys, index_heads)
+                while j != -1:
+                    pos[n] = j
+                    n += 1
+                    j = chain[j]
+            start, end = _best_run(np.sort(pos[:n]), n, max(item_chars[it], 1), k)
+            end = min(end, offsets[i + 1] - offsets[i])
+            out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
+                        np.int64(end)))
     return out, candidates
 
 
@@ -312,8 +373,7 @@ class ProbeState(NamedTuple):
     config_json: str
     table: np.ndarray
     vals: np.ndarray
-    anchor_start: np.ndarray
-    anchor_items: np.ndarray
+    postings: np.ndarray
     need: np.ndarray
     item_flat: np.ndarray
     item_start: np.ndarray
@@ -353,9 +413,8 @@ def probe_chunk(texts: list[str]) -> ChunkResult:
     hasher = MinHasher(1, st.seed, st.shingle_size)
     cps, offsets = code_points(norms)
     found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,
-                                     st.table, st.vals, st.anchor_start, st.anchor_items,
-                                     st.need, st.item_flat, st.item_start, st.item_chars,
-                                     st.threshold)
+                                     st.table, st.vals, st.postings, st.need, st.item_flat,
+                                     st.item_start, st.item_chars, st.threshold)
     hits = []
     if found:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
@@ -469,6 +528,20 @@ def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
     return items, total, skipped
 
 
+def anchor_postings(a_hash: np.ndarray, a_item: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct anchors, offset of each one's block, postings) from the (anchor, item)
+    entries sorted by anchor: one int32 array of blocks ``[mark, count, item, …]``, the
+    ``count`` items of an anchor next to its count, so that a hit reads one place."""
+    distinct, first, plen = np.unique(a_hash, return_index=True, return_counts=True)
+    block = (first + 2 * np.arange(len(distinct))).astype(np.int32)
+    postings = np.empty(len(a_hash) + 2 * len(distinct), dtype=np.int32)
+    postings[block] = -1
+    postings[block + 1] = plen
+    postings[np.arange(len(a_hash)) + 2 + 2 * np.repeat(np.arange(len(distinct)), plen)] = a_item
+    return distinct, block, postings
+
+
 def build_state(items: list[EvalItem], config: NearDedupConfig,
                 exhaustive: bool = False) -> tuple[ProbeState, int]:
     """The anchor table over all items (module docstring) and the number of anchors.
@@ -490,21 +563,18 @@ def build_state(items: list[EvalItem], config: NearDedupConfig,
         anchors.append(s)
         need.append(hits)
     a_hash = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.uint64)
-    a_item = np.repeat(np.arange(len(items), dtype=np.int64), [len(a) for a in anchors])
+    a_item = np.repeat(np.arange(len(items), dtype=np.int32), [len(a) for a in anchors])
     order = np.lexsort((a_item, a_hash))
-    a_hash, a_item = a_hash[order], a_item[order]
-    distinct, first = np.unique(a_hash, return_index=True)
-    anchor_start = np.append(first, len(a_hash)).astype(np.int64)
+    distinct, block, postings = anchor_postings(a_hash[order], a_item[order])
     size = 1
     while size < 2 * max(len(distinct), 1):
         size *= 2
-    table, vals = _build_table(distinct, size)
+    table, vals = _build_table(distinct, block, size)
     guard = guard_for(config, frozenset())
     state = ProbeState(
         seed=config.seed, shingle_size=config.shingle_size, threshold=t,
-        config_json=config.canonical_json(), table=table, vals=vals,
-        anchor_start=anchor_start, anchor_items=a_item, need=np.asarray(need, np.int64),
-        item_flat=item_flat,
+        config_json=config.canonical_json(), table=table, vals=vals, postings=postings,
+        need=np.asarray(need, np.int32), item_flat=item_flat,
         item_start=item_start, item_chars=np.asarray([len(it.text) for it in items], np.int64),
         item_numbers=[guard.sequences(it.text)[0] for it in items])
     return state, len(a_hash)
