@@ -115,6 +115,8 @@ FORMAT = "near-dedup-contamination"
 FORMAT_VERSION = 1
 FILES = ("contamination.jsonl", "summary.json")
 EXTRA_HITS = 16
+ANCHOR_BITS_PER_ANCHOR = 16
+MAX_ANCHOR_BITS = 1 << 24
 CHUNK_RECORDS = 2_000
 CHUNK_CHARS = 8_000_000
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
@@ -161,6 +163,28 @@ def _build_table(keys, values, size):
 
 
 @numba.njit(inline="always")
+def _log2(n):
+    """log2 of a power of two."""
+    r = 0
+    while (1 << r) < n:
+        r += 1
+    return r
+
+
+@numba.njit(cache=True, nogil=True)
+def anchor_bits(keys, n_bits):
+    """A bitmap of ``n_bits`` (a power of two ≥ 64) with bit ``key >> (64 − log2 n_bits)``
+    set for every key: a window whose bit is clear is no anchor and skips the table. The top
+    bits select the bit and the low bits the table slot, so the two tests are independent."""
+    bits = np.zeros(n_bits // 64, dtype=np.uint64)
+    shift = np.uint64(64 - _log2(n_bits))
+    for a in range(keys.shape[0]):
+        b = keys[a] >> shift
+        bits[np.int64(b >> np.uint64(6))] |= np.uint64(1) << (b & np.uint64(63))
+    return bits
+
+
+@numba.njit(inline="always")
 def _index_size(n):
     """A power of two ≥ 2n (load factor at most one half)."""
     size = 2
@@ -197,11 +221,37 @@ def _last_window(h, size, keys, heads):
     return -1
 
 
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+#: bit index of each isolated bit x (one of 1 << 0 … 1 << 63) at (x · _DEBRUIJN) >> 58
+_LOWEST_BIT = np.zeros(64, dtype=np.int64)
+for _b in range(64):
+    _LOWEST_BIT[((1 << _b) * int(_DEBRUIJN) % (1 << 64)) >> 58] = _b
+
+
 @numba.njit(cache=True, nogil=True)
-def _best_run(matched, n, width, k):
+def _marked_positions(marks, lo, hi, pos):
+    """The positions marked in the bitmap ``marks`` (bit j of word j >> 6), all within
+    [lo, hi], written in increasing order into ``pos``; returns their number and clears
+    those words. O(marked + (hi − lo) / 64)."""
+    n = 0
+    if hi < lo:
+        return 0
+    for w in range(lo >> 6, (hi >> 6) + 1):
+        word = marks[w]
+        marks[w] = 0
+        while word != 0:
+            low = word & (~word + np.uint64(1))
+            pos[n] = (w << 6) + _LOWEST_BIT[np.int64((low * _DEBRUIJN) >> np.uint64(58))]
+            n += 1
+            word ^= low
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _densest_run(matched, n, width, k):
     """[start, end) of the run of ``width`` code points holding the most of the ``n`` sorted
-    window positions ``matched`` (earliest on ties), from its first window to the end of its
-    last shingle (end unclipped); (0, 0) when there are none."""
+    matched window positions (earliest on ties), from its first window to the end of its last
+    shingle (end unclipped); (0, 0) when there are none."""
     if n == 0:
         return 0, 0
     best = 0
@@ -217,53 +267,36 @@ def _best_run(matched, n, width, k):
 
 
 @numba.njit(cache=True, nogil=True)
-def _densest_run(by_hash, order, item_set, width, k, pos):
-    """`_best_run` over the windows whose hash belongs to item_set. ``by_hash`` are the
-    window hashes sorted, ``order`` their window positions; one merge with item_set finds the
-    matched windows."""
-    n = 0
-    x = 0
-    y = 0
-    while x < item_set.shape[0] and y < by_hash.shape[0]:
-        if item_set[x] < by_hash[y]:
-            x += 1
-        elif item_set[x] > by_hash[y]:
-            y += 1
-        else:
-            pos[n] = order[y]
-            n += 1
-            y += 1
-    return _best_run(np.sort(pos[:n]), n, width, k)
-
-
-@numba.njit(cache=True, nogil=True)
-def _probe_batch(cps, offsets, k, seed, table, vals, postings, need, item_flat, item_start,
-                 item_chars, threshold):
+def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_flat,
+                 item_start, item_chars, threshold):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
-    verified by exact containment, with the matched span (`_best_run`). Returns
+    verified by exact containment, with the matched span (`_densest_run`). Returns
     ([(text, item, common, start, end)], candidates).
 
-    ``table``/``vals`` map an anchor hash to the offset ``o`` of its block in ``postings``:
-    ``[mark, count, item, …]`` (`anchor_postings`); a batch works on its own copy, whose
-    ``mark`` records the last text that found the anchor.
+    ``bits`` is the anchor bitmap (`anchor_bits`); ``table``/``vals`` map an anchor hash to
+    the offset ``o`` of its block in ``postings``: ``[mark, count, item, …]``
+    (`anchor_postings`); a batch works on its own copy, whose ``mark`` records the last text
+    that found the anchor.
 
-    Per text: (1) every window is looked up in the anchor table and each distinct anchor
-    found is listed once; (2) each listed anchor adds a hit to every item it anchors, an item
-    becoming a candidate when its count reaches ``need`` (the counts are then cleared along
-    the same lists); (3) for a text with candidates, a hash set of its windows is built once
-    and each candidate's shingles are looked up in it (``common`` = |item ∩ text|, exact);
-    (4) for a verified pair, the windows belonging to the item (a hash set of the item) give
-    the matched span."""
+    Per text: (1) every window whose bit is set is looked up in the anchor table, and each
+    distinct anchor found is listed once; (2) each listed anchor adds a hit to every item it
+    anchors, an item becoming a candidate when its count reaches ``need`` (the counts are
+    then cleared along the same lists); (3) for a text with candidates, its windows are
+    indexed by hash once (`_index_windows`) and each candidate's shingles are looked up there
+    (``common`` = |item ∩ text|, exact); (4) for a verified pair, the windows of the item's
+    shingles, read from the same index and marked in a bitmap, give the matched span."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
+    bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
     n_items = need.shape[0]
     longest = 1
     for i in range(offsets.shape[0] - 1):
         longest = max(longest, offsets[i + 1] - offsets[i])
     hashes = np.empty(longest, dtype=np.uint64)
     index_keys = np.empty(_index_size(longest), dtype=np.uint64)
-    index_heads = np.empty(_index_size(longest), dtype=np.int64)
-    chain = np.empty(longest, dtype=np.int64)
+    index_heads = np.empty(_index_size(longest), dtype=np.int32)
+    chain = np.empty(longest, dtype=np.int32)
+    marks = np.zeros(longest // 64 + 1, dtype=np.uint64)
     pos = np.empty(longest, dtype=np.int64)
     blocks = postings.copy()
     found = np.empty(longest, dtype=np.int32)
@@ -277,6 +310,9 @@ def _probe_batch(cps, offsets, k, seed, table, vals, postings, need, item_flat, 
         nf = 0
         for j in range(m):
             h = hashes[j]
+            b = h >> bits_shift
+            if (bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63))) & np.uint64(1) == 0:
+                continue
             slot = np.int64(h & mask)
             while vals[slot] != -1:
                 if table[slot] == h:
@@ -314,14 +350,17 @@ def _probe_batch(cps, offsets, k, seed, table, vals, postings, need, item_flat, 
                     common += 1
             if common / (item_start[it + 1] - item_start[it]) < threshold:
                 continue
-            n = 0
+            lo = m
+            hi = -1
             for x in range(item_start[it], item_start[it + 1]):
                 j = _last_window(item_flat[x], index_size, index_keys, index_heads)
                 while j != -1:
-                    pos[n] = j
-                    n += 1
+                    marks[j >> 6] |= np.uint64(1) << np.uint64(j & 63)
+                    lo = min(lo, j)
+                    hi = max(hi, j)
                     j = chain[j]
-            start, end = _best_run(np.sort(pos[:n]), n, max(item_chars[it], 1), k)
+            n = _marked_positions(marks, lo, hi, pos)
+            start, end = _densest_run(pos, n, max(item_chars[it], 1), k)
             end = min(end, offsets[i + 1] - offsets[i])
             out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
                         np.int64(end)))
@@ -346,9 +385,8 @@ def matched_span(text: str, item_set: np.ndarray, item_chars: int,
     """[start, end) of the densest item-length run of matched windows (module docstring),
     widened to whole words."""
     windows = window_hashes(text, hasher)
-    order = np.argsort(windows, kind="stable")
-    start, end = _densest_run(windows[order], order, item_set, max(item_chars, 1),
-                              hasher.shingle_size, np.empty(len(windows), dtype=np.int64))
+    matched = np.flatnonzero(np.isin(windows, item_set))
+    start, end = _densest_run(matched, len(matched), max(item_chars, 1), hasher.shingle_size)
     return widen(text, int(start), min(int(end), len(text)))
 
 
@@ -371,6 +409,7 @@ class ProbeState(NamedTuple):
     shingle_size: int
     threshold: float
     config_json: str
+    bits: np.ndarray
     table: np.ndarray
     vals: np.ndarray
     postings: np.ndarray
@@ -413,7 +452,7 @@ def probe_chunk(texts: list[str]) -> ChunkResult:
     hasher = MinHasher(1, st.seed, st.shingle_size)
     cps, offsets = code_points(norms)
     found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,
-                                     st.table, st.vals, st.postings, st.need, st.item_flat,
+                                     st.bits, st.table, st.vals, st.postings, st.need, st.item_flat,
                                      st.item_start, st.item_chars, st.threshold)
     hits = []
     if found:
@@ -570,11 +609,14 @@ def build_state(items: list[EvalItem], config: NearDedupConfig,
     while size < 2 * max(len(distinct), 1):
         size *= 2
     table, vals = _build_table(distinct, block, size)
+    n_bits = 1 << 16
+    while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
+        n_bits *= 2
     guard = guard_for(config, frozenset())
     state = ProbeState(
         seed=config.seed, shingle_size=config.shingle_size, threshold=t,
-        config_json=config.canonical_json(), table=table, vals=vals, postings=postings,
-        need=np.asarray(need, np.int32), item_flat=item_flat,
+        config_json=config.canonical_json(), bits=anchor_bits(distinct, n_bits), table=table,
+        vals=vals, postings=postings, need=np.asarray(need, np.int32), item_flat=item_flat,
         item_start=item_start, item_chars=np.asarray([len(it.text) for it in items], np.int64),
         item_numbers=[guard.sequences(it.text)[0] for it in items])
     return state, len(a_hash)
