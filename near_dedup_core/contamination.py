@@ -21,27 +21,44 @@ A training sample is its dedup compared text. Refs are resolved as everywhere.
 Candidates, with exact recall (prefix filter, as in set-similarity joins: Chaudhuri et al.
 2006, Bayardo et al. 2007). For an item of ``n`` shingles let ``c = ⌈t·n⌉`` be the least
 overlap at or above the threshold (the least ``h`` with ``h/n ≥ t``, in floating point as
-verified). Order the item's shingles by their document frequency among all eval items
-(rarest first, ties by hash value) and take the first ``p = n − c + r`` as *anchors*
-(``r = EXTRA_HITS = 16``). A sample holding ``≥ c`` of the item's shingles misses at most
-``n − c`` of them, so it holds at least ``p − (n − c) = r`` anchors: requiring ``r`` anchor
-hits loses no pair, whatever the text — no probability involved. An item with ``p ≥ n``
-uses all its shingles and needs exactly ``c``. The rarity order keeps common 5-grams
-(" the ", "tion ") out of the anchors: a long English document holds 30–40 % of any English
-item's shingles by chance, and anchoring on those would make nearly every long document a
-candidate. On 2,000 items against 4,000 pool documents (bench/contamination.py) ``r = 1``
-(the classic prefix filter) gave 1.05 million candidates, ``r = 16`` 356, and 128 random
-anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe cost.
+verified). Order the item's shingles by rarity and take the first ``p = n − c + r`` as
+*anchors* (``r = EXTRA_HITS = 16``). A sample holding ``≥ c`` of the item's shingles misses
+at most ``n − c`` of them, so it holds at least ``p − (n − c) = r`` anchors: requiring
+``r`` anchor hits loses no pair, whatever the text and whichever ``p`` shingles are the
+anchors — no probability involved. An item with ``p ≥ n`` uses all its shingles and needs
+exactly ``c``.
 
-Work. One table maps every distinct anchor hash to the items it anchors. Training records
-are streamed once (validated, refs resolved, ``max_chars`` checked) and cut into chunks; a
-process pool normalizes and hashes each chunk, probes every shingle window against the
-anchor table in a compiled kernel (each anchor counted once per sample), and verifies each
-candidate exactly by merging the item's set with the sample's sorted set. Results do not
-depend on the number of workers. Cost: every training text is hashed once, and each anchor
-found in it adds a hit to every item it anchors, so the work grows with the number of items
-(docs/benchmarks.md: 2,000 items take about as long as the dedup scan of the same 100k
-pool, 10,000 items 2.5 times as long).
+The order only sets the cost. Rarest first keeps common 5-grams (" the ", "tion ") out of
+the anchors: a long English document holds 30–40 % of any English item's shingles by
+chance, and anchoring on those would make nearly every long document a candidate. Rarity is
+measured where the anchors are looked for: document frequency among the first training
+samples of the pool (`training_sample`: 1,000 records or 4 million characters, whichever
+comes first, in stream order), then among all eval items, then the hash value. The eval
+items alone are a poor guide, since the items of one benchmark share a vocabulary and "rare
+among the items" still includes common English: on the 10,000-item bench the sample cut the
+candidates verified from 159,773 to 99,608 and the kernel time by a fifth. On 2,000 items
+against 4,000 pool documents (bench/contamination.py, order by the items only) ``r = 1``
+(the classic prefix filter) gave 1.05 million candidates, ``r = 16`` 356, and 128 random
+anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe cost; with
+the kernel below, any ``r`` from 8 to 16 costs about the same (fewer anchors, more
+candidates) and 24 or 32 cost more.
+
+Work. Training records are streamed once (validated, refs resolved, ``max_chars`` checked)
+and cut into chunks; a process pool normalizes and hashes each chunk and runs it through a
+compiled kernel (`_probe_batch`). Per training text: every shingle window is tested in a
+bitmap of the anchors (`anchor_bits`, 16 bits per anchor up to 2^24, cache-resident: most
+windows that are no anchor stop there), then looked up in an open-addressing table that
+maps an anchor to its block ``[mark, count, item, …]`` in one int32 array, so that a hit
+reads one place; each distinct anchor found adds a hit to each item it anchors, and an item
+becomes a candidate when its count reaches the hits needed. A text with candidates has its
+windows indexed by hash once; each candidate's common shingles are counted by looking them
+up there (exact), and for a verified pair the windows of its shingles are marked in a
+bitmap of the text and read back in order for the span. Results do not depend on the
+number of workers. Cost per training text: normalizing and hashing it, one bitmap test per
+window, and one hit per (anchor found, item it anchors) — at 10,000 items a third of the
+windows of a 3,300-character text are anchors, 700 of them distinct, making 4,300 hits — so
+that part grows with the number of items. docs/benchmarks.md compares it with the dedup
+scan.
 
 Matched span. ``[start, end)`` in the training sample's *normalized* compared text: among
 the windows whose shingle hashes belong to the item's set, the run of item-length
@@ -115,6 +132,10 @@ FORMAT = "near-dedup-contamination"
 FORMAT_VERSION = 1
 FILES = ("contamination.jsonl", "summary.json")
 EXTRA_HITS = 16
+SAMPLE_RECORDS = 1_000
+SAMPLE_CHARS = 4_000_000
+ANCHOR_ORDER = (f"document frequency among the first {SAMPLE_RECORDS:,} training samples, then "
+                f"among the eval items, then hash")
 ANCHOR_BITS_PER_ANCHOR = 16
 MAX_ANCHOR_BITS = 1 << 24
 CHUNK_RECORDS = 2_000
@@ -581,11 +602,29 @@ def anchor_postings(a_hash: np.ndarray, a_item: np.ndarray
     return distinct, block, postings
 
 
-def build_state(items: list[EvalItem], config: NearDedupConfig,
+def training_sample(pool: list[Package], config: NearDedupConfig) -> list[str]:
+    """The compared texts of the first `SAMPLE_RECORDS` training samples of the pool, in
+    stream order, up to `SAMPLE_CHARS` characters in all: where the rarity of the anchors
+    is measured (module docstring)."""
+    kind = pool[0].kind
+    texts: list[str] = []
+    chars = 0
+    for _rec, raw, _domain in _resolved(stream_records(pool), pool, kind, config,
+                                        _text_reader(kind, kind)):
+        if len(texts) == SAMPLE_RECORDS or chars + len(raw) > SAMPLE_CHARS:
+            break
+        texts.append(raw)
+        chars += len(raw)
+    return texts
+
+
+def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence[str] = (),
                 exhaustive: bool = False) -> tuple[ProbeState, int]:
-    """The anchor table over all items (module docstring) and the number of anchors.
-    ``exhaustive`` makes every shingle an anchor (needing ``⌈t·n⌉`` hits): the same pairs,
-    much slower; a cross-check of the filter for measurements."""
+    """The anchor table over all items (module docstring) and the number of anchors; the
+    anchors are the item's shingles found in the fewest ``sample`` texts (raw compared
+    texts, `training_sample`), then in the fewest items, then by hash. ``exhaustive`` makes
+    every shingle an anchor (needing ``⌈t·n⌉`` hits): the same pairs, much slower; a
+    cross-check of the filter for measurements."""
     t = config.contamination_threshold
     hasher = MinHasher(1, config.seed, config.shingle_size)
     sets = hasher.shingle_sets([it.text for it in items])
@@ -594,11 +633,19 @@ def build_state(items: list[EvalItem], config: NearDedupConfig,
     np.cumsum(sizes, out=item_start[1:])
     item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
     distinct_all, df = np.unique(item_flat, return_counts=True)
+    sample_df = np.zeros(len(distinct_all), dtype=np.int64)
+    if len(sample):
+        seen, seen_df = np.unique(np.concatenate(hasher.shingle_sets(
+            [normalize(text) for text in sample])), return_counts=True)
+        at = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
+        found = seen[at] == distinct_all
+        sample_df[found] = seen_df[at[found]]
     anchors, need = [], []
     for s in sets:
         p, hits = (len(s), least_overlap(len(s), t)) if exhaustive else prefix_plan(len(s), t)
         if p < len(s):
-            s = s[np.lexsort((s, df[np.searchsorted(distinct_all, s)]))[:p]]
+            at = np.searchsorted(distinct_all, s)
+            s = s[np.lexsort((s, df[at], sample_df[at]))[:p]]
         anchors.append(s)
         need.append(hits)
     a_hash = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.uint64)
@@ -790,7 +837,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
-    state, n_anchors = build_state(items, config)
+    state, n_anchors = build_state(items, config, training_sample(pool, config))
     pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
@@ -810,9 +857,8 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
         "algorithm_version": ALGORITHM_VERSION, "config": config.model_dump(mode="json"),
-        "candidates": {"filter": "prefix", "order": "document frequency among the eval "
-                       "items, then hash", "extra_hits": EXTRA_HITS, "anchors": n_anchors,
-                       "verified": candidates},
+        "candidates": {"filter": "prefix", "order": ANCHOR_ORDER, "extra_hits": EXTRA_HITS,
+                       "anchors": n_anchors, "verified": candidates},
         "evals": [_package_json(e) for e in evals],
         "inputs": [_package_json(p) for p in pool],
         "counts": counts,

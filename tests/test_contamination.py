@@ -320,6 +320,24 @@ def test_matched_windows_and_their_densest_run():
         assert contamination._densest_run(pos, len(matched), width, 5) == expected
 
 
+def test_anchors_are_the_item_shingles_rarest_in_the_training_sample():
+    # the order sets only the cost, never the pairs; it follows the pool's own text: the
+    # shingles of the item's first half, which every sampled training text holds, are no
+    # anchors while rarer ones are left
+    text = normalize(stdlib_paragraphs()[3])
+    first = text[:len(text) // 2]
+    ref = contamination.SampleRef(0, 0, "e", "i", "test", "f", 1, None)
+    items = [contamination.EvalItem(ref, text)]
+    shingles = set(_shingles(text).tolist())
+    common = set(_shingles(first).tolist())
+    state, n_anchors = contamination.build_state(items, DEFAULTS, [first + " x"] * 3)
+    anchors = set(state.table[state.vals >= 0].tolist())
+    p, _need = prefix_plan(len(shingles), DEFAULTS.contamination_threshold)
+    assert n_anchors == p < len(shingles - common) and anchors <= shingles - common
+    plain, _ = contamination.build_state(items, DEFAULTS)
+    assert set(plain.table[plain.vals >= 0].tolist()) & common
+
+
 def test_fingerprint_ignores_contamination_keys():
     # the default config's fingerprint under nd-3, as before the contamination keys existed
     assert DEFAULTS.fingerprint() == \
