@@ -301,11 +301,12 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
 
     Per text: (1) every window whose bit is set is looked up in the anchor table, and each
     distinct anchor found is listed once; (2) each listed anchor adds a hit to every item it
-    anchors, an item becoming a candidate when its count reaches ``need`` (the counts are
-    then cleared along the same lists); (3) for a text with candidates, its windows are
-    indexed by hash once (`_index_windows`) and each candidate's shingles are looked up there
-    (``common`` = |item ∩ text|, exact); (4) for a verified pair, the windows of the item's
-    shingles, read from the same index and marked in a bitmap, give the matched span."""
+    anchors, an item becoming a candidate when its count reaches ``need`` (a count carries
+    its text in the upper 32 bits, so none needs clearing); (3) for a text with candidates,
+    its windows are indexed by hash once (`_index_windows`) and each candidate's shingles are
+    looked up there (``common`` = |item ∩ text|, exact); (4) for a verified pair, the
+    windows of the item's shingles, read from the same index and marked in a bitmap, give the
+    matched span."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
     bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
@@ -321,7 +322,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     pos = np.empty(longest, dtype=np.int64)
     blocks = postings.copy()
     found = np.empty(longest, dtype=np.int32)
-    counts = np.zeros(n_items, dtype=np.int32)
+    counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
     cands = np.empty(n_items, dtype=np.int32)
     out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
@@ -345,19 +346,17 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
                     break
                 slot = (slot + 1) & (size - 1)
         nc = 0
+        tag = np.int64(i) << 32
         for f in range(nf):
             o = found[f]
             for x in range(o + 2, o + 2 + blocks[o + 1]):
                 it = blocks[x]
-                c = counts[it] + 1
-                counts[it] = c
-                if c == need[it]:
+                v = counts[it]
+                v = v + 1 if v >= tag else tag + 1
+                counts[it] = v
+                if v - tag == need[it]:
                     cands[nc] = it
                     nc += 1
-        for f in range(nf):
-            o = found[f]
-            for x in range(o + 2, o + 2 + blocks[o + 1]):
-                counts[blocks[x]] = 0
         if nc == 0:
             continue
         candidates += nc
