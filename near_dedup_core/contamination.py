@@ -299,8 +299,9 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     (`anchor_postings`); a batch works on its own copy, whose ``mark`` records the last text
     that found the anchor.
 
-    Per text: (1) every window whose bit is set is looked up in the anchor table, and each
-    distinct anchor found is listed once; (2) each listed anchor adds a hit to every item it
+    Per text: (1) the windows whose bit is set are collected (a branch per window costs more
+    than the test), looked up in the anchor table, and each distinct anchor found is listed
+    once; (2) each listed anchor adds a hit to every item it
     anchors, an item becoming a candidate when its count reaches ``need`` (a count carries
     its text in the upper 32 bits, so none needs clearing); (3) for a text with candidates,
     its windows are indexed by hash once (`_index_windows`) and each candidate's shingles are
@@ -321,6 +322,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     marks = np.zeros(longest // 64 + 1, dtype=np.uint64)
     pos = np.empty(longest, dtype=np.int64)
     blocks = postings.copy()
+    maybe = np.empty(longest, dtype=np.uint64)
     found = np.empty(longest, dtype=np.int32)
     counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
     cands = np.empty(n_items, dtype=np.int32)
@@ -329,12 +331,16 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     candidates = 0
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
-        nf = 0
-        for j in range(m):
+        passed = 0
+        for j in range(m):  # without a branch: which windows may be anchors
             h = hashes[j]
             b = h >> bits_shift
-            if (bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63))) & np.uint64(1) == 0:
-                continue
+            maybe[passed] = h
+            passed += np.int64((bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63)))
+                               & np.uint64(1))
+        nf = 0
+        for q in range(passed):
+            h = maybe[q]
             slot = np.int64(h & mask)
             while vals[slot] != -1:
                 if table[slot] == h:
