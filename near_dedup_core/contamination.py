@@ -637,24 +637,26 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
     item_start = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(sizes, out=item_start[1:])
     item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
-    distinct_all, df = np.unique(item_flat, return_counts=True)
+    distinct_all, at, df = np.unique(item_flat, return_inverse=True, return_counts=True)
     sample_df = np.zeros(len(distinct_all), dtype=np.int64)
     if len(sample):
         seen, seen_df = np.unique(np.concatenate(hasher.shingle_sets(
             [normalize(text) for text in sample])), return_counts=True)
-        at = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
-        found = seen[at] == distinct_all
-        sample_df[found] = seen_df[at[found]]
-    anchors, need = [], []
-    for s in sets:
-        p, hits = (len(s), least_overlap(len(s), t)) if exhaustive else prefix_plan(len(s), t)
-        if p < len(s):
-            at = np.searchsorted(distinct_all, s)
-            s = s[np.lexsort((s, df[at], sample_df[at]))[:p]]
-        anchors.append(s)
-        need.append(hits)
-    a_hash = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.uint64)
-    a_item = np.repeat(np.arange(len(items), dtype=np.int32), [len(a) for a in anchors])
+        where = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
+        found = seen[where] == distinct_all
+        sample_df[found] = seen_df[where[found]]
+    plans = [(n, least_overlap(n, t)) if exhaustive else prefix_plan(n, t)
+             for n in sizes.tolist()]
+    p = np.asarray([plan[0] for plan in plans], dtype=np.int64)
+    need = [plan[1] for plan in plans]
+    # every item's shingles in rarity order (a rank over the distinct shingles), its first p
+    rank = np.empty(len(distinct_all), dtype=np.int64)
+    rank[np.lexsort((distinct_all, df, sample_df))] = np.arange(len(distinct_all))
+    item_of = np.repeat(np.arange(len(items), dtype=np.int64), sizes)
+    by_rarity = np.argsort(item_of * len(distinct_all) + rank[at], kind="stable")
+    first_p = np.arange(len(item_flat)) - item_start[item_of] < p[item_of]
+    a_hash = item_flat[by_rarity][first_p]
+    a_item = item_of[first_p].astype(np.int32)
     order = np.lexsort((a_item, a_hash))
     distinct, block, postings = anchor_postings(a_hash[order], a_item[order])
     size = 1
