@@ -44,8 +44,10 @@ the kernel below, any ``r`` from 8 to 16 costs about the same (fewer anchors, mo
 candidates) and 24 or 32 cost more.
 
 Work. Training records are streamed once (validated, refs resolved, ``max_chars`` checked)
-and cut into chunks; a process pool normalizes and hashes each chunk and runs it through a
-compiled kernel (`_probe_batch`). Per training text: every shingle window is tested in a
+and cut into chunks; a process pool (`workers.process_pool`, whose forkserver is started
+before the items are read and loads the compiled kernels once, `warm_up`, so that the
+workers fork with them) normalizes and hashes each chunk and runs it through a compiled
+kernel (`_probe_batch`). Per training text: every shingle window is tested in a
 bitmap of the anchors (`anchor_bits`, 16 bits per anchor up to 2^24, cache-resident: most
 windows that are no anchor stop there), then looked up in an open-addressing table that
 maps an anchor to its block ``[mark, count, item, …]`` in one int32 array, so that a hit
@@ -90,11 +92,10 @@ recomputes the summary and the manifest counts from ``contamination.jsonl``.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -120,13 +121,14 @@ from near_dedup_core.fsutil import (
 from near_dedup_core.guard import guard_for
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import Package, Record, load_package, open_packages, stream_records
-from near_dedup_core.progress import Progress
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import (
     MinHasher,
     _intersection_size,
     _shingle_hashes,
     code_points,
 )
+from near_dedup_core.workers import process_pool, start_forkserver
 
 FORMAT = "near-dedup-contamination"
 FORMAT_VERSION = 1
@@ -139,6 +141,8 @@ ANCHOR_ORDER = (f"document frequency among the first {SAMPLE_RECORDS:,} training
 ANCHOR_BITS_PER_ANCHOR = 16
 MAX_ANCHOR_BITS = 1 << 24
 CHUNK_RECORDS = 2_000
+#: imported by the worker pool's forkserver: `warm_up`
+PRELOAD = ("near_dedup_core._contamination_preload",)
 CHUNK_CHARS = 8_000_000
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
                "numbers_differ")
@@ -470,6 +474,21 @@ def _init_worker(state: ProbeState) -> None:
     _STATE = state
 
 
+def warm_up() -> None:
+    """Load the compiled kernels of `probe_chunk` in this process, for both code point widths
+    (from numba's cache, or compiling them), on a text that contains its item. Run in the
+    forkserver (`PRELOAD`), before the workers fork from it: they start with the kernels."""
+    global _STATE
+    text = "a training text that contains its evaluation item word for word"
+    item = EvalItem(SampleRef(0, 0, "", "", "", "", 0, None), text)
+    _STATE = build_state([item], NearDedupConfig())[0]
+    try:
+        probe_chunk([text])
+        probe_chunk([text + " \u00e9"])
+    finally:
+        _STATE = None
+
+
 def probe_chunk(texts: list[str]) -> ChunkResult:
     """Normalize, hash and probe one chunk of raw training texts (runs in a worker)."""
     st = _STATE
@@ -689,21 +708,6 @@ class Pair:
     numbers_differ: bool
 
 
-class _Inline:
-    """workers=1: the same calls, in this process."""
-
-    def submit(self, fn, *args) -> Future:
-        fut: Future = Future()
-        fut.set_result(fn(*args))
-        return fut
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
 def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
                 progress: bool) -> tuple[list[Pair], int, int]:
     """Stream the pool once, probe it in chunks; (pairs, candidates, samples)."""
@@ -714,13 +718,8 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
     samples = 0
     bar = Progress("contamination: training records", sum(p.record_count for p in pool),
                    enabled=progress)
-    if workers > 1:
-        executor = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
-                                       initargs=(state,),
-                                       mp_context=multiprocessing.get_context("forkserver"))
-    else:
+    if workers <= 1:
         _init_worker(state)
-        executor = _Inline()  # type: ignore[assignment]
     pending: list[tuple[list[SampleRef], Future]] = []
 
     def collect(refs: list[SampleRef], fut: Future) -> None:
@@ -731,8 +730,9 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
             pairs.append(Pair(h.item, refs[h.sample], h.common, h.start, h.end,
                               h.numbers_differ))
         bar.advance(len(refs))
+        pause_point("contamination-pool")
 
-    with executor:
+    with process_pool(workers, _init_worker, (state,), PRELOAD) as executor:
         refs: list[SampleRef] = []
         texts: list[str] = []
         chars = 0
@@ -843,6 +843,8 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
             raise NearDedupError(f"{where(e.package_id)}: given both as an eval package and as "
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
+    if workers > 1:
+        start_forkserver(PRELOAD)  # its start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
     pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
