@@ -141,9 +141,9 @@ ANCHOR_ORDER = (f"document frequency among the first {SAMPLE_RECORDS:,} training
 ANCHOR_BITS_PER_ANCHOR = 16
 MAX_ANCHOR_BITS = 1 << 24
 CHUNK_RECORDS = 2_000
+CHUNK_CHARS = 8_000_000
 #: imported by the worker pool's forkserver: `warm_up`
 PRELOAD = ("near_dedup_core._contamination_preload",)
-CHUNK_CHARS = 8_000_000
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
                "numbers_differ")
 
@@ -305,13 +305,12 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
 
     Per text: (1) the windows whose bit is set are collected (a branch per window costs more
     than the test), looked up in the anchor table, and each distinct anchor found is listed
-    once; (2) each listed anchor adds a hit to every item it
-    anchors, an item becoming a candidate when its count reaches ``need`` (a count carries
-    its text in the upper 32 bits, so none needs clearing); (3) for a text with candidates,
-    its windows are indexed by hash once (`_index_windows`) and each candidate's shingles are
-    looked up there (``common`` = |item ∩ text|, exact); (4) for a verified pair, the
-    windows of the item's shingles, read from the same index and marked in a bitmap, give the
-    matched span."""
+    once; (2) each listed anchor adds a hit to every item it anchors, an item becoming a
+    candidate when its count reaches ``need`` (a count carries its text in the upper 32
+    bits, so none needs clearing); (3) for a text with candidates, its windows are indexed
+    by hash once (`_index_windows`) and each candidate's shingles are looked up there
+    (``common`` = |item ∩ text|, exact); (4) for a verified pair, the windows of the item's
+    shingles, read from the same index and marked in a bitmap, give the matched span."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
     bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
