@@ -303,12 +303,12 @@ def test_scans_of_an_empty_a_foreign_or_another_config_database_are_one_line(
 _PAUSE = """
 import os, sys, time
 from near_dedup_core import cli, ingest
-write_contents = ingest._BatchWriter._write_contents
+write_contents = ingest.batch.BatchWriter._write_contents
 def write_then_pause(self, rows, *rest):
     write_contents(self, rows, *rest)
     print("paused in the transaction", file=sys.stderr, flush=True)
     time.sleep(float(os.environ.get("PAUSE_SECONDS", "600")))
-ingest._BatchWriter._write_contents = write_then_pause
+ingest.batch.BatchWriter._write_contents = write_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 

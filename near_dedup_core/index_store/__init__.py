@@ -28,11 +28,11 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 import orjson
@@ -66,7 +66,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store import postgres as pg
 
 FORMAT = "near-dedup-index"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
 
@@ -122,6 +122,16 @@ bands = Table("bands", metadata,
               Column("content", INT, ForeignKey("contents.id"), primary_key=True,
                      autoincrement=False),
               sqlite_with_rowid=False)
+
+#: Each raw compared text indexed, by sha256 within its scope, and its content: a text met
+#: again (the seed's cumulative snapshots) gets a source row without being normalized or
+#: signed again.
+raw_texts = Table("raw_texts", metadata,
+                  Column("text_sha256", BYTES, primary_key=True),
+                  Column("scope", INT, ForeignKey("scopes.id"), primary_key=True,
+                         autoincrement=False),
+                  Column("content", INT, ForeignKey("contents.id"), nullable=False),
+                  sqlite_with_rowid=False)
 
 sources = Table("sources", metadata,
                 Column("id", INT, primary_key=True),
@@ -193,7 +203,7 @@ class TextReader:
 SQL_IN = 900  # ids per ``IN (…)`` list, under SQLite's bound-parameter limit
 
 
-def rows_in(con: sqlite3.Connection, sql: str, ids: list[int]) -> Iterator[tuple]:
+def rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int | bytes]) -> Iterator[tuple]:
     """Rows of ``sql`` (one ``{}`` standing for the id list) over ``ids``, in slices."""
     for i in range(0, len(ids), SQL_IN):
         part = ids[i:i + SQL_IN]
@@ -383,6 +393,7 @@ def open_writable(path: Path) -> Engine:
         dbapi_conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # takes effect on a new file only
         dbapi_conn.execute("PRAGMA journal_mode = WAL")
         dbapi_conn.execute("PRAGMA synchronous = NORMAL")
+        dbapi_conn.execute("PRAGMA cache_size = -262144")  # 256 MiB: unique content ids
 
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:
@@ -884,6 +895,36 @@ def open_texts(index: str | Path) -> IndexTexts:
     return IndexTexts.open(Path(index))
 
 
+_RAW_TEXTS_SQL = ("SELECT r.text_sha256, s.scope_key, r.content FROM raw_texts r "
+                  "JOIN scopes s ON s.id = r.scope WHERE r.text_sha256 IN ({})")
+
+
+class KnownTexts:
+    """Contents of the raw compared texts that committed batches indexed, on a read
+    connection of its own (an `index` worker's): rows are insert-only, so what it finds stays
+    true while the batch that asks is open."""
+
+    def __init__(self, con: Any) -> None:
+        self._con = con
+
+    def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        """(text_sha256, scope key) -> content row id, for the given sha256s."""
+        return {(bytes(sha), key): content for sha, key, content
+                in rows_in(self._con, _RAW_TEXTS_SQL, shas)}
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def open_known_texts(index: str) -> KnownTexts:
+    """`KnownTexts` of a SQLite path (read-only) or a ``postgresql://`` URL."""
+    url = postgres_url(index)
+    if url is not None:
+        return KnownTexts(pg.QmarkConnection(pg.connect(url, snapshot=False)))
+    return KnownTexts(sqlite3.connect(f"file:{_uri_path(Path(index))}?mode=ro", uri=True,
+                                      check_same_thread=False))
+
+
 # --------------------------------------------------------------------------- index check
 
 
@@ -1030,6 +1071,7 @@ class BatchTransaction:
         self._sql_sources = insert_sql(sources)
         self._sql_contents = insert_sql(contents)
         self._sql_bands = insert_sql(bands).replace("INSERT", "INSERT OR IGNORE", 1)
+        self._sql_raw_texts = insert_sql(raw_texts)
 
     def _insert_id(self, statement: Insert) -> int:
         """Execute a single-row insert and return the new row's integer primary key."""
@@ -1092,6 +1134,10 @@ class BatchTransaction:
                 f"({','.join('?' * len(part))})", tuple(part)).all())
         return found
 
+    def known_raw_texts(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        """`KnownTexts.contents` inside the batch (for workers that cannot read the index)."""
+        return KnownTexts(self.conn.connection.dbapi_connection).contents(shas)
+
     def add_sources(self, rows: list[tuple]) -> None:
         """``sources`` rows: (None, content, package, sample_id, split, file, line, position,
         text_sha256, domain, source JSON)."""
@@ -1112,6 +1158,10 @@ class BatchTransaction:
             self.conn.exec_driver_sql(self._sql_bands, list(zip(
                 keys[i:i + step].tolist(), content_rowids[i:i + step].tolist())))
 
+    def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
+        """``raw_texts`` rows (text_sha256, scope, content), given sorted."""
+        self.conn.exec_driver_sql(self._sql_raw_texts, rows)
+
 
 class PostgresBatch(BatchTransaction):
     """The batch writes on PostgreSQL: bulk rows by ``COPY``, lookups by ``= ANY(array)``."""
@@ -1127,6 +1177,12 @@ class PostgresBatch(BatchTransaction):
 
     def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
         pg.copy_bands(self.conn, keys, content_rowids)
+
+    def known_raw_texts(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        return KnownTexts(pg.QmarkConnection(pg.raw(self.conn))).contents(shas)
+
+    def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
+        pg.copy_rows(self.conn, "raw_texts", ("text_sha256", "scope", "content"), rows)
 
 
 _SOURCE_COLUMNS = tuple(c.name for c in sources.columns)
