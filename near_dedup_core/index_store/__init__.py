@@ -950,7 +950,8 @@ def check_index(path: Path) -> IndexCheck:
 
     Invariants: the meta keys are present, name this format, schema and algorithm, and the
     stored config has the stored fingerprint; every band row's content exists and has a
-    signature of ``num_perm`` values; every source's content and package exist; no content,
+    signature of ``num_perm`` values; every source's and raw text's content and every
+    source's package exist; no content,
     package or dictionary names a batch that does not exist; every text decompresses (with its
     dictionary) to ``norm_chars`` characters."""
     if postgres_url(path) is not None:
@@ -1003,6 +1004,9 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
           f"length(signature) != {2 * config.num_perm}")),
         ("a source names a missing content",
          ("SELECT COUNT(*) FROM sources s LEFT JOIN contents c ON c.id = s.content "
+          "WHERE c.id IS NULL")),
+        ("a raw text names a missing content",
+         ("SELECT COUNT(*) FROM raw_texts r LEFT JOIN contents c ON c.id = r.content "
           "WHERE c.id IS NULL")),
         ("a source names a missing package",
          ("SELECT COUNT(*) FROM sources s LEFT JOIN packages p ON p.id = s.package "
