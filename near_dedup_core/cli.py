@@ -233,7 +233,14 @@ def verify_any_report(path: Path) -> str:
     return verify_report(path).summary()
 
 
+#: Commands that run compiled kernels: numba is loaded for them first (`near_dedup_core.jit`).
+_KERNEL_COMMANDS = ("index", "scan", "contamination")
+
+
 def run(args: argparse.Namespace) -> None:
+    if args.command in _KERNEL_COMMANDS and getattr(args, "action", None) != "check":
+        import near_dedup_core.jit  # noqa: F401
+
     from near_dedup_core.config import load_config
 
     progress = not args.quiet
