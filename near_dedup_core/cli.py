@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 import threading
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from near_dedup_core import __version__
@@ -345,9 +344,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemError as exc:  # a C extension that failed without setting an error
         return _fail(f"an extension module failed ({exc}), as happens when memory runs out; "
                      f"nothing was changed; try fewer --workers or a smaller input pool")
-    except BrokenProcessPool:
-        return _fail("a worker process died (killed, or out of memory); nothing was changed; "
-                     "try fewer --workers")
     except OSError as exc:  # a path that cannot be read or written: bad input or state
         where_ = f"{exc.filename}: " if exc.filename else ""
         if exc.errno in _NO_SPACE:
@@ -358,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
         print("near-dedup: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # the last resort: still one line, still nothing published
+        if _broken_pool(exc):
+            return _fail("a worker process died (killed, or out of memory); nothing was "
+                         "changed; try fewer --workers")
         if os.environ.get(TRACEBACK_ENV):
             raise
         first = str(exc).strip().splitlines()
@@ -376,6 +375,14 @@ def main(argv: list[str] | None = None) -> int:
 
 #: Set to show the traceback of an unexpected error instead of its one line.
 TRACEBACK_ENV = "NEAR_DEDUP_TRACEBACK"
+
+
+def _broken_pool(exc: BaseException) -> bool:
+    """Whether ``exc`` is a process pool's BrokenProcessPool (a worker died). Its module is
+    looked up, not imported: a command that started no pool cannot have raised it, and the
+    import (multiprocessing with it) is not paid by commands that run inline."""
+    module = sys.modules.get("concurrent.futures.process")
+    return module is not None and isinstance(exc, module.BrokenProcessPool)
 
 
 def _fail(message: str, code: int = 1) -> int:
