@@ -106,3 +106,23 @@ def test_a_worker_that_died_is_one_line(monkeypatch):
     monkeypatch.setattr(cli, "run", other)
     code, _, err = run_cli("--quiet", "--index", "unused.sqlite", "index", "--inputs", "x")
     assert code == 1 and err.startswith("near-dedup: error: unexpected RuntimeError: something")
+
+
+def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
+    done = _python("""
+        import near_dedup_core.jit
+        import near_dedup_core.ingest
+        from near_dedup_core import workers
+        print(" ".join(workers._preload()))
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    preload = done.stdout.split()
+    assert preload[:2] == ["near_dedup_core._pool_guard", "near_dedup_core._pool_warm"]
+    assert {"near_dedup_core.ingest", "near_dedup_core.signature", "near_dedup_core.workers",
+            "near_dedup_core.index_store"} <= set(preload)
+    assert "near_dedup_core.__main__" not in preload and len(set(preload)) == len(preload)
+    done = _python("""
+        from near_dedup_core import workers
+        print(" ".join(workers._preload()))
+        """, tmp_path)
+    assert done.stdout.split() == ["near_dedup_core._pool_guard", "near_dedup_core.workers"]
