@@ -159,7 +159,9 @@ SampleKey = tuple[str, str]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # Validators are built on first use (`report verify`, `mixture`), not at import: `scan`
+    # imports this module for its constants and never validates a manifest.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class ReportInput(_Strict):
