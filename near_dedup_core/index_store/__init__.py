@@ -189,15 +189,19 @@ class TextReader:
         self._by_dict: dict[int, zstandard.ZstdDecompressor] = {}
 
     def text(self, blob: bytes, dictionary: int | None) -> str:
+        return self.utf8(blob, dictionary).decode()
+
+    def utf8(self, blob: bytes, dictionary: int | None) -> bytes:
+        """The stored text as its UTF-8 bytes (not checked to be valid UTF-8)."""
         if dictionary is None:
-            return self._plain.decompress(blob).decode()
+            return self._plain.decompress(blob)
         dctx = self._by_dict.get(dictionary)
         if dctx is None:
             (data,) = self._con.execute("SELECT data FROM dictionaries WHERE id = ?",
                                         (dictionary,)).fetchone()
             dctx = self._by_dict[dictionary] = zstandard.ZstdDecompressor(
                 dict_data=zstandard.ZstdCompressionDict(data))
-        return dctx.decompress(blob).decode()
+        return dctx.decompress(blob)
 
 
 SQL_IN = 900  # ids per ``IN (…)`` list, under SQLite's bound-parameter limit
@@ -662,6 +666,22 @@ class IndexTexts:
             raise damaged(self.path, f"{len(set(ids)) - len(out):,} content rows are missing")
         return out
 
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        """The texts of these distinct content ids, in the order given, as UTF-8 bytes that
+        the caller checks (`texts` of an id whose bytes are not UTF-8 names the damage):
+        decompressed without building Python strings."""
+        out: dict[int, bytes] = {}
+        for cid, blob, dictionary in rows_in(
+                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+            try:
+                out[cid] = self._reader.utf8(blob, dictionary)
+            except (zstandard.ZstdError, TypeError) as exc:
+                raise damaged(self.path, f"the text of content row {cid} does not "
+                                         f"decompress: {exc}") from None
+        if len(out) != len(ids):
+            raise damaged(self.path, f"{len(ids) - len(out):,} content rows are missing")
+        return [out[cid] for cid in ids]
+
 
 class ShippedTexts:
     """Compressed texts of some contents and their dictionaries, picklable: the same
@@ -674,14 +694,18 @@ class ShippedTexts:
         self.dictionaries = dictionaries
 
     def texts(self, ids: list[int]) -> dict[int, str]:
+        return {cid: text.decode() for cid, text in zip(ids, self.utf8_texts(ids))}
+
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        """The texts of these content ids, in the order given, as UTF-8 bytes (see
+        `IndexTexts.utf8_texts`)."""
         plain = zstandard.ZstdDecompressor()
         by_dict = {d: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data))
                    for d, data in self.dictionaries.items()}
-        out = {}
+        out = []
         for cid in ids:
             blob, dictionary = self.blobs[cid]
-            out[cid] = (plain if dictionary is None else by_dict[dictionary]
-                        ).decompress(blob).decode()
+            out.append((plain if dictionary is None else by_dict[dictionary]).decompress(blob))
         return out
 
 

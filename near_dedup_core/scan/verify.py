@@ -14,10 +14,11 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.guard import compare, guard_for
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import Candidates, Match, Node, Pool, Verified, VerifyParams
-from near_dedup_core.signature import MinHasher, exact_jaccard
+from near_dedup_core.signature import MinHasher, pair_jaccards
 from near_dedup_core.workers import parallelism, process_pool, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
@@ -32,33 +33,48 @@ def _worker_texts(index_path: str) -> db.IndexTexts:
 
 
 def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyParams,
-                 pairs: list[tuple[int, int]], domains: dict[int, frozenset[str]] | None
+                 pairs: np.ndarray, domains: dict[int, frozenset[str]] | None
                  ) -> list[Verified]:
-    """Exact Jaccard of (content, content) pairs; returns the pairs at or above the
-    threshold. ``source`` is the scan's snapshot (inline), a Ray task's shipped texts, or, in a
-    local worker, the index location to read the texts from."""
+    """Exact Jaccard of (content, content) pairs (an (n, 2) array); returns the pairs at or
+    above the threshold. ``source`` is the scan's snapshot (inline), a Ray task's shipped
+    texts, or, in a local worker, the index location to read the texts from.
+
+    The texts are decompressed to UTF-8 bytes and go through `signature.pair_jaccards` in
+    one call; only the texts of pairs at or above the threshold are decoded to strings, for
+    the numeric/unit guard (each text read once per chunk and guard)."""
     config = NearDedupConfig.model_validate_json(params.config_json)
     reader = _worker_texts(source) if isinstance(source, str) else source
-    hasher = MinHasher(1, params.seed, params.shingle_size)
-    texts = reader.texts(sorted({c for pair in pairs for c in pair}))
-    order = sorted(texts)
-    sets = dict(zip(order, hasher.shingle_sets([texts[c] for c in order])))
-    seqs: dict[tuple[int, int], tuple] = {}
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    ids, dense = np.unique(pairs, return_inverse=True)
+    dense = dense.reshape(-1, 2)
+    id_list = ids.tolist()
+    blobs = reader.utf8_texts(id_list)
+    seed = MinHasher(1, params.seed, params.shingle_size).shingle_seed
+    jaccards, bad = pair_jaccards(blobs, dense[:, 0], dense[:, 1], params.shingle_size, seed)
+    if bad >= 0:
+        reader.texts([id_list[bad]])  # names the damage
+        raise NearDedupError(f"index {source}: the text of content row {id_list[bad]} is not "
+                             f"UTF-8")
+    texts: dict[int, str] = {}
+    seqs: dict[tuple[int, int], Sequences] = {}
 
-    def sequences(guard, content):
-        key = (id(guard), content)
-        if key not in seqs:
-            seqs[key] = guard.sequences(texts[content])
-        return seqs[key]
+    def sequences(guard: Guard, i: int) -> Sequences:
+        key = (id(guard), i)
+        found = seqs.get(key)
+        if found is None:
+            text = texts.get(i)
+            if text is None:
+                text = texts[i] = blobs[i].decode()
+            found = seqs[key] = guard.sequences(text)
+        return found
 
     out = []
-    for k, (a, b) in enumerate(pairs):
-        j = exact_jaccard(sets[a], sets[b])
-        if j >= params.threshold:
-            doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
-            guard = guard_for(config, doms)
-            blocked = compare(sequences(guard, a), sequences(guard, b))
-            out.append(Verified(k, j, blocked))
+    for k in np.flatnonzero(jaccards >= params.threshold).tolist():
+        a, b = id_list[dense[k, 0]], id_list[dense[k, 1]]
+        doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
+        guard = guard_for(config, doms)
+        blocked = compare(sequences(guard, int(dense[k, 0])), sequences(guard, int(dense[k, 1])))
+        out.append(Verified(k, float(jaccards[k]), blocked))
     return out
 
 
@@ -137,7 +153,7 @@ def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], can
     bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
     chunks = _local_chunks(content_pairs)
     path = snap.location
-    args = [[tuple(p) for p in content_pairs[c].tolist()] for c in chunks]
+    args = [content_pairs[c] for c in chunks]
     results: list[list[Verified]] = []
     if executor == "ray":
         results = _verify_on_ray(snap, chunks, args, params, domains, workers, bar)
@@ -166,7 +182,7 @@ def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], can
 
 
 def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
-                   args: list[list[tuple[int, int]]], params: VerifyParams,
+                   args: list[np.ndarray], params: VerifyParams,
                    domains: dict[int, frozenset[str]] | None, workers: int,
                    bar: Progress) -> list[list[Verified]]:
     """The chunks as Ray tasks, each shipped with its contents' compressed texts read from the
@@ -177,7 +193,7 @@ def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
     with work_pool("ray", workers) as ex:
         window = 2 * parallelism(ex, workers)
         for c, arg in zip(chunks, args):
-            texts = snap.shipped(sorted({x for pair in arg for x in pair}))
+            texts = snap.shipped(np.unique(arg).tolist())
             pending.append((len(c), ex.submit(verify_pairs, texts, params, arg, domains)))
             while len(pending) > window:
                 n, fut = pending.popleft()
