@@ -260,24 +260,52 @@ def _utf8_decode(buf, start, end, out):
 
 
 @numba.njit(cache=True, nogil=True)
-def _pair_common_utf8(buf, offsets, k, seed, adj_start, adj_pair, adj_other, common, sizes):
-    """Sizes of the hashed shingle sets of the UTF-8 texts buf[offsets[i]:offsets[i+1]], and
-    the intersection sizes of text pairs: common[adj_pair[q]] = |S(i) ∩ S(adj_other[q])| for
-    q in adj_start[i]:adj_start[i+1], every partner adj_other[q] ≤ i.
+def components(left, right, n):
+    """Connected component of each of n items joined by the pairs (left[p], right[p]), as
+    the smallest item of the component (union-find)."""
+    parent = np.arange(n)
+    for p in range(left.shape[0]):
+        a = left[p]
+        b = right[p]
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    for i in range(n):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        parent[i] = r
+    return parent
 
-    Text i's shingle hashes are deduplicated through an open-addressing table (at most half
+
+@numba.njit(cache=True, nogil=True)
+def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_pair,
+                      adj_other, common, sizes):
+    """Sizes of the hashed shingle sets of the UTF-8 texts buf[offsets[t]:offsets[t+1]], and
+    the intersection sizes of text pairs, the texts taken in ``order``: at step i (text
+    t = order[i]), common[adj_pair[q]] = |S(t) ∩ S(adj_other[q])| for q in
+    adj_start[i]:adj_start[i+1], every partner taken before t and since the last step where
+    ``fresh`` is set (a connected component of the pairs starts there).
+
+    Text t's shingle hashes are deduplicated through an open-addressing table (at most half
     full; the value 0 is tracked apart), its distinct hashes kept in order of first occurrence;
     then the distinct hashes of each earlier partner are probed against that table. So every
-    text is decoded, hashed and put into a table once, and a pair costs one probe per distinct
-    hash of its earlier text: no set is ever sorted. Returns -1, or the index of the first
-    text that is not valid UTF-8 (nothing after it is computed)."""
+    text is decoded, hashed and put into a table once, a pair costs one probe per distinct hash
+    of its earlier text, and no set is ever sorted. Distinct hashes are kept only within one
+    component: ``room`` (the most code points of one component) bounds the memory. Returns
+    -1, or the first text that is not valid UTF-8 (nothing after it is computed)."""
     n_texts = offsets.shape[0] - 1
     longest = 1
-    for i in range(n_texts):
-        longest = max(longest, offsets[i + 1] - offsets[i])
+    for t in range(n_texts):
+        longest = max(longest, offsets[t + 1] - offsets[t])
     cps = np.empty(longest, dtype=np.uint32)
     hashes = np.empty(longest, dtype=np.uint64)
-    flat = np.empty(max(offsets[n_texts], 1), dtype=np.uint64)
+    flat = np.empty(max(room, 1), dtype=np.uint64)
     starts = np.zeros(n_texts, dtype=np.int64)
     size = 2
     while size < 2 * longest:
@@ -286,16 +314,19 @@ def _pair_common_utf8(buf, offsets, k, seed, adj_start, adj_pair, adj_other, com
     tsize = 2
     pos = 0
     for i in range(n_texts):
-        n = _utf8_decode(buf, offsets[i], offsets[i + 1], cps)
+        t = order[i]
+        if fresh[i]:
+            pos = 0
+        n = _utf8_decode(buf, offsets[t], offsets[t + 1], cps)
         if n < 0:
-            return i
+            return t
         m = _shingle_hashes(cps, 0, n, k, seed, hashes)
         table[:tsize] = 0
         tsize = 2
         while tsize < 2 * m:
             tsize *= 2
         mask = np.uint64(tsize - 1)
-        starts[i] = pos
+        starts[t] = pos
         zero_seen = False
         for j in range(m):
             h = hashes[j]
@@ -319,7 +350,7 @@ def _pair_common_utf8(buf, offsets, k, seed, adj_start, adj_pair, adj_other, com
                     continue
             flat[pos] = h
             pos += 1
-        sizes[i] = pos - starts[i]
+        sizes[t] = pos - starts[t]
         for q in range(adj_start[i], adj_start[i + 1]):
             e = adj_other[q]
             found = 0
@@ -352,22 +383,35 @@ def pair_jaccards(texts: Sequence[bytes], left: np.ndarray, right: np.ndarray, k
     the float division is the correctly rounded quotient, as Python's int division is. Each
     text is decoded, hashed and deduplicated once however many pairs it is in, and a pair
     costs one hash-table probe per distinct shingle of one of its texts (`_pair_common_utf8`):
-    linear time, where sorting every set costs several times the hashing. Memory: 8 bytes per
-    code point of all texts, as for the sorted sets."""
+    linear time, where sorting every set costs several times the hashing. The texts are taken
+    one connected component of the pairs at a time, so the distinct hashes held (8 bytes per
+    code point) are those of the largest component, not of all texts."""
     n_pairs = left.shape[0]
-    sizes = np.zeros(len(texts), dtype=np.int64)
+    n_texts = len(texts)
+    sizes = np.zeros(n_texts, dtype=np.int64)
     if n_pairs == 0:
         return np.zeros(0, dtype=np.float64), -1
-    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum([len(t) for t in texts], out=offsets[1:])
+    left = np.asarray(left, dtype=np.int64)
+    right = np.asarray(right, dtype=np.int64)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n_texts)
+    offsets = np.zeros(n_texts + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
     buf = np.frombuffer(b"".join(texts), dtype=np.uint8)
-    later = np.maximum(left, right)
+    comp = components(left, right, n_texts)
+    order = np.argsort(comp, kind="stable")
+    rank = np.empty(n_texts, dtype=np.int64)
+    rank[order] = np.arange(n_texts)
+    fresh = np.ones(n_texts, dtype=np.bool_)
+    fresh[1:] = comp[order[1:]] != comp[order[:-1]]
+    room = int(np.bincount(comp, weights=lengths, minlength=n_texts).max())
+    later = np.maximum(rank[left], rank[right])
     by_later = np.argsort(later, kind="stable")
-    adj_start = np.zeros(len(texts) + 1, dtype=np.int64)
-    np.cumsum(np.bincount(later, minlength=len(texts)), out=adj_start[1:])
+    adj_start = np.zeros(n_texts + 1, dtype=np.int64)
+    np.cumsum(np.bincount(later, minlength=n_texts), out=adj_start[1:])
+    other = np.where(rank[left] < rank[right], left, right)
     common = np.zeros(n_pairs, dtype=np.int64)
-    bad = _pair_common_utf8(buf, offsets, k, seed, adj_start, by_later.astype(np.int64),
-                            np.minimum(left, right)[by_later], common, sizes)
+    bad = _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, by_later,
+                            other[by_later], common, sizes)
     if bad >= 0:
         return np.zeros(n_pairs, dtype=np.float64), int(bad)
     union = sizes[left] + sizes[right] - common

@@ -9,7 +9,6 @@ from collections import defaultdict, deque
 from concurrent.futures import Future
 from functools import lru_cache
 
-import numba
 import numpy as np
 
 from near_dedup_core import index_store as db
@@ -18,7 +17,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import Candidates, Match, Node, Pool, Verified, VerifyParams
-from near_dedup_core.signature import MinHasher, pair_jaccards
+from near_dedup_core.signature import MinHasher, components, pair_jaccards
 from near_dedup_core.workers import parallelism, process_pool, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
@@ -78,29 +77,6 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     return out
 
 
-@numba.njit(cache=True)
-def _components(pairs_dense, n):
-    """Union-find root of each of n items joined by the (dense) pairs."""
-    parent = np.arange(n)
-    for k in range(pairs_dense.shape[0]):
-        a = pairs_dense[k, 0]
-        b = pairs_dense[k, 1]
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    for i in range(n):
-        r = i
-        while parent[r] != r:
-            r = parent[r]
-        parent[i] = r
-    return parent
-
-
 def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
     """Pair indexes cut into work chunks that keep connected components together, so each
     worker computes a content's shingle set about once (chunks of a giant component are cut
@@ -110,7 +86,7 @@ def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
         return []
     ids, dense = np.unique(content_pairs, return_inverse=True)
     dense = dense.reshape(-1, 2)
-    comp = _components(dense, len(ids))[dense[:, 0]]
+    comp = components(dense[:, 0], dense[:, 1], len(ids))[dense[:, 0]]
     order = np.lexsort((dense[:, 1], dense[:, 0], comp))
     comp_sorted = comp[order]
     chunks = []
