@@ -717,7 +717,7 @@ def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
     idx = tmp_path / "idx.sqlite"
     index(idx, *pkgs)
 
-    def fail_after_writing(folder: Path) -> None:
+    def fail_after_writing(folder: Path, *_known) -> None:
         (folder / "checksums.sha256").write_text("partial", encoding="utf-8")
         raise NearDedupError("simulated write failure")
 

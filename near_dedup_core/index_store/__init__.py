@@ -586,6 +586,21 @@ class ContentRow(NamedTuple):
     signature: bytes | None
 
 
+class ContentColumns(NamedTuple):
+    """Content rows as columns, by ascending row id: what a scan needs of a million contents
+    without one record per row. Where a content has no signature (a text under
+    ``min_chars``), ``has_signature`` is False, ``shingles`` is -1 and its ``signatures`` row
+    is zero."""
+
+    rowid: np.ndarray  # int64
+    content_id: list[bytes]
+    scope: np.ndarray  # int64
+    batch: np.ndarray  # int64
+    shingles: np.ndarray  # int64
+    signatures: np.ndarray  # (contents, num_perm) uint16
+    has_signature: np.ndarray  # bool
+
+
 class IndexCounts(NamedTuple):
     batches: int
     contents: int  # the highest content row id
@@ -634,6 +649,17 @@ class IndexTexts:
         open, the index's side files exist and this connection creates nothing)."""
         return cls(path, sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
                                          check_same_thread=False))
+
+    def close(self) -> None:
+        self._con.close()
+
+    def package_origins(self, package_rowid: int) -> Iterator[tuple]:
+        """(sample_id, split, file, line, source JSON) of one indexed package's samples in
+        package order. A package's sources never change once committed, so any connection
+        reads the same rows as the scan's snapshot."""
+        return self._con.execute(
+            "SELECT sample_id, split, file, line, source FROM sources WHERE package = ? "
+            "ORDER BY position", (package_rowid,))
 
     def shipped(self, ids: list[int]) -> ShippedTexts:
         """The compressed texts of these content ids with the dictionaries they need: what a
@@ -787,6 +813,49 @@ class IndexSnapshot(IndexTexts):
         return [SourceRow(*row) for row in self._con.execute(
             "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
             "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
+
+    def pool_samples(self, package: IndexedPackage) -> list[tuple]:
+        """(sample_id, split, file, line, text_sha256, domain, content) of one package's
+        samples in package order, as plain tuples: `package_sources` without the position
+        and the ``source`` object (see `package_origins`)."""
+        return self._con.execute(
+            "SELECT sample_id, split, file, line, text_sha256, domain, content FROM sources "
+            "WHERE package = ? ORDER BY position", (package.rowid,)).fetchall()
+
+    def content_columns(self, ids: np.ndarray) -> ContentColumns:
+        """`content_rows` of these ids as columns, by ascending row id, with the same checks:
+        every id exists and every signature has ``num_perm`` values."""
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        cols: list[list] = [[], [], [], [], []]
+        has: list[bool] = []
+        sigs: list[bytes] = []
+        for i in range(0, len(ids), SQL_IN):
+            part = ids[i:i + SQL_IN].tolist()
+            rows = self._con.execute(
+                f"SELECT id, content_id, scope, batch, shingles, signature FROM contents "
+                f"WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part).fetchall()
+            if len(rows) != len(part):
+                raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
+            for col, values in zip(cols, zip(*rows)):
+                col.extend(values)
+            for row in rows:
+                has.append(row[5] is not None)
+                if row[5] is not None:
+                    sigs.append(row[5])
+        width = self._signature_bytes or (len(sigs[0]) if sigs else 2)
+        if any(len(sig) != width for sig in sigs):
+            raise damaged(self.path, "a content signature has the wrong length")
+        has_signature = np.asarray(has, dtype=bool)
+        signatures = np.zeros((len(has), width // 2), dtype=np.uint16)
+        if sigs:
+            signatures[has_signature] = np.frombuffer(b"".join(sigs), dtype=np.uint16
+                                                      ).reshape(len(sigs), width // 2)
+        rowid, content_id, scope, batch, shingles = cols
+        return ContentColumns(
+            np.asarray(rowid, dtype=np.int64), [bytes(c) for c in content_id],
+            np.asarray(scope, dtype=np.int64), np.asarray(batch, dtype=np.int64),
+            np.asarray([-1 if x is None else x for x in shingles], dtype=np.int64),
+            signatures, has_signature)
 
     def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
         """Content rows by row id. The ids come from sources or bands, so every one exists and

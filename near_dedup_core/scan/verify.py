@@ -1,12 +1,12 @@
 """Stage 4, verify: exact Jaccard of the hashed shingle sets of each candidate pair,
 recomputed from the normalized texts stored in the index, in parallel workers. Pairs at or
-above the threshold become relations (`Match`); the numeric/unit guard marks those it keeps
+above the threshold become relations (`Matches`); the numeric/unit guard marks those it keeps
 apart (``blocked_by``)."""
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from functools import lru_cache
 
 import numpy as np
@@ -16,7 +16,15 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.progress import Progress, pause_point
-from near_dedup_core.scan.records import Candidates, Match, Node, Pool, Verified, VerifyParams
+from near_dedup_core.scan.records import (
+    BLOCKED_BY,
+    Candidates,
+    Matches,
+    Nodes,
+    Pool,
+    Verified,
+    VerifyParams,
+)
 from near_dedup_core.signature import MinHasher, components, pair_jaccards
 from near_dedup_core.workers import parallelism, process_pool, work_pool
 
@@ -80,7 +88,8 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
 def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
     """Pair indexes cut into work chunks that keep connected components together, so each
     worker computes a content's shingle set about once (chunks of a giant component are cut
-    by size)."""
+    by size): a chunk ends at the first component boundary once it holds ``VERIFY_CHUNK``
+    pairs, or at ``4 * VERIFY_CHUNK`` pairs."""
     m = len(content_pairs)
     if m == 0:
         return []
@@ -89,72 +98,117 @@ def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
     comp = components(dense[:, 0], dense[:, 1], len(ids))[dense[:, 0]]
     order = np.lexsort((dense[:, 1], dense[:, 0], comp))
     comp_sorted = comp[order]
+    boundaries = np.flatnonzero(comp_sorted[1:] != comp_sorted[:-1]) + 1
     chunks = []
     start = 0
-    for k in range(1, m + 1):
-        size = k - start
-        if k == m or (size >= VERIFY_CHUNK and comp_sorted[k] != comp_sorted[k - 1]) \
-                or size >= 4 * VERIFY_CHUNK:
-            chunks.append(order[start:k])
-            start = k
+    while start < m:
+        at = np.searchsorted(boundaries, start + VERIFY_CHUNK)
+        end = int(boundaries[at]) if at < len(boundaries) else m
+        end = min(end, start + 4 * VERIFY_CHUNK, m)
+        chunks.append(order[start:end])
+        start = end
     return chunks
 
 
-def _domains(nodes: list[Node], config: NearDedupConfig) -> dict[int, frozenset[str]] | None:
-    """Each content's sample domains, when the config has domain-specific units."""
+def _domains(pool: Pool, config: NearDedupConfig) -> dict[int, frozenset[str]] | None:
+    """Each content's sample domains (by content row id), when the config has
+    domain-specific units."""
     if not config.extra_units:
         return None
     found: dict[int, set[str]] = defaultdict(set)
-    for n in nodes:
-        found[n.content].update(s.domain for s in n.samples if s.domain)
+    rowids = pool.contents.rowid[pool.samples.content].tolist()
+    for c, d in zip(rowids, pool.samples.domain):
+        if d:
+            found[c].add(d)
     return {c: frozenset(d) for c, d in found.items()}
 
 
-def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], cand: Candidates,
-                      config: NearDedupConfig, workers: int, progress: bool,
-                      executor: str = "local"
-                      ) -> tuple[dict[int, list[Match]], dict[int, list[Match]]]:
-    """Verified relations per later node: pool matches (``other`` the earlier node) and
-    history matches (``other`` the history content)."""
-    jobs: list[tuple[str, int, int]] = []  # (kind, node a, node b | history content)
-    for a, b in cand.pool_pairs.tolist():
-        jobs.append(("pool", a, b))
-    for i, h in cand.history_pairs:
-        jobs.append(("hist", i, h))
-    content_pairs = np.asarray([(nodes[a].content, nodes[b].content) if kind == "pool"
-                                else (nodes[a].content, b) for kind, a, b in jobs],
-                               dtype=np.int64).reshape(-1, 2)
-    domains = _domains(nodes, config)
-    params = VerifyParams.of(config)
-    bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
-    chunks = _local_chunks(content_pairs)
-    path = snap.location
-    args = [content_pairs[c] for c in chunks]
-    results: list[list[Verified]] = []
-    if executor == "ray":
-        results = _verify_on_ray(snap, chunks, args, params, domains, workers, bar)
-    elif workers > 1 and len(chunks) > 1:
-        with process_pool(workers) as ex:
-            for c, res in zip(chunks, ex.map(verify_pairs, [path] * len(args), [params] * len(args),
-                                             args, [domains] * len(args))):
-                results.append(res)
-                bar.advance(len(c))
+class VerifyJob:
+    """The verify stage under way: chunks submitted to the workers (or, inline, computed when
+    collected). Between `start` and `collect` the caller's process is free for other work."""
+
+    def __init__(self, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, cand: Candidates,
+                 config: NearDedupConfig, ex: Executor | None, workers: int, progress: bool,
+                 executor: str) -> None:
+        rowid = pool.contents.rowid
+        content_pairs = np.concatenate([
+            rowid[nodes.content[cand.pool_pairs]].reshape(-1, 2),
+            np.stack([rowid[nodes.content[cand.history_pairs[:, 0]]],
+                      cand.history_pairs[:, 1]], axis=1)]).astype(np.int64).reshape(-1, 2)
+        self._cand = cand
+        self._snap = snap
+        self._workers = workers
+        self._executor = executor
+        self._domains = _domains(pool, config)
+        self._params = VerifyParams.of(config)
+        self._bar = Progress("scan: verify pairs", len(content_pairs), enabled=progress)
+        self._chunks = _local_chunks(content_pairs)
+        self._args = [content_pairs[c] for c in self._chunks]
+        self._futures: list[Future] | None = None
+        if executor != "ray" and ex is not None:
+            self._futures = [ex.submit(verify_pairs, snap.location, self._params, arg,
+                                       self._chunk_domains(arg)) for arg in self._args]
+
+    def _chunk_domains(self, arg: np.ndarray) -> dict[int, frozenset[str]] | None:
+        if self._domains is None:
+            return None
+        return {c: self._domains[c] for c in np.unique(arg).tolist() if c in self._domains}
+
+    def collect(self) -> tuple[Matches, Matches]:
+        """Pool matches (``later`` the later node, ``other`` the earlier one) and history
+        matches (``other`` the history content), each sorted by (later, other)."""
+        results: list[list[Verified]] = []
+        if self._executor == "ray":
+            results = _verify_on_ray(self._snap, self._chunks, self._args, self._params,
+                                     self._domains, self._workers, self._bar)
+        elif self._futures is not None:
+            for c, fut in zip(self._chunks, self._futures):
+                results.append(fut.result())
+                self._bar.advance(len(c))
                 pause_point("scan-verify-pool")
-    else:
-        for c, arg in zip(chunks, args):
-            results.append(verify_pairs(snap, params, arg, domains))
-            bar.advance(len(c))
-    bar.finish()
-    near: dict[int, list[Match]] = defaultdict(list)
-    hist: dict[int, list[Match]] = defaultdict(list)
-    for c, res in zip(chunks, results):
-        for k, j, blocked in res:
-            kind, a, b = jobs[int(c[k])]
-            if kind == "pool":
-                near[b].append(Match(a, j, blocked))  # b is the later node (a < b)
-            else:
-                hist[a].append(Match(b, j, blocked))
-    return near, hist
+        else:
+            for c, arg in zip(self._chunks, self._args):
+                results.append(verify_pairs(self._snap, self._params, arg,
+                                            self._chunk_domains(arg)))
+                self._bar.advance(len(c))
+        self._bar.finish()
+        index, jaccard, blocked = [], [], []
+        code = {b: i for i, b in enumerate(BLOCKED_BY)}
+        for c, res in zip(self._chunks, results):
+            if res:
+                k, j, b = zip(*res)
+                index.append(c[np.asarray(k, dtype=np.int64)])
+                jaccard.append(np.asarray(j, dtype=np.float64))
+                blocked.append(np.asarray([code[x] for x in b], dtype=np.int8))
+        g = np.concatenate(index) if index else np.zeros(0, dtype=np.int64)
+        jac = np.concatenate(jaccard) if jaccard else np.zeros(0, dtype=np.float64)
+        blk = np.concatenate(blocked) if blocked else np.zeros(0, dtype=np.int8)
+        n_pool = len(self._cand.pool_pairs)
+        is_pool = g < n_pool
+        pool_pairs = self._cand.pool_pairs[g[is_pool]]
+        hist_pairs = self._cand.history_pairs[g[~is_pool] - n_pool]
+        near = _matches(pool_pairs[:, 1], pool_pairs[:, 0], jac[is_pool], blk[is_pool])
+        hist = _matches(hist_pairs[:, 0], hist_pairs[:, 1], jac[~is_pool], blk[~is_pool])
+        return near, hist
+
+
+def _matches(later: np.ndarray, other: np.ndarray, jaccard: np.ndarray,
+             blocked: np.ndarray) -> Matches:
+    order = np.lexsort((other, later))
+    return Matches(later[order], other[order], jaccard[order], blocked[order])
+
+
+def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, cand: Candidates,
+                      config: NearDedupConfig, workers: int, progress: bool,
+                      executor: str = "local") -> tuple[Matches, Matches]:
+    """Verified relations (see `VerifyJob.collect`), with a process pool of ``workers`` of
+    its own (or Ray, or inline for one worker)."""
+    if executor == "ray" or workers <= 1:
+        return VerifyJob(snap, pool, nodes, cand, config, None, workers, progress,
+                         executor).collect()
+    with process_pool(workers) as ex:
+        return VerifyJob(snap, pool, nodes, cand, config, ex, workers, progress,
+                         executor).collect()
 
 
 def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
