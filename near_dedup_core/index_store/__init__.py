@@ -814,18 +814,29 @@ class IndexSnapshot(IndexTexts):
             "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
             "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
 
-    def pool_samples(self, package: IndexedPackage) -> list[tuple]:
-        """(sample_id, split, file, line, text_sha256, domain, content) of one package's
-        samples in package order, as plain tuples: `package_sources` without the position
-        and the ``source`` object (see `package_origins`)."""
+    def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
+                     ) -> Iterator[list[tuple]]:
+        """(sample_id, split, text_sha256, domain, content) of one package's samples in
+        package order, as plain tuples in lists of up to ``batch``: `package_sources`
+        without file, line, position and ``source`` (see `package_origins` and
+        `sample_location`), so that a million samples pass without a million records."""
+        cur = self._con.execute(
+            "SELECT sample_id, split, text_sha256, domain, content FROM sources "
+            "WHERE package = ? ORDER BY position", (package.rowid,))
+        while rows := cur.fetchmany(batch):
+            yield rows
+
+    def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
+        """(file, line) of the ``nth`` sample (0-based, package order) of one package."""
         return self._con.execute(
-            "SELECT sample_id, split, file, line, text_sha256, domain, content FROM sources "
-            "WHERE package = ? ORDER BY position", (package.rowid,)).fetchall()
+            "SELECT file, line FROM sources WHERE package = ? ORDER BY position LIMIT 1 "
+            "OFFSET ?", (package.rowid, nth)).fetchone()
 
     def content_columns(self, ids: np.ndarray) -> ContentColumns:
         """`content_rows` of these ids as columns, by ascending row id, with the same checks:
         every id exists and every signature has ``num_perm`` values."""
-        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
         cols: list[list] = [[], [], [], [], []]
         has: list[bool] = []
         sigs: list[bytes] = []

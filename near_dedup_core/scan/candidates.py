@@ -283,7 +283,7 @@ def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
     slots = pool_slots(pool, nodes, config)
 
     def too_many(slot: int, count: int) -> LimitExceeded:
-        return _too_many(pool, nodes, int(slots.nodes[slot]), count, config)
+        return _too_many(snap, pool, nodes, int(slots.nodes[slot]), count, config)
 
     raw_counts = np.zeros(len(slots.nodes), dtype=np.int64)  # upper bound of each slot's count
     all_pairs = _pool_lsh_pairs(slots.keys, slots.groups, raw_counts, config.max_candidates,
@@ -296,11 +296,12 @@ def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
     return Candidates(pool_pairs, history_pairs, hist.contents, len(all_pairs) + len(hist.pairs))
 
 
-def _too_many(pool: Pool, nodes: Nodes, node: int, count: int,
+def _too_many(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, node: int, count: int,
               config: NearDedupConfig) -> LimitExceeded:
-    s = pool.samples
     first = int(nodes.first[node])
-    package_id = pool.packages[int(s.input_pos[first])].package_id
-    return LimitExceeded(f"{where(package_id, s.file[first], s.line[first])}: sample "
-                         f"{s.sample_id[first]} has {count:,} LSH candidates, over "
+    pos = int(pool.samples.input_pos[first])
+    package = pool.indexed[pos]
+    file, line = snap.sample_location(package, first - int(pool.sample_start[pos]))
+    return LimitExceeded(f"{where(package.package_id, file, line)}: sample "
+                         f"{pool.samples.sample_id[first]} has {count:,} LSH candidates, over "
                          f"max_candidates {config.max_candidates:,}; no report written")

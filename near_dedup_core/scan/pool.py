@@ -46,8 +46,8 @@ def verify_files(pkgs: list[Package]) -> None:
 def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package]) -> Pool:
     """The pool's samples and contents as the snapshot holds them; every input must be
     indexed with the same manifest."""
-    rows = snap.indexed_packages()
-    indexed = {r.package_id: r for r in rows}
+    indexed_rows = snap.indexed_packages()
+    indexed = {r.package_id: r for r in indexed_rows}
     for pkg in pkgs:
         known = indexed.get(pkg.package_id)
         if known is None:
@@ -57,27 +57,40 @@ def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package
             raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: indexed with "
                                  f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
                                  f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
-    cols: list[list] = [[], [], [], [], [], [], []]
-    input_pos: list[np.ndarray] = []
-    for pos, pkg in enumerate(pkgs):
-        found = snap.pool_samples(indexed[pkg.package_id])
-        for col, values in zip(cols, zip(*found)):
-            col.extend(values)
-        input_pos.append(np.full(len(found), pos, dtype=np.int64))
-    sample_id, split, file, line, text_sha256, domain, content_rowid = cols
+    sample_id: list[str] = []
+    text_sha256: list[bytes] = []
+    splits: dict[str, int] = {}
+    domains: dict[str | None, int] = {}
+    split: list[int] = []
+    domain: list[int] = []
+    content_rowid: list[int] = []
+    sample_start = [0]
+    for pkg in pkgs:
+        for rows in snap.pool_samples(indexed[pkg.package_id]):
+            ids, split_col, sha_col, domain_col, content_col = zip(*rows)
+            sample_id.extend(ids)
+            text_sha256.extend(sha_col)
+            split.extend([splits.setdefault(x, len(splits)) for x in split_col])
+            domain.extend([domains.setdefault(x, len(domains)) for x in domain_col])
+            content_rowid.extend(content_col)
+        sample_start.append(len(sample_id))
     rowids = np.asarray(content_rowid, dtype=np.int64)
+    del content_rowid
     contents = snap.content_columns(rowids)
+    start = np.asarray(sample_start, dtype=np.int64)
     samples = Samples(
-        input_pos=np.concatenate(input_pos) if input_pos else np.zeros(0, dtype=np.int64),
-        sample_id=sample_id, split=split, file=file, line=line, text_sha256=text_sha256,
-        domain=domain, content=np.searchsorted(contents.rowid, rowids))
+        input_pos=np.repeat(np.arange(len(pkgs), dtype=np.int64), np.diff(start)),
+        sample_id=sample_id, split=np.asarray(split, dtype=np.int64), split_labels=list(splits),
+        text_sha256=text_sha256, domain=np.asarray(domain, dtype=np.int64),
+        domain_labels=list(domains), content=np.searchsorted(contents.rowid, rowids))
     counts = snap.counts()
     return Pool(
-        packages=pkgs, package_rowid=[indexed[p.package_id].rowid for p in pkgs],
-        package_batch={r.package_id: r.batch for r in rows}, samples=samples,
+        packages=pkgs, indexed=[indexed[p.package_id] for p in pkgs], sample_start=start,
+        package_batch={r.package_id: r.batch for r in indexed_rows}, samples=samples,
         contents=contents, scope_labels=snap.scope_labels(),
         index_packages=[{"package_id": r.package_id, "kind": r.kind,
-                         "manifest_sha256": r.manifest_sha256, "batch": r.batch} for r in rows],
+                         "manifest_sha256": r.manifest_sha256, "batch": r.batch}
+                        for r in indexed_rows],
         index_batches=counts.batches, index_contents=counts.contents)
 
 
@@ -125,10 +138,7 @@ def build_nodes(pool: Pool) -> Nodes:
     """The pool's nodes in the order of each node's first sample in decision order."""
     s = pool.samples
     order = decision_order(pool)
-    labels: dict[str, int] = {}
-    split = np.fromiter((labels.setdefault(x, len(labels)) for x in s.split), dtype=np.int64,
-                        count=len(s))
-    key = s.content[order] * max(len(labels), 1) + split[order]
+    key = s.content[order] * max(len(s.split_labels), 1) + s.split[order]
     _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
     node_rank = np.empty(len(first), dtype=np.int64)
     node_rank[np.argsort(first)] = np.arange(len(first))
@@ -138,5 +148,5 @@ def build_nodes(pool: Pool) -> Nodes:
     start = np.zeros(len(first) + 1, dtype=np.int64)
     np.cumsum(np.bincount(node_of, minlength=len(first)), out=start[1:])
     heads = members[start[:-1]]
-    return Nodes(content=s.content[heads], split=split[heads], split_labels=list(labels),
+    return Nodes(content=s.content[heads], split=s.split[heads], split_labels=s.split_labels,
                  start=start, samples=members)

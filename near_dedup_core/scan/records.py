@@ -26,15 +26,16 @@ BLOCKED_BY: tuple[str | None, ...] = (None, "numbers", "units")
 @dataclass
 class Samples:
     """The pool's samples as columns, one entry per sample in report order: input package,
-    then position within the package. ``content`` indexes `Pool.contents` (not the row id)."""
+    then position within the package. ``content`` indexes `Pool.contents` (not the row id);
+    ``split`` and ``domain`` index their label lists (few distinct values)."""
 
     input_pos: np.ndarray  # int64
     sample_id: list[str]
-    split: list[str]
-    file: list[str]
-    line: list[int]
+    split: np.ndarray  # int64, index into split_labels
+    split_labels: list[str]
     text_sha256: list[bytes]
-    domain: list[str | None]
+    domain: np.ndarray  # int64, index into domain_labels
+    domain_labels: list[str | None]
     content: np.ndarray  # int64
 
     def __len__(self) -> int:
@@ -44,10 +45,12 @@ class Samples:
 @dataclass
 class Pool:
     """The input packages, their samples and contents, and the index state they were read in.
-    ``package_rowid[i]`` is input ``i``'s key in the index."""
+    ``indexed[i]`` is input ``i`` as the index holds it; its samples start at
+    ``sample_start[i]``."""
 
     packages: list[Package]
-    package_rowid: list[int]
+    indexed: list[db.IndexedPackage]
+    sample_start: np.ndarray  # int64, len(packages) + 1
     package_batch: dict[str, int]
     samples: Samples
     contents: db.ContentColumns
@@ -69,7 +72,7 @@ class Nodes:
     order, are ``samples[start[i]:start[i + 1]]`` (sample indexes)."""
 
     content: np.ndarray  # int64, index into Pool.contents
-    split: np.ndarray  # int64, index into split_labels
+    split: np.ndarray  # int64, index into split_labels (those of `Samples`)
     split_labels: list[str]
     start: np.ndarray  # int64, len(nodes) + 1
     samples: np.ndarray  # int64

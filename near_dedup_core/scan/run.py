@@ -88,7 +88,7 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         pool = load_pool(snap, snap.path, pkgs)
         digests = side.submit(file_digests, data_files(pkgs))
         reader: str | db.IndexTexts = snap.location if remote or executor == "ray" else snap
-        origins = side.submit(write_origins, reader, pool.package_rowid,
+        origins = side.submit(write_origins, reader, [p.rowid for p in pool.indexed],
                               [p.package_id for p in pkgs], folder / "origins.jsonl")
         try:
             nodes = build_nodes(pool)

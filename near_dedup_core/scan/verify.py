@@ -115,11 +115,13 @@ def _domains(pool: Pool, config: NearDedupConfig) -> dict[int, frozenset[str]] |
     domain-specific units."""
     if not config.extra_units:
         return None
+    s = pool.samples
     found: dict[int, set[str]] = defaultdict(set)
-    rowids = pool.contents.rowid[pool.samples.content].tolist()
-    for c, d in zip(rowids, pool.samples.domain):
-        if d:
-            found[c].add(d)
+    pairs = np.unique(np.stack([pool.contents.rowid[s.content], s.domain], axis=1), axis=0)
+    for c, d in pairs.tolist():
+        label = s.domain_labels[d]
+        if label:
+            found[c].add(label)
     return {c: frozenset(d) for c, d in found.items()}
 
 

@@ -74,132 +74,186 @@ def _outside_sources(snap: db.IndexSnapshot, pool: Pool,
     return found
 
 
-class _Refs:
-    """Sample references and content ids of the pool, rendered on demand."""
+_dumps = orjson.dumps
+_NULL = b"null"
+
+
+class _Render:
+    """Canonical JSON lines (`near_dedup_core.fsutil.json_line`: sorted keys, compact) of
+    decision and relation rows, assembled from pieces: every value goes through
+    ``orjson.dumps`` as it would inside the row's dict, and the keys are written in sorted
+    order, so the bytes are those of ``json_line(row)`` at a fraction of the cost (no dict
+    per row; repeated values such as package ids, splits and scopes rendered once)."""
 
     def __init__(self, pool: Pool, history: db.ContentColumns) -> None:
-        self.package_id = [p.package_id for p in pool.packages]
+        self.package = [_dumps(p.package_id) for p in pool.packages]
         self.input_pos = pool.samples.input_pos.tolist()
         self.sample_id = pool.samples.sample_id
+        self.split = [_dumps(x) for x in pool.samples.split_labels]
         self.content_id = pool.contents.content_id
         self.history = history
+        scopes = {k: _dumps(v) for k, v in pool.scope_labels.items()}
+        self.scope = [scopes[x] for x in pool.contents.scope.tolist()]
+        self.blocked = [_NULL if b is None else _dumps(b) for b in BLOCKED_BY]
 
-    def ref(self, sample: int) -> dict:
-        return {"package_id": self.package_id[self.input_pos[sample]],
-                "sample_id": self.sample_id[sample]}
+    def ref(self, sample: int) -> bytes:
+        """``{"package_id": …, "sample_id": …}`` of a pool sample."""
+        return b"".join((b'{"package_id":', self.package[self.input_pos[sample]],
+                         b',"sample_id":', _dumps(self.sample_id[sample]), b"}"))
+
+    def match(self, content_hex: str, sample: int | None) -> bytes:
+        """``{"content_id": …, "package_id": …, "sample_id": …}``; no sample for history."""
+        if sample is None:
+            return b'{"content_id":"' + content_hex.encode() + \
+                b'","package_id":null,"sample_id":null}'
+        return b"".join((b'{"content_id":"', content_hex.encode(), b'","package_id":',
+                         self.package[self.input_pos[sample]], b',"sample_id":',
+                         _dumps(self.sample_id[sample]), b"}"))
 
     def history_hex(self, rowid: int) -> str:
         h = self.history
         return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
 
+    @staticmethod
+    def relation(blocked: bytes, history_only: bool, jaccard: bytes, kind: bytes,
+                 match: bytes, sources: bytes, sample: bytes) -> bytes:
+        return b"".join((b'{"blocked_by":', blocked, b',"history_only":',
+                         b"true" if history_only else b"false", b',"jaccard":', jaccard,
+                         b',"kind":', kind, b',"match":', match, b',"match_sources":', sources,
+                         b',"sample":', sample, b"}\n"))
 
-def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, refs: _Refs,
+
+_KEEP = _dumps("keep")
+_EXCLUDE = _dumps("exclude")
+_EXACT = _dumps("exact")
+_NEAR = _dumps("near")
+_ONE = _dumps(1.0)
+
+
+def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
                     tally: Tally) -> Iterator[bytes]:
     """``decisions.jsonl`` rows in report order (input order, then package order)."""
     s = pool.samples
-    c = pool.contents
-    node_of = np.empty(len(s), dtype=np.int64)
+    n = len(s)
+    node_of = np.empty(n, dtype=np.int64)
     node_of[nodes.samples] = np.repeat(np.arange(len(nodes)), np.diff(nodes.start))
     first = nodes.first
-    is_first = (first[node_of] == np.arange(len(s))).tolist()
+    head = first[node_of]
+    is_first = (head == np.arange(n)).tolist()
     reason = decisions.reason[node_of].tolist()
-    kept_by = decisions.kept_by[node_of].tolist()
+    kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of].tolist()
     jaccard = decisions.jaccard[node_of].tolist()
-    head = first[node_of].tolist()
-    first_list = first.tolist()
-    scope = [pool.scope_labels[x] for x in c.scope.tolist()]
+    head = head.tolist()
+    split = s.split.tolist()
+    split_labels = s.split_labels
     content = s.content.tolist()
-    package_id = refs.package_id
-    input_pos = refs.input_pos
-    for i in range(len(s)):
+    content_id = pool.contents.content_id
+    scope = render.scope
+    package = render.package
+    input_pos = render.input_pos
+    split_json = render.split
+    sample_id = s.sample_id
+    sha = s.text_sha256
+    why_json = [_dumps(r) for r in REASONS]
+    exact_json = _dumps("exact_duplicate")
+    for i in range(n):
         r = reason[i]
-        kept: dict | None = None
-        jac: float | None = None
-        if r == RETAINED_SPLIT:
-            decision, why = "keep", "retained_split"
-        elif r == NEAR_DUPLICATE:
-            decision, why = "exclude", "near_duplicate"
-            kept, jac = refs.ref(first_list[kept_by[i]]), jaccard[i]
-        elif is_first[i]:
-            decision, why = "keep", REASONS[r]
+        if r == NEAR_DUPLICATE:
+            decision, why, kept, jac = _EXCLUDE, why_json[r], render.ref(kept_by[i]), \
+                _dumps(jaccard[i])
+            label = "exclude", "near_duplicate"
+        elif r == RETAINED_SPLIT or is_first[i]:
+            decision, why, kept, jac = _KEEP, why_json[r], _NULL, _NULL
+            label = "keep", REASONS[r]
         else:
-            decision, why = "exclude", "exact_duplicate"
-            kept, jac = refs.ref(head[i]), 1.0
-        split = s.split[i]
-        tally.decision(split, decision, why)
+            decision, why, kept, jac = _EXCLUDE, exact_json, render.ref(head[i]), _ONE
+            label = "exclude", "exact_duplicate"
+        sp = split[i]
+        tally.decision(split_labels[sp], *label)
         k = content[i]
-        yield json_line({
-            "package_id": package_id[input_pos[i]], "sample_id": s.sample_id[i],
-            "split": split, "scope": scope[k], "content_id": c.content_id[k].hex(),
-            "text_sha256": s.text_sha256[i].hex(), "decision": decision, "kept": kept,
-            "reason": why, "jaccard": jac})
+        yield b"".join((
+            b'{"content_id":"', content_id[k].hex().encode(), b'","decision":', decision,
+            b',"jaccard":', jac, b',"kept":', kept, b',"package_id":', package[input_pos[i]],
+            b',"reason":', why, b',"sample_id":', _dumps(sample_id[i]), b',"scope":', scope[k],
+            b',"split":', split_json[sp], b',"text_sha256":"', sha[i].hex().encode(), b'"}\n'))
 
 
 def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
-                    hist: Matches, refs: _Refs, tally: Tally) -> Iterator[bytes]:
+                    hist: Matches, render: _Render, tally: Tally) -> Iterator[bytes]:
     """``relations.jsonl`` rows: per node and sample in decision order, the exact relation to
     the node's first sample, the exact history relation, near matches in the pool, then near
     history matches by content_id. ``match_sources`` lists the matched content's sources in
     the same split outside the current pool."""
     rowid = pool.contents.rowid
-    node_rowid = rowid[nodes.content]
-    outside = _outside_sources(snap, pool, node_rowid.tolist() + hist.other.tolist())
+    node_rowid = rowid[nodes.content].tolist()
+    node_content = nodes.content.tolist()
+    node_split = nodes.split.tolist()
+    outside = _outside_sources(snap, pool, node_rowid + hist.other.tolist())
+    sources_json: dict[tuple[int, str], bytes] = {}
+
+    def sources(content: int, split: str) -> bytes:
+        key = (content, split)
+        found = sources_json.get(key)
+        if found is None:
+            found = sources_json[key] = _dumps(outside.get(key, []),
+                                               option=orjson.OPT_SORT_KEYS)
+        return found
+
     split_labels = nodes.split_labels
     counts = np.diff(nodes.start)
-    near_start = np.searchsorted(near.later, np.arange(len(nodes) + 1))
-    hist_start = np.searchsorted(hist.later, np.arange(len(nodes) + 1))
+    near_start = np.searchsorted(near.later, np.arange(len(nodes) + 1)).tolist()
+    hist_start = np.searchsorted(hist.later, np.arange(len(nodes) + 1)).tolist()
     busy = (counts > 1) | (np.diff(near_start) > 0) | (np.diff(hist_start) > 0)
     if outside:
-        busy |= np.fromiter(((c, split_labels[sp]) in outside for c, sp in
-                             zip(node_rowid.tolist(), nodes.split.tolist())),
+        busy |= np.fromiter(((c, split_labels[sp]) in outside
+                             for c, sp in zip(node_rowid, node_split)),
                             dtype=bool, count=len(nodes))
-    first = nodes.first
-    blocked_by = BLOCKED_BY
+    first = nodes.first.tolist()
+    near_other, near_jac, near_blocked = (near.other.tolist(), near.jaccard.tolist(),
+                                          near.blocked.tolist())
+    hist_other, hist_jac, hist_blocked = (hist.other.tolist(), hist.jaccard.tolist(),
+                                          hist.blocked.tolist())
+    content_id = pool.contents.content_id
+    blocked_json = render.blocked
+    none_json = blocked_json[0]
+    relation = render.relation
     for idx in np.flatnonzero(busy).tolist():
-        content = int(node_rowid[idx])
-        split = split_labels[int(nodes.split[idx])]
+        content = node_rowid[idx]
+        split = split_labels[node_split[idx]]
         members = nodes.members(idx)
-        own_hex = pool.contents.content_id[int(nodes.content[idx])].hex()
-        own_history = outside.get((content, split), [])
-        near_rows = [(a, j, blocked_by[b]) for a, j, b in zip(
-            near.other[near_start[idx]:near_start[idx + 1]].tolist(),
-            near.jaccard[near_start[idx]:near_start[idx + 1]].tolist(),
-            near.blocked[near_start[idx]:near_start[idx + 1]].tolist())]
-        hist_rows = sorted(((refs.history_hex(h), h, j, blocked_by[b]) for h, j, b in zip(
-            hist.other[hist_start[idx]:hist_start[idx + 1]].tolist(),
-            hist.jaccard[hist_start[idx]:hist_start[idx + 1]].tolist(),
-            hist.blocked[hist_start[idx]:hist_start[idx + 1]].tolist())))
-        head = refs.ref(members[0])
+        own_hex = content_id[node_content[idx]].hex()
+        own_sources = sources(content, split)
+        own_history = (content, split) in outside
+        near_rows = []
+        for q in range(near_start[idx], near_start[idx + 1]):
+            a, j, b = near_other[q], near_jac[q], near_blocked[q]
+            m_content = node_content[a]
+            near_rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j),
+                              render.match(content_id[m_content].hex(), first[a]),
+                              sources(int(rowid[m_content]), split)))
+        hist_rows = []
+        for h_hex, q in sorted((render.history_hex(hist_other[q]), q)
+                               for q in range(hist_start[idx], hist_start[idx + 1])):
+            h, j, b = hist_other[q], hist_jac[q], hist_blocked[q]
+            hist_rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j),
+                              render.match(h_hex, None), sources(h, split)))
+        head_match = render.match(own_hex, members[0])
+        history_match = render.match(own_hex, None)
         for k, sample_index in enumerate(members):
-            sample = refs.ref(sample_index)
+            sample = render.ref(sample_index)
             if k > 0:
                 tally.relation("exact", False, None, 1.0)
-                yield json_line({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                                 "history_only": False, "blocked_by": None,
-                                 "match": {"content_id": own_hex, **head},
-                                 "match_sources": own_history})
+                yield relation(none_json, False, _ONE, _EXACT, head_match, own_sources, sample)
             if own_history:
                 tally.relation("exact", True, None, 1.0)
-                yield json_line({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                                 "history_only": True, "blocked_by": None,
-                                 "match": {"content_id": own_hex, "package_id": None,
-                                           "sample_id": None},
-                                 "match_sources": own_history})
-            for a, j, blocked in near_rows:
+                yield relation(none_json, True, _ONE, _EXACT, history_match, own_sources,
+                               sample)
+            for blocked, blocked_b, j, j_b, match, srcs in near_rows:
                 tally.relation("near", False, blocked, j)
-                m_content = int(nodes.content[a])
-                yield json_line({"sample": sample, "kind": "near", "jaccard": j,
-                                 "history_only": False, "blocked_by": blocked,
-                                 "match": {"content_id": pool.contents.content_id[m_content].hex(),
-                                           **refs.ref(int(first[a]))},
-                                 "match_sources": outside.get((int(rowid[m_content]), split), [])})
-            for h_hex, h, j, blocked in hist_rows:
+                yield relation(blocked_b, False, j_b, _NEAR, match, srcs, sample)
+            for blocked, blocked_b, j, j_b, match, srcs in hist_rows:
                 tally.relation("near", True, blocked, j)
-                yield json_line({"sample": sample, "kind": "near", "jaccard": j,
-                                 "history_only": True, "blocked_by": blocked,
-                                 "match": {"content_id": h_hex, "package_id": None,
-                                           "sample_id": None},
-                                 "match_sources": outside.get((h, split), [])})
+                yield relation(blocked_b, True, j_b, _NEAR, match, srcs, sample)
 
 
 def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
@@ -209,12 +263,12 @@ def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
     ``origins.jsonl`` (``origins``: its lines and sha256) is already; returns the manifest's
     ``counts``."""
     tally = Tally(config.threshold)
-    refs = _Refs(pool, cand.history)
+    render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
     n_dec, digests["decisions.jsonl"] = write_lines(
-        folder / "decisions.jsonl", _decision_lines(pool, nodes, decisions, refs, tally))
+        folder / "decisions.jsonl", _decision_lines(pool, nodes, decisions, render, tally))
     n_rel, digests["relations.jsonl"] = write_lines(
-        folder / "relations.jsonl", _relation_lines(snap, pool, nodes, near, hist, refs, tally))
+        folder / "relations.jsonl", _relation_lines(snap, pool, nodes, near, hist, render, tally))
     counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
