@@ -189,15 +189,19 @@ class TextReader:
         self._by_dict: dict[int, zstandard.ZstdDecompressor] = {}
 
     def text(self, blob: bytes, dictionary: int | None) -> str:
+        return self.utf8(blob, dictionary).decode()
+
+    def utf8(self, blob: bytes, dictionary: int | None) -> bytes:
+        """The stored text as its UTF-8 bytes (not checked to be valid UTF-8)."""
         if dictionary is None:
-            return self._plain.decompress(blob).decode()
+            return self._plain.decompress(blob)
         dctx = self._by_dict.get(dictionary)
         if dctx is None:
             (data,) = self._con.execute("SELECT data FROM dictionaries WHERE id = ?",
                                         (dictionary,)).fetchone()
             dctx = self._by_dict[dictionary] = zstandard.ZstdDecompressor(
                 dict_data=zstandard.ZstdCompressionDict(data))
-        return dctx.decompress(blob).decode()
+        return dctx.decompress(blob)
 
 
 SQL_IN = 900  # ids per ``IN (…)`` list, under SQLite's bound-parameter limit
@@ -582,6 +586,21 @@ class ContentRow(NamedTuple):
     signature: bytes | None
 
 
+class ContentColumns(NamedTuple):
+    """Content rows as columns, by ascending row id: what a scan needs of a million contents
+    without one record per row. Where a content has no signature (a text under
+    ``min_chars``), ``has_signature`` is False, ``shingles`` is -1 and its ``signatures`` row
+    is zero."""
+
+    rowid: np.ndarray  # int64
+    content_id: list[bytes]
+    scope: np.ndarray  # int64
+    batch: np.ndarray  # int64
+    shingles: np.ndarray  # int64
+    signatures: np.ndarray  # (contents, num_perm) uint16
+    has_signature: np.ndarray  # bool
+
+
 class IndexCounts(NamedTuple):
     batches: int
     contents: int  # the highest content row id
@@ -631,6 +650,17 @@ class IndexTexts:
         return cls(path, sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
                                          check_same_thread=False))
 
+    def close(self) -> None:
+        self._con.close()
+
+    def package_origins(self, package_rowid: int) -> Iterator[tuple]:
+        """(sample_id, split, file, line, source JSON) of one indexed package's samples in
+        package order. A package's sources never change once committed, so any connection
+        reads the same rows as the scan's snapshot."""
+        return self._con.execute(
+            "SELECT sample_id, split, file, line, source FROM sources WHERE package = ? "
+            "ORDER BY position", (package_rowid,))
+
     def shipped(self, ids: list[int]) -> ShippedTexts:
         """The compressed texts of these content ids with the dictionaries they need: what a
         task on another machine gets instead of a connection (``--executor ray``)."""
@@ -662,6 +692,22 @@ class IndexTexts:
             raise damaged(self.path, f"{len(set(ids)) - len(out):,} content rows are missing")
         return out
 
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        """The texts of these distinct content ids, in the order given, as UTF-8 bytes that
+        the caller checks (`texts` of an id whose bytes are not UTF-8 names the damage):
+        decompressed without building Python strings."""
+        out: dict[int, bytes] = {}
+        for cid, blob, dictionary in rows_in(
+                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+            try:
+                out[cid] = self._reader.utf8(blob, dictionary)
+            except (zstandard.ZstdError, TypeError) as exc:
+                raise damaged(self.path, f"the text of content row {cid} does not "
+                                         f"decompress: {exc}") from None
+        if len(out) != len(ids):
+            raise damaged(self.path, f"{len(ids) - len(out):,} content rows are missing")
+        return [out[cid] for cid in ids]
+
 
 class ShippedTexts:
     """Compressed texts of some contents and their dictionaries, picklable: the same
@@ -674,14 +720,18 @@ class ShippedTexts:
         self.dictionaries = dictionaries
 
     def texts(self, ids: list[int]) -> dict[int, str]:
+        return {cid: text.decode() for cid, text in zip(ids, self.utf8_texts(ids))}
+
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        """The texts of these content ids, in the order given, as UTF-8 bytes (see
+        `IndexTexts.utf8_texts`)."""
         plain = zstandard.ZstdDecompressor()
         by_dict = {d: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data))
                    for d, data in self.dictionaries.items()}
-        out = {}
+        out = []
         for cid in ids:
             blob, dictionary = self.blobs[cid]
-            out[cid] = (plain if dictionary is None else by_dict[dictionary]
-                        ).decompress(blob).decode()
+            out.append((plain if dictionary is None else by_dict[dictionary]).decompress(blob))
         return out
 
 
@@ -763,6 +813,60 @@ class IndexSnapshot(IndexTexts):
         return [SourceRow(*row) for row in self._con.execute(
             "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
             "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
+
+    def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
+                     ) -> Iterator[list[tuple]]:
+        """(sample_id, split, text_sha256, domain, content) of one package's samples in
+        package order, as plain tuples in lists of up to ``batch``: `package_sources`
+        without file, line, position and ``source`` (see `package_origins` and
+        `sample_location`), so that a million samples pass without a million records."""
+        cur = self._con.execute(
+            "SELECT sample_id, split, text_sha256, domain, content FROM sources "
+            "WHERE package = ? ORDER BY position", (package.rowid,))
+        while rows := cur.fetchmany(batch):
+            yield rows
+
+    def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
+        """(file, line) of the ``nth`` sample (0-based, package order) of one package."""
+        return self._con.execute(
+            "SELECT file, line FROM sources WHERE package = ? ORDER BY position LIMIT 1 "
+            "OFFSET ?", (package.rowid, nth)).fetchone()
+
+    def content_columns(self, ids: np.ndarray) -> ContentColumns:
+        """`content_rows` of these ids as columns, by ascending row id, with the same checks:
+        every id exists and every signature has ``num_perm`` values."""
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
+        cols: list[list] = [[], [], [], [], []]
+        has: list[bool] = []
+        sigs: list[bytes] = []
+        for i in range(0, len(ids), SQL_IN):
+            part = ids[i:i + SQL_IN].tolist()
+            rows = self._con.execute(
+                f"SELECT id, content_id, scope, batch, shingles, signature FROM contents "
+                f"WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part).fetchall()
+            if len(rows) != len(part):
+                raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
+            for col, values in zip(cols, zip(*rows)):
+                col.extend(values)
+            for row in rows:
+                has.append(row[5] is not None)
+                if row[5] is not None:
+                    sigs.append(row[5])
+        width = self._signature_bytes or (len(sigs[0]) if sigs else 2)
+        if any(len(sig) != width for sig in sigs):
+            raise damaged(self.path, "a content signature has the wrong length")
+        has_signature = np.asarray(has, dtype=bool)
+        signatures = np.zeros((len(has), width // 2), dtype=np.uint16)
+        if sigs:
+            signatures[has_signature] = np.frombuffer(b"".join(sigs), dtype=np.uint16
+                                                      ).reshape(len(sigs), width // 2)
+        rowid, content_id, scope, batch, shingles = cols
+        return ContentColumns(
+            np.asarray(rowid, dtype=np.int64), [bytes(c) for c in content_id],
+            np.asarray(scope, dtype=np.int64), np.asarray(batch, dtype=np.int64),
+            np.asarray([-1 if x is None else x for x in shingles], dtype=np.int64),
+            signatures, has_signature)
 
     def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
         """Content rows by row id. The ids come from sources or bands, so every one exists and

@@ -1,32 +1,72 @@
 """The report files of a scan: decisions, relations (each verified pair once, from the later
-sample's side), origins, manifest and checksums, staged and renamed into place. The format
-itself (files, fields, reasons, counts) is defined in `near_dedup_core.report`."""
+sample's side), origins, manifest and checksums, written into the staging folder that
+`near_dedup_core.fsutil.atomic_dir` renames into place. The format itself (files, fields,
+reasons, counts) is defined in `near_dedup_core.report`.
+
+Rows are rendered and written one at a time (never a list of a million dicts), each file
+hashed as it is written. ``origins.jsonl`` depends on nothing but the input packages, so
+`write_origins` runs in a worker from the start of the scan, reading the packages' sources
+on a connection of its own.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
+from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import atomic_dir, write_checksums, write_json, write_jsonl
-from near_dedup_core.index_store import ContentRow, IndexSnapshot
-from near_dedup_core.report import FORMAT, FORMAT_VERSION, count_decisions
-from near_dedup_core.scan.records import Candidates, Decision, Match, Node, Pool, Sample
+from near_dedup_core.fsutil import json_line, write_checksums, write_json, write_lines
+from near_dedup_core.report import FORMAT, FORMAT_VERSION, Tally
+from near_dedup_core.scan.records import (
+    BLOCKED_BY,
+    NEAR_DUPLICATE,
+    REASONS,
+    RETAINED_SPLIT,
+    Candidates,
+    Decisions,
+    Matches,
+    Nodes,
+    Pool,
+)
 
 
-def _ref(s: Sample) -> dict:
-    return {"package_id": s.package_id, "sample_id": s.sample_id}
+def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
+                  package_ids: list[str], path: Path) -> tuple[int, str]:
+    """``origins.jsonl``: every sample of the input packages in report order (input order,
+    then package order) with its file, line and original ``source`` object; returns (lines,
+    sha256). ``source`` is the scan's snapshot, or the index location to read from on a
+    connection of its own (a package's sources never change once committed)."""
+    reader = db.open_texts(source) if isinstance(source, str) else source
+
+    def lines() -> Iterator[bytes]:
+        for rowid, package_id in zip(package_rowids, package_ids):
+            for sample_id, split, file, line, src in reader.package_origins(rowid):
+                yield json_line({"package_id": package_id, "sample_id": sample_id,
+                                 "split": split, "file": file, "line": line,
+                                 "source": orjson.loads(src) if src is not None else None})
+
+    try:
+        return write_lines(path, lines())
+    finally:
+        if reader is not source:
+            reader.close()
 
 
-def _outside_sources(snap: IndexSnapshot, pool: Pool,
-                     contents: set[int]) -> dict[tuple[int, str], list[dict]]:
-    """(content, split) -> sources outside the pool, sorted."""
-    pool_ids = {p.package_id for p in pool.packages}
+def _outside_sources(snap: db.IndexSnapshot, pool: Pool,
+                     contents: list[int]) -> dict[tuple[int, str], list[dict]]:
+    """(content row id, split) -> sources outside the pool, sorted; nothing when the index
+    holds no package outside the pool."""
     found: dict[tuple[int, str], list[dict]] = defaultdict(list)
-    for r in snap.outside_sources(sorted(contents), pool_ids):
+    if not pool.has_history():
+        return found
+    pool_ids = {p.package_id for p in pool.packages}
+    for r in snap.outside_sources(sorted(set(contents)), pool_ids):
         found[(r.content, r.split)].append({"package_id": r.package_id,
                                             "sample_id": r.sample_id, "split": r.split})
     for rows in found.values():
@@ -34,72 +74,202 @@ def _outside_sources(snap: IndexSnapshot, pool: Pool,
     return found
 
 
-def _relations(snap: IndexSnapshot, pool: Pool, nodes: list[Node], near: dict[int, list[Match]],
-               hist: dict[int, list[Match]], history: dict[int, ContentRow]) -> list[dict]:
+_dumps = orjson.dumps
+_NULL = b"null"
+
+
+class _Render:
+    """Canonical JSON lines (`near_dedup_core.fsutil.json_line`: sorted keys, compact) of
+    decision and relation rows, assembled from pieces: every value goes through
+    ``orjson.dumps`` as it would inside the row's dict, and the keys are written in sorted
+    order, so the bytes are those of ``json_line(row)`` at a fraction of the cost (no dict
+    per row; repeated values such as package ids, splits and scopes rendered once)."""
+
+    def __init__(self, pool: Pool, history: db.ContentColumns) -> None:
+        self.package = [_dumps(p.package_id) for p in pool.packages]
+        self.input_pos = pool.samples.input_pos.tolist()
+        self.sample_id = pool.samples.sample_id
+        self.split = [_dumps(x) for x in pool.samples.split_labels]
+        self.content_id = pool.contents.content_id
+        self.history = history
+        scopes = {k: _dumps(v) for k, v in pool.scope_labels.items()}
+        self.scope = [scopes[x] for x in pool.contents.scope.tolist()]
+        self.blocked = [_NULL if b is None else _dumps(b) for b in BLOCKED_BY]
+
+    def ref(self, sample: int) -> bytes:
+        """``{"package_id": …, "sample_id": …}`` of a pool sample."""
+        return b"".join((b'{"package_id":', self.package[self.input_pos[sample]],
+                         b',"sample_id":', _dumps(self.sample_id[sample]), b"}"))
+
+    def match(self, content_hex: str, sample: int | None) -> bytes:
+        """``{"content_id": …, "package_id": …, "sample_id": …}``; no sample for history."""
+        if sample is None:
+            return b'{"content_id":"' + content_hex.encode() + \
+                b'","package_id":null,"sample_id":null}'
+        return b"".join((b'{"content_id":"', content_hex.encode(), b'","package_id":',
+                         self.package[self.input_pos[sample]], b',"sample_id":',
+                         _dumps(self.sample_id[sample]), b"}"))
+
+    def history_hex(self, rowid: int) -> str:
+        h = self.history
+        return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
+
+    @staticmethod
+    def relation(blocked: bytes, history_only: bool, jaccard: bytes, kind: bytes,
+                 match: bytes, sources: bytes, sample: bytes) -> bytes:
+        return b"".join((b'{"blocked_by":', blocked, b',"history_only":',
+                         b"true" if history_only else b"false", b',"jaccard":', jaccard,
+                         b',"kind":', kind, b',"match":', match, b',"match_sources":', sources,
+                         b',"sample":', sample, b"}\n"))
+
+
+_KEEP = _dumps("keep")
+_EXCLUDE = _dumps("exclude")
+_EXACT = _dumps("exact")
+_NEAR = _dumps("near")
+_ONE = _dumps(1.0)
+
+
+def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
+                    tally: Tally) -> Iterator[bytes]:
+    """``decisions.jsonl`` rows in report order (input order, then package order)."""
+    s = pool.samples
+    n = len(s)
+    node_of = np.empty(n, dtype=np.int64)
+    node_of[nodes.samples] = np.repeat(np.arange(len(nodes)), np.diff(nodes.start))
+    first = nodes.first
+    head = first[node_of]
+    is_first = (head == np.arange(n)).tolist()
+    reason = decisions.reason[node_of].tolist()
+    kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of].tolist()
+    jaccard = decisions.jaccard[node_of].tolist()
+    head = head.tolist()
+    split = s.split.tolist()
+    split_labels = s.split_labels
+    content = s.content.tolist()
+    content_id = pool.contents.content_id
+    scope = render.scope
+    package = render.package
+    input_pos = render.input_pos
+    split_json = render.split
+    sample_id = s.sample_id
+    sha = s.text_sha256
+    why_json = [_dumps(r) for r in REASONS]
+    exact_json = _dumps("exact_duplicate")
+    for i in range(n):
+        r = reason[i]
+        if r == NEAR_DUPLICATE:
+            decision, why, kept, jac = _EXCLUDE, why_json[r], render.ref(kept_by[i]), \
+                _dumps(jaccard[i])
+            label = "exclude", "near_duplicate"
+        elif r == RETAINED_SPLIT or is_first[i]:
+            decision, why, kept, jac = _KEEP, why_json[r], _NULL, _NULL
+            label = "keep", REASONS[r]
+        else:
+            decision, why, kept, jac = _EXCLUDE, exact_json, render.ref(head[i]), _ONE
+            label = "exclude", "exact_duplicate"
+        sp = split[i]
+        tally.decision(split_labels[sp], *label)
+        k = content[i]
+        yield b"".join((
+            b'{"content_id":"', content_id[k].hex().encode(), b'","decision":', decision,
+            b',"jaccard":', jac, b',"kept":', kept, b',"package_id":', package[input_pos[i]],
+            b',"reason":', why, b',"sample_id":', _dumps(sample_id[i]), b',"scope":', scope[k],
+            b',"split":', split_json[sp], b',"text_sha256":"', sha[i].hex().encode(), b'"}\n'))
+
+
+def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
+                    hist: Matches, render: _Render, tally: Tally) -> Iterator[bytes]:
     """``relations.jsonl`` rows: per node and sample in decision order, the exact relation to
     the node's first sample, the exact history relation, near matches in the pool, then near
     history matches by content_id. ``match_sources`` lists the matched content's sources in
     the same split outside the current pool."""
-    content_hex = {c: v.content_id.hex() for c, v in pool.content.items()}
-    content_hex.update({h: v.content_id.hex() for h, v in history.items()})
-    wanted = {n.content for n in nodes} | {m.other for rows in hist.values() for m in rows}
-    outside = _outside_sources(snap, pool, wanted)
-    rels = []
-    for idx, node in enumerate(nodes):
-        first = node.samples[0]
-        own_history = outside.get((node.content, node.split), [])
-        near_rows = sorted(near.get(idx, ()))
-        hist_rows = sorted(hist.get(idx, ()), key=lambda m: content_hex[m.other])
-        for k, s in enumerate(node.samples):
-            sample = _ref(s)
+    rowid = pool.contents.rowid
+    node_rowid = rowid[nodes.content].tolist()
+    node_content = nodes.content.tolist()
+    node_split = nodes.split.tolist()
+    outside = _outside_sources(snap, pool, node_rowid + hist.other.tolist())
+    sources_json: dict[tuple[int, str], bytes] = {}
+
+    def sources(content: int, split: str) -> bytes:
+        key = (content, split)
+        found = sources_json.get(key)
+        if found is None:
+            found = sources_json[key] = _dumps(outside.get(key, []),
+                                               option=orjson.OPT_SORT_KEYS)
+        return found
+
+    split_labels = nodes.split_labels
+    counts = np.diff(nodes.start)
+    near_start = np.searchsorted(near.later, np.arange(len(nodes) + 1)).tolist()
+    hist_start = np.searchsorted(hist.later, np.arange(len(nodes) + 1)).tolist()
+    busy = (counts > 1) | (np.diff(near_start) > 0) | (np.diff(hist_start) > 0)
+    if outside:
+        busy |= np.fromiter(((c, split_labels[sp]) in outside
+                             for c, sp in zip(node_rowid, node_split)),
+                            dtype=bool, count=len(nodes))
+    first = nodes.first.tolist()
+    near_other, near_jac, near_blocked = (near.other.tolist(), near.jaccard.tolist(),
+                                          near.blocked.tolist())
+    hist_other, hist_jac, hist_blocked = (hist.other.tolist(), hist.jaccard.tolist(),
+                                          hist.blocked.tolist())
+    content_id = pool.contents.content_id
+    blocked_json = render.blocked
+    none_json = blocked_json[0]
+    relation = render.relation
+    for idx in np.flatnonzero(busy).tolist():
+        content = node_rowid[idx]
+        split = split_labels[node_split[idx]]
+        members = nodes.members(idx)
+        own_hex = content_id[node_content[idx]].hex()
+        own_sources = sources(content, split)
+        own_history = (content, split) in outside
+        near_rows = []
+        for q in range(near_start[idx], near_start[idx + 1]):
+            a, j, b = near_other[q], near_jac[q], near_blocked[q]
+            m_content = node_content[a]
+            near_rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j),
+                              render.match(content_id[m_content].hex(), first[a]),
+                              sources(int(rowid[m_content]), split)))
+        hist_rows = []
+        for h_hex, q in sorted((render.history_hex(hist_other[q]), q)
+                               for q in range(hist_start[idx], hist_start[idx + 1])):
+            h, j, b = hist_other[q], hist_jac[q], hist_blocked[q]
+            hist_rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j),
+                              render.match(h_hex, None), sources(h, split)))
+        head_match = render.match(own_hex, members[0])
+        history_match = render.match(own_hex, None)
+        for k, sample_index in enumerate(members):
+            sample = render.ref(sample_index)
             if k > 0:
-                rels.append({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                             "history_only": False, "blocked_by": None,
-                             "match": {"content_id": content_hex[node.content], **_ref(first)},
-                             "match_sources": own_history})
+                tally.relation("exact", False, None, 1.0)
+                yield relation(none_json, False, _ONE, _EXACT, head_match, own_sources, sample)
             if own_history:
-                rels.append({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                             "history_only": True, "blocked_by": None,
-                             "match": {"content_id": content_hex[node.content],
-                                       "package_id": None, "sample_id": None},
-                             "match_sources": own_history})
-            for a, j, blocked in near_rows:
-                m = nodes[a]
-                rels.append({"sample": sample, "kind": "near", "jaccard": j,
-                             "history_only": False, "blocked_by": blocked,
-                             "match": {"content_id": content_hex[m.content], **_ref(m.samples[0])},
-                             "match_sources": outside.get((m.content, node.split), [])})
-            for h, j, blocked in hist_rows:
-                rels.append({"sample": sample, "kind": "near", "jaccard": j,
-                             "history_only": True, "blocked_by": blocked,
-                             "match": {"content_id": content_hex[h], "package_id": None,
-                                       "sample_id": None},
-                             "match_sources": outside.get((h, node.split), [])})
-    return rels
+                tally.relation("exact", True, None, 1.0)
+                yield relation(none_json, True, _ONE, _EXACT, history_match, own_sources,
+                               sample)
+            for blocked, blocked_b, j, j_b, match, srcs in near_rows:
+                tally.relation("near", False, blocked, j)
+                yield relation(blocked_b, False, j_b, _NEAR, match, srcs, sample)
+            for blocked, blocked_b, j, j_b, match, srcs in hist_rows:
+                tally.relation("near", True, blocked, j)
+                yield relation(blocked_b, True, j_b, _NEAR, match, srcs, sample)
 
 
-def write_report(output: Path, snap: IndexSnapshot, pool: Pool, nodes: list[Node],
-                 decisions: dict[int, Decision], near: dict[int, list[Match]],
-                 hist: dict[int, list[Match]], cand: Candidates, config: NearDedupConfig) -> dict:
-    """Write the report folder atomically; returns the manifest's ``counts``."""
-    scope_of = {c: pool.scope_labels[v.scope] for c, v in pool.content.items()}
-    in_order = sorted(pool.samples, key=lambda s: (s.input_pos, s.position))
-    dec_rows = []
-    origin_rows = []
-    for s in in_order:
-        d = decisions[id(s)]
-        dec_rows.append({
-            "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "scope": scope_of[s.content], "content_id": pool.content[s.content].content_id.hex(),
-            "text_sha256": s.text_sha256.hex(), "decision": d.decision,
-            "kept": _ref(d.kept) if d.kept is not None else None, "reason": d.reason,
-            "jaccard": d.jaccard})
-        origin_rows.append({
-            "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "file": s.file, "line": s.line,
-            "source": orjson.loads(s.source) if s.source is not None else None})
-    relations = _relations(snap, pool, nodes, near, hist, cand.history)
-    counts = count_decisions(dec_rows, relations, config.threshold)
+def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                 decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
+                 config: NearDedupConfig, origins: tuple[int, str]) -> dict:
+    """Write decisions, relations, manifest and checksums into the staging ``folder``, where
+    ``origins.jsonl`` (``origins``: its lines and sha256) is already; returns the manifest's
+    ``counts``."""
+    tally = Tally(config.threshold)
+    render = _Render(pool, cand.history)
+    digests = {"origins.jsonl": origins[1]}
+    n_dec, digests["decisions.jsonl"] = write_lines(
+        folder / "decisions.jsonl", _decision_lines(pool, nodes, decisions, render, tally))
+    n_rel, digests["relations.jsonl"] = write_lines(
+        folder / "relations.jsonl", _relation_lines(snap, pool, nodes, near, hist, render, tally))
+    counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
     manifest = {
@@ -112,14 +282,10 @@ def write_report(output: Path, snap: IndexSnapshot, pool: Pool, nodes: list[Node
         "index": {"packages": pool.index_packages, "batches": pool.index_batches,
                   "contents": pool.index_contents},
         "counts": counts,
-        "files": {"decisions.jsonl": {"lines": len(dec_rows)},
-                  "relations.jsonl": {"lines": len(relations)},
-                  "origins.jsonl": {"lines": len(origin_rows)}},
+        "files": {"decisions.jsonl": {"lines": n_dec},
+                  "relations.jsonl": {"lines": n_rel},
+                  "origins.jsonl": {"lines": origins[0]}},
     }
-    with atomic_dir(output) as tmp:
-        write_jsonl(tmp / "decisions.jsonl", dec_rows)
-        write_jsonl(tmp / "relations.jsonl", relations)
-        write_jsonl(tmp / "origins.jsonl", origin_rows)
-        write_json(tmp / "manifest.json", manifest)
-        write_checksums(tmp)
+    write_json(folder / "manifest.json", manifest)
+    write_checksums(folder, digests)
     return counts
