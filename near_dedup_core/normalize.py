@@ -23,8 +23,9 @@ from __future__ import annotations
 import unicodedata
 from functools import lru_cache
 
-import numba
 import numpy as np
+
+from near_dedup_core.jit import numba
 
 #: Non-ASCII characters a batch must hold before the table is worth building.
 TABLE_MIN_CHARS = 1 << 20

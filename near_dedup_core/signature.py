@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numba
 import numpy as np
+
+from near_dedup_core.jit import numba
 
 _POLY = np.uint64(0x100000001B3)  # FNV-64 prime: spreads code points across the word
 

@@ -66,13 +66,17 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
         raise
 
 
+#: A pool of at most this many records is scanned in this process (no worker pool to start).
+INLINE_RECORDS = 2048
+
+
 @contextmanager
-def _side_pool(executor: str, workers: int) -> Iterator[tuple[Executor, bool]]:
+def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Executor, bool]]:
     """Where side work and (local) verify chunks run, and whether it is another process."""
     if executor == "ray":
         with ThreadPoolExecutor(max_workers=1) as ex:
             yield ex, False
-    elif workers > 1:
+    elif workers > 1 and records > INLINE_RECORDS:
         with process_pool(workers) as ex:
             yield ex, True
     else:
@@ -83,7 +87,8 @@ def _side_pool(executor: str, workers: int) -> Iterator[tuple[Executor, bool]]:
 def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
           workers: int, executor: str, progress: bool) -> ScanResult:
     with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap, \
-            atomic_dir(output) as folder, _side_pool(executor, workers) as (side, remote):
+            atomic_dir(output) as folder, \
+            _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         pool = load_pool(snap, snap.path, pkgs)
         digests = side.submit(file_digests, data_files(pkgs))
