@@ -23,7 +23,7 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
-from near_dedup_core.scan.records import Candidates, Nodes, Pool
+from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
 from near_dedup_core.signature import band_keys
 
 
@@ -163,8 +163,8 @@ def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray
     return np.stack([flat // n, flat % n], axis=1)
 
 
-def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool,
-                  nodes: Nodes) -> np.ndarray:
+def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool, nodes: Nodes,
+                  pool_nodes: set[tuple[int, str]]) -> np.ndarray:
     """Indexed contents outside the pool sharing a band key with a long-node slot, looked up
     in the index's band table: distinct (content row id, slot) pairs, sorted."""
     if not len(keys):
@@ -173,12 +173,10 @@ def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool,
     by_key = np.argsort(flat_keys, kind="stable")
     sorted_keys = flat_keys[by_key]
     slot_of = (by_key // keys.shape[1]).astype(np.int64)
-    distinct = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
+    probes = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
     rowid = pool.contents.rowid
-    pool_nodes = set(zip(rowid[nodes.content].tolist(),
-                         [nodes.split_labels[x] for x in nodes.split.tolist()]))
     # distinct keys in key order: the probes walk the band B-tree in order
-    found = snap.history_band_hits(distinct, np.unique(rowid[nodes.content]).tolist(),
+    found = snap.history_band_hits(probes, distinct(rowid[nodes.content]).tolist(),
                                    pool_nodes)
     if not len(found.keys):
         return np.zeros((0, 2), dtype=np.int64)
@@ -188,7 +186,7 @@ def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool,
     ends = np.cumsum(counts)
     at = np.arange(int(ends[-1])) - np.repeat(ends - counts - lo, counts)
     n = max(len(keys), 1)
-    pairs = np.unique(np.repeat(found.contents, counts) * n + slot_of[at])
+    pairs = distinct(np.repeat(found.contents, counts) * n + slot_of[at])
     return np.stack([pairs // n, pairs % n], axis=1)
 
 
@@ -196,12 +194,17 @@ def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: 
                        config: NearDedupConfig, raw_counts: np.ndarray) -> HistoryCandidates:
     """(slot, history content) pairs of the same scope whose content is indexed in the slot's
     split outside the pool; adds one to ``raw_counts`` per pair of a slot."""
-    hits = _history_hits(snap, slots.keys, pool, nodes) if pool.has_history() else \
-        np.zeros((0, 2), dtype=np.int64)
+    if not pool.has_history():
+        return HistoryCandidates(np.zeros((0, 2), dtype=np.int64),
+                                 snap.content_columns(np.zeros(0, dtype=np.int64)))
+    labels = nodes.split_labels
+    pool_nodes = set(zip(pool.contents.rowid[nodes.content].tolist(),
+                         [labels[x] for x in nodes.split.tolist()]))
+    hits = _history_hits(snap, slots.keys, pool, nodes, pool_nodes)
     if not len(hits):
         return HistoryCandidates(np.zeros((0, 2), dtype=np.int64),
                                  snap.content_columns(np.zeros(0, dtype=np.int64)))
-    hids = np.unique(hits[:, 0])
+    hids = distinct(hits[:, 0])
     history = snap.content_columns(hids)
     if (history.shingles < 0).any():
         raise _no_shingle_count(history.content_id[int(np.argmax(history.shingles < 0))])
@@ -209,8 +212,6 @@ def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: 
         bad = history.content_id[int(np.argmin(history.has_signature))]
         raise NearDedupError(f"index: content {bad.hex()} has band keys but no signature")
     split_id: dict[str, int] = {}
-    pool_nodes = set(zip(pool.contents.rowid[nodes.content].tolist(),
-                         [nodes.split_labels[x] for x in nodes.split.tolist()]))
     open_keys = []  # (history content, split) indexed outside the pool, as h * S + split
     for content, split in snap.content_splits(hids.tolist()):
         if (content, split) not in pool_nodes:
@@ -277,23 +278,55 @@ def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, threshold: float,
     return pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]
 
 
-def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
-                    config: NearDedupConfig, progress: bool) -> Candidates:
-    """Pool and history candidate pairs after the filters (see module doc)."""
-    slots = pool_slots(pool, nodes, config)
+class PoolSearch(NamedTuple):
+    """The pool's part of the candidates: its slots, the LSH pairs before the filters (as
+    slot pairs), each slot's candidate count so far (an upper bound) and the pool pairs that
+    pass the filters (node pairs)."""
 
+    slots: Slots
+    lsh_pairs: np.ndarray
+    raw_counts: np.ndarray
+    pairs: np.ndarray
+
+
+def _limit(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: Slots,
+           config: NearDedupConfig) -> Callable[[int, int], LimitExceeded]:
     def too_many(slot: int, count: int) -> LimitExceeded:
         return _too_many(snap, pool, nodes, int(slots.nodes[slot]), count, config)
+    return too_many
 
+
+def pool_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                    config: NearDedupConfig) -> PoolSearch:
+    """Stage 2–3 within the pool: LSH pairs and the filters (the history comes after, in
+    `history_and_limits`, which also applies ``max_candidates`` to both)."""
+    slots = pool_slots(pool, nodes, config)
     raw_counts = np.zeros(len(slots.nodes), dtype=np.int64)  # upper bound of each slot's count
-    all_pairs = _pool_lsh_pairs(slots.keys, slots.groups, raw_counts, config.max_candidates,
-                                too_many)
-    hist = history_candidates(snap, pool, nodes, slots, config, raw_counts)
-    _check_max_candidates(all_pairs, hist.pairs, raw_counts, config.max_candidates, too_many)
+    lsh_pairs = _pool_lsh_pairs(slots.keys, slots.groups, raw_counts, config.max_candidates,
+                                _limit(snap, pool, nodes, slots, config))
     agree_min = min_agreement(config.num_perm, config.threshold)
-    history_pairs = _filtered_history_pairs(hist, slots, config.threshold, agree_min)
-    pool_pairs = _filtered_pool_pairs(all_pairs, slots, config.threshold, agree_min)
-    return Candidates(pool_pairs, history_pairs, hist.contents, len(all_pairs) + len(hist.pairs))
+    return PoolSearch(slots, lsh_pairs, raw_counts,
+                      _filtered_pool_pairs(lsh_pairs, slots, config.threshold, agree_min))
+
+
+def history_and_limits(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                       config: NearDedupConfig, found: PoolSearch) -> Candidates:
+    """The history candidates of the pool's slots, ``max_candidates`` over pool and history
+    candidates together, and the history pairs that pass the filters."""
+    hist = history_candidates(snap, pool, nodes, found.slots, config, found.raw_counts)
+    _check_max_candidates(found.lsh_pairs, hist.pairs, found.raw_counts, config.max_candidates,
+                          _limit(snap, pool, nodes, found.slots, config))
+    agree_min = min_agreement(config.num_perm, config.threshold)
+    history_pairs = _filtered_history_pairs(hist, found.slots, config.threshold, agree_min)
+    return Candidates(found.pairs, history_pairs, hist.contents,
+                      len(found.lsh_pairs) + len(hist.pairs))
+
+
+def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                    config: NearDedupConfig, progress: bool = False) -> Candidates:
+    """Pool and history candidate pairs after the filters (see module doc)."""
+    return history_and_limits(snap, pool, nodes, config,
+                              pool_candidates(snap, pool, nodes, config))
 
 
 def _too_many(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, node: int, count: int,

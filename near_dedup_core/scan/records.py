@@ -19,6 +19,17 @@ from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.package import Package
 
+
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array: ``np.unique`` by sorting (numpy 2's
+    ``np.unique`` without options hashes instead, about ten times slower on a million
+    values)."""
+    flat = np.sort(np.asarray(values).reshape(-1))
+    if len(flat) < 2:
+        return flat
+    return flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
+
+
 #: ``Matches.blocked`` codes: the guard rule that keeps a pair apart (0: none).
 BLOCKED_BY: tuple[str | None, ...] = (None, "numbers", "units")
 

@@ -24,7 +24,7 @@ from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
-from near_dedup_core.scan.candidates import find_candidates
+from near_dedup_core.scan.candidates import history_and_limits, pool_candidates
 from near_dedup_core.scan.decide import decide
 from near_dedup_core.scan.pool import build_nodes, check_files, data_files, file_digests, load_pool
 from near_dedup_core.scan.verify import VerifyJob
@@ -97,14 +97,17 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
                               [p.package_id for p in pkgs], folder / "origins.jsonl")
         try:
             nodes = build_nodes(pool)
-            cand = find_candidates(snap, pool, nodes, config, progress)
+            found = pool_candidates(snap, pool, nodes, config)
+            job = VerifyJob(snap, pool, nodes, config, side if remote else None, workers,
+                            progress, executor)
+            job.add_pool(found.pairs)  # the workers verify while the history is looked up
+            cand = history_and_limits(snap, pool, nodes, config, found)
         except Exception:
             check_files(pkgs, digests.result())
             raise
         check_files(pkgs, digests.result())
         pause_point("scan-verify")
-        job = VerifyJob(snap, pool, nodes, cand, config, side if remote else None, workers,
-                        progress, executor)
+        job.add_history(cand.history_pairs)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from concurrent.futures import Executor, Future
 from functools import lru_cache
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,15 +19,15 @@ from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import (
     BLOCKED_BY,
-    Candidates,
     Matches,
     Nodes,
     Pool,
     Verified,
     VerifyParams,
+    distinct,
 )
 from near_dedup_core.signature import MinHasher, components, pair_jaccards
-from near_dedup_core.workers import parallelism, process_pool, work_pool
+from near_dedup_core.workers import parallelism, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
 VERIFY_CHUNK = 20_000
@@ -125,92 +126,111 @@ def _domains(pool: Pool, config: NearDedupConfig) -> dict[int, frozenset[str]] |
     return {c: frozenset(d) for c, d in found.items()}
 
 
-class VerifyJob:
-    """The verify stage under way: chunks submitted to the workers (or, inline, computed when
-    collected). Between `start` and `collect` the caller's process is free for other work."""
+class _Batch(NamedTuple):
+    """Pairs handed to the workers together: node pairs (pool) or (node, history content)
+    pairs, their chunks (pair indexes) and, with a process pool, the futures of the chunks."""
 
-    def __init__(self, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, cand: Candidates,
+    history: bool
+    pairs: np.ndarray
+    chunks: list[np.ndarray]
+    args: list[np.ndarray]
+    futures: list[Future] | None
+
+
+class VerifyJob:
+    """The verify stage under way. Pool pairs and history pairs are added separately (the
+    pool's as soon as they are known, while the main process still looks up the history);
+    with a process pool their chunks start at once, inline or on Ray they are computed when
+    collected. Between `add_pool` and `collect` the main process is free for other work."""
+
+    def __init__(self, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                  config: NearDedupConfig, ex: Executor | None, workers: int, progress: bool,
                  executor: str) -> None:
-        rowid = pool.contents.rowid
-        content_pairs = np.concatenate([
-            rowid[nodes.content[cand.pool_pairs]].reshape(-1, 2),
-            np.stack([rowid[nodes.content[cand.history_pairs[:, 0]]],
-                      cand.history_pairs[:, 1]], axis=1)]).astype(np.int64).reshape(-1, 2)
-        self._cand = cand
         self._snap = snap
+        self._rowid = pool.contents.rowid
+        self._node_content = nodes.content
+        self._ex = ex if executor != "ray" else None
         self._workers = workers
         self._executor = executor
+        self._progress = progress
         self._domains = _domains(pool, config)
         self._params = VerifyParams.of(config)
-        self._bar = Progress("scan: verify pairs", len(content_pairs), enabled=progress)
-        self._chunks = _local_chunks(content_pairs)
-        self._args = [content_pairs[c] for c in self._chunks]
-        self._futures: list[Future] | None = None
-        if executor != "ray" and ex is not None:
-            self._futures = [ex.submit(verify_pairs, snap.location, self._params, arg,
-                                       self._chunk_domains(arg)) for arg in self._args]
+        self._batches: list[_Batch] = []
+
+    def add_pool(self, pairs: np.ndarray) -> None:
+        """Node pairs (a, b), a < b."""
+        self._add(False, pairs, self._rowid[self._node_content[pairs]].reshape(-1, 2))
+
+    def add_history(self, pairs: np.ndarray) -> None:
+        """(node, history content row id) pairs."""
+        self._add(True, pairs, np.stack([self._rowid[self._node_content[pairs[:, 0]]],
+                                         pairs[:, 1]], axis=1).reshape(-1, 2))
+
+    def _add(self, history: bool, pairs: np.ndarray, content_pairs: np.ndarray) -> None:
+        content_pairs = content_pairs.astype(np.int64)
+        chunks = _local_chunks(content_pairs)
+        args = [content_pairs[c] for c in chunks]
+        futures = None
+        if self._ex is not None:
+            futures = [self._ex.submit(verify_pairs, self._snap.location, self._params, arg,
+                                       self._chunk_domains(arg)) for arg in args]
+        self._batches.append(_Batch(history, pairs, chunks, args, futures))
 
     def _chunk_domains(self, arg: np.ndarray) -> dict[int, frozenset[str]] | None:
         if self._domains is None:
             return None
-        return {c: self._domains[c] for c in np.unique(arg).tolist() if c in self._domains}
+        return {c: self._domains[c] for c in distinct(arg).tolist() if c in self._domains}
 
     def collect(self) -> tuple[Matches, Matches]:
         """Pool matches (``later`` the later node, ``other`` the earlier one) and history
         matches (``other`` the history content), each sorted by (later, other)."""
-        results: list[list[Verified]] = []
-        if self._executor == "ray":
-            results = _verify_on_ray(self._snap, self._chunks, self._args, self._params,
-                                     self._domains, self._workers, self._bar)
-        elif self._futures is not None:
-            for c, fut in zip(self._chunks, self._futures):
-                results.append(fut.result())
-                self._bar.advance(len(c))
-                pause_point("scan-verify-pool")
-        else:
-            for c, arg in zip(self._chunks, self._args):
-                results.append(verify_pairs(self._snap, self._params, arg,
-                                            self._chunk_domains(arg)))
-                self._bar.advance(len(c))
-        self._bar.finish()
-        index, jaccard, blocked = [], [], []
+        bar = Progress("scan: verify pairs", sum(len(b.pairs) for b in self._batches),
+                       enabled=self._progress)
+        found: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {False: [],
+                                                                              True: []}
         code = {b: i for i, b in enumerate(BLOCKED_BY)}
-        for c, res in zip(self._chunks, results):
-            if res:
-                k, j, b = zip(*res)
-                index.append(c[np.asarray(k, dtype=np.int64)])
-                jaccard.append(np.asarray(j, dtype=np.float64))
-                blocked.append(np.asarray([code[x] for x in b], dtype=np.int8))
-        g = np.concatenate(index) if index else np.zeros(0, dtype=np.int64)
-        jac = np.concatenate(jaccard) if jaccard else np.zeros(0, dtype=np.float64)
-        blk = np.concatenate(blocked) if blocked else np.zeros(0, dtype=np.int8)
-        n_pool = len(self._cand.pool_pairs)
-        is_pool = g < n_pool
-        pool_pairs = self._cand.pool_pairs[g[is_pool]]
-        hist_pairs = self._cand.history_pairs[g[~is_pool] - n_pool]
-        near = _matches(pool_pairs[:, 1], pool_pairs[:, 0], jac[is_pool], blk[is_pool])
-        hist = _matches(hist_pairs[:, 0], hist_pairs[:, 1], jac[~is_pool], blk[~is_pool])
-        return near, hist
+        for batch in self._batches:
+            results: list[list[Verified]] = []
+            if self._executor == "ray":
+                results = _verify_on_ray(self._snap, batch.chunks, batch.args, self._params,
+                                         self._domains, self._workers, bar)
+            elif batch.futures is not None:
+                for c, fut in zip(batch.chunks, batch.futures):
+                    results.append(fut.result())
+                    bar.advance(len(c))
+                    pause_point("scan-verify-pool")
+            else:
+                for c, arg in zip(batch.chunks, batch.args):
+                    results.append(verify_pairs(self._snap, self._params, arg,
+                                                self._chunk_domains(arg)))
+                    bar.advance(len(c))
+            for c, res in zip(batch.chunks, results):
+                if res:
+                    k, j, b = zip(*res)
+                    found[batch.history].append((
+                        batch.pairs[c[np.asarray(k, dtype=np.int64)]],
+                        np.asarray(j, dtype=np.float64),
+                        np.asarray([code[x] for x in b], dtype=np.int8)))
+        bar.finish()
+        out = []
+        for history in (False, True):
+            parts = found[history]
+            pairs = np.concatenate([p for p, _, _ in parts]) if parts else \
+                np.zeros((0, 2), dtype=np.int64)
+            jac = np.concatenate([j for _, j, _ in parts]) if parts else np.zeros(0)
+            blk = np.concatenate([b for _, _, b in parts]) if parts else \
+                np.zeros(0, dtype=np.int8)
+            if history:  # (node, history content): the node is the later side
+                out.append(_matches(pairs[:, 0], pairs[:, 1], jac, blk))
+            else:  # (a, b), a < b: b is the later node
+                out.append(_matches(pairs[:, 1], pairs[:, 0], jac, blk))
+        return out[0], out[1]
 
 
 def _matches(later: np.ndarray, other: np.ndarray, jaccard: np.ndarray,
              blocked: np.ndarray) -> Matches:
     order = np.lexsort((other, later))
     return Matches(later[order], other[order], jaccard[order], blocked[order])
-
-
-def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, cand: Candidates,
-                      config: NearDedupConfig, workers: int, progress: bool,
-                      executor: str = "local") -> tuple[Matches, Matches]:
-    """Verified relations (see `VerifyJob.collect`), with a process pool of ``workers`` of
-    its own (or Ray, or inline for one worker)."""
-    if executor == "ray" or workers <= 1:
-        return VerifyJob(snap, pool, nodes, cand, config, None, workers, progress,
-                         executor).collect()
-    with process_pool(workers) as ex:
-        return VerifyJob(snap, pool, nodes, cand, config, ex, workers, progress,
-                         executor).collect()
 
 
 def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
@@ -225,7 +245,7 @@ def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
     with work_pool("ray", workers) as ex:
         window = 2 * parallelism(ex, workers)
         for c, arg in zip(chunks, args):
-            texts = snap.shipped(np.unique(arg).tolist())
+            texts = snap.shipped(distinct(arg).tolist())
             pending.append((len(c), ex.submit(verify_pairs, texts, params, arg, domains)))
             while len(pending) > window:
                 n, fut = pending.popleft()
