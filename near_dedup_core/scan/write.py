@@ -154,6 +154,8 @@ def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Ren
     split_json = render.split
     sample_id = s.sample_id
     sha = s.text_sha256
+    if sha is None:
+        raise ValueError("the pool's text digests were not loaded")
     why_json = [_dumps(r) for r in REASONS]
     exact_json = _dumps("exact_duplicate")
     for i in range(n):
@@ -193,10 +195,12 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
 
     def sources(content: int, split: str) -> bytes:
         key = (content, split)
+        if key not in outside:
+            return b"[]"
         found = sources_json.get(key)
-        if found is None:
-            found = sources_json[key] = _dumps(outside.get(key, []),
-                                               option=orjson.OPT_SORT_KEYS)
+        if found is None:  # (bytes() keeps the rendering, not orjson's larger buffer)
+            found = sources_json[key] = bytes(memoryview(_dumps(outside[key],
+                                                                option=orjson.OPT_SORT_KEYS)))
         return found
 
     split_labels = nodes.split_labels
