@@ -816,15 +816,26 @@ class IndexSnapshot(IndexTexts):
 
     def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
                      ) -> Iterator[list[tuple]]:
-        """(sample_id, split, text_sha256, domain, content) of one package's samples in
-        package order, as plain tuples in lists of up to ``batch``: `package_sources`
-        without file, line, position and ``source`` (see `package_origins` and
-        `sample_location`), so that a million samples pass without a million records."""
+        """(sample_id, split, content) of one package's samples in package order, as plain
+        tuples in lists of up to ``batch``: the least a scan needs before it can compare, so
+        that a million samples load without a million records (`package_column` reads any
+        other column in the same order)."""
         cur = self._con.execute(
-            "SELECT sample_id, split, text_sha256, domain, content FROM sources "
-            "WHERE package = ? ORDER BY position", (package.rowid,))
+            "SELECT sample_id, split, content FROM sources WHERE package = ? ORDER BY position",
+            (package.rowid,))
         while rows := cur.fetchmany(batch):
             yield rows
+
+    #: the `sources` columns `package_column` reads
+    SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
+
+    def package_column(self, package: IndexedPackage, column: str) -> list:
+        """One column (`SAMPLE_COLUMNS`) of one package's samples, in package order."""
+        if column not in self.SAMPLE_COLUMNS:
+            raise ValueError(f"not a sample column: {column}")
+        return [row[0] for row in self._con.execute(
+            f"SELECT {column} FROM sources WHERE package = ? ORDER BY position",
+            (package.rowid,))]
 
     def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
         """(file, line) of the ``nth`` sample (0-based, package order) of one package."""
@@ -837,36 +848,44 @@ class IndexSnapshot(IndexTexts):
         every id exists and every signature has ``num_perm`` values."""
         ids = np.sort(np.asarray(ids, dtype=np.int64))
         ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
-        cols: list[list] = [[], [], [], [], []]
-        has: list[bool] = []
-        sigs: list[bytes] = []
-        for i in range(0, len(ids), SQL_IN):
+        n = len(ids)
+        width = self._signature_bytes
+        content_id: list[bytes] = []
+        scope = np.zeros(n, dtype=np.int64)
+        batch = np.zeros(n, dtype=np.int64)
+        shingles = np.full(n, -1, dtype=np.int64)
+        has_signature = np.zeros(n, dtype=bool)
+        signatures: np.ndarray | None = None
+        for i in range(0, n, SQL_IN):
             part = ids[i:i + SQL_IN].tolist()
             rows = self._con.execute(
-                f"SELECT id, content_id, scope, batch, shingles, signature FROM contents "
+                f"SELECT content_id, scope, batch, shingles, signature FROM contents "
                 f"WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part).fetchall()
             if len(rows) != len(part):
                 raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
-            for col, values in zip(cols, zip(*rows)):
-                col.extend(values)
-            for row in rows:
-                has.append(row[5] is not None)
-                if row[5] is not None:
-                    sigs.append(row[5])
-        width = self._signature_bytes or (len(sigs[0]) if sigs else 2)
-        if any(len(sig) != width for sig in sigs):
-            raise damaged(self.path, "a content signature has the wrong length")
-        has_signature = np.asarray(has, dtype=bool)
-        signatures = np.zeros((len(has), width // 2), dtype=np.uint16)
-        if sigs:
-            signatures[has_signature] = np.frombuffer(b"".join(sigs), dtype=np.uint16
-                                                      ).reshape(len(sigs), width // 2)
-        rowid, content_id, scope, batch, shingles = cols
-        return ContentColumns(
-            np.asarray(rowid, dtype=np.int64), [bytes(c) for c in content_id],
-            np.asarray(scope, dtype=np.int64), np.asarray(batch, dtype=np.int64),
-            np.asarray([-1 if x is None else x for x in shingles], dtype=np.int64),
-            signatures, has_signature)
+            cid, sc, bt, sh, sig = zip(*rows)
+            content_id.extend(cid)
+            end = i + len(part)
+            scope[i:end] = sc
+            batch[i:end] = bt
+            shingles[i:end] = [-1 if x is None else x for x in sh]
+            present = [x is not None for x in sig]
+            has_signature[i:end] = present
+            found = [x for x in sig if x is not None]
+            if not found:
+                continue
+            if width is None:
+                width = len(found[0])
+            if any(len(x) != width for x in found):
+                raise damaged(self.path, "a content signature has the wrong length")
+            if signatures is None:
+                signatures = np.zeros((n, width // 2), dtype=np.uint16)
+            signatures[i:end][np.asarray(present)] = np.frombuffer(
+                b"".join(found), dtype=np.uint16).reshape(len(found), width // 2)
+        if signatures is None:
+            signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
+        return ContentColumns(ids, [bytes(c) for c in content_id], scope, batch, shingles,
+                              signatures, has_signature)
 
     def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
         """Content rows by row id. The ids come from sources or bands, so every one exists and

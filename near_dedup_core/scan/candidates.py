@@ -57,31 +57,88 @@ class HistoryCandidates(NamedTuple):
     contents: db.ContentColumns
 
 
-@numba.njit(cache=True)
-def _run_pairs(order, run_starts, run_sizes, raw_counts):
-    """All (i, j) pairs, i < j, of the members of each run of ``order``; adds each member's
-    run size − 1 to ``raw_counts``."""
-    total = 0
-    for r in range(run_sizes.shape[0]):
-        total += run_sizes[r] * (run_sizes[r] - 1) // 2
-    out = np.empty((total, 2), dtype=np.int64)
-    k = 0
-    for r in range(run_sizes.shape[0]):
-        s = run_starts[r]
-        n = run_sizes[r]
-        for x in range(n):
-            a = order[s + x]
-            raw_counts[a] += n - 1
-            for y in range(x + 1, n):
-                b = order[s + y]
-                if a < b:
-                    out[k, 0] = a
-                    out[k, 1] = b
-                else:
-                    out[k, 0] = b
-                    out[k, 1] = a
-                k += 1
-    return out
+@numba.njit(cache=True, nogil=True)
+def _band_runs(band_keys, groups, table, run_of):
+    """Number the distinct (group, band key) values of the slots in order of first
+    appearance; run_of[i] is slot i's number. ``table`` is an open-addressing table of
+    (key, group, number) rows, at most half full. Returns the count."""
+    mask = table.shape[0] - 1
+    table[:, 2] = -1
+    runs = 0
+    for i in range(band_keys.shape[0]):
+        k = band_keys[i]
+        g = groups[i]
+        h = np.uint64(k) ^ (np.uint64(g) * np.uint64(0x9E3779B97F4A7C15))
+        h ^= h >> np.uint64(29)
+        slot = np.int64(h & np.uint64(mask))
+        while True:
+            r = table[slot, 2]
+            if r < 0:
+                table[slot, 0] = k
+                table[slot, 1] = g
+                table[slot, 2] = runs
+                run_of[i] = runs
+                runs += 1
+                break
+            if table[slot, 0] == k and table[slot, 1] == g:
+                run_of[i] = r
+                break
+            slot = (slot + 1) & mask
+    return runs
+
+
+@numba.njit(cache=True, nogil=True)
+def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
+    """Every pair (i, j), i < j, of slots in the same run, into the open-addressing set
+    ``pairs`` (keys i * n + j + 1; 0 is empty; the caller keeps it at most half full); adds
+    run size - 1 to each member's raw count. Returns the number of new pairs."""
+    n = run_of.shape[0]
+    start = np.zeros(n_runs + 1, dtype=np.int64)
+    for r in range(n_runs):
+        start[r + 1] = start[r] + sizes[r]
+    fill = start[:-1].copy()
+    members = np.empty(n, dtype=np.int64)
+    for i in range(n):  # slots by run, each run in slot order
+        r = run_of[i]
+        members[fill[r]] = i
+        fill[r] += 1
+    mask = pairs.shape[0] - 1
+    added = 0
+    for r in range(n_runs):
+        size = sizes[r]
+        if size < 2:
+            continue
+        for x in range(start[r], start[r + 1]):
+            a = members[x]
+            raw_counts[a] += size - 1
+            for y in range(x + 1, start[r + 1]):
+                key = a * n + members[y] + 1
+                h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+                slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
+                while True:
+                    v = pairs[slot]
+                    if v == 0:
+                        pairs[slot] = key
+                        added += 1
+                        break
+                    if v == key:
+                        break
+                    slot = (slot + 1) & mask
+    return added
+
+
+@numba.njit(cache=True, nogil=True)
+def _rehash(old, new):
+    mask = new.shape[0] - 1
+    for k in range(old.shape[0]):
+        key = old[k]
+        if key == 0:
+            continue
+        h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+        slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
+        while new[slot] != 0:
+            slot = (slot + 1) & mask
+        new[slot] = key
 
 
 @numba.njit(cache=True)
@@ -137,29 +194,39 @@ def pool_slots(pool: Pool, nodes: Nodes, config: NearDedupConfig) -> Slots:
 def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray,
                     limit: int, too_many: Callable[[int, int], LimitExceeded]) -> np.ndarray:
     """Distinct (i, j), i < j, of long-node slots sharing a band key within one (scope,
-    split) group, one band at a time: sort by (group, key), pairs within equal runs."""
+    split) group (in no particular order), one band at a time: slots are grouped by (group,
+    key) through a hash table and the pairs of each group go into a hash set, so nothing is
+    sorted. A run of more than ``limit`` + 1 slots stops the scan; the one named is
+    the first such run of the first such band in (group, key) order, and its first slot,
+    as if the band had been sorted."""
     n = len(groups)
-    chunks = []
-    for b in range(keys.shape[1]):
-        order = np.lexsort((keys[:, b], groups))
-        g_sorted, k_sorted = groups[order], keys[order, b]
-        boundary = np.ones(n + 1, dtype=bool)
-        if n > 1:
-            boundary[1:-1] = (g_sorted[1:] != g_sorted[:-1]) | (k_sorted[1:] != k_sorted[:-1])
-        starts = np.flatnonzero(boundary)
-        run_sizes = np.diff(starts)
-        too_big = np.flatnonzero(run_sizes - 1 > limit)
-        if len(too_big):
-            r = int(too_big[0])
-            raise too_many(int(order[starts[r]]), int(run_sizes[r]) - 1)
-        multi = run_sizes >= 2
-        if multi.any():
-            chunks.append(_run_pairs(order.astype(np.int64), starts[:-1][multi].astype(np.int64),
-                                     run_sizes[multi].astype(np.int64), raw_counts))
-    if not chunks:
+    if n < 2:
         return np.zeros((0, 2), dtype=np.int64)
-    flat = np.sort(np.concatenate([p[:, 0] * n + p[:, 1] for p in chunks]))
-    flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    table = np.zeros((size, 3), dtype=np.int64)
+    run_of = np.empty(n, dtype=np.int64)
+    pairs = np.zeros(2 * size, dtype=np.int64)
+    held = 0
+    for b in range(keys.shape[1]):
+        band = np.ascontiguousarray(keys[:, b])
+        runs = _band_runs(band, groups, table, run_of)
+        sizes = np.bincount(run_of, minlength=runs)
+        big = np.flatnonzero(sizes - 1 > limit)
+        if len(big):
+            first_of_run = np.full(runs, n, dtype=np.int64)
+            np.minimum.at(first_of_run, run_of, np.arange(n))
+            heads = first_of_run[big]
+            r = int(big[np.lexsort((band[heads], groups[heads]))[0]])
+            raise too_many(int(first_of_run[r]), int(sizes[r]) - 1)
+        bound = int((sizes * (sizes - 1) // 2).sum())
+        while 2 * (held + bound) > len(pairs):
+            grown = np.zeros(2 * len(pairs), dtype=np.int64)
+            _rehash(pairs, grown)
+            pairs = grown
+        held += _insert_run_pairs(run_of, sizes, runs, pairs, raw_counts)
+    flat = pairs[pairs != 0] - 1
     return np.stack([flat // n, flat % n], axis=1)
 
 

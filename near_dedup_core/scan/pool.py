@@ -43,9 +43,11 @@ def verify_files(pkgs: list[Package]) -> None:
     check_files(pkgs, file_digests(data_files(pkgs)))
 
 
-def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package]) -> Pool:
+def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package],
+              domains: bool = False) -> Pool:
     """The pool's samples and contents as the snapshot holds them; every input must be
-    indexed with the same manifest."""
+    indexed with the same manifest. Sample domains are read only when asked for (the guard's
+    domain-specific units need them); text digests are read later (`load_text_sha256`)."""
     indexed_rows = snap.indexed_packages()
     indexed = {r.package_id: r for r in indexed_rows}
     for pkg in pkgs:
@@ -58,31 +60,33 @@ def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package
                                  f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
                                  f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
     sample_id: list[str] = []
-    text_sha256: list[bytes] = []
     splits: dict[str, int] = {}
-    domains: dict[str | None, int] = {}
     split: list[int] = []
-    domain: list[int] = []
-    content_rowid: list[int] = []
+    content: list[np.ndarray] = []
     sample_start = [0]
     for pkg in pkgs:
         for rows in snap.pool_samples(indexed[pkg.package_id]):
-            ids, split_col, sha_col, domain_col, content_col = zip(*rows)
+            ids, split_col, content_col = zip(*rows)
             sample_id.extend(ids)
-            text_sha256.extend(sha_col)
             split.extend([splits.setdefault(x, len(splits)) for x in split_col])
-            domain.extend([domains.setdefault(x, len(domains)) for x in domain_col])
-            content_rowid.extend(content_col)
+            content.append(np.asarray(content_col, dtype=np.int64))
         sample_start.append(len(sample_id))
-    rowids = np.asarray(content_rowid, dtype=np.int64)
-    del content_rowid
+    rowids = np.concatenate(content) if content else np.zeros(0, dtype=np.int64)
+    del content
     contents = snap.content_columns(rowids)
     start = np.asarray(sample_start, dtype=np.int64)
+    domain, domain_labels = None, None
+    if domains:
+        codes: dict[str | None, int] = {}
+        domain = np.asarray([codes.setdefault(d, len(codes)) for pkg in pkgs
+                             for d in snap.package_column(indexed[pkg.package_id], "domain")],
+                            dtype=np.int64)
+        domain_labels = list(codes)
     samples = Samples(
         input_pos=np.repeat(np.arange(len(pkgs), dtype=np.int64), np.diff(start)),
         sample_id=sample_id, split=np.asarray(split, dtype=np.int64), split_labels=list(splits),
-        text_sha256=text_sha256, domain=np.asarray(domain, dtype=np.int64),
-        domain_labels=list(domains), content=np.searchsorted(contents.rowid, rowids))
+        content=np.searchsorted(contents.rowid, rowids), domain=domain,
+        domain_labels=domain_labels)
     counts = snap.counts()
     return Pool(
         packages=pkgs, indexed=[indexed[p.package_id] for p in pkgs], sample_start=start,
@@ -92,6 +96,13 @@ def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package
                          "manifest_sha256": r.manifest_sha256, "batch": r.batch}
                         for r in indexed_rows],
         index_batches=counts.batches, index_contents=counts.contents)
+
+
+def load_text_sha256(snap: db.IndexSnapshot, pool: Pool) -> None:
+    """Each sample's ``text_sha256`` (for the report only: the scan reads them while the
+    workers verify)."""
+    pool.samples.text_sha256 = [sha for package in pool.indexed
+                                for sha in snap.package_column(package, "text_sha256")]
 
 
 def first_ingest_rank(contents: db.ContentColumns) -> np.ndarray:

@@ -38,16 +38,18 @@ BLOCKED_BY: tuple[str | None, ...] = (None, "numbers", "units")
 class Samples:
     """The pool's samples as columns, one entry per sample in report order: input package,
     then position within the package. ``content`` indexes `Pool.contents` (not the row id);
-    ``split`` and ``domain`` index their label lists (few distinct values)."""
+    ``split`` and ``domain`` index their label lists (few distinct values). ``domain`` is
+    read only when the config has domain-specific units, ``text_sha256`` only for the
+    report."""
 
     input_pos: np.ndarray  # int64
     sample_id: list[str]
     split: np.ndarray  # int64, index into split_labels
     split_labels: list[str]
-    text_sha256: list[bytes]
-    domain: np.ndarray  # int64, index into domain_labels
-    domain_labels: list[str | None]
     content: np.ndarray  # int64
+    domain: np.ndarray | None = None  # int64, index into domain_labels
+    domain_labels: list[str | None] | None = None
+    text_sha256: list[bytes] | None = None
 
     def __len__(self) -> int:
         return len(self.sample_id)

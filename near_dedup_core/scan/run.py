@@ -26,7 +26,14 @@ from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
 from near_dedup_core.scan.candidates import history_and_limits, pool_candidates
 from near_dedup_core.scan.decide import decide
-from near_dedup_core.scan.pool import build_nodes, check_files, data_files, file_digests, load_pool
+from near_dedup_core.scan.pool import (
+    build_nodes,
+    check_files,
+    data_files,
+    file_digests,
+    load_pool,
+    load_text_sha256,
+)
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import write_origins, write_report
 from near_dedup_core.workers import InlineExecutor, process_pool
@@ -90,7 +97,7 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             atomic_dir(output) as folder, \
             _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
-        pool = load_pool(snap, snap.path, pkgs)
+        pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
         digests = side.submit(file_digests, data_files(pkgs))
         reader: str | db.IndexTexts = snap.location if remote or executor == "ray" else snap
         origins = side.submit(write_origins, reader, [p.rowid for p in pool.indexed],
@@ -108,6 +115,7 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         check_files(pkgs, digests.result())
         pause_point("scan-verify")
         job.add_history(cand.history_pairs)
+        load_text_sha256(snap, pool)  # (for the report, while the workers verify)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,

@@ -117,10 +117,13 @@ def _domains(pool: Pool, config: NearDedupConfig) -> dict[int, frozenset[str]] |
     if not config.extra_units:
         return None
     s = pool.samples
+    if s.domain is None or s.domain_labels is None:
+        raise ValueError("the pool was loaded without sample domains")
+    labels = s.domain_labels
     found: dict[int, set[str]] = defaultdict(set)
     pairs = np.unique(np.stack([pool.contents.rowid[s.content], s.domain], axis=1), axis=0)
     for c, d in pairs.tolist():
-        label = s.domain_labels[d]
+        label = labels[d]
         if label:
             found[c].add(label)
     return {c: frozenset(d) for c, d in found.items()}

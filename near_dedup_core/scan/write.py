@@ -123,8 +123,6 @@ class _Render:
                          b',"sample":', sample, b"}\n"))
 
 
-_KEEP = _dumps("keep")
-_EXCLUDE = _dumps("exclude")
 _EXACT = _dumps("exact")
 _NEAR = _dumps("near")
 _ONE = _dumps(1.0)
@@ -132,20 +130,38 @@ _ONE = _dumps(1.0)
 
 def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
                     tally: Tally) -> Iterator[bytes]:
-    """``decisions.jsonl`` rows in report order (input order, then package order)."""
+    """``decisions.jsonl`` rows in report order (input order, then package order). A
+    sample's outcome is its node's, or an exact duplicate of its node's first sample; the
+    counts go to ``tally`` per (split, outcome) at once."""
     s = pool.samples
     n = len(s)
+    sha = s.text_sha256
+    if sha is None:
+        raise ValueError("the pool's text digests were not loaded")
     node_of = np.empty(n, dtype=np.int64)
     node_of[nodes.samples] = np.repeat(np.arange(len(nodes)), np.diff(nodes.start))
     first = nodes.first
     head = first[node_of]
-    is_first = (head == np.arange(n)).tolist()
-    reason = decisions.reason[node_of].tolist()
+    reason = decisions.reason[node_of]
+    exact = len(REASONS)  # outcome code of an exact duplicate of its node's first sample
+    outcome = np.where((reason == NEAR_DUPLICATE) | (reason == RETAINED_SPLIT)
+                       | (head == np.arange(n)), reason, exact)
+    labels = [("exclude" if r == NEAR_DUPLICATE else "keep", REASONS[r])
+              for r in range(len(REASONS))] + [("exclude", "exact_duplicate")]
+    split_codes = len(s.split_labels)
+    per = np.bincount(s.split * (exact + 1) + outcome, minlength=split_codes * (exact + 1))
+    for code in np.flatnonzero(per).tolist():
+        tally.decision(s.split_labels[code // (exact + 1)], *labels[code % (exact + 1)],
+                       count=int(per[code]))
+    # the JSON between content_id and package_id, and between package_id and sample_id
+    middle = [b'","decision":' + _dumps(d) + b',"jaccard":null,"kept":null,"package_id":'
+              for d, _ in labels]
+    after = [b',"reason":' + _dumps(r) + b',"sample_id":' for _, r in labels]
     kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of].tolist()
     jaccard = decisions.jaccard[node_of].tolist()
-    head = head.tolist()
+    outcome_of = outcome.tolist()
+    head_of = head.tolist()
     split = s.split.tolist()
-    split_labels = s.split_labels
     content = s.content.tolist()
     content_id = pool.contents.content_id
     scope = render.scope
@@ -153,29 +169,21 @@ def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Ren
     input_pos = render.input_pos
     split_json = render.split
     sample_id = s.sample_id
-    sha = s.text_sha256
-    why_json = [_dumps(r) for r in REASONS]
-    exact_json = _dumps("exact_duplicate")
     for i in range(n):
-        r = reason[i]
-        if r == NEAR_DUPLICATE:
-            decision, why, kept, jac = _EXCLUDE, why_json[r], render.ref(kept_by[i]), \
-                _dumps(jaccard[i])
-            label = "exclude", "near_duplicate"
-        elif r == RETAINED_SPLIT or is_first[i]:
-            decision, why, kept, jac = _KEEP, why_json[r], _NULL, _NULL
-            label = "keep", REASONS[r]
+        o = outcome_of[i]
+        if o == NEAR_DUPLICATE:
+            mid = b"".join((b'","decision":"exclude","jaccard":', _dumps(jaccard[i]),
+                            b',"kept":', render.ref(kept_by[i]), b',"package_id":'))
+        elif o == exact:
+            mid = b'","decision":"exclude","jaccard":1.0,"kept":' + render.ref(head_of[i]) + \
+                b',"package_id":'
         else:
-            decision, why, kept, jac = _EXCLUDE, exact_json, render.ref(head[i]), _ONE
-            label = "exclude", "exact_duplicate"
-        sp = split[i]
-        tally.decision(split_labels[sp], *label)
+            mid = middle[o]
         k = content[i]
         yield b"".join((
-            b'{"content_id":"', content_id[k].hex().encode(), b'","decision":', decision,
-            b',"jaccard":', jac, b',"kept":', kept, b',"package_id":', package[input_pos[i]],
-            b',"reason":', why, b',"sample_id":', _dumps(sample_id[i]), b',"scope":', scope[k],
-            b',"split":', split_json[sp], b',"text_sha256":"', sha[i].hex().encode(), b'"}\n'))
+            b'{"content_id":"', content_id[k].hex().encode(), mid, package[input_pos[i]],
+            after[o], _dumps(sample_id[i]), b',"scope":', scope[k], b',"split":',
+            split_json[split[i]], b',"text_sha256":"', sha[i].hex().encode(), b'"}\n'))
 
 
 def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
@@ -193,10 +201,12 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
 
     def sources(content: int, split: str) -> bytes:
         key = (content, split)
+        if key not in outside:
+            return b"[]"
         found = sources_json.get(key)
-        if found is None:
-            found = sources_json[key] = _dumps(outside.get(key, []),
-                                               option=orjson.OPT_SORT_KEYS)
+        if found is None:  # (bytes() keeps the rendering, not orjson's larger buffer)
+            found = sources_json[key] = bytes(memoryview(_dumps(outside[key],
+                                                                option=orjson.OPT_SORT_KEYS)))
         return found
 
     split_labels = nodes.split_labels
@@ -209,6 +219,9 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
                              for c, sp in zip(node_rowid, node_split)),
                             dtype=bool, count=len(nodes))
     first = nodes.first.tolist()
+    start = nodes.start.tolist()
+    samples = nodes.samples.tolist()
+    rowid_of = rowid.tolist()
     near_other, near_jac, near_blocked = (near.other.tolist(), near.jaccard.tolist(),
                                           near.blocked.tolist())
     hist_other, hist_jac, hist_blocked = (hist.other.tolist(), hist.jaccard.tolist(),
@@ -220,25 +233,24 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
     for idx in np.flatnonzero(busy).tolist():
         content = node_rowid[idx]
         split = split_labels[node_split[idx]]
-        members = nodes.members(idx)
+        members = samples[start[idx]:start[idx + 1]]
         own_hex = content_id[node_content[idx]].hex()
-        own_sources = sources(content, split)
         own_history = (content, split) in outside
-        near_rows = []
+        own_sources = sources(content, split)
+        rows = []  # (blocked, its JSON, jaccard, its JSON, history only, match, sources)
         for q in range(near_start[idx], near_start[idx + 1]):
             a, j, b = near_other[q], near_jac[q], near_blocked[q]
             m_content = node_content[a]
-            near_rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j),
-                              render.match(content_id[m_content].hex(), first[a]),
-                              sources(int(rowid[m_content]), split)))
-        hist_rows = []
+            rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j), False,
+                         render.match(content_id[m_content].hex(), first[a]),
+                         sources(rowid_of[m_content], split)))
         for h_hex, q in sorted((render.history_hex(hist_other[q]), q)
                                for q in range(hist_start[idx], hist_start[idx + 1])):
             h, j, b = hist_other[q], hist_jac[q], hist_blocked[q]
-            hist_rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j),
-                              render.match(h_hex, None), sources(h, split)))
-        head_match = render.match(own_hex, members[0])
-        history_match = render.match(own_hex, None)
+            rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j), True,
+                         render.match(h_hex, None), sources(h, split)))
+        head_match = render.match(own_hex, members[0]) if len(members) > 1 else b""
+        history_match = render.match(own_hex, None) if own_history else b""
         for k, sample_index in enumerate(members):
             sample = render.ref(sample_index)
             if k > 0:
@@ -248,12 +260,9 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
                 tally.relation("exact", True, None, 1.0)
                 yield relation(none_json, True, _ONE, _EXACT, history_match, own_sources,
                                sample)
-            for blocked, blocked_b, j, j_b, match, srcs in near_rows:
-                tally.relation("near", False, blocked, j)
-                yield relation(blocked_b, False, j_b, _NEAR, match, srcs, sample)
-            for blocked, blocked_b, j, j_b, match, srcs in hist_rows:
-                tally.relation("near", True, blocked, j)
-                yield relation(blocked_b, True, j_b, _NEAR, match, srcs, sample)
+            for blocked, blocked_b, j, j_b, history_only, match, srcs in rows:
+                tally.relation("near", history_only, blocked, j)
+                yield relation(blocked_b, history_only, j_b, _NEAR, match, srcs, sample)
 
 
 def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
