@@ -13,18 +13,23 @@ For a pool package P (``pool-100k`` by default, from ``bench.build_corpus``):
 3. **cross-check** — for ``--truth-items`` items (half of them planted), every pair of the
    whole pool at or above the threshold, found by the same exact verification with *every*
    shingle as an anchor (no filter); the real run must report exactly these pairs.
-4. **speed** — through the CLI under ``/usr/bin/time -v``, one at a time: ``contamination``
-   of all items against P + plants, then ``index`` of P + plants into a fresh index and the
-   dedup ``scan`` of that pool.
+4. **speed** — through the CLI under ``/usr/bin/time -v``, one at a time: ``index`` of
+   P + plants into a fresh index, then ``--rounds`` rounds of ``contamination`` of all items
+   against P + plants and the dedup ``scan`` of that pool, alternated so that each round's
+   ratio contamination / scan is measured under the same load of a shared machine (the load
+   average is recorded with each step). With ``--baseline DIR`` (a checkout of other code),
+   each round also runs that code's ``contamination`` on the same inputs: the before/after
+   ratio, and whether the two reports are the same bytes.
 
 Outputs under ``bench/out/contamination-<pool>-<items>/`` (``contamination.json`` holds the
-figures); the report of step 4 is the one recall is measured on.
+figures); the report of the last round is the one recall is measured on.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import os
 import random
 import re
 import shutil
@@ -38,6 +43,7 @@ import orjson
 
 from near_dedup_core import contamination as ct
 from near_dedup_core.config import load_config
+from near_dedup_core.fsutil import sha256_file
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import create_package, open_packages
 from near_dedup_core.signature import MinHasher
@@ -164,9 +170,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=14)
     p.add_argument("--skip-scan", action="store_true", help="contamination only")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="contamination and scan alternated this many times (one index)")
+    p.add_argument("--baseline", type=lambda v: Path(v).resolve(), default=None,
+                   help="a checkout of other code (git worktree add DIR COMMIT): each round "
+                        "also runs its contamination, and the reports are compared")
     args = p.parse_args(argv)
-    [pool] = ensure(args.pool)
-    out = OUT / f"contamination-{args.pool}-{args.items}"
+    pool = ensure(args.pool)[0].resolve()
+    out = (OUT / f"contamination-{args.pool}-{args.items}").resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     threshold = load_config(CONFIG).contamination_threshold
@@ -174,29 +185,65 @@ def main(argv: list[str] | None = None) -> None:
     evals, plants, planted = build_inputs(out, args.items, args.planted, args.seed, threshold)
     print(f"[{wall_clock()}] inputs built in {time.monotonic() - t0:.0f} s", flush=True)
     figures: dict = {"pool": args.pool, "items": args.items, "planted": args.planted,
-                     "workers": args.workers, "code": code_version(ROOT), "steps": {}}
-    py = [sys.executable, "-m", "near_dedup_core", "--config", str(CONFIG)]
+                     "workers": args.workers, "code": code_version(ROOT), "steps": {},
+                     "rounds": []}
+    if args.baseline is not None:
+        figures["baseline_code"] = code_version(args.baseline)
+    config = ["--config", str(CONFIG)]
     report = out / "report"
-    steps = [("contamination", py + ["contamination", "--evals", str(evals), "--inputs",
-                                     str(pool), str(plants), "--output", str(report),
-                                     "--workers", str(args.workers)])]
-    if not args.skip_scan:
-        index = out / "index.sqlite"
-        steps += [(name, [sys.executable, "-m", "near_dedup_core", "--index", str(index),
-                          "--config", str(CONFIG), *rest]) for name, rest in (
-            ("index", ["index", "--inputs", str(pool), str(plants),
-                       "--workers", str(args.workers)]),
-            ("scan", ["scan", "--inputs", str(pool), str(plants), "--output",
-                      str(out / "scan-report"), "--workers", str(args.workers)]))]
-    for name, cmd in steps:
+    index = out / "index.sqlite"
+
+    def contamination(output: Path) -> list[str]:
+        return ["contamination", "--evals", str(evals), "--inputs", str(pool), str(plants),
+                "--output", str(output), "--workers", str(args.workers)]
+
+    def step(name: str, cli: list[str], baseline: Path | None = None) -> dict:
+        cmd = [sys.executable, "-m", "near_dedup_core", *cli]
+        # `python -m` puts the working directory first on sys.path: the baseline runs in its
+        # own folder (every path given is absolute)
+        env = None if baseline is None else {**os.environ, "PYTHONPATH": str(baseline)}
         print(f"[{wall_clock()}] {name}: {' '.join(cmd[1:])}", flush=True)
-        m = run(cmd, out / "logs" / f"{name}.log", cwd=ROOT)
-        figures["steps"][name] = m.as_dict()
+        load = os.getloadavg()[0]
+        m = run(cmd, out / "logs" / f"{name}.log", cwd=baseline or ROOT, env=env)
         print(f"[{wall_clock()}] {name}: exit {m.returncode}, wall {m.wall_s:.1f} s, CPU "
               f"{m.cpu_s:.1f} s, peak RSS {m.max_rss_process_mib:,.0f} MiB/process, "
-              f"{m.peak_tree_rss_mib:,.0f} MiB/tree; {m.stdout[-300:]}", flush=True)
+              f"{m.peak_tree_rss_mib:,.0f} MiB/tree, load {load:.1f}; {m.stdout[-300:]}",
+              flush=True)
         if m.returncode != 0:
             raise SystemExit(f"bench.contamination: {name} failed: {m.stderr_tail}")
+        return {**m.as_dict(), "load_before": load, "load_after": os.getloadavg()[0]}
+
+    if not args.skip_scan:
+        figures["steps"]["index"] = step("index", ["--index", str(index), *config, "index",
+                                                   "--inputs", str(pool), str(plants),
+                                                   "--workers", str(args.workers)])
+    for r in range(args.rounds):
+        shutil.rmtree(report, ignore_errors=True)
+        row = {"contamination": step(f"contamination-{r}", [*config, *contamination(report)])}
+        if args.baseline is not None:
+            before = out / "report-baseline"
+            shutil.rmtree(before, ignore_errors=True)
+            row["baseline"] = step(f"baseline-{r}", [*config, *contamination(before)],
+                                   args.baseline)
+            row["baseline_same_report"] = all(
+                sha256_file(report / f) == sha256_file(before / f) for f in ct.FILES)
+            row["contamination_over_baseline"] = {
+                k: row["contamination"][k] / row["baseline"][k] for k in ("wall_s", "cpu_s")}
+        if not args.skip_scan:
+            shutil.rmtree(out / "scan-report", ignore_errors=True)
+            row["scan"] = step(f"scan-{r}", ["--index", str(index), *config, "scan", "--inputs",
+                                             str(pool), str(plants), "--output",
+                                             str(out / "scan-report"),
+                                             "--workers", str(args.workers)])
+            row["contamination_over_scan"] = {
+                k: row["contamination"][k] / row["scan"][k] for k in ("wall_s", "cpu_s")}
+        figures["rounds"].append(row)
+        print(f"[{wall_clock()}] round {r}: " + ", ".join(
+            f"{key} wall {v['wall_s']:.2f}, CPU {v['cpu_s']:.2f}" for key, v in row.items()
+            if key.endswith(("_over_scan", "_over_baseline"))), flush=True)
+    figures["steps"]["contamination"] = figures["rounds"][-1]["contamination"]
+    if not args.skip_scan:
+        figures["steps"]["scan"] = figures["rounds"][-1]["scan"]
 
     lines = [orjson.loads(x) for x in (report / "contamination.jsonl").read_bytes().splitlines()]
     reported = {(r["eval"]["sample_id"], r["training"]["package_id"], r["training"]["sample_id"])

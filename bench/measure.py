@@ -92,17 +92,19 @@ def _parse_time_v(text: str) -> dict[str, float]:
     }
 
 
-def run(command: list[str], log: Path, cwd: Path | None = None) -> Measurement:
-    """Run ``command`` under ``/usr/bin/time -v``; its stderr (progress, then the time report)
-    goes to ``log``. Returns the measurement; a non-zero exit is recorded, not raised."""
+def run(command: list[str], log: Path, cwd: Path | None = None,
+        env: dict[str, str] | None = None) -> Measurement:
+    """Run ``command`` under ``/usr/bin/time -v`` (in ``env``, this process's environment by
+    default); its stderr (progress, then the time report) goes to ``log``. Returns the
+    measurement; a non-zero exit is recorded, not raised."""
     if shutil.which(TIME) is None:
         raise SystemExit("measure: /usr/bin/time is missing: apt-get install time")
     log.parent.mkdir(parents=True, exist_ok=True)
     peak = 0
     cpu_seen: dict[int, float] = {}
     with open(log, "w", encoding="utf-8") as err:
-        proc = subprocess.Popen([TIME, "-v", *command], cwd=cwd, stdout=subprocess.PIPE,
-                                stderr=err, text=True)
+        proc = subprocess.Popen([TIME, "-v", *command], cwd=cwd, env=env,
+                                stdout=subprocess.PIPE, stderr=err, text=True)
         ps = psutil.Process(proc.pid)
         stop = threading.Event()
 

@@ -21,27 +21,44 @@ A training sample is its dedup compared text. Refs are resolved as everywhere.
 Candidates, with exact recall (prefix filter, as in set-similarity joins: Chaudhuri et al.
 2006, Bayardo et al. 2007). For an item of ``n`` shingles let ``c = ⌈t·n⌉`` be the least
 overlap at or above the threshold (the least ``h`` with ``h/n ≥ t``, in floating point as
-verified). Order the item's shingles by their document frequency among all eval items
-(rarest first, ties by hash value) and take the first ``p = n − c + r`` as *anchors*
-(``r = EXTRA_HITS = 16``). A sample holding ``≥ c`` of the item's shingles misses at most
-``n − c`` of them, so it holds at least ``p − (n − c) = r`` anchors: requiring ``r`` anchor
-hits loses no pair, whatever the text — no probability involved. An item with ``p ≥ n``
-uses all its shingles and needs exactly ``c``. The rarity order keeps common 5-grams
-(" the ", "tion ") out of the anchors: a long English document holds 30–40 % of any English
-item's shingles by chance, and anchoring on those would make nearly every long document a
-candidate. On 2,000 items against 4,000 pool documents (bench/contamination.py) ``r = 1``
-(the classic prefix filter) gave 1.05 million candidates, ``r = 16`` 356, and 128 random
-anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe cost.
+verified). Order the item's shingles by rarity and take the first ``p = n − c + r`` as
+*anchors* (``r = EXTRA_HITS = 16``). A sample holding ``≥ c`` of the item's shingles misses
+at most ``n − c`` of them, so it holds at least ``p − (n − c) = r`` anchors: requiring
+``r`` anchor hits loses no pair, whatever the text and whichever ``p`` shingles are the
+anchors — no probability involved. An item with ``p ≥ n`` uses all its shingles and needs
+exactly ``c``.
 
-Work. One table maps every distinct anchor hash to the items it anchors. Training records
-are streamed once (validated, refs resolved, ``max_chars`` checked) and cut into chunks; a
-process pool normalizes and hashes each chunk, probes every shingle window against the
-anchor table in a compiled kernel (each anchor counted once per sample), and verifies each
-candidate exactly by merging the item's set with the sample's sorted set. Results do not
-depend on the number of workers. Cost: every training text is hashed once, and each anchor
-found in it adds a hit to every item it anchors, so the work grows with the number of items
-(docs/benchmarks.md: 2,000 items take about as long as the dedup scan of the same 100k
-pool, 10,000 items 2.5 times as long).
+The order only sets the cost. Rarest first keeps common 5-grams (" the ", "tion ") out of
+the anchors: a long English document holds 30–40 % of any English item's shingles by
+chance, and anchoring on those would make nearly every long document a candidate. Rarity is
+measured where the anchors are looked for: document frequency among the first training
+samples of the pool (`training_sample`: 1,000 records or 4 million characters, whichever
+comes first, in stream order), then among all eval items, then the hash value. The eval
+items alone are a poor guide, since the items of one benchmark share a vocabulary and "rare
+among the items" still includes common English: on the 10,000-item bench the sample cut the
+candidates verified from 159,773 to 99,608 and the kernel time by a fifth. On 2,000 items
+against 4,000 pool documents (bench/contamination.py, order by the items only) ``r = 1``
+(the classic prefix filter) gave 1.05 million candidates, ``r = 16`` 356, and 128 random
+anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe cost; with
+the kernel below, any ``r`` from 8 to 16 costs about the same (fewer anchors, more
+candidates) and 24 or 32 cost more.
+
+Work. Training records are streamed once (validated, refs resolved, ``max_chars`` checked)
+and cut into chunks; a process pool normalizes and hashes each chunk and runs it through a
+compiled kernel (`_probe_batch`). Per training text: every shingle window is tested in a
+bitmap of the anchors (`anchor_bits`, 16 bits per anchor up to 2^24, cache-resident: most
+windows that are no anchor stop there), then looked up in an open-addressing table that
+maps an anchor to its block ``[mark, count, item, …]`` in one int32 array, so that a hit
+reads one place; each distinct anchor found adds a hit to each item it anchors, and an item
+becomes a candidate when its count reaches the hits needed. A text with candidates has its
+windows indexed by hash once; each candidate's common shingles are counted by looking them
+up there (exact), and for a verified pair the windows of its shingles are marked in a
+bitmap of the text and read back in order for the span. Results do not depend on the
+number of workers. Cost per training text: normalizing and hashing it, one bitmap test per
+window, and one hit per (anchor found, item it anchors) — at 10,000 items a third of the
+windows of a 3,300-character text are anchors, 700 of them distinct, making 4,300 hits — so
+that part grows with the number of items. docs/benchmarks.md compares it with the dedup
+scan.
 
 Matched span. ``[start, end)`` in the training sample's *normalized* compared text: among
 the windows whose shingle hashes belong to the item's set, the run of item-length
@@ -108,7 +125,6 @@ from near_dedup_core.signature import (
     MinHasher,
     _intersection_size,
     _shingle_hashes,
-    _sorted_unique,
     code_points,
 )
 
@@ -116,6 +132,12 @@ FORMAT = "near-dedup-contamination"
 FORMAT_VERSION = 1
 FILES = ("contamination.jsonl", "summary.json")
 EXTRA_HITS = 16
+SAMPLE_RECORDS = 1_000
+SAMPLE_CHARS = 4_000_000
+ANCHOR_ORDER = (f"document frequency among the first {SAMPLE_RECORDS:,} training samples, then "
+                f"among the eval items, then hash")
+ANCHOR_BITS_PER_ANCHOR = 16
+MAX_ANCHOR_BITS = 1 << 24
 CHUNK_RECORDS = 2_000
 CHUNK_CHARS = 8_000_000
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
@@ -145,42 +167,114 @@ def prefix_plan(n: int, threshold: float, extra: int = EXTRA_HITS) -> tuple[int,
 
 
 @numba.njit(cache=True, nogil=True)
-def _build_table(keys, size):
-    """Open-addressing table of the distinct uint64 ``keys``: slot → index into keys, −1
+def _build_table(keys, values, size):
+    """Open-addressing table (linear probing on the low bits) of the distinct uint64
+    ``keys``: ``table[slot]`` a key, ``vals[slot]`` its int32 value, −1 when the slot is
     empty; ``size`` is a power of two larger than len(keys)."""
     mask = np.uint64(size - 1)
-    vals = np.full(size, -1, dtype=np.int64)
+    vals = np.full(size, -1, dtype=np.int32)
     table = np.zeros(size, dtype=np.uint64)
     for a in range(keys.shape[0]):
         slot = np.int64(keys[a] & mask)
         while vals[slot] != -1:
             slot = (slot + 1) & (size - 1)
         table[slot] = keys[a]
-        vals[slot] = a
+        vals[slot] = values[a]
     return table, vals
 
 
+@numba.njit(inline="always")
+def _log2(n):
+    """log2 of a power of two."""
+    r = 0
+    while (1 << r) < n:
+        r += 1
+    return r
+
+
 @numba.njit(cache=True, nogil=True)
-def _densest_run(by_hash, order, item_set, width, k, pos):
-    """[start, end) over the windows whose hash belongs to item_set: the run of ``width``
-    code points holding the most of them (earliest on ties), from its first window to the
-    end of its last shingle (end unclipped). ``by_hash`` are the window hashes sorted,
-    ``order`` their window positions; one merge with item_set finds the matched windows."""
+def anchor_bits(keys, n_bits):
+    """A bitmap of ``n_bits`` (a power of two ≥ 64) with bit ``key >> (64 − log2 n_bits)``
+    set for every key: a window whose bit is clear is no anchor and skips the table. The top
+    bits select the bit and the low bits the table slot, so the two tests are independent."""
+    bits = np.zeros(n_bits // 64, dtype=np.uint64)
+    shift = np.uint64(64 - _log2(n_bits))
+    for a in range(keys.shape[0]):
+        b = keys[a] >> shift
+        bits[np.int64(b >> np.uint64(6))] |= np.uint64(1) << (b & np.uint64(63))
+    return bits
+
+
+@numba.njit(inline="always")
+def _index_size(n):
+    """A power of two ≥ 2n (load factor at most one half)."""
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+@numba.njit(cache=True, nogil=True)
+def _index_windows(hashes, m, size, keys, heads, chain):
+    """Index the windows hashes[:m] by value: an open-addressing table (linear probing on
+    the low bits, ``size`` slots, ``heads`` −1 when empty) maps a hash to its last window,
+    and ``chain[j]`` is the previous window of the same hash (−1 for the first)."""
+    heads[:size] = -1
+    for j in range(m):
+        h = hashes[j]
+        slot = np.int64(h & np.uint64(size - 1))
+        while heads[slot] != -1 and keys[slot] != h:
+            slot = (slot + 1) & (size - 1)
+        if heads[slot] == -1:
+            keys[slot] = h
+        chain[j] = heads[slot]
+        heads[slot] = j
+
+
+@numba.njit(inline="always")
+def _last_window(h, size, keys, heads):
+    """The last window of hash h in an `_index_windows` table, −1 when none."""
+    slot = np.int64(h & np.uint64(size - 1))
+    while heads[slot] != -1:
+        if keys[slot] == h:
+            return heads[slot]
+        slot = (slot + 1) & (size - 1)
+    return -1
+
+
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+#: bit index of each isolated bit x (one of 1 << 0 … 1 << 63) at (x · _DEBRUIJN) >> 58
+_LOWEST_BIT = np.zeros(64, dtype=np.int64)
+for _b in range(64):
+    _LOWEST_BIT[((1 << _b) * int(_DEBRUIJN) % (1 << 64)) >> 58] = _b
+
+
+@numba.njit(cache=True, nogil=True)
+def _marked_positions(marks, lo, hi, pos):
+    """The positions marked in the bitmap ``marks`` (bit j of word j >> 6), all within
+    [lo, hi], written in increasing order into ``pos``; returns their number and clears
+    those words. O(marked + (hi − lo) / 64)."""
     n = 0
-    x = 0
-    y = 0
-    while x < item_set.shape[0] and y < by_hash.shape[0]:
-        if item_set[x] < by_hash[y]:
-            x += 1
-        elif item_set[x] > by_hash[y]:
-            y += 1
-        else:
-            pos[n] = order[y]
+    if hi < lo:
+        return 0
+    for w in range(lo >> 6, (hi >> 6) + 1):
+        word = marks[w]
+        marks[w] = 0
+        while word != 0:
+            low = word & (~word + np.uint64(1))
+            pos[n] = (w << 6) + _LOWEST_BIT[np.int64((low * _DEBRUIJN) >> np.uint64(58))]
             n += 1
-            y += 1
+            word ^= low
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _densest_run(matched, n, width, k):
+    """[start, end) of the run of ``width`` code points holding the most of the ``n`` sorted
+    matched window positions (earliest on ties), from its first window to the end of its last
+    shingle (end unclipped); (0, 0) when there are none."""
     if n == 0:
         return 0, 0
-    matched = np.sort(pos[:n])
     best = 0
     best_count = 0
     b = 0
@@ -194,76 +288,102 @@ def _densest_run(by_hash, order, item_set, width, k, pos):
 
 
 @numba.njit(cache=True, nogil=True)
-def _probe_batch(cps, offsets, k, seed, table, vals, anchor_start, anchor_items, need,
-                 item_flat, item_start, item_chars, threshold):
+def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_flat,
+                 item_start, item_chars, threshold):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
-    ([(text, item, common, start, end)], candidates)."""
+    ([(text, item, common, start, end)], candidates).
+
+    ``bits`` is the anchor bitmap (`anchor_bits`); ``table``/``vals`` map an anchor hash to
+    the offset ``o`` of its block in ``postings``: ``[mark, count, item, …]``
+    (`anchor_postings`); a batch works on its own copy, whose ``mark`` records the last text
+    that found the anchor.
+
+    Per text: (1) every window whose bit is set is looked up in the anchor table, and each
+    distinct anchor found is listed once; (2) each listed anchor adds a hit to every item it
+    anchors, an item becoming a candidate when its count reaches ``need`` (a count carries
+    its text in the upper 32 bits, so none needs clearing); (3) for a text with candidates,
+    its windows are indexed by hash once (`_index_windows`) and each candidate's shingles are
+    looked up there (``common`` = |item ∩ text|, exact); (4) for a verified pair, the
+    windows of the item's shingles, read from the same index and marked in a bitmap, give the
+    matched span."""
+    size = table.shape[0]
+    mask = np.uint64(size - 1)
+    bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
     n_items = need.shape[0]
     longest = 1
     for i in range(offsets.shape[0] - 1):
         longest = max(longest, offsets[i + 1] - offsets[i])
     hashes = np.empty(longest, dtype=np.uint64)
-    sorted_set = np.empty(longest, dtype=np.uint64)
-    buf = np.empty(longest, dtype=np.uint64)
-    bucket_counts = np.empty(2 * longest + 2, dtype=np.int64)
-    anchor_seen = np.full(anchor_start.shape[0] - 1, -1, dtype=np.int64)
-    item_seen = np.full(n_items, -1, dtype=np.int64)
-    hits_of = np.zeros(n_items, dtype=np.int64)
-    touched = np.empty(n_items, dtype=np.int64)
+    index_keys = np.empty(_index_size(longest), dtype=np.uint64)
+    index_heads = np.empty(_index_size(longest), dtype=np.int32)
+    chain = np.empty(longest, dtype=np.int32)
+    marks = np.zeros(longest // 64 + 1, dtype=np.uint64)
     pos = np.empty(longest, dtype=np.int64)
-    mask = np.uint64(table.shape[0] - 1)
+    blocks = postings.copy()
+    found = np.empty(longest, dtype=np.int32)
+    counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
+    cands = np.empty(n_items, dtype=np.int32)
     out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
     candidates = 0
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
-        nt = 0
+        nf = 0
         for j in range(m):
             h = hashes[j]
+            b = h >> bits_shift
+            if (bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63))) & np.uint64(1) == 0:
+                continue
             slot = np.int64(h & mask)
             while vals[slot] != -1:
                 if table[slot] == h:
-                    a = vals[slot]
-                    if anchor_seen[a] != i:
-                        anchor_seen[a] = i
-                        for x in range(anchor_start[a], anchor_start[a + 1]):
-                            it = anchor_items[x]
-                            if item_seen[it] != i:
-                                item_seen[it] = i
-                                hits_of[it] = 0
-                                touched[nt] = it
-                                nt += 1
-                            hits_of[it] += 1
+                    o = vals[slot]
+                    if blocks[o] != i:
+                        blocks[o] = i
+                        found[nf] = o
+                        nf += 1
                     break
-                slot = (slot + 1) & (table.shape[0] - 1)
-        have_set = False
-        u = 0
-        have_order = False
-        order = np.empty(0, dtype=np.int64)
-        by_hash = np.empty(0, dtype=np.uint64)
-        for t in range(nt):
-            it = touched[t]
-            if hits_of[it] < need[it]:
+                slot = (slot + 1) & (size - 1)
+        nc = 0
+        tag = np.int64(i) << 32
+        for f in range(nf):
+            o = found[f]
+            for x in range(o + 2, o + 2 + blocks[o + 1]):
+                it = blocks[x]
+                v = counts[it]
+                v = v + 1 if v >= tag else tag + 1
+                counts[it] = v
+                if v - tag == need[it]:
+                    cands[nc] = it
+                    nc += 1
+        if nc == 0:
+            continue
+        candidates += nc
+        index_size = _index_size(m)
+        _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
+        for q in range(nc):
+            it = cands[q]
+            common = 0
+            for x in range(item_start[it], item_start[it + 1]):
+                if _last_window(item_flat[x], index_size, index_keys, index_heads) != -1:
+                    common += 1
+            if common / (item_start[it + 1] - item_start[it]) < threshold:
                 continue
-            candidates += 1
-            if not have_set:
-                sorted_set[:m] = hashes[:m]
-                u = _sorted_unique(sorted_set, m, buf, bucket_counts)
-                have_set = True
-            size = item_start[it + 1] - item_start[it]
-            item_set = item_flat[item_start[it]:item_start[it + 1]]
-            common = _intersection_size(item_set, sorted_set[:u])
-            if common / size >= threshold:
-                if not have_order:
-                    have_order = True
-                    order = np.argsort(hashes[:m], kind="mergesort")
-                    by_hash = hashes[:m][order]
-                start, end = _densest_run(by_hash, order, item_set, max(item_chars[it], 1), k,
-                                          pos)
-                end = min(end, offsets[i + 1] - offsets[i])
-                out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
-                            np.int64(end)))
+            lo = m
+            hi = -1
+            for x in range(item_start[it], item_start[it + 1]):
+                j = _last_window(item_flat[x], index_size, index_keys, index_heads)
+                while j != -1:
+                    marks[j >> 6] |= np.uint64(1) << np.uint64(j & 63)
+                    lo = min(lo, j)
+                    hi = max(hi, j)
+                    j = chain[j]
+            n = _marked_positions(marks, lo, hi, pos)
+            start, end = _densest_run(pos, n, max(item_chars[it], 1), k)
+            end = min(end, offsets[i + 1] - offsets[i])
+            out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
+                        np.int64(end)))
     return out, candidates
 
 
@@ -285,9 +405,8 @@ def matched_span(text: str, item_set: np.ndarray, item_chars: int,
     """[start, end) of the densest item-length run of matched windows (module docstring),
     widened to whole words."""
     windows = window_hashes(text, hasher)
-    order = np.argsort(windows, kind="stable")
-    start, end = _densest_run(windows[order], order, item_set, max(item_chars, 1),
-                              hasher.shingle_size, np.empty(len(windows), dtype=np.int64))
+    matched = np.flatnonzero(np.isin(windows, item_set))
+    start, end = _densest_run(matched, len(matched), max(item_chars, 1), hasher.shingle_size)
     return widen(text, int(start), min(int(end), len(text)))
 
 
@@ -310,10 +429,10 @@ class ProbeState(NamedTuple):
     shingle_size: int
     threshold: float
     config_json: str
+    bits: np.ndarray
     table: np.ndarray
     vals: np.ndarray
-    anchor_start: np.ndarray
-    anchor_items: np.ndarray
+    postings: np.ndarray
     need: np.ndarray
     item_flat: np.ndarray
     item_start: np.ndarray
@@ -353,9 +472,8 @@ def probe_chunk(texts: list[str]) -> ChunkResult:
     hasher = MinHasher(1, st.seed, st.shingle_size)
     cps, offsets = code_points(norms)
     found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,
-                                     st.table, st.vals, st.anchor_start, st.anchor_items,
-                                     st.need, st.item_flat, st.item_start, st.item_chars,
-                                     st.threshold)
+                                     st.bits, st.table, st.vals, st.postings, st.need, st.item_flat,
+                                     st.item_start, st.item_chars, st.threshold)
     hits = []
     if found:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
@@ -469,11 +587,43 @@ def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
     return items, total, skipped
 
 
-def build_state(items: list[EvalItem], config: NearDedupConfig,
+def anchor_postings(a_hash: np.ndarray, a_item: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct anchors, offset of each one's block, postings) from the (anchor, item)
+    entries sorted by anchor: one int32 array of blocks ``[mark, count, item, …]``, the
+    ``count`` items of an anchor next to its count, so that a hit reads one place."""
+    distinct, first, plen = np.unique(a_hash, return_index=True, return_counts=True)
+    block = (first + 2 * np.arange(len(distinct))).astype(np.int32)
+    postings = np.empty(len(a_hash) + 2 * len(distinct), dtype=np.int32)
+    postings[block] = -1
+    postings[block + 1] = plen
+    postings[np.arange(len(a_hash)) + 2 + 2 * np.repeat(np.arange(len(distinct)), plen)] = a_item
+    return distinct, block, postings
+
+
+def training_sample(pool: list[Package], config: NearDedupConfig) -> list[str]:
+    """The compared texts of the first `SAMPLE_RECORDS` training samples of the pool, in
+    stream order, up to `SAMPLE_CHARS` characters in all: where the rarity of the anchors
+    is measured (module docstring)."""
+    kind = pool[0].kind
+    texts: list[str] = []
+    chars = 0
+    for _rec, raw, _domain in _resolved(stream_records(pool), pool, kind, config,
+                                        _text_reader(kind, kind)):
+        if len(texts) == SAMPLE_RECORDS or chars + len(raw) > SAMPLE_CHARS:
+            break
+        texts.append(raw)
+        chars += len(raw)
+    return texts
+
+
+def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence[str] = (),
                 exhaustive: bool = False) -> tuple[ProbeState, int]:
-    """The anchor table over all items (module docstring) and the number of anchors.
-    ``exhaustive`` makes every shingle an anchor (needing ``⌈t·n⌉`` hits): the same pairs,
-    much slower; a cross-check of the filter for measurements."""
+    """The anchor table over all items (module docstring) and the number of anchors; the
+    anchors are the item's shingles found in the fewest ``sample`` texts (raw compared
+    texts, `training_sample`), then in the fewest items, then by hash. ``exhaustive`` makes
+    every shingle an anchor (needing ``⌈t·n⌉`` hits): the same pairs, much slower; a
+    cross-check of the filter for measurements."""
     t = config.contamination_threshold
     hasher = MinHasher(1, config.seed, config.shingle_size)
     sets = hasher.shingle_sets([it.text for it in items])
@@ -482,29 +632,37 @@ def build_state(items: list[EvalItem], config: NearDedupConfig,
     np.cumsum(sizes, out=item_start[1:])
     item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
     distinct_all, df = np.unique(item_flat, return_counts=True)
+    sample_df = np.zeros(len(distinct_all), dtype=np.int64)
+    if len(sample):
+        seen, seen_df = np.unique(np.concatenate(hasher.shingle_sets(
+            [normalize(text) for text in sample])), return_counts=True)
+        at = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
+        found = seen[at] == distinct_all
+        sample_df[found] = seen_df[at[found]]
     anchors, need = [], []
     for s in sets:
         p, hits = (len(s), least_overlap(len(s), t)) if exhaustive else prefix_plan(len(s), t)
         if p < len(s):
-            s = s[np.lexsort((s, df[np.searchsorted(distinct_all, s)]))[:p]]
+            at = np.searchsorted(distinct_all, s)
+            s = s[np.lexsort((s, df[at], sample_df[at]))[:p]]
         anchors.append(s)
         need.append(hits)
     a_hash = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.uint64)
-    a_item = np.repeat(np.arange(len(items), dtype=np.int64), [len(a) for a in anchors])
+    a_item = np.repeat(np.arange(len(items), dtype=np.int32), [len(a) for a in anchors])
     order = np.lexsort((a_item, a_hash))
-    a_hash, a_item = a_hash[order], a_item[order]
-    distinct, first = np.unique(a_hash, return_index=True)
-    anchor_start = np.append(first, len(a_hash)).astype(np.int64)
+    distinct, block, postings = anchor_postings(a_hash[order], a_item[order])
     size = 1
     while size < 2 * max(len(distinct), 1):
         size *= 2
-    table, vals = _build_table(distinct, size)
+    table, vals = _build_table(distinct, block, size)
+    n_bits = 1 << 16
+    while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
+        n_bits *= 2
     guard = guard_for(config, frozenset())
     state = ProbeState(
         seed=config.seed, shingle_size=config.shingle_size, threshold=t,
-        config_json=config.canonical_json(), table=table, vals=vals,
-        anchor_start=anchor_start, anchor_items=a_item, need=np.asarray(need, np.int64),
-        item_flat=item_flat,
+        config_json=config.canonical_json(), bits=anchor_bits(distinct, n_bits), table=table,
+        vals=vals, postings=postings, need=np.asarray(need, np.int32), item_flat=item_flat,
         item_start=item_start, item_chars=np.asarray([len(it.text) for it in items], np.int64),
         item_numbers=[guard.sequences(it.text)[0] for it in items])
     return state, len(a_hash)
@@ -678,7 +836,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
-    state, n_anchors = build_state(items, config)
+    state, n_anchors = build_state(items, config, training_sample(pool, config))
     pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
@@ -698,9 +856,8 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     manifest = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
         "algorithm_version": ALGORITHM_VERSION, "config": config.model_dump(mode="json"),
-        "candidates": {"filter": "prefix", "order": "document frequency among the eval "
-                       "items, then hash", "extra_hits": EXTRA_HITS, "anchors": n_anchors,
-                       "verified": candidates},
+        "candidates": {"filter": "prefix", "order": ANCHOR_ORDER, "extra_hits": EXTRA_HITS,
+                       "anchors": n_anchors, "verified": candidates},
         "evals": [_package_json(e) for e in evals],
         "inputs": [_package_json(p) for p in pool],
         "counts": counts,

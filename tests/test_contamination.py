@@ -296,6 +296,48 @@ def test_prefix_filter_keeps_every_pair_at_the_threshold():
             assert (n - missing - 1) / n < t or missing == n - 1  # c is the least overlap
 
 
+def test_matched_windows_and_their_densest_run():
+    # the kernel's bitmap of matched windows read back in order, and the densest run against
+    # its definition, counted directly
+    rng = random.Random(7)
+    for _ in range(400):
+        m = rng.choice([1, 63, 64, 65, 200, 1_000])
+        width = rng.randint(1, 150)
+        matched = sorted(rng.sample(range(m), rng.randint(0, min(m, rng.choice([3, 40, 300])))))
+        marks = np.zeros(m // 64 + 1, dtype=np.uint64)
+        for j in matched:
+            marks[j >> 6] |= np.uint64(1 << (j & 63))
+        expected = (0, 0)
+        best = 0
+        for a in matched:
+            run = [b for b in matched if a <= b < a + width]
+            if len(run) > best:
+                best, expected = len(run), (a, run[-1] + 5)
+        lo, hi = (matched[0], matched[-1]) if matched else (0, -1)
+        pos = np.full(m, -1, dtype=np.int64)
+        assert contamination._marked_positions(marks, lo, hi, pos) == len(matched)
+        assert pos[:len(matched)].tolist() == matched and not marks.any()
+        assert contamination._densest_run(pos, len(matched), width, 5) == expected
+
+
+def test_anchors_are_the_item_shingles_rarest_in_the_training_sample():
+    # the order sets only the cost, never the pairs; it follows the pool's own text: the
+    # shingles of the item's first half, which every sampled training text holds, are no
+    # anchors while rarer ones are left
+    text = normalize(stdlib_paragraphs()[3])
+    first = text[:len(text) // 2]
+    ref = contamination.SampleRef(0, 0, "e", "i", "test", "f", 1, None)
+    items = [contamination.EvalItem(ref, text)]
+    shingles = set(_shingles(text).tolist())
+    common = set(_shingles(first).tolist())
+    state, n_anchors = contamination.build_state(items, DEFAULTS, [first + " x"] * 3)
+    anchors = set(state.table[state.vals >= 0].tolist())
+    p, _need = prefix_plan(len(shingles), DEFAULTS.contamination_threshold)
+    assert n_anchors == p < len(shingles - common) and anchors <= shingles - common
+    plain, _ = contamination.build_state(items, DEFAULTS)
+    assert set(plain.table[plain.vals >= 0].tolist()) & common
+
+
 def test_fingerprint_ignores_contamination_keys():
     # the default config's fingerprint under nd-3, as before the contamination keys existed
     assert DEFAULTS.fingerprint() == \
