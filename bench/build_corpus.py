@@ -371,6 +371,7 @@ PACKAGES = {
     "pool-100k": ("scale", ["--records", "100000", "--seed", "1"]),
     "day-100k": ("next-day", ["--records", "5000", "--seed", "11"]),
     "pool-1m": ("scale", ["--records", "1000000", "--seed", "2"]),
+    "pool-100k-mosaic": ("scale", ["--records", "100000", "--seed", "4", "--without-set20k"]),
     "day-1m": ("next-day", ["--records", "50000", "--seed", "12"]),
     "cumulative-1m": ("cumulative", ["--pool", str(OUT / "pkg" / "pool-1m"),
                                      "--day", str(OUT / "pkg" / "day-1m")]),

@@ -79,10 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Append the packages to the index as one batch, in one "
                                     "transaction. Packages already indexed are skipped; index "
                                     "each version in its own batch, oldest first. "
-                                    "`near-dedup --index PATH index check` runs SQLite's "
-                                    "integrity check and the index's own invariants instead.")
+                                    "`near-dedup --index PATH|URL index check` checks the "
+                                    "index's own invariants instead (a SQLite file after "
+                                    "its integrity check; a PostgreSQL database in one "
+                                    "read-only snapshot, its pages left to pg_amcheck).")
     ix.add_argument("action", nargs="?", choices=["check"],
-                    help="check: SQLite integrity_check and the index's own invariants")
+                    help="check: the index's own invariants (and SQLite's integrity_check)")
     ix.add_argument("--inputs", nargs="+", type=Path, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",

@@ -28,7 +28,7 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
@@ -1070,49 +1070,91 @@ REQUIRED_META = ("format", "schema_version", "algorithm_version", "config_finger
 
 
 class IndexCheck(NamedTuple):
-    path: Path
+    path: Path | str
     batches: int
     packages: int
     contents: int
     sources: int
+    note: str = ""
 
     def summary(self) -> str:
         return (f"index {self.path}: OK ({self.batches:,} batches, {self.packages:,} packages, "
-                f"{self.contents:,} contents, {self.sources:,} sources)")
+                f"{self.contents:,} contents, {self.sources:,} sources){self.note}")
 
 
-def check_index(path: Path) -> IndexCheck:
-    """SQLite's ``integrity_check`` plus the index's own invariants; raises NearDedupError
-    naming the first problem. Reads only (see :func:`connect_reader`).
+#: What ``index check`` on PostgreSQL leaves to the server: its pages and B-trees.
+PG_PAGES = "pages and B-trees are the server's to check: run its pg_amcheck"
+
+
+def check_index(path: Path | str) -> IndexCheck:
+    """The index's own invariants, on a SQLite file (after SQLite's ``integrity_check``) or a
+    PostgreSQL database; raises NearDedupError naming the first problem. Reads only.
 
     Invariants: the meta keys are present, name this format, schema and algorithm, and the
     stored config has the stored fingerprint; every band row's content exists and has a
     signature of ``num_perm`` values; every source's and raw text's content and every
     source's package exist; no content,
     package or dictionary names a batch that does not exist; every text decompresses (with its
-    dictionary) to ``norm_chars`` characters."""
-    if postgres_url(path) is not None:
-        raise NearDedupError(f"index {pg.label(str(path))}: index check reads SQLite index "
-                             f"files; on PostgreSQL use the server's pg_amcheck")
+    dictionary) to ``norm_chars`` characters.
+
+    SQLite: one read transaction on a connection that cannot write (:func:`connect_reader`),
+    after ``PRAGMA integrity_check``, which reads every page. PostgreSQL: one ``REPEATABLE
+    READ, READ ONLY`` transaction, so every invariant is checked on one snapshot while other
+    machines append, and the texts are streamed through a server-side cursor. Physical damage
+    (pages, B-trees) is the server's to find with its ``pg_amcheck`` (which needs the amcheck
+    extension and a privileged role); the check itself needs only ``SELECT``, and a read that
+    fails on a damaged page is reported as damage pointing at ``pg_amcheck``."""
+    url = postgres_url(path)
+    if url is not None:
+        return _check_postgres(url)
     path = Path(path)
     if not path.is_file():
         raise NearDedupError(f"index {path}: not found")
     with database_errors(path):
         values = _read_foreign(path)
+        config = _check_meta(path, values)
         con = connect_reader(path)
         try:
-            return _check(path, con, values)
+            con.execute("BEGIN")
+            problems = [row[0] for row in con.execute("PRAGMA integrity_check(1)")]
+            if problems != ["ok"]:
+                first = " ".join(problems[0].split())
+                raise NearDedupError(f"index {path}: damaged (SQLite integrity_check: {first}); "
+                                     f"restore it from a backup")
+            result = _check_invariants(path, con, config, con.execute)
+            con.execute("COMMIT")
+            return result
         finally:
             con.close()
 
 
-def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> IndexCheck:
-    def bad(what: str) -> NearDedupError:
-        return NearDedupError(f"index {path}: {what}; restore it from a backup")
+def _check_postgres(url: str) -> IndexCheck:
+    where = pg.label(url)
+    raw = pg.connect(url, snapshot=True, read_only=True)
+    try:
+        values = pg.check_tables(url, lambda sql: raw.execute(sql).fetchall())
+        if values is None:
+            raise NearDedupError(f"index {where}: empty database; not a near-dedup index")
+        config = _check_meta(where, values)
+        result = _check_invariants(where, pg.QmarkConnection(raw),  # type: ignore[arg-type]
+                                   config, lambda sql: pg.stream(raw, sql))
+        return result._replace(note=f"; {PG_PAGES}")
+    except pg.driver_errors() as exc:
+        detail = pg.damage_detail(exc)
+        if detail is not None:
+            raise NearDedupError(f"index {where}: damaged ({detail}); {PG_PAGES}, and restore "
+                                 f"the database from a backup") from None
+        raise pg.connect_error(url, exc) from None
+    finally:
+        raw.close()
 
+
+def _check_meta(path: Path | str, values: dict[str, str]) -> NearDedupConfig:
+    """The binding rows: present, ours, readable by this tool, the config its fingerprint."""
     missing = [k for k in REQUIRED_META if k not in values]
     if missing:
-        raise bad(f"meta lacks {', '.join(missing)}")
+        raise NearDedupError(f"index {path}: meta lacks {', '.join(missing)}; restore it from "
+                             f"a backup")
     if values.get("format") != FORMAT:
         raise NearDedupError(f"index {path}: not a near-dedup index")
     if values["schema_version"] != SCHEMA_VERSION or values["algorithm_version"] != ALGORITHM_VERSION:
@@ -1122,15 +1164,22 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
     try:
         config = NearDedupConfig.model_validate_json(values["config"])
     except ValueError:
-        raise bad("meta config is not a valid near-dedup config") from None
+        raise NearDedupError(f"index {path}: meta config is not a valid near-dedup config; "
+                             f"restore it from a backup") from None
     if config.fingerprint() != values["config_fingerprint"]:
-        raise bad("meta config does not have the stored config_fingerprint")
-    con.execute("BEGIN")
-    problems = [row[0] for row in con.execute("PRAGMA integrity_check(1)")]
-    if problems != ["ok"]:
-        first = " ".join(problems[0].split())
-        raise NearDedupError(f"index {path}: damaged (SQLite integrity_check: {first}); "
-                             f"restore it from a backup")
+        raise NearDedupError(f"index {path}: meta config does not have the stored "
+                             f"config_fingerprint; restore it from a backup")
+    return config
+
+
+def _check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedupConfig,
+                      stream: Callable[[str], Iterable[tuple]]) -> IndexCheck:
+    """The row invariants, on ``con`` (SQLite, or PostgreSQL through `QmarkConnection`) inside
+    the caller's read transaction; ``stream(sql)`` iterates over a large result without
+    holding it in memory."""
+    def bad(what: str) -> NearDedupError:
+        return NearDedupError(f"index {path}: {what}; restore it from a backup")
+
     max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
     queries = [
         ("a band row names a missing content or one without a signature",
@@ -1165,7 +1214,7 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
         if n:
             raise bad(f"{what} ({n:,} rows)")
     reader = TextReader(con)
-    for cid, blob, dictionary, chars in con.execute(
+    for cid, blob, dictionary, chars in stream(
             "SELECT id, text_z, dictionary, norm_chars FROM contents"):
         try:
             text = reader.text(blob, dictionary)
@@ -1176,7 +1225,6 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
                       f"norm_chars says {chars}")
     counts = [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
               for t in ("packages", "contents", "sources")]
-    con.execute("COMMIT")
     return IndexCheck(path, max_batch, *counts)
 
 
