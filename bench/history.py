@@ -24,6 +24,8 @@ contents, through the CLI, as same-run ratios against an empty index.
    order, as the index fills it); then,
    alternating, ``COPY`` of one day's band rows into each (rolled back) and the scan's
    history join of the pool's band keys against each.
+4. **plan** — PostgreSQL only: that join with the planner's choice and with index probes
+   forced (hash and merge joins off), alternating.
 
 Progress is kept in ``<out>/state.json``: rerunning the same command continues where it
 stopped (a package whose batch was not recorded is generated again; indexing a package
@@ -390,6 +392,45 @@ def partition(args: argparse.Namespace, state: State, server: PostgresServer) ->
     state.save()
 
 
+def plan(args: argparse.Namespace, state: State, server: PostgresServer) -> None:
+    """The scan's history join of the pool's band keys, with the planner's choice (a hash
+    join over a sequential scan of the band table) and with the hash and merge joins switched
+    off (one index-only probe of the primary key per key), alternating."""
+    import psycopg
+
+    done: dict[str, Any] = state.data.setdefault("plan", {})
+    url = server.url(HISTORY_DB)
+    with psycopg.connect(url) as con:
+        pool_batch = con.execute("SELECT batch FROM packages WHERE package_id = %s",
+                                 (args.pool,)).fetchone()[0]
+        lo, hi = con.execute("SELECT min(id), max(id) FROM contents WHERE batch = %s",
+                             (pool_batch,)).fetchone()
+        keys = [k for (k,) in con.execute("SELECT DISTINCT key FROM bands WHERE content "
+                                          "BETWEEN %s AND %s ORDER BY 1", (lo, hi))]
+    timings: dict[str, list[float]] = {"default": [], "nestloop": []}
+    for _r in range(args.rounds):
+        for mode in timings:
+            with psycopg.connect(url) as con:
+                con.execute("CREATE TEMP TABLE scan_keys (key BIGINT PRIMARY KEY)")
+                with con.cursor() as cur:
+                    with cur.copy("COPY scan_keys (key) FROM STDIN") as copy:
+                        for k in keys:
+                            copy.write_row((k,))
+                con.execute("ANALYZE scan_keys")
+                if mode == "nestloop":
+                    con.execute("SET LOCAL enable_hashjoin = off")
+                    con.execute("SET LOCAL enable_mergejoin = off")
+                sql = "SELECT b.key, b.content FROM scan_keys q JOIN bands b ON b.key = q.key"
+                done[f"plan-{mode}"] = [r[0] for r in con.execute("EXPLAIN " + sql)][:3]
+                t0 = time.monotonic()
+                done[f"rows-{mode}"] = len(con.execute(sql).fetchall())
+                timings[mode].append(round(time.monotonic() - t0, 2))
+                con.rollback()
+            print(f"[{wall_clock()}] plan {mode}: {timings[mode][-1]} s", flush=True)
+    done.update(probe_keys=len(keys), timings_s=timings)
+    state.save()
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -448,7 +489,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", default="pool-100k-mosaic-rot13",
                    help="bench.build_corpus package scanned against the history")
     p.add_argument("--steps", nargs="+", default=["build", "measure", "partition"],
-                   choices=["build", "measure", "partition"])
+                   choices=["build", "measure", "partition", "plan"])
     args = p.parse_args(argv)
     os.chdir(ROOT)  # bench.build_corpus builds its packages under bench/out/pkg
     args.out = args.out.resolve()
@@ -473,6 +514,8 @@ def main(argv: list[str] | None = None) -> None:
             measure(args, state, server)
         if "partition" in args.steps:
             partition(args, state, server)
+        if "plan" in args.steps:
+            plan(args, state, server)
     finally:
         server.stop()
     summary(state, args.pool)
