@@ -8,10 +8,13 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
+# The last step compiles the numba kernels into their cache (near_dedup_core/**/__pycache__),
+# so that the first `index` or `scan` after an install does not (scripts/warm_caches.py).
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) scripts/warm_caches.py
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -338,6 +338,30 @@ def cmd_next_day(args: argparse.Namespace) -> None:
                        option=orjson.OPT_INDENT_2).decode())
 
 
+def cmd_cumulative(args: argparse.Namespace) -> None:
+    """The seed's cumulative snapshot: every record of an indexed pool package whose position
+    is not a multiple of ``1 / new_share`` kept with its text (new sample ids), the others
+    replaced by records of a next-day package (new content)."""
+    from near_dedup_core.package import open_packages, stream_records
+
+    pool, day = open_packages([args.pool]), open_packages([args.day])
+    fresh = (rec.data for rec in stream_records(day))
+    every = round(1 / args.new_share)
+
+    def records():
+        for k, rec in enumerate(stream_records(pool)):
+            if k % every == 0:
+                data = next(fresh, None)
+                if data is not None:
+                    yield {**data, "id": f"{args.package_id}-new-{k}"}
+                    continue
+            yield {**rec.data, "id": f"{args.package_id}-{rec.sample_id}"}
+
+    print(orjson.dumps(make_package(records(), args.package_id, args.output, OUT / "work",
+                                    args.shard_records),
+                       option=orjson.OPT_INDENT_2).decode())
+
+
 #: The packages the benchmarks use: name -> (subcommand, arguments). ``ensure`` builds the
 #: corpus files and any of these packages that are missing, so that each benchmark is one
 #: command on a fresh checkout.
@@ -347,7 +371,12 @@ PACKAGES = {
     "pool-100k": ("scale", ["--records", "100000", "--seed", "1"]),
     "day-100k": ("next-day", ["--records", "5000", "--seed", "11"]),
     "pool-1m": ("scale", ["--records", "1000000", "--seed", "2"]),
+    "pool-100k-mosaic": ("scale", ["--records", "100000", "--seed", "4", "--without-set20k"]),
     "day-1m": ("next-day", ["--records", "50000", "--seed", "12"]),
+    "cumulative-1m": ("cumulative", ["--pool", str(OUT / "pkg" / "pool-1m"),
+                                     "--day", str(OUT / "pkg" / "day-1m")]),
+    "cumulative-100k": ("cumulative", ["--pool", str(OUT / "pkg" / "pool-100k"),
+                                       "--day", str(OUT / "pkg" / "day-100k")]),
 }
 PKG_DIR = OUT / "pkg"
 
@@ -363,6 +392,8 @@ def ensure(*packages: str) -> list[Path]:
         path = PKG_DIR / name
         if not path.exists():
             command, extra = PACKAGES[name]
+            if command == "cumulative":
+                ensure(*(Path(extra[k]).name for k in (1, 3)))
             main([command, "--package-id", name, "--output", str(path), *extra])
         paths.append(path)
     return paths
@@ -394,13 +425,21 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "scale":
             c.add_argument("--without-set20k", dest="with_set20k", action="store_false",
                            help="grow from real text only, without the 20k set at the start")
+    c = sub.add_parser("cumulative", help="an indexed pool again, 5 %% of it replaced by new "
+                                          "content (the seed's cumulative snapshot)")
+    c.add_argument("--pool", type=Path, required=True)
+    c.add_argument("--day", type=Path, required=True)
+    c.add_argument("--new-share", type=float, default=0.05)
+    c.add_argument("--package-id", required=True)
+    c.add_argument("--output", type=Path, required=True)
+    c.add_argument("--shard-records", type=int, default=100_000)
     return p
 
 
 def main(argv: list[str] | None = None) -> None:
     args = build_parser().parse_args(argv)
     {"real": cmd_real, "set20k": cmd_set20k, "scale": cmd_scale,
-     "next-day": cmd_next_day}[args.command](args)
+     "next-day": cmd_next_day, "cumulative": cmd_cumulative}[args.command](args)
 
 
 if __name__ == "__main__":

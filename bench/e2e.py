@@ -10,7 +10,10 @@ For a pool package P (100k or 1M records from ``bench.build_corpus scale``):
 3. **history** (``--history-pool``, a pool a tenth of P's size) — scan it against an index that
    holds only itself, and against a copy of P's index it was appended to (history 10× its
    size).
-4. **size** — index bytes on disk per input text byte (UTF-8 bytes of the records' ``text``).
+4. **cumulative** (``--cumulative``) — append the seed's cumulative snapshot (the pool again
+   under new sample ids, 5 % of its records replaced by new content) to a copy of P's index:
+   only the new texts should cost anything.
+5. **size** — index bytes on disk per input text byte (UTF-8 bytes of the records' ``text``).
 
 Commands run one at a time: the box has two cores and each command is meant to use both.
 """
@@ -36,8 +39,8 @@ CONFIG = ROOT / "config" / "near-dedup.json"
 REPORT_FILES = ("decisions.jsonl", "relations.jsonl", "origins.jsonl")
 #: Presets: pool, next-day package (5 % of the pool, new content), history pool (a tenth).
 SCALES = {
-    "100k": ("pool-100k", "day-100k", "pool-10k"),
-    "1m": ("pool-1m", "day-1m", "pool-100k"),
+    "100k": ("pool-100k", "day-100k", "pool-10k", "cumulative-100k"),
+    "1m": ("pool-1m", "day-1m", "pool-100k", "cumulative-1m"),
 }
 
 
@@ -99,13 +102,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", type=Path)
     p.add_argument("--day", type=Path)
     p.add_argument("--history-pool", type=Path)
+    p.add_argument("--cumulative", type=Path)
     p.add_argument("--workers", type=int, nargs="+", default=[2, 1])
     p.add_argument("--config", type=Path, default=CONFIG)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     if args.scale:
-        pool, day, history = ensure(*SCALES[args.scale])
-        args.pool, args.day, args.history_pool = pool, day, history
+        pool, day, history, cumulative = ensure(*SCALES[args.scale])
+        args.pool, args.day, args.history_pool, args.cumulative = pool, day, history, cumulative
         args.out = args.out or OUT / f"e2e-{args.scale}"
     if args.pool is None or args.out is None:
         p.error("give --scale, or --pool and --out")
@@ -196,6 +200,20 @@ def main(argv: list[str] | None = None) -> None:
         big.unlink()
         r.save(result)
 
+    # 4. The cumulative snapshot onto the pool's index.
+    if args.cumulative:
+        d = args.out / "cumulative"
+        d.mkdir()
+        grown = d / "index-grown.sqlite"
+        copy_index(main_index, grown)
+        mc = r.cli("cumulative-append", grown, ["index", "--inputs", str(args.cumulative),
+                                               "--workers", str(w)])
+        result["cumulative"] = {"records": text_bytes(args.cumulative)[0],
+                                "append_wall_s": mc.wall_s, "cpu_s": mc.cpu_s,
+                                "summary": mc.stdout.strip()}
+        grown.unlink()
+        r.save(result)
+
     r.save(result)
     print_table(result)
 
@@ -227,6 +245,10 @@ def print_table(result: dict) -> None:
         print(f"history: scan of {h['pool_records']:,} records with {h['history_records']:,} "
               f"in history {h['scan_with_history_wall_s']:.1f} s vs empty history "
               f"{h['scan_empty_history_wall_s']:.1f} s (ratio {h['ratio']:.2f})")
+    if "cumulative" in result:
+        c = result["cumulative"]
+        print(f"cumulative snapshot ({c['records']:,} records) onto the pool index: "
+              f"{c['append_wall_s']:.1f} s, CPU {c['cpu_s']:.1f} s; {c['summary']}")
 
 
 if __name__ == "__main__":

@@ -1,3 +1,3 @@
-from near_dedup_core.cli import main
+from near_dedup_core.cli import console_main
 
-raise SystemExit(main())
+console_main()

@@ -119,7 +119,7 @@ from near_dedup_core.fsutil import (
     write_jsonl,
 )
 from near_dedup_core.guard import guard_for
-from near_dedup_core.normalize import normalize
+from near_dedup_core.normalize import build_table, normalize, normalize_many
 from near_dedup_core.package import Package, Record, load_package, open_packages, stream_records
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import (
@@ -475,9 +475,12 @@ def _init_worker(state: ProbeState) -> None:
 
 def warm_up() -> None:
     """Load the compiled kernels of `probe_chunk` in this process, for both code point widths
-    (from numba's cache, or compiling them), on a text that contains its item. Run in the
-    forkserver (`PRELOAD`), before the workers fork from it: they start with the kernels."""
+    (from numba's cache, or compiling them), on a text that contains its item, and build
+    `normalize_many`'s character table (so that every chunk, however little non-ASCII text
+    it holds, takes the compiled normalization). Run in the forkserver (`PRELOAD`), before
+    the workers fork from it: they start with all of it."""
     global _STATE
+    build_table()
     text = "a training text that contains its evaluation item word for word"
     item = EvalItem(SampleRef(0, 0, "", "", "", "", 0, None), text)
     _STATE = build_state([item], NearDedupConfig())[0]
@@ -492,7 +495,7 @@ def probe_chunk(texts: list[str]) -> ChunkResult:
     """Normalize, hash and probe one chunk of raw training texts (runs in a worker)."""
     st = _STATE
     assert st is not None, "worker not initialized"
-    norms = [normalize(t) for t in texts]
+    norms = normalize_many(texts)
     hasher = MinHasher(1, st.seed, st.shingle_size)
     cps, offsets = code_points(norms)
     found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,

@@ -49,6 +49,29 @@ def write_jsonl(path: Path, rows: Iterable[object]) -> int:
     return n
 
 
+def write_lines(path: Path, lines: Iterable[bytes], batch: int = 4096) -> tuple[int, str]:
+    """Write byte lines (each with its newline) to ``path`` in batches of ``batch`` lines;
+    returns (lines, sha256 hex of the file), so that `write_checksums` need not read the file
+    again."""
+    n = 0
+    h = hashlib.sha256()
+    pending: list[bytes] = []
+    with open(path, "wb") as fh:
+        for line in lines:
+            pending.append(line)
+            if len(pending) >= batch:
+                data = b"".join(pending)
+                fh.write(data)
+                h.update(data)
+                n += len(pending)
+                pending.clear()
+        data = b"".join(pending)
+        fh.write(data)
+        h.update(data)
+        n += len(pending)
+    return n, h.hexdigest()
+
+
 def write_json(path: Path, obj: object) -> None:
     """Pretty, key-sorted JSON (manifests, plans): stable bytes for stable input."""
     path.write_bytes(orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
@@ -202,13 +225,17 @@ def checksum_order(rel: str) -> list[str]:
     return rel.split("/")
 
 
-def write_checksums(folder: Path) -> None:
+def write_checksums(folder: Path, known: dict[str, str] | None = None) -> None:
     """Write ``checksums.sha256`` over every other file below ``folder``: one line
     ``<sha256 hex>  <relative posix path>`` per file, sorted by `checksum_order`, LF endings,
-    final newline — the only form `verify_checksums` accepts."""
+    final newline — the only form `verify_checksums` accepts. ``known`` gives the digests of
+    files the caller has just written and hashed (relative path -> hex, see `write_lines`);
+    every other file is read."""
+    known = known or {}
     rels = sorted((p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()),
                   key=checksum_order)
-    lines = [f"{sha256_file(folder / rel)}  {rel}\n" for rel in rels if rel != CHECKSUMS]
+    lines = [f"{known.get(rel) or sha256_file(folder / rel)}  {rel}\n" for rel in rels
+             if rel != CHECKSUMS]
     (folder / CHECKSUMS).write_text("".join(lines), encoding="utf-8")
 
 

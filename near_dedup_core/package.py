@@ -27,7 +27,7 @@ import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import TypeGuard
+from typing import NamedTuple, TypeGuard
 
 import orjson
 
@@ -458,15 +458,183 @@ class _HashingReader(io.RawIOBase):
         return n
 
 
-def _shard_lines(fh: io.BufferedIOBase, gz: bool) -> Iterator[bytes]:
-    """Lines of a shard, decompressing gzip; the underlying file is read to its end."""
-    if gz:
-        with gzip.GzipFile(fileobj=fh, mode="rb") as text:
-            yield from text
-    else:
-        yield from fh
-    while fh.read(_READ_BUFFER):
-        pass
+# --------------------------------------------------------------------------- line blocks
+
+#: At most this many bytes of whole lines per block (a longer line is a block of its own).
+BLOCK_BYTES = 4 << 20
+#: At most this many lines per block.
+BLOCK_LINES = 1024
+
+
+@dataclass(frozen=True, slots=True)
+class LineBlock:
+    """Whole lines of one shard, read and hashed by the caller, parsed by whoever gets it
+    (`parse_block`, possibly in a worker process): ``first_line`` is the 1-based line number
+    of its first line in the shard, ``first_position`` that record's position in the package."""
+
+    package_id: str
+    kind: str
+    file: str
+    split: str
+    first_line: int
+    first_position: int
+    depends_on: tuple[str, ...]
+    data: bytes
+
+    @property
+    def line_count(self) -> int:
+        return self.data.count(b"\n") + (not self.data.endswith(b"\n"))
+
+    def lines(self) -> list[bytes]:
+        lines = self.data.split(b"\n")
+        if lines[-1] == b"":  # the newline that ends the last line
+            lines.pop()
+        return lines
+
+
+@dataclass(frozen=True, slots=True)
+class ShardEnd:
+    """The end of a shard, after its last block: ``problem`` says why it is invalid (bytes,
+    sha256 or record count differ from the manifest, or it could not be read), else None."""
+
+    package_id: str
+    file: str
+    problem: NearDedupError | None
+
+
+class ParsedBlock(NamedTuple):
+    """The records of a block, in order, as (sample id, data, ref), up to its first bad line;
+    ``problem`` is that line's located error (None when every line is a record)."""
+
+    records: list[tuple[str, dict, tuple[str, str] | None]]
+    problem: NearDedupError | None
+
+
+def parse_block(block: LineBlock) -> ParsedBlock:
+    """Check each line of ``block`` as a record of its kind (`_parse_line`, and a ref must name
+    a package in ``depends_on``). The rules across lines (unique ids, ref targets) are the
+    reader's: see `SampleIds`."""
+    depends_on = set(block.depends_on)
+    records: list[tuple[str, dict, tuple[str, str] | None]] = []
+    for k, raw in enumerate(block.lines()):
+        try:
+            data, sample_id, ref = _parse_line(raw, block.kind)
+            if ref is not None:
+                _resolve_ref(ref, depends_on, None)
+        except _LineProblem as problem:
+            return ParsedBlock(records, NearDedupError(
+                f"{where(block.package_id, block.file, block.first_line + k)}: {problem}"))
+        records.append((sample_id, data, ref))
+    return ParsedBlock(records, None)
+
+
+class SampleIds:
+    """The rules across the records of one pass, applied in record order: a sample id is
+    unique within its package, and a ref names a sample of a package streamed before it
+    (`dependency_order` puts depends_on first). Keeps the ids of referenced packages only."""
+
+    def __init__(self, packages: Sequence[Package]) -> None:
+        self._referenced = {dep for pkg in packages for dep in pkg.depends_on}
+        self._known: dict[str, set[str]] = {}
+        self._package: str | None = None
+        self._ids: set[str] = set()
+
+    def check(self, package_id: str, file: str, line: int, sample_id: str,
+              ref: tuple[str, str] | None) -> None:
+        if package_id != self._package:
+            self._package, self._ids = package_id, set()
+            if package_id in self._referenced:
+                self._known[package_id] = self._ids
+        if sample_id in self._ids:
+            raise NearDedupError(f"{where(package_id, file, line)}: duplicate id {sample_id!r} "
+                                 f"in the package")
+        self._ids.add(sample_id)
+        if ref is not None and ref[1] not in self._known.get(ref[0], ()):
+            raise NearDedupError(f"{where(package_id, file, line)}: ref to sample {ref[1]!r} "
+                                 f"of package {ref[0]}, which has no such sample")
+
+
+def read_blocks(packages: Sequence[Package], block_lines: int = BLOCK_LINES,
+                block_bytes: int = BLOCK_BYTES) -> Iterator[LineBlock | ShardEnd]:
+    """The data of ``packages`` as line blocks, packages in dependency order, shards in
+    manifest order, each shard followed by its `ShardEnd`. Only this reader touches the
+    files: it hashes and counts every stored byte. A shard that cannot be read ends the
+    stream with its ShardEnd (after the lines read before the failure)."""
+    for pkg in dependency_order(packages):
+        position = 0
+        for entry in pkg.files:
+            shard = _shard_blocks(pkg, entry, position, block_lines, block_bytes)
+            for event in shard:
+                if isinstance(event, ShardEnd):
+                    yield event
+                    if event.problem is not None:
+                        return
+                    break
+                position += event.line_count
+                yield event
+
+
+def _shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: int,
+                  block_bytes: int) -> Iterator[LineBlock | ShardEnd]:
+    depends_on = tuple(pkg.depends_on)
+    line = 0  # lines handed out so far
+    pending: list[bytes] = []
+
+    def block(data: bytes) -> LineBlock:
+        return LineBlock(pkg.package_id, pkg.kind, entry.path, entry.split, line + 1,
+                         position + line, depends_on, data)
+
+    try:
+        with open(pkg.path / entry.path, "rb", buffering=0) as raw_file:
+            counter = _HashingReader(raw_file)
+            buffered = io.BufferedReader(counter, _READ_BUFFER)
+            if entry.path.endswith(".gz"):  # line by line, so a failure has its exact line
+                size = 0
+                with gzip.GzipFile(fileobj=buffered, mode="rb") as text:
+                    for raw in text:
+                        pending.append(raw)
+                        size += len(raw)
+                        if size >= block_bytes or len(pending) >= block_lines:
+                            out = block(b"".join(pending))
+                            yield out
+                            line += len(pending)
+                            pending, size = [], 0
+            else:
+                rest = b""
+                while chunk := buffered.read(block_bytes):
+                    data = rest + chunk
+                    end = data.rfind(b"\n") + 1
+                    start = 0
+                    while start < end:  # pieces of at most block_lines lines
+                        cut = start
+                        for _ in range(block_lines):
+                            cut = data.index(b"\n", cut, end) + 1
+                            if cut == end:
+                                break
+                        out = block(data[start:cut])
+                        yield out
+                        line += data.count(b"\n", start, cut)
+                        start = cut
+                    rest = data[end:]
+                if rest:
+                    pending.append(rest)
+            if pending:
+                yield block(b"".join(pending))
+                line += len(pending)
+                pending = []
+            while buffered.read(_READ_BUFFER):
+                pass
+    except (OSError, EOFError, zlib.error) as exc:
+        if pending:
+            yield block(b"".join(pending))
+            line += len(pending)
+        detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        loc = where(pkg.package_id, entry.path, line + 1 if line else None)
+        yield ShardEnd(pkg.package_id, entry.path,
+                       NearDedupError(f"{loc}: cannot read ({detail})"))
+        return
+    yield ShardEnd(pkg.package_id, entry.path, _shard_end_problem(pkg.package_id, entry,
+                                                                  counter, line))
 
 
 def _stream_package(pkg: Package, ids: set[str],
@@ -476,32 +644,29 @@ def _stream_package(pkg: Package, ids: set[str],
     ``targets`` maps each depends_on package id to its sample ids; None checks only that a
     ref names a package in depends_on (at creation, when those packages are not at hand).
     """
-    package_id = pkg.package_id
-    kind = pkg.kind
-    depends_on = set(pkg.depends_on)
     position = 0
     for entry in pkg.files:
-        line = 0
-        try:
-            with open(pkg.path / entry.path, "rb", buffering=0) as raw_file:
-                counter = _HashingReader(raw_file)
-                buffered = io.BufferedReader(counter, _READ_BUFFER)
-                for raw in _shard_lines(buffered, entry.path.endswith(".gz")):
-                    line += 1
-                    try:
-                        data, sample_id, ref = _check_record(raw, kind, ids, depends_on,
-                                                             targets)
-                    except _LineProblem as problem:
-                        raise NearDedupError(f"{where(package_id, entry.path, line)}: "
-                                             f"{problem}") from None
-                    yield Record(package_id, entry.split, entry.path, line, position,
-                                 sample_id, data, ref)
-                    position += 1
-        except (OSError, EOFError, zlib.error) as exc:
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            loc = where(package_id, entry.path, line + 1 if line else None)
-            raise NearDedupError(f"{loc}: cannot read ({detail})") from None
-        _check_shard_end(package_id, entry, counter, line)
+        for event in _shard_blocks(pkg, entry, position, BLOCK_LINES, BLOCK_BYTES):
+            if isinstance(event, ShardEnd):
+                if event.problem is not None:
+                    raise event.problem
+                continue
+            parsed = parse_block(event)
+            for k, (sample_id, data, ref) in enumerate(parsed.records):
+                line = event.first_line + k
+                if sample_id in ids:
+                    raise NearDedupError(f"{where(pkg.package_id, entry.path, line)}: "
+                                         f"duplicate id {sample_id!r} in the package")
+                ids.add(sample_id)
+                if ref is not None and targets is not None and ref[1] not in targets[ref[0]]:
+                    raise NearDedupError(f"{where(pkg.package_id, entry.path, line)}: ref to "
+                                         f"sample {ref[1]!r} of package {ref[0]}, which has no "
+                                         f"such sample")
+                yield Record(pkg.package_id, entry.split, entry.path, line,
+                             event.first_position + k, sample_id, data, ref)
+            if parsed.problem is not None:
+                raise parsed.problem
+            position += len(parsed.records)
 
 
 def _resolve_ref(ref: tuple[str, str], depends_on: set[str],
@@ -515,16 +680,17 @@ def _resolve_ref(ref: tuple[str, str], depends_on: set[str],
                            f"which has no such sample")
 
 
-def _check_shard_end(package_id: str, entry: FileEntry, counter: _HashingReader,
-                     records: int) -> None:
+def _shard_end_problem(package_id: str, entry: FileEntry, counter: _HashingReader,
+                       records: int) -> NearDedupError | None:
     loc = where(package_id, entry.path)
     if counter.size != entry.bytes:
-        raise NearDedupError(f"{loc}: read {counter.size} bytes, {MANIFEST} says {entry.bytes} "
-                             f"(file changed)")
+        return NearDedupError(f"{loc}: read {counter.size} bytes, {MANIFEST} says {entry.bytes} "
+                              f"(file changed)")
     if counter.sha256.hexdigest() != entry.sha256:
-        raise NearDedupError(f"{loc}: sha256 does not match {MANIFEST} (file changed)")
+        return NearDedupError(f"{loc}: sha256 does not match {MANIFEST} (file changed)")
     if records != entry.records:
-        raise NearDedupError(f"{loc}: has {records} records, {MANIFEST} says {entry.records}")
+        return NearDedupError(f"{loc}: has {records} records, {MANIFEST} says {entry.records}")
+    return None
 
 
 def stream_records(packages: Sequence[Package]) -> Iterator[Record]:

@@ -109,10 +109,11 @@ class Tally:
         self.samples = self.relations = self.history_only = self.blocked = 0
         self.near_jaccards: list[float] = []
 
-    def decision(self, split: str, decision: str, reason: str) -> None:
-        self.samples += 1
-        self.by_split[split][decision] += 1
-        self.by_reason[reason] += 1
+    def decision(self, split: str, decision: str, reason: str, count: int = 1) -> None:
+        """``count`` samples of ``split`` with this decision and reason."""
+        self.samples += count
+        self.by_split[split][decision] += count
+        self.by_reason[reason] += count
 
     def relation(self, kind: str, history_only: bool, blocked_by: str | None,
                  jaccard: float) -> None:
@@ -159,7 +160,9 @@ SampleKey = tuple[str, str]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+    # Validators are built on first use (`report verify`, `mixture`), not at import: `scan`
+    # imports this module for its constants and never validates a manifest.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
 
 
 class ReportInput(_Strict):

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import numba
 import numpy as np
+
+from near_dedup_core.jit import numba
 
 _POLY = np.uint64(0x100000001B3)  # FNV-64 prime: spreads code points across the word
 
@@ -206,6 +207,219 @@ def exact_jaccard(x: np.ndarray, y: np.ndarray) -> float:
         return 1.0
     common = _intersection_size(x, y)
     return common / (x.shape[0] + y.shape[0] - common)
+
+
+@numba.njit(cache=True, nogil=True)
+def _utf8_decode(buf, start, end, out):
+    """Code points of the UTF-8 bytes buf[start:end] into out; returns their count, or -1
+    when the bytes are not valid UTF-8 by the rules of Python's strict decoder (no overlong
+    forms, no surrogates, nothing above U+10FFFF, no truncated sequence)."""
+    n = 0
+    i = start
+    while i < end:
+        c = np.uint32(buf[i])
+        if c < 0x80:
+            out[n] = c
+            i += 1
+        elif c < 0xC2:
+            return -1
+        elif c < 0xE0:
+            if i + 1 >= end:
+                return -1
+            c1 = np.uint32(buf[i + 1])
+            if (c1 & 0xC0) != 0x80:
+                return -1
+            out[n] = ((c & 0x1F) << 6) | (c1 & 0x3F)
+            i += 2
+        elif c < 0xF0:
+            if i + 2 >= end:
+                return -1
+            c1 = np.uint32(buf[i + 1])
+            c2 = np.uint32(buf[i + 2])
+            if (c1 & 0xC0) != 0x80 or (c2 & 0xC0) != 0x80:
+                return -1
+            if (c == 0xE0 and c1 < 0xA0) or (c == 0xED and c1 >= 0xA0):
+                return -1
+            out[n] = ((c & 0x0F) << 12) | ((c1 & 0x3F) << 6) | (c2 & 0x3F)
+            i += 3
+        elif c < 0xF5:
+            if i + 3 >= end:
+                return -1
+            c1 = np.uint32(buf[i + 1])
+            c2 = np.uint32(buf[i + 2])
+            c3 = np.uint32(buf[i + 3])
+            if (c1 & 0xC0) != 0x80 or (c2 & 0xC0) != 0x80 or (c3 & 0xC0) != 0x80:
+                return -1
+            if (c == 0xF0 and c1 < 0x90) or (c == 0xF4 and c1 >= 0x90):
+                return -1
+            out[n] = ((c & 0x07) << 18) | ((c1 & 0x3F) << 12) | ((c2 & 0x3F) << 6) | (c3 & 0x3F)
+            i += 4
+        else:
+            return -1
+        n += 1
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def components(left, right, n):
+    """Connected component of each of n items joined by the pairs (left[p], right[p]), as
+    the smallest item of the component (union-find)."""
+    parent = np.arange(n)
+    for p in range(left.shape[0]):
+        a = left[p]
+        b = right[p]
+        while parent[a] != a:
+            parent[a] = parent[parent[a]]
+            a = parent[a]
+        while parent[b] != b:
+            parent[b] = parent[parent[b]]
+            b = parent[b]
+        if a != b:
+            parent[max(a, b)] = min(a, b)
+    for i in range(n):
+        r = i
+        while parent[r] != r:
+            r = parent[r]
+        parent[i] = r
+    return parent
+
+
+@numba.njit(cache=True, nogil=True)
+def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_pair,
+                      adj_other, common, sizes):
+    """Sizes of the hashed shingle sets of the UTF-8 texts buf[offsets[t]:offsets[t+1]], and
+    the intersection sizes of text pairs, the texts taken in ``order``: at step i (text
+    t = order[i]), common[adj_pair[q]] = |S(t) ∩ S(adj_other[q])| for q in
+    adj_start[i]:adj_start[i+1], every partner taken before t and since the last step where
+    ``fresh`` is set (a connected component of the pairs starts there).
+
+    Text t's shingle hashes are deduplicated through an open-addressing table (at most half
+    full; the value 0 is tracked apart), its distinct hashes kept in order of first occurrence;
+    then the distinct hashes of each earlier partner are probed against that table. So every
+    text is decoded, hashed and put into a table once, a pair costs one probe per distinct hash
+    of its earlier text, and no set is ever sorted. Distinct hashes are kept only within one
+    component: ``room`` (the most code points of one component) bounds the memory. Returns
+    -1, or the first text that is not valid UTF-8 (nothing after it is computed)."""
+    n_texts = offsets.shape[0] - 1
+    longest = 1
+    for t in range(n_texts):
+        longest = max(longest, offsets[t + 1] - offsets[t])
+    cps = np.empty(longest, dtype=np.uint32)
+    hashes = np.empty(longest, dtype=np.uint64)
+    flat = np.empty(max(room, 1), dtype=np.uint64)
+    starts = np.zeros(n_texts, dtype=np.int64)
+    size = 2
+    while size < 2 * longest:
+        size *= 2
+    table = np.zeros(size, dtype=np.uint64)
+    tsize = 2
+    pos = 0
+    for i in range(n_texts):
+        t = order[i]
+        if fresh[i]:
+            pos = 0
+        n = _utf8_decode(buf, offsets[t], offsets[t + 1], cps)
+        if n < 0:
+            return t
+        m = _shingle_hashes(cps, 0, n, k, seed, hashes)
+        table[:tsize] = 0
+        tsize = 2
+        while tsize < 2 * m:
+            tsize *= 2
+        mask = np.uint64(tsize - 1)
+        starts[t] = pos
+        zero_seen = False
+        for j in range(m):
+            h = hashes[j]
+            if h == 0:
+                if zero_seen:
+                    continue
+                zero_seen = True
+            else:
+                slot = np.int64(h & mask)
+                new = True
+                while True:
+                    v = table[slot]
+                    if v == 0:
+                        table[slot] = h
+                        break
+                    if v == h:
+                        new = False
+                        break
+                    slot = (slot + 1) & mask
+                if not new:
+                    continue
+            flat[pos] = h
+            pos += 1
+        sizes[t] = pos - starts[t]
+        for q in range(adj_start[i], adj_start[i + 1]):
+            e = adj_other[q]
+            found = 0
+            for j in range(starts[e], starts[e] + sizes[e]):
+                h = flat[j]
+                if h == 0:
+                    found += zero_seen
+                    continue
+                slot = np.int64(h & mask)
+                while True:
+                    v = table[slot]
+                    if v == h:
+                        found += 1
+                        break
+                    if v == 0:
+                        break
+                    slot = (slot + 1) & mask
+            common[adj_pair[q]] = found
+    return -1
+
+
+def pair_jaccards(texts: Sequence[bytes], left: np.ndarray, right: np.ndarray, k: int,
+                  seed: np.uint64) -> tuple[np.ndarray, int]:
+    """Exact Jaccard of the hashed shingle sets of the text pairs (texts[left[p]],
+    texts[right[p]]), the texts given as UTF-8 bytes; and -1, or the index of the first text
+    that is not valid UTF-8 (the Jaccards are then not computed).
+
+    The same sets and the same formula as `exact_jaccard` (|A ∩ B| / (|A| + |B| - |A ∩ B|),
+    1.0 for two empty sets), hence the same floats: both counts are integers below 2^53, so
+    the float division is the correctly rounded quotient, as Python's int division is. Each
+    text is decoded, hashed and deduplicated once however many pairs it is in, and a pair
+    costs one hash-table probe per distinct shingle of one of its texts (`_pair_common_utf8`):
+    linear time, where sorting every set costs several times the hashing. The texts are taken
+    one connected component of the pairs at a time, so the distinct hashes held (8 bytes per
+    code point) are those of the largest component, not of all texts."""
+    n_pairs = left.shape[0]
+    n_texts = len(texts)
+    sizes = np.zeros(n_texts, dtype=np.int64)
+    if n_pairs == 0:
+        return np.zeros(0, dtype=np.float64), -1
+    left = np.asarray(left, dtype=np.int64)
+    right = np.asarray(right, dtype=np.int64)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n_texts)
+    offsets = np.zeros(n_texts + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    buf = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    comp = components(left, right, n_texts)
+    order = np.argsort(comp, kind="stable")
+    rank = np.empty(n_texts, dtype=np.int64)
+    rank[order] = np.arange(n_texts)
+    fresh = np.ones(n_texts, dtype=np.bool_)
+    fresh[1:] = comp[order[1:]] != comp[order[:-1]]
+    room = int(np.bincount(comp, weights=lengths, minlength=n_texts).max())
+    later = np.maximum(rank[left], rank[right])
+    by_later = np.argsort(later, kind="stable")
+    adj_start = np.zeros(n_texts + 1, dtype=np.int64)
+    np.cumsum(np.bincount(later, minlength=n_texts), out=adj_start[1:])
+    other = np.where(rank[left] < rank[right], left, right)
+    common = np.zeros(n_pairs, dtype=np.int64)
+    bad = _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, by_later,
+                            other[by_later], common, sizes)
+    if bad >= 0:
+        return np.zeros(n_pairs, dtype=np.float64), int(bad)
+    union = sizes[left] + sizes[right] - common
+    out = np.ones(n_pairs, dtype=np.float64)
+    nonempty = union > 0
+    out[nonempty] = common[nonempty] / union[nonempty]
+    return out, -1
 
 
 def code_points(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -40,22 +40,36 @@ def _free_port() -> int:
 class PostgresServer:
     """One running server; ``url(db)`` names a database on it, ``create_database`` makes one."""
 
-    def __init__(self, bindir: Path) -> None:
+    def __init__(self, bindir: Path, root: Path | None = None,
+                 settings: dict[str, str] | None = None) -> None:
+        """A new server in a temporary directory; with ``root``, the server whose data lives
+        there (created on first use, started again on later ones: benches that resume).
+        ``settings`` are extra ``-c name=value`` server settings."""
         self.bindir = bindir
-        self.root = Path(tempfile.mkdtemp(prefix="near-dedup-pg-"))
+        self.keep = root is not None
+        if root is None:
+            root = Path(tempfile.mkdtemp(prefix="near-dedup-pg-"))
+        root.mkdir(parents=True, exist_ok=True)
+        self.root = root
         self.port = _free_port()
         self._as_user: list[str] = []
         if os.geteuid() == 0:
             shutil.chown(self.root, user="postgres")
             self._as_user = ["runuser", "-u", "postgres", "--"]
         data = self.root / "data"
-        self._run("initdb", "-D", str(data), "--auth-local=trust", "--auth-host=scram-sha-256",
-                  "-U", "postgres", "--no-sync", "-E", "UTF8", "--locale=C.UTF-8")
+        new = not (data / "PG_VERSION").exists()
+        if new:
+            self._run("initdb", "-D", str(data), "--auth-local=trust",
+                      "--auth-host=scram-sha-256", "-U", "postgres", "--no-sync", "-E", "UTF8",
+                      "--locale=C.UTF-8")
+        extra = "".join(f" -c {k}={v}" for k, v in (settings or {}).items())
         self._run("pg_ctl", "-D", str(data), "-l", str(self.root / "server.log"), "-w", "-o",
                   f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 "
-                  f"-c fsync=off -c synchronous_commit=off -c full_page_writes=off", "start")
+                  f"-c fsync=off -c synchronous_commit=off -c full_page_writes=off{extra}",
+                  "start")
         self.data = data
-        self.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
+        if new:
+            self.execute(f"ALTER ROLE postgres PASSWORD '{PASSWORD}'")
 
     def _run(self, tool: str, *args: str) -> None:
         subprocess.run([*self._as_user, str(self.bindir / tool), *args], check=True,
@@ -80,6 +94,11 @@ class PostgresServer:
         return self.url(name)
 
     def stop(self) -> None:
+        """Stop the server; a temporary one is removed, one given its ``root`` is kept (and
+        shut down cleanly, so that it starts again without recovery)."""
+        if self.keep:
+            self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+            return
         try:
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:

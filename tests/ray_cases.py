@@ -91,18 +91,18 @@ import os, sys
 from pathlib import Path
 from near_dedup_core import cli, ingest
 
-real_sign = ingest.sign
+real_process_block = ingest.work.process_block
 marker = Path(os.environ["DIE_MARKER"])  # read here: the function runs on Ray's workers
 always = bool(os.environ.get("DIE_ALWAYS"))
 
-def sign_or_die(*args):
+def process_block_or_die(*args):
     # the first task to get here kills its own worker process; Ray runs the task again
     if always or not marker.exists():
         marker.touch()
         os.kill(os.getpid(), 9)
-    return real_sign(*args)
+    return real_process_block(*args)
 
-ingest.sign = sign_or_die
+ingest.work.process_block = process_block_or_die
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -328,13 +328,19 @@ def test_a_batch_skips_already_indexed_packages_and_says_so(world, index):
 
 def test_known_content_gains_sources_without_being_signed_again(index, tmp_path, monkeypatch):
     signed: list[str] = []
-    real_sign = ingest.sign
+    normalized: list[str] = []
+    real_sign, real_normalize = ingest.work.sign, ingest.work.normalize_many
 
     def spy(params, texts, *rest):
         signed.extend(texts)
         return real_sign(params, texts, *rest)
 
-    monkeypatch.setattr(ingest, "sign", spy)
+    def normalize_spy(texts):
+        normalized.extend(texts)
+        return real_normalize(texts)
+
+    monkeypatch.setattr(ingest.work, "sign", spy)
+    monkeypatch.setattr(ingest.work, "normalize_many", normalize_spy)
     new = list(P[60:63])
     records = (docs("c", P[:4])                 # contents of cpt-v1 (batch 1)
                + docs("c", new, 4)              # three new contents
@@ -347,6 +353,7 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
                    f"6 sources of already known contents\n")
     assert sorted(signed) == sorted(normalize(t) for t in new)  # each new text signed once
     assert not {normalize(t) for t in P[:4]} & set(signed)
+    assert not set(P[:4]) & set(normalized), "a known raw text is not even normalized again"
     counts, after_counts = before_state["counts"], index_state(index)["counts"]
     assert after_counts["contents"] == counts["contents"] + 3
     assert after_counts["sources"] == counts["sources"] + 9
@@ -585,15 +592,16 @@ def test_refuses_a_ref_to_a_missing_sample(world, index, new_index, tmp_path, ex
 def test_a_bad_line_in_the_last_package_rolls_back_the_whole_batch(
         world, index, new_index, tmp_path, monkeypatch, existing):
     target = index if existing else new_index
-    monkeypatch.setattr(ingest, "CHUNK", 4)  # earlier packages are written before the bad line
+    # blocks of 4 lines: earlier packages are written before the bad line
+    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 4)
     writes = []
-    real_write = ingest._BatchWriter._write_contents
+    real_write = ingest.batch.BatchWriter._write_contents
 
     def counting_write(self, rows, *rest):
         writes.append(len(rows))
         return real_write(self, rows, *rest)
 
-    monkeypatch.setattr(ingest._BatchWriter, "_write_contents", counting_write)
+    monkeypatch.setattr(ingest.batch.BatchWriter, "_write_contents", counting_write)
     v3 = make_package(tmp_path, "cpt-v3", {"train": docs("c", P[100:110])})
     records = docs("d", P[110:118])
     records[6] = b'{"id": "d6", "text": "an unterminated'
@@ -849,7 +857,7 @@ _PAUSE_AFTER_WRITES = """
 import os, sys, time
 from near_dedup_core import cli, ingest
 
-write_contents = ingest._BatchWriter._write_contents
+write_contents = ingest.batch.BatchWriter._write_contents
 
 
 def write_then_pause(self, rows, *rest):
@@ -859,7 +867,7 @@ def write_then_pause(self, rows, *rest):
         time.sleep(600)
 
 
-ingest._BatchWriter._write_contents = write_then_pause
+ingest.batch.BatchWriter._write_contents = write_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 

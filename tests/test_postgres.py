@@ -297,18 +297,88 @@ def test_scans_of_an_empty_a_foreign_or_another_config_database_are_one_line(
     assert not out.exists()
 
 
+# --------------------------------------------------------------------------- index check
+
+
+def _count(url: str, table: str) -> int:
+    with _engine(url).connect() as conn:
+        return conn.execute(text(f"SELECT COUNT(*) FROM {table}")).scalar_one()
+
+
+def table_digests(url: str) -> dict[str, str]:
+    """An md5 of every table's rows, whatever they hold (also rows an index check refuses)."""
+    with _engine(url).connect() as conn:
+        return {t: conn.execute(text(f"SELECT md5(string_agg(r::text, ',' ORDER BY r::text)) "
+                                     f"FROM {t} r")).scalar_one() for t in table_names(url)}
+
+
+def test_index_check_passes_a_fresh_index_and_needs_only_select(server, url):
+    ok(url, V1)
+    ok(url, V2)
+    before = index_rows(url)
+    expect = (f"index {index_postgres.label(url)}: OK (2 batches, 2 packages, "
+              f"{_count(url, 'contents'):,} contents, {_count(url, 'sources'):,} sources); "
+              f"pages and B-trees are the server's to check: run its pg_amcheck\n")
+    code, out, err = run_cli("--index", url, "index", "check")
+    assert (code, out, err) == (0, expect, "")
+    # A role that may only read: the check writes nothing and needs no superuser or amcheck.
+    server.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = "
+                   "'checker') THEN CREATE ROLE checker LOGIN PASSWORD 'c'; END IF; END $$")
+    server.execute("GRANT SELECT ON ALL TABLES IN SCHEMA public TO checker",
+                   url.rsplit("/", 1)[1])
+    checker = url.replace("postgres:near-dedup-test@", "checker:c@")
+    code, out, err = run_cli("--index", checker, "index", "check")
+    assert (code, err) == (0, "") and out.endswith(expect.split(": OK", 1)[1]), (out, err)
+    assert index_rows(url) == before
+
+
+@pytest.mark.parametrize("sql, fragment", [
+    ("DELETE FROM contents WHERE id = (SELECT MAX(content) FROM bands)",
+     "a band row names a missing content or one without a signature (16 rows)"),
+    ("UPDATE contents SET text_z = '\\x00112233'::bytea WHERE id = 9",
+     "the text of content row 9 does not decompress"),
+    ("UPDATE contents SET norm_chars = norm_chars + 1 WHERE id = 4",
+     "the text of content row 4 has "),
+    ("UPDATE contents SET signature = substring(signature from 1 for 10) "
+     "WHERE id = (SELECT MIN(content) FROM bands)",
+     "a content's signature does not have num_perm values (1 rows)"),
+    ("UPDATE sources SET package = 99 WHERE id = (SELECT MIN(id) FROM sources)",
+     "a source names a missing package (1 rows)"),
+    ("UPDATE contents SET dictionary = 42 WHERE id = 3", "a content names a missing dictionary"),
+    ("DELETE FROM meta WHERE key = 'config'", "meta lacks config"),
+], ids=["band", "text", "chars", "signature", "source", "dictionary", "meta"])
+def test_index_check_names_the_first_broken_invariant_in_one_line(server, url, sql, fragment):
+    ok(url, V1)
+    server.execute(sql, url.rsplit("/", 1)[1])
+    before = table_digests(url)
+    err = refused(["--index", url, "index", "check"], fragment)
+    assert err.startswith(f"near-dedup: error: index {index_postgres.label(url)}: ")
+    assert "near-dedup-test" not in err
+    assert table_digests(url) == before
+
+
+def test_index_check_of_an_empty_a_foreign_or_an_unreachable_database_is_one_line(server, url):
+    refused(["--index", url, "index", "check"], "empty database; not a near-dedup index")
+    other = server.create_database()
+    server.execute("CREATE TABLE pipeline (id int)", other.rsplit("/", 1)[1])
+    refused(["--index", other, "index", "check"], "not a near-dedup index")
+    closed = re.sub(r":\d+/", f":{_closed_port()}/", url)
+    refused(["--index", closed, "index", "check"], "cannot use the database")
+    assert table_names(url) == []
+
+
 # --------------------------------------------------------------------------- kills, writers
 
 
 _PAUSE = """
 import os, sys, time
 from near_dedup_core import cli, ingest
-write_contents = ingest._BatchWriter._write_contents
+write_contents = ingest.batch.BatchWriter._write_contents
 def write_then_pause(self, rows, *rest):
     write_contents(self, rows, *rest)
     print("paused in the transaction", file=sys.stderr, flush=True)
     time.sleep(float(os.environ.get("PAUSE_SECONDS", "600")))
-ingest._BatchWriter._write_contents = write_then_pause
+ingest.batch.BatchWriter._write_contents = write_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 

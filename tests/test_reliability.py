@@ -36,7 +36,7 @@ from near_dedup_core.fsutil import atomic_dir, sha256_file
 from near_dedup_core.scan import candidates as candidates_stage
 
 P = stdlib_paragraphs()
-POOL = 2200  # over 2 × ingest.CHUNK, so that `index --workers 2` starts its pool
+POOL = 2200  # over 2 × ingest.batch.BLOCK_LINES, so that `index --workers 2` starts its pool
 
 
 def texts(seed: int, n: int, near_every: int = 4) -> list[str]:
@@ -299,7 +299,7 @@ def test_memory_exhaustion_during_index_is_one_line(corpus, index, monkeypatch):
     def no_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(ingest, "identify", no_memory)
+    monkeypatch.setattr(ingest.work, "normalize_many", no_memory)
     folder = listing(index.parent)
     one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
                    "out of memory; nothing was changed")
@@ -313,7 +313,7 @@ def test_an_extension_failing_without_an_error_under_memory_pressure_is_one_line
     def silent_failure(*args, **kwargs):
         raise SystemError("error return without exception set")
 
-    monkeypatch.setattr(ingest, "sign", silent_failure)
+    monkeypatch.setattr(ingest.work, "sign", silent_failure)
     folder = listing(index.parent)
     one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
                    "as happens when memory runs out; nothing was changed")
@@ -324,7 +324,7 @@ def test_any_unexpected_error_is_one_line_and_changes_nothing(corpus, index, mon
     def unexpected(*args, **kwargs):
         raise ImportError("cmath.so: failed to map segment from shared object")
 
-    monkeypatch.setattr(ingest, "sign", unexpected)
+    monkeypatch.setattr(ingest.work, "sign", unexpected)
     before = listing(index.parent)
     one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
                    "unexpected ImportError: cmath.so: failed to map segment",

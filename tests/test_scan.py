@@ -20,6 +20,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import make_package, run_cli, tree_bytes
 
@@ -27,6 +28,7 @@ from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.compare import qa_text
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.fsutil import json_line
 from near_dedup_core.guard import SYMBOL_UNITS, guard_for
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import MinHasher, exact_jaccard
@@ -339,6 +341,36 @@ def test_report_files_fields_and_manifest(versions):
     assert (c["relations"], c["history_only_relations"], c["blocked_relations"]) == (4, 0, 0)
     assert m["files"] == {"decisions.jsonl": {"lines": 8}, "relations.jsonl": {"lines": 4},
                           "origins.jsonl": {"lines": 8}}
+
+
+def test_report_lines_are_canonical_json_also_for_unusual_strings(tmp_path):
+    """The scan assembles each line from pieces rendered once (`scan.write`); every line must
+    be exactly `json_line` of the object it holds, for every kind of row and for sample ids
+    and sources that need escaping or are not ASCII."""
+    p = plain_prose()
+    odd = ['q"uote', "back\\slash", "tab\there", "é-ü-中文", "emoji-😀", "ctl\x01", "nb\u00a0sp"]
+    source = {"zeta": [1, "二", None], "alpha": {"y": 'a"b', "x": 1.5}, "é": True}
+    old = make_package(tmp_path, "old", {"train": [cpt("h" + odd[0], near_copy(p[40], p[41])),
+                                                   cpt("h" + odd[1], p[42])]})
+    pool = make_package(tmp_path, "pool", {
+        "train": [cpt(odd[0], p[40], source=source), cpt(odd[1], p[40]),
+                  cpt(odd[2], near_copy(p[40], p[43])), cpt(odd[3], p[42]),
+                  cpt(odd[4], p[44], domain="ドメイン")],
+        "validation": [cpt(odd[5], p[44]), cpt(odd[6], p[44])]})
+    idx = tmp_path / "odd.sqlite"
+    index(idx, old)
+    index(idx, pool)
+    rep = scan(idx, [pool], tmp_path / "report", workers=2)
+    kinds = {(r["kind"], r["history_only"]) for r in rep.relations}
+    assert kinds == {("exact", False), ("exact", True), ("near", False), ("near", True)}
+    assert {d["reason"] for d in rep.decisions} >= {"unique", "exact_duplicate",
+                                                    "near_duplicate", "retained_split"}
+    for name in ("decisions.jsonl", "relations.jsonl", "origins.jsonl"):
+        lines = (rep.path / name).read_bytes().splitlines(keepends=True)
+        assert lines
+        for line in lines:
+            assert line == json_line(orjson.loads(line)), line
+    assert {d["sample_id"] for d in rep.decisions} == set(odd)
 
 
 @pytest.mark.skipif(shutil.which("sha256sum") is None, reason="needs coreutils sha256sum")
@@ -717,7 +749,7 @@ def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
     idx = tmp_path / "idx.sqlite"
     index(idx, *pkgs)
 
-    def fail_after_writing(folder: Path) -> None:
+    def fail_after_writing(folder: Path, *_known) -> None:
         (folder / "checksums.sha256").write_text("partial", encoding="utf-8")
         raise NearDedupError("simulated write failure")
 

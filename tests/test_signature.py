@@ -313,7 +313,7 @@ def _index_dump(path: Path) -> dict[str, list]:
 
 def test_workers_1_and_2_build_identical_index_contents(tmp_path, monkeypatch):
     """Small chunks so that two workers really interleave; the rows must not notice."""
-    monkeypatch.setattr(ingest, "CHUNK", 16)
+    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 16)
     paragraphs = stdlib_paragraphs()
     train = [{"id": f"s{i}", "text": p, "domain": "docs"} for i, p in enumerate(paragraphs[:160])]
     train += [{"id": f"e{i}", "text": reverse_every(p, 9), "domain": "docs"}

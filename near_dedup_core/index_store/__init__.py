@@ -28,11 +28,11 @@ import os
 import sqlite3
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import Any, NamedTuple, Self
 
 import numpy as np
 import orjson
@@ -66,7 +66,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store import postgres as pg
 
 FORMAT = "near-dedup-index"
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
 
@@ -123,6 +123,16 @@ bands = Table("bands", metadata,
                      autoincrement=False),
               sqlite_with_rowid=False)
 
+#: Each raw compared text indexed, by sha256 within its scope, and its content: a text met
+#: again (the seed's cumulative snapshots) gets a source row without being normalized or
+#: signed again.
+raw_texts = Table("raw_texts", metadata,
+                  Column("text_sha256", BYTES, primary_key=True),
+                  Column("scope", INT, ForeignKey("scopes.id"), primary_key=True,
+                         autoincrement=False),
+                  Column("content", INT, ForeignKey("contents.id"), nullable=False),
+                  sqlite_with_rowid=False)
+
 sources = Table("sources", metadata,
                 Column("id", INT, primary_key=True),
                 Column("content", INT, ForeignKey("contents.id"), nullable=False),
@@ -139,7 +149,7 @@ sources = Table("sources", metadata,
                 Index("ix_sources_content", "content"))
 
 
-ZSTD_LEVEL = 3
+ZSTD_LEVEL = 2  # 1.3× the speed of level 3 for 6 % more text bytes (docs/benchmarks.md)
 DICT_MIN_SAMPLES = 128
 DICT_MIN_BYTES = 100 * 1024
 DICT_MAX_BYTES = 112_640
@@ -179,21 +189,25 @@ class TextReader:
         self._by_dict: dict[int, zstandard.ZstdDecompressor] = {}
 
     def text(self, blob: bytes, dictionary: int | None) -> str:
+        return self.utf8(blob, dictionary).decode()
+
+    def utf8(self, blob: bytes, dictionary: int | None) -> bytes:
+        """The stored text as its UTF-8 bytes (not checked to be valid UTF-8)."""
         if dictionary is None:
-            return self._plain.decompress(blob).decode()
+            return self._plain.decompress(blob)
         dctx = self._by_dict.get(dictionary)
         if dctx is None:
             (data,) = self._con.execute("SELECT data FROM dictionaries WHERE id = ?",
                                         (dictionary,)).fetchone()
             dctx = self._by_dict[dictionary] = zstandard.ZstdDecompressor(
                 dict_data=zstandard.ZstdCompressionDict(data))
-        return dctx.decompress(blob).decode()
+        return dctx.decompress(blob)
 
 
 SQL_IN = 900  # ids per ``IN (…)`` list, under SQLite's bound-parameter limit
 
 
-def rows_in(con: sqlite3.Connection, sql: str, ids: list[int]) -> Iterator[tuple]:
+def rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int | bytes]) -> Iterator[tuple]:
     """Rows of ``sql`` (one ``{}`` standing for the id list) over ``ids``, in slices."""
     for i in range(0, len(ids), SQL_IN):
         part = ids[i:i + SQL_IN]
@@ -383,6 +397,7 @@ def open_writable(path: Path) -> Engine:
         dbapi_conn.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # takes effect on a new file only
         dbapi_conn.execute("PRAGMA journal_mode = WAL")
         dbapi_conn.execute("PRAGMA synchronous = NORMAL")
+        dbapi_conn.execute("PRAGMA cache_size = -262144")  # 256 MiB: unique content ids
 
     @event.listens_for(engine, "begin")
     def _begin(conn) -> None:
@@ -571,6 +586,21 @@ class ContentRow(NamedTuple):
     signature: bytes | None
 
 
+class ContentColumns(NamedTuple):
+    """Content rows as columns, by ascending row id: what a scan needs of a million contents
+    without one record per row. Where a content has no signature (a text under
+    ``min_chars``), ``has_signature`` is False, ``shingles`` is -1 and its ``signatures`` row
+    is zero."""
+
+    rowid: np.ndarray  # int64
+    content_id: list[bytes]
+    scope: np.ndarray  # int64
+    batch: np.ndarray  # int64
+    shingles: np.ndarray  # int64
+    signatures: np.ndarray  # (contents, num_perm) uint16
+    has_signature: np.ndarray  # bool
+
+
 class IndexCounts(NamedTuple):
     batches: int
     contents: int  # the highest content row id
@@ -620,6 +650,17 @@ class IndexTexts:
         return cls(path, sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
                                          check_same_thread=False))
 
+    def close(self) -> None:
+        self._con.close()
+
+    def package_origins(self, package_rowid: int) -> Iterator[tuple]:
+        """(sample_id, split, file, line, source JSON) of one indexed package's samples in
+        package order. A package's sources never change once committed, so any connection
+        reads the same rows as the scan's snapshot."""
+        return self._con.execute(
+            "SELECT sample_id, split, file, line, source FROM sources WHERE package = ? "
+            "ORDER BY position", (package_rowid,))
+
     def shipped(self, ids: list[int]) -> ShippedTexts:
         """The compressed texts of these content ids with the dictionaries they need: what a
         task on another machine gets instead of a connection (``--executor ray``)."""
@@ -651,6 +692,22 @@ class IndexTexts:
             raise damaged(self.path, f"{len(set(ids)) - len(out):,} content rows are missing")
         return out
 
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        """The texts of these distinct content ids, in the order given, as UTF-8 bytes that
+        the caller checks (`texts` of an id whose bytes are not UTF-8 names the damage):
+        decompressed without building Python strings."""
+        out: dict[int, bytes] = {}
+        for cid, blob, dictionary in rows_in(
+                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+            try:
+                out[cid] = self._reader.utf8(blob, dictionary)
+            except (zstandard.ZstdError, TypeError) as exc:
+                raise damaged(self.path, f"the text of content row {cid} does not "
+                                         f"decompress: {exc}") from None
+        if len(out) != len(ids):
+            raise damaged(self.path, f"{len(ids) - len(out):,} content rows are missing")
+        return [out[cid] for cid in ids]
+
 
 class ShippedTexts:
     """Compressed texts of some contents and their dictionaries, picklable: the same
@@ -663,14 +720,18 @@ class ShippedTexts:
         self.dictionaries = dictionaries
 
     def texts(self, ids: list[int]) -> dict[int, str]:
+        return {cid: text.decode() for cid, text in zip(ids, self.utf8_texts(ids))}
+
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        """The texts of these content ids, in the order given, as UTF-8 bytes (see
+        `IndexTexts.utf8_texts`)."""
         plain = zstandard.ZstdDecompressor()
         by_dict = {d: zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(data))
                    for d, data in self.dictionaries.items()}
-        out = {}
+        out = []
         for cid in ids:
             blob, dictionary = self.blobs[cid]
-            out[cid] = (plain if dictionary is None else by_dict[dictionary]
-                        ).decompress(blob).decode()
+            out.append((plain if dictionary is None else by_dict[dictionary]).decompress(blob))
         return out
 
 
@@ -753,6 +814,79 @@ class IndexSnapshot(IndexTexts):
             "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
             "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
 
+    def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
+                     ) -> Iterator[list[tuple]]:
+        """(sample_id, split, content) of one package's samples in package order, as plain
+        tuples in lists of up to ``batch``: the least a scan needs before it can compare, so
+        that a million samples load without a million records (`package_column` reads any
+        other column in the same order)."""
+        cur = self._con.execute(
+            "SELECT sample_id, split, content FROM sources WHERE package = ? ORDER BY position",
+            (package.rowid,))
+        while rows := cur.fetchmany(batch):
+            yield rows
+
+    #: the `sources` columns `package_column` reads
+    SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
+
+    def package_column(self, package: IndexedPackage, column: str) -> list:
+        """One column (`SAMPLE_COLUMNS`) of one package's samples, in package order."""
+        if column not in self.SAMPLE_COLUMNS:
+            raise ValueError(f"not a sample column: {column}")
+        return [row[0] for row in self._con.execute(
+            f"SELECT {column} FROM sources WHERE package = ? ORDER BY position",
+            (package.rowid,))]
+
+    def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
+        """(file, line) of the ``nth`` sample (0-based, package order) of one package."""
+        return self._con.execute(
+            "SELECT file, line FROM sources WHERE package = ? ORDER BY position LIMIT 1 "
+            "OFFSET ?", (package.rowid, nth)).fetchone()
+
+    def content_columns(self, ids: np.ndarray) -> ContentColumns:
+        """`content_rows` of these ids as columns, by ascending row id, with the same checks:
+        every id exists and every signature has ``num_perm`` values."""
+        ids = np.sort(np.asarray(ids, dtype=np.int64))
+        ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
+        n = len(ids)
+        width = self._signature_bytes
+        content_id: list[bytes] = []
+        scope = np.zeros(n, dtype=np.int64)
+        batch = np.zeros(n, dtype=np.int64)
+        shingles = np.full(n, -1, dtype=np.int64)
+        has_signature = np.zeros(n, dtype=bool)
+        signatures: np.ndarray | None = None
+        for i in range(0, n, SQL_IN):
+            part = ids[i:i + SQL_IN].tolist()
+            rows = self._con.execute(
+                f"SELECT content_id, scope, batch, shingles, signature FROM contents "
+                f"WHERE id IN ({','.join('?' * len(part))}) ORDER BY id", part).fetchall()
+            if len(rows) != len(part):
+                raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
+            cid, sc, bt, sh, sig = zip(*rows)
+            content_id.extend(cid)
+            end = i + len(part)
+            scope[i:end] = sc
+            batch[i:end] = bt
+            shingles[i:end] = [-1 if x is None else x for x in sh]
+            present = [x is not None for x in sig]
+            has_signature[i:end] = present
+            found = [x for x in sig if x is not None]
+            if not found:
+                continue
+            if width is None:
+                width = len(found[0])
+            if any(len(x) != width for x in found):
+                raise damaged(self.path, "a content signature has the wrong length")
+            if signatures is None:
+                signatures = np.zeros((n, width // 2), dtype=np.uint16)
+            signatures[i:end][np.asarray(present)] = np.frombuffer(
+                b"".join(found), dtype=np.uint16).reshape(len(found), width // 2)
+        if signatures is None:
+            signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
+        return ContentColumns(ids, [bytes(c) for c in content_id], scope, batch, shingles,
+                              signatures, has_signature)
+
     def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
         """Content rows by row id. The ids come from sources or bands, so every one exists and
         every signature has ``num_perm`` values; otherwise the index is damaged (pages that
@@ -786,16 +920,18 @@ class IndexSnapshot(IndexTexts):
         con.execute("CREATE TEMP TABLE scan_keys (key INTEGER PRIMARY KEY)")
         con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
         try:
-            con.executemany("INSERT INTO temp.scan_keys VALUES (?)", ((k,) for k in keys.tolist()))
-            con.executemany("INSERT INTO temp.scan_contents VALUES (?)",
-                            ((c,) for c in pool_contents))
+            _fill_temp(con, "scan_keys", keys.tolist())
+            _fill_temp(con, "scan_contents", list(pool_contents))
             mixed = sorted({c for c, split in con.execute(
                 "SELECT DISTINCT s.content, s.split FROM temp.scan_contents t "
                 "JOIN main.sources s ON s.content = t.id") if (c, split) not in pool_nodes})
             con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
+            # CROSS JOIN keeps the probe keys outside: one B-tree search per key in key order
+            # (left to the planner, SQLite scans all of bands and probes the keys instead)
             rows = con.execute(
-                "SELECT b.key, b.content FROM temp.scan_keys q JOIN main.bands b ON b.key = q.key "
-                "WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)").fetchall()
+                "SELECT b.key, b.content FROM temp.scan_keys q CROSS JOIN main.bands b "
+                "ON b.key = q.key WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)"
+            ).fetchall()
         finally:
             con.execute("DROP TABLE temp.scan_keys")
             con.execute("DROP TABLE temp.scan_contents")
@@ -814,6 +950,18 @@ class IndexSnapshot(IndexTexts):
             if row[1] not in pool_package_ids:
                 out.append(OutsideSource(*row))
         return out
+
+
+def _fill_temp(con: sqlite3.Connection, table: str, values: list[int], rows: int = 500) -> None:
+    """Insert one-column rows into ``temp.<table>``, ``rows`` per statement (a third of the
+    cost of one statement per row)."""
+    full = len(values) // rows * rows
+    if full:
+        sql = f"INSERT INTO temp.{table} VALUES " + ",".join(["(?)"] * rows)
+        con.executemany(sql, (values[i:i + rows] for i in range(0, full, rows)))
+    if full < len(values):
+        con.execute(f"INSERT INTO temp.{table} VALUES " + ",".join(["(?)"] * (len(values) - full)),
+                    values[full:])
 
 
 class PostgresSnapshot(IndexSnapshot):
@@ -884,6 +1032,36 @@ def open_texts(index: str | Path) -> IndexTexts:
     return IndexTexts.open(Path(index))
 
 
+_RAW_TEXTS_SQL = ("SELECT r.text_sha256, s.scope_key, r.content FROM raw_texts r "
+                  "JOIN scopes s ON s.id = r.scope WHERE r.text_sha256 IN ({})")
+
+
+class KnownTexts:
+    """Contents of the raw compared texts that committed batches indexed, on a read
+    connection of its own (an `index` worker's): rows are insert-only, so what it finds stays
+    true while the batch that asks is open."""
+
+    def __init__(self, con: Any) -> None:
+        self._con = con
+
+    def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        """(text_sha256, scope key) -> content row id, for the given sha256s."""
+        return {(bytes(sha), key): content for sha, key, content
+                in rows_in(self._con, _RAW_TEXTS_SQL, shas)}
+
+    def close(self) -> None:
+        self._con.close()
+
+
+def open_known_texts(index: str) -> KnownTexts:
+    """`KnownTexts` of a SQLite path (read-only) or a ``postgresql://`` URL."""
+    url = postgres_url(index)
+    if url is not None:
+        return KnownTexts(pg.QmarkConnection(pg.connect(url, snapshot=False)))
+    return KnownTexts(sqlite3.connect(f"file:{_uri_path(Path(index))}?mode=ro", uri=True,
+                                      check_same_thread=False))
+
+
 # --------------------------------------------------------------------------- index check
 
 
@@ -892,48 +1070,91 @@ REQUIRED_META = ("format", "schema_version", "algorithm_version", "config_finger
 
 
 class IndexCheck(NamedTuple):
-    path: Path
+    path: Path | str
     batches: int
     packages: int
     contents: int
     sources: int
+    note: str = ""
 
     def summary(self) -> str:
         return (f"index {self.path}: OK ({self.batches:,} batches, {self.packages:,} packages, "
-                f"{self.contents:,} contents, {self.sources:,} sources)")
+                f"{self.contents:,} contents, {self.sources:,} sources){self.note}")
 
 
-def check_index(path: Path) -> IndexCheck:
-    """SQLite's ``integrity_check`` plus the index's own invariants; raises NearDedupError
-    naming the first problem. Reads only (see :func:`connect_reader`).
+#: What ``index check`` on PostgreSQL leaves to the server: its pages and B-trees.
+PG_PAGES = "pages and B-trees are the server's to check: run its pg_amcheck"
+
+
+def check_index(path: Path | str) -> IndexCheck:
+    """The index's own invariants, on a SQLite file (after SQLite's ``integrity_check``) or a
+    PostgreSQL database; raises NearDedupError naming the first problem. Reads only.
 
     Invariants: the meta keys are present, name this format, schema and algorithm, and the
     stored config has the stored fingerprint; every band row's content exists and has a
-    signature of ``num_perm`` values; every source's content and package exist; no content,
+    signature of ``num_perm`` values; every source's and raw text's content and every
+    source's package exist; no content,
     package or dictionary names a batch that does not exist; every text decompresses (with its
-    dictionary) to ``norm_chars`` characters."""
-    if postgres_url(path) is not None:
-        raise NearDedupError(f"index {pg.label(str(path))}: index check reads SQLite index "
-                             f"files; on PostgreSQL use the server's pg_amcheck")
+    dictionary) to ``norm_chars`` characters.
+
+    SQLite: one read transaction on a connection that cannot write (:func:`connect_reader`),
+    after ``PRAGMA integrity_check``, which reads every page. PostgreSQL: one ``REPEATABLE
+    READ, READ ONLY`` transaction, so every invariant is checked on one snapshot while other
+    machines append, and the texts are streamed through a server-side cursor. Physical damage
+    (pages, B-trees) is the server's to find with its ``pg_amcheck`` (which needs the amcheck
+    extension and a privileged role); the check itself needs only ``SELECT``, and a read that
+    fails on a damaged page is reported as damage pointing at ``pg_amcheck``."""
+    url = postgres_url(path)
+    if url is not None:
+        return _check_postgres(url)
     path = Path(path)
     if not path.is_file():
         raise NearDedupError(f"index {path}: not found")
     with database_errors(path):
         values = _read_foreign(path)
+        config = _check_meta(path, values)
         con = connect_reader(path)
         try:
-            return _check(path, con, values)
+            con.execute("BEGIN")
+            problems = [row[0] for row in con.execute("PRAGMA integrity_check(1)")]
+            if problems != ["ok"]:
+                first = " ".join(problems[0].split())
+                raise NearDedupError(f"index {path}: damaged (SQLite integrity_check: {first}); "
+                                     f"restore it from a backup")
+            result = _check_invariants(path, con, config, con.execute)
+            con.execute("COMMIT")
+            return result
         finally:
             con.close()
 
 
-def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> IndexCheck:
-    def bad(what: str) -> NearDedupError:
-        return NearDedupError(f"index {path}: {what}; restore it from a backup")
+def _check_postgres(url: str) -> IndexCheck:
+    where = pg.label(url)
+    raw = pg.connect(url, snapshot=True, read_only=True)
+    try:
+        values = pg.check_tables(url, lambda sql: raw.execute(sql).fetchall())
+        if values is None:
+            raise NearDedupError(f"index {where}: empty database; not a near-dedup index")
+        config = _check_meta(where, values)
+        result = _check_invariants(where, pg.QmarkConnection(raw),  # type: ignore[arg-type]
+                                   config, lambda sql: pg.stream(raw, sql))
+        return result._replace(note=f"; {PG_PAGES}")
+    except pg.driver_errors() as exc:
+        detail = pg.damage_detail(exc)
+        if detail is not None:
+            raise NearDedupError(f"index {where}: damaged ({detail}); {PG_PAGES}, and restore "
+                                 f"the database from a backup") from None
+        raise pg.connect_error(url, exc) from None
+    finally:
+        raw.close()
 
+
+def _check_meta(path: Path | str, values: dict[str, str]) -> NearDedupConfig:
+    """The binding rows: present, ours, readable by this tool, the config its fingerprint."""
     missing = [k for k in REQUIRED_META if k not in values]
     if missing:
-        raise bad(f"meta lacks {', '.join(missing)}")
+        raise NearDedupError(f"index {path}: meta lacks {', '.join(missing)}; restore it from "
+                             f"a backup")
     if values.get("format") != FORMAT:
         raise NearDedupError(f"index {path}: not a near-dedup index")
     if values["schema_version"] != SCHEMA_VERSION or values["algorithm_version"] != ALGORITHM_VERSION:
@@ -943,15 +1164,22 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
     try:
         config = NearDedupConfig.model_validate_json(values["config"])
     except ValueError:
-        raise bad("meta config is not a valid near-dedup config") from None
+        raise NearDedupError(f"index {path}: meta config is not a valid near-dedup config; "
+                             f"restore it from a backup") from None
     if config.fingerprint() != values["config_fingerprint"]:
-        raise bad("meta config does not have the stored config_fingerprint")
-    con.execute("BEGIN")
-    problems = [row[0] for row in con.execute("PRAGMA integrity_check(1)")]
-    if problems != ["ok"]:
-        first = " ".join(problems[0].split())
-        raise NearDedupError(f"index {path}: damaged (SQLite integrity_check: {first}); "
-                             f"restore it from a backup")
+        raise NearDedupError(f"index {path}: meta config does not have the stored "
+                             f"config_fingerprint; restore it from a backup")
+    return config
+
+
+def _check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedupConfig,
+                      stream: Callable[[str], Iterable[tuple]]) -> IndexCheck:
+    """The row invariants, on ``con`` (SQLite, or PostgreSQL through `QmarkConnection`) inside
+    the caller's read transaction; ``stream(sql)`` iterates over a large result without
+    holding it in memory."""
+    def bad(what: str) -> NearDedupError:
+        return NearDedupError(f"index {path}: {what}; restore it from a backup")
+
     max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
     queries = [
         ("a band row names a missing content or one without a signature",
@@ -962,6 +1190,9 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
           f"length(signature) != {2 * config.num_perm}")),
         ("a source names a missing content",
          ("SELECT COUNT(*) FROM sources s LEFT JOIN contents c ON c.id = s.content "
+          "WHERE c.id IS NULL")),
+        ("a raw text names a missing content",
+         ("SELECT COUNT(*) FROM raw_texts r LEFT JOIN contents c ON c.id = r.content "
           "WHERE c.id IS NULL")),
         ("a source names a missing package",
          ("SELECT COUNT(*) FROM sources s LEFT JOIN packages p ON p.id = s.package "
@@ -983,7 +1214,7 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
         if n:
             raise bad(f"{what} ({n:,} rows)")
     reader = TextReader(con)
-    for cid, blob, dictionary, chars in con.execute(
+    for cid, blob, dictionary, chars in stream(
             "SELECT id, text_z, dictionary, norm_chars FROM contents"):
         try:
             text = reader.text(blob, dictionary)
@@ -994,7 +1225,6 @@ def _check(path: Path, con: sqlite3.Connection, values: dict[str, str]) -> Index
                       f"norm_chars says {chars}")
     counts = [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
               for t in ("packages", "contents", "sources")]
-    con.execute("COMMIT")
     return IndexCheck(path, max_batch, *counts)
 
 
@@ -1007,6 +1237,9 @@ class RefTarget(NamedTuple):
     content: int
     text_sha256: bytes
     domain: str | None
+
+
+BAND_ROWS_PER_INSERT = 50
 
 
 class BatchTransaction:
@@ -1030,6 +1263,9 @@ class BatchTransaction:
         self._sql_sources = insert_sql(sources)
         self._sql_contents = insert_sql(contents)
         self._sql_bands = insert_sql(bands).replace("INSERT", "INSERT OR IGNORE", 1)
+        self._sql_bands_many = self._sql_bands.replace(
+            "VALUES (?, ?)", "VALUES " + ", ".join(["(?, ?)"] * BAND_ROWS_PER_INSERT))
+        self._sql_raw_texts = insert_sql(raw_texts)
 
     def _insert_id(self, statement: Insert) -> int:
         """Execute a single-row insert and return the new row's integer primary key."""
@@ -1092,6 +1328,10 @@ class BatchTransaction:
                 f"({','.join('?' * len(part))})", tuple(part)).all())
         return found
 
+    def known_raw_texts(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        """`KnownTexts.contents` inside the batch (for workers that cannot read the index)."""
+        return KnownTexts(self.conn.connection.dbapi_connection).contents(shas)
+
     def add_sources(self, rows: list[tuple]) -> None:
         """``sources`` rows: (None, content, package, sample_id, split, file, line, position,
         text_sha256, domain, source JSON)."""
@@ -1106,11 +1346,26 @@ class BatchTransaction:
         self.conn.exec_driver_sql(self._sql_contents, rows)
 
     def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
-        """Band rows, given sorted by (key, content) so the B-tree fills front to back."""
-        step = 1 << 20
-        for i in range(0, len(keys), step):
+        """Band rows, given sorted by (key, content) so the B-tree fills front to back.
+        ``BAND_ROWS_PER_INSERT`` rows per statement: binding is then a third of the cost of
+        one statement per row."""
+        per = BAND_ROWS_PER_INSERT
+        full = len(keys) // per * per
+        step = per << 14
+        dbapi = self.conn.connection.dbapi_connection  # the same transaction, rows as lists
+        assert dbapi is not None
+        for i in range(0, full, step):
+            end = min(i + step, full)
+            flat = np.empty(2 * (end - i), dtype=np.int64)
+            flat[0::2], flat[1::2] = keys[i:end], content_rowids[i:end]
+            dbapi.executemany(self._sql_bands_many, flat.reshape(-1, 2 * per).tolist())
+        if full < len(keys):
             self.conn.exec_driver_sql(self._sql_bands, list(zip(
-                keys[i:i + step].tolist(), content_rowids[i:i + step].tolist())))
+                keys[full:].tolist(), content_rowids[full:].tolist())))
+
+    def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
+        """``raw_texts`` rows (text_sha256, scope, content), given sorted."""
+        self.conn.exec_driver_sql(self._sql_raw_texts, rows)
 
 
 class PostgresBatch(BatchTransaction):
@@ -1127,6 +1382,12 @@ class PostgresBatch(BatchTransaction):
 
     def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
         pg.copy_bands(self.conn, keys, content_rowids)
+
+    def known_raw_texts(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        return KnownTexts(pg.QmarkConnection(pg.raw(self.conn))).contents(shas)
+
+    def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
+        pg.copy_rows(self.conn, "raw_texts", ("text_sha256", "scope", "content"), rows)
 
 
 _SOURCE_COLUMNS = tuple(c.name for c in sources.columns)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -139,9 +139,10 @@ def check_tables(url: str, query: Callable[[str], Any]) -> dict[str, str] | None
     return values
 
 
-def connect(url: str, *, snapshot: bool) -> Any:
+def connect(url: str, *, snapshot: bool, read_only: bool = False) -> Any:
     """A psycopg connection; ``snapshot``: every statement until ``close`` reads one
-    REPEATABLE READ snapshot, taken by the first statement."""
+    REPEATABLE READ snapshot, taken by the first statement; ``read_only``: and that
+    transaction is ``READ ONLY`` (the server refuses any write in it)."""
     try:
         import psycopg
     except ImportError:
@@ -155,7 +156,33 @@ def connect(url: str, *, snapshot: bool) -> Any:
         raise connect_error(url, exc) from None
     if snapshot:
         raw.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        raw.read_only = read_only
     return raw
+
+
+def stream(raw: Any, sql: str, rows: int = 5000) -> Iterator[tuple]:
+    """The rows of ``sql`` through a server-side cursor, ``rows`` at a time: a result of
+    millions of rows never sits in the client's memory at once. Inside the connection's open
+    transaction (a named cursor lives as long as its transaction)."""
+    with raw.cursor(name="near_dedup_stream") as cur:
+        cur.itersize = rows
+        cur.execute(sql)
+        yield from cur
+
+
+#: SQLSTATE class XX: the server found a page or an index it cannot read as written.
+_DAMAGE_CLASS = "XX"
+
+
+def damage_detail(exc: BaseException) -> str | None:
+    """The server's one-line message when ``exc`` reports damaged data (``data_corrupted``,
+    ``index_corrupted``, any internal error of class XX), else None."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None)
+    if not state or not state.startswith(_DAMAGE_CLASS):
+        return None
+    lines = str(orig).strip().splitlines()
+    return lines[0] if lines else state
 
 
 class QmarkConnection:

@@ -30,14 +30,14 @@ module (`scan.verify.VERIFY_CHUNK`), so that is where to change it.
 """
 
 from near_dedup_core.scan.candidates import find_candidates, min_agreement
-from near_dedup_core.scan.pool import build_nodes, load_pool, order_key
+from near_dedup_core.scan.pool import build_nodes, decision_order, load_pool
 from near_dedup_core.scan.records import (
     Candidates,
-    Decision,
-    Match,
-    Node,
+    Decisions,
+    Matches,
+    Nodes,
     Pool,
-    Sample,
+    Samples,
     Verified,
     VerifyParams,
 )
@@ -45,7 +45,7 @@ from near_dedup_core.scan.run import ScanResult, scan_pool
 from near_dedup_core.scan.verify import VERIFY_CHUNK, verify_pairs
 
 __all__ = [
-    "VERIFY_CHUNK", "Candidates", "Decision", "Match", "Node", "Pool", "Sample", "ScanResult",
-    "Verified", "VerifyParams", "build_nodes", "find_candidates", "load_pool", "min_agreement",
-    "order_key", "scan_pool", "verify_pairs",
+    "VERIFY_CHUNK", "Candidates", "Decisions", "Matches", "Nodes", "Pool", "Samples",
+    "ScanResult", "Verified", "VerifyParams", "build_nodes", "decision_order",
+    "find_candidates", "load_pool", "min_agreement", "scan_pool", "verify_pairs",
 ]

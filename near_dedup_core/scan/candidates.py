@@ -23,7 +23,7 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
-from near_dedup_core.scan.records import Candidates, Node, Pool
+from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
 from near_dedup_core.signature import band_keys
 
 
@@ -42,7 +42,7 @@ def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
 class Slots(NamedTuple):
     """The pool's nodes with a signature, one row each: ``nodes[k]`` is slot k's node index."""
 
-    nodes: list[int]
+    nodes: np.ndarray  # int64
     sigs: np.ndarray  # (slots, num_perm) uint16
     sizes: np.ndarray  # shingle-set sizes
     groups: np.ndarray  # (scope, split) group per slot
@@ -50,41 +50,95 @@ class Slots(NamedTuple):
 
 
 class HistoryCandidates(NamedTuple):
-    """History candidates before the filters: (slot, history content) pairs, and the
-    signature and set size of each history content (row ``row[content]``)."""
+    """History candidates before the filters: (slot, history content row id) pairs, and the
+    rows of those history contents (signatures, set sizes)."""
 
     pairs: np.ndarray
-    contents: dict[int, db.ContentRow]
-    row: dict[int, int]
-    sigs: np.ndarray
-    sizes: np.ndarray
+    contents: db.ContentColumns
 
 
-@numba.njit(cache=True)
-def _run_pairs(order, run_starts, run_sizes, raw_counts):
-    """All (i, j) pairs, i < j, of the members of each run of ``order``; adds each member's
-    run size − 1 to ``raw_counts``."""
-    total = 0
-    for r in range(run_sizes.shape[0]):
-        total += run_sizes[r] * (run_sizes[r] - 1) // 2
-    out = np.empty((total, 2), dtype=np.int64)
-    k = 0
-    for r in range(run_sizes.shape[0]):
-        s = run_starts[r]
-        n = run_sizes[r]
-        for x in range(n):
-            a = order[s + x]
-            raw_counts[a] += n - 1
-            for y in range(x + 1, n):
-                b = order[s + y]
-                if a < b:
-                    out[k, 0] = a
-                    out[k, 1] = b
-                else:
-                    out[k, 0] = b
-                    out[k, 1] = a
-                k += 1
-    return out
+@numba.njit(cache=True, nogil=True)
+def _band_runs(band_keys, groups, table, run_of):
+    """Number the distinct (group, band key) values of the slots in order of first
+    appearance; run_of[i] is slot i's number. ``table`` is an open-addressing table of
+    (key, group, number) rows, at most half full. Returns the count."""
+    mask = table.shape[0] - 1
+    table[:, 2] = -1
+    runs = 0
+    for i in range(band_keys.shape[0]):
+        k = band_keys[i]
+        g = groups[i]
+        h = np.uint64(k) ^ (np.uint64(g) * np.uint64(0x9E3779B97F4A7C15))
+        h ^= h >> np.uint64(29)
+        slot = np.int64(h & np.uint64(mask))
+        while True:
+            r = table[slot, 2]
+            if r < 0:
+                table[slot, 0] = k
+                table[slot, 1] = g
+                table[slot, 2] = runs
+                run_of[i] = runs
+                runs += 1
+                break
+            if table[slot, 0] == k and table[slot, 1] == g:
+                run_of[i] = r
+                break
+            slot = (slot + 1) & mask
+    return runs
+
+
+@numba.njit(cache=True, nogil=True)
+def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
+    """Every pair (i, j), i < j, of slots in the same run, into the open-addressing set
+    ``pairs`` (keys i * n + j + 1; 0 is empty; the caller keeps it at most half full); adds
+    run size - 1 to each member's raw count. Returns the number of new pairs."""
+    n = run_of.shape[0]
+    start = np.zeros(n_runs + 1, dtype=np.int64)
+    for r in range(n_runs):
+        start[r + 1] = start[r] + sizes[r]
+    fill = start[:-1].copy()
+    members = np.empty(n, dtype=np.int64)
+    for i in range(n):  # slots by run, each run in slot order
+        r = run_of[i]
+        members[fill[r]] = i
+        fill[r] += 1
+    mask = pairs.shape[0] - 1
+    added = 0
+    for r in range(n_runs):
+        size = sizes[r]
+        if size < 2:
+            continue
+        for x in range(start[r], start[r + 1]):
+            a = members[x]
+            raw_counts[a] += size - 1
+            for y in range(x + 1, start[r + 1]):
+                key = a * n + members[y] + 1
+                h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+                slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
+                while True:
+                    v = pairs[slot]
+                    if v == 0:
+                        pairs[slot] = key
+                        added += 1
+                        break
+                    if v == key:
+                        break
+                    slot = (slot + 1) & mask
+    return added
+
+
+@numba.njit(cache=True, nogil=True)
+def _rehash(old, new):
+    mask = new.shape[0] - 1
+    for k in range(old.shape[0]):
+        key = old[k]
+        if key == 0:
+            continue
+        h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
+        slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
+        while new[slot] != 0:
+            slot = (slot + 1) & mask
+        new[slot] = key
 
 
 @numba.njit(cache=True)
@@ -107,134 +161,141 @@ def _filter_pairs(left, right, sigs_l, sizes_l, sigs_r, sizes_r, threshold, agre
     return keep
 
 
-def _shingle_count(row: db.ContentRow) -> int:
-    """The shingle count of a content with a signature (set together at ingest)."""
-    if row.shingles is None:
-        raise NearDedupError(f"index: content {row.content_id.hex()} has a signature but no "
-                             f"shingle count")
-    return row.shingles
+def _no_shingle_count(content_id: bytes) -> NearDedupError:
+    return NearDedupError(f"index: content {content_id.hex()} has a signature but no "
+                          f"shingle count")
 
 
-def pool_slots(pool: Pool, nodes: list[Node], config: NearDedupConfig) -> Slots:
+#: slots per `band_keys` call: its uint64 temporaries stay near 100 MB
+KEY_BLOCK = 1 << 16
+
+
+def pool_slots(pool: Pool, nodes: Nodes, config: NearDedupConfig) -> Slots:
     """The signature matrix, set sizes, (scope, split) groups and band keys of the nodes
-    that have a signature."""
-    long_nodes: list[int] = []
-    long_sigs: list[bytes] = []
-    for i, n in enumerate(nodes):
-        signature = pool.content[n.content].signature
-        if signature is not None:
-            long_nodes.append(i)
-            long_sigs.append(signature)
-    n_long = len(long_nodes)
-    sigs = np.zeros((n_long, config.num_perm), dtype=np.uint16)
-    sizes = np.zeros(n_long, dtype=np.int64)
-    group_of: dict[tuple[int, str], int] = {}
-    groups = np.zeros(n_long, dtype=np.int64)
-    if n_long:
-        sigs = np.frombuffer(b"".join(long_sigs), dtype=np.uint16).reshape(n_long, config.num_perm)
-    for j, i in enumerate(long_nodes):
-        row = pool.content[nodes[i].content]
-        sizes[j] = _shingle_count(row)
-        groups[j] = group_of.setdefault((row.scope, nodes[i].split), len(group_of))
-    keys = band_keys(sigs, config.bands, config.rows) if n_long else np.zeros((0, config.bands), np.int64)
-    return Slots(long_nodes, sigs, sizes, groups, keys)
+    that have a signature; groups are numbered in order of first appearance."""
+    c = pool.contents
+    slot_nodes = np.flatnonzero(c.has_signature[nodes.content]).astype(np.int64)
+    content = nodes.content[slot_nodes]
+    sizes = c.shingles[content]
+    if (sizes < 0).any():
+        raise _no_shingle_count(c.content_id[int(content[np.argmax(sizes < 0)])])
+    sigs = c.signatures[content]
+    pair = c.scope[content] * max(len(nodes.split_labels), 1) + nodes.split[slot_nodes]
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    rank = np.empty(len(first), dtype=np.int64)
+    rank[np.argsort(first)] = np.arange(len(first))
+    groups = rank[inverse.reshape(-1)]
+    keys = np.zeros((len(slot_nodes), config.bands), dtype=np.int64)
+    for i in range(0, len(slot_nodes), KEY_BLOCK):
+        keys[i:i + KEY_BLOCK] = band_keys(sigs[i:i + KEY_BLOCK], config.bands, config.rows)
+    return Slots(slot_nodes, sigs, sizes, groups, keys)
 
 
 def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray,
                     limit: int, too_many: Callable[[int, int], LimitExceeded]) -> np.ndarray:
     """Distinct (i, j), i < j, of long-node slots sharing a band key within one (scope,
-    split) group, one band at a time: sort by (group, key), pairs within equal runs."""
+    split) group (in no particular order), one band at a time: slots are grouped by (group,
+    key) through a hash table and the pairs of each group go into a hash set, so nothing is
+    sorted. A run of more than ``limit`` + 1 slots stops the scan; the one named is
+    the first such run of the first such band in (group, key) order, and its first slot,
+    as if the band had been sorted."""
     n = len(groups)
-    chunks = []
-    for b in range(keys.shape[1]):
-        order = np.lexsort((keys[:, b], groups))
-        g_sorted, k_sorted = groups[order], keys[order, b]
-        boundary = np.ones(n + 1, dtype=bool)
-        if n > 1:
-            boundary[1:-1] = (g_sorted[1:] != g_sorted[:-1]) | (k_sorted[1:] != k_sorted[:-1])
-        starts = np.flatnonzero(boundary)
-        run_sizes = np.diff(starts)
-        too_big = np.flatnonzero(run_sizes - 1 > limit)
-        if len(too_big):
-            r = int(too_big[0])
-            raise too_many(int(order[starts[r]]), int(run_sizes[r]) - 1)
-        multi = run_sizes >= 2
-        if multi.any():
-            chunks.append(_run_pairs(order.astype(np.int64), starts[:-1][multi].astype(np.int64),
-                                     run_sizes[multi].astype(np.int64), raw_counts))
-    if not chunks:
+    if n < 2:
         return np.zeros((0, 2), dtype=np.int64)
-    flat = np.sort(np.concatenate([p[:, 0] * n + p[:, 1] for p in chunks]))
-    flat = flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    table = np.zeros((size, 3), dtype=np.int64)
+    run_of = np.empty(n, dtype=np.int64)
+    pairs = np.zeros(2 * size, dtype=np.int64)
+    held = 0
+    for b in range(keys.shape[1]):
+        band = np.ascontiguousarray(keys[:, b])
+        runs = _band_runs(band, groups, table, run_of)
+        sizes = np.bincount(run_of, minlength=runs)
+        big = np.flatnonzero(sizes - 1 > limit)
+        if len(big):
+            first_of_run = np.full(runs, n, dtype=np.int64)
+            np.minimum.at(first_of_run, run_of, np.arange(n))
+            heads = first_of_run[big]
+            r = int(big[np.lexsort((band[heads], groups[heads]))[0]])
+            raise too_many(int(first_of_run[r]), int(sizes[r]) - 1)
+        bound = int((sizes * (sizes - 1) // 2).sum())
+        while 2 * (held + bound) > len(pairs):
+            grown = np.zeros(2 * len(pairs), dtype=np.int64)
+            _rehash(pairs, grown)
+            pairs = grown
+        held += _insert_run_pairs(run_of, sizes, runs, pairs, raw_counts)
+    flat = pairs[pairs != 0] - 1
     return np.stack([flat // n, flat % n], axis=1)
 
 
-def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, nodes: list[Node],
-                  pool_nodes: set[tuple[int, str]]) -> dict[int, set[int]]:
+def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool, nodes: Nodes,
+                  pool_nodes: set[tuple[int, str]]) -> np.ndarray:
     """Indexed contents outside the pool sharing a band key with a long-node slot, looked up
-    in the index's band table: content -> slots."""
-    hits: dict[int, set[int]] = defaultdict(set)
+    in the index's band table: distinct (content row id, slot) pairs, sorted."""
     if not len(keys):
-        return hits
+        return np.zeros((0, 2), dtype=np.int64)
     flat_keys = keys.reshape(-1)
     by_key = np.argsort(flat_keys, kind="stable")
     sorted_keys = flat_keys[by_key]
     slot_of = (by_key // keys.shape[1]).astype(np.int64)
-    distinct = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
+    probes = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
+    rowid = pool.contents.rowid
     # distinct keys in key order: the probes walk the band B-tree in order
-    found = snap.history_band_hits(distinct, sorted({n.content for n in nodes}), pool_nodes)
-    if len(found.keys):
-        lo = np.searchsorted(sorted_keys, found.keys, side="left")
-        hi = np.searchsorted(sorted_keys, found.keys, side="right")
-        for content, first, end in zip(found.contents.tolist(), lo.tolist(), hi.tolist()):
-            hits[content].update(slot_of[first:end].tolist())
-    return hits
+    found = snap.history_band_hits(probes, distinct(rowid[nodes.content]).tolist(),
+                                   pool_nodes)
+    if not len(found.keys):
+        return np.zeros((0, 2), dtype=np.int64)
+    lo = np.searchsorted(sorted_keys, found.keys, side="left")
+    hi = np.searchsorted(sorted_keys, found.keys, side="right")
+    counts = hi - lo
+    ends = np.cumsum(counts)
+    at = np.arange(int(ends[-1])) - np.repeat(ends - counts - lo, counts)
+    n = max(len(keys), 1)
+    pairs = distinct(np.repeat(found.contents, counts) * n + slot_of[at])
+    return np.stack([pairs // n, pairs % n], axis=1)
 
 
-def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], slots: Slots,
+def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: Slots,
                        config: NearDedupConfig, raw_counts: np.ndarray) -> HistoryCandidates:
     """(slot, history content) pairs of the same scope whose content is indexed in the slot's
     split outside the pool; adds one to ``raw_counts`` per pair of a slot."""
-    pool_nodes = {(n.content, n.split) for n in nodes}
-    pool_ids = {p.package_id for p in pool.packages}
-    has_history = any(p["package_id"] not in pool_ids for p in pool.index_packages)
-    hits = _history_hits(snap, slots.keys, nodes, pool_nodes) if has_history else {}
-    if not hits:
-        return HistoryCandidates(np.zeros((0, 2), dtype=np.int64), {}, {},
-                                 np.zeros((0, config.num_perm), dtype=np.uint16),
-                                 np.zeros(0, dtype=np.int64))
-    hids = np.asarray(sorted(hits), dtype=np.int64)
-    hist_row = {h: r for r, h in enumerate(hids.tolist())}
-    hist_sigs = np.zeros((len(hids), config.num_perm), dtype=np.uint16)
-    hist_sizes = np.zeros(len(hids), dtype=np.int64)
-    hist_scope = np.zeros(len(hids), dtype=np.int64)
-    history = snap.content_rows(hids.tolist())
-    for h, row in history.items():
-        r = hist_row[h]
-        hist_scope[r], hist_sizes[r] = row.scope, _shingle_count(row)
-        if row.signature is None:
-            raise NearDedupError(f"index: content {row.content_id.hex()} has band keys but "
-                                 f"no signature")
-        hist_sigs[r] = np.frombuffer(row.signature, dtype=np.uint16)
+    if not pool.has_history():
+        return HistoryCandidates(np.zeros((0, 2), dtype=np.int64),
+                                 snap.content_columns(np.zeros(0, dtype=np.int64)))
+    labels = nodes.split_labels
+    pool_nodes = set(zip(pool.contents.rowid[nodes.content].tolist(),
+                         [labels[x] for x in nodes.split.tolist()]))
+    hits = _history_hits(snap, slots.keys, pool, nodes, pool_nodes)
+    if not len(hits):
+        return HistoryCandidates(np.zeros((0, 2), dtype=np.int64),
+                                 snap.content_columns(np.zeros(0, dtype=np.int64)))
+    hids = distinct(hits[:, 0])
+    history = snap.content_columns(hids)
+    if (history.shingles < 0).any():
+        raise _no_shingle_count(history.content_id[int(np.argmax(history.shingles < 0))])
+    if not history.has_signature.all():
+        bad = history.content_id[int(np.argmin(history.has_signature))]
+        raise NearDedupError(f"index: content {bad.hex()} has band keys but no signature")
     split_id: dict[str, int] = {}
     open_keys = []  # (history content, split) indexed outside the pool, as h * S + split
     for content, split in snap.content_splits(hids.tolist()):
         if (content, split) not in pool_nodes:
             open_keys.append((content, split_id.setdefault(split, len(split_id))))
-    slot_split = np.asarray([split_id.get(nodes[i].split, -1) for i in slots.nodes], np.int64)
-    slot_scope = np.asarray([pool.content[nodes[i].content].scope for i in slots.nodes],
-                            np.int64)
+    label_split = np.asarray([split_id.get(x, -1) for x in nodes.split_labels] or [-1],
+                             dtype=np.int64)
+    slot_split = label_split[nodes.split[slots.nodes]]
+    slot_scope = pool.contents.scope[nodes.content[slots.nodes]]
     n_splits = max(len(split_id), 1)
     valid = np.asarray([h * n_splits + sp for h, sp in open_keys], dtype=np.int64)
-    cand_h = np.repeat(hids, [len(hits[h]) for h in hids.tolist()])
-    cand_slot = np.fromiter((j for h in hids.tolist() for j in sorted(hits[h])),
-                            dtype=np.int64, count=len(cand_h))
-    ok = (slot_scope[cand_slot] == hist_scope[np.searchsorted(hids, cand_h)]) \
+    cand_h, cand_slot = hits[:, 0], hits[:, 1]
+    ok = (slot_scope[cand_slot] == history.scope[np.searchsorted(hids, cand_h)]) \
         & (slot_split[cand_slot] >= 0) \
         & np.isin(cand_h * n_splits + slot_split[cand_slot], valid)
     pairs = np.stack([cand_slot[ok], cand_h[ok]], axis=1)
     np.add.at(raw_counts, pairs[:, 0], 1)
-    return HistoryCandidates(pairs, history, hist_row, hist_sigs, hist_sizes)
+    return HistoryCandidates(pairs, history)
 
 
 def _check_max_candidates(pool_pairs: np.ndarray, hist_pairs: np.ndarray,
@@ -260,13 +321,15 @@ def _check_max_candidates(pool_pairs: np.ndarray, hist_pairs: np.ndarray,
 
 
 def _filtered_history_pairs(hist: HistoryCandidates, slots: Slots, threshold: float,
-                            agree_min: int) -> list[tuple[int, int]]:
+                            agree_min: int) -> np.ndarray:
     """(node index, history content) of the history candidates that pass the filters."""
-    lut = np.asarray(slots.nodes, dtype=np.int64)
-    rows = np.asarray([hist.row[h] for h in hist.pairs[:, 1].tolist()], dtype=np.int64)
-    passed = _filter_pairs(hist.pairs[:, 0], rows, slots.sigs, slots.sizes, hist.sigs,
-                           hist.sizes, threshold, agree_min)
-    return list(zip(lut[hist.pairs[passed, 0]].tolist(), hist.pairs[passed, 1].tolist()))
+    if not len(hist.pairs):
+        return np.zeros((0, 2), dtype=np.int64)
+    h = hist.contents
+    rows = np.searchsorted(h.rowid, hist.pairs[:, 1])
+    passed = _filter_pairs(hist.pairs[:, 0], rows, slots.sigs, slots.sizes, h.signatures,
+                           h.shingles, threshold, agree_min)
+    return np.stack([slots.nodes[hist.pairs[passed, 0]], hist.pairs[passed, 1]], axis=1)
 
 
 def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, threshold: float,
@@ -274,7 +337,7 @@ def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, threshold: float,
     """(node a, node b), a < b, of the pool candidates that pass the filters, sorted."""
     if not len(pairs):
         return np.zeros((0, 2), dtype=np.int64)
-    lut = np.asarray(slots.nodes, dtype=np.int64)
+    lut = slots.nodes
     kept = pairs[_filter_pairs(pairs[:, 0], pairs[:, 1], slots.sigs, slots.sizes, slots.sigs,
                                slots.sizes, threshold, agree_min)]
     pool_pairs = np.stack([lut[kept[:, 0]], lut[kept[:, 1]]], axis=1)
@@ -282,27 +345,63 @@ def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, threshold: float,
     return pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]
 
 
-def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node],
-                    config: NearDedupConfig, progress: bool) -> Candidates:
-    """Pool and history candidate pairs after the filters (see module doc)."""
-    slots = pool_slots(pool, nodes, config)
+class PoolSearch(NamedTuple):
+    """The pool's part of the candidates: its slots, the LSH pairs before the filters (as
+    slot pairs), each slot's candidate count so far (an upper bound) and the pool pairs that
+    pass the filters (node pairs)."""
 
+    slots: Slots
+    lsh_pairs: np.ndarray
+    raw_counts: np.ndarray
+    pairs: np.ndarray
+
+
+def _limit(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: Slots,
+           config: NearDedupConfig) -> Callable[[int, int], LimitExceeded]:
     def too_many(slot: int, count: int) -> LimitExceeded:
-        return _too_many(nodes[slots.nodes[slot]], count, config)
+        return _too_many(snap, pool, nodes, int(slots.nodes[slot]), count, config)
+    return too_many
 
+
+def pool_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                    config: NearDedupConfig) -> PoolSearch:
+    """Stage 2–3 within the pool: LSH pairs and the filters (the history comes after, in
+    `history_and_limits`, which also applies ``max_candidates`` to both)."""
+    slots = pool_slots(pool, nodes, config)
     raw_counts = np.zeros(len(slots.nodes), dtype=np.int64)  # upper bound of each slot's count
-    all_pairs = _pool_lsh_pairs(slots.keys, slots.groups, raw_counts, config.max_candidates,
-                                too_many)
-    hist = history_candidates(snap, pool, nodes, slots, config, raw_counts)
-    _check_max_candidates(all_pairs, hist.pairs, raw_counts, config.max_candidates, too_many)
+    lsh_pairs = _pool_lsh_pairs(slots.keys, slots.groups, raw_counts, config.max_candidates,
+                                _limit(snap, pool, nodes, slots, config))
     agree_min = min_agreement(config.num_perm, config.threshold)
-    history_pairs = _filtered_history_pairs(hist, slots, config.threshold, agree_min)
-    pool_pairs = _filtered_pool_pairs(all_pairs, slots, config.threshold, agree_min)
-    return Candidates(pool_pairs, history_pairs, hist.contents, len(all_pairs) + len(hist.pairs))
+    return PoolSearch(slots, lsh_pairs, raw_counts,
+                      _filtered_pool_pairs(lsh_pairs, slots, config.threshold, agree_min))
 
 
-def _too_many(node: Node, count: int, config: NearDedupConfig) -> LimitExceeded:
-    s = node.samples[0]
-    return LimitExceeded(f"{where(s.package_id, s.file, s.line)}: sample {s.sample_id} has "
-                         f"{count:,} LSH candidates, over max_candidates "
-                         f"{config.max_candidates:,}; no report written")
+def history_and_limits(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                       config: NearDedupConfig, found: PoolSearch) -> Candidates:
+    """The history candidates of the pool's slots, ``max_candidates`` over pool and history
+    candidates together, and the history pairs that pass the filters."""
+    hist = history_candidates(snap, pool, nodes, found.slots, config, found.raw_counts)
+    _check_max_candidates(found.lsh_pairs, hist.pairs, found.raw_counts, config.max_candidates,
+                          _limit(snap, pool, nodes, found.slots, config))
+    agree_min = min_agreement(config.num_perm, config.threshold)
+    history_pairs = _filtered_history_pairs(hist, found.slots, config.threshold, agree_min)
+    return Candidates(found.pairs, history_pairs, hist.contents,
+                      len(found.lsh_pairs) + len(hist.pairs))
+
+
+def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                    config: NearDedupConfig, progress: bool = False) -> Candidates:
+    """Pool and history candidate pairs after the filters (see module doc)."""
+    return history_and_limits(snap, pool, nodes, config,
+                              pool_candidates(snap, pool, nodes, config))
+
+
+def _too_many(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, node: int, count: int,
+              config: NearDedupConfig) -> LimitExceeded:
+    first = int(nodes.first[node])
+    pos = int(pool.samples.input_pos[first])
+    package = pool.indexed[pos]
+    file, line = snap.sample_location(package, first - int(pool.sample_start[pos]))
+    return LimitExceeded(f"{where(package.package_id, file, line)}: sample "
+                         f"{pool.samples.sample_id[first]} has {count:,} LSH candidates, over "
+                         f"max_candidates {config.max_candidates:,}; no report written")

@@ -10,40 +10,73 @@ split) in first-ingest order; all samples of a node are exact duplicates of each
 - kept samples without any earlier pool match are ``unique``; those whose only earlier matches
   were kept apart by the numeric/unit guard are ``guard_blocked``;
 - history-only matches are relations and never exclude.
+
+The rule runs over the nodes in one compiled loop: a node's outcome depends only on its own
+matches (sorted by the earlier node) and the outcomes of earlier nodes.
 """
 
 from __future__ import annotations
 
+import numba
+import numpy as np
+
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.scan.records import Decision, Match, Node, Pool
+from near_dedup_core.scan.records import (
+    GUARD_BLOCKED,
+    MATCH_NOT_KEPT,
+    NEAR_DUPLICATE,
+    RETAINED_SPLIT,
+    UNIQUE,
+    Decisions,
+    Matches,
+    Nodes,
+)
 
 
-def decide(pool: Pool, nodes: list[Node], near: dict[int, list[Match]],
-           hist: dict[int, list[Match]], config: NearDedupConfig) -> dict[int, Decision]:
-    """Decision per sample (keyed by id(sample)), greedy over nodes in first-ingest order."""
-    retained = set(config.retained_splits)
-    kept_node: list[bool] = []
-    out: dict[int, Decision] = {}
-    for idx, node in enumerate(nodes):
-        first = node.samples[0]
-        if node.split in retained:
-            kept_node.append(True)
-            for s in node.samples:
-                out[id(s)] = Decision("keep", "retained_split")
+@numba.njit(cache=True)
+def _greedy(retained, start, other, jaccard, blocked, reason, kept_by, jac):
+    """Node i's matches are rows start[i]:start[i+1] of (other, jaccard, blocked), sorted by
+    the earlier node ``other``."""
+    n = retained.shape[0]
+    kept = np.zeros(n, dtype=np.bool_)
+    for i in range(n):
+        kept_by[i] = -1
+        if retained[i]:
+            kept[i] = True
+            reason[i] = RETAINED_SPLIT
             continue
-        edges = sorted(near.get(idx, ()))
-        open_edges = [(m.other, m.jaccard) for m in edges if m.blocked_by is None]
-        kept_matches = [(a, j) for a, j in open_edges if kept_node[a]]
-        if kept_matches:
-            a, j = kept_matches[0]
-            kept_node.append(False)
-            target = nodes[a].samples[0]
-            for s in node.samples:
-                out[id(s)] = Decision("exclude", "near_duplicate", target, j)
+        open_edges = False
+        for q in range(start[i], start[i + 1]):
+            if blocked[q] != 0:
+                continue
+            open_edges = True
+            if kept[other[q]]:
+                kept_by[i] = other[q]
+                jac[i] = jaccard[q]
+                break
+        if kept_by[i] >= 0:
+            reason[i] = NEAR_DUPLICATE
             continue
-        kept_node.append(True)
-        reason = "match_not_kept" if open_edges else ("guard_blocked" if edges else "unique")
-        out[id(first)] = Decision("keep", reason)
-        for s in node.samples[1:]:
-            out[id(s)] = Decision("exclude", "exact_duplicate", first, 1.0)
-    return out
+        kept[i] = True
+        if open_edges:
+            reason[i] = MATCH_NOT_KEPT
+        elif start[i + 1] > start[i]:
+            reason[i] = GUARD_BLOCKED
+        else:
+            reason[i] = UNIQUE
+
+
+def decide(nodes: Nodes, near: Matches, config: NearDedupConfig) -> Decisions:
+    """The outcome of every node, greedy over nodes in first-ingest order (``near`` sorted by
+    (later, other), as `verify` gives them)."""
+    n = len(nodes)
+    labels = set(config.retained_splits)
+    retained = np.asarray([x in labels for x in nodes.split_labels] or [False])[nodes.split] \
+        if n else np.zeros(0, dtype=bool)
+    start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(near.later, minlength=n), out=start[1:])
+    reason = np.zeros(n, dtype=np.int8)
+    kept_by = np.full(n, -1, dtype=np.int64)
+    jaccard = np.zeros(n, dtype=np.float64)
+    _greedy(retained, start, near.other, near.jaccard, near.blocked, reason, kept_by, jaccard)
+    return Decisions(reason, kept_by, jaccard)

@@ -1,36 +1,55 @@
-"""Stage 1, pool: the input packages' samples and contents loaded from the index, the data
-files re-hashed against their manifests, and the samples grouped into nodes (one content
-within one split) in decision order."""
+"""Stage 1, pool: the input packages' samples and contents loaded from the index as columns,
+the data files re-hashed against their manifests, and the samples grouped into nodes (one
+content within one split) in decision order."""
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import numpy as np
+
 from near_dedup_core import index_store as db
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import sha256_file
 from near_dedup_core.package import Package
-from near_dedup_core.scan.records import Node, Pool, Sample
+from near_dedup_core.scan.records import Nodes, Pool, Samples
 
 
-def verify_files(pkgs: list[Package]) -> None:
-    """Re-hash every data file of ``pkgs``; a file changed since it was indexed stops the
-    scan."""
-    jobs = [(pkg, entry) for pkg in pkgs for entry in pkg.files]
+def file_digests(paths: list[str]) -> list[str]:
+    """sha256 of each file (two threads: hashing releases the interpreter lock)."""
     with ThreadPoolExecutor(max_workers=2) as ex:
-        digests = list(ex.map(lambda job: sha256_file(job[0].path / job[1].path), jobs))
-    for (pkg, entry), digest in zip(jobs, digests):
+        return list(ex.map(lambda p: sha256_file(Path(p)), paths))
+
+
+def data_files(pkgs: list[Package]) -> list[str]:
+    """Every data file of ``pkgs``, in the order `check_files` expects their digests."""
+    return [str(pkg.path / entry.path) for pkg in pkgs for entry in pkg.files]
+
+
+def check_files(pkgs: list[Package], digests: list[str]) -> None:
+    """A data file whose digest (from `file_digests` over `data_files`) differs from its
+    manifest entry stops the scan: it changed since it was indexed."""
+    jobs = [(pkg, entry) for pkg in pkgs for entry in pkg.files]
+    for (pkg, entry), digest in zip(jobs, digests, strict=True):
         if digest != entry.sha256:
             raise NearDedupError(f"{where(pkg.package_id, entry.path)}: sha256 does not match "
                                  f"manifest.json (file changed after it was indexed)")
 
 
-def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package]) -> Pool:
+def verify_files(pkgs: list[Package]) -> None:
+    """Re-hash every data file of ``pkgs``; a file changed since it was indexed stops the
+    scan."""
+    check_files(pkgs, file_digests(data_files(pkgs)))
+
+
+def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package],
+              domains: bool = False) -> Pool:
     """The pool's samples and contents as the snapshot holds them; every input must be
-    indexed with the same manifest."""
-    rows = snap.indexed_packages()
-    indexed = {r.package_id: r for r in rows}
+    indexed with the same manifest. Sample domains are read only when asked for (the guard's
+    domain-specific units need them); text digests are read later (`load_text_sha256`)."""
+    indexed_rows = snap.indexed_packages()
+    indexed = {r.package_id: r for r in indexed_rows}
     for pkg in pkgs:
         known = indexed.get(pkg.package_id)
         if known is None:
@@ -40,36 +59,105 @@ def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package
             raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: indexed with "
                                  f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
                                  f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
-    samples: list[Sample] = []
-    for pos, pkg in enumerate(pkgs):
-        package = indexed[pkg.package_id]
-        for r in snap.package_sources(package):
-            samples.append(Sample(pos, pkg.package_id, package.batch, r.sample_id, r.split,
-                                  r.file, r.line, r.position, r.text_sha256, r.domain, r.source,
-                                  r.content))
-    content = snap.content_rows(sorted({s.content for s in samples}))
+    sample_id: list[str] = []
+    splits: dict[str, int] = {}
+    split: list[int] = []
+    content: list[np.ndarray] = []
+    sample_start = [0]
+    for pkg in pkgs:
+        for rows in snap.pool_samples(indexed[pkg.package_id]):
+            ids, split_col, content_col = zip(*rows)
+            sample_id.extend(ids)
+            split.extend([splits.setdefault(x, len(splits)) for x in split_col])
+            content.append(np.asarray(content_col, dtype=np.int64))
+        sample_start.append(len(sample_id))
+    rowids = np.concatenate(content) if content else np.zeros(0, dtype=np.int64)
+    del content
+    contents = snap.content_columns(rowids)
+    start = np.asarray(sample_start, dtype=np.int64)
+    domain, domain_labels = None, None
+    if domains:
+        codes: dict[str | None, int] = {}
+        domain = np.asarray([codes.setdefault(d, len(codes)) for pkg in pkgs
+                             for d in snap.package_column(indexed[pkg.package_id], "domain")],
+                            dtype=np.int64)
+        domain_labels = list(codes)
+    samples = Samples(
+        input_pos=np.repeat(np.arange(len(pkgs), dtype=np.int64), np.diff(start)),
+        sample_id=sample_id, split=np.asarray(split, dtype=np.int64), split_labels=list(splits),
+        content=np.searchsorted(contents.rowid, rowids), domain=domain,
+        domain_labels=domain_labels)
     counts = snap.counts()
     return Pool(
-        packages=pkgs, package_batch={r.package_id: r.batch for r in rows}, samples=samples,
-        content=content, scope_labels=snap.scope_labels(),
+        packages=pkgs, indexed=[indexed[p.package_id] for p in pkgs], sample_start=start,
+        package_batch={r.package_id: r.batch for r in indexed_rows}, samples=samples,
+        contents=contents, scope_labels=snap.scope_labels(),
         index_packages=[{"package_id": r.package_id, "kind": r.kind,
-                         "manifest_sha256": r.manifest_sha256, "batch": r.batch} for r in rows],
+                         "manifest_sha256": r.manifest_sha256, "batch": r.batch}
+                        for r in indexed_rows],
         index_batches=counts.batches, index_contents=counts.contents)
 
 
-def order_key(pool: Pool, s: Sample) -> tuple:
-    """Decision order (SPEC §4 scan): first-ingest order of the sample's content, then the
-    batch that indexed the sample's package, then input position, then sample id."""
-    row = pool.content[s.content]
-    return (row.batch, row.content_id, s.package_batch, s.input_pos, s.sample_id)
+def load_text_sha256(snap: db.IndexSnapshot, pool: Pool) -> None:
+    """Each sample's ``text_sha256`` (for the report only: the scan reads them while the
+    workers verify)."""
+    pool.samples.text_sha256 = [sha for package in pool.indexed
+                                for sha in snap.package_column(package, "text_sha256")]
 
 
-def build_nodes(pool: Pool) -> list[Node]:
+def first_ingest_rank(contents: db.ContentColumns) -> np.ndarray:
+    """Each content's rank in first-ingest order: (batch, content_id)."""
+    n = len(contents.rowid)
+    ids = contents.content_id
+    if all(len(c) == 16 for c in ids):
+        # big-endian halves compare as the bytes do
+        halves = np.frombuffer(b"".join(ids), dtype=">u8").reshape(n, 2) if n else \
+            np.zeros((0, 2), dtype=">u8")
+        order = np.lexsort((halves[:, 1], halves[:, 0], contents.batch))
+    else:
+        batch = contents.batch.tolist()
+        order = np.asarray(sorted(range(n), key=lambda i: (batch[i], ids[i])), dtype=np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    rank[order] = np.arange(n)
+    return rank
+
+
+def decision_order(pool: Pool) -> np.ndarray:
+    """Sample indexes in decision order (SPEC §4 scan): first-ingest order of the sample's
+    content, then the batch that indexed the sample's package, then input position, then
+    sample id (then report order, which the sort keeps)."""
+    s = pool.samples
+    n = len(s)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    rank = first_ingest_rank(pool.contents)[s.content]
+    batch_of_input = np.asarray([pool.package_batch[p.package_id] for p in pool.packages],
+                                dtype=np.int64)
+    order = np.lexsort((s.input_pos, batch_of_input[s.input_pos], rank))
+    # samples of one content within one package: by sample id
+    r, p = rank[order], s.input_pos[order]
+    same = (r[1:] == r[:-1]) & (p[1:] == p[:-1])
+    if same.any():
+        edges = np.flatnonzero(np.diff(np.concatenate(([0], same.astype(np.int8), [0]))))
+        ids = s.sample_id
+        for lo, hi in zip(edges[0::2].tolist(), (edges[1::2] + 1).tolist()):
+            order[lo:hi] = sorted(order[lo:hi].tolist(), key=lambda i: ids[i])
+    return order
+
+
+def build_nodes(pool: Pool) -> Nodes:
     """The pool's nodes in the order of each node's first sample in decision order."""
-    by_key: dict[tuple[int, str], Node] = {}
-    for s in sorted(pool.samples, key=lambda s: order_key(pool, s)):
-        node = by_key.get((s.content, s.split))
-        if node is None:
-            node = by_key[(s.content, s.split)] = Node(s.content, s.split)
-        node.samples.append(s)
-    return list(by_key.values())  # insertion order = order of each node's first sample
+    s = pool.samples
+    order = decision_order(pool)
+    key = s.content[order] * max(len(s.split_labels), 1) + s.split[order]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    node_rank = np.empty(len(first), dtype=np.int64)
+    node_rank[np.argsort(first)] = np.arange(len(first))
+    node_of = node_rank[inverse.reshape(-1)]
+    by_node = np.argsort(node_of, kind="stable")
+    members = order[by_node]
+    start = np.zeros(len(first) + 1, dtype=np.int64)
+    np.cumsum(np.bincount(node_of, minlength=len(first)), out=start[1:])
+    heads = members[start[:-1]]
+    return Nodes(content=s.content[heads], split=s.split[heads], split_labels=s.split_labels,
+                 start=start, samples=members)

@@ -1,14 +1,16 @@
-"""The named records passed between the scan's stages.
+"""The records passed between the scan's stages.
 
-``Sample`` and ``Pool`` come out of stage 1 (pool), ``Node`` groups a pool's samples,
-``Candidates`` is what stages 2–3 (candidates, filters) hand to stage 4 (verify),
-``Match`` is one verified relation and ``Decision`` one sample's outcome of stage 5 (decide).
-``VerifyParams`` and ``Verified`` travel to and from the verify workers (both picklable).
+A pool of a million samples is held as columns (numpy arrays and plain lists), never as one
+Python object per sample or content: ``Samples`` and ``Pool`` come out of stage 1 (pool),
+``Nodes`` groups a pool's samples, ``Candidates`` is what stages 2–3 (candidates, filters)
+hand to stage 4 (verify), ``Matches`` are its verified relations and ``Decisions`` the
+outcome of stage 5 (decide). ``VerifyParams`` and ``Verified`` travel to and from the verify
+workers (both picklable).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
@@ -18,66 +20,112 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.package import Package
 
 
-@dataclass(slots=True)
-class Sample:
-    """One sample of an input package, with its content's row id in the index."""
+def distinct(values: np.ndarray) -> np.ndarray:
+    """The sorted distinct values of an integer array: ``np.unique`` by sorting (numpy 2's
+    ``np.unique`` without options hashes instead, about ten times slower on a million
+    values)."""
+    flat = np.sort(np.asarray(values).reshape(-1))
+    if len(flat) < 2:
+        return flat
+    return flat[np.concatenate(([True], flat[1:] != flat[:-1]))]
 
-    input_pos: int
-    package_id: str
-    package_batch: int
-    sample_id: str
-    split: str
-    file: str
-    line: int
-    position: int
-    text_sha256: bytes
-    domain: str | None
-    source: str | None
-    content: int  # contents.id
+
+#: ``Matches.blocked`` codes: the guard rule that keeps a pair apart (0: none).
+BLOCKED_BY: tuple[str | None, ...] = (None, "numbers", "units")
+
+
+@dataclass
+class Samples:
+    """The pool's samples as columns, one entry per sample in report order: input package,
+    then position within the package. ``content`` indexes `Pool.contents` (not the row id);
+    ``split`` and ``domain`` index their label lists (few distinct values). ``domain`` is
+    read only when the config has domain-specific units, ``text_sha256`` only for the
+    report."""
+
+    input_pos: np.ndarray  # int64
+    sample_id: list[str]
+    split: np.ndarray  # int64, index into split_labels
+    split_labels: list[str]
+    content: np.ndarray  # int64
+    domain: np.ndarray | None = None  # int64, index into domain_labels
+    domain_labels: list[str | None] | None = None
+    text_sha256: list[bytes] | None = None
+
+    def __len__(self) -> int:
+        return len(self.sample_id)
 
 
 @dataclass
 class Pool:
-    """The input packages, their samples and contents, and the index state they were read in."""
+    """The input packages, their samples and contents, and the index state they were read in.
+    ``indexed[i]`` is input ``i`` as the index holds it; its samples start at
+    ``sample_start[i]``."""
 
     packages: list[Package]
+    indexed: list[db.IndexedPackage]
+    sample_start: np.ndarray  # int64, len(packages) + 1
     package_batch: dict[str, int]
-    samples: list[Sample]
-    content: dict[int, db.ContentRow]  # per content row id
+    samples: Samples
+    contents: db.ContentColumns
     scope_labels: dict[int, str]
     index_packages: list[dict]
     index_batches: int
     index_contents: int
 
+    def has_history(self) -> bool:
+        """Whether the index holds any package outside the pool."""
+        pool_ids = {p.package_id for p in self.packages}
+        return any(p["package_id"] not in pool_ids for p in self.index_packages)
+
 
 @dataclass
-class Node:
-    """One content within one split of the pool; samples in decision order."""
+class Nodes:
+    """The pool's nodes (one content within one split; all samples of a node are exact
+    duplicates of each other) in decision order, as columns. Node ``i``'s samples, in decision
+    order, are ``samples[start[i]:start[i + 1]]`` (sample indexes)."""
 
-    content: int
-    split: str
-    samples: list[Sample] = field(default_factory=list)
+    content: np.ndarray  # int64, index into Pool.contents
+    split: np.ndarray  # int64, index into split_labels (those of `Samples`)
+    split_labels: list[str]
+    start: np.ndarray  # int64, len(nodes) + 1
+    samples: np.ndarray  # int64
+
+    def __len__(self) -> int:
+        return len(self.content)
+
+    @property
+    def first(self) -> np.ndarray:
+        """Each node's first sample in decision order."""
+        return self.samples[self.start[:-1]]
+
+    def members(self, i: int) -> list[int]:
+        return self.samples[self.start[i]:self.start[i + 1]].tolist()
 
 
 @dataclass
 class Candidates:
-    """Filtered candidate pairs: pool pairs as node indexes (a < b), history pairs as
-    (node index, history content rowid)."""
+    """Filtered candidate pairs: pool pairs as node indexes (a < b), sorted; history pairs as
+    (node index, history content row id); ``history`` the rows of the history contents."""
 
-    pool_pairs: np.ndarray
-    history_pairs: list[tuple[int, int]]
-    history: dict[int, db.ContentRow]
+    pool_pairs: np.ndarray  # (n, 2) int64
+    history_pairs: np.ndarray  # (n, 2) int64
+    history: db.ContentColumns
     lsh_pairs: int = 0  # distinct candidate pairs before the filters
 
 
-class Match(NamedTuple):
-    """A verified relation of a later node: ``other`` is the earlier node's index (pool
-    matches) or the history content's row id (history matches); ``blocked_by`` names the
-    guard rule that keeps the two apart, None if none does."""
+@dataclass
+class Matches:
+    """Verified relations at or above the threshold, one per row: ``later`` is a node, and
+    ``other`` the earlier node (pool matches) or the history content's row id (history
+    matches); ``blocked`` codes the guard rule that keeps the two apart (`BLOCKED_BY`)."""
 
-    other: int
-    jaccard: float
-    blocked_by: str | None
+    later: np.ndarray  # int64
+    other: np.ndarray  # int64
+    jaccard: np.ndarray  # float64
+    blocked: np.ndarray  # int8
+
+    def __len__(self) -> int:
+        return len(self.later)
 
 
 class Verified(NamedTuple):
@@ -105,11 +153,19 @@ class VerifyParams:
                    config.canonical_json())
 
 
-@dataclass(slots=True)
-class Decision:
-    """One sample's decision; ``kept`` is the kept sample an excluded one duplicates."""
+#: ``Decisions.reason`` codes, and the decision each one stands for.
+REASONS: tuple[str, ...] = ("retained_split", "unique", "guard_blocked", "match_not_kept",
+                            "near_duplicate")
+RETAINED_SPLIT, UNIQUE, GUARD_BLOCKED, MATCH_NOT_KEPT, NEAR_DUPLICATE = 0, 1, 2, 3, 4
 
-    decision: str
-    reason: str
-    kept: Sample | None = None
-    jaccard: float | None = None
+
+@dataclass
+class Decisions:
+    """The greedy outcome per node: ``reason`` codes `REASONS` (``near_duplicate`` nodes are
+    excluded, all others kept); an excluded node's ``kept_by`` is the earlier kept node it
+    duplicates (-1 otherwise) with that match's ``jaccard``. A kept node's further samples
+    are exact duplicates of its first sample, unless its split is retained."""
+
+    reason: np.ndarray  # int8
+    kept_by: np.ndarray  # int64
+    jaccard: np.ndarray  # float64

@@ -1,23 +1,42 @@
 """The scan's entry point: check the inputs and the output folder, then run the five stages
-on one snapshot of the index (pool, candidates, verify, decide, write)."""
+on one snapshot of the index (pool, candidates, verify, decide, write).
+
+Work that needs nothing from another stage runs beside the stages in the worker pool (with
+``--workers`` ≥ 2 and the local executor): the data files are re-hashed and
+``origins.jsonl`` is written while the main process loads the pool and finds candidates;
+the main process then waits for the hashes before anything can fail for another reason, so
+a changed file is still reported first. With one worker everything runs in order, inline;
+with Ray the side work runs in a thread of the main process (Ray tasks may run on machines
+without the packages or the index file).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import require_new_output_outside
+from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
-from near_dedup_core.scan.candidates import find_candidates
+from near_dedup_core.scan.candidates import history_and_limits, pool_candidates
 from near_dedup_core.scan.decide import decide
-from near_dedup_core.scan.pool import build_nodes, load_pool, verify_files
-from near_dedup_core.scan.verify import verify_candidates
-from near_dedup_core.scan.write import write_report
+from near_dedup_core.scan.pool import (
+    build_nodes,
+    check_files,
+    data_files,
+    file_digests,
+    load_pool,
+    load_text_sha256,
+)
+from near_dedup_core.scan.verify import VerifyJob
+from near_dedup_core.scan.write import write_origins, write_report
+from near_dedup_core.workers import InlineExecutor, process_pool
 
 
 @dataclass
@@ -54,16 +73,51 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
         raise
 
 
+#: A pool of at most this many records is scanned in this process (no worker pool to start).
+INLINE_RECORDS = 2048
+
+
+@contextmanager
+def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Executor, bool]]:
+    """Where side work and (local) verify chunks run, and whether it is another process."""
+    if executor == "ray":
+        with ThreadPoolExecutor(max_workers=1) as ex:
+            yield ex, False
+    elif workers > 1 and records > INLINE_RECORDS:
+        with process_pool(workers) as ex:
+            yield ex, True
+    else:
+        with InlineExecutor() as ex:
+            yield ex, False
+
+
 def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
           workers: int, executor: str, progress: bool) -> ScanResult:
-    with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap:
-        pool = load_pool(snap, snap.path, pkgs)
-        verify_files(pkgs)
-        nodes = build_nodes(pool)
-        cand = find_candidates(snap, pool, nodes, config, progress)
+    with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap, \
+            atomic_dir(output) as folder, \
+            _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
+        # (the pool is left, and its workers stopped, before the staging folder is removed)
+        pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
+        digests = side.submit(file_digests, data_files(pkgs))
+        reader: str | db.IndexTexts = snap.location if remote or executor == "ray" else snap
+        origins = side.submit(write_origins, reader, [p.rowid for p in pool.indexed],
+                              [p.package_id for p in pkgs], folder / "origins.jsonl")
+        try:
+            nodes = build_nodes(pool)
+            found = pool_candidates(snap, pool, nodes, config)
+            job = VerifyJob(snap, pool, nodes, config, side if remote else None, workers,
+                            progress, executor)
+            job.add_pool(found.pairs)  # the workers verify while the history is looked up
+            cand = history_and_limits(snap, pool, nodes, config, found)
+        except Exception:
+            check_files(pkgs, digests.result())
+            raise
+        check_files(pkgs, digests.result())
         pause_point("scan-verify")
-        near, hist = verify_candidates(snap, pool, nodes, cand, config, workers, progress,
-                                       executor)
-        decisions = decide(pool, nodes, near, hist, config)
-        counts = write_report(output, snap, pool, nodes, decisions, near, hist, cand, config)
+        job.add_history(cand.history_pairs)
+        load_text_sha256(snap, pool)  # (for the report, while the workers verify)
+        near, hist = job.collect()
+        decisions = decide(nodes, near, config)
+        counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
+                              origins.result())
     return ScanResult(output, counts)

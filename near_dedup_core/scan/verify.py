@@ -1,24 +1,33 @@
 """Stage 4, verify: exact Jaccard of the hashed shingle sets of each candidate pair,
 recomputed from the normalized texts stored in the index, in parallel workers. Pairs at or
-above the threshold become relations (`Match`); the numeric/unit guard marks those it keeps
+above the threshold become relations (`Matches`); the numeric/unit guard marks those it keeps
 apart (``blocked_by``)."""
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from concurrent.futures import Future
+from concurrent.futures import Executor, Future
 from functools import lru_cache
+from typing import NamedTuple
 
-import numba
 import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.guard import compare, guard_for
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.progress import Progress, pause_point
-from near_dedup_core.scan.records import Candidates, Match, Node, Pool, Verified, VerifyParams
-from near_dedup_core.signature import MinHasher, exact_jaccard
-from near_dedup_core.workers import parallelism, process_pool, work_pool
+from near_dedup_core.scan.records import (
+    BLOCKED_BY,
+    Matches,
+    Nodes,
+    Pool,
+    Verified,
+    VerifyParams,
+    distinct,
+)
+from near_dedup_core.signature import MinHasher, components, pair_jaccards
+from near_dedup_core.workers import parallelism, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
 VERIFY_CHUNK = 20_000
@@ -32,141 +41,203 @@ def _worker_texts(index_path: str) -> db.IndexTexts:
 
 
 def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyParams,
-                 pairs: list[tuple[int, int]], domains: dict[int, frozenset[str]] | None
+                 pairs: np.ndarray, domains: dict[int, frozenset[str]] | None
                  ) -> list[Verified]:
-    """Exact Jaccard of (content, content) pairs; returns the pairs at or above the
-    threshold. ``source`` is the scan's snapshot (inline), a Ray task's shipped texts, or, in a
-    local worker, the index location to read the texts from."""
+    """Exact Jaccard of (content, content) pairs (an (n, 2) array); returns the pairs at or
+    above the threshold. ``source`` is the scan's snapshot (inline), a Ray task's shipped
+    texts, or, in a local worker, the index location to read the texts from.
+
+    The texts are decompressed to UTF-8 bytes and go through `signature.pair_jaccards` in
+    one call; only the texts of pairs at or above the threshold are decoded to strings, for
+    the numeric/unit guard (each text read once per chunk and guard)."""
     config = NearDedupConfig.model_validate_json(params.config_json)
     reader = _worker_texts(source) if isinstance(source, str) else source
-    hasher = MinHasher(1, params.seed, params.shingle_size)
-    texts = reader.texts(sorted({c for pair in pairs for c in pair}))
-    order = sorted(texts)
-    sets = dict(zip(order, hasher.shingle_sets([texts[c] for c in order])))
-    seqs: dict[tuple[int, int], tuple] = {}
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    ids, dense = np.unique(pairs, return_inverse=True)
+    dense = dense.reshape(-1, 2)
+    id_list = ids.tolist()
+    blobs = reader.utf8_texts(id_list)
+    seed = MinHasher(1, params.seed, params.shingle_size).shingle_seed
+    jaccards, bad = pair_jaccards(blobs, dense[:, 0], dense[:, 1], params.shingle_size, seed)
+    if bad >= 0:
+        reader.texts([id_list[bad]])  # names the damage
+        raise NearDedupError(f"index {source}: the text of content row {id_list[bad]} is not "
+                             f"UTF-8")
+    texts: dict[int, str] = {}
+    seqs: dict[tuple[int, int], Sequences] = {}
 
-    def sequences(guard, content):
-        key = (id(guard), content)
-        if key not in seqs:
-            seqs[key] = guard.sequences(texts[content])
-        return seqs[key]
+    def sequences(guard: Guard, i: int) -> Sequences:
+        key = (id(guard), i)
+        found = seqs.get(key)
+        if found is None:
+            text = texts.get(i)
+            if text is None:
+                text = texts[i] = blobs[i].decode()
+            found = seqs[key] = guard.sequences(text)
+        return found
 
     out = []
-    for k, (a, b) in enumerate(pairs):
-        j = exact_jaccard(sets[a], sets[b])
-        if j >= params.threshold:
-            doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
-            guard = guard_for(config, doms)
-            blocked = compare(sequences(guard, a), sequences(guard, b))
-            out.append(Verified(k, j, blocked))
+    for k in np.flatnonzero(jaccards >= params.threshold).tolist():
+        a, b = id_list[dense[k, 0]], id_list[dense[k, 1]]
+        doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
+        guard = guard_for(config, doms)
+        blocked = compare(sequences(guard, int(dense[k, 0])), sequences(guard, int(dense[k, 1])))
+        out.append(Verified(k, float(jaccards[k]), blocked))
     return out
-
-
-@numba.njit(cache=True)
-def _components(pairs_dense, n):
-    """Union-find root of each of n items joined by the (dense) pairs."""
-    parent = np.arange(n)
-    for k in range(pairs_dense.shape[0]):
-        a = pairs_dense[k, 0]
-        b = pairs_dense[k, 1]
-        while parent[a] != a:
-            parent[a] = parent[parent[a]]
-            a = parent[a]
-        while parent[b] != b:
-            parent[b] = parent[parent[b]]
-            b = parent[b]
-        if a != b:
-            parent[max(a, b)] = min(a, b)
-    for i in range(n):
-        r = i
-        while parent[r] != r:
-            r = parent[r]
-        parent[i] = r
-    return parent
 
 
 def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
     """Pair indexes cut into work chunks that keep connected components together, so each
     worker computes a content's shingle set about once (chunks of a giant component are cut
-    by size)."""
+    by size): a chunk ends at the first component boundary once it holds ``VERIFY_CHUNK``
+    pairs, or at ``4 * VERIFY_CHUNK`` pairs."""
     m = len(content_pairs)
     if m == 0:
         return []
     ids, dense = np.unique(content_pairs, return_inverse=True)
     dense = dense.reshape(-1, 2)
-    comp = _components(dense, len(ids))[dense[:, 0]]
+    comp = components(dense[:, 0], dense[:, 1], len(ids))[dense[:, 0]]
     order = np.lexsort((dense[:, 1], dense[:, 0], comp))
     comp_sorted = comp[order]
+    boundaries = np.flatnonzero(comp_sorted[1:] != comp_sorted[:-1]) + 1
     chunks = []
     start = 0
-    for k in range(1, m + 1):
-        size = k - start
-        if k == m or (size >= VERIFY_CHUNK and comp_sorted[k] != comp_sorted[k - 1]) \
-                or size >= 4 * VERIFY_CHUNK:
-            chunks.append(order[start:k])
-            start = k
+    while start < m:
+        at = np.searchsorted(boundaries, start + VERIFY_CHUNK)
+        end = int(boundaries[at]) if at < len(boundaries) else m
+        end = min(end, start + 4 * VERIFY_CHUNK, m)
+        chunks.append(order[start:end])
+        start = end
     return chunks
 
 
-def _domains(nodes: list[Node], config: NearDedupConfig) -> dict[int, frozenset[str]] | None:
-    """Each content's sample domains, when the config has domain-specific units."""
+def _domains(pool: Pool, config: NearDedupConfig) -> dict[int, frozenset[str]] | None:
+    """Each content's sample domains (by content row id), when the config has
+    domain-specific units."""
     if not config.extra_units:
         return None
+    s = pool.samples
+    if s.domain is None or s.domain_labels is None:
+        raise ValueError("the pool was loaded without sample domains")
+    labels = s.domain_labels
     found: dict[int, set[str]] = defaultdict(set)
-    for n in nodes:
-        found[n.content].update(s.domain for s in n.samples if s.domain)
+    pairs = np.unique(np.stack([pool.contents.rowid[s.content], s.domain], axis=1), axis=0)
+    for c, d in pairs.tolist():
+        label = labels[d]
+        if label:
+            found[c].add(label)
     return {c: frozenset(d) for c, d in found.items()}
 
 
-def verify_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: list[Node], cand: Candidates,
-                      config: NearDedupConfig, workers: int, progress: bool,
-                      executor: str = "local"
-                      ) -> tuple[dict[int, list[Match]], dict[int, list[Match]]]:
-    """Verified relations per later node: pool matches (``other`` the earlier node) and
-    history matches (``other`` the history content)."""
-    jobs: list[tuple[str, int, int]] = []  # (kind, node a, node b | history content)
-    for a, b in cand.pool_pairs.tolist():
-        jobs.append(("pool", a, b))
-    for i, h in cand.history_pairs:
-        jobs.append(("hist", i, h))
-    content_pairs = np.asarray([(nodes[a].content, nodes[b].content) if kind == "pool"
-                                else (nodes[a].content, b) for kind, a, b in jobs],
-                               dtype=np.int64).reshape(-1, 2)
-    domains = _domains(nodes, config)
-    params = VerifyParams.of(config)
-    bar = Progress("scan: verify pairs", len(jobs), enabled=progress)
-    chunks = _local_chunks(content_pairs)
-    path = snap.location
-    args = [[tuple(p) for p in content_pairs[c].tolist()] for c in chunks]
-    results: list[list[Verified]] = []
-    if executor == "ray":
-        results = _verify_on_ray(snap, chunks, args, params, domains, workers, bar)
-    elif workers > 1 and len(chunks) > 1:
-        with process_pool(workers) as ex:
-            for c, res in zip(chunks, ex.map(verify_pairs, [path] * len(args), [params] * len(args),
-                                             args, [domains] * len(args))):
-                results.append(res)
-                bar.advance(len(c))
-                pause_point("scan-verify-pool")
-    else:
-        for c, arg in zip(chunks, args):
-            results.append(verify_pairs(snap, params, arg, domains))
-            bar.advance(len(c))
-    bar.finish()
-    near: dict[int, list[Match]] = defaultdict(list)
-    hist: dict[int, list[Match]] = defaultdict(list)
-    for c, res in zip(chunks, results):
-        for k, j, blocked in res:
-            kind, a, b = jobs[int(c[k])]
-            if kind == "pool":
-                near[b].append(Match(a, j, blocked))  # b is the later node (a < b)
+class _Batch(NamedTuple):
+    """Pairs handed to the workers together: node pairs (pool) or (node, history content)
+    pairs, their chunks (pair indexes) and, with a process pool, the futures of the chunks."""
+
+    history: bool
+    pairs: np.ndarray
+    chunks: list[np.ndarray]
+    args: list[np.ndarray]
+    futures: list[Future] | None
+
+
+class VerifyJob:
+    """The verify stage under way. Pool pairs and history pairs are added separately (the
+    pool's as soon as they are known, while the main process still looks up the history);
+    with a process pool their chunks start at once, inline or on Ray they are computed when
+    collected. Between `add_pool` and `collect` the main process is free for other work."""
+
+    def __init__(self, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                 config: NearDedupConfig, ex: Executor | None, workers: int, progress: bool,
+                 executor: str) -> None:
+        self._snap = snap
+        self._rowid = pool.contents.rowid
+        self._node_content = nodes.content
+        self._ex = ex if executor != "ray" else None
+        self._workers = workers
+        self._executor = executor
+        self._progress = progress
+        self._domains = _domains(pool, config)
+        self._params = VerifyParams.of(config)
+        self._batches: list[_Batch] = []
+
+    def add_pool(self, pairs: np.ndarray) -> None:
+        """Node pairs (a, b), a < b."""
+        self._add(False, pairs, self._rowid[self._node_content[pairs]].reshape(-1, 2))
+
+    def add_history(self, pairs: np.ndarray) -> None:
+        """(node, history content row id) pairs."""
+        self._add(True, pairs, np.stack([self._rowid[self._node_content[pairs[:, 0]]],
+                                         pairs[:, 1]], axis=1).reshape(-1, 2))
+
+    def _add(self, history: bool, pairs: np.ndarray, content_pairs: np.ndarray) -> None:
+        content_pairs = content_pairs.astype(np.int64)
+        chunks = _local_chunks(content_pairs)
+        args = [content_pairs[c] for c in chunks]
+        futures = None
+        if self._ex is not None:
+            futures = [self._ex.submit(verify_pairs, self._snap.location, self._params, arg,
+                                       self._chunk_domains(arg)) for arg in args]
+        self._batches.append(_Batch(history, pairs, chunks, args, futures))
+
+    def _chunk_domains(self, arg: np.ndarray) -> dict[int, frozenset[str]] | None:
+        if self._domains is None:
+            return None
+        return {c: self._domains[c] for c in distinct(arg).tolist() if c in self._domains}
+
+    def collect(self) -> tuple[Matches, Matches]:
+        """Pool matches (``later`` the later node, ``other`` the earlier one) and history
+        matches (``other`` the history content), each sorted by (later, other)."""
+        bar = Progress("scan: verify pairs", sum(len(b.pairs) for b in self._batches),
+                       enabled=self._progress)
+        found: dict[bool, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = {False: [],
+                                                                              True: []}
+        code = {b: i for i, b in enumerate(BLOCKED_BY)}
+        for batch in self._batches:
+            results: list[list[Verified]] = []
+            if self._executor == "ray":
+                results = _verify_on_ray(self._snap, batch.chunks, batch.args, self._params,
+                                         self._domains, self._workers, bar)
+            elif batch.futures is not None:
+                for c, fut in zip(batch.chunks, batch.futures):
+                    results.append(fut.result())
+                    bar.advance(len(c))
+                    pause_point("scan-verify-pool")
             else:
-                hist[a].append(Match(b, j, blocked))
-    return near, hist
+                for c, arg in zip(batch.chunks, batch.args):
+                    results.append(verify_pairs(self._snap, self._params, arg,
+                                                self._chunk_domains(arg)))
+                    bar.advance(len(c))
+            for c, res in zip(batch.chunks, results):
+                if res:
+                    k, j, b = zip(*res)
+                    found[batch.history].append((
+                        batch.pairs[c[np.asarray(k, dtype=np.int64)]],
+                        np.asarray(j, dtype=np.float64),
+                        np.asarray([code[x] for x in b], dtype=np.int8)))
+        bar.finish()
+        out = []
+        for history in (False, True):
+            parts = found[history]
+            pairs = np.concatenate([p for p, _, _ in parts]) if parts else \
+                np.zeros((0, 2), dtype=np.int64)
+            jac = np.concatenate([j for _, j, _ in parts]) if parts else np.zeros(0)
+            blk = np.concatenate([b for _, _, b in parts]) if parts else \
+                np.zeros(0, dtype=np.int8)
+            if history:  # (node, history content): the node is the later side
+                out.append(_matches(pairs[:, 0], pairs[:, 1], jac, blk))
+            else:  # (a, b), a < b: b is the later node
+                out.append(_matches(pairs[:, 1], pairs[:, 0], jac, blk))
+        return out[0], out[1]
+
+
+def _matches(later: np.ndarray, other: np.ndarray, jaccard: np.ndarray,
+             blocked: np.ndarray) -> Matches:
+    order = np.lexsort((other, later))
+    return Matches(later[order], other[order], jaccard[order], blocked[order])
 
 
 def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
-                   args: list[list[tuple[int, int]]], params: VerifyParams,
+                   args: list[np.ndarray], params: VerifyParams,
                    domains: dict[int, frozenset[str]] | None, workers: int,
                    bar: Progress) -> list[list[Verified]]:
     """The chunks as Ray tasks, each shipped with its contents' compressed texts read from the
@@ -177,7 +248,7 @@ def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
     with work_pool("ray", workers) as ex:
         window = 2 * parallelism(ex, workers)
         for c, arg in zip(chunks, args):
-            texts = snap.shipped(sorted({x for pair in arg for x in pair}))
+            texts = snap.shipped(distinct(arg).tolist())
             pending.append((len(c), ex.submit(verify_pairs, texts, params, arg, domains)))
             while len(pending) > window:
                 n, fut = pending.popleft()

@@ -1,32 +1,72 @@
 """The report files of a scan: decisions, relations (each verified pair once, from the later
-sample's side), origins, manifest and checksums, staged and renamed into place. The format
-itself (files, fields, reasons, counts) is defined in `near_dedup_core.report`."""
+sample's side), origins, manifest and checksums, written into the staging folder that
+`near_dedup_core.fsutil.atomic_dir` renames into place. The format itself (files, fields,
+reasons, counts) is defined in `near_dedup_core.report`.
+
+Rows are rendered and written one at a time (never a list of a million dicts), each file
+hashed as it is written. ``origins.jsonl`` depends on nothing but the input packages, so
+`write_origins` runs in a worker from the start of the scan, reading the packages' sources
+on a connection of its own.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import orjson
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
+from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import atomic_dir, write_checksums, write_json, write_jsonl
-from near_dedup_core.index_store import ContentRow, IndexSnapshot
-from near_dedup_core.report import FORMAT, FORMAT_VERSION, count_decisions
-from near_dedup_core.scan.records import Candidates, Decision, Match, Node, Pool, Sample
+from near_dedup_core.fsutil import json_line, write_checksums, write_json, write_lines
+from near_dedup_core.report import FORMAT, FORMAT_VERSION, Tally
+from near_dedup_core.scan.records import (
+    BLOCKED_BY,
+    NEAR_DUPLICATE,
+    REASONS,
+    RETAINED_SPLIT,
+    Candidates,
+    Decisions,
+    Matches,
+    Nodes,
+    Pool,
+)
 
 
-def _ref(s: Sample) -> dict:
-    return {"package_id": s.package_id, "sample_id": s.sample_id}
+def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
+                  package_ids: list[str], path: Path) -> tuple[int, str]:
+    """``origins.jsonl``: every sample of the input packages in report order (input order,
+    then package order) with its file, line and original ``source`` object; returns (lines,
+    sha256). ``source`` is the scan's snapshot, or the index location to read from on a
+    connection of its own (a package's sources never change once committed)."""
+    reader = db.open_texts(source) if isinstance(source, str) else source
+
+    def lines() -> Iterator[bytes]:
+        for rowid, package_id in zip(package_rowids, package_ids):
+            for sample_id, split, file, line, src in reader.package_origins(rowid):
+                yield json_line({"package_id": package_id, "sample_id": sample_id,
+                                 "split": split, "file": file, "line": line,
+                                 "source": orjson.loads(src) if src is not None else None})
+
+    try:
+        return write_lines(path, lines())
+    finally:
+        if reader is not source:
+            reader.close()
 
 
-def _outside_sources(snap: IndexSnapshot, pool: Pool,
-                     contents: set[int]) -> dict[tuple[int, str], list[dict]]:
-    """(content, split) -> sources outside the pool, sorted."""
-    pool_ids = {p.package_id for p in pool.packages}
+def _outside_sources(snap: db.IndexSnapshot, pool: Pool,
+                     contents: list[int]) -> dict[tuple[int, str], list[dict]]:
+    """(content row id, split) -> sources outside the pool, sorted; nothing when the index
+    holds no package outside the pool."""
     found: dict[tuple[int, str], list[dict]] = defaultdict(list)
-    for r in snap.outside_sources(sorted(contents), pool_ids):
+    if not pool.has_history():
+        return found
+    pool_ids = {p.package_id for p in pool.packages}
+    for r in snap.outside_sources(sorted(set(contents)), pool_ids):
         found[(r.content, r.split)].append({"package_id": r.package_id,
                                             "sample_id": r.sample_id, "split": r.split})
     for rows in found.values():
@@ -34,72 +74,211 @@ def _outside_sources(snap: IndexSnapshot, pool: Pool,
     return found
 
 
-def _relations(snap: IndexSnapshot, pool: Pool, nodes: list[Node], near: dict[int, list[Match]],
-               hist: dict[int, list[Match]], history: dict[int, ContentRow]) -> list[dict]:
+_dumps = orjson.dumps
+_NULL = b"null"
+
+
+class _Render:
+    """Canonical JSON lines (`near_dedup_core.fsutil.json_line`: sorted keys, compact) of
+    decision and relation rows, assembled from pieces: every value goes through
+    ``orjson.dumps`` as it would inside the row's dict, and the keys are written in sorted
+    order, so the bytes are those of ``json_line(row)`` at a fraction of the cost (no dict
+    per row; repeated values such as package ids, splits and scopes rendered once)."""
+
+    def __init__(self, pool: Pool, history: db.ContentColumns) -> None:
+        self.package = [_dumps(p.package_id) for p in pool.packages]
+        self.input_pos = pool.samples.input_pos.tolist()
+        self.sample_id = pool.samples.sample_id
+        self.split = [_dumps(x) for x in pool.samples.split_labels]
+        self.content_id = pool.contents.content_id
+        self.history = history
+        scopes = {k: _dumps(v) for k, v in pool.scope_labels.items()}
+        self.scope = [scopes[x] for x in pool.contents.scope.tolist()]
+        self.blocked = [_NULL if b is None else _dumps(b) for b in BLOCKED_BY]
+
+    def ref(self, sample: int) -> bytes:
+        """``{"package_id": …, "sample_id": …}`` of a pool sample."""
+        return b"".join((b'{"package_id":', self.package[self.input_pos[sample]],
+                         b',"sample_id":', _dumps(self.sample_id[sample]), b"}"))
+
+    def match(self, content_hex: str, sample: int | None) -> bytes:
+        """``{"content_id": …, "package_id": …, "sample_id": …}``; no sample for history."""
+        if sample is None:
+            return b'{"content_id":"' + content_hex.encode() + \
+                b'","package_id":null,"sample_id":null}'
+        return b"".join((b'{"content_id":"', content_hex.encode(), b'","package_id":',
+                         self.package[self.input_pos[sample]], b',"sample_id":',
+                         _dumps(self.sample_id[sample]), b"}"))
+
+    def history_hex(self, rowid: int) -> str:
+        h = self.history
+        return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
+
+    @staticmethod
+    def relation(blocked: bytes, history_only: bool, jaccard: bytes, kind: bytes,
+                 match: bytes, sources: bytes, sample: bytes) -> bytes:
+        return b"".join((b'{"blocked_by":', blocked, b',"history_only":',
+                         b"true" if history_only else b"false", b',"jaccard":', jaccard,
+                         b',"kind":', kind, b',"match":', match, b',"match_sources":', sources,
+                         b',"sample":', sample, b"}\n"))
+
+
+_EXACT = _dumps("exact")
+_NEAR = _dumps("near")
+_ONE = _dumps(1.0)
+
+
+def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
+                    tally: Tally) -> Iterator[bytes]:
+    """``decisions.jsonl`` rows in report order (input order, then package order). A
+    sample's outcome is its node's, or an exact duplicate of its node's first sample; the
+    counts go to ``tally`` per (split, outcome) at once."""
+    s = pool.samples
+    n = len(s)
+    sha = s.text_sha256
+    if sha is None:
+        raise ValueError("the pool's text digests were not loaded")
+    node_of = np.empty(n, dtype=np.int64)
+    node_of[nodes.samples] = np.repeat(np.arange(len(nodes)), np.diff(nodes.start))
+    first = nodes.first
+    head = first[node_of]
+    reason = decisions.reason[node_of]
+    exact = len(REASONS)  # outcome code of an exact duplicate of its node's first sample
+    outcome = np.where((reason == NEAR_DUPLICATE) | (reason == RETAINED_SPLIT)
+                       | (head == np.arange(n)), reason, exact)
+    labels = [("exclude" if r == NEAR_DUPLICATE else "keep", REASONS[r])
+              for r in range(len(REASONS))] + [("exclude", "exact_duplicate")]
+    split_codes = len(s.split_labels)
+    per = np.bincount(s.split * (exact + 1) + outcome, minlength=split_codes * (exact + 1))
+    for code in np.flatnonzero(per).tolist():
+        tally.decision(s.split_labels[code // (exact + 1)], *labels[code % (exact + 1)],
+                       count=int(per[code]))
+    # the JSON between content_id and package_id, and between package_id and sample_id
+    middle = [b'","decision":' + _dumps(d) + b',"jaccard":null,"kept":null,"package_id":'
+              for d, _ in labels]
+    after = [b',"reason":' + _dumps(r) + b',"sample_id":' for _, r in labels]
+    kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of].tolist()
+    jaccard = decisions.jaccard[node_of].tolist()
+    outcome_of = outcome.tolist()
+    head_of = head.tolist()
+    split = s.split.tolist()
+    content = s.content.tolist()
+    content_id = pool.contents.content_id
+    scope = render.scope
+    package = render.package
+    input_pos = render.input_pos
+    split_json = render.split
+    sample_id = s.sample_id
+    for i in range(n):
+        o = outcome_of[i]
+        if o == NEAR_DUPLICATE:
+            mid = b"".join((b'","decision":"exclude","jaccard":', _dumps(jaccard[i]),
+                            b',"kept":', render.ref(kept_by[i]), b',"package_id":'))
+        elif o == exact:
+            mid = b'","decision":"exclude","jaccard":1.0,"kept":' + render.ref(head_of[i]) + \
+                b',"package_id":'
+        else:
+            mid = middle[o]
+        k = content[i]
+        yield b"".join((
+            b'{"content_id":"', content_id[k].hex().encode(), mid, package[input_pos[i]],
+            after[o], _dumps(sample_id[i]), b',"scope":', scope[k], b',"split":',
+            split_json[split[i]], b',"text_sha256":"', sha[i].hex().encode(), b'"}\n'))
+
+
+def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
+                    hist: Matches, render: _Render, tally: Tally) -> Iterator[bytes]:
     """``relations.jsonl`` rows: per node and sample in decision order, the exact relation to
     the node's first sample, the exact history relation, near matches in the pool, then near
     history matches by content_id. ``match_sources`` lists the matched content's sources in
     the same split outside the current pool."""
-    content_hex = {c: v.content_id.hex() for c, v in pool.content.items()}
-    content_hex.update({h: v.content_id.hex() for h, v in history.items()})
-    wanted = {n.content for n in nodes} | {m.other for rows in hist.values() for m in rows}
-    outside = _outside_sources(snap, pool, wanted)
-    rels = []
-    for idx, node in enumerate(nodes):
-        first = node.samples[0]
-        own_history = outside.get((node.content, node.split), [])
-        near_rows = sorted(near.get(idx, ()))
-        hist_rows = sorted(hist.get(idx, ()), key=lambda m: content_hex[m.other])
-        for k, s in enumerate(node.samples):
-            sample = _ref(s)
+    rowid = pool.contents.rowid
+    node_rowid = rowid[nodes.content].tolist()
+    node_content = nodes.content.tolist()
+    node_split = nodes.split.tolist()
+    outside = _outside_sources(snap, pool, node_rowid + hist.other.tolist())
+    sources_json: dict[tuple[int, str], bytes] = {}
+
+    def sources(content: int, split: str) -> bytes:
+        key = (content, split)
+        if key not in outside:
+            return b"[]"
+        found = sources_json.get(key)
+        if found is None:  # (bytes() keeps the rendering, not orjson's larger buffer)
+            found = sources_json[key] = bytes(memoryview(_dumps(outside[key],
+                                                                option=orjson.OPT_SORT_KEYS)))
+        return found
+
+    split_labels = nodes.split_labels
+    counts = np.diff(nodes.start)
+    near_start = np.searchsorted(near.later, np.arange(len(nodes) + 1)).tolist()
+    hist_start = np.searchsorted(hist.later, np.arange(len(nodes) + 1)).tolist()
+    busy = (counts > 1) | (np.diff(near_start) > 0) | (np.diff(hist_start) > 0)
+    if outside:
+        busy |= np.fromiter(((c, split_labels[sp]) in outside
+                             for c, sp in zip(node_rowid, node_split)),
+                            dtype=bool, count=len(nodes))
+    first = nodes.first.tolist()
+    start = nodes.start.tolist()
+    samples = nodes.samples.tolist()
+    rowid_of = rowid.tolist()
+    near_other, near_jac, near_blocked = (near.other.tolist(), near.jaccard.tolist(),
+                                          near.blocked.tolist())
+    hist_other, hist_jac, hist_blocked = (hist.other.tolist(), hist.jaccard.tolist(),
+                                          hist.blocked.tolist())
+    content_id = pool.contents.content_id
+    blocked_json = render.blocked
+    none_json = blocked_json[0]
+    relation = render.relation
+    for idx in np.flatnonzero(busy).tolist():
+        content = node_rowid[idx]
+        split = split_labels[node_split[idx]]
+        members = samples[start[idx]:start[idx + 1]]
+        own_hex = content_id[node_content[idx]].hex()
+        own_history = (content, split) in outside
+        own_sources = sources(content, split)
+        rows = []  # (blocked, its JSON, jaccard, its JSON, history only, match, sources)
+        for q in range(near_start[idx], near_start[idx + 1]):
+            a, j, b = near_other[q], near_jac[q], near_blocked[q]
+            m_content = node_content[a]
+            rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j), False,
+                         render.match(content_id[m_content].hex(), first[a]),
+                         sources(rowid_of[m_content], split)))
+        for h_hex, q in sorted((render.history_hex(hist_other[q]), q)
+                               for q in range(hist_start[idx], hist_start[idx + 1])):
+            h, j, b = hist_other[q], hist_jac[q], hist_blocked[q]
+            rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j), True,
+                         render.match(h_hex, None), sources(h, split)))
+        head_match = render.match(own_hex, members[0]) if len(members) > 1 else b""
+        history_match = render.match(own_hex, None) if own_history else b""
+        for k, sample_index in enumerate(members):
+            sample = render.ref(sample_index)
             if k > 0:
-                rels.append({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                             "history_only": False, "blocked_by": None,
-                             "match": {"content_id": content_hex[node.content], **_ref(first)},
-                             "match_sources": own_history})
+                tally.relation("exact", False, None, 1.0)
+                yield relation(none_json, False, _ONE, _EXACT, head_match, own_sources, sample)
             if own_history:
-                rels.append({"sample": sample, "kind": "exact", "jaccard": 1.0,
-                             "history_only": True, "blocked_by": None,
-                             "match": {"content_id": content_hex[node.content],
-                                       "package_id": None, "sample_id": None},
-                             "match_sources": own_history})
-            for a, j, blocked in near_rows:
-                m = nodes[a]
-                rels.append({"sample": sample, "kind": "near", "jaccard": j,
-                             "history_only": False, "blocked_by": blocked,
-                             "match": {"content_id": content_hex[m.content], **_ref(m.samples[0])},
-                             "match_sources": outside.get((m.content, node.split), [])})
-            for h, j, blocked in hist_rows:
-                rels.append({"sample": sample, "kind": "near", "jaccard": j,
-                             "history_only": True, "blocked_by": blocked,
-                             "match": {"content_id": content_hex[h], "package_id": None,
-                                       "sample_id": None},
-                             "match_sources": outside.get((h, node.split), [])})
-    return rels
+                tally.relation("exact", True, None, 1.0)
+                yield relation(none_json, True, _ONE, _EXACT, history_match, own_sources,
+                               sample)
+            for blocked, blocked_b, j, j_b, history_only, match, srcs in rows:
+                tally.relation("near", history_only, blocked, j)
+                yield relation(blocked_b, history_only, j_b, _NEAR, match, srcs, sample)
 
 
-def write_report(output: Path, snap: IndexSnapshot, pool: Pool, nodes: list[Node],
-                 decisions: dict[int, Decision], near: dict[int, list[Match]],
-                 hist: dict[int, list[Match]], cand: Candidates, config: NearDedupConfig) -> dict:
-    """Write the report folder atomically; returns the manifest's ``counts``."""
-    scope_of = {c: pool.scope_labels[v.scope] for c, v in pool.content.items()}
-    in_order = sorted(pool.samples, key=lambda s: (s.input_pos, s.position))
-    dec_rows = []
-    origin_rows = []
-    for s in in_order:
-        d = decisions[id(s)]
-        dec_rows.append({
-            "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "scope": scope_of[s.content], "content_id": pool.content[s.content].content_id.hex(),
-            "text_sha256": s.text_sha256.hex(), "decision": d.decision,
-            "kept": _ref(d.kept) if d.kept is not None else None, "reason": d.reason,
-            "jaccard": d.jaccard})
-        origin_rows.append({
-            "package_id": s.package_id, "sample_id": s.sample_id, "split": s.split,
-            "file": s.file, "line": s.line,
-            "source": orjson.loads(s.source) if s.source is not None else None})
-    relations = _relations(snap, pool, nodes, near, hist, cand.history)
-    counts = count_decisions(dec_rows, relations, config.threshold)
+def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+                 decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
+                 config: NearDedupConfig, origins: tuple[int, str]) -> dict:
+    """Write decisions, relations, manifest and checksums into the staging ``folder``, where
+    ``origins.jsonl`` (``origins``: its lines and sha256) is already; returns the manifest's
+    ``counts``."""
+    tally = Tally(config.threshold)
+    render = _Render(pool, cand.history)
+    digests = {"origins.jsonl": origins[1]}
+    n_dec, digests["decisions.jsonl"] = write_lines(
+        folder / "decisions.jsonl", _decision_lines(pool, nodes, decisions, render, tally))
+    n_rel, digests["relations.jsonl"] = write_lines(
+        folder / "relations.jsonl", _relation_lines(snap, pool, nodes, near, hist, render, tally))
+    counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
     manifest = {
@@ -112,14 +291,10 @@ def write_report(output: Path, snap: IndexSnapshot, pool: Pool, nodes: list[Node
         "index": {"packages": pool.index_packages, "batches": pool.index_batches,
                   "contents": pool.index_contents},
         "counts": counts,
-        "files": {"decisions.jsonl": {"lines": len(dec_rows)},
-                  "relations.jsonl": {"lines": len(relations)},
-                  "origins.jsonl": {"lines": len(origin_rows)}},
+        "files": {"decisions.jsonl": {"lines": n_dec},
+                  "relations.jsonl": {"lines": n_rel},
+                  "origins.jsonl": {"lines": origins[0]}},
     }
-    with atomic_dir(output) as tmp:
-        write_jsonl(tmp / "decisions.jsonl", dec_rows)
-        write_jsonl(tmp / "relations.jsonl", relations)
-        write_jsonl(tmp / "origins.jsonl", origin_rows)
-        write_json(tmp / "manifest.json", manifest)
-        write_checksums(tmp)
+    write_json(folder / "manifest.json", manifest)
+    write_checksums(folder, digests)
     return counts

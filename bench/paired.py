@@ -1,0 +1,159 @@
+"""Paired end to end on the 20k set: the whole CLI (`index` + `scan`) against datasketch
+signatures alone, on the same documents, in alternating rounds of one run.
+
+Each round runs, in alternating order:
+
+1. **ours** — ``near-dedup index`` of the set20k snapshot package into a fresh index, then
+   ``near-dedup scan`` of it, each with ``--workers N`` (default 2) and the shipped config,
+   as separate processes from the command line: reading and checking the package, normalizing,
+   signing, writing the index, LSH, exact verification, decisions and the report. Wall time of
+   the two commands together (CPU time of their process trees is recorded too).
+2. **datasketch** — ``MinHash(num_perm=128)`` signatures of the same 20,000 documents in this
+   process pinned to one CPU, exactly as in ``bench.peers`` (`run_datasketch`: the Python set
+   of 5-code-point shingles of the normalized text, ``update_batch`` of their UTF-8 bytes).
+   The texts are normalized once before the rounds and that time is not counted: datasketch
+   gets only its signatures, ours does everything.
+
+The ratio of a round is datasketch seconds / our seconds; the result is the median over
+rounds. Before the rounds one untimed CLI run warms the bytecode and numba caches and
+datasketch signs a few documents (imports). The package is built from
+``bench/corpus/set20k.jsonl`` if missing (``bench.build_corpus.ensure``: the code of
+``near-dedup snapshot create``), in the same document order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import orjson
+
+from bench.build_corpus import OUT, SET20K, ensure, read_jsonl
+from bench.measure import Measurement, code_version, run
+from bench.peers import run_datasketch
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "config" / "near-dedup.json"
+
+
+def ours(package: Path, work: Path, workers: int) -> dict[str, Measurement]:
+    """`index` into a fresh index under ``work``, then `scan`; each measured."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    base = [sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+            str(work / "index.sqlite"), "--config", str(CONFIG)]
+    steps = {
+        "index": [*base, "index", "--inputs", str(package), "--workers", str(workers)],
+        "scan": [*base, "scan", "--inputs", str(package), "--output", str(work / "report"),
+                 "--workers", str(workers)],
+    }
+    out = {}
+    for name, cmd in steps.items():
+        m = run(cmd, work / "logs" / f"{name}.log", cwd=ROOT)
+        if m.returncode != 0:
+            raise SystemExit(f"paired: {name} failed with exit {m.returncode}: {m.stderr_tail}")
+        out[name] = m
+    return out
+
+
+def datasketch_seconds(texts: list[str], cpu: int) -> tuple[float, float]:
+    """(wall, CPU) seconds of datasketch signatures of ``texts`` with this process on one CPU;
+    the previous affinity is restored (the CLI runs must not inherit the pinning)."""
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        t0, c0 = time.perf_counter(), time.process_time()
+        run_datasketch(texts)
+        return time.perf_counter() - t0, time.process_time() - c0
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.paired", description=__doc__.splitlines()[0])
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--cpu", type=int, default=0, help="CPU datasketch is pinned to")
+    p.add_argument("--workdir", type=Path, default=OUT / "paired")
+    p.add_argument("--out", type=Path, default=OUT / "paired.json")
+    args = p.parse_args(argv)
+
+    (package,) = ensure("set20k")
+    package = package.resolve()
+    from near_dedup_core.normalize import normalize
+    from near_dedup_core.package import load_package
+
+    raw = [r["text"] for r in read_jsonl(SET20K)]
+    records = load_package(package).record_count
+    if records != len(raw):
+        raise SystemExit(f"paired: {package} has {records} records, {SET20K} {len(raw)}: "
+                         f"remove the package to rebuild it")
+    texts = [normalize(t) for t in raw]
+    text_mb = sum(len(t.encode("utf-8", "surrogatepass")) for t in raw) / 1e6
+
+    print(f"warm-up: CLI index + scan of {package}, datasketch imports", file=sys.stderr)
+    ours(package, args.workdir, args.workers)
+    run_datasketch(texts[:20])
+
+    rounds = []
+    for r in range(args.rounds):
+        order = ("ours", "datasketch") if r % 2 == 0 else ("datasketch", "ours")
+        row: dict = {"round": r + 1, "order": list(order)}
+        for side in order:
+            if side == "ours":
+                steps = ours(package, args.workdir, args.workers)
+                row["index_s"] = steps["index"].wall_s
+                row["scan_s"] = steps["scan"].wall_s
+                row["ours_s"] = row["index_s"] + row["scan_s"]
+                row["ours_cpu_s"] = sum(m.cpu_s for m in steps.values())
+                row["report"] = steps["scan"].stdout
+            else:
+                row["datasketch_s"], row["datasketch_cpu_s"] = datasketch_seconds(texts,
+                                                                                  args.cpu)
+        row["ratio"] = row["datasketch_s"] / row["ours_s"]
+        rounds.append(row)
+        print(f"round {r + 1}/{args.rounds}: ours {row['ours_s']:.2f} s (index "
+              f"{row['index_s']:.2f} + scan {row['scan_s']:.2f}; {row['ours_cpu_s']:.1f} s CPU), "
+              f"datasketch {row['datasketch_s']:.2f} s, ratio {row['ratio']:.2f}×",
+              file=sys.stderr, flush=True)
+
+    def med(key: str) -> float:
+        return statistics.median(row[key] for row in rounds)
+
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "code": code_version(ROOT),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+                   f"Python {platform.python_version()}, load average at the end "
+                   f"{os.getloadavg()[0]:.1f}",
+        "package": str(package), "docs": len(texts), "text_mb": text_mb,
+        "workers": args.workers, "datasketch_cpu": args.cpu, "rounds": rounds,
+        "median": {k: med(k) for k in ("index_s", "scan_s", "ours_s", "ours_cpu_s",
+                                       "datasketch_s", "datasketch_cpu_s", "ratio")},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    print("| round | ours: index + scan | index | scan | ours: CPU | datasketch, 1 core "
+          "| datasketch: CPU | ratio (wall) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for row in rounds:
+        print(f"| {row['round']} | {row['ours_s']:.2f} s | {row['index_s']:.2f} s | "
+              f"{row['scan_s']:.2f} s | {row['ours_cpu_s']:.1f} s | {row['datasketch_s']:.2f} s "
+              f"| {row['datasketch_cpu_s']:.1f} s | {row['ratio']:.2f}× |")
+    m = result["median"]
+    print(f"| **median** | **{m['ours_s']:.2f} s** | {m['index_s']:.2f} s | {m['scan_s']:.2f} s "
+          f"| {m['ours_cpu_s']:.1f} s | {m['datasketch_s']:.2f} s | {m['datasketch_cpu_s']:.1f} s "
+          f"| **{m['ratio']:.2f}×** |")
+    print(f"\n{len(texts):,} documents, {text_mb:.1f} MB of text; ours with --workers "
+          f"{args.workers}; datasketch {len(texts) / m['datasketch_s']:,.0f} docs/s on one CPU")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,235 @@
+"""The main process of `index`: read the packages as line blocks, hand them to the workers,
+and turn their results into rows, in input order, inside the open batch transaction.
+
+The main process reads and hashes every byte once (`package.read_blocks`) and does what
+needs the whole batch: sample-id and ref rules across records (`package.SampleIds`), row ids
+for new contents (a content met again later in the batch, or indexed before under another
+raw text, keeps its first row id and loses the signature a worker made for it), and the
+writes. Band rows and raw-text rows are written once at the end, sorted, so their B-trees
+fill front to back.
+
+Blocks are taken in order: the results of block *b* are applied before those of *b + 1*,
+whatever finished first, so row ids, error messages and the index's rows do not depend on
+the number of workers. At most ``2 × parallelism`` blocks are in flight.
+
+Texts are compressed with trained zstd dictionaries: the first block of every group of
+``DICT_GROUP`` blocks with new content trains one on its new texts, and the group's other
+blocks wait for it (a stall of one block per group); a block too small to train on keeps
+the previous dictionary.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+from concurrent.futures import Executor, Future
+from typing import NamedTuple
+
+import numpy as np
+
+from near_dedup_core import index_store as db
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.ingest import work
+from near_dedup_core.package import LineBlock, Package, SampleIds, ShardEnd, read_blocks
+from near_dedup_core.progress import Progress, pause_point
+
+#: Lines per block (about 4 MB of web documents; `package.BLOCK_BYTES` caps the bytes).
+BLOCK_LINES = 1024
+#: Blocks with new content per trained text dictionary (about 100,000 records).
+DICT_GROUP = 100
+
+
+class _InFlight(NamedTuple):
+    block: LineBlock
+    dictionary: int | None  # id of the dictionary the block's texts are compressed with
+    train: bool
+    future: Future
+
+
+class BatchWriter:
+    """Holds the open transaction's state: id maps, blocks in flight, counters."""
+
+    def __init__(self, store: db.BatchTransaction, config: NearDedupConfig, batch: int,
+                 executor: Executor, parallelism: int, known_texts: str | None,
+                 progress: Progress) -> None:
+        self.store = store
+        self.config = config
+        self.batch = batch
+        self.executor = executor
+        self.window = max(2, 2 * parallelism)
+        self.known_texts = known_texts
+        self.progress = progress
+        self.params = work.SignParams(config.num_perm, config.seed, config.shingle_size,
+                                      config.bands, config.rows, config.min_chars,
+                                      config.max_chars)
+        self.scope_ids = store.scope_ids()
+        self.next_content = store.max_content_rowid() + 1
+        self.first_content = self.next_content
+        self.batch_contents: dict[bytes, int] = {}
+        self.ref_targets: dict[str, dict[str, db.RefTarget]] = {}
+        self.in_flight: collections.deque[_InFlight | ShardEnd] = collections.deque()
+        self.band_keys: list[np.ndarray] = []
+        self.band_contents: list[np.ndarray] = []
+        self.raw_texts: dict[tuple[bytes, int], int] = {}
+        self.new_contents = 0
+        self.new_sources = 0
+        self.dictionary: tuple[int | None, bytes | None] = (None, None)
+        self.content_blocks = 0  # blocks with new content submitted so far
+        self.awaiting_dictionary = False
+
+    # -- refs
+    def track_targets(self, package_ids: set[str], indexed: dict[str, int]) -> None:
+        """Remember (content, text_sha256, domain) per sample of packages that refs point into;
+        already indexed ones are read from the index."""
+        for pid in package_ids:
+            self.ref_targets[pid] = self.store.ref_targets(indexed[pid]) if pid in indexed else {}
+
+    # -- the pass
+    def run(self, pkgs: Sequence[Package], new_rowids: dict[str, int]) -> None:
+        """Read every block of ``pkgs`` (packages not in ``new_rowids`` are only checked) and
+        write the batch's rows; raises the first problem in input order."""
+        self.new_rowids = new_rowids
+        self.ids = SampleIds(pkgs)
+        self.tokenizers = {p.package_id: p.tokenizer for p in pkgs}
+        for event in read_blocks(pkgs, block_lines=BLOCK_LINES):
+            if isinstance(event, ShardEnd):
+                self.in_flight.append(event)
+            else:
+                self._submit(event)
+            while len(self.in_flight) > self.window:
+                self._finish(self.in_flight.popleft())
+        while self.in_flight:
+            self._finish(self.in_flight.popleft())
+        self._write_tail()
+
+    def _submit(self, block: LineBlock) -> None:
+        validate_only = block.package_id not in self.new_rowids
+        train = False
+        if not validate_only:
+            if self.awaiting_dictionary:  # the group's dictionary comes with its first block
+                while self.awaiting_dictionary:
+                    self._finish(self.in_flight.popleft())
+            train = self.content_blocks % DICT_GROUP == 0
+            self.content_blocks += 1
+            self.awaiting_dictionary = train
+        dict_id, dict_data = self.dictionary
+        job = work.BlockJob(block, self.params, self.tokenizers[block.package_id],
+                            self.known_texts, dict_data, train, validate_only)
+        self.in_flight.append(_InFlight(block, dict_id, train,
+                                        self.executor.submit(work.process_block, job)))
+
+    def _finish(self, item: _InFlight | ShardEnd) -> None:
+        if isinstance(item, ShardEnd):
+            if item.problem is not None:
+                raise item.problem
+            return
+        block = item.block
+        res: work.BlockResult = item.future.result()
+        for k, sample_id in enumerate(res.sample_ids):
+            self.ids.check(block.package_id, block.file, block.first_line + k, sample_id,
+                           res.refs.get(k))
+        if res.problem is not None:
+            raise res.problem
+        if block.package_id not in self.new_rowids:
+            return
+        dict_id = item.dictionary
+        if item.train:
+            self.awaiting_dictionary = False
+            if res.dictionary is not None:
+                dict_id = self.store.add_dictionary(self.batch, res.dictionary)
+                self.dictionary = (dict_id, res.dictionary)
+        self._apply(block, res, dict_id)
+        self.progress.advance(len(res.sample_ids))
+        pause_point("index-write")
+
+    # -- rows
+    def _scope_id(self, key: str, label: str) -> int:
+        sid = self.scope_ids.get(key)
+        if sid is None:
+            sid = self.scope_ids[key] = self.store.add_scope(key, label)
+        return sid
+
+    def _apply(self, block: LineBlock, res: work.BlockResult, dict_id: int | None) -> None:
+        scope_ids = [self._scope_id(key, label) for key, label in res.scopes]
+        new = res.new
+        taken: list[tuple[int, int]] = []  # (row in res.new, new row id)
+        indexed: dict[bytes, int] = {}
+        if new is not None and self.first_content > 1:  # contents indexed under other raw texts
+            indexed = self.store.known_contents(
+                [c for c in set(new.content_ids) if c not in self.batch_contents])
+        raw_known: dict[tuple[bytes, str], int] = {}
+        if self.known_texts is None and self.first_content > 1:  # the workers could not look
+            raw_known = self.store.known_raw_texts(
+                sorted({s for k, s in enumerate(res.shas) if s is not None and not res.known[k]}))
+        pkg_rowid = self.new_rowids[block.package_id]
+        targets = self.ref_targets.get(block.package_id)
+        source_rows = []
+        for k, sample_id in enumerate(res.sample_ids):
+            domain = res.domains[k]
+            ref = res.refs.get(k)
+            if ref is None:
+                sha = res.shas[k]
+                assert sha is not None
+                rowid = res.known[k] or raw_known.get((sha, res.scopes[res.scope_of[k]][0]), 0)
+                if not rowid:
+                    assert new is not None
+                    j = res.new_of[k]
+                    cid = new.content_ids[j]
+                    rowid = self.batch_contents.get(cid) or indexed.get(cid, 0)
+                    if not rowid:
+                        rowid = self.batch_contents[cid] = self.next_content
+                        self.next_content += 1
+                        taken.append((j, rowid))
+                    self.raw_texts.setdefault((sha, scope_ids[res.scope_of[k]]), rowid)
+            else:
+                target = self.ref_targets[ref[0]][ref[1]]
+                rowid, sha = target.content, target.text_sha256
+                if domain is None:
+                    domain = target.domain
+            if targets is not None:
+                targets[sample_id] = db.RefTarget(rowid, sha, domain)
+            line = block.first_line + k
+            source_rows.append((None, rowid, pkg_rowid, sample_id, block.split, block.file, line,
+                                block.first_position + k, sha, domain, res.sources[k]))
+        self.store.add_sources(source_rows)
+        self.new_sources += len(source_rows)
+        if taken:
+            assert new is not None
+            self._write_contents(self._content_rows(new, taken, scope_ids, dict_id))
+            long = [(j, rowid) for j, rowid in taken
+                    if new.norm_chars[j] >= self.config.min_chars]
+            if long:
+                rows = np.fromiter((j for j, _ in long), np.int64, len(long))
+                rowids = np.fromiter((r for _, r in long), np.int64, len(long))
+                self.band_keys.append(new.keys[rows].reshape(-1))
+                self.band_contents.append(np.repeat(rowids, new.keys.shape[1]))
+
+    def _content_rows(self, new: work.NewContents, taken: list[tuple[int, int]],
+                      scope_ids: list[int], dict_id: int | None) -> list[tuple]:
+        min_chars = self.config.min_chars
+        rows = []
+        for j, rowid in taken:
+            nchars = int(new.norm_chars[j])
+            is_long = nchars >= min_chars
+            rows.append((rowid, new.content_ids[j], scope_ids[new.scopes[j]], self.batch, nchars,
+                         int(new.sizes[j]) if is_long else None,
+                         new.sigs[j].tobytes() if is_long else None, new.blobs[j], dict_id))
+        return rows
+
+    def _write_contents(self, rows: list[tuple]) -> None:
+        self.store.add_contents(rows)
+        self.new_contents += len(rows)
+
+    def _write_tail(self) -> None:
+        """The batch's band rows in (key, content) order and its raw-text rows in
+        (text_sha256, scope) order: each B-tree is filled front to back."""
+        if self.band_keys:
+            keys = np.concatenate(self.band_keys)
+            contents = np.concatenate(self.band_contents)
+            order = np.lexsort((contents, keys))
+            self.store.add_bands(keys[order], contents[order])
+            self.band_keys, self.band_contents = [], []
+        if self.raw_texts:
+            self.store.add_raw_texts(sorted((sha, scope, content) for (sha, scope), content
+                                            in self.raw_texts.items()))
+            self.raw_texts = {}

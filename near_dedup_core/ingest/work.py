@@ -1,0 +1,222 @@
+"""The worker side of `index`: one block of lines in, the block's rows out.
+
+A worker gets the raw bytes of whole JSONL lines (`package.LineBlock`) and does everything
+that does not need the batch's state, so that the main process only assigns row ids and
+writes:
+
+1. parse and check every line (`package.parse_block`), take each record's compared text,
+   check ``max_chars``, and hash it (``text_sha256``);
+2. look the (text_sha256, scope) pairs up among the raw texts already indexed by earlier
+   batches (`index_store.KnownTexts`, on the worker's own read connection): a known raw text
+   has a known content, which is never normalized or signed again;
+3. normalize the rest, derive their content ids, and sign and compress each distinct one:
+   MinHash signature, shingle-set size, LSH band keys, zstd text.
+
+A content that only the main process can tell is known (earlier in this batch, or indexed
+under another raw text that normalizes the same) is signed here in vain and dropped there:
+that costs time, never a wrong row. When a block is the first of a dictionary group it
+also trains the group's zstd dictionary on its new texts (`train=True`).
+
+The first bad line or a ``max_chars`` breach ends the block's work: the result carries the
+records before it (for the checks across records, which the main process applies in order)
+and the located error, which the main process raises when it reaches that block.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import NamedTuple
+
+import numpy as np
+import orjson
+
+from near_dedup_core import index_store as db
+from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256
+from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.normalize import normalize_many
+from near_dedup_core.package import LineBlock, parse_block
+from near_dedup_core.signature import MinHasher, band_keys, stored_values
+
+
+class SignParams(NamedTuple):
+    """What a worker needs of the config."""
+
+    num_perm: int
+    seed: int
+    shingle_size: int
+    bands: int
+    rows: int
+    min_chars: int
+    max_chars: int
+
+
+class BlockJob(NamedTuple):
+    block: LineBlock
+    params: SignParams
+    tokenizer: dict | None  # the package's (cpt scope)
+    known_texts: str | None  # where to look raw texts up (SQLite path, PostgreSQL URL), or None
+    dictionary: bytes | None  # zstd dictionary to compress with
+    train: bool  # train a new dictionary on this block's new texts (and compress with it)
+    validate_only: bool  # a package indexed before: check its lines, nothing else
+
+
+class NewContents(NamedTuple):
+    """Distinct contents of a block that the index did not know by their raw text, in order
+    of first appearance."""
+
+    content_ids: list[bytes]
+    scopes: list[int]  # index into BlockResult.scopes
+    norm_chars: np.ndarray  # int64
+    sizes: np.ndarray  # shingle-set sizes (0 below min_chars)
+    sigs: np.ndarray  # (n, num_perm) uint16 stored values (zeros below min_chars)
+    keys: np.ndarray  # (n, bands) int64 band keys
+    blobs: list[bytes]  # zstd texts
+
+
+class BlockResult(NamedTuple):
+    """One block's records in line order. Per record: its sample id, domain, source JSON,
+    text_sha256 (None for a ref), scope (index into ``scopes``, -1 for a ref), the row id of
+    its content when its raw text is known (else 0) and otherwise its index in ``new``."""
+
+    sample_ids: list[str]
+    refs: dict[int, tuple[str, str]]
+    domains: list[str | None]
+    sources: list[str | None]
+    shas: list[bytes | None]
+    scope_of: list[int]
+    known: list[int]
+    new_of: list[int]
+    scopes: list[tuple[str, str]]  # (scope key, label)
+    new: NewContents | None
+    dictionary: bytes | None  # trained on this block (``train``), if its texts sufficed
+    problem: NearDedupError | None
+
+
+@lru_cache(maxsize=4)
+def _hasher(num_perm: int, seed: int, shingle_size: int) -> MinHasher:
+    return MinHasher(num_perm, seed, shingle_size)
+
+
+@lru_cache(maxsize=2)
+def _server_known_texts(url: str) -> db.KnownTexts:
+    """A worker's own PostgreSQL connection for raw-text lookups, kept for its life."""
+    return db.open_known_texts(url)
+
+
+def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+    """Raw-text lookups on a read connection of this worker. A SQLite connection lives for
+    one block only: the writer, closing last, then removes the index's -wal and -shm files."""
+    if db.postgres_url(location) is not None:
+        return _server_known_texts(location).contents(shas)
+    known = db.open_known_texts(location)
+    try:
+        return known.contents(shas)
+    finally:
+        known.close()
+
+
+def sign(params: SignParams, texts: list[str], dictionary: bytes | None
+         ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
+    """Stored (16-bit) signatures, shingle-set sizes, band keys and compressed texts of
+    normalized texts. Texts shorter than min_chars get no signature (rows of zeros)."""
+    hasher = _hasher(params.num_perm, params.seed, params.shingle_size)
+    long_idx = [i for i, t in enumerate(texts) if len(t) >= params.min_chars]
+    sigs = np.zeros((len(texts), params.num_perm), dtype=np.uint16)
+    sizes = np.zeros(len(texts), dtype=np.int64)
+    if long_idx:
+        s, z = hasher.signatures_and_sizes([texts[i] for i in long_idx])
+        sigs[long_idx] = stored_values(s)
+        sizes[long_idx] = z
+    keys = band_keys(sigs, params.bands, params.rows)
+    return sigs, sizes, keys, db.compress_texts(texts, dictionary)
+
+
+def process_block(job: BlockJob) -> BlockResult:
+    """Steps 1–3 of the module doc for one block."""
+    block, params = job.block, job.params
+    parsed = parse_block(block)
+    problem = parsed.problem
+    sample_ids: list[str] = []
+    refs: dict[int, tuple[str, str]] = {}
+    domains: list[str | None] = []
+    sources: list[str | None] = []
+    shas: list[bytes | None] = []
+    scope_of: list[int] = []
+    raws: list[str | None] = []
+    scopes: list[tuple[str, str]] = []
+    scope_index: dict[str, int] = {}
+    if job.validate_only:
+        return BlockResult([r[0] for r in parsed.records],
+                           {k: r[2] for k, r in enumerate(parsed.records) if r[2] is not None},
+                           [], [], [], [], [], [], [], None, None, problem)
+    cpt = None
+    if block.kind == "cpt":
+        assert job.tokenizer is not None, "a cpt package has a tokenizer (open_packages)"
+        cpt = cpt_scope(job.tokenizer)
+    for k, (sample_id, data, ref) in enumerate(parsed.records):
+        if ref is None:
+            raw = compared_text(block.kind, data)
+            if len(raw) > params.max_chars:
+                problem = LimitExceeded(
+                    f"{where(block.package_id, block.file, block.first_line + k)}: sample "
+                    f"{sample_id} has {len(raw):,} characters, over max_chars "
+                    f"{params.max_chars:,}")
+                break
+            scope = cpt if cpt is not None else sft_scope(data)
+            index = scope_index.get(scope.key)
+            if index is None:
+                index = scope_index[scope.key] = len(scopes)
+                scopes.append((scope.key, scope.label))
+            scope_of.append(index)
+            shas.append(text_sha256(raw))
+            raws.append(raw)
+        else:
+            refs[k] = ref
+            scope_of.append(-1)
+            shas.append(None)
+            raws.append(None)
+        sample_ids.append(sample_id)
+        domain = data.get("domain")
+        domains.append(domain)
+        source = data.get("source")
+        sources.append(None if source is None else orjson.dumps(source).decode())
+    n = len(sample_ids)
+    known = [0] * n
+    new_of = [-1] * n
+    if problem is not None:
+        return BlockResult(sample_ids, refs, domains, sources, shas, scope_of, known, new_of,
+                           scopes, None, None, problem)
+    if job.known_texts is not None:
+        found = _known_contents(job.known_texts, sorted({s for s in shas if s is not None}))
+        for k in range(n):
+            sha = shas[k]
+            if sha is not None:
+                known[k] = found.get((sha, scopes[scope_of[k]][0]), 0)
+    todo = [k for k in range(n) if raws[k] is not None and not known[k]]
+    normalized = normalize_many([raws[k] for k in todo])  # type: ignore[misc]
+    first: dict[bytes, int] = {}
+    cids: list[bytes] = []
+    new_scopes: list[int] = []
+    texts: list[str] = []
+    for k, norm in zip(todo, normalized):
+        cid = content_id(scopes[scope_of[k]][0], norm)
+        index = first.get(cid)
+        if index is None:
+            index = first[cid] = len(cids)
+            cids.append(cid)
+            new_scopes.append(scope_of[k])
+            texts.append(norm)
+        new_of[k] = index
+    dictionary = job.dictionary
+    trained = None
+    if job.train:
+        trained = db.train_text_dictionary(texts)
+        if trained is not None:
+            dictionary = trained
+    new = None
+    if texts:
+        sigs, sizes, keys, blobs = sign(params, texts, dictionary)
+        new = NewContents(cids, new_scopes, np.fromiter(map(len, texts), np.int64, len(texts)),
+                          sizes, sigs, keys, blobs)
+    return BlockResult(sample_ids, refs, domains, sources, shas, scope_of, known, new_of,
+                       scopes, new, trained, None)

@@ -1,0 +1,52 @@
+"""`normalize_many` (the compiled batch path) gives exactly `normalize` of each text."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from near_dedup_core import normalize as nm
+
+
+@pytest.fixture
+def with_table(monkeypatch):
+    """Small batches take the per-character table too."""
+    monkeypatch.setattr(nm, "TABLE_MIN_CHARS", 0)
+
+
+def test_every_bmp_character_alone(with_table):
+    chars = [chr(c) for c in range(0x10000)]
+    assert nm.normalize_many(chars) == [nm.normalize(c) for c in chars]
+
+
+def test_random_mixes_of_characters_that_interact(with_table):
+    rng = random.Random(3)
+    interacting = ([chr(c) for c in range(0x300, 0x370)]          # combining marks
+                   + [chr(c) for c in range(0x1100, 0x1200)]      # Hangul jamo
+                   + [chr(c) for c in range(0x3131, 0x318F)]      # compatibility jamo
+                   + ["위", "가", "e", "A", "ß", "ﬁ", "Å", "\u00a8", "\u0d4a", "\u0d3e"])
+    spaces = [" ", "\t", "\n", "\u3000", "\u00a0", "\u2028", "\x1f"]
+    wide = ["\U0001f600", "\U0001d400", "\U0002f800", "\U00010400", "\ud800"]
+    every = [chr(c) for c in range(0x10000)]
+    texts = []
+    for _ in range(20000):
+        n = rng.randint(0, 40)
+        texts.append("".join(rng.choice(rng.choice((interacting, spaces, wide, every, every)))
+                             for _ in range(n)))
+    assert nm.normalize_many(texts) == [nm.normalize(t) for t in texts]
+
+
+def test_folds_that_grow_and_whitespace_at_the_edges(with_table):
+    texts = ["\ufdfa" * 500, " \u3000ＡＢＣ，１２３\u2003 ", "ǅ Ǆ ǆ", "İstanbul ΣΑΣ", "\t\n",
+             "", "a\u0301", "\u1100\u1161\u11a8", "ｶﾞ", "㎏ ㍱ ⑴", "\u00a0x\u00a0"]
+    assert nm.normalize_many(texts) == [nm.normalize(t) for t in texts]
+
+
+@pytest.mark.parametrize("table", [False, True], ids=["small-batch", "table"])
+def test_ascii_and_mixed_batches(monkeypatch, table):
+    if table:
+        monkeypatch.setattr(nm, "TABLE_MIN_CHARS", 0)
+    texts = ["Hello,  World!\t\x1cX", "  lead and trail  ", "Ünïcödé  Straße", "中文，测试。",
+             "MiXeD ASCII\r\nlines\x0b", "Привет,  Мир"] * 50
+    assert nm.normalize_many(texts) == [nm.normalize(t) for t in texts]

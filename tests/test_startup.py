@@ -1,0 +1,128 @@
+"""What a command process loads and how it ends: the console entry, numba without SciPy's
+BLAS bindings (`near_dedup_core.jit`), no worker pool for a small input, and a worker that
+died reported as one line."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+from conftest import REPO, SAMPLES, run_cli
+
+from near_dedup_core import cli
+
+CPT_DAYS = sorted((SAMPLES / "cpt").glob("*/cpt-*"))
+
+
+def _python(code: str, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def _entry(*argv: object, cwd) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "near_dedup_core", *map(str, argv)], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_console_entry_exit_codes_output_and_a_closed_index(tmp_path):
+    idx = tmp_path / "idx" / "cpt.sqlite"
+    done = _entry("--quiet", "--index", idx, "index", "--inputs", *CPT_DAYS, cwd=tmp_path)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.startswith(f"index {idx}: batch 1 added cpt-v1, cpt-v2, cpt-v3: 218 ")
+    # the connection was closed before the exit: no write-ahead log or shared-memory file
+    assert sorted(p.name for p in idx.parent.iterdir()) == ["cpt.sqlite"]
+    report = tmp_path / "report"
+    done = _entry("--quiet", "--index", idx, "scan", "--inputs", *CPT_DAYS, "--output", report,
+                  cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith(f"report {report}: 218 samples")
+    assert _entry("report", "verify", report, cwd=tmp_path).returncode == 0
+    again = _entry("--quiet", "--index", idx, "scan", "--inputs", *CPT_DAYS, "--output",
+                   report, cwd=tmp_path)
+    assert again.returncode == 1 and again.stdout == ""
+    assert again.stderr.count("\n") == 1 and again.stderr.startswith("near-dedup: error: ")
+    assert _entry("--version", cwd=tmp_path).stdout.startswith("near-dedup ")
+
+
+def test_index_and_scan_of_a_small_input_load_neither_scipy_linalg_nor_a_worker_pool(tmp_path):
+    done = _python(f"""
+        import sys
+        from near_dedup_core.cli import main
+        days = {[str(p) for p in CPT_DAYS]!r}
+        assert main(["--quiet", "--index", "i.sqlite", "index", "--inputs", *days]) == 0
+        assert main(["--quiet", "--index", "i.sqlite", "scan", "--inputs", *days,
+                     "--output", "r"]) == 0
+        loaded = [m for m in ("scipy.linalg", "multiprocessing", "concurrent.futures.process")
+                  if m in sys.modules]
+        assert "numba.np.arraymath" in sys.modules
+        assert "scipy.linalg.cython_blas" not in sys.modules  # hidden, then unhidden
+        import scipy.linalg.cython_blas  # still importable afterwards
+        print(loaded)
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[]"
+
+
+def test_kernels_compile_and_scipy_stays_usable_after_jit(tmp_path):
+    done = _python("""
+        import numpy as np
+        import near_dedup_core.jit as jit
+        from near_dedup_core.jit import numba
+
+        @numba.njit
+        def corr(a, b):
+            return np.correlate(a, b)
+
+        a, b = np.array([1.0, 2.0, 3.0]), np.array([0.0, 1.0, 0.5])
+        assert np.allclose(corr(a, b), np.correlate(a, b))
+        jit.warm()
+        import scipy.linalg
+        assert np.allclose(scipy.linalg.inv(np.eye(2) * 2), np.eye(2) / 2)
+        print("ok")
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "ok"
+
+
+def test_a_worker_that_died_is_one_line(monkeypatch):
+    from concurrent.futures.process import BrokenProcessPool
+
+    def broken(args):
+        raise BrokenProcessPool("A process in the process pool was terminated abruptly while "
+                                "the future was running or pending.")
+
+    monkeypatch.setattr(cli, "run", broken)
+    code, out, err = run_cli("--quiet", "--index", "unused.sqlite", "index", "--inputs", "x")
+    assert code == 1 and out == ""
+    assert err == ("near-dedup: error: a worker process died (killed, or out of memory); "
+                   "nothing was changed; try fewer --workers\n")
+
+    def other(args):
+        raise RuntimeError("something else")
+
+    monkeypatch.setattr(cli, "run", other)
+    code, _, err = run_cli("--quiet", "--index", "unused.sqlite", "index", "--inputs", "x")
+    assert code == 1 and err.startswith("near-dedup: error: unexpected RuntimeError: something")
+
+
+def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
+    done = _python("""
+        import near_dedup_core.jit
+        import near_dedup_core.ingest
+        from near_dedup_core import workers
+        print(" ".join(workers._preload()))
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    preload = done.stdout.split()
+    assert preload[:2] == ["near_dedup_core._pool_guard", "near_dedup_core._pool_warm"]
+    assert {"near_dedup_core.ingest", "near_dedup_core.signature", "near_dedup_core.workers",
+            "near_dedup_core.index_store"} <= set(preload)
+    assert "near_dedup_core.__main__" not in preload and len(set(preload)) == len(preload)
+    done = _python("""
+        from near_dedup_core import workers
+        print(" ".join(workers._preload()))
+        """, tmp_path)
+    assert done.stdout.split() == ["near_dedup_core._pool_guard", "near_dedup_core.workers"]
