@@ -43,11 +43,13 @@ anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe
 the kernel below, any ``r`` from 8 to 16 costs about the same (fewer anchors, more
 candidates) and 24 or 32 cost more.
 
-Work. Training records are streamed once (validated, refs resolved, ``max_chars`` checked)
-and cut into chunks; a process pool (`workers.process_pool`, whose forkserver is started
-before the items are read and loads the compiled kernels once, `warm_up`, so that the
-workers fork with them) normalizes and hashes each chunk and runs it through a compiled
-kernel (`_probe_batch`). Per training text: every shingle window is tested in a
+Work. The main process only reads and hashes the pool's shards, as blocks of whole lines
+(`package.read_blocks`), and applies the rules across records in record order (unique ids,
+ref targets; a ref sample takes its target's pairs, its text being the target's). A process
+pool (`workers.process_pool`, whose forkserver is started before the items are read and
+loads the compiled kernels once, `warm_up`, so that the workers fork with them) parses and
+checks each block's lines, takes the compared texts (checking ``max_chars``), normalizes
+and hashes them and runs them through a compiled kernel (`_probe_batch`, `probe_block`). Per training text: every shingle window is tested in a
 bitmap of the anchors (`anchor_bits`, 16 bits per anchor up to 2^24, cache-resident: most
 windows that are no anchor stop there), then looked up in an open-addressing table that
 maps an anchor to its block ``[mark, count, item, …]`` in one int32 array, so that a hit
@@ -120,7 +122,18 @@ from near_dedup_core.fsutil import (
 )
 from near_dedup_core.guard import guard_for
 from near_dedup_core.normalize import build_table, normalize, normalize_many
-from near_dedup_core.package import Package, Record, load_package, open_packages, stream_records
+from near_dedup_core.package import (
+    LineBlock,
+    Package,
+    Record,
+    SampleIds,
+    ShardEnd,
+    load_package,
+    open_packages,
+    parse_block,
+    read_blocks,
+    stream_records,
+)
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import (
     MinHasher,
@@ -140,8 +153,8 @@ ANCHOR_ORDER = (f"document frequency among the first {SAMPLE_RECORDS:,} training
                 f"among the eval items, then hash")
 ANCHOR_BITS_PER_ANCHOR = 16
 MAX_ANCHOR_BITS = 1 << 24
-CHUNK_RECORDS = 2_000
-CHUNK_CHARS = 8_000_000
+#: lines per block of the pool handed to a worker (`package.read_blocks`)
+BLOCK_LINES = 1_024
 #: imported by the worker pool's forkserver: `warm_up`
 PRELOAD = ("near_dedup_core._contamination_preload",)
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
@@ -293,10 +306,10 @@ def _densest_run(matched, n, width, k):
 
 @numba.njit(cache=True, nogil=True)
 def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_flat,
-                 item_start, item_chars, threshold):
+                 item_start, item_chars, threshold, per_text):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
-    ([(text, item, common, start, end)], candidates).
+    [(text, item, common, start, end)] and sets ``per_text[text]`` to its candidates.
 
     ``bits`` is the anchor bitmap (`anchor_bits`); ``table``/``vals`` map an anchor hash to
     the offset ``o`` of its block in ``postings``: ``[mark, count, item, …]``
@@ -331,7 +344,6 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     cands = np.empty(n_items, dtype=np.int32)
     out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
-    candidates = 0
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
         passed = 0
@@ -368,7 +380,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
                     nc += 1
         if nc == 0:
             continue
-        candidates += nc
+        per_text[i] = nc
         index_size = _index_size(m)
         _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
         for q in range(nc):
@@ -393,7 +405,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
             end = min(end, offsets[i + 1] - offsets[i])
             out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
                         np.int64(end)))
-    return out, candidates
+    return out
 
 
 def containment(item_set: np.ndarray, sample_set: np.ndarray) -> float:
@@ -450,7 +462,8 @@ class ProbeState(NamedTuple):
 
 
 class Hit(NamedTuple):
-    """A verified pair: ``sample`` indexes the chunk, ``item`` the eval items."""
+    """A verified pair: ``sample`` indexes the texts (or records) probed together, ``item``
+    the eval items."""
 
     sample: int
     item: int
@@ -458,11 +471,6 @@ class Hit(NamedTuple):
     start: int
     end: int
     numbers_differ: bool
-
-
-class ChunkResult(NamedTuple):
-    hits: list[Hit]
-    candidates: int
 
 
 _STATE: ProbeState | None = None
@@ -474,9 +482,9 @@ def _init_worker(state: ProbeState) -> None:
 
 
 def warm_up() -> None:
-    """Load the compiled kernels of `probe_chunk` in this process, for both code point widths
+    """Load the compiled kernels of `probe_texts` in this process, for both code point widths
     (from numba's cache, or compiling them), on a text that contains its item, and build
-    `normalize_many`'s character table (so that every chunk, however little non-ASCII text
+    `normalize_many`'s character table (so that every block, however little non-ASCII text
     it holds, takes the compiled normalization). Run in the forkserver (`PRELOAD`), before
     the workers fork from it: they start with all of it."""
     global _STATE
@@ -485,22 +493,24 @@ def warm_up() -> None:
     item = EvalItem(SampleRef(0, 0, "", "", "", "", 0, None), text)
     _STATE = build_state([item], NearDedupConfig())[0]
     try:
-        probe_chunk([text])
-        probe_chunk([text + " \u00e9"])
+        probe_texts([text])
+        probe_texts([text + " \u00e9"])
     finally:
         _STATE = None
 
 
-def probe_chunk(texts: list[str]) -> ChunkResult:
-    """Normalize, hash and probe one chunk of raw training texts (runs in a worker)."""
+def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
+    """Normalize, hash and probe raw training texts (in a worker): the verified pairs
+    (``Hit.sample`` indexes ``texts``) and the number of candidates of each text."""
     st = _STATE
     assert st is not None, "worker not initialized"
     norms = normalize_many(texts)
     hasher = MinHasher(1, st.seed, st.shingle_size)
     cps, offsets = code_points(norms)
-    found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,
-                                     st.bits, st.table, st.vals, st.postings, st.need, st.item_flat,
-                                     st.item_start, st.item_chars, st.threshold)
+    per_text = np.zeros(len(texts), dtype=np.int64)
+    found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
+                         st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
+                         st.item_chars, st.threshold, per_text)
     hits = []
     if found:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
@@ -509,7 +519,56 @@ def probe_chunk(texts: list[str]) -> ChunkResult:
             numbers = guard.sequences(norms[i][start:end])[0]
             hits.append(Hit(int(i), int(it), int(common), start, end,
                             numbers != st.item_numbers[it]))
-    return ChunkResult(hits, int(candidates))
+    return hits, per_text
+
+
+class BlockProbe(NamedTuple):
+    """A line block of the pool, probed: per record in line order its sample id, ref and own
+    domain, and its candidates (0 for a ref, whose text is its target's); the verified pairs
+    (``Hit.sample`` indexes the records); and the first problem of the block (a bad line,
+    which ends the records before it, or a ``max_chars`` breach, which ends them after that
+    record), which the main process raises once it has applied the rules across records to
+    the records before it."""
+
+    ids: list[str]
+    refs: list[tuple[str, str] | None]
+    domains: list[str | None]
+    candidates: np.ndarray
+    hits: list[Hit]
+    problem: NearDedupError | None
+
+
+def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
+    """Parse and check a block's lines (`package.parse_block`), take each record's compared
+    text and probe the texts (`probe_texts`); runs in a worker."""
+    parsed = parse_block(block)
+    text_of = _text_reader(block.kind, block.kind)
+    ids: list[str] = []
+    refs: list[tuple[str, str] | None] = []
+    domains: list[str | None] = []
+    texts: list[str] = []
+    at: list[int] = []
+    problem = parsed.problem
+    for k, (sample_id, data, ref) in enumerate(parsed.records):
+        ids.append(sample_id)
+        refs.append(ref)
+        domains.append(data.get("domain"))
+        if ref is None:
+            raw = text_of(data)
+            if len(raw) > max_chars:
+                problem = LimitExceeded(
+                    f"{where(block.package_id, block.file, block.first_line + k)}: sample "
+                    f"{sample_id} has {len(raw):,} characters, over max_chars {max_chars:,}")
+                break
+            texts.append(raw)
+            at.append(k)
+    candidates = np.zeros(len(ids), dtype=np.int64)
+    if problem is not None or not texts:
+        return BlockProbe(ids, refs, domains, candidates, [], problem)
+    hits, per_text = probe_texts(texts)
+    candidates[at] = per_text
+    return BlockProbe(ids, refs, domains, candidates, [h._replace(sample=at[h.sample])
+                                                      for h in hits], None)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -712,9 +771,14 @@ class Pair:
 
 def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
                 progress: bool) -> tuple[list[Pair], int, int]:
-    """Stream the pool once, probe it in chunks; (pairs, candidates, samples)."""
+    """Read the pool once as line blocks, which the workers parse and probe (`probe_block`);
+    apply the rules across records in record order here, a ref taking its target's pairs.
+    Returns (pairs, candidates, samples)."""
     pos = {p.package_id: i for i, p in enumerate(pool)}
-    kind = pool[0].kind
+    depended = {d for p in pool for d in p.depends_on}
+    # (package, sample id) of a depended-on sample → its hits, candidates, domain
+    targets: dict[tuple[str, str], tuple[list[Hit], int, str | None]] = {}
+    rules = SampleIds(pool)
     pairs: list[Pair] = []
     candidates = 0
     samples = 0
@@ -722,37 +786,52 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
                    enabled=progress)
     if workers <= 1:
         _init_worker(state)
-    pending: list[tuple[list[SampleRef], Future]] = []
+    pending: list[tuple[LineBlock | ShardEnd, Future | None]] = []
 
-    def collect(refs: list[SampleRef], fut: Future) -> None:
-        nonlocal candidates
-        result = fut.result()
-        candidates += result.candidates
+    def collect(event: LineBlock | ShardEnd, fut: Future | None) -> None:
+        nonlocal candidates, samples
+        if isinstance(event, ShardEnd):
+            if event.problem is not None:
+                raise event.problem
+            return
+        assert fut is not None
+        result: BlockProbe = fut.result()
+        own: defaultdict[int, list[Hit]] = defaultdict(list)
         for h in result.hits:
-            pairs.append(Pair(h.item, refs[h.sample], h.common, h.start, h.end,
-                              h.numbers_differ))
-        bar.advance(len(refs))
+            own[h.sample].append(h)
+        for k, sample_id in enumerate(result.ids):
+            line = event.first_line + k
+            ref = result.refs[k]
+            rules.check(event.package_id, event.file, line, sample_id, ref)
+            domain = result.domains[k]
+            if ref is not None:
+                hits, count, target_domain = targets[ref]
+                if domain is None:
+                    domain = target_domain
+            else:
+                hits, count = own.get(k, []), int(result.candidates[k])
+            if event.package_id in depended:
+                targets[(event.package_id, sample_id)] = (hits, count, domain)
+            samples += 1
+            candidates += count
+            if hits:
+                sample = SampleRef(pos[event.package_id], event.first_position + k,
+                                   event.package_id, sample_id, event.split, event.file, line,
+                                   domain)
+                pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
+                             for h in hits)
+        if result.problem is not None:
+            raise result.problem
+        bar.advance(len(result.ids))
         pause_point("contamination-pool")
 
     with process_pool(workers, _init_worker, (state,), PRELOAD) as executor:
-        refs: list[SampleRef] = []
-        texts: list[str] = []
-        chars = 0
-        records = stream_records(pool)
-        reader = _text_reader(kind, kind)
-        for rec, raw, domain in _resolved(records, pool, kind, config, reader):
-            samples += 1
-            refs.append(SampleRef(pos[rec.package_id], rec.position, rec.package_id,
-                                  rec.sample_id, rec.split, rec.file, rec.line, domain))
-            texts.append(raw)
-            chars += len(raw)
-            if len(texts) >= CHUNK_RECORDS or chars >= CHUNK_CHARS:
-                pending.append((refs, executor.submit(probe_chunk, texts)))
-                refs, texts, chars = [], [], 0
-                while len(pending) > 2 * workers:
-                    collect(*pending.pop(0))
-        if texts:
-            pending.append((refs, executor.submit(probe_chunk, texts)))
+        for event in read_blocks(pool, BLOCK_LINES):
+            fut = (executor.submit(probe_block, event, config.max_chars)
+                   if isinstance(event, LineBlock) else None)
+            pending.append((event, fut))
+            while len(pending) > 3 * workers:
+                collect(*pending.pop(0))
         for job in pending:
             collect(*job)
     bar.finish()
