@@ -121,7 +121,7 @@ from near_dedup_core.fsutil import (
     write_jsonl,
 )
 from near_dedup_core.guard import guard_for
-from near_dedup_core.normalize import build_table, normalize, normalize_many
+from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
 from near_dedup_core.package import (
     LineBlock,
     Package,
@@ -484,7 +484,7 @@ def _init_worker(state: ProbeState) -> None:
 def warm_up() -> None:
     """Load the compiled kernels of `probe_texts` in this process, for both code point widths
     (from numba's cache, or compiling them), on a text that contains its item, and build
-    `normalize_many`'s character table (so that every block, however little non-ASCII text
+    `normalize_code_points`'s character table (so that every block, however little non-ASCII text
     it holds, takes the compiled normalization). Run in the forkserver (`PRELOAD`), before
     the workers fork from it: they start with all of it."""
     global _STATE
@@ -504,9 +504,8 @@ def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
     (``Hit.sample`` indexes ``texts``) and the number of candidates of each text."""
     st = _STATE
     assert st is not None, "worker not initialized"
-    norms = normalize_many(texts)
+    cps, offsets = normalize_code_points(texts)
     hasher = MinHasher(1, st.seed, st.shingle_size)
-    cps, offsets = code_points(norms)
     per_text = np.zeros(len(texts), dtype=np.int64)
     found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
                          st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
@@ -514,9 +513,13 @@ def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
     hits = []
     if found:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
+        norms: dict[int, str] = {}
         for i, it, common, start, end in sorted(found):
-            start, end = widen(norms[i], int(start), int(end))
-            numbers = guard.sequences(norms[i][start:end])[0]
+            norm = norms.get(i)
+            if norm is None:
+                norm = norms[i] = text_at(cps, offsets, i)
+            start, end = widen(norm, int(start), int(end))
+            numbers = guard.sequences(norm[start:end])[0]
             hits.append(Hit(int(i), int(it), int(common), start, end,
                             numbers != st.item_numbers[it]))
     return hits, per_text
