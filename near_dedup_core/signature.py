@@ -519,3 +519,20 @@ def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     keys *= np.uint64(0xFF51AFD7ED558CCD)
     keys ^= keys >> np.uint64(33)
     return (keys >> np.uint64(1)).astype(np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def band_keys_into(sigs, bands, rows, out):
+    """`band_keys` of ``sigs`` into ``out`` ((n, bands) int64), in one compiled pass: the
+    same mixing, step by step, without numpy's (n, bands, rows) uint64 temporaries."""
+    for i in range(sigs.shape[0]):
+        for b in range(bands):
+            key = np.uint64(b + 1) * np.uint64(0x9E3779B97F4A7C15)
+            for t in range(rows):
+                key ^= np.uint64(sigs[i, b * rows + t])
+                key *= np.uint64(0x100000001B3)
+                key ^= key >> np.uint64(29)
+            key ^= key >> np.uint64(33)
+            key *= np.uint64(0xFF51AFD7ED558CCD)
+            key ^= key >> np.uint64(33)
+            out[i, b] = np.int64(key >> np.uint64(1))

@@ -30,6 +30,7 @@ from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import (
     MinHasher,
     band_keys,
+    band_keys_into,
     exact_jaccard,
     pair_jaccards,
     stored_values,
@@ -322,6 +323,19 @@ def test_band_keys_shape_range_and_determinism():
     assert len(np.unique(keys)) == keys.size  # different texts, different bands
     assert band_keys(sigs, 14, 9).shape == (30, 14)  # only bands × rows positions are used
     assert np.array_equal(band_keys(sigs[:, :120], 15, 8), band_keys(sigs, 15, 8))
+
+
+@pytest.mark.parametrize("bands, rows", [(16, 8), (14, 9), (20, 5)])
+def test_compiled_band_keys_equal_band_keys(bands, rows):
+    """The scan's compiled `band_keys_into` gives `band_keys`, for stored 16-bit values and
+    full 32-bit minima."""
+    rng = np.random.default_rng(bands)
+    stored = rng.integers(0, 2**16, size=(500, NUM_PERM), dtype=np.uint64).astype(np.uint16)
+    full = rng.integers(0, 2**32, size=(500, NUM_PERM), dtype=np.uint64).astype(np.uint32)
+    for sigs in (stored, full):
+        out = np.empty((len(sigs), bands), dtype=np.int64)
+        band_keys_into(sigs, bands, rows, out)
+        assert np.array_equal(out, band_keys(sigs, bands, rows))
 
 
 def test_band_keys_follow_their_band_only():

@@ -24,7 +24,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
-from near_dedup_core.signature import band_keys
+from near_dedup_core.signature import band_keys_into
 
 
 def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
@@ -167,7 +167,7 @@ def _no_shingle_count(content_id: bytes) -> NearDedupError:
                           f"shingle count")
 
 
-#: slots per `band_keys` call: its uint64 temporaries stay near 100 MB
+#: slots per `band_keys_into` call (a block of their signatures is gathered at a time)
 KEY_BLOCK = 1 << 16
 
 
@@ -187,8 +187,8 @@ def pool_slots(pool: Pool, nodes: Nodes, config: NearDedupConfig) -> Slots:
     groups = rank[inverse.reshape(-1)]
     keys = np.zeros((len(slot_nodes), config.bands), dtype=np.int64)
     for i in range(0, len(slot_nodes), KEY_BLOCK):
-        keys[i:i + KEY_BLOCK] = band_keys(c.signatures[content[i:i + KEY_BLOCK]], config.bands,
-                                          config.rows)
+        band_keys_into(c.signatures[content[i:i + KEY_BLOCK]], config.bands, config.rows,
+                       keys[i:i + KEY_BLOCK])
     return Slots(slot_nodes, content, groups, keys)
 
 

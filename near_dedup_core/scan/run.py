@@ -2,12 +2,14 @@
 on one snapshot of the index (pool, candidates, verify, decide, write).
 
 Work that needs nothing from another stage runs beside the stages in the worker pool (with
-``--workers`` ≥ 2 and the local executor): the data files are re-hashed and
-``origins.jsonl`` is written while the main process loads the pool and finds candidates;
-the main process then waits for the hashes before anything can fail for another reason, so
-a changed file is still reported first. With one worker everything runs in order, inline;
-with Ray the side work runs in a thread of the main process (Ray tasks may run on machines
-without the packages or the index file).
+``--workers`` ≥ 2 and the local executor), as one stream on one worker so that the main
+process keeps a core: the data files are re-hashed and ``origins.jsonl`` is written while
+the main process loads the pool and finds candidates; the main process waits for the
+hashes before anything can fail for another reason, so a changed file is still reported
+first. The pool's candidate pairs go to the workers before the history is looked up, and
+the text digests the report needs are read while the workers verify. With one worker
+everything runs in order, inline; with Ray the side work runs in a thread of the main
+process (Ray tasks may run on machines without the packages or the index file).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
+from near_dedup_core.fsutil import atomic_dir, require_new_output_outside, sha256_file
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
@@ -30,7 +32,6 @@ from near_dedup_core.scan.pool import (
     build_nodes,
     check_files,
     data_files,
-    file_digests,
     load_pool,
     load_text_sha256,
 )
@@ -87,16 +88,25 @@ def _side_pool(executor: str, workers: int) -> Iterator[tuple[Executor, bool]]:
             yield ex, False
 
 
+def _side_work(paths: list[str], source: str | db.IndexTexts, package_rowids: list[int],
+               package_ids: list[str], origins: Path) -> tuple[list[str], tuple[int, str]]:
+    """What the report needs besides the comparison, in one stream of work beside the main
+    process (which loads the pool and finds candidates meanwhile): the data files' sha256
+    (first, so a changed file stops the scan early), then ``origins.jsonl``."""
+    digests = [sha256_file(Path(p)) for p in paths]
+    return digests, write_origins(source, package_rowids, package_ids, origins)
+
+
 def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
           workers: int, executor: str, progress: bool) -> ScanResult:
     with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap, \
             atomic_dir(output) as folder, _side_pool(executor, workers) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
-        digests = side.submit(file_digests, data_files(pkgs))
         reader: str | db.IndexTexts = snap.location if remote or executor == "ray" else snap
-        origins = side.submit(write_origins, reader, [p.rowid for p in pool.indexed],
-                              [p.package_id for p in pkgs], folder / "origins.jsonl")
+        beside = side.submit(_side_work, data_files(pkgs), reader,
+                             [p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
+                             folder / "origins.jsonl")
         try:
             nodes = build_nodes(pool)
             found = pool_candidates(snap, pool, nodes, config)
@@ -105,14 +115,15 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             job.add_pool(found.pairs)  # the workers verify while the history is looked up
             cand = history_and_limits(snap, pool, nodes, config, found)
         except Exception:
-            check_files(pkgs, digests.result())
+            check_files(pkgs, beside.result()[0])
             raise
-        check_files(pkgs, digests.result())
+        digests, origins = beside.result()
+        check_files(pkgs, digests)
         pause_point("scan-verify")
         job.add_history(cand.history_pairs)
         load_text_sha256(snap, pool)  # (for the report, while the workers verify)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
-                              origins.result())
+                              origins)
     return ScanResult(output, counts)
