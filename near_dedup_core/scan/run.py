@@ -1,13 +1,13 @@
 """The scan's entry point: check the inputs and the output folder, then run the five stages
 on one snapshot of the index (pool, candidates, verify, decide, write).
 
-Work that needs nothing from another stage runs beside the stages in the worker pool (with
-``--workers`` ≥ 2 and the local executor), as one stream on one worker so that the main
-process keeps a core: the data files are re-hashed and ``origins.jsonl`` is written while
-the main process loads the pool and finds candidates; the main process waits for the
-hashes before anything can fail for another reason, so a changed file is still reported
-first. The pool's candidate pairs go to the workers before the history is looked up, and
-the text digests the report needs are read while the workers verify. With one worker
+The main process is the one serial path (pool, candidates, decisions, report), so work
+that needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor:
+one worker re-hashes the data files while the main process loads the pool and finds
+candidates (the main process waits for the hashes before anything can fail for another
+reason, so a changed file is still reported first); the pool's candidate pairs go to the
+workers before the history is looked up; and while the workers verify, the main process
+writes ``origins.jsonl`` and reads the text digests the report needs. With one worker
 everything runs in order, inline; with Ray the side work runs in a thread of the main
 process (Ray tasks may run on machines without the packages or the index file).
 """
@@ -88,13 +88,10 @@ def _side_pool(executor: str, workers: int) -> Iterator[tuple[Executor, bool]]:
             yield ex, False
 
 
-def _side_work(paths: list[str], source: str | db.IndexTexts, package_rowids: list[int],
-               package_ids: list[str], origins: Path) -> tuple[list[str], tuple[int, str]]:
-    """What the report needs besides the comparison, in one stream of work beside the main
-    process (which loads the pool and finds candidates meanwhile): the data files' sha256
-    (first, so a changed file stops the scan early), then ``origins.jsonl``."""
-    digests = [sha256_file(Path(p)) for p in paths]
-    return digests, write_origins(source, package_rowids, package_ids, origins)
+def _digests(paths: list[str]) -> list[str]:
+    """sha256 of each file, one after the other (one core: the main process keeps the
+    other)."""
+    return [sha256_file(Path(p)) for p in paths]
 
 
 def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
@@ -103,10 +100,13 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             atomic_dir(output) as folder, _side_pool(executor, workers) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
-        reader: str | db.IndexTexts = snap.location if remote or executor == "ray" else snap
-        beside = side.submit(_side_work, data_files(pkgs), reader,
-                             [p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
-                             folder / "origins.jsonl")
+        digests = side.submit(_digests, data_files(pkgs))
+        origins_args = ([p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
+                        folder / "origins.jsonl")
+        # Ray: in the side thread, on a connection of its own; otherwise in this process
+        # while the workers verify (below)
+        ray_origins = side.submit(write_origins, snap.location, *origins_args) \
+            if executor == "ray" else None
         try:
             nodes = build_nodes(pool)
             found = pool_candidates(snap, pool, nodes, config)
@@ -115,13 +115,14 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             job.add_pool(found.pairs)  # the workers verify while the history is looked up
             cand = history_and_limits(snap, pool, nodes, config, found)
         except Exception:
-            check_files(pkgs, beside.result()[0])
+            check_files(pkgs, digests.result())
             raise
-        digests, origins = beside.result()
-        check_files(pkgs, digests)
+        check_files(pkgs, digests.result())
         pause_point("scan-verify")
         job.add_history(cand.history_pairs)
-        load_text_sha256(snap, pool)  # (for the report, while the workers verify)
+        origins = ray_origins.result() if ray_origins is not None else \
+            write_origins(snap, *origins_args)
+        load_text_sha256(snap, pool)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
