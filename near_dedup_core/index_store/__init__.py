@@ -826,13 +826,6 @@ class IndexSnapshot(IndexTexts):
         while rows := cur.fetchmany(batch):
             yield rows
 
-    def package_content_ids(self, package: IndexedPackage) -> np.ndarray:
-        """The content row ids of one package's samples, distinct and sorted."""
-        ids = np.asarray([row[0] for row in self._con.execute(
-            "SELECT content FROM sources WHERE package = ?", (package.rowid,))], dtype=np.int64)
-        ids.sort()
-        return ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
-
     #: the `sources` columns `package_column` reads
     SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
 

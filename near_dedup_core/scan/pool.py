@@ -4,14 +4,11 @@ content within one split) in decision order."""
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from pathlib import Path
-from typing import NamedTuple
 
 import numpy as np
 
 from near_dedup_core import index_store as db
-from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.package import Package
 from near_dedup_core.scan.records import Nodes, Pool, Samples
@@ -32,17 +29,11 @@ def check_files(pkgs: list[Package], digests: list[str]) -> None:
                                  f"manifest.json (file changed after it was indexed)")
 
 
-class Inputs(NamedTuple):
-    """The packages the index holds (in (batch, package_id) order) and the pool's inputs
-    among them, in input order."""
-
-    indexed: list[db.IndexedPackage]
-    pool: list[db.IndexedPackage]
-
-
-def indexed_inputs(snap: db.IndexSnapshot, index_path: Path | str,
-                   pkgs: list[Package]) -> Inputs:
-    """Every input as the index holds it: it must be indexed, with the same manifest."""
+def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package],
+              domains: bool = False) -> Pool:
+    """The pool's samples and contents as the snapshot holds them; every input must be
+    indexed with the same manifest. Sample domains are read only when asked for (the guard's
+    domain-specific units need them); text digests are read later (`load_text_sha256`)."""
     indexed_rows = snap.indexed_packages()
     indexed = {r.package_id: r for r in indexed_rows}
     for pkg in pkgs:
@@ -54,32 +45,13 @@ def indexed_inputs(snap: db.IndexSnapshot, index_path: Path | str,
             raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: indexed with "
                                  f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
                                  f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
-    return Inputs(indexed_rows, [indexed[p.package_id] for p in pkgs])
-
-
-def read_contents(location: str, config: NearDedupConfig,
-                  inputs: list[db.IndexedPackage]) -> db.ContentColumns:
-    """The contents of the inputs' samples, on a snapshot of its own (for a worker, while
-    the scan reads the samples: content rows and an indexed package's sources never change
-    once committed, so any later state of the index holds the same)."""
-    with db.open_snapshot(location, config) as snap:
-        ids = [snap.package_content_ids(p) for p in inputs]
-        return snap.content_columns(np.concatenate(ids) if ids else np.zeros(0, np.int64))
-
-
-def load_pool(snap: db.IndexSnapshot, pkgs: list[Package], inputs: Inputs,
-              domains: bool = False, contents: Future | None = None) -> Pool:
-    """The pool's samples and contents as the snapshot holds them. ``contents`` is
-    `read_contents` under way elsewhere, or None to read them here. Sample domains are read
-    only when asked for (the guard's domain-specific units need them); text digests are read
-    later (`load_text_sha256`)."""
     sample_id: list[str] = []
     splits: dict[str, int] = {}
     split: list[int] = []
     content: list[np.ndarray] = []
     sample_start = [0]
-    for package in inputs.pool:
-        for rows in snap.pool_samples(package):
+    for pkg in pkgs:
+        for rows in snap.pool_samples(indexed[pkg.package_id]):
             ids, split_col, content_col = zip(*rows)
             sample_id.extend(ids)
             split.extend([splits.setdefault(x, len(splits)) for x in split_col])
@@ -87,31 +59,28 @@ def load_pool(snap: db.IndexSnapshot, pkgs: list[Package], inputs: Inputs,
         sample_start.append(len(sample_id))
     rowids = np.concatenate(content) if content else np.zeros(0, dtype=np.int64)
     del content
-    found: db.ContentColumns = contents.result() if contents is not None else \
-        snap.content_columns(rowids)
-    at = np.searchsorted(found.rowid, rowids)
-    if len(rowids) and (at.max() >= len(found.rowid)
-                        or not np.array_equal(found.rowid[at], rowids)):
-        raise db.damaged(snap.path, "a source's content row is missing")
+    contents = snap.content_columns(rowids)
     start = np.asarray(sample_start, dtype=np.int64)
     domain, domain_labels = None, None
     if domains:
         codes: dict[str | None, int] = {}
-        domain = np.asarray([codes.setdefault(d, len(codes)) for package in inputs.pool
-                             for d in snap.package_column(package, "domain")], dtype=np.int64)
+        domain = np.asarray([codes.setdefault(d, len(codes)) for pkg in pkgs
+                             for d in snap.package_column(indexed[pkg.package_id], "domain")],
+                            dtype=np.int64)
         domain_labels = list(codes)
     samples = Samples(
         input_pos=np.repeat(np.arange(len(pkgs), dtype=np.int64), np.diff(start)),
         sample_id=sample_id, split=np.asarray(split, dtype=np.int64), split_labels=list(splits),
-        content=at, domain=domain, domain_labels=domain_labels)
+        content=np.searchsorted(contents.rowid, rowids), domain=domain,
+        domain_labels=domain_labels)
     counts = snap.counts()
     return Pool(
-        packages=pkgs, indexed=inputs.pool, sample_start=start,
-        package_batch={r.package_id: r.batch for r in inputs.indexed}, samples=samples,
-        contents=found, scope_labels=snap.scope_labels(),
+        packages=pkgs, indexed=[indexed[p.package_id] for p in pkgs], sample_start=start,
+        package_batch={r.package_id: r.batch for r in indexed_rows}, samples=samples,
+        contents=contents, scope_labels=snap.scope_labels(),
         index_packages=[{"package_id": r.package_id, "kind": r.kind,
                          "manifest_sha256": r.manifest_sha256, "batch": r.batch}
-                        for r in inputs.indexed],
+                        for r in indexed_rows],
         index_batches=counts.batches, index_contents=counts.contents)
 
 

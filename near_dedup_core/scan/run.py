@@ -4,7 +4,7 @@ on one snapshot of the index (pool, candidates, verify, decide, write).
 The main process is the one serial path (pool, candidates, decisions, report), so work
 that needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor:
 one worker re-hashes the data files while the main process loads the pool and finds
-candidates (and another reads the pool's contents while the main process reads its samples) (the main process waits for the hashes before anything can fail for another
+candidates (the main process waits for the hashes before anything can fail for another
 reason, so a changed file is still reported first); the pool's candidate pairs go to the
 workers before the history is looked up; and while the workers verify, the main process
 writes ``origins.jsonl`` and reads the text digests the report needs. With one worker
@@ -32,10 +32,8 @@ from near_dedup_core.scan.pool import (
     build_nodes,
     check_files,
     data_files,
-    indexed_inputs,
     load_pool,
     load_text_sha256,
-    read_contents,
 )
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import write_origins, write_report
@@ -101,13 +99,8 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
     with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap, \
             atomic_dir(output) as folder, _side_pool(executor, workers) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
-        inputs = indexed_inputs(snap, snap.path, pkgs)
+        pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
         digests = side.submit(_digests, data_files(pkgs))
-        # the other worker reads the contents while this process reads the samples
-        contents = side.submit(read_contents, snap.location, config, inputs.pool) \
-            if remote else None
-        pool = load_pool(snap, pkgs, inputs, domains=bool(config.extra_units),
-                         contents=contents)
         origins_args = ([p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
                         folder / "origins.jsonl")
         # Ray: in the side thread, on a connection of its own; otherwise in this process
