@@ -115,9 +115,6 @@ class _Render:
         return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
 
 
-
-
-
 def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
                     tally: Tally) -> Iterator[bytes]:
     """``decisions.jsonl`` rows in report order (input order, then package order). A
