@@ -116,12 +116,13 @@ class Tally:
         self.by_reason[reason] += count
 
     def relation(self, kind: str, history_only: bool, blocked_by: str | None,
-                 jaccard: float) -> None:
-        self.relations += 1
-        self.history_only += bool(history_only)
-        self.blocked += blocked_by is not None
+                 jaccard: float, count: int = 1) -> None:
+        """``count`` relations alike."""
+        self.relations += count
+        self.history_only += count * bool(history_only)
+        self.blocked += count * (blocked_by is not None)
         if kind == "near" and blocked_by is None:
-            self.near_jaccards.append(jaccard)
+            self.near_jaccards.extend([jaccard] * count)
 
     def counts(self) -> dict:
         keep = sum(c["keep"] for c in self.by_split.values())

@@ -373,11 +373,18 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
     return -1
 
 
-def pair_jaccards(texts: Sequence[bytes], left: np.ndarray, right: np.ndarray, k: int,
-                  seed: np.uint64) -> tuple[np.ndarray, int]:
-    """Exact Jaccard of the hashed shingle sets of the text pairs (texts[left[p]],
-    texts[right[p]]), the texts given as UTF-8 bytes; and -1, or the index of the first text
-    that is not valid UTF-8 (the Jaccards are then not computed).
+def utf8_batch(texts: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
+    """The texts joined into one buffer, and their offsets (len(texts) + 1)."""
+    offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, texts), dtype=np.int64, count=len(texts)), out=offsets[1:])
+    return b"".join(texts), offsets
+
+
+def pair_jaccards(buf: bytes, offsets: np.ndarray, left: np.ndarray, right: np.ndarray,
+                  k: int, seed: np.uint64) -> tuple[np.ndarray, int]:
+    """Exact Jaccard of the hashed shingle sets of the text pairs (left[p], right[p]), text
+    i being the UTF-8 bytes buf[offsets[i]:offsets[i+1]] (`utf8_batch`); and -1, or the
+    index of the first text that is not valid UTF-8 (the Jaccards are then not computed).
 
     The same sets and the same formula as `exact_jaccard` (|A ∩ B| / (|A| + |B| - |A ∩ B|),
     1.0 for two empty sets), hence the same floats: both counts are integers below 2^53, so
@@ -388,16 +395,14 @@ def pair_jaccards(texts: Sequence[bytes], left: np.ndarray, right: np.ndarray, k
     one connected component of the pairs at a time, so the distinct hashes held (8 bytes per
     code point) are those of the largest component, not of all texts."""
     n_pairs = left.shape[0]
-    n_texts = len(texts)
+    n_texts = offsets.shape[0] - 1
     sizes = np.zeros(n_texts, dtype=np.int64)
     if n_pairs == 0:
         return np.zeros(0, dtype=np.float64), -1
     left = np.asarray(left, dtype=np.int64)
     right = np.asarray(right, dtype=np.int64)
-    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=n_texts)
-    offsets = np.zeros(n_texts + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    buf = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    lengths = np.diff(offsets)
+    data = np.frombuffer(buf, dtype=np.uint8)
     comp = components(left, right, n_texts)
     order = np.argsort(comp, kind="stable")
     rank = np.empty(n_texts, dtype=np.int64)
@@ -411,7 +416,7 @@ def pair_jaccards(texts: Sequence[bytes], left: np.ndarray, right: np.ndarray, k
     np.cumsum(np.bincount(later, minlength=n_texts), out=adj_start[1:])
     other = np.where(rank[left] < rank[right], left, right)
     common = np.zeros(n_pairs, dtype=np.int64)
-    bad = _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, by_later,
+    bad = _pair_common_utf8(data, offsets, k, seed, order, fresh, room, adj_start, by_later,
                             other[by_later], common, sizes)
     if bad >= 0:
         return np.zeros(n_pairs, dtype=np.float64), int(bad)
@@ -515,3 +520,20 @@ def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     keys *= np.uint64(0xFF51AFD7ED558CCD)
     keys ^= keys >> np.uint64(33)
     return (keys >> np.uint64(1)).astype(np.int64)
+
+
+@numba.njit(cache=True, nogil=True)
+def band_keys_into(sigs, bands, rows, out):
+    """`band_keys` of ``sigs`` into ``out`` ((n, bands) int64), in one compiled pass: the
+    same mixing, step by step, without numpy's (n, bands, rows) uint64 temporaries."""
+    for i in range(sigs.shape[0]):
+        for b in range(bands):
+            key = np.uint64(b + 1) * np.uint64(0x9E3779B97F4A7C15)
+            for t in range(rows):
+                key ^= np.uint64(sigs[i, b * rows + t])
+                key *= np.uint64(0x100000001B3)
+                key ^= key >> np.uint64(29)
+            key ^= key >> np.uint64(33)
+            key *= np.uint64(0xFF51AFD7ED558CCD)
+            key ^= key >> np.uint64(33)
+            out[i, b] = np.int64(key >> np.uint64(1))

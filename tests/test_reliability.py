@@ -285,7 +285,7 @@ def test_memory_exhaustion_during_scan_is_one_line(corpus, index, tmp_path, monk
     def huge(*args, **kwargs):  # numpy's own allocation error (_ArrayMemoryError)
         return np.empty((1 << 24, 1 << 24), dtype=np.uint64)  # 2 PiB
 
-    monkeypatch.setattr(candidates_stage, "band_keys", huge)
+    monkeypatch.setattr(candidates_stage, "band_keys_into", huge)
     folder = listing(index.parent)
     err = one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
                           tmp_path / "rep"], 1, "out of memory (Unable to allocate",

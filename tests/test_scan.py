@@ -20,6 +20,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from conftest import make_package, run_cli, tree_bytes
@@ -879,6 +880,47 @@ def test_max_candidates_exceeded_exits_2_without_report(tmp_path):
         assert not out.exists()
         assert leftovers(tmp_path) == []
     assert file_sha256(idx) == before
+
+
+def _lsh_reference(keys: np.ndarray, groups: np.ndarray, limit: int):
+    """Band by band: slots sorted by (group, key), stably; the first run over the limit
+    names its first slot; otherwise every pair within a run, and each run member's count."""
+    pairs, counts = set(), np.zeros(len(groups), dtype=np.int64)
+    for b in range(keys.shape[1]):
+        order = sorted(range(len(groups)), key=lambda i: (groups[i], keys[i, b]))
+        runs = [list(g) for _, g in itertools.groupby(order, lambda i: (groups[i], keys[i, b]))]
+        for run in runs:
+            if len(run) - 1 > limit:
+                return ("too many", run[0], len(run) - 1), None
+        for run in runs:
+            for i in run:
+                counts[i] += len(run) - 1
+            pairs.update((min(i, j), max(i, j)) for i, j in itertools.combinations(run, 2))
+    return pairs, counts
+
+
+@pytest.mark.parametrize("limit", [1, 3, 1000])
+def test_lsh_pairs_and_the_limit_are_those_of_sorted_runs(limit):
+    """The candidate stage groups band keys through hash tables; pairs, per-slot counts and
+    the slot named by an exceeded limit are those of sorting each band by (group, key)."""
+    from near_dedup_core.scan.candidates import _pool_lsh_pairs
+
+    rng = np.random.default_rng(limit)
+    keys = rng.integers(0, 12, size=(400, 4)).astype(np.int64) * 10**15  # many collisions
+    groups = rng.integers(0, 3, size=400).astype(np.int64)
+    expected, counts = _lsh_reference(keys, groups, limit)
+
+    def too_many(slot: int, count: int) -> Exception:
+        return ValueError(("too many", slot, count))
+
+    got_counts = np.zeros(400, dtype=np.int64)
+    try:
+        got = _pool_lsh_pairs(keys, groups, got_counts, limit, too_many)
+    except ValueError as exc:
+        assert exc.args[0] == expected
+        return
+    assert counts is not None and {tuple(p) for p in got.tolist()} == expected
+    assert len(got) == len(expected) and got_counts.tolist() == counts.tolist()
 
 
 def test_max_candidates_counts_only_the_same_scope_and_split(tmp_path):

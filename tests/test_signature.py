@@ -27,7 +27,15 @@ from datasketch import MinHash
 from near_dedup_core import ALGORITHM_VERSION, ingest
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.normalize import normalize
-from near_dedup_core.signature import MinHasher, band_keys, exact_jaccard, stored_values
+from near_dedup_core.signature import (
+    MinHasher,
+    band_keys,
+    band_keys_into,
+    exact_jaccard,
+    pair_jaccards,
+    stored_values,
+    utf8_batch,
+)
 
 K = 5
 NUM_PERM = 128
@@ -149,6 +157,60 @@ def test_short_texts_are_one_shingle_and_sizes_match_sets():
     assert exact_jaccard(*hasher.shingle_sets(["abc", "abc"])) == 1.0
 
 
+def _pairs_of(texts: list[str], seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pairs over ``texts``: chains, stars and random pairs (components of every size), both
+    orientations, and a text paired with itself."""
+    rng = np.random.default_rng(seed)
+    n = len(texts)
+    left = [i for i in range(0, n - 1, 3)] + [0] * 8 + rng.integers(0, n, 300).tolist() + [5]
+    right = [i + 1 for i in range(0, n - 1, 3)] + list(range(1, 9)) + \
+        rng.integers(0, n, 300).tolist() + [5]
+    return np.asarray(left, dtype=np.int64), np.asarray(right, dtype=np.int64)
+
+
+def test_pair_jaccards_are_exact_jaccard_of_the_shingle_sets():
+    """The scan's kernel (no sorted sets, UTF-8 in, hash tables) gives the very floats of
+    `exact_jaccard` over `MinHasher.shingle_sets`, for prose, its edits, non-ASCII text
+    (two- to four-byte UTF-8), text shorter than a shingle, empty text and repeats."""
+    hasher = MinHasher(NUM_PERM, 1, K)
+    texts = [t for pair in varied_pairs() for t in pair]
+    texts += ["", "", "a", "abcd", "aaaaaaaaaaaa", "ééééé", "日本語のテキスト日本語",
+              "emoji 😀😀 and 𝔘𝔫𝔦𝔠𝔬𝔡𝔢 text", texts[0].replace("e", "é"), texts[1] + " ∑"]
+    left, right = _pairs_of(texts, 3)
+    got, bad = pair_jaccards(*utf8_batch([t.encode() for t in texts]), left, right, K,
+                             hasher.shingle_seed)
+    assert bad == -1
+    sets = hasher.shingle_sets(texts)
+    expected = [exact_jaccard(sets[a], sets[b]) for a, b in zip(left.tolist(), right.tolist())]
+    assert got.tolist() == expected
+    assert 0.0 in expected and 1.0 in expected and any(0.3 < j < 0.99 for j in expected)
+
+
+def test_pair_jaccards_reject_what_python_does_not_decode():
+    """A text is valid exactly when Python's strict UTF-8 decoder accepts it: overlong forms,
+    surrogates, code points over U+10FFFF, stray continuation bytes and truncated sequences
+    are reported (the first such text), valid text decodes to the same code points."""
+    hasher = MinHasher(NUM_PERM, 1, K)
+    rng = np.random.default_rng(7)
+    cases = [b"\xc0\x80", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe0\x80\x80",
+             b"\xf0\x80\x80\x80", b"abc\xe2\x82", b"\x80", b"\xff", b"\xf5\x80\x80\x80",
+             b"\xc2\xa0", b"\xef\xbf\xbf", b"\xf4\x8f\xbf\xbf", b"\xed\x9f\xbf"]
+    cases += [rng.integers(0, 256, int(rng.integers(1, 7)), dtype=np.uint8).tobytes()
+              for _ in range(3000)]
+    for case in cases:
+        text = b"valid prefix text " + case + b" and a valid tail"
+        try:
+            decoded: str | None = text.decode()
+        except UnicodeDecodeError:
+            decoded = None
+        got, bad = pair_jaccards(*utf8_batch([b"another text", text]), np.array([0]),
+                                 np.array([1]), K, hasher.shingle_seed)
+        assert bad == (-1 if decoded is not None else 1), case
+        if decoded is not None:
+            sets = hasher.shingle_sets(["another text", decoded])
+            assert got.tolist() == [exact_jaccard(*sets)], case
+
+
 # --------------------------------------------------------------------------- signatures
 
 
@@ -261,6 +323,19 @@ def test_band_keys_shape_range_and_determinism():
     assert len(np.unique(keys)) == keys.size  # different texts, different bands
     assert band_keys(sigs, 14, 9).shape == (30, 14)  # only bands × rows positions are used
     assert np.array_equal(band_keys(sigs[:, :120], 15, 8), band_keys(sigs, 15, 8))
+
+
+@pytest.mark.parametrize("bands, rows", [(16, 8), (14, 9), (20, 5)])
+def test_compiled_band_keys_equal_band_keys(bands, rows):
+    """The scan's compiled `band_keys_into` gives `band_keys`, for stored 16-bit values and
+    full 32-bit minima."""
+    rng = np.random.default_rng(bands)
+    stored = rng.integers(0, 2**16, size=(500, NUM_PERM), dtype=np.uint64).astype(np.uint16)
+    full = rng.integers(0, 2**32, size=(500, NUM_PERM), dtype=np.uint64).astype(np.uint32)
+    for sigs in (stored, full):
+        out = np.empty((len(sigs), bands), dtype=np.int64)
+        band_keys_into(sigs, bands, rows, out)
+        assert np.array_equal(out, band_keys(sigs, bands, rows))
 
 
 def test_band_keys_follow_their_band_only():

@@ -24,7 +24,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
-from near_dedup_core.signature import band_keys
+from near_dedup_core.signature import band_keys_into
 
 
 def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
@@ -40,11 +40,12 @@ def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
 
 
 class Slots(NamedTuple):
-    """The pool's nodes with a signature, one row each: ``nodes[k]`` is slot k's node index."""
+    """The pool's nodes with a signature, one row each: ``nodes[k]`` is slot k's node index
+    and ``content[k]`` its content (row of `Pool.contents`, whose signatures and set sizes
+    the filters read)."""
 
     nodes: np.ndarray  # int64
-    sigs: np.ndarray  # (slots, num_perm) uint16
-    sizes: np.ndarray  # shingle-set sizes
+    content: np.ndarray  # int64
     groups: np.ndarray  # (scope, split) group per slot
     keys: np.ndarray  # (slots, bands) LSH band keys
 
@@ -166,20 +167,19 @@ def _no_shingle_count(content_id: bytes) -> NearDedupError:
                           f"shingle count")
 
 
-#: slots per `band_keys` call: its uint64 temporaries stay near 100 MB
+#: slots per `band_keys_into` call (a block of their signatures is gathered at a time)
 KEY_BLOCK = 1 << 16
 
 
 def pool_slots(pool: Pool, nodes: Nodes, config: NearDedupConfig) -> Slots:
-    """The signature matrix, set sizes, (scope, split) groups and band keys of the nodes
-    that have a signature; groups are numbered in order of first appearance."""
+    """The contents, (scope, split) groups and band keys of the nodes that have a
+    signature; groups are numbered in order of first appearance."""
     c = pool.contents
     slot_nodes = np.flatnonzero(c.has_signature[nodes.content]).astype(np.int64)
     content = nodes.content[slot_nodes]
     sizes = c.shingles[content]
     if (sizes < 0).any():
         raise _no_shingle_count(c.content_id[int(content[np.argmax(sizes < 0)])])
-    sigs = c.signatures[content]
     pair = c.scope[content] * max(len(nodes.split_labels), 1) + nodes.split[slot_nodes]
     _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
     rank = np.empty(len(first), dtype=np.int64)
@@ -187,8 +187,9 @@ def pool_slots(pool: Pool, nodes: Nodes, config: NearDedupConfig) -> Slots:
     groups = rank[inverse.reshape(-1)]
     keys = np.zeros((len(slot_nodes), config.bands), dtype=np.int64)
     for i in range(0, len(slot_nodes), KEY_BLOCK):
-        keys[i:i + KEY_BLOCK] = band_keys(sigs[i:i + KEY_BLOCK], config.bands, config.rows)
-    return Slots(slot_nodes, sigs, sizes, groups, keys)
+        band_keys_into(c.signatures[content[i:i + KEY_BLOCK]], config.bands, config.rows,
+                       keys[i:i + KEY_BLOCK])
+    return Slots(slot_nodes, content, groups, keys)
 
 
 def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray,
@@ -320,26 +321,30 @@ def _check_max_candidates(pool_pairs: np.ndarray, hist_pairs: np.ndarray,
             raise too_many(j, len(per_slot[j]))
 
 
-def _filtered_history_pairs(hist: HistoryCandidates, slots: Slots, threshold: float,
+def _filtered_history_pairs(hist: HistoryCandidates, slots: Slots,
+                            contents: db.ContentColumns, threshold: float,
                             agree_min: int) -> np.ndarray:
     """(node index, history content) of the history candidates that pass the filters."""
     if not len(hist.pairs):
         return np.zeros((0, 2), dtype=np.int64)
-    h = hist.contents
+    c, h = contents, hist.contents
     rows = np.searchsorted(h.rowid, hist.pairs[:, 1])
-    passed = _filter_pairs(hist.pairs[:, 0], rows, slots.sigs, slots.sizes, h.signatures,
-                           h.shingles, threshold, agree_min)
+    passed = _filter_pairs(slots.content[hist.pairs[:, 0]], rows, c.signatures, c.shingles,
+                           h.signatures, h.shingles, threshold, agree_min)
     return np.stack([slots.nodes[hist.pairs[passed, 0]], hist.pairs[passed, 1]], axis=1)
 
 
-def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, threshold: float,
+def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, contents: db.ContentColumns,
+                         threshold: float,
                          agree_min: int) -> np.ndarray:
     """(node a, node b), a < b, of the pool candidates that pass the filters, sorted."""
     if not len(pairs):
         return np.zeros((0, 2), dtype=np.int64)
     lut = slots.nodes
-    kept = pairs[_filter_pairs(pairs[:, 0], pairs[:, 1], slots.sigs, slots.sizes, slots.sigs,
-                               slots.sizes, threshold, agree_min)]
+    c = contents
+    kept = pairs[_filter_pairs(slots.content[pairs[:, 0]], slots.content[pairs[:, 1]],
+                               c.signatures, c.shingles, c.signatures, c.shingles, threshold,
+                               agree_min)]
     pool_pairs = np.stack([lut[kept[:, 0]], lut[kept[:, 1]]], axis=1)
     pool_pairs.sort(axis=1)
     return pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]
@@ -373,7 +378,8 @@ def pool_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                                 _limit(snap, pool, nodes, slots, config))
     agree_min = min_agreement(config.num_perm, config.threshold)
     return PoolSearch(slots, lsh_pairs, raw_counts,
-                      _filtered_pool_pairs(lsh_pairs, slots, config.threshold, agree_min))
+                      _filtered_pool_pairs(lsh_pairs, slots, pool.contents, config.threshold,
+                                           agree_min))
 
 
 def history_and_limits(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
@@ -384,7 +390,8 @@ def history_and_limits(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
     _check_max_candidates(found.lsh_pairs, hist.pairs, found.raw_counts, config.max_candidates,
                           _limit(snap, pool, nodes, found.slots, config))
     agree_min = min_agreement(config.num_perm, config.threshold)
-    history_pairs = _filtered_history_pairs(hist, found.slots, config.threshold, agree_min)
+    history_pairs = _filtered_history_pairs(hist, found.slots, pool.contents, config.threshold,
+                                            agree_min)
     return Candidates(found.pairs, history_pairs, hist.contents,
                       len(found.lsh_pairs) + len(hist.pairs))
 

@@ -4,22 +4,14 @@ content within one split) in decision order."""
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.errors import NearDedupError, where
-from near_dedup_core.fsutil import sha256_file
 from near_dedup_core.package import Package
 from near_dedup_core.scan.records import Nodes, Pool, Samples
-
-
-def file_digests(paths: list[str]) -> list[str]:
-    """sha256 of each file (two threads: hashing releases the interpreter lock)."""
-    with ThreadPoolExecutor(max_workers=2) as ex:
-        return list(ex.map(lambda p: sha256_file(Path(p)), paths))
 
 
 def data_files(pkgs: list[Package]) -> list[str]:
@@ -28,19 +20,13 @@ def data_files(pkgs: list[Package]) -> list[str]:
 
 
 def check_files(pkgs: list[Package], digests: list[str]) -> None:
-    """A data file whose digest (from `file_digests` over `data_files`) differs from its
+    """A data file whose digest (sha256 of each of `data_files`, in order) differs from its
     manifest entry stops the scan: it changed since it was indexed."""
     jobs = [(pkg, entry) for pkg in pkgs for entry in pkg.files]
     for (pkg, entry), digest in zip(jobs, digests, strict=True):
         if digest != entry.sha256:
             raise NearDedupError(f"{where(pkg.package_id, entry.path)}: sha256 does not match "
                                  f"manifest.json (file changed after it was indexed)")
-
-
-def verify_files(pkgs: list[Package]) -> None:
-    """Re-hash every data file of ``pkgs``; a file changed since it was indexed stops the
-    scan."""
-    check_files(pkgs, file_digests(data_files(pkgs)))
 
 
 def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package],

@@ -1,13 +1,15 @@
 """The scan's entry point: check the inputs and the output folder, then run the five stages
 on one snapshot of the index (pool, candidates, verify, decide, write).
 
-Work that needs nothing from another stage runs beside the stages in the worker pool (with
-``--workers`` ≥ 2 and the local executor): the data files are re-hashed and
-``origins.jsonl`` is written while the main process loads the pool and finds candidates;
-the main process then waits for the hashes before anything can fail for another reason, so
-a changed file is still reported first. With one worker everything runs in order, inline;
-with Ray the side work runs in a thread of the main process (Ray tasks may run on machines
-without the packages or the index file).
+The main process is the one serial path (pool, candidates, decisions, report), so work
+that needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor:
+one worker re-hashes the data files while the main process loads the pool and finds
+candidates (the main process waits for the hashes before anything can fail for another
+reason, so a changed file is still reported first); the pool's candidate pairs go to the
+workers before the history is looked up; and while the workers verify, the main process
+writes ``origins.jsonl`` and reads the text digests the report needs. With one worker
+everything runs in order, inline; with Ray the side work runs in a thread of the main
+process (Ray tasks may run on machines without the packages or the index file).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
+from near_dedup_core.fsutil import atomic_dir, require_new_output_outside, sha256_file
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
@@ -30,7 +32,6 @@ from near_dedup_core.scan.pool import (
     build_nodes,
     check_files,
     data_files,
-    file_digests,
     load_pool,
     load_text_sha256,
 )
@@ -91,6 +92,12 @@ def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Exec
             yield ex, False
 
 
+def _digests(paths: list[str]) -> list[str]:
+    """sha256 of each file, one after the other (one core: the main process keeps the
+    other)."""
+    return [sha256_file(Path(p)) for p in paths]
+
+
 def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
           workers: int, executor: str, progress: bool) -> ScanResult:
     with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap, \
@@ -98,10 +105,13 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
-        digests = side.submit(file_digests, data_files(pkgs))
-        reader: str | db.IndexTexts = snap.location if remote or executor == "ray" else snap
-        origins = side.submit(write_origins, reader, [p.rowid for p in pool.indexed],
-                              [p.package_id for p in pkgs], folder / "origins.jsonl")
+        digests = side.submit(_digests, data_files(pkgs))
+        origins_args = ([p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
+                        folder / "origins.jsonl")
+        # Ray: in the side thread, on a connection of its own; otherwise in this process
+        # while the workers verify (below)
+        ray_origins = side.submit(write_origins, snap.location, *origins_args) \
+            if executor == "ray" else None
         try:
             nodes = build_nodes(pool)
             found = pool_candidates(snap, pool, nodes, config)
@@ -115,9 +125,11 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         check_files(pkgs, digests.result())
         pause_point("scan-verify")
         job.add_history(cand.history_pairs)
-        load_text_sha256(snap, pool)  # (for the report, while the workers verify)
+        origins = ray_origins.result() if ray_origins is not None else \
+            write_origins(snap, *origins_args)
+        load_text_sha256(snap, pool)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
-                              origins.result())
+                              origins)
     return ScanResult(output, counts)

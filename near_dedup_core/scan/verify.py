@@ -8,13 +8,13 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from concurrent.futures import Executor, Future
 from functools import lru_cache
-from typing import NamedTuple
+from pathlib import Path
+from typing import NamedTuple, cast
 
 import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.errors import NearDedupError
 from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import (
@@ -26,7 +26,7 @@ from near_dedup_core.scan.records import (
     VerifyParams,
     distinct,
 )
-from near_dedup_core.signature import MinHasher, components, pair_jaccards
+from near_dedup_core.signature import MinHasher, components, pair_jaccards, utf8_batch
 from near_dedup_core.workers import parallelism, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
@@ -47,42 +47,43 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     above the threshold. ``source`` is the scan's snapshot (inline), a Ray task's shipped
     texts, or, in a local worker, the index location to read the texts from.
 
-    The texts are decompressed to UTF-8 bytes and go through `signature.pair_jaccards` in
-    one call; only the texts of pairs at or above the threshold are decoded to strings, for
-    the numeric/unit guard (each text read once per chunk and guard)."""
+    The texts are decompressed to UTF-8 bytes, joined into one buffer, and go through
+    `signature.pair_jaccards` in one call; only the texts of pairs at or above the threshold
+    are decoded to strings, one at a time, for the numeric/unit guard (whose sequences are
+    kept per text and guard)."""
     config = NearDedupConfig.model_validate_json(params.config_json)
     reader = _worker_texts(source) if isinstance(source, str) else source
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     ids, dense = np.unique(pairs, return_inverse=True)
     dense = dense.reshape(-1, 2)
     id_list = ids.tolist()
-    blobs = reader.utf8_texts(id_list)
+    buf, offsets = utf8_batch(reader.utf8_texts(id_list))
     seed = MinHasher(1, params.seed, params.shingle_size).shingle_seed
-    jaccards, bad = pair_jaccards(blobs, dense[:, 0], dense[:, 1], params.shingle_size, seed)
+    jaccards, bad = pair_jaccards(buf, offsets, dense[:, 0], dense[:, 1], params.shingle_size,
+                                  seed)
     if bad >= 0:
-        reader.texts([id_list[bad]])  # names the damage
-        raise NearDedupError(f"index {source}: the text of content row {id_list[bad]} is not "
-                             f"UTF-8")
-    texts: dict[int, str] = {}
+        reader.texts([id_list[bad]])  # raises, naming the damage
+        # (a shipped text names the index by its label, as a PostgreSQL index does)
+        where = cast(Path, reader.label) if isinstance(reader, db.ShippedTexts) else reader.path
+        raise db.damaged(where, f"the text of content row {id_list[bad]} is not UTF-8")
+    bounds = offsets.tolist()
     seqs: dict[tuple[int, int], Sequences] = {}
 
     def sequences(guard: Guard, i: int) -> Sequences:
         key = (id(guard), i)
         found = seqs.get(key)
         if found is None:
-            text = texts.get(i)
-            if text is None:
-                text = texts[i] = blobs[i].decode()
-            found = seqs[key] = guard.sequences(text)
+            found = seqs[key] = guard.sequences(buf[bounds[i]:bounds[i + 1]].decode())
         return found
 
     out = []
-    for k in np.flatnonzero(jaccards >= params.threshold).tolist():
-        a, b = id_list[dense[k, 0]], id_list[dense[k, 1]]
+    passed = np.flatnonzero(jaccards >= params.threshold)
+    for k, (x, y), j in zip(passed.tolist(), dense[passed].tolist(),
+                            jaccards[passed].tolist()):
+        a, b = id_list[x], id_list[y]
         doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
         guard = guard_for(config, doms)
-        blocked = compare(sequences(guard, int(dense[k, 0])), sequences(guard, int(dense[k, 1])))
-        out.append(Verified(k, float(jaccards[k]), blocked))
+        out.append(Verified(k, j, compare(sequences(guard, x), sequences(guard, y))))
     return out
 
 

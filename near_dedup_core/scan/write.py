@@ -114,19 +114,6 @@ class _Render:
         h = self.history
         return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
 
-    @staticmethod
-    def relation(blocked: bytes, history_only: bool, jaccard: bytes, kind: bytes,
-                 match: bytes, sources: bytes, sample: bytes) -> bytes:
-        return b"".join((b'{"blocked_by":', blocked, b',"history_only":',
-                         b"true" if history_only else b"false", b',"jaccard":', jaccard,
-                         b',"kind":', kind, b',"match":', match, b',"match_sources":', sources,
-                         b',"sample":', sample, b"}\n"))
-
-
-_EXACT = _dumps("exact")
-_NEAR = _dumps("near")
-_ONE = _dumps(1.0)
-
 
 def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
                     tally: Tally) -> Iterator[bytes]:
@@ -228,41 +215,56 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
                                           hist.blocked.tolist())
     content_id = pool.contents.content_id
     blocked_json = render.blocked
-    none_json = blocked_json[0]
-    relation = render.relation
+    ref = render.ref
+    exact_head = b'{"blocked_by":null,"history_only":false,"jaccard":1.0,"kind":"exact","match":'
+    exact_history = b'{"blocked_by":null,"history_only":true,"jaccard":1.0,"kind":"exact",' \
+                    b'"match":'
     for idx in np.flatnonzero(busy).tolist():
         content = node_rowid[idx]
         split = split_labels[node_split[idx]]
         members = samples[start[idx]:start[idx + 1]]
+        m = len(members)
         own_hex = content_id[node_content[idx]].hex()
         own_history = (content, split) in outside
         own_sources = sources(content, split)
-        rows = []  # (blocked, its JSON, jaccard, its JSON, history only, match, sources)
+        # each row's JSON up to its "sample" (the same for every sample of the node)
+        rows = []
         for q in range(near_start[idx], near_start[idx + 1]):
             a, j, b = near_other[q], near_jac[q], near_blocked[q]
             m_content = node_content[a]
-            rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j), False,
-                         render.match(content_id[m_content].hex(), first[a]),
-                         sources(rowid_of[m_content], split)))
-        for h_hex, q in sorted((render.history_hex(hist_other[q]), q)
-                               for q in range(hist_start[idx], hist_start[idx + 1])):
-            h, j, b = hist_other[q], hist_jac[q], hist_blocked[q]
-            rows.append((BLOCKED_BY[b], blocked_json[b], j, _dumps(j), True,
-                         render.match(h_hex, None), sources(h, split)))
-        head_match = render.match(own_hex, members[0]) if len(members) > 1 else b""
-        history_match = render.match(own_hex, None) if own_history else b""
+            tally.relation("near", False, BLOCKED_BY[b], j, m)
+            rows.append(b"".join((
+                b'{"blocked_by":', blocked_json[b], b',"history_only":false,"jaccard":',
+                _dumps(j), b',"kind":"near","match":',
+                render.match(content_id[m_content].hex(), first[a]), b',"match_sources":',
+                sources(rowid_of[m_content], split), b',"sample":')))
+        hs, he = hist_start[idx], hist_start[idx + 1]
+        if hs < he:
+            for h_hex, q in sorted((render.history_hex(hist_other[q]), q) for q in range(hs, he)):
+                h, j, b = hist_other[q], hist_jac[q], hist_blocked[q]
+                tally.relation("near", True, BLOCKED_BY[b], j, m)
+                rows.append(b"".join((
+                    b'{"blocked_by":', blocked_json[b], b',"history_only":true,"jaccard":',
+                    _dumps(j), b',"kind":"near","match":', render.match(h_hex, None),
+                    b',"match_sources":', sources(h, split), b',"sample":')))
+        exact_row = b""
+        if m > 1:
+            tally.relation("exact", False, None, 1.0, m - 1)
+            exact_row = b"".join((exact_head, render.match(own_hex, members[0]),
+                                  b',"match_sources":', own_sources, b',"sample":'))
+        history_row = b""
+        if own_history:
+            tally.relation("exact", True, None, 1.0, m)
+            history_row = b"".join((exact_history, render.match(own_hex, None),
+                                    b',"match_sources":', own_sources, b',"sample":'))
         for k, sample_index in enumerate(members):
-            sample = render.ref(sample_index)
+            sample = ref(sample_index) + b"}\n"
             if k > 0:
-                tally.relation("exact", False, None, 1.0)
-                yield relation(none_json, False, _ONE, _EXACT, head_match, own_sources, sample)
+                yield exact_row + sample
             if own_history:
-                tally.relation("exact", True, None, 1.0)
-                yield relation(none_json, True, _ONE, _EXACT, history_match, own_sources,
-                               sample)
-            for blocked, blocked_b, j, j_b, history_only, match, srcs in rows:
-                tally.relation("near", history_only, blocked, j)
-                yield relation(blocked_b, history_only, j_b, _NEAR, match, srcs, sample)
+                yield history_row + sample
+            for row in rows:
+                yield row + sample
 
 
 def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
