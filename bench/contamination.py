@@ -147,11 +147,11 @@ def build_inputs(out: Path, n_items: int, n_planted: int, seed: int, threshold: 
     return evals, plant_pkg, pairs
 
 
-def ground_truth(evals: Path, pool: list[Path], first: int, n_items: int,
-                 workers: int) -> tuple[set[tuple], set[str]]:
+def ground_truth(evals: Path, pool: list[Path], first: int, n_items: int, workers: int,
+                 config_path: Path = CONFIG) -> tuple[set[tuple], set[str]]:
     """Every (item, package, sample) of items ``first`` … ``first + n_items − 1`` at or above
     the threshold (every shingle an anchor, exact verification), and those items' ids."""
-    config = load_config(CONFIG)
+    config = load_config(config_path)
     pkgs = open_packages(pool)
     items, _, _ = ct.read_items(open_packages([evals]), pkgs[0].kind, config, False)
     items = items[first:first + n_items]
@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=14)
     p.add_argument("--skip-scan", action="store_true", help="contamination only")
+    p.add_argument("--max-pool-records", type=int, default=None,
+                   help="run with the repository's config but this pool limit (the 1M pool "
+                        "plus the planted documents is over the default 1,000,000)")
     p.add_argument("--rounds", type=int, default=1,
                    help="contamination and scan alternated this many times (one index)")
     p.add_argument("--baseline", type=lambda v: Path(v).resolve(), default=None,
@@ -180,7 +183,12 @@ def main(argv: list[str] | None = None) -> None:
     out = (OUT / f"contamination-{args.pool}-{args.items}").resolve()
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    threshold = load_config(CONFIG).contamination_threshold
+    config_path = CONFIG
+    if args.max_pool_records is not None:  # the repository's config with another pool limit
+        config_path = out / "config.json"
+        raw = orjson.loads(CONFIG.read_bytes())
+        config_path.write_bytes(orjson.dumps({**raw, "max_pool_records": args.max_pool_records}))
+    threshold = load_config(config_path).contamination_threshold
     t0 = time.monotonic()
     evals, plants, planted = build_inputs(out, args.items, args.planted, args.seed, threshold)
     print(f"[{wall_clock()}] inputs built in {time.monotonic() - t0:.0f} s", flush=True)
@@ -189,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
                      "rounds": []}
     if args.baseline is not None:
         figures["baseline_code"] = code_version(args.baseline)
-    config = ["--config", str(CONFIG)]
+    config = ["--config", str(config_path)]
     report = out / "report"
     index = out / "index.sqlite"
 
@@ -263,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
         # half of them planted, half only naturally present (or absent)
         first = max(0, args.planted - args.truth_items // 2)
         truth, wanted = ground_truth(evals, [pool, plants], first, args.truth_items,
-                                     args.workers)
+                                     args.workers, config_path)
         mine = {k for k in reported if k[0] in wanted}
         figures["recall_truth"] = {"items": args.truth_items, "true_pairs": len(truth),
                                    "reported": len(mine), "found": len(truth & mine),

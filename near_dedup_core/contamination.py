@@ -43,9 +43,13 @@ anchors (bottom-k, a probabilistic variant) 24 candidates at a 65 % higher probe
 the kernel below, any ``r`` from 8 to 16 costs about the same (fewer anchors, more
 candidates) and 24 or 32 cost more.
 
-Work. Training records are streamed once (validated, refs resolved, ``max_chars`` checked)
-and cut into chunks; a process pool normalizes and hashes each chunk and runs it through a
-compiled kernel (`_probe_batch`). Per training text: every shingle window is tested in a
+Work. The main process only reads and hashes the pool's shards, as blocks of whole lines
+(`package.read_blocks`), and applies the rules across records in record order (unique ids,
+ref targets; a ref sample takes its target's pairs, its text being the target's). A process
+pool (`workers.process_pool`, whose forkserver is started before the items are read and
+loads the compiled kernels once, `warm_up`, so that the workers fork with them) parses and
+checks each block's lines, takes the compared texts (checking ``max_chars``), normalizes
+and hashes them and runs them through a compiled kernel (`_probe_batch`, `probe_block`). Per training text: every shingle window is tested in a
 bitmap of the anchors (`anchor_bits`, 16 bits per anchor up to 2^24, cache-resident: most
 windows that are no anchor stop there), then looked up in an open-addressing table that
 maps an anchor to its block ``[mark, count, item, …]`` in one int32 array, so that a hit
@@ -90,11 +94,10 @@ recomputes the summary and the manifest counts from ``contamination.jsonl``.
 from __future__ import annotations
 
 import math
-import multiprocessing
 import shutil
 from collections import Counter, defaultdict
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
@@ -118,15 +121,27 @@ from near_dedup_core.fsutil import (
     write_jsonl,
 )
 from near_dedup_core.guard import guard_for
-from near_dedup_core.normalize import normalize
-from near_dedup_core.package import Package, Record, load_package, open_packages, stream_records
-from near_dedup_core.progress import Progress
+from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
+from near_dedup_core.package import (
+    LineBlock,
+    Package,
+    Record,
+    SampleIds,
+    ShardEnd,
+    load_package,
+    open_packages,
+    parse_block,
+    read_blocks,
+    stream_records,
+)
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.signature import (
     MinHasher,
     _intersection_size,
     _shingle_hashes,
     code_points,
 )
+from near_dedup_core.workers import process_pool, start_forkserver
 
 FORMAT = "near-dedup-contamination"
 FORMAT_VERSION = 1
@@ -138,8 +153,10 @@ ANCHOR_ORDER = (f"document frequency among the first {SAMPLE_RECORDS:,} training
                 f"among the eval items, then hash")
 ANCHOR_BITS_PER_ANCHOR = 16
 MAX_ANCHOR_BITS = 1 << 24
-CHUNK_RECORDS = 2_000
-CHUNK_CHARS = 8_000_000
+#: lines per block of the pool handed to a worker (`package.read_blocks`)
+BLOCK_LINES = 1_024
+#: imported by the worker pool's forkserver: `warm_up`
+PRELOAD = ("near_dedup_core._contamination_preload",)
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
                "numbers_differ")
 
@@ -289,24 +306,24 @@ def _densest_run(matched, n, width, k):
 
 @numba.njit(cache=True, nogil=True)
 def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_flat,
-                 item_start, item_chars, threshold):
+                 item_start, item_chars, threshold, per_text):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
-    ([(text, item, common, start, end)], candidates).
+    [(text, item, common, start, end)] and sets ``per_text[text]`` to its candidates.
 
     ``bits`` is the anchor bitmap (`anchor_bits`); ``table``/``vals`` map an anchor hash to
     the offset ``o`` of its block in ``postings``: ``[mark, count, item, …]``
     (`anchor_postings`); a batch works on its own copy, whose ``mark`` records the last text
     that found the anchor.
 
-    Per text: (1) every window whose bit is set is looked up in the anchor table, and each
-    distinct anchor found is listed once; (2) each listed anchor adds a hit to every item it
-    anchors, an item becoming a candidate when its count reaches ``need`` (a count carries
-    its text in the upper 32 bits, so none needs clearing); (3) for a text with candidates,
-    its windows are indexed by hash once (`_index_windows`) and each candidate's shingles are
-    looked up there (``common`` = |item ∩ text|, exact); (4) for a verified pair, the
-    windows of the item's shingles, read from the same index and marked in a bitmap, give the
-    matched span."""
+    Per text: (1) the windows whose bit is set are collected (a branch per window costs more
+    than the test), looked up in the anchor table, and each distinct anchor found is listed
+    once; (2) each listed anchor adds a hit to every item it anchors, an item becoming a
+    candidate when its count reaches ``need`` (a count carries its text in the upper 32
+    bits, so none needs clearing); (3) for a text with candidates, its windows are indexed
+    by hash once (`_index_windows`) and each candidate's shingles are looked up there
+    (``common`` = |item ∩ text|, exact); (4) for a verified pair, the windows of the item's
+    shingles, read from the same index and marked in a bitmap, give the matched span."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
     bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
@@ -321,20 +338,24 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     marks = np.zeros(longest // 64 + 1, dtype=np.uint64)
     pos = np.empty(longest, dtype=np.int64)
     blocks = postings.copy()
+    maybe = np.empty(longest, dtype=np.uint64)
     found = np.empty(longest, dtype=np.int32)
     counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
     cands = np.empty(n_items, dtype=np.int32)
     out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
-    candidates = 0
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
-        nf = 0
-        for j in range(m):
+        passed = 0
+        for j in range(m):  # without a branch: which windows may be anchors
             h = hashes[j]
             b = h >> bits_shift
-            if (bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63))) & np.uint64(1) == 0:
-                continue
+            maybe[passed] = h
+            passed += np.int64((bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63)))
+                               & np.uint64(1))
+        nf = 0
+        for q in range(passed):
+            h = maybe[q]
             slot = np.int64(h & mask)
             while vals[slot] != -1:
                 if table[slot] == h:
@@ -359,7 +380,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
                     nc += 1
         if nc == 0:
             continue
-        candidates += nc
+        per_text[i] = nc
         index_size = _index_size(m)
         _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
         for q in range(nc):
@@ -384,7 +405,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
             end = min(end, offsets[i + 1] - offsets[i])
             out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
                         np.int64(end)))
-    return out, candidates
+    return out
 
 
 def containment(item_set: np.ndarray, sample_set: np.ndarray) -> float:
@@ -441,7 +462,8 @@ class ProbeState(NamedTuple):
 
 
 class Hit(NamedTuple):
-    """A verified pair: ``sample`` indexes the chunk, ``item`` the eval items."""
+    """A verified pair: ``sample`` indexes the texts (or records) probed together, ``item``
+    the eval items."""
 
     sample: int
     item: int
@@ -449,11 +471,6 @@ class Hit(NamedTuple):
     start: int
     end: int
     numbers_differ: bool
-
-
-class ChunkResult(NamedTuple):
-    hits: list[Hit]
-    candidates: int
 
 
 _STATE: ProbeState | None = None
@@ -464,25 +481,97 @@ def _init_worker(state: ProbeState) -> None:
     _STATE = state
 
 
-def probe_chunk(texts: list[str]) -> ChunkResult:
-    """Normalize, hash and probe one chunk of raw training texts (runs in a worker)."""
+def warm_up() -> None:
+    """Load the compiled kernels of `probe_texts` in this process, for both code point widths
+    (from numba's cache, or compiling them), on a text that contains its item, and build
+    `normalize_code_points`'s character table (so that every block, however little non-ASCII text
+    it holds, takes the compiled normalization). Run in the forkserver (`PRELOAD`), before
+    the workers fork from it: they start with all of it."""
+    global _STATE
+    build_table()
+    text = "a training text that contains its evaluation item word for word"
+    item = EvalItem(SampleRef(0, 0, "", "", "", "", 0, None), text)
+    _STATE = build_state([item], NearDedupConfig())[0]
+    try:
+        probe_texts([text])
+        probe_texts([text + " \u00e9"])
+    finally:
+        _STATE = None
+
+
+def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
+    """Normalize, hash and probe raw training texts (in a worker): the verified pairs
+    (``Hit.sample`` indexes ``texts``) and the number of candidates of each text."""
     st = _STATE
     assert st is not None, "worker not initialized"
-    norms = [normalize(t) for t in texts]
+    cps, offsets = normalize_code_points(texts)
     hasher = MinHasher(1, st.seed, st.shingle_size)
-    cps, offsets = code_points(norms)
-    found, candidates = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed,
-                                     st.bits, st.table, st.vals, st.postings, st.need, st.item_flat,
-                                     st.item_start, st.item_chars, st.threshold)
+    per_text = np.zeros(len(texts), dtype=np.int64)
+    found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
+                         st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
+                         st.item_chars, st.threshold, per_text)
     hits = []
     if found:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
+        norms: dict[int, str] = {}
         for i, it, common, start, end in sorted(found):
-            start, end = widen(norms[i], int(start), int(end))
-            numbers = guard.sequences(norms[i][start:end])[0]
+            norm = norms.get(i)
+            if norm is None:
+                norm = norms[i] = text_at(cps, offsets, i)
+            start, end = widen(norm, int(start), int(end))
+            numbers = guard.sequences(norm[start:end])[0]
             hits.append(Hit(int(i), int(it), int(common), start, end,
                             numbers != st.item_numbers[it]))
-    return ChunkResult(hits, int(candidates))
+    return hits, per_text
+
+
+class BlockProbe(NamedTuple):
+    """A line block of the pool, probed: per record in line order its sample id, ref and own
+    domain, and its candidates (0 for a ref, whose text is its target's); the verified pairs
+    (``Hit.sample`` indexes the records); and the first problem of the block (a bad line,
+    which ends the records before it, or a ``max_chars`` breach, which ends them after that
+    record), which the main process raises once it has applied the rules across records to
+    the records before it."""
+
+    ids: list[str]
+    refs: list[tuple[str, str] | None]
+    domains: list[str | None]
+    candidates: np.ndarray
+    hits: list[Hit]
+    problem: NearDedupError | None
+
+
+def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
+    """Parse and check a block's lines (`package.parse_block`), take each record's compared
+    text and probe the texts (`probe_texts`); runs in a worker."""
+    parsed = parse_block(block)
+    text_of = _text_reader(block.kind, block.kind)
+    ids: list[str] = []
+    refs: list[tuple[str, str] | None] = []
+    domains: list[str | None] = []
+    texts: list[str] = []
+    at: list[int] = []
+    problem = parsed.problem
+    for k, (sample_id, data, ref) in enumerate(parsed.records):
+        ids.append(sample_id)
+        refs.append(ref)
+        domains.append(data.get("domain"))
+        if ref is None:
+            raw = text_of(data)
+            if len(raw) > max_chars:
+                problem = LimitExceeded(
+                    f"{where(block.package_id, block.file, block.first_line + k)}: sample "
+                    f"{sample_id} has {len(raw):,} characters, over max_chars {max_chars:,}")
+                break
+            texts.append(raw)
+            at.append(k)
+    candidates = np.zeros(len(ids), dtype=np.int64)
+    if problem is not None or not texts:
+        return BlockProbe(ids, refs, domains, candidates, [], problem)
+    hits, per_text = probe_texts(texts)
+    candidates[at] = per_text
+    return BlockProbe(ids, refs, domains, candidates, [h._replace(sample=at[h.sample])
+                                                      for h in hits], None)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -631,24 +720,26 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
     item_start = np.zeros(len(items) + 1, dtype=np.int64)
     np.cumsum(sizes, out=item_start[1:])
     item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
-    distinct_all, df = np.unique(item_flat, return_counts=True)
+    distinct_all, at, df = np.unique(item_flat, return_inverse=True, return_counts=True)
     sample_df = np.zeros(len(distinct_all), dtype=np.int64)
     if len(sample):
         seen, seen_df = np.unique(np.concatenate(hasher.shingle_sets(
             [normalize(text) for text in sample])), return_counts=True)
-        at = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
-        found = seen[at] == distinct_all
-        sample_df[found] = seen_df[at[found]]
-    anchors, need = [], []
-    for s in sets:
-        p, hits = (len(s), least_overlap(len(s), t)) if exhaustive else prefix_plan(len(s), t)
-        if p < len(s):
-            at = np.searchsorted(distinct_all, s)
-            s = s[np.lexsort((s, df[at], sample_df[at]))[:p]]
-        anchors.append(s)
-        need.append(hits)
-    a_hash = np.concatenate(anchors) if anchors else np.zeros(0, dtype=np.uint64)
-    a_item = np.repeat(np.arange(len(items), dtype=np.int32), [len(a) for a in anchors])
+        where = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
+        found = seen[where] == distinct_all
+        sample_df[found] = seen_df[where[found]]
+    plans = [(n, least_overlap(n, t)) if exhaustive else prefix_plan(n, t)
+             for n in sizes.tolist()]
+    p = np.asarray([plan[0] for plan in plans], dtype=np.int64)
+    need = [plan[1] for plan in plans]
+    # every item's shingles in rarity order (a rank over the distinct shingles), its first p
+    rank = np.empty(len(distinct_all), dtype=np.int64)
+    rank[np.lexsort((distinct_all, df, sample_df))] = np.arange(len(distinct_all))
+    item_of = np.repeat(np.arange(len(items), dtype=np.int64), sizes)
+    by_rarity = np.argsort(item_of * len(distinct_all) + rank[at], kind="stable")
+    first_p = np.arange(len(item_flat)) - item_start[item_of] < p[item_of]
+    a_hash = item_flat[by_rarity][first_p]
+    a_item = item_of[first_p].astype(np.int32)
     order = np.lexsort((a_item, a_hash))
     distinct, block, postings = anchor_postings(a_hash[order], a_item[order])
     size = 1
@@ -681,68 +772,69 @@ class Pair:
     numbers_differ: bool
 
 
-class _Inline:
-    """workers=1: the same calls, in this process."""
-
-    def submit(self, fn, *args) -> Future:
-        fut: Future = Future()
-        fut.set_result(fn(*args))
-        return fut
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
-
 def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
                 progress: bool) -> tuple[list[Pair], int, int]:
-    """Stream the pool once, probe it in chunks; (pairs, candidates, samples)."""
+    """Read the pool once as line blocks, which the workers parse and probe (`probe_block`);
+    apply the rules across records in record order here, a ref taking its target's pairs.
+    Returns (pairs, candidates, samples)."""
     pos = {p.package_id: i for i, p in enumerate(pool)}
-    kind = pool[0].kind
+    depended = {d for p in pool for d in p.depends_on}
+    # (package, sample id) of a depended-on sample → its hits, candidates, domain
+    targets: dict[tuple[str, str], tuple[list[Hit], int, str | None]] = {}
+    rules = SampleIds(pool)
     pairs: list[Pair] = []
     candidates = 0
     samples = 0
     bar = Progress("contamination: training records", sum(p.record_count for p in pool),
                    enabled=progress)
-    if workers > 1:
-        executor = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker,
-                                       initargs=(state,),
-                                       mp_context=multiprocessing.get_context("forkserver"))
-    else:
+    if workers <= 1:
         _init_worker(state)
-        executor = _Inline()  # type: ignore[assignment]
-    pending: list[tuple[list[SampleRef], Future]] = []
+    pending: list[tuple[LineBlock | ShardEnd, Future | None]] = []
 
-    def collect(refs: list[SampleRef], fut: Future) -> None:
-        nonlocal candidates
-        result = fut.result()
-        candidates += result.candidates
+    def collect(event: LineBlock | ShardEnd, fut: Future | None) -> None:
+        nonlocal candidates, samples
+        if isinstance(event, ShardEnd):
+            if event.problem is not None:
+                raise event.problem
+            return
+        assert fut is not None
+        result: BlockProbe = fut.result()
+        own: defaultdict[int, list[Hit]] = defaultdict(list)
         for h in result.hits:
-            pairs.append(Pair(h.item, refs[h.sample], h.common, h.start, h.end,
-                              h.numbers_differ))
-        bar.advance(len(refs))
-
-    with executor:
-        refs: list[SampleRef] = []
-        texts: list[str] = []
-        chars = 0
-        records = stream_records(pool)
-        reader = _text_reader(kind, kind)
-        for rec, raw, domain in _resolved(records, pool, kind, config, reader):
+            own[h.sample].append(h)
+        for k, sample_id in enumerate(result.ids):
+            line = event.first_line + k
+            ref = result.refs[k]
+            rules.check(event.package_id, event.file, line, sample_id, ref)
+            domain = result.domains[k]
+            if ref is not None:
+                hits, count, target_domain = targets[ref]
+                if domain is None:
+                    domain = target_domain
+            else:
+                hits, count = own.get(k, []), int(result.candidates[k])
+            if event.package_id in depended:
+                targets[(event.package_id, sample_id)] = (hits, count, domain)
             samples += 1
-            refs.append(SampleRef(pos[rec.package_id], rec.position, rec.package_id,
-                                  rec.sample_id, rec.split, rec.file, rec.line, domain))
-            texts.append(raw)
-            chars += len(raw)
-            if len(texts) >= CHUNK_RECORDS or chars >= CHUNK_CHARS:
-                pending.append((refs, executor.submit(probe_chunk, texts)))
-                refs, texts, chars = [], [], 0
-                while len(pending) > 2 * workers:
-                    collect(*pending.pop(0))
-        if texts:
-            pending.append((refs, executor.submit(probe_chunk, texts)))
+            candidates += count
+            if hits:
+                sample = SampleRef(pos[event.package_id], event.first_position + k,
+                                   event.package_id, sample_id, event.split, event.file, line,
+                                   domain)
+                pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
+                             for h in hits)
+        if result.problem is not None:
+            raise result.problem
+        bar.advance(len(result.ids))
+        pause_point("contamination-pool")
+
+    with process_pool(workers, _init_worker, (state,), PRELOAD) as executor:
+        for event in read_blocks(pool, BLOCK_LINES):
+            fut = (executor.submit(probe_block, event, config.max_chars)
+                   if isinstance(event, LineBlock) else None)
+            pending.append((event, fut))
+            while len(pending) > 3 * workers:
+                collect(*pending.pop(0))
         for job in pending:
             collect(*job)
     bar.finish()
@@ -835,6 +927,8 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
             raise NearDedupError(f"{where(e.package_id)}: given both as an eval package and as "
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
+    if workers > 1:
+        start_forkserver(PRELOAD)  # its start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
     pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)

@@ -139,6 +139,13 @@ def _ascii_collapse(cps, offsets, out, out_offsets):
     return pos
 
 
+def build_table() -> None:
+    """Build the character table now (once per process): `normalize_many` then uses it for
+    every batch, however little non-ASCII text the batch holds. For a process that will
+    normalize many small batches, or a forkserver whose workers should inherit it."""
+    _tables()
+
+
 def _offsets(texts: list[str]) -> np.ndarray:
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in texts], out=offsets[1:])
@@ -177,3 +184,58 @@ def normalize_many(texts: list[str]) -> list[str]:
             out[i] = (str(view[4 * bounds[k]:4 * bounds[k + 1]], "utf-32-le") if fine[k]
                       else normalize(texts[i]))
     return out
+
+
+def _utf32(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def normalize_code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The code points of `normalize` of each text, concatenated, and their offsets
+    (len(texts) + 1): the values of ``signature.code_points(normalize_many(texts))``
+    without making the strings, for a caller that hashes every text and needs few of them
+    as strings (`text_at`). uint8 when every text is ASCII, else uint32."""
+    n = len(texts)
+    pieces: list[np.ndarray] = [np.zeros(0, dtype=np.uint8)] * n
+    ascii_idx = [i for i, t in enumerate(texts) if t.isascii()]
+    other_idx = [i for i, t in enumerate(texts) if not t.isascii()]
+    if ascii_idx:
+        group = [texts[i] for i in ascii_idx]
+        cps = np.frombuffer("".join(group).encode("ascii"), dtype=np.uint8)
+        buf = np.empty(len(cps), dtype=np.uint8)
+        ends = np.empty(len(group) + 1, dtype=np.int64)
+        _ascii_collapse(cps, _offsets(group), buf, ends)
+        bounds = ends.tolist()
+        for k, i in enumerate(ascii_idx):
+            pieces[i] = buf[bounds[k]:bounds[k + 1]]
+    if other_idx:
+        group = [texts[i] for i in other_idx]
+        offsets = _offsets(group)
+        if offsets[-1] < TABLE_MIN_CHARS and _tables.cache_info().currsize == 0:
+            for i in other_idx:
+                pieces[i] = _utf32(normalize(texts[i]))
+        else:
+            start, length, flat, space = _tables()
+            cps = _utf32("".join(group))
+            wide = np.empty(2 * len(cps) + 64, dtype=np.uint32)
+            ends = np.empty(len(group) + 1, dtype=np.int64)
+            ok = np.empty(len(group), dtype=np.bool_)
+            _fold_collapse(cps, offsets, start, length, flat, space, wide, ends, ok)
+            bounds, fine = ends.tolist(), ok.tolist()
+            for k, i in enumerate(other_idx):
+                pieces[i] = (wide[bounds[k]:bounds[k + 1]] if fine[k]
+                             else _utf32(normalize(texts[i])))
+    out_offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, pieces), dtype=np.int64, count=n), out=out_offsets[1:])
+    if not n:
+        return np.zeros(0, dtype=np.uint8), out_offsets
+    out = np.concatenate(pieces, dtype=np.uint32 if other_idx else np.uint8)
+    return out, out_offsets
+
+
+def text_at(cps: np.ndarray, offsets: np.ndarray, i: int) -> str:
+    """Text ``i`` of a `normalize_code_points` batch, as a string."""
+    piece = cps[offsets[i]:offsets[i + 1]]
+    if piece.dtype == np.uint8:
+        return piece.tobytes().decode("ascii")
+    return piece.astype(np.uint32).tobytes().decode("utf-32-le", "surrogatepass")

@@ -1,5 +1,5 @@
-"""The worker pool of `index` and `scan`: one place that starts processes, and makes them die
-with the command.
+"""The worker pool of `index`, `scan` and `contamination`: one place that starts processes,
+and makes them die with the command.
 
 Workers come from a ``forkserver`` (a clean process started once, without the parent's
 threads, open connections or large arrays; each worker is forked from it). On Linux every
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -47,8 +47,11 @@ def die_with_parent(expected_parent: int | None = None) -> None:
         os._exit(1)
 
 
-def _worker_init(forkserver_pid: int) -> None:
+def _worker_init(forkserver_pid: int, initializer: Callable | None = None,
+                 initargs: tuple = ()) -> None:
     die_with_parent(forkserver_pid)
+    if initializer is not None:
+        initializer(*initargs)
 
 
 class InlineExecutor(Executor):
@@ -63,15 +66,23 @@ class InlineExecutor(Executor):
         return fut
 
 
-def _context() -> multiprocessing.context.BaseContext:
+def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
     """The forkserver context; its server (started once per process, on first use) imports
-    ``near_dedup_core._pool_guard``, which ties it to this process's life."""
+    ``near_dedup_core._pool_guard``, which ties it to this process's life, then `_preload`'s
+    modules and those of ``preload`` (if it is not running yet): every worker then has them
+    from the fork."""
     import multiprocessing
     import multiprocessing.forkserver
 
     os.environ[PARENT_ENV] = str(os.getpid())
-    multiprocessing.forkserver.set_forkserver_preload(_preload())
+    multiprocessing.forkserver.set_forkserver_preload([*_preload(), *preload])
     return multiprocessing.get_context("forkserver")
+
+
+def start_forkserver(preload: Sequence[str] = ()) -> None:
+    """Start the forkserver now, without waiting for it: its start-up (and the import of
+    ``preload``) overlaps the caller's own work until the first worker forks from it."""
+    _forkserver_pid(_context(preload))
 
 
 def _preload() -> list[str]:
@@ -92,19 +103,21 @@ _NOT_PRELOADED = {"near_dedup_core.__main__", "near_dedup_core._pool_guard",
 
 
 @contextmanager
-def process_pool(workers: int) -> Iterator[Executor]:
-    """An executor of ``workers`` processes (inline for 1). On an exception (including
-    KeyboardInterrupt and the CLI's SIGTERM) pending work is cancelled and the workers are
-    stopped at once instead of finishing their current task."""
+def process_pool(workers: int, initializer: Callable | None = None, initargs: tuple = (),
+                 preload: Sequence[str] = ()) -> Iterator[Executor]:
+    """An executor of ``workers`` processes (inline for 1, where ``initializer`` is the
+    caller's business); each worker runs ``initializer(*initargs)`` first. On an exception
+    (including KeyboardInterrupt and the CLI's SIGTERM) pending work is cancelled and the
+    workers are stopped at once instead of finishing their current task."""
     if workers <= 1:
         with InlineExecutor() as inline:
             yield inline
         return
     from concurrent.futures import ProcessPoolExecutor
 
-    ctx = _context()
-    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx,
-                             initializer=_worker_init, initargs=(_forkserver_pid(ctx),))
+    ctx = _context(preload)
+    ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
+                             initargs=(_forkserver_pid(ctx), initializer, initargs))
     try:
         yield ex
     except BaseException:

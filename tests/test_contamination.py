@@ -226,7 +226,7 @@ def test_span_numbers_and_summary(planted):
 def test_report_verifies_and_is_deterministic_across_workers(planted, monkeypatch):
     code, out, err = run_cli("report", "verify", planted["report"])
     assert code == 0 and "OK" in out, err
-    monkeypatch.setattr(contamination, "CHUNK_RECORDS", 16)  # several chunks in flight
+    monkeypatch.setattr(contamination, "BLOCK_LINES", 16)  # several blocks in flight
     again = planted["tmp"] / "again"
     code, _, err = run_cli("--quiet", "contamination", "--evals", *planted["evals"],
                            "--inputs", planted["pool"], "--output", again, "--workers", 2)
@@ -457,3 +457,46 @@ def test_cli_refusals(tmp_path):
     code, _, err = run_cli("--quiet", "contamination", "--evals", ev, "--inputs", pool,
                            "--output", tmp_path / "out")
     assert code == 1 and "already exists" in err
+
+
+def test_a_ref_sample_takes_its_targets_pairs_and_pool_errors_are_located(tmp_path):
+    paras = stdlib_paragraphs()
+    item = paras[0][:200]
+    base = make_package(tmp_path, "base", {"train": [
+        {"id": "host", "text": paras[1] + " " + item + " " + paras[2], "domain": "web"},
+        *({"id": f"d{i}", "text": p} for i, p in enumerate(paras[3:40]))]})
+    day = make_package(tmp_path, "day", {"train": [
+        {"id": "again", "ref": {"package_id": "base", "id": "host"}},
+        {"id": "own", "ref": {"package_id": "base", "id": "host"}, "domain": "forum"},
+        {"id": "clean", "text": paras[41]}]}, depends_on=["base"])
+    ev = make_package(tmp_path, "ev", {"test": [{"id": "q", "text": item}]})
+    for workers in (1, 2):
+        out = tmp_path / f"out{workers}"
+        code, _, err = run_cli("--quiet", "contamination", "--evals", ev, "--inputs", day, base,
+                               "--output", out, "--workers", workers)
+        assert code == 0, err
+        lines = [json.loads(line) for line in (out / "contamination.jsonl").read_text()
+                 .splitlines()]
+        got = [(r["training"]["package_id"], r["training"]["sample_id"],
+                r["training"]["domain"], r["training"]["line"]) for r in lines]
+        assert got == [("day", "again", "web", 1), ("day", "own", "forum", 2),
+                       ("base", "host", "web", 1)]
+        assert len({(r["containment"], r["common_shingles"], r["span"]["start"])
+                    for r in lines}) == 1
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["candidates"]["verified"] == 3
+    assert tree_bytes(tmp_path / "out1") == tree_bytes(tmp_path / "out2")
+    # errors in the pool: the first one in record order, located, nothing written
+    dup = make_package(tmp_path, "dup", {"train": [{"id": "a", "text": paras[1]}] * 2
+                                         + [b'{"id": "b", "text": 5}']})
+    code, err = _refused(tmp_path, "--evals", ev, "--inputs", dup, "--workers", "2")
+    assert code == 1 and "package dup, data/train/part-00000.jsonl:2: duplicate id 'a'" in err
+    bad = make_package(tmp_path, "bad", {"train": [{"id": "a", "text": paras[1]},
+                                                   b'{"id": "b", "text": 5}']})
+    code, err = _refused(tmp_path, "--evals", ev, "--inputs", bad, "--workers", "2")
+    assert code == 1 and "package bad, data/train/part-00000.jsonl:2" in err
+    long = make_package(tmp_path, "long", {"train": [{"id": "a", "text": paras[1][:100]},
+                                                     {"id": "b", "text": "x" * 300}]})
+    code, err = _refused(tmp_path, "--evals", ev, "--inputs", long, "--workers", "2",
+                         config={"max_chars": 200})
+    assert code == 2 and "package long, data/train/part-00000.jsonl:2: sample b" in err

@@ -50,3 +50,23 @@ def test_ascii_and_mixed_batches(monkeypatch, table):
     texts = ["Hello,  World!\t\x1cX", "  lead and trail  ", "Ünïcödé  Straße", "中文，测试。",
              "MiXeD ASCII\r\nlines\x0b", "Привет,  Мир"] * 50
     assert nm.normalize_many(texts) == [nm.normalize(t) for t in texts]
+
+
+@pytest.mark.parametrize("table", [False, True], ids=["small-batch", "table"])
+def test_code_points_of_a_batch_are_those_of_the_normalized_texts(monkeypatch, table):
+    from near_dedup_core.signature import code_points
+
+    if table:
+        monkeypatch.setattr(nm, "TABLE_MIN_CHARS", 0)
+    rng = random.Random(5)
+    pool = ["Hello,  World!\t", "  lead  ", "Ünïcödé  Straße", "中文，测试。", "a\u0301b",
+            "\ufdfa", "\U0001f600 x", "Привет,  Мир", "", " \u3000 "]
+    for size in (0, 1, 7, 300):
+        texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 4)))
+                 for _ in range(size)]
+        for batch in (texts, [t for t in texts if t.isascii()]):
+            cps, offsets = nm.normalize_code_points(batch)
+            want, want_offsets = code_points(nm.normalize_many(batch))
+            assert cps.tolist() == want.tolist() and offsets.tolist() == want_offsets.tolist()
+            assert [nm.text_at(cps, offsets, i) for i in range(len(batch))] == \
+                [nm.normalize(t) for t in batch]

@@ -365,8 +365,10 @@ sys.exit(cli.main(sys.argv[1:]))
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("command, sig", [("index", signal.SIGKILL), ("scan", signal.SIGKILL),
-                                          ("index", signal.SIGTERM)],
-                         ids=["index-SIGKILL", "scan-SIGKILL", "index-SIGTERM"])
+                                          ("index", signal.SIGTERM),
+                                          ("contamination", signal.SIGKILL)],
+                         ids=["index-SIGKILL", "scan-SIGKILL", "index-SIGTERM",
+                              "contamination-SIGKILL"])
 def test_no_process_survives_a_killed_run(corpus, index, tmp_path, command, sig):
     flag = tmp_path / "paused"
     if command == "index":
@@ -374,10 +376,16 @@ def test_no_process_survives_a_killed_run(corpus, index, tmp_path, command, sig)
         argv = ["-m", "near_dedup_core", "--quiet", "--index", str(new), "index", "--inputs",
                 str(corpus.v1), "--workers", "2"]
         stage = "index-write"
-    else:
+    elif command == "scan":
         argv = ["-c", _SMALL_VERIFY_CHUNKS, "--quiet", "--index", str(index), "scan",
                 "--inputs", str(corpus.v1), "--output", str(tmp_path / "rep"), "--workers", "2"]
         stage = "scan-verify-pool"
+    else:
+        evals = make_package(tmp_path, "evals", {"test": docs("e", corpus.v1_texts[:20])})
+        argv = ["-m", "near_dedup_core", "--quiet", "contamination", "--evals", str(evals),
+                "--inputs", str(corpus.v1), "--output", str(tmp_path / "rep"),
+                "--workers", "2"]
+        stage = "contamination-pool"
     proc = subprocess.Popen([sys.executable, *argv], env=env_with(
         NEAR_DEDUP_PAUSE=f"{stage}:{flag}"), stderr=subprocess.PIPE, text=True,
         start_new_session=True)
