@@ -480,10 +480,7 @@ class LineBlock:
     first_position: int
     depends_on: tuple[str, ...]
     data: bytes
-
-    @property
-    def line_count(self) -> int:
-        return self.data.count(b"\n") + (not self.data.endswith(b"\n"))
+    line_count: int  # lines in ``data`` (counted once, where the block is cut)
 
     def lines(self) -> list[bytes]:
         lines = self.data.split(b"\n")
@@ -580,9 +577,9 @@ def _shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: in
     line = 0  # lines handed out so far
     pending: list[bytes] = []
 
-    def block(data: bytes) -> LineBlock:
+    def block(data: bytes, lines: int) -> LineBlock:
         return LineBlock(pkg.package_id, pkg.kind, entry.path, entry.split, line + 1,
-                         position + line, depends_on, data)
+                         position + line, depends_on, data, lines)
 
     try:
         with open(pkg.path / entry.path, "rb", buffering=0) as raw_file:
@@ -595,7 +592,7 @@ def _shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: in
                         pending.append(raw)
                         size += len(raw)
                         if size >= block_bytes or len(pending) >= block_lines:
-                            out = block(b"".join(pending))
+                            out = block(b"".join(pending), len(pending))
                             yield out
                             line += len(pending)
                             pending, size = [], 0
@@ -607,26 +604,28 @@ def _shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: in
                     start = 0
                     while start < end:  # pieces of at most block_lines lines
                         cut = start
-                        for _ in range(block_lines):
+                        lines = 0
+                        while lines < block_lines:
                             cut = data.index(b"\n", cut, end) + 1
+                            lines += 1
                             if cut == end:
                                 break
-                        out = block(data[start:cut])
+                        out = block(data[start:cut], lines)
                         yield out
-                        line += data.count(b"\n", start, cut)
+                        line += lines
                         start = cut
                     rest = data[end:]
                 if rest:
                     pending.append(rest)
             if pending:
-                yield block(b"".join(pending))
+                yield block(b"".join(pending), len(pending))
                 line += len(pending)
                 pending = []
             while buffered.read(_READ_BUFFER):
                 pass
     except (OSError, EOFError, zlib.error) as exc:
         if pending:
-            yield block(b"".join(pending))
+            yield block(b"".join(pending), len(pending))
             line += len(pending)
         detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         loc = where(pkg.package_id, entry.path, line + 1 if line else None)

@@ -86,15 +86,16 @@ def start_forkserver(preload: Sequence[str] = ()) -> None:
 
 
 def _preload() -> list[str]:
-    """What the forkserver imports before it forks a worker: its guard, numba's CPU target
-    (`near_dedup_core._pool_warm`) if this process runs kernels, and every module of this
-    package that this process has imported (the functions handed to workers live in them).
+    """What the forkserver imports before it forks a worker: its guard, every module of
+    this package that this process has imported (the functions handed to workers live in
+    them), then `near_dedup_core._pool_warm` if this process runs kernels (numba's CPU
+    target, and the normalization table if those modules normalize text).
     Each worker is forked with all of it loaded, where it would otherwise import it again
     (about 1 s of CPU per worker for `index` or `scan`)."""
     ours = sorted(name for name in sys.modules
                   if name.startswith("near_dedup_core.") and name not in _NOT_PRELOADED)
     warm = ["near_dedup_core._pool_warm"] if "near_dedup_core.jit" in sys.modules else []
-    return ["near_dedup_core._pool_guard", *warm, *ours]
+    return ["near_dedup_core._pool_guard", *ours, *warm]
 
 
 #: Modules the forkserver must not import: the entry point runs the CLI when imported.

@@ -117,7 +117,9 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
         """, tmp_path)
     assert done.returncode == 0, done.stderr
     preload = done.stdout.split()
-    assert preload[:2] == ["near_dedup_core._pool_guard", "near_dedup_core._pool_warm"]
+    # the guard first; the warm-up last, once the modules that say what to warm are loaded
+    assert preload[0] == "near_dedup_core._pool_guard"
+    assert preload[-1] == "near_dedup_core._pool_warm"
     assert {"near_dedup_core.ingest", "near_dedup_core.signature", "near_dedup_core.workers",
             "near_dedup_core.index_store"} <= set(preload)
     assert "near_dedup_core.__main__" not in preload and len(set(preload)) == len(preload)
@@ -126,3 +128,16 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
         print(" ".join(workers._preload()))
         """, tmp_path)
     assert done.stdout.split() == ["near_dedup_core._pool_guard", "near_dedup_core.workers"]
+
+
+def test_the_forkserver_of_a_command_that_normalizes_builds_the_table(tmp_path):
+    done = _python("""
+        import near_dedup_core.ingest.work
+        from near_dedup_core import workers
+        from near_dedup_core.normalize import _tables
+        for name in workers._preload():
+            __import__(name)
+        print(_tables.cache_info().currsize)
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]

@@ -226,7 +226,8 @@ class BatchWriter:
         if self.band_keys:
             keys = np.concatenate(self.band_keys)
             contents = np.concatenate(self.band_contents)
-            order = np.lexsort((contents, keys))
+            # contents grow along the batch, so a stable sort by key is (key, content) order
+            order = np.argsort(keys, kind="stable")
             self.store.add_bands(keys[order], contents[order])
             self.band_keys, self.band_contents = [], []
         if self.raw_texts:
