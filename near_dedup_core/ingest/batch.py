@@ -37,6 +37,8 @@ from near_dedup_core.progress import Progress, pause_point
 BLOCK_LINES = 1024
 #: Blocks with new content per trained text dictionary (about 100,000 records).
 DICT_GROUP = 100
+#: Blocks in flight per worker.
+IN_FLIGHT_PER_WORKER = 2
 
 
 class _InFlight(NamedTuple):
@@ -56,7 +58,7 @@ class BatchWriter:
         self.config = config
         self.batch = batch
         self.executor = executor
-        self.window = max(2, 2 * parallelism)
+        self.window = max(2, IN_FLIGHT_PER_WORKER * parallelism)
         self.known_texts = known_texts
         self.progress = progress
         self.params = work.SignParams(config.num_perm, config.seed, config.shingle_size,
