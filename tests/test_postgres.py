@@ -459,3 +459,39 @@ def test_the_daily_release_on_a_postgresql_index_freezes_the_sqlite_reports(url,
         record = (settings.release_dir(DAYS[-1]) / "release.json").read_text()
         assert "near-dedup-test" not in record  # the record names the index without password
     assert reports["postgresql"] == reports["sqlite"]
+
+
+def test_the_history_join_probes_the_band_index_whatever_the_statistics(url):
+    """The scan's history join runs as one index probe of ``bands`` per probe key: on a band
+    table of 1.2·10^8 rows the planner's choice for a plain join (it puts ~50 rows behind a
+    key) read the whole table, 5× slower. Here a band table whose statistics say the same."""
+    ok(url, V1)  # the schema
+    conn = index_postgres.connect(url, snapshot=True)
+    try:
+        conn.execute("INSERT INTO bands (key, content) SELECT g / 50, c.ids[1 + g % c.n] "
+                     "FROM generate_series(1, 400000) g, "
+                     "(SELECT array_agg(id ORDER BY id) AS ids, count(*) AS n FROM contents) c "
+                     "ON CONFLICT DO NOTHING")
+        (pool_content,) = conn.execute("SELECT min(id) FROM contents").fetchone()
+        conn.execute("ANALYZE bands")
+        conn.execute("CREATE TEMP TABLE scan_keys (key BIGINT PRIMARY KEY)")
+        conn.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
+        conn.execute("INSERT INTO scan_keys SELECT g * 97 FROM generate_series(1, 40000) g")
+        conn.execute("INSERT INTO scan_contents VALUES (%s)", (pool_content,))
+        conn.execute("ANALYZE scan_keys")
+        plain = ("SELECT b.key, b.content FROM scan_keys q JOIN bands b ON b.key = q.key "
+                 "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)")
+
+        def plan(sql: str) -> str:
+            return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql))
+
+        assert "Seq Scan on bands" in plan(plain)  # the planner's own choice: all of bands
+        probing = plan(index_store.HISTORY_JOIN_SQL)
+        assert "Seq Scan on bands" not in probing, probing
+        assert re.search(r"Index (Only )?Scan using bands_pkey on bands", probing), probing
+        rows = conn.execute(index_store.HISTORY_JOIN_SQL).fetchall()
+        assert sorted(rows) == sorted(conn.execute(plain).fetchall()) and rows
+        assert all(content != pool_content for _, content in rows)
+    finally:
+        conn.rollback()
+        conn.close()

@@ -1006,22 +1006,22 @@ class PostgresSnapshot(IndexSnapshot):
                 "SELECT DISTINCT s.content, s.split FROM scan_contents t "
                 "JOIN sources s ON s.content = t.id") if (c, split) not in pool_nodes})
             raw.execute("DELETE FROM scan_contents WHERE id = ANY(%s)", (mixed,))
-            # One B-tree probe per key: the planner, which puts ~50 rows behind a band key
-            # from its sample, would hash the keys and scan the whole band table instead
-            # (80 s against 15 s at 1.2·10^8 band rows, docs/postgres.md). Only for this
-            # statement; the snapshot's transaction goes on with the defaults.
-            raw.execute("SET LOCAL enable_hashjoin = off")
-            raw.execute("SET LOCAL enable_mergejoin = off")
-            rows = raw.execute(
-                "SELECT b.key, b.content FROM scan_keys q JOIN bands b ON b.key = q.key "
-                "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)"
-            ).fetchall()
-            raw.execute("RESET enable_hashjoin")
-            raw.execute("RESET enable_mergejoin")
+            rows = raw.execute(HISTORY_JOIN_SQL).fetchall()
         finally:
             raw.execute("DROP TABLE scan_keys, scan_contents")
         found = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
         return BandHits(found[:, 0], found[:, 1])
+
+
+#: The scan's history lookup on PostgreSQL (`PostgresSnapshot.history_band_hits`): the band
+#: rows of the probe keys, less those of the pool's own contents, as one B-tree probe of
+#: ``bands`` per key. ``OFFSET 0`` keeps the per-key subquery from being flattened into a
+#: plain join, for which the planner, putting ~50 rows behind a band key from its sample,
+#: reads the whole band table instead (a hash join at 1.2·10^8 band rows: 80 s against
+#: 15 s for the probes, docs/postgres.md).
+HISTORY_JOIN_SQL = ("SELECT q.key, b.content FROM scan_keys q CROSS JOIN LATERAL "
+                    "(SELECT content FROM bands WHERE bands.key = q.key OFFSET 0) b "
+                    "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)")
 
 
 def open_snapshot(index: str | Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
