@@ -49,9 +49,10 @@ ref targets; a ref sample takes its target's pairs, its text being the target's)
 pool (`workers.process_pool`, whose forkserver is started before the items are read and
 loads the compiled kernels once, `warm_up`, so that the workers fork with them) parses and
 checks each block's lines, takes the compared texts (checking ``max_chars``), normalizes
-and hashes them and runs them through a compiled kernel (`_probe_batch`, `probe_block`). Per training text: every shingle window is tested in a
-bitmap of the anchors (`anchor_bits`, 16 bits per anchor up to 2^24, cache-resident: most
-windows that are no anchor stop there), then looked up in an open-addressing table that
+and hashes them and runs them through a compiled kernel (`_probe_batch`, `probe_block`).
+Per training text: every shingle window is tested in a bitmap of the anchors (`anchor_bits`,
+16 bits per anchor up to 2^24, cache-resident: most windows that are no anchor stop
+there), then looked up in an open-addressing table that
 maps an anchor to its block ``[mark, count, item, …]`` in one int32 array, so that a hit
 reads one place; each distinct anchor found adds a hit to each item it anchors, and an item
 becomes a candidate when its count reaches the hits needed. A text with candidates has its
@@ -484,9 +485,9 @@ def _init_worker(state: ProbeState) -> None:
 def warm_up() -> None:
     """Load the compiled kernels of `probe_texts` in this process, for both code point widths
     (from numba's cache, or compiling them), on a text that contains its item, and build
-    `normalize_code_points`'s character table (so that every block, however little non-ASCII text
-    it holds, takes the compiled normalization). Run in the forkserver (`PRELOAD`), before
-    the workers fork from it: they start with all of it."""
+    the normalization table of `normalize_code_points` (so that every block, however little
+    non-ASCII text it holds, takes the compiled normalization). Run in the forkserver
+    (`PRELOAD`), before the workers fork from it: they start with all of it."""
     global _STATE
     build_table()
     text = "a training text that contains its evaluation item word for word"
