@@ -152,42 +152,57 @@ def _offsets(texts: list[str]) -> np.ndarray:
     return offsets
 
 
+def _utf32(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
+
+
+def _collapse_ascii(group: list[str]) -> tuple[np.ndarray, list[int]]:
+    """The ASCII texts of ``group`` normalized into one byte buffer, and their bounds."""
+    cps = np.frombuffer("".join(group).encode("ascii"), dtype=np.uint8)
+    buf = np.empty(len(cps), dtype=np.uint8)
+    ends = np.empty(len(group) + 1, dtype=np.int64)
+    _ascii_collapse(cps, _offsets(group), buf, ends)
+    return buf, ends.tolist()
+
+
+def _fold_group(group: list[str]) -> tuple[np.ndarray, list[int], list[bool]] | None:
+    """The non-ASCII texts of ``group`` folded through the table into one code-point buffer,
+    their bounds, and whether each was safe to fold (else it takes `normalize`); None when
+    the group is too small to build the table for (and it is not built yet)."""
+    offsets = _offsets(group)
+    if offsets[-1] < TABLE_MIN_CHARS and _tables.cache_info().currsize == 0:
+        return None
+    start, length, flat, space = _tables()
+    cps = _utf32("".join(group))
+    wide = np.empty(2 * len(cps) + 64, dtype=np.uint32)
+    ends = np.empty(len(group) + 1, dtype=np.int64)
+    ok = np.empty(len(group), dtype=np.bool_)
+    _fold_collapse(cps, offsets, start, length, flat, space, wide, ends, ok)
+    return wide, ends.tolist(), ok.tolist()
+
+
 def normalize_many(texts: list[str]) -> list[str]:
     """`normalize` of each text (see the module doc for how)."""
     out: list[str] = [""] * len(texts)
     ascii_idx = [i for i, t in enumerate(texts) if t.isascii()]
     other_idx = [i for i, t in enumerate(texts) if not t.isascii()]
     if ascii_idx:
-        group = [texts[i] for i in ascii_idx]
-        cps = np.frombuffer("".join(group).encode("ascii"), dtype=np.uint8)
-        buf = np.empty(len(cps), dtype=np.uint8)
-        ends = np.empty(len(group) + 1, dtype=np.int64)
-        _ascii_collapse(cps, _offsets(group), buf, ends)
-        view, bounds = memoryview(buf.data), ends.tolist()
+        buf, bounds = _collapse_ascii([texts[i] for i in ascii_idx])
+        view = memoryview(buf.data)
         for k, i in enumerate(ascii_idx):
             out[i] = str(view[bounds[k]:bounds[k + 1]], "ascii")
     if other_idx:
-        group = [texts[i] for i in other_idx]
-        offsets = _offsets(group)
-        if offsets[-1] < TABLE_MIN_CHARS and _tables.cache_info().currsize == 0:
+        folded = _fold_group([texts[i] for i in other_idx])
+        if folded is None:
             for i in other_idx:
                 out[i] = normalize(texts[i])
             return out
-        start, length, flat, space = _tables()
-        cps = np.frombuffer("".join(group).encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
-        wide = np.empty(2 * len(cps) + 64, dtype=np.uint32)
-        ends = np.empty(len(group) + 1, dtype=np.int64)
-        ok = np.empty(len(group), dtype=np.bool_)
-        _fold_collapse(cps, offsets, start, length, flat, space, wide, ends, ok)
-        view, bounds, fine = memoryview(wide.view(np.uint8).data), ends.tolist(), ok.tolist()
+        wide, bounds, fine = folded
+        view = memoryview(wide.view(np.uint8).data)
         for k, i in enumerate(other_idx):
             out[i] = (str(view[4 * bounds[k]:4 * bounds[k + 1]], "utf-32-le") if fine[k]
                       else normalize(texts[i]))
     return out
-
-
-def _utf32(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-32-le", "surrogatepass"), dtype=np.uint32)
 
 
 def normalize_code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -200,28 +215,16 @@ def normalize_code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     ascii_idx = [i for i, t in enumerate(texts) if t.isascii()]
     other_idx = [i for i, t in enumerate(texts) if not t.isascii()]
     if ascii_idx:
-        group = [texts[i] for i in ascii_idx]
-        cps = np.frombuffer("".join(group).encode("ascii"), dtype=np.uint8)
-        buf = np.empty(len(cps), dtype=np.uint8)
-        ends = np.empty(len(group) + 1, dtype=np.int64)
-        _ascii_collapse(cps, _offsets(group), buf, ends)
-        bounds = ends.tolist()
+        buf, bounds = _collapse_ascii([texts[i] for i in ascii_idx])
         for k, i in enumerate(ascii_idx):
             pieces[i] = buf[bounds[k]:bounds[k + 1]]
     if other_idx:
-        group = [texts[i] for i in other_idx]
-        offsets = _offsets(group)
-        if offsets[-1] < TABLE_MIN_CHARS and _tables.cache_info().currsize == 0:
+        folded = _fold_group([texts[i] for i in other_idx])
+        if folded is None:
             for i in other_idx:
                 pieces[i] = _utf32(normalize(texts[i]))
         else:
-            start, length, flat, space = _tables()
-            cps = _utf32("".join(group))
-            wide = np.empty(2 * len(cps) + 64, dtype=np.uint32)
-            ends = np.empty(len(group) + 1, dtype=np.int64)
-            ok = np.empty(len(group), dtype=np.bool_)
-            _fold_collapse(cps, offsets, start, length, flat, space, wide, ends, ok)
-            bounds, fine = ends.tolist(), ok.tolist()
+            wide, bounds, fine = folded
             for k, i in enumerate(other_idx):
                 pieces[i] = (wide[bounds[k]:bounds[k + 1]] if fine[k]
                              else _utf32(normalize(texts[i])))
