@@ -380,13 +380,6 @@ def _read_foreign(path: Path) -> dict[str, str]:
     return dict(rows)
 
 
-def check_readable(path: Path, config: NearDedupConfig) -> None:
-    """An existing index of this tool bound to ``config``, or a one-line error."""
-    if not path.is_file():
-        raise NearDedupError(f"index {path}: not found; index the inputs first")
-    check_binding(path, _read_foreign(path), config)
-
-
 def open_writable(path: Path) -> Engine:
     """An engine whose transactions are ``BEGIN IMMEDIATE`` (one writer, others wait up to the
     busy timeout) in WAL mode, so readers such as ``scan`` see the last committed batch."""
