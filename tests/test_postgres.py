@@ -90,7 +90,8 @@ def index_rows(index: str | Path) -> dict:
                 select(t.contents.c.id, t.contents.c.content_id, t.contents.c.scope,
                        t.contents.c.batch, t.contents.c.norm_chars, t.contents.c.shingles,
                        t.contents.c.signature, t.contents.c.text_z, t.contents.c.dictionary)))
-        bands = sorted(tuple(r) for r in conn.execute(select(t.bands.c.key, t.bands.c.content)))
+        bands = sorted((table.name, *r) for table in (t.bands, t.bands_recent)
+                       for r in conn.execute(select(table.c.key, table.c.content)))
         s = t.sources.c
         sources = sorted(
             (packages[pkg][0], sid, content, split, file, line, pos, bytes(sha), dom, src)
@@ -144,6 +145,41 @@ def test_a_larger_real_text_batch_with_two_workers_gives_the_same_rows(url, tmp_
     ok(url, pkg, workers=2)
     ok(lite, pkg, workers=2)
     assert index_rows(url) == index_rows(lite)
+
+
+def test_band_rows_in_bands_recent_and_their_fold_match_sqlite(url, tmp_path):
+    """A small day's band rows go to ``bands_recent``, a later batch folds them into
+    ``bands``: the same rows, in the same tables, and the same reports as on SQLite; an index
+    of schema 2 is upgraded by its next batch as on SQLite."""
+    paras = stdlib_paragraphs()
+    days = [make_package(tmp_path, name, {"train": [{"id": f"{name}-{i}", "text": t}
+                                                    for i, t in enumerate(texts)]})
+            for name, texts in (("day1", paras[:160]), ("day2", paras[160:168]),
+                                ("day3", paras[168:184]))]
+    pool = make_package(tmp_path, "pool", {"train": [
+        {"id": f"p{i}", "text": reverse_every(t, 40)}
+        for i, t in enumerate((*paras[:3], *paras[160:164], *paras[190:193]))]})
+    lite = tmp_path / "layout.sqlite"
+    for index in (url, lite):
+        ok(index, days[0])
+    with _engine(url).begin() as conn:  # as the tool before bands_recent left it
+        conn.execute(text("DROP TABLE bands_recent"))
+        conn.execute(text("UPDATE meta SET value = '2' WHERE key = 'schema_version'"))
+        conn.execute(text("DELETE FROM meta WHERE key = 'bands_merged_through'"))
+    for index in (url, lite):
+        ok(index, days[1])
+        ok(index, pool)
+    rows = index_rows(url)
+    assert rows == index_rows(lite)
+    assert {table for table, *_ in rows["bands"]} == set(index_store.BAND_TABLES)
+    assert scan_ok(url, tmp_path / "pg", pool) == scan_ok(lite, tmp_path / "lite", pool)
+    assert "band rows of earlier batches folded" in ok(url, days[2])
+    ok(lite, days[2])
+    rows = index_rows(url)
+    assert rows == index_rows(lite)
+    assert {table for table, *_ in rows["bands"]} == {"bands"}
+    code, out, err = run_cli("--index", url, "index", "check")
+    assert (code, err) == (0, "") and "OK" in out, err
 
 
 # --------------------------------------------------------------------------- same reports
@@ -461,35 +497,45 @@ def test_the_daily_release_on_a_postgresql_index_freezes_the_sqlite_reports(url,
     assert reports["postgresql"] == reports["sqlite"]
 
 
-def test_the_history_join_probes_the_band_index_whatever_the_statistics(url):
-    """The scan's history join runs as one index probe of ``bands`` per probe key: on a band
-    table of 1.2·10^8 rows the planner's choice for a plain join (it puts ~50 rows behind a
-    key) read the whole table, 5× slower. Here a band table whose statistics say the same."""
+@pytest.mark.parametrize("recent_rows", [0, 100_000])
+def test_the_history_join_probes_the_band_index_whatever_the_statistics(url, recent_rows):
+    """The scan's history join runs as one index probe of each band table per probe key: on
+    a band table of 1.2·10^8 rows the planner's choice for a plain join (it puts ~50 rows
+    behind a key) read the whole table, 5× slower. Here band tables whose statistics say the
+    same, with ``bands_recent`` empty or not."""
     ok(url, V1)  # the schema
     conn = index_postgres.connect(url, snapshot=True)
     try:
-        conn.execute("INSERT INTO bands (key, content) SELECT g / 50, c.ids[1 + g % c.n] "
-                     "FROM generate_series(1, 400000) g, "
-                     "(SELECT array_agg(id ORDER BY id) AS ids, count(*) AS n FROM contents) c "
-                     "ON CONFLICT DO NOTHING")
+        for table, rows, offset in (("bands", 400_000, 0), ("bands_recent", recent_rows, 7)):
+            conn.execute(f"INSERT INTO {table} (key, content) SELECT g / 50 + {offset}, "
+                         f"c.ids[1 + g % c.n] FROM generate_series(1, {rows}) g, "
+                         f"(SELECT array_agg(id ORDER BY id) AS ids, count(*) AS n "
+                         f"FROM contents) c ON CONFLICT DO NOTHING")
+            conn.execute(f"ANALYZE {table}")
         (pool_content,) = conn.execute("SELECT min(id) FROM contents").fetchone()
-        conn.execute("ANALYZE bands")
         conn.execute("CREATE TEMP TABLE scan_keys (key BIGINT PRIMARY KEY)")
         conn.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
         conn.execute("INSERT INTO scan_keys SELECT g * 97 FROM generate_series(1, 40000) g")
         conn.execute("INSERT INTO scan_contents VALUES (%s)", (pool_content,))
         conn.execute("ANALYZE scan_keys")
-        plain = ("SELECT b.key, b.content FROM scan_keys q JOIN bands b ON b.key = q.key "
+        plain = ("SELECT b.key, b.content FROM scan_keys q JOIN (SELECT * FROM bands UNION ALL "
+                 "SELECT * FROM bands_recent) b ON b.key = q.key "
                  "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)")
 
         def plan(sql: str) -> str:
             return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql))
 
-        assert "Seq Scan on bands" in plan(plain)  # the planner's own choice: all of bands
+        assert "Seq Scan on bands " in plan(plain)  # the planner's own choice: all of bands
+        unpinned = plan(index_store.HISTORY_JOIN_SQL)  # LATERAL … OFFSET 0 alone: probes
+        assert "Seq Scan on bands " not in unpinned and "bands_pkey" in unpinned, unpinned
+        conn.execute("SET LOCAL enable_seqscan = off")  # as history_band_hits runs it
         probing = plan(index_store.HISTORY_JOIN_SQL)
         assert "Seq Scan on bands" not in probing, probing
-        assert re.search(r"Index (Only )?Scan using bands_pkey on bands", probing), probing
+        for table in index_store.BAND_TABLES:
+            assert re.search(rf"Index (Only )?Scan using {table}_pkey on {table}", probing), \
+                probing
         rows = conn.execute(index_store.HISTORY_JOIN_SQL).fetchall()
+        conn.execute("SET LOCAL enable_seqscan = on")
         assert sorted(rows) == sorted(conn.execute(plain).fetchall()) and rows
         assert all(content != pool_content for _, content in rows)
     finally:

@@ -13,7 +13,11 @@ Tables
 - ``dictionaries``: zstd dictionaries trained on a batch's new texts (a fresh one every 100,000
   new contents, following the batch as it drifts): templated text repeats across documents,
   and on 20,000 real documents a dictionary cut the compressed texts by about a third.
-- ``bands``: (LSH band key, content) pairs, the primary key doubling as the lookup index.
+- ``bands`` and ``bands_recent``: (LSH band key, content) pairs, the primary key doubling as
+  the lookup index; a lookup reads both. ``bands`` holds the band rows of contents up to row
+  id ``meta.bands_merged_through``, ``bands_recent`` those of later contents: see
+  `BatchTransaction.write_bands` for why a day's rows go to the small table and when they
+  are folded into the large one.
 - ``sources``: one row per indexed sample: package, sample id, split, file, line, position,
   text_sha256, domain and the original ``source`` object.
 
@@ -66,7 +70,12 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store import postgres as pg
 
 FORMAT = "near-dedup-index"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
+#: The schema before ``bands_recent``: readable by nothing of this tool, upgraded in place by
+#: the next batch (`BatchTransaction.upgrade_schema`), inside that batch's transaction.
+UPGRADABLE_SCHEMA = "2"
+#: meta key: the content row id up to which band rows are in ``bands`` (see `write_bands`).
+BANDS_MERGED_THROUGH = "bands_merged_through"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
 
@@ -122,6 +131,16 @@ bands = Table("bands", metadata,
               Column("content", INT, ForeignKey("contents.id"), primary_key=True,
                      autoincrement=False),
               sqlite_with_rowid=False)
+
+#: Band rows of the contents after ``meta.bands_merged_through``: the same columns as
+#: ``bands``. No foreign key, as for ``bands`` on PostgreSQL: `index check` verifies them.
+bands_recent = Table("bands_recent", metadata,
+                     Column("key", INT, primary_key=True, autoincrement=False),
+                     Column("content", INT, primary_key=True, autoincrement=False),
+                     sqlite_with_rowid=False)
+
+#: The two band tables that every band lookup reads.
+BAND_TABLES = ("bands", "bands_recent")
 
 #: Each raw compared text indexed, by sha256 within its scope, and its content: a text met
 #: again (the seed's cumulative snapshots) gets a source row without being normalized or
@@ -293,13 +312,14 @@ def read_meta(conn) -> dict[str, str]:
     return {k: v for k, v in conn.execute(select(meta.c.key, meta.c.value))}
 
 
-def check_binding(path: Path | str, values: dict[str, str], config: NearDedupConfig) -> None:
-    """The index must be ours, of our schema, and bound to this config and algorithm."""
+def check_binding(path: Path | str, values: dict[str, str], config: NearDedupConfig, *,
+                  writing: bool = False) -> None:
+    """The index must be ours, of our schema, and bound to this config and algorithm.
+    ``writing``: a batch is about to be appended, which upgrades an index of the
+    `UPGRADABLE_SCHEMA`."""
     if values.get("format") != FORMAT:
         raise NearDedupError(f"index {path}: not a near-dedup index")
-    if values.get("schema_version") != SCHEMA_VERSION:
-        raise NearDedupError(f"index {path}: schema version {values.get('schema_version')} "
-                             f"is not {SCHEMA_VERSION}; use a new index path")
+    check_schema(path, values.get("schema_version"), writing=writing)
     if values.get("algorithm_version") != ALGORITHM_VERSION:
         raise NearDedupError(f"index {path}: built with algorithm {values.get('algorithm_version')}, "
                              f"this tool runs {ALGORITHM_VERSION}; use a new index path")
@@ -308,6 +328,19 @@ def check_binding(path: Path | str, values: dict[str, str], config: NearDedupCon
                              f"{values.get('config_fingerprint', '?')[:12]}…, this config "
                              f"{config.fingerprint()[:12]}…); use a new index path for a new "
                              f"threshold, shingling, limits or rules")
+
+
+def check_schema(path: Path | str, version: str | None, *, writing: bool = False) -> None:
+    """This tool reads schema `SCHEMA_VERSION` and upgrades `UPGRADABLE_SCHEMA` when it
+    appends a batch; any other schema is refused."""
+    if version == SCHEMA_VERSION or (writing and version == UPGRADABLE_SCHEMA):
+        return
+    if version == UPGRADABLE_SCHEMA:
+        raise NearDedupError(f"index {path}: schema version {version}, this tool reads "
+                             f"{SCHEMA_VERSION}; the next `near-dedup index` run upgrades it in "
+                             f"place (in its batch's transaction)")
+    raise NearDedupError(f"index {path}: schema version {version} is not {SCHEMA_VERSION}; "
+                         f"use a new index path")
 
 
 def _is_wal(path: Path) -> bool:
@@ -412,6 +445,7 @@ def binding_rows(config: NearDedupConfig, created_at: str) -> list[dict[str, str
         {"key": "config_fingerprint", "value": config.fingerprint()},
         {"key": "config", "value": config.canonical_json()},
         {"key": "created_at", "value": created_at},
+        {"key": BANDS_MERGED_THROUGH, "value": "0"},
     ]
 
 
@@ -922,10 +956,10 @@ class IndexSnapshot(IndexTexts):
             con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
             # CROSS JOIN keeps the probe keys outside: one B-tree search per key in key order
             # (left to the planner, SQLite scans all of bands and probes the keys instead)
-            rows = con.execute(
-                "SELECT b.key, b.content FROM temp.scan_keys q CROSS JOIN main.bands b "
-                "ON b.key = q.key WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)"
-            ).fetchall()
+            rows = con.execute(" UNION ALL ".join(
+                f"SELECT b.key, b.content FROM temp.scan_keys q CROSS JOIN main.{table} b "
+                f"ON b.key = q.key WHERE b.content NOT IN (SELECT id FROM temp.scan_contents)"
+                for table in BAND_TABLES)).fetchall()
         finally:
             con.execute("DROP TABLE temp.scan_keys")
             con.execute("DROP TABLE temp.scan_contents")
@@ -999,7 +1033,10 @@ class PostgresSnapshot(IndexSnapshot):
                 "SELECT DISTINCT s.content, s.split FROM scan_contents t "
                 "JOIN sources s ON s.content = t.id") if (c, split) not in pool_nodes})
             raw.execute("DELETE FROM scan_contents WHERE id = ANY(%s)", (mixed,))
+            # the probes of an empty or just folded bands_recent stay index probes too
+            raw.execute("SET LOCAL enable_seqscan = off")
             rows = raw.execute(HISTORY_JOIN_SQL).fetchall()
+            raw.execute("SET LOCAL enable_seqscan = on")
         finally:
             raw.execute("DROP TABLE scan_keys, scan_contents")
         found = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
@@ -1008,12 +1045,13 @@ class PostgresSnapshot(IndexSnapshot):
 
 #: The scan's history lookup on PostgreSQL (`PostgresSnapshot.history_band_hits`): the band
 #: rows of the probe keys, less those of the pool's own contents, as one B-tree probe of
-#: ``bands`` per key. ``OFFSET 0`` keeps the per-key subquery from being flattened into a
-#: plain join, for which the planner, putting ~50 rows behind a band key from its sample,
-#: reads the whole band table instead (a hash join at 1.2·10^8 band rows: 80 s against
-#: 15 s for the probes, docs/postgres.md).
+#: each band table per key. ``OFFSET 0`` keeps the per-key subquery from being flattened
+#: into a plain join, for which the planner, putting ~50 rows behind a band key from its
+#: sample, reads the whole band table instead (a hash join at 1.2·10^8 band rows: 80 s
+#: against 15 s for the probes, docs/postgres.md).
 HISTORY_JOIN_SQL = ("SELECT q.key, b.content FROM scan_keys q CROSS JOIN LATERAL "
-                    "(SELECT content FROM bands WHERE bands.key = q.key OFFSET 0) b "
+                    "(SELECT content FROM bands WHERE bands.key = q.key UNION ALL "
+                    "SELECT content FROM bands_recent r WHERE r.key = q.key OFFSET 0) b "
                     "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)")
 
 
@@ -1068,7 +1106,7 @@ def open_known_texts(index: str) -> KnownTexts:
 
 
 REQUIRED_META = ("format", "schema_version", "algorithm_version", "config_fingerprint",
-                 "config", "created_at")
+                 "config", "created_at", BANDS_MERGED_THROUGH)
 
 
 class IndexCheck(NamedTuple):
@@ -1094,7 +1132,8 @@ def check_index(path: Path | str) -> IndexCheck:
 
     Invariants: the meta keys are present, name this format, schema and algorithm, and the
     stored config has the stored fingerprint; every band row's content exists and has a
-    signature of ``num_perm`` values; every source's and raw text's content and every
+    signature of ``num_perm`` values, and is in the band table that
+    ``meta.bands_merged_through`` assigns it to; every source's and raw text's content and every
     source's package exist; no content,
     package or dictionary names a batch that does not exist; every text decompresses (with its
     dictionary) to ``norm_chars`` characters.
@@ -1153,6 +1192,8 @@ def _check_postgres(url: str) -> IndexCheck:
 
 def _check_meta(path: Path | str, values: dict[str, str]) -> NearDedupConfig:
     """The binding rows: present, ours, readable by this tool, the config its fingerprint."""
+    if values.get("format") == FORMAT:
+        check_schema(path, values.get("schema_version"))
     missing = [k for k in REQUIRED_META if k not in values]
     if missing:
         raise NearDedupError(f"index {path}: meta lacks {', '.join(missing)}; restore it from "
@@ -1183,10 +1224,18 @@ def _check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDed
         return NearDedupError(f"index {path}: {what}; restore it from a backup")
 
     max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
+    (merged,) = con.execute("SELECT value FROM meta WHERE key = ?",
+                            (BANDS_MERGED_THROUGH,)).fetchone()
+    if not merged.isdigit():
+        raise bad(f"meta {BANDS_MERGED_THROUGH} is not a row id")
     queries = [
         ("a band row names a missing content or one without a signature",
-         ("SELECT COUNT(*) FROM bands b LEFT JOIN contents c ON c.id = b.content "
+         ("SELECT COUNT(*) FROM (SELECT content FROM bands UNION ALL "
+          "SELECT content FROM bands_recent) b LEFT JOIN contents c ON c.id = b.content "
           "WHERE c.id IS NULL OR c.signature IS NULL")),
+        (f"a band row is in the wrong table for {BANDS_MERGED_THROUGH} = {merged}",
+         (f"SELECT (SELECT COUNT(*) FROM bands WHERE content > {int(merged)}) + "
+          f"(SELECT COUNT(*) FROM bands_recent WHERE content <= {int(merged)})")),
         ("a content's signature does not have num_perm values",
          (f"SELECT COUNT(*) FROM contents WHERE signature IS NOT NULL AND "
           f"length(signature) != {2 * config.num_perm}")),
@@ -1242,6 +1291,18 @@ class RefTarget(NamedTuple):
 
 
 BAND_ROWS_PER_INSERT = 50
+#: ``bands_recent`` is folded into ``bands`` once it holds the band rows of this share of the
+#: contents that ``bands`` holds (see `BatchTransaction.write_bands`).
+RECENT_SHARE = 1 / 8
+
+
+class BandWrite(NamedTuple):
+    """Where a batch's band rows went: ``table``; ``folded``: rows of earlier batches moved
+    from ``bands_recent`` into ``bands`` with them."""
+
+    table: str
+    rows: int
+    folded: int
 
 
 class BatchTransaction:
@@ -1264,9 +1325,10 @@ class BatchTransaction:
         self.conn = conn
         self._sql_sources = insert_sql(sources)
         self._sql_contents = insert_sql(contents)
-        self._sql_bands = insert_sql(bands).replace("INSERT", "INSERT OR IGNORE", 1)
-        self._sql_bands_many = self._sql_bands.replace(
-            "VALUES (?, ?)", "VALUES " + ", ".join(["(?, ?)"] * BAND_ROWS_PER_INSERT))
+        self._sql_bands = {t: f"INSERT OR IGNORE INTO {t} (key, content) VALUES (?, ?)"
+                           for t in BAND_TABLES}
+        self._sql_bands_many = {t: sql.replace("VALUES (?, ?)", "VALUES " + ", ".join(
+            ["(?, ?)"] * BAND_ROWS_PER_INSERT)) for t, sql in self._sql_bands.items()}
         self._sql_raw_texts = insert_sql(raw_texts)
 
     def _insert_id(self, statement: Insert) -> int:
@@ -1347,10 +1409,56 @@ class BatchTransaction:
         signature, text_z, dictionary)."""
         self.conn.exec_driver_sql(self._sql_contents, rows)
 
-    def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
-        """Band rows, given sorted by (key, content) so the B-tree fills front to back.
-        ``BAND_ROWS_PER_INSERT`` rows per statement: binding is then a third of the cost of
-        one statement per row."""
+    def upgrade_schema(self, values: dict[str, str]) -> None:
+        """An index of the `UPGRADABLE_SCHEMA` becomes one of `SCHEMA_VERSION`, inside the
+        batch's transaction: an empty ``bands_recent``, every band row in ``bands``."""
+        if values["schema_version"] == SCHEMA_VERSION:
+            return
+        metadata.create_all(self.conn, tables=[bands_recent])
+        self.conn.execute(meta.update().where(meta.c.key == "schema_version")
+                          .values(value=SCHEMA_VERSION))
+        self.conn.execute(insert(meta).values(key=BANDS_MERGED_THROUGH,
+                                              value=str(self.max_content_rowid())))
+
+    def write_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> BandWrite:
+        """The batch's band rows (sorted by (key, content)), after its contents: into
+        ``bands_recent``, or with it folded, into ``bands``.
+
+        Band keys are uniform hashes, so a day's rows, sorted, still land on nearly every leaf
+        of a band B-tree much larger than they are: at 10^7 contents (1.5·10^8 band rows) a
+        day of 5·10^4 contents would rewrite the whole ``bands`` B-tree, gigabytes through the
+        journal, whatever its own size. So, with ``M`` contents in ``bands`` (row ids up to
+        ``meta.bands_merged_through``) and ``R`` after them (this batch's included), the rows
+        go to the small ``bands_recent`` while ``R < RECENT_SHARE · M``; otherwise (and for
+        the first batch, ``M = 0``) they go to ``bands``, and the rows of ``bands_recent``
+        follow them there. A fold rewrites ``bands`` once per ``RECENT_SHARE · M`` contents
+        appended, so the pages a batch writes amortize to a constant multiple of its own rows
+        (``1 / RECENT_SHARE``), as in a log-structured merge; every lookup reads both tables,
+        the second at most an eighth of the first."""
+        merged = int(self.conn.execute(select(meta.c.value).where(
+            meta.c.key == BANDS_MERGED_THROUGH)).scalar_one())
+        newest = self.max_content_rowid()
+        if newest - merged < RECENT_SHARE * merged:
+            self.add_bands("bands_recent", keys, content_rowids)
+            return BandWrite("bands_recent", len(keys), 0)
+        self.add_bands("bands", keys, content_rowids)
+        folded = self.fold_recent_bands()
+        self.conn.execute(meta.update().where(meta.c.key == BANDS_MERGED_THROUGH)
+                          .values(value=str(newest)))
+        return BandWrite("bands", len(keys), folded)
+
+    def fold_recent_bands(self) -> int:
+        """Move every row of ``bands_recent`` into ``bands`` (in key order); their count."""
+        moved = self.conn.exec_driver_sql(
+            "INSERT INTO bands (key, content) SELECT key, content FROM bands_recent "
+            "ORDER BY key, content").rowcount
+        self.conn.exec_driver_sql("DELETE FROM bands_recent")
+        return max(moved, 0)
+
+    def add_bands(self, table: str, keys: np.ndarray, content_rowids: np.ndarray) -> None:
+        """Band rows into ``table`` (one of `BAND_TABLES`), given sorted by (key, content) so
+        the B-tree fills front to back. ``BAND_ROWS_PER_INSERT`` rows per statement: binding
+        is then a third of the cost of one statement per row."""
         per = BAND_ROWS_PER_INSERT
         full = len(keys) // per * per
         step = per << 14
@@ -1360,9 +1468,9 @@ class BatchTransaction:
             end = min(i + step, full)
             flat = np.empty(2 * (end - i), dtype=np.int64)
             flat[0::2], flat[1::2] = keys[i:end], content_rowids[i:end]
-            dbapi.executemany(self._sql_bands_many, flat.reshape(-1, 2 * per).tolist())
+            dbapi.executemany(self._sql_bands_many[table], flat.reshape(-1, 2 * per).tolist())
         if full < len(keys):
-            self.conn.exec_driver_sql(self._sql_bands, list(zip(
+            self.conn.exec_driver_sql(self._sql_bands[table], list(zip(
                 keys[full:].tolist(), content_rowids[full:].tolist())))
 
     def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
@@ -1382,8 +1490,9 @@ class PostgresBatch(BatchTransaction):
     def add_contents(self, rows: list[tuple]) -> None:
         pg.copy_rows(self.conn, "contents", _CONTENT_COLUMNS, rows)
 
-    def add_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> None:
-        pg.copy_bands(self.conn, keys, content_rowids)
+    def add_bands(self, table: str, keys: np.ndarray, content_rowids: np.ndarray) -> None:
+        assert table in BAND_TABLES
+        pg.copy_bands(self.conn, table, keys, content_rowids)
 
     def known_raw_texts(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
         return KnownTexts(pg.QmarkConnection(pg.raw(self.conn))).contents(shas)

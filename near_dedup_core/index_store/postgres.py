@@ -228,8 +228,8 @@ def copy_rows(conn: Connection, table: str, columns: tuple[str, ...], rows: Any)
                 copy.write_row(row)
 
 
-def copy_bands(conn: Connection, keys: np.ndarray, contents: np.ndarray) -> None:
-    copy_rows(conn, "bands", ("key", "content"), zip(keys.tolist(), contents.tolist()))
+def copy_bands(conn: Connection, table: str, keys: np.ndarray, contents: np.ndarray) -> None:
+    copy_rows(conn, table, ("key", "content"), zip(keys.tolist(), contents.tolist()))
 
 
 def known_contents(conn: Connection, content_ids: list[bytes]) -> dict[bytes, int]:

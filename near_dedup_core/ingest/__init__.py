@@ -50,6 +50,7 @@ class IndexResult:
     records: int = 0
     new_contents: int = 0
     new_sources: int = 0
+    bands: db.BandWrite | None = None  # where the batch's band rows went
 
     @property
     def known_contents(self) -> int:
@@ -65,6 +66,9 @@ class IndexResult:
                 f"{self.known_contents:,} sources of already known contents")
         if self.packages_skipped:
             text += f"; already indexed: {', '.join(self.packages_skipped)}"
+        if self.bands is not None and self.bands.folded:
+            text += (f"; {self.bands.folded:,} band rows of earlier batches folded from "
+                     f"bands_recent into bands")
         return text
 
 
@@ -112,6 +116,7 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
             BatchWriter(store, config, 0, inline, 1, None, Progress("", 0, enabled=False)
                         ).run(pkgs, {})
         return
+    store.upgrade_schema(values)
     if "kind" not in values:
         store.set_kind(kind)
     seq = store.add_batch(_now(), __version__, [p.package_id for p in new])
@@ -137,6 +142,7 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     result.records = new_records
     result.new_contents = writer.new_contents
     result.new_sources = writer.new_sources
+    result.bands = writer.bands
 
 
 def index_packages(index_path: str | Path, config: NearDedupConfig,
@@ -186,7 +192,7 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
                   progress: bool) -> None:
     values = db.existing_meta(index_path)
     if values is not None:
-        db.check_binding(index_path, values, config)
+        db.check_binding(index_path, values, config, writing=True)
         engine = db.open_writable(index_path)
         # local workers read the committed index on connections of their own
         known_texts = str(index_path.resolve()) if executor == "local" else None
@@ -225,7 +231,7 @@ def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], work
             if values is None:
                 pg.create_schema(conn, config, _now())
             else:
-                db.check_binding(pg.label(url), values, config)
+                db.check_binding(pg.label(url), values, config, writing=True)
             _append_in(conn, config, pkgs, result, workers, executor, progress, url)
     except pg.driver_errors() as exc:
         raise pg.connect_error(url, exc) from None

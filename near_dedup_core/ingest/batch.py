@@ -73,6 +73,7 @@ class BatchWriter:
         self.band_keys: list[np.ndarray] = []
         self.band_contents: list[np.ndarray] = []
         self.raw_texts: dict[tuple[bytes, int], int] = {}
+        self.bands: db.BandWrite | None = None
         self.new_contents = 0
         self.new_sources = 0
         self.dictionary: tuple[int | None, bytes | None] = (None, None)
@@ -230,7 +231,7 @@ class BatchWriter:
             contents = np.concatenate(self.band_contents)
             # contents grow along the batch, so a stable sort by key is (key, content) order
             order = np.argsort(keys, kind="stable")
-            self.store.add_bands(keys[order], contents[order])
+            self.bands = self.store.write_bands(keys[order], contents[order])
             self.band_keys, self.band_contents = [], []
         if self.raw_texts:
             self.store.add_raw_texts(sorted((sha, scope, content) for (sha, scope), content

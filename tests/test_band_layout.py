@@ -1,0 +1,158 @@
+"""The two band tables: a small batch's band rows go to ``bands_recent``, a batch that brings
+``bands_recent`` to an eighth of ``bands`` folds it in, scans read both and report exactly
+what they report when every row is in ``bands``; an index of schema 2 is upgraded in place by
+its next batch; ``index check`` finds a row in the wrong table.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import orjson
+import pytest
+from conftest import make_package, reverse_every, run_cli, stdlib_paragraphs, tree_bytes
+
+from near_dedup_core import index_store
+
+PARAS = stdlib_paragraphs()
+#: The first batch, then two small ones: 8 texts stay under an eighth of 160 contents, and
+#: the 16 of the third batch bring the recent contents to 24, over it.
+FIRST, SECOND, THIRD = PARAS[:160], PARAS[160:168], PARAS[168:184]
+
+
+def docs(prefix: str, texts) -> list[dict]:
+    return [{"id": f"{prefix}{i}", "text": t} for i, t in enumerate(texts)]
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("layout")
+    # near copies of day1 and day2 texts and new ones: 10 contents, with day2's 8 still under
+    # an eighth of day1's 160, so the pool's band rows stay in bands_recent too
+    pool = [reverse_every(t, 40) for t in (*FIRST[:3], *SECOND[:4])] + list(PARAS[190:193])
+    return {
+        "day1": make_package(root, "day1", {"train": docs("a", FIRST)}),
+        "day2": make_package(root, "day2", {"train": docs("b", SECOND)}),
+        "day3": make_package(root, "day3", {"train": docs("c", THIRD)}),
+        "pool": make_package(root, "pool", {"train": docs("p", pool)}),
+    }
+
+
+def index(path: Path, *inputs: Path) -> str:
+    code, out, err = run_cli("--quiet", "--index", path, "index", "--inputs", *inputs)
+    assert (code, err) == (0, ""), err
+    return out
+
+
+def check(path: Path) -> None:
+    code, out, err = run_cli("--index", path, "index", "check")
+    assert (code, err) == (0, "") and "OK" in out, err
+
+
+def scan(path: Path, pool: Path, out: Path) -> dict[str, bytes]:
+    code, _, err = run_cli("--quiet", "--index", path, "scan", "--inputs", pool,
+                           "--output", out)
+    assert (code, err) == (0, ""), err
+    return tree_bytes(out)
+
+
+def layout(path: Path) -> tuple[int, int, int]:
+    """(rows in bands, rows in bands_recent, meta bands_merged_through)."""
+    with sqlite3.connect(path) as con:
+        (merged,) = con.execute("SELECT value FROM meta WHERE key = ?",
+                                (index_store.BANDS_MERGED_THROUGH,)).fetchone()
+        return (con.execute("SELECT COUNT(*) FROM bands").fetchone()[0],
+                con.execute("SELECT COUNT(*) FROM bands_recent").fetchone()[0], int(merged))
+
+
+def max_content(path: Path) -> int:
+    with sqlite3.connect(path) as con:
+        return con.execute("SELECT MAX(id) FROM contents").fetchone()[0]
+
+
+def test_small_batches_go_to_bands_recent_and_a_larger_one_folds_them(packages, tmp_path):
+    path = tmp_path / "index.sqlite"
+    bands = index_store.NearDedupConfig().bands
+    index(path, packages["day1"])
+    assert layout(path) == (bands * len(FIRST), 0, len(FIRST))
+    out = index(path, packages["day2"])
+    assert "folded" not in out
+    assert layout(path) == (bands * len(FIRST), bands * len(SECOND), len(FIRST))
+    check(path)
+    out = index(path, packages["day3"])
+    assert f"{bands * len(SECOND):,} band rows of earlier batches folded" in out, out
+    total = len(FIRST) + len(SECOND) + len(THIRD)
+    assert layout(path) == (bands * total, 0, total) and max_content(path) == total
+    check(path)
+
+
+def test_a_scan_reads_both_tables_and_reports_as_if_all_were_in_bands(packages, tmp_path,
+                                                                      monkeypatch):
+    split = tmp_path / "split.sqlite"
+    index(split, packages["day1"])
+    index(split, packages["day2"])
+    index(split, packages["pool"])
+    assert layout(split)[1] > 0  # day2 and the pool in bands_recent
+    monkeypatch.setattr(index_store, "RECENT_SHARE", 0.0)  # every batch writes bands
+    whole = tmp_path / "whole.sqlite"
+    for name in ("day1", "day2", "pool"):
+        index(whole, packages[name])
+    assert layout(whole)[1] == 0
+    a = scan(split, packages["pool"], tmp_path / "a")
+    b = scan(whole, packages["pool"], tmp_path / "b")
+    assert a == b
+    matched = {m["sample_id"] for line in a["relations.jsonl"].splitlines()
+               for m in orjson.loads(line)["match_sources"]}
+    # every near copy found its original, in bands (day1) and in bands_recent (day2)
+    assert matched == {"a0", "a1", "a2", "b0", "b1", "b2", "b3"}, matched
+
+
+def _downgrade(path: Path) -> None:
+    """What an index written by the tool before ``bands_recent`` looks like."""
+    with sqlite3.connect(path) as con:
+        con.execute("DROP TABLE bands_recent")
+        con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
+        con.execute("DELETE FROM meta WHERE key = ?", (index_store.BANDS_MERGED_THROUGH,))
+    with sqlite3.connect(path) as con:
+        con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def test_an_index_of_schema_2_is_read_by_nothing_and_upgraded_by_the_next_batch(packages,
+                                                                                 tmp_path):
+    path = tmp_path / "index.sqlite"
+    index(path, packages["day1"])
+    _downgrade(path)
+    before = path.read_bytes()
+    for argv in (["scan", "--inputs", packages["pool"], "--output", tmp_path / "r"],
+                 ["index", "check"]):
+        code, _, err = run_cli("--index", path, *argv)
+        assert code == 1 and err.count("\n") == 1, err
+        assert "schema version 2, this tool reads 3; the next `near-dedup index` run " \
+               "upgrades it in place" in err, err
+    code, _, err = run_cli("--quiet", "--index", path, "index", "--inputs", packages["day1"])
+    assert (code, err) == (0, ""), err  # nothing to do: nothing written, still schema 2
+    assert path.read_bytes() == before and not (tmp_path / "r").exists()
+    index(path, packages["day2"])
+    with sqlite3.connect(path) as con:
+        assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'"
+                           ).fetchone() == (index_store.SCHEMA_VERSION,)
+    bands = index_store.NearDedupConfig().bands
+    assert layout(path) == (bands * len(FIRST), bands * len(SECOND), len(FIRST))
+    check(path)
+
+
+@pytest.mark.parametrize("sql", [
+    "INSERT INTO bands_recent SELECT key + 1, content FROM bands LIMIT 1",
+    "INSERT INTO bands SELECT key + 1, content FROM bands_recent LIMIT 1",
+], ids=["merged-content-in-recent", "recent-content-in-bands"])
+def test_index_check_finds_a_band_row_in_the_wrong_table(packages, tmp_path, sql):
+    path = tmp_path / "index.sqlite"
+    index(path, packages["day1"])
+    index(path, packages["day2"])
+    with sqlite3.connect(path) as con:
+        con.execute(sql)
+    code, _, err = run_cli("--index", path, "index", "check")
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"a band row is in the wrong table for bands_merged_through = {len(FIRST)} (1 rows)" \
+        in err, err
