@@ -19,6 +19,11 @@ contents, through the CLI, as same-run ratios against an empty index.
    alternating history and empty for ``--rounds`` rounds.
    Reports of the two backends must be byte-identical (history against history, empty
    against empty).
+2b. **layout** — the two band tables (``bands`` and the small ``bands_recent``, folded into
+   ``bands`` at an eighth of it) as a run of days meets them, through `layout`: day N+1, a
+   history batch that fills ``bands_recent`` to just under the eighth, day N+2 against it,
+   a day that folds, and the pool's scans between them; each append alternates with the same
+   package into an empty index.
 3. **partition** — PostgreSQL only: a copy of the band table hash-partitioned by key
    (``--partitions``), filled in the band table's own order (batch after batch, each in key
    order, as the index fills it); then,
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import sys
@@ -303,6 +309,121 @@ def _packages(index: str) -> list[str]:
         con.close()
 
 
+# --------------------------------------------------------------------------- 2b. layout
+
+
+def band_layout(index: str) -> dict[str, int]:
+    """Where the index's band rows are: ``bands_merged_through``, the newest content row id,
+    and the rows of ``bands_recent`` (``bands`` is too large to count in passing)."""
+    sql = ("SELECT (SELECT value FROM meta WHERE key = 'bands_merged_through'), "
+           "(SELECT MAX(id) FROM contents), (SELECT COUNT(*) FROM bands_recent)")
+    if index.startswith("postgresql://"):
+        import psycopg
+
+        with psycopg.connect(index) as con:
+            merged, newest, recent = con.execute(sql).fetchone()
+    else:
+        import sqlite3
+
+        with sqlite3.connect(f"file:{index}?mode=ro", uri=True) as con:
+            merged, newest, recent = con.execute(sql).fetchone()
+    return {"merged_through": int(merged), "newest_content": newest,
+            "recent_contents": newest - int(merged), "recent_band_rows": recent}
+
+
+def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> None:
+    """The history with two band tables (schema 3), as a run of days meets it, on both
+    backends: each append alternates with the same package into an empty index.
+
+    1. day N+1 (``day-1m-b``), the history's first append since ``bands_recent`` (which
+       upgrades it), then the pool's scan against it and against the pool alone;
+    2. a history batch that fills ``bands_recent`` to just under an eighth of ``bands``
+       (``hist-fill``, mosaics as in the build), then day N+2 (``day-1m-c``) against the
+       full ``bands_recent``, and the scans again: the worst day and scan between folds;
+    3. a 100,000-record day (``day-1m-fold``) that crosses the eighth: its append folds
+       ``bands_recent`` into ``bands``."""
+    out: Path = args.out
+    done: dict[str, Any] = state.data.setdefault("layout", {})
+    day_b, day_c, fold_day = ensure("day-1m-b", "day-1m-c", "day-1m-fold")
+    pool = ensure_pool(args.pool)
+    history = {"sqlite": str(out / "history.sqlite"), "postgresql": server.url(HISTORY_DB)}
+    work = out / "measure"
+    sides = ("sqlite", "postgresql")
+    w = ["--workers", str(args.workers)]
+
+    def step(name: str, index: str, argv: list[str]) -> None:
+        if name not in done:
+            m = cli(out, name, index, argv)
+            done[name] = round(m.wall_s, 2)
+            done[f"{name}-cpu"] = round(m.cpu_s, 2)
+            done[f"{name}-out"] = m.stdout.strip()[-300:]
+            if index in history.values():
+                done[f"{name}-layout"] = band_layout(index)
+            state.save()
+
+    def empty(side: str, name: str) -> str:
+        if side == "sqlite":
+            path = work / f"{name}.sqlite"
+            for p in (path, path.with_name(path.name + "-wal")):
+                p.unlink(missing_ok=True)
+            return str(path)
+        dbname = f"l_{name.replace('-', '_')}"
+        server.execute(f"DROP DATABASE IF EXISTS {dbname}")
+        server.execute(f"CREATE DATABASE {dbname} TEMPLATE template0")
+        return server.url(dbname)
+
+    def append(label: str, pkg: Path) -> None:
+        for side in sides:
+            argv = ["index", "--inputs", str(pkg), *w]
+            step(f"{label}-{side}-empty-1", empty(side, f"{label}-{side}-1"), argv)
+            step(f"{label}-{side}-history", history[side], argv)
+            step(f"{label}-{side}-empty-2", empty(side, f"{label}-{side}-2"), argv)
+
+    def scans(label: str) -> None:
+        for r in range(args.rounds):
+            for side in sides:
+                for where, index in (("history", history[side]), ("empty", pool_only[side])):
+                    name = f"{label}-scan-{side}-{where}-{r}"
+                    report = work / f"layout-report-{side}-{where}"
+                    if report.exists():
+                        shutil.rmtree(report)
+                    step(name, index, ["scan", "--inputs", str(pool), "--output", str(report),
+                                       *w])
+                    if report.exists():
+                        done[f"{name}-digest"] = {f: sha256_file(report / f)
+                                                  for f in REPORT_FILES}
+                        shutil.rmtree(report)
+                        state.save()
+
+    pool_only = {}
+    for side in sides:
+        name = f"pool-only-{side}"
+        pool_only[side] = (str(work / f"{name}.sqlite") if side == "sqlite"
+                           else server.url(f"l_{name.replace('-', '_')}"))
+        if name not in done:
+            step(name, empty(side, name), ["index", "--inputs", str(pool), *w])
+    append("day-b", day_b)
+    scans("day-b")
+    if "fill" not in done:
+        now = band_layout(history["sqlite"])
+        room = int(now["merged_through"] / 8) - now["recent_contents"]
+        records = room - 150_000  # the next day (50,000 records) stays under the eighth
+        pkg_id = "hist-fill"
+        pkg = out / "work" / pkg_id
+        if pkg.exists():
+            shutil.rmtree(pkg)
+        make_package(history_records(list(read_jsonl(REAL)), 90, records, args.min_len,
+                                     args.max_len), pkg_id, pkg, out / "work")
+        for side in sides:
+            step(f"fill-{side}-history", history[side], ["index", "--inputs", str(pkg), *w])
+        shutil.rmtree(pkg)
+        done["fill"] = records
+        state.save()
+    append("day-c", day_c)
+    scans("day-c")
+    append("fold", fold_day)
+
+
 # --------------------------------------------------------------------------- 3. partition
 
 
@@ -477,6 +598,23 @@ def summary(state: State, pool: str) -> None:
             h, e = statistics.median(hist), statistics.median(emp)
             print(f"{side}: scan of the pool {h:.1f} s with the history, {e:.1f} s with only "
                   f"the pool (×{h / e:.2f}; runs {hist} / {emp})")
+    lay = d.get("layout", {})
+    for label in ("day-b", "day-c", "fold"):
+        for side in ("sqlite", "postgresql"):
+            if f"{label}-{side}-empty-2" not in lay:
+                continue
+            e = statistics.mean([lay[f"{label}-{side}-empty-1"], lay[f"{label}-{side}-empty-2"]])
+            h = lay[f"{label}-{side}-history"]
+            print(f"layout {label} {side}: append {h:.1f} s to the history, {e:.1f} s to an "
+                  f"empty index (×{h / e:.2f}); after it {lay[f'{label}-{side}-history-layout']}")
+        for side in ("sqlite", "postgresql"):
+            hist = [v for k, v in lay.items()
+                    if re.fullmatch(rf"{label}-scan-{side}-history-\d+", k)]
+            emp = [v for k, v in lay.items() if re.fullmatch(rf"{label}-scan-{side}-empty-\d+", k)]
+            if hist and emp:
+                h, e = statistics.median(hist), statistics.median(emp)
+                print(f"layout {label} {side}: scan {h:.1f} s against the history, {e:.1f} s "
+                      f"against the pool alone (×{h / e:.2f}; runs {hist} / {emp})")
     if d["partition"].get("median_s"):
         print(f"partition: {orjson.dumps(d['partition'], option=orjson.OPT_INDENT_2).decode()}")
 
@@ -499,7 +637,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pool", default="pool-100k-mosaic-rot13",
                    help="bench.build_corpus package scanned against the history")
     p.add_argument("--steps", nargs="+", default=["build", "measure", "partition"],
-                   choices=["build", "measure", "partition", "plan"])
+                   choices=["build", "measure", "layout", "partition", "plan"])
     args = p.parse_args(argv)
     os.chdir(ROOT)  # bench.build_corpus builds its packages under bench/out/pkg
     args.out = args.out.resolve()
@@ -522,6 +660,8 @@ def main(argv: list[str] | None = None) -> None:
             build(args, state, server)
         if "measure" in args.steps:
             measure(args, state, server)
+        if "layout" in args.steps:
+            layout(args, state, server)
         if "partition" in args.steps:
             partition(args, state, server)
         if "plan" in args.steps:
