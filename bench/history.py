@@ -407,7 +407,9 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
     if "fill" not in done:
         now = band_layout(history["sqlite"])
         room = int(now["merged_through"] / 8) - now["recent_contents"]
-        records = room - 150_000  # the next day (50,000 records) stays under the eighth
+        # to 100,000 contents under the eighth: day N+2 (50,000) stays under it, the fold day
+        # (100,000) crosses it; history records are 0.915 contents each (the build's ratio)
+        records = int((room - 100_000) / 0.915)
         pkg_id = "hist-fill"
         pkg = out / "work" / pkg_id
         if pkg.exists():
