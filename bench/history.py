@@ -410,15 +410,19 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
         # to 100,000 contents under the eighth: day N+2 (50,000) stays under it, the fold day
         # (100,000) crosses it; history records are 0.915 contents each (the build's ratio)
         records = int((room - 100_000) / 0.915)
-        pkg_id = "hist-fill"
-        pkg = out / "work" / pkg_id
-        if pkg.exists():
+        real = list(read_jsonl(REAL))
+        parts = -(-records // args.batch_records)  # batches of at most max_pool_records
+        for k in range(parts):
+            pkg_id = f"hist-fill-{k}"
+            pkg = out / "work" / pkg_id
+            if pkg.exists():
+                shutil.rmtree(pkg)
+            make_package(history_records(real, 90 + k, records // parts, args.min_len,
+                                         args.max_len), pkg_id, pkg, out / "work")
+            for side in sides:
+                step(f"fill-{k}-{side}-history", history[side],
+                     ["index", "--inputs", str(pkg), *w])
             shutil.rmtree(pkg)
-        make_package(history_records(list(read_jsonl(REAL)), 90, records, args.min_len,
-                                     args.max_len), pkg_id, pkg, out / "work")
-        for side in sides:
-            step(f"fill-{side}-history", history[side], ["index", "--inputs", str(pkg), *w])
-        shutil.rmtree(pkg)
         done["fill"] = records
         state.save()
     append("day-c", day_c)

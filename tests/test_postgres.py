@@ -254,6 +254,47 @@ def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(u
     assert after["relations.jsonl"] != before["relations.jsonl"]
 
 
+def test_the_history_probes_on_two_connections_read_the_scan_snapshot(url, tmp_path):
+    """With the probe keys split over two server connections (forced here from one key on),
+    a batch committed after the scan began is invisible to both: the report is the one of
+    the index as the scan found it, and the same as with one connection."""
+    texts = list(stdlib_paragraphs())
+    pool = make_package(tmp_path, "cpt-a", {"train": [
+        {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:200])]})
+    later = make_package(tmp_path, "cpt-b", {"train": [  # near copies: new band rows that
+        {"id": f"b{i}", "text": drop_every(t, 9), "domain": "docs"}  # match the pool
+        for i, t in enumerate(texts[:100])]}, created_at="2026-11-26T00:00:00Z")
+    history = make_package(tmp_path, "cpt-h", {"train": [  # so that the scan has a history
+        {"id": f"h{i}", "text": drop_every(t, 9), "domain": "docs"}
+        for i, t in enumerate(texts[150:200])]})
+    ok(url, history)
+    ok(url, pool)
+    one = scan_ok(url, tmp_path / "one", pool)
+    assert b'"package_id":"cpt-h"' in one["relations.jsonl"]
+    flag = tmp_path / "paused"
+    code = ("import sys; from near_dedup_core import index_store, cli; "
+            "index_store.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--quiet", "--index", url, "scan", "--inputs", str(pool),
+         "--output", str(tmp_path / "two")],
+        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-history:{flag}"},
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the scan never paused"
+            time.sleep(0.05)
+        assert "batch 3 added cpt-b" in ok(url, later)
+    finally:
+        flag.unlink(missing_ok=True)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert tree_bytes(tmp_path / "two") == one
+    after = scan_ok(url, tmp_path / "after", pool)
+    assert b'"package_id":"cpt-b"' in after["relations.jsonl"]
+
+
 # --------------------------------------------------------------------------- bad states
 
 

@@ -160,6 +160,20 @@ def connect(url: str, *, snapshot: bool, read_only: bool = False) -> Any:
     return raw
 
 
+def connect_to_snapshot(url: str, snapshot: str) -> Any:
+    """A `connect` (``snapshot=True``) whose transaction reads the snapshot that another
+    transaction exported with ``pg_export_snapshot()`` (and keeps open meanwhile)."""
+    from psycopg import sql
+
+    raw = connect(url, snapshot=True)
+    try:
+        raw.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(snapshot)))
+    except BaseException:
+        raw.close()
+        raise
+    return raw
+
+
 def stream(raw: Any, sql: str, rows: int = 5000) -> Iterator[tuple]:
     """The rows of ``sql`` through a server-side cursor, ``rows`` at a time: a result of
     millions of rows never sits in the client's memory at once. Inside the connection's open

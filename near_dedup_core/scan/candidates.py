@@ -23,6 +23,7 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.progress import pause_point
 from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
 from near_dedup_core.signature import band_keys_into
 
@@ -243,6 +244,7 @@ def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool, nodes: N
     slot_of = (by_key // keys.shape[1]).astype(np.int64)
     probes = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
     rowid = pool.contents.rowid
+    pause_point("scan-history")
     # distinct keys in key order: the probes walk the band B-tree in order
     found = snap.history_band_hits(probes, distinct(rowid[nodes.content]).tolist(),
                                    pool_nodes)
