@@ -343,8 +343,8 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
     3. a 100,000-record day (``day-1m-fold``) that crosses the eighth: its append folds
        ``bands_recent`` into ``bands``."""
     out: Path = args.out
-    done: dict[str, Any] = state.data.setdefault("layout", {})
-    day_b, day_c, fold_day = ensure("day-1m-b", "day-1m-c", "day-1m-fold")
+    done: dict[str, Any] = state.data.setdefault(f"layout{args.layout_round}", {})
+    day_b, day_c, fold_day = ensure(*args.layout_days)
     pool = ensure_pool(args.pool)
     history = {"sqlite": str(out / "history.sqlite"), "postgresql": server.url(HISTORY_DB)}
     work = out / "measure"
@@ -413,11 +413,11 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
         real = list(read_jsonl(REAL))
         parts = -(-records // args.batch_records)  # batches of at most max_pool_records
         for k in range(parts):
-            pkg_id = f"hist-fill-{k}"
+            pkg_id = f"hist-fill{args.layout_round}-{k}"
             pkg = out / "work" / pkg_id
             if pkg.exists():
                 shutil.rmtree(pkg)
-            make_package(history_records(real, 90 + k, records // parts, args.min_len,
+            make_package(history_records(real, args.layout_seed + k, records // parts, args.min_len,
                                          args.max_len), pkg_id, pkg, out / "work")
             for side in sides:
                 step(f"fill-{k}-{side}-history", history[side],
@@ -428,6 +428,7 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
     append("day-c", day_c)
     scans("day-c")
     append("fold", fold_day)
+    scans("fold")
 
 
 # --------------------------------------------------------------------------- 3. partition
@@ -604,14 +605,20 @@ def summary(state: State, pool: str) -> None:
             h, e = statistics.median(hist), statistics.median(emp)
             print(f"{side}: scan of the pool {h:.1f} s with the history, {e:.1f} s with only "
                   f"the pool (×{h / e:.2f}; runs {hist} / {emp})")
-    lay = d.get("layout", {})
+    for round_name in sorted(k for k in d if k.startswith("layout")):
+        layout_summary(round_name, d[round_name])
+    if d["partition"].get("median_s"):
+        print(f"partition: {orjson.dumps(d['partition'], option=orjson.OPT_INDENT_2).decode()}")
+
+
+def layout_summary(round_name: str, lay: dict[str, Any]) -> None:
     for label in ("day-b", "day-c", "fold"):
         for side in ("sqlite", "postgresql"):
             if f"{label}-{side}-empty-2" not in lay:
                 continue
             e = statistics.mean([lay[f"{label}-{side}-empty-1"], lay[f"{label}-{side}-empty-2"]])
             h = lay[f"{label}-{side}-history"]
-            print(f"layout {label} {side}: append {h:.1f} s to the history, {e:.1f} s to an "
+            print(f"{round_name} {label} {side}: append {h:.1f} s to the history, {e:.1f} s to an "
                   f"empty index (×{h / e:.2f}); after it {lay[f'{label}-{side}-history-layout']}")
         for side in ("sqlite", "postgresql"):
             hist = [v for k, v in lay.items()
@@ -619,10 +626,8 @@ def summary(state: State, pool: str) -> None:
             emp = [v for k, v in lay.items() if re.fullmatch(rf"{label}-scan-{side}-empty-\d+", k)]
             if hist and emp:
                 h, e = statistics.median(hist), statistics.median(emp)
-                print(f"layout {label} {side}: scan {h:.1f} s against the history, {e:.1f} s "
+                print(f"{round_name} {label} {side}: scan {h:.1f} s against the history, {e:.1f} s "
                       f"against the pool alone (×{h / e:.2f}; runs {hist} / {emp})")
-    if d["partition"].get("median_s"):
-        print(f"partition: {orjson.dumps(d['partition'], option=orjson.OPT_INDENT_2).decode()}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -642,6 +647,13 @@ def main(argv: list[str] | None = None) -> None:
                    help="the server's max_wal_size (WAL kept on disk between checkpoints)")
     p.add_argument("--pool", default="pool-100k-mosaic-rot13",
                    help="bench.build_corpus package scanned against the history")
+    p.add_argument("--layout-days", nargs=3, default=["day-1m-b", "day-1m-c", "day-1m-fold"],
+                   help="layout: day N+1, day N+2 and the fold day (bench.build_corpus packages "
+                        "of new content)")
+    p.add_argument("--layout-seed", type=int, default=90,
+                   help="layout: the mosaic seed of the first fill batch")
+    p.add_argument("--layout-round", default="",
+                   help="layout: a suffix for a further round's results in state.json")
     p.add_argument("--steps", nargs="+", default=["build", "measure", "partition"],
                    choices=["build", "measure", "layout", "partition", "plan"])
     args = p.parse_args(argv)
