@@ -87,6 +87,10 @@ def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
         "records_appended": dg.MetadataValue.int(result.records),
         "new_contents": dg.MetadataValue.int(result.new_contents),
         "new_sources": dg.MetadataValue.int(result.new_sources),
+        "band_rows_to": dg.MetadataValue.text(
+            "none" if result.bands is None else result.bands.table),
+        "band_rows_folded": dg.MetadataValue.int(0 if result.bands is None
+                                                 else result.bands.folded),
         "index_bytes": dg.MetadataValue.int(size),
         "index": (dg.MetadataValue.path(str(result.index)) if local
                   else dg.MetadataValue.text(str(result.index))),

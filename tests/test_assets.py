@@ -287,6 +287,7 @@ def test_materialize_one_day_freezes_report_builds_mixture_and_passes_checks(
     assert snap["records"] == 14
     index = metadata(result, INDEX_APPEND)
     assert index["batch"] == "1" and index["packages_added"] == "cpt-v1"
+    assert (index["band_rows_to"], index["band_rows_folded"]) == ("bands", 0)  # a first batch
     scan = metadata(result, SCAN_REPORT)
     assert (scan["records_in"], scan["history_only_relations"]) == (14, 0)
     assert scan["kept"] + scan["excluded"] == 14
@@ -328,7 +329,7 @@ def test_rematerialized_day_is_a_no_op_append_with_the_same_outputs(day_by_day):
     again = release(DAYS[1], settings, instance)
     assert again.success
     index = metadata(again, INDEX_APPEND)
-    assert index["batch"] == "none: already indexed"
+    assert index["batch"] == "none: already indexed" and index["band_rows_to"] == "none"
     assert index["packages_already_indexed"] == "cpt-v2"
     assert index["report_was_already_frozen"] is True
     assert metadata(again, MIXTURE)["reused_published_mixture"] is True

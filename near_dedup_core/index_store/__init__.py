@@ -1031,9 +1031,8 @@ class PostgresSnapshot(IndexSnapshot):
                 with cur.copy("COPY scan_contents (id) FROM STDIN") as copy:
                     for c in pool_contents:
                         copy.write_row((c,))
-            mixed = {c for c, split in raw.execute(
-                "SELECT DISTINCT s.content, s.split FROM scan_contents t "
-                "JOIN sources s ON s.content = t.id") if (c, split) not in pool_nodes}
+            mixed = {c for c, split in raw.execute(POOL_SPLITS_SQL)
+                     if (c, split) not in pool_nodes}
         finally:
             raw.execute("DROP TABLE scan_contents")
         outside_pool = [c for c in pool_contents if c not in mixed]
@@ -1055,6 +1054,13 @@ class PostgresSnapshot(IndexSnapshot):
         rows = np.asarray([r for part in found for r in part], dtype=np.int64).reshape(-1, 2)
         return BandHits(rows[:, 0], rows[:, 1])
 
+
+#: The splits the index holds sources of the pool's contents in: one probe of
+#: ``ix_sources_content`` per content, kept apart by ``OFFSET 0`` (as a plain join the planner
+#: hashes all of ``sources``: 3.1 s against 0.3 s for 97,786 contents among 1.2·10^7
+#: sources).
+POOL_SPLITS_SQL = ("SELECT DISTINCT t.id, s.split FROM scan_contents t CROSS JOIN LATERAL "
+                   "(SELECT split FROM sources WHERE sources.content = t.id OFFSET 0) s")
 
 #: Server connections that share the history lookup of a PostgreSQL scan, and the number of
 #: probe keys from which a second one pays for its connection and temporary tables.

@@ -19,8 +19,10 @@ differs per backend lives here:
 - **Scans** read in one ``REPEATABLE READ`` transaction: one snapshot from the first
   statement to the last, whatever another machine appends meanwhile. (Not ``READ ONLY``: the
   history lookup joins against temporary tables of probe keys, filled by ``COPY``; the scan
-  writes nothing else.) Verify workers read texts on their own connections: content rows are
-  insert-only, so any later state holds the same text for every id the scan knows.
+  writes nothing else.) A large history lookup is split over a second connection that
+  imports the scan's snapshot (``pg_export_snapshot`` / ``SET TRANSACTION SNAPSHOT``), so
+  both read the same state. Verify workers read texts on their own connections: content
+  rows are insert-only, so any later state holds the same text for every id the scan knows.
 """
 
 from __future__ import annotations
