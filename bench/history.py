@@ -24,6 +24,8 @@ contents, through the CLI, as same-run ratios against an empty index.
    history batch that fills ``bands_recent`` to just under the eighth, day N+2 against it,
    a day that folds, and the pool's scans between them; each append alternates with the same
    package into an empty index.
+2c. **scans** — the pool's scan against the history and against the pool alone (the layout
+   step's pool-only indexes), both backends, alternating ``--rounds`` rounds.
 3. **partition** — PostgreSQL only: a copy of the band table hash-partitioned by key
    (``--partitions``), filled in the band table's own order (batch after batch, each in key
    order, as the index fills it); then,
@@ -431,6 +433,39 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
     scans("fold")
 
 
+def scans(args: argparse.Namespace, state: State, server: PostgresServer) -> None:
+    """The pool's scan against the history and against the pool alone (the ``layout`` step's
+    pool-only indexes), both backends, alternating, ``--rounds`` rounds; each run is
+    appended to ``state.json`` under ``scans``."""
+    out: Path = args.out
+    runs: list[dict[str, Any]] = state.data.setdefault("scans", [])
+    work = out / "measure"
+    pool = ensure_pool(args.pool)
+    indexes = {("sqlite", "history"): str(out / "history.sqlite"),
+               ("sqlite", "empty"): str(work / "pool-only-sqlite.sqlite"),
+               ("postgresql", "history"): server.url(HISTORY_DB),
+               ("postgresql", "empty"): server.url("l_pool_only_postgresql")}
+    for r in range(args.rounds):
+        for (side, where), index in indexes.items():
+            report = work / f"scans-report-{side}-{where}"
+            if report.exists():
+                shutil.rmtree(report)
+            m = cli(out, f"scans-{side}-{where}-{r}", index,
+                    ["scan", "--inputs", str(pool), "--output", str(report), "--workers",
+                     str(args.workers)])
+            runs.append({"side": side, "where": where, "round": r, "wall_s": round(m.wall_s, 2),
+                         "cpu_s": round(m.cpu_s, 2), "at": wall_clock(),
+                         "digest": {f: sha256_file(report / f) for f in REPORT_FILES}})
+            shutil.rmtree(report)
+            state.save()
+    for side in ("sqlite", "postgresql"):
+        last = runs[-4 * args.rounds:]
+        h = [x["wall_s"] for x in last if (x["side"], x["where"]) == (side, "history")]
+        e = [x["wall_s"] for x in last if (x["side"], x["where"]) == (side, "empty")]
+        print(f"scans {side}: {h} against the history, {e} against the pool alone "
+              f"(×{statistics.median(h) / statistics.median(e):.2f})")
+
+
 # --------------------------------------------------------------------------- 3. partition
 
 
@@ -655,7 +690,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--layout-round", default="",
                    help="layout: a suffix for a further round's results in state.json")
     p.add_argument("--steps", nargs="+", default=["build", "measure", "partition"],
-                   choices=["build", "measure", "layout", "partition", "plan"])
+                   choices=["build", "measure", "layout", "scans", "partition", "plan"])
     args = p.parse_args(argv)
     os.chdir(ROOT)  # bench.build_corpus builds its packages under bench/out/pkg
     args.out = args.out.resolve()
@@ -680,6 +715,8 @@ def main(argv: list[str] | None = None) -> None:
             measure(args, state, server)
         if "layout" in args.steps:
             layout(args, state, server)
+        if "scans" in args.steps:
+            scans(args, state, server)
         if "partition" in args.steps:
             partition(args, state, server)
         if "plan" in args.steps:
