@@ -42,6 +42,13 @@ class Progress:
                 self._last = now
                 self._emit(final=False)
 
+    def note(self, text: str) -> None:
+        """The line ``text`` now, for a long step that has no count of its own."""
+        if not self.enabled:
+            return
+        self.stream.write(("\n" if self._tty and self._shown >= 0 else "") + text + "\n")
+        self.stream.flush()
+
     def finish(self) -> None:
         if not (self.enabled and self.done):
             return

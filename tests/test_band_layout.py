@@ -80,8 +80,10 @@ def test_small_batches_go_to_bands_recent_and_a_larger_one_folds_them(packages, 
     assert "folded" not in out
     assert layout(path) == (bands * len(FIRST), bands * len(SECOND), len(FIRST))
     check(path)
-    out = index(path, packages["day3"])
-    assert f"{bands * len(SECOND):,} band rows of earlier batches folded" in out, out
+    code, out, err = run_cli("--index", path, "index", "--inputs", packages["day3"])
+    assert code == 0 and f"{bands * len(SECOND):,} band rows of earlier batches folded" in out
+    assert f"index: folding the band rows of {len(SECOND)} contents of earlier batches from " \
+           f"bands_recent into bands\n" in err, err
     total = len(FIRST) + len(SECOND) + len(THIRD)
     assert layout(path) == (bands * total, 0, total) and max_content(path) == total
     check(path)

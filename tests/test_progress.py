@@ -66,3 +66,20 @@ def test_disabled_is_silent(clock):
     bar.advance()
     bar.finish()
     assert out.getvalue() == ""
+
+
+class Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_a_note_is_its_own_line_after_a_carriage_return_count_and_silent_when_disabled(clock):
+    out = Tty()
+    bar = Progress("index: records", 10, stream=out)
+    clock.now += 2
+    bar.advance(5)
+    bar.note("index: folding")
+    assert out.getvalue() == "\rindex: records: 5/10 (50%), 2/s, 2.0s\nindex: folding\n"
+    quiet = io.StringIO()
+    Progress("index: records", 10, stream=quiet, enabled=False).note("index: folding")
+    assert quiet.getvalue() == ""

@@ -72,8 +72,8 @@ from near_dedup_core.index_store import postgres as pg
 
 FORMAT = "near-dedup-index"
 SCHEMA_VERSION = "3"
-#: The schema before ``bands_recent``: readable by nothing of this tool, upgraded in place by
-#: the next batch (`BatchTransaction.upgrade_schema`), inside that batch's transaction.
+#: The schema before ``bands_recent``: not read by this tool, but upgraded in place by the
+#: next batch (`BatchTransaction.upgrade_schema`), inside that batch's transaction.
 UPGRADABLE_SCHEMA = "2"
 #: meta key: the content row id up to which band rows are in ``bands`` (see `write_bands`).
 BANDS_MERGED_THROUGH = "bands_merged_through"
@@ -1180,11 +1180,10 @@ def check_index(path: Path | str) -> IndexCheck:
 
     Invariants: the meta keys are present, name this format, schema and algorithm, and the
     stored config has the stored fingerprint; every band row's content exists and has a
-    signature of ``num_perm`` values, and is in the band table that
-    ``meta.bands_merged_through`` assigns it to; every source's and raw text's content and every
-    source's package exist; no content,
-    package or dictionary names a batch that does not exist; every text decompresses (with its
-    dictionary) to ``norm_chars`` characters.
+    signature of ``num_perm`` values, and the row is in the band table that
+    ``meta.bands_merged_through`` assigns it to; every source's and raw text's content and
+    every source's package exist; no content, package or dictionary names a batch that does
+    not exist; every text decompresses (with its dictionary) to ``norm_chars`` characters.
 
     SQLite: one read transaction on a connection that cannot write (:func:`connect_reader`),
     after ``PRAGMA integrity_check``, which reads every page. PostgreSQL: one ``REPEATABLE
@@ -1468,7 +1467,8 @@ class BatchTransaction:
         self.conn.execute(insert(meta).values(key=BANDS_MERGED_THROUGH,
                                               value=str(self.max_content_rowid())))
 
-    def write_bands(self, keys: np.ndarray, content_rowids: np.ndarray) -> BandWrite:
+    def write_bands(self, keys: np.ndarray, content_rowids: np.ndarray,
+                    announce: Callable[[str], None] = lambda _text: None) -> BandWrite:
         """The batch's band rows (sorted by (key, content)), after its contents: into
         ``bands_recent``, or with it folded, into ``bands``.
 
@@ -1482,7 +1482,8 @@ class BatchTransaction:
         follow them there. A fold rewrites ``bands`` once per ``RECENT_SHARE · M`` contents
         appended, so the pages a batch writes amortize to a constant multiple of its own rows
         (``1 / RECENT_SHARE``), as in a log-structured merge; every lookup reads both tables,
-        the second at most an eighth of the first."""
+        the second at most an eighth of the first. ``announce`` hears of a fold before it
+        starts (it rewrites ``bands``: about a minute at 10^7 contents)."""
         merged = int(self.conn.execute(select(meta.c.value).where(
             meta.c.key == BANDS_MERGED_THROUGH)).scalar_one())
         newest = self.max_content_rowid()
@@ -1490,6 +1491,10 @@ class BatchTransaction:
             self.add_bands("bands_recent", keys, content_rowids)
             return BandWrite("bands_recent", len(keys), 0)
         self.add_bands("bands", keys, content_rowids)
+        earlier = (int(content_rowids.min()) if len(content_rowids) else newest + 1) - 1 - merged
+        if earlier > 0:
+            announce(f"folding the band rows of {earlier:,} contents of earlier batches from "
+                     f"bands_recent into bands")
         folded = self.fold_recent_bands()
         self.conn.execute(meta.update().where(meta.c.key == BANDS_MERGED_THROUGH)
                           .values(value=str(newest)))

@@ -231,7 +231,8 @@ class BatchWriter:
             contents = np.concatenate(self.band_contents)
             # contents grow along the batch, so a stable sort by key is (key, content) order
             order = np.argsort(keys, kind="stable")
-            self.bands = self.store.write_bands(keys[order], contents[order])
+            self.bands = self.store.write_bands(
+                keys[order], contents[order], lambda text: self.progress.note(f"index: {text}"))
             self.band_keys, self.band_contents = [], []
         if self.raw_texts:
             self.store.add_raw_texts(sorted((sha, scope, content) for (sha, scope), content
