@@ -174,6 +174,20 @@ def build(args: argparse.Namespace, state: State, server: PostgresServer) -> Non
 # --------------------------------------------------------------------------- 2. measure
 
 
+def empty_index(server: PostgresServer, work: Path, side: str, name: str, prefix: str) -> str:
+    """A new empty index called ``name``: a SQLite path in ``work`` (any old file removed) or
+    a freshly created database ``<prefix><name>``."""
+    if side == "sqlite":
+        path = work / f"{name}.sqlite"
+        for p in (path, path.with_name(path.name + "-wal")):
+            p.unlink(missing_ok=True)
+        return str(path)
+    dbname = f"{prefix}{name.replace('-', '_')}"
+    server.execute(f"DROP DATABASE IF EXISTS {dbname}")
+    server.execute(f"CREATE DATABASE {dbname} TEMPLATE template0")
+    return server.url(dbname)
+
+
 def measure(args: argparse.Namespace, state: State, server: PostgresServer) -> None:
     out: Path = args.out
     done: dict[str, Any] = state.data["measure"]
@@ -185,16 +199,10 @@ def measure(args: argparse.Namespace, state: State, server: PostgresServer) -> N
     empties: list[str] = []
 
     def empty(side: str, name: str) -> str:
-        if side == "sqlite":
-            path = work / f"{name}.sqlite"
-            for p in (path, path.with_name(path.name + "-wal")):
-                p.unlink(missing_ok=True)
-            return str(path)
-        dbname = f"m_{name.replace('-', '_')}"
-        server.execute(f"DROP DATABASE IF EXISTS {dbname}")
-        server.execute(f"CREATE DATABASE {dbname} TEMPLATE template0")
-        empties.append(dbname)
-        return server.url(dbname)
+        index = empty_index(server, work, side, name, "m_")
+        if side == "postgresql":
+            empties.append(index.rsplit("/", 1)[1])
+        return index
 
     def step(name: str, index: str, argv: list[str]) -> float:
         if name not in done:
@@ -364,15 +372,7 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
             state.save()
 
     def empty(side: str, name: str) -> str:
-        if side == "sqlite":
-            path = work / f"{name}.sqlite"
-            for p in (path, path.with_name(path.name + "-wal")):
-                p.unlink(missing_ok=True)
-            return str(path)
-        dbname = f"l_{name.replace('-', '_')}"
-        server.execute(f"DROP DATABASE IF EXISTS {dbname}")
-        server.execute(f"CREATE DATABASE {dbname} TEMPLATE template0")
-        return server.url(dbname)
+        return empty_index(server, work, side, name, "l_")
 
     def append(label: str, pkg: Path) -> None:
         for side in sides:

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -222,6 +223,29 @@ def test_a_real_text_pool_with_history_and_two_workers_gives_the_same_report(url
     assert b'"history_only":true' in relations and b'"kind":"near"' in relations
 
 
+def scan_with_an_append_meanwhile(python: list[str], argv: list[str], stage: str, flag: Path,
+                                  append: Callable[[], str]) -> str:
+    """Run ``python … --quiet argv`` (a scan) in a process of its own, paused at ``stage``
+    (`progress.pause_point`) while ``append()`` runs; the scan must then succeed. Returns
+    what ``append`` returned."""
+    proc = subprocess.Popen(
+        [sys.executable, *python, "--quiet", *argv],
+        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"{stage}:{flag}"},
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the scan never paused"
+            time.sleep(0.05)
+        appended = append()
+    finally:
+        flag.unlink(missing_ok=True)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return appended
+
+
 def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(url, tmp_path):
     texts = list(stdlib_paragraphs())
     v1 = make_package(tmp_path, "cpt-a", {"train": [
@@ -231,23 +255,11 @@ def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(u
         created_at="2026-11-26T00:00:00Z")
     ok(url, v1)
     before = scan_ok(url, tmp_path / "before", v1)
-    flag = tmp_path / "paused"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", url, "scan", "--inputs",
-         str(v1), "--output", str(tmp_path / "during"), "--workers", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-verify:{flag}"},
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the scan never paused"
-            time.sleep(0.05)
-        assert "batch 2 added cpt-b" in ok(url, v2)
-    finally:
-        flag.unlink(missing_ok=True)
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+    appended = scan_with_an_append_meanwhile(
+        ["-m", "near_dedup_core"], ["--index", url, "scan", "--inputs", str(v1), "--output",
+                                    str(tmp_path / "during"), "--workers", "2"],
+        "scan-verify", tmp_path / "paused", lambda: ok(url, v2))
+    assert "batch 2 added cpt-b" in appended
     assert tree_bytes(tmp_path / "during") == before
     after = scan_ok(url, tmp_path / "after", v1)
     assert b'"package_id":"cpt-b"' in after["relations.jsonl"]
@@ -271,25 +283,13 @@ def test_the_history_probes_on_two_connections_read_the_scan_snapshot(url, tmp_p
     ok(url, pool)
     one = scan_ok(url, tmp_path / "one", pool)
     assert b'"package_id":"cpt-h"' in one["relations.jsonl"]
-    flag = tmp_path / "paused"
     code = ("import sys; from near_dedup_core import index_store, cli; "
             "index_store.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--quiet", "--index", url, "scan", "--inputs", str(pool),
-         "--output", str(tmp_path / "two")],
-        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-history:{flag}"},
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the scan never paused"
-            time.sleep(0.05)
-        assert "batch 3 added cpt-b" in ok(url, later)
-    finally:
-        flag.unlink(missing_ok=True)
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+    appended = scan_with_an_append_meanwhile(
+        ["-c", code], ["--index", url, "scan", "--inputs", str(pool), "--output",
+                       str(tmp_path / "two")],
+        "scan-history", tmp_path / "paused", lambda: ok(url, later))
+    assert "batch 3 added cpt-b" in appended
     assert tree_bytes(tmp_path / "two") == one
     after = scan_ok(url, tmp_path / "after", pool)
     assert b'"package_id":"cpt-b"' in after["relations.jsonl"]

@@ -1027,10 +1027,7 @@ class PostgresSnapshot(IndexSnapshot):
         raw = self._con.raw  # type: ignore[attr-defined]
         raw.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
         try:
-            with raw.cursor() as cur:
-                with cur.copy("COPY scan_contents (id) FROM STDIN") as copy:
-                    for c in pool_contents:
-                        copy.write_row((c,))
+            _copy_ids(raw, "scan_contents", pool_contents)
             mixed = {c for c, split in raw.execute(POOL_SPLITS_SQL)
                      if (c, split) not in pool_nodes}
         finally:
@@ -1074,13 +1071,8 @@ def _probe_band_tables(raw: Any, keys: list[int], pool_contents: list[int]) -> l
     raw.execute("CREATE TEMP TABLE scan_keys (key BIGINT PRIMARY KEY)")
     raw.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
     try:
-        with raw.cursor() as cur:
-            with cur.copy("COPY scan_keys (key) FROM STDIN") as copy:
-                for k in keys:
-                    copy.write_row((k,))
-            with cur.copy("COPY scan_contents (id) FROM STDIN") as copy:
-                for c in pool_contents:
-                    copy.write_row((c,))
+        _copy_ids(raw, "scan_keys", keys)
+        _copy_ids(raw, "scan_contents", pool_contents)
         raw.execute("ANALYZE scan_keys")
         # the probes of an empty or just folded bands_recent stay index probes too
         raw.execute("SET LOCAL enable_seqscan = off")
@@ -1089,6 +1081,14 @@ def _probe_band_tables(raw: Any, keys: list[int], pool_contents: list[int]) -> l
         return rows
     finally:
         raw.execute("DROP TABLE scan_keys, scan_contents")
+
+
+def _copy_ids(raw: Any, table: str, values: list[int]) -> None:
+    """``COPY`` of ``values`` into the one-column temporary ``table``."""
+    with raw.cursor() as cur:
+        with cur.copy(f"COPY {table} FROM STDIN") as copy:
+            for v in values:
+                copy.write_row((v,))
 
 
 #: The scan's history lookup on PostgreSQL (`PostgresSnapshot.history_band_hits`): the band
