@@ -379,6 +379,8 @@ PACKAGES = {
     "day-1m-d": ("next-day", ["--records", "50000", "--seed", "16"]),
     "day-1m-e": ("next-day", ["--records", "50000", "--seed", "17"]),
     "day-1m-fold2": ("next-day", ["--records", "100000", "--seed", "18"]),
+    "day-1m-g": ("next-day", ["--records", "50000", "--seed", "19"]),
+    "day-1m-h": ("next-day", ["--records", "50000", "--seed", "20"]),
     "cumulative-1m": ("cumulative", ["--pool", str(OUT / "pkg" / "pool-1m"),
                                      "--day", str(OUT / "pkg" / "day-1m")]),
     "cumulative-100k": ("cumulative", ["--pool", str(OUT / "pkg" / "pool-100k"),

@@ -24,7 +24,9 @@ contents, through the CLI, as same-run ratios against an empty index.
    history batch that fills ``bands_recent`` to just under the eighth, day N+2 against it,
    a day that folds, and the pool's scans between them; each append alternates with the same
    package into an empty index.
-2c. **scans** — the pool's scan against the history and against the pool alone (the layout
+2c. **days** — day packages (``--days``) appended to the history, each between two appends
+   of the same package to an empty index, both backends.
+2d. **scans** — the pool's scan against the history and against the pool alone (the layout
    step's pool-only indexes), both backends, alternating ``--rounds`` rounds.
 3. **partition** — PostgreSQL only: a copy of the band table hash-partitioned by key
    (``--partitions``), filled in the band table's own order (batch after batch, each in key
@@ -433,6 +435,31 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
     scans("fold")
 
 
+def days(args: argparse.Namespace, state: State, server: PostgresServer) -> None:
+    """Day appends (``--days``: `bench.build_corpus` packages of new content) to the history,
+    each between two appends of the same package to an empty index, both backends; each
+    run is appended to ``state.json`` under ``days``."""
+    out: Path = args.out
+    runs: list[dict[str, Any]] = state.data.setdefault("days", [])
+    work = out / "measure"
+    history = {"sqlite": str(out / "history.sqlite"), "postgresql": server.url(HISTORY_DB)}
+    for day in ensure(*args.days):
+        for side in ("sqlite", "postgresql"):
+            walls = {}
+            for where in ("empty-1", "history", "empty-2"):
+                index = (history[side] if where == "history" else
+                         empty_index(server, work, side, f"days-{side}-{where}", "l_"))
+                m = cli(out, f"days-{day.name}-{side}-{where}", index,
+                        ["index", "--inputs", str(day), "--workers", str(args.workers)])
+                walls[where] = round(m.wall_s, 2)
+                runs.append({"day": day.name, "side": side, "where": where, "at": wall_clock(),
+                             "wall_s": walls[where], "cpu_s": round(m.cpu_s, 2)})
+                state.save()
+            empty = (walls["empty-1"] + walls["empty-2"]) / 2
+            print(f"days {day.name} {side}: {walls['history']:.1f} s to the history, "
+                  f"{empty:.1f} s to an empty index (×{walls['history'] / empty:.2f})")
+
+
 def scans(args: argparse.Namespace, state: State, server: PostgresServer) -> None:
     """The pool's scan against the history and against the pool alone (the ``layout`` step's
     pool-only indexes), both backends, alternating, ``--rounds`` rounds; each run is
@@ -689,8 +716,10 @@ def main(argv: list[str] | None = None) -> None:
                    help="layout: the mosaic seed of the first fill batch")
     p.add_argument("--layout-round", default="",
                    help="layout: a suffix for a further round's results in state.json")
+    p.add_argument("--days", nargs="+", default=["day-1m-g", "day-1m-h"],
+                   help="days: the day packages to append")
     p.add_argument("--steps", nargs="+", default=["build", "measure", "partition"],
-                   choices=["build", "measure", "layout", "scans", "partition", "plan"])
+                   choices=["build", "measure", "layout", "days", "scans", "partition", "plan"])
     args = p.parse_args(argv)
     os.chdir(ROOT)  # bench.build_corpus builds its packages under bench/out/pkg
     args.out = args.out.resolve()
@@ -715,6 +744,8 @@ def main(argv: list[str] | None = None) -> None:
             measure(args, state, server)
         if "layout" in args.steps:
             layout(args, state, server)
+        if "days" in args.steps:
+            days(args, state, server)
         if "scans" in args.steps:
             scans(args, state, server)
         if "partition" in args.steps:
