@@ -1,5 +1,6 @@
 """Shared test helpers: write snapshot packages from record lists, run the CLI in-process,
-real prose (stdlib docstring paragraphs) and the word edits that make near duplicates of it.
+real prose (stdlib docstring paragraphs) and the word edits that make near duplicates of it,
+and an ``index`` killed inside its fold of ``bands_recent``.
 
 Import them in a test module with ``from conftest import make_package, run_cli``.
 """
@@ -12,6 +13,10 @@ import gzip
 import hashlib
 import io
 import json
+import os
+import signal
+import subprocess
+import sys
 import sysconfig
 from collections.abc import Callable
 from functools import lru_cache
@@ -128,3 +133,35 @@ def drop_every(text: str, every: int) -> str:
     """Delete every ``every``-th word if it is alphabetic."""
     return " ".join(w for i, w in enumerate(text.split(" "))
                     if i % every != every - 1 or not w.isalpha())
+
+
+# --------------------------------------------------------------------------- kills
+
+
+_PAUSE_IN_FOLD = """
+import sys, time
+from near_dedup_core import cli, index_store
+fold = index_store.BatchTransaction.fold_recent_bands
+def fold_then_pause(self):
+    moved = fold(self)
+    print("paused in the fold", file=sys.stderr, flush=True)
+    time.sleep(600)
+    return moved
+index_store.BatchTransaction.fold_recent_bands = fold_then_pause
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def sigkill_in_the_fold(index: str | Path, pkg: Path) -> None:
+    """``index`` of ``pkg`` in a process of its own, SIGKILLed after the fold's statements
+    ran, before its transaction commits."""
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSE_IN_FOLD, "--quiet", "--index",
+                             str(index), "index", "--inputs", str(pkg)],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, start_new_session=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = proc.stderr.readline() if proc.stderr else b""
+        assert b"paused in the fold" in line, (line, proc.poll())
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

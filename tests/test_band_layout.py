@@ -11,7 +11,14 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import make_package, reverse_every, run_cli, stdlib_paragraphs, tree_bytes
+from conftest import (
+    make_package,
+    reverse_every,
+    run_cli,
+    sigkill_in_the_fold,
+    stdlib_paragraphs,
+    tree_bytes,
+)
 
 from near_dedup_core import index_store
 
@@ -158,3 +165,21 @@ def test_index_check_finds_a_band_row_in_the_wrong_table(packages, tmp_path, sql
     assert code == 1 and err.count("\n") == 1, err
     assert f"a band row is in the wrong table for bands_merged_through = {len(FIRST)} (1 rows)" \
         in err, err
+
+
+def rows(path: Path) -> dict[str, list]:
+    with sqlite3.connect(path) as con:
+        return {t: con.execute(f"SELECT * FROM {t} ORDER BY 1, 2").fetchall()
+                for t in ("meta", "batches", "bands", "bands_recent")}
+
+
+def test_a_sigkill_in_the_fold_leaves_the_index_as_before(packages, tmp_path):
+    path = tmp_path / "index.sqlite"
+    index(path, packages["day1"])
+    index(path, packages["day2"])
+    before = rows(path)
+    sigkill_in_the_fold(path, packages["day3"])
+    assert rows(path) == before
+    check(path)
+    assert "folded" in index(path, packages["day3"])
+    assert layout(path)[1] == 0

@@ -24,6 +24,7 @@ from conftest import (
     make_package,
     reverse_every,
     run_cli,
+    sigkill_in_the_fold,
     stdlib_paragraphs,
     tree_bytes,
 )
@@ -478,6 +479,20 @@ def test_sigkill_mid_append_leaves_the_database_as_before(url):
     proc.wait(timeout=30)
     assert index_rows(url) == before
     assert "batch 2 added cpt-v2" in ok(url, V2)
+
+
+def test_sigkill_in_a_fold_of_bands_recent_leaves_the_database_as_before(url, tmp_path):
+    paras = stdlib_paragraphs()
+    days = [make_package(tmp_path, name, {"train": [{"id": f"{name}-{i}", "text": t}
+                                                    for i, t in enumerate(texts)]})
+            for name, texts in (("day1", paras[:160]), ("day2", paras[160:168]),
+                                ("day3", paras[168:184]))]
+    ok(url, days[0])
+    ok(url, days[1])
+    before = index_rows(url)
+    sigkill_in_the_fold(url, days[2])
+    assert index_rows(url) == before
+    assert "band rows of earlier batches folded" in ok(url, days[2])
 
 
 def test_sigkill_of_the_first_batch_leaves_an_empty_database(url):
