@@ -30,7 +30,15 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.ingest import work
-from near_dedup_core.package import LineBlock, Package, SampleIds, ShardEnd, read_blocks
+from near_dedup_core.package import (
+    BLOCK_BYTES,
+    LineBlock,
+    Package,
+    SampleIds,
+    ShardEnd,
+    SharedBlocks,
+    read_blocks,
+)
 from near_dedup_core.progress import Progress, pause_point
 
 #: Lines per block (about 4 MB of web documents; `package.BLOCK_BYTES` caps the bytes).
@@ -39,6 +47,16 @@ BLOCK_LINES = 1024
 DICT_GROUP = 100
 #: Blocks in flight per worker.
 IN_FLIGHT_PER_WORKER = 2
+
+
+def _window(parallelism: int) -> int:
+    return max(2, IN_FLIGHT_PER_WORKER * parallelism)
+
+
+def shared_blocks(workers: int) -> SharedBlocks:
+    """The shared memory that a local pool of ``workers`` processes reads line blocks from:
+    a slot per block in flight, one for the block being read, one to spare."""
+    return SharedBlocks(_window(workers) + 2, 2 * BLOCK_BYTES)
 
 
 class _InFlight(NamedTuple):
@@ -53,12 +71,13 @@ class BatchWriter:
 
     def __init__(self, store: db.BatchTransaction, config: NearDedupConfig, batch: int,
                  executor: Executor, parallelism: int, known_texts: str | None,
-                 progress: Progress) -> None:
+                 progress: Progress, shared: SharedBlocks | None = None) -> None:
         self.store = store
         self.config = config
         self.batch = batch
         self.executor = executor
-        self.window = max(2, IN_FLIGHT_PER_WORKER * parallelism)
+        self.window = _window(parallelism)
+        self.shared = shared  # from `shared_blocks(parallelism)`, or None
         self.known_texts = known_texts
         self.progress = progress
         self.params = work.SignParams(config.num_perm, config.seed, config.shingle_size,
@@ -94,7 +113,7 @@ class BatchWriter:
         self.new_rowids = new_rowids
         self.ids = SampleIds(pkgs)
         self.tokenizers = {p.package_id: p.tokenizer for p in pkgs}
-        for event in read_blocks(pkgs, block_lines=BLOCK_LINES):
+        for event in read_blocks(pkgs, block_lines=BLOCK_LINES, shared=self.shared):
             if isinstance(event, ShardEnd):
                 self.in_flight.append(event)
             else:
@@ -128,6 +147,9 @@ class BatchWriter:
             return
         block = item.block
         res: work.BlockResult = item.future.result()
+        if block.shared is not None:
+            assert self.shared is not None
+            self.shared.release(block.shared[0])
         for k, sample_id in enumerate(res.sample_ids):
             self.ids.check(block.package_id, block.file, block.first_line + k, sample_id,
                            res.refs.get(k))
