@@ -658,6 +658,21 @@ class SampleIds:
             raise NearDedupError(f"{where(package_id, file, line)}: ref to sample {ref[1]!r} "
                                  f"of package {ref[0]}, which has no such sample")
 
+    def check_block(self, package_id: str, file: str, first_line: int, sample_ids: list[str],
+                    refs: dict[int, tuple[str, str]]) -> None:
+        """`check` for consecutive records from line ``first_line`` on (``refs`` by their
+        index in ``sample_ids``): at once when the block has no ref and no repeated id,
+        else record by record, which locates the first problem."""
+        if not sample_ids:
+            return
+        if not refs and package_id == self._package:
+            block = set(sample_ids)
+            if len(block) == len(sample_ids) and self._ids.isdisjoint(block):
+                self._ids |= block
+                return
+        for k, sample_id in enumerate(sample_ids):
+            self.check(package_id, file, first_line + k, sample_id, refs.get(k))
+
 
 def read_blocks(packages: Sequence[Package], block_lines: int = BLOCK_LINES,
                 block_bytes: int = BLOCK_BYTES, shared: SharedBlocks | None = None

@@ -23,6 +23,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -150,9 +151,8 @@ class BatchWriter:
         if block.shared is not None:
             assert self.shared is not None
             self.shared.release(block.shared[0])
-        for k, sample_id in enumerate(res.sample_ids):
-            self.ids.check(block.package_id, block.file, block.first_line + k, sample_id,
-                           res.refs.get(k))
+        self.ids.check_block(block.package_id, block.file, block.first_line, res.sample_ids,
+                             res.refs)
         if res.problem is not None:
             raise res.problem
         if block.package_id not in self.new_rowids:
@@ -188,14 +188,18 @@ class BatchWriter:
                 sorted({s for k, s in enumerate(res.shas) if s is not None and not res.known[k]}))
         pkg_rowid = self.new_rowids[block.package_id]
         targets = self.ref_targets.get(block.package_id)
-        source_rows = []
-        for k, sample_id in enumerate(res.sample_ids):
-            domain = res.domains[k]
+        # per record: its content row id, text_sha256 and domain; only the records whose raw
+        # text the workers did not find (and refs) need more than the workers' lists
+        rowids = list(res.known)
+        shas, domains = res.shas, res.domains
+        if res.refs:
+            shas, domains = list(shas), list(domains)
+        for k in [k for k, rowid in enumerate(rowids) if not rowid]:
             ref = res.refs.get(k)
             if ref is None:
-                sha = res.shas[k]
+                sha = shas[k]
                 assert sha is not None
-                rowid = res.known[k] or raw_known.get((sha, res.scopes[res.scope_of[k]][0]), 0)
+                rowid = raw_known.get((sha, res.scopes[res.scope_of[k]][0]), 0)
                 if not rowid:
                     assert new is not None
                     j = res.new_of[k]
@@ -208,14 +212,19 @@ class BatchWriter:
                     self.raw_texts.setdefault((sha, scope_ids[res.scope_of[k]]), rowid)
             else:
                 target = self.ref_targets[ref[0]][ref[1]]
-                rowid, sha = target.content, target.text_sha256
-                if domain is None:
-                    domain = target.domain
-            if targets is not None:
-                targets[sample_id] = db.RefTarget(rowid, sha, domain)
-            line = block.first_line + k
-            source_rows.append((None, rowid, pkg_rowid, sample_id, block.split, block.file, line,
-                                block.first_position + k, sha, domain, res.sources[k]))
+                rowid, shas[k] = target.content, target.text_sha256
+                if domains[k] is None:
+                    domains[k] = target.domain
+            rowids[k] = rowid
+        if targets is not None:
+            for sample_id, rowid, sha, domain in zip(res.sample_ids, rowids, shas, domains):
+                targets[sample_id] = db.RefTarget(rowid, sha, domain)  # type: ignore[arg-type]
+        n = len(rowids)
+        source_rows = list(zip(repeat(None, n), rowids, repeat(pkg_rowid, n), res.sample_ids,
+                               repeat(block.split, n), repeat(block.file, n),
+                               range(block.first_line, block.first_line + n),
+                               range(block.first_position, block.first_position + n),
+                               shas, domains, res.sources))
         self.store.add_sources(source_rows)
         self.new_sources += len(source_rows)
         if taken:
@@ -225,9 +234,9 @@ class BatchWriter:
                     if new.norm_chars[j] >= self.config.min_chars]
             if long:
                 rows = np.fromiter((j for j, _ in long), np.int64, len(long))
-                rowids = np.fromiter((r for _, r in long), np.int64, len(long))
+                long_ids = np.fromiter((r for _, r in long), np.int64, len(long))
                 self.band_keys.append(new.keys[rows].reshape(-1))
-                self.band_contents.append(np.repeat(rowids, new.keys.shape[1]))
+                self.band_contents.append(np.repeat(long_ids, new.keys.shape[1]))
 
     def _content_rows(self, new: work.NewContents, taken: list[tuple[int, int]],
                       scope_ids: list[int], dict_id: int | None) -> list[tuple]:
