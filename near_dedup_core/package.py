@@ -17,6 +17,7 @@ Every error is one line that starts with the location (`errors.where`): package,
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import gzip
 import hashlib
@@ -547,8 +548,11 @@ class SharedBlocks:
             self._free.append(slot)
 
     def close(self) -> None:
-        self.view.release()
-        self.map.close()
+        """Unmap and close; a slice still alive (in the traceback of an interrupted read)
+        keeps the mapping until it is collected."""
+        with contextlib.suppress(BufferError):
+            self.view.release()
+            self.map.close()
         os.close(self.fd)
 
 

@@ -21,6 +21,7 @@ the previous dictionary.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
 from itertools import repeat
@@ -54,9 +55,12 @@ def _window(parallelism: int) -> int:
     return max(2, IN_FLIGHT_PER_WORKER * parallelism)
 
 
-def shared_blocks(workers: int) -> SharedBlocks:
+def shared_blocks(workers: int) -> SharedBlocks | None:
     """The shared memory that a local pool of ``workers`` processes reads line blocks from:
-    a slot per block in flight, one for the block being read, one to spare."""
+    a slot per block in flight, one for the block being read, one to spare. None where the
+    system has no ``memfd_create`` (the blocks then travel through the pool's pipes)."""
+    if not hasattr(os, "memfd_create"):
+        return None
     return SharedBlocks(_window(workers) + 2, 2 * BLOCK_BYTES)
 
 
