@@ -542,11 +542,6 @@ class SharedBlocks:
         if self._holders[slot] == 0:
             self._free.append(slot)
 
-    def give_back(self, slot: int) -> None:
-        """A slot taken but not used by any block."""
-        if self._holders[slot] == 0:
-            self._free.append(slot)
-
     def close(self) -> None:
         """Unmap and close; a slice still alive (in the traceback of an interrupted read)
         keeps the mapping until it is collected."""
