@@ -1,7 +1,8 @@
 """The main process of `index`: read the packages as line blocks, hand them to the workers,
 and turn their results into rows, in input order, inside the open batch transaction.
 
-The main process reads and hashes every byte once (`package.read_blocks`) and does what
+The main process reads and hashes every byte once (`package.read_blocks`; for a local pool
+straight into `package.SharedBlocks`, which the workers parse from) and does what
 needs the whole batch: sample-id and ref rules across records (`package.SampleIds`), row ids
 for new contents (a content met again later in the batch, or indexed before under another
 raw text, keeps its first row id and loses the signature a worker made for it), and the

@@ -1,6 +1,7 @@
 """The worker side of `index`: one block of lines in, the block's rows out.
 
-A worker gets the raw bytes of whole JSONL lines (`package.LineBlock`) and does everything
+A worker gets the raw bytes of whole JSONL lines (`package.LineBlock`; a local pool's
+worker reads them from memory it shares with the main process) and does everything
 that does not need the batch's state, so that the main process only assigns row ids and
 writes:
 
