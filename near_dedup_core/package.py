@@ -17,11 +17,14 @@ Every error is one line that starts with the location (`errors.where`): package,
 from __future__ import annotations
 
 import collections
+import contextlib
 import datetime as dt
 import gzip
 import hashlib
 import io
 import json
+import mmap
+import os
 import re
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
@@ -334,7 +337,8 @@ def _field_problem(data: dict, field: str, expected: str) -> _LineProblem:
     return _LineProblem(f"field '{field}' must be {expected}, found {_type_name(data[field])}")
 
 
-def _json_problem(raw: bytes, exc: Exception) -> _LineProblem:
+def _json_problem(raw: bytes | memoryview, exc: Exception) -> _LineProblem:
+    raw = bytes(raw)
     if not raw.strip():
         return _LineProblem("empty line")
     try:
@@ -405,7 +409,7 @@ def _check_ref(data: dict, kind: str) -> tuple[str, str]:
     return ref["package_id"], ref["id"]
 
 
-def _parse_line(raw: bytes, kind: str) -> tuple[dict, str, tuple[str, str] | None]:
+def _parse_line(raw: bytes | memoryview, kind: str) -> tuple[dict, str, tuple[str, str] | None]:
     """Parse and check one JSONL line as a record of ``kind``: (data, sample id, ref).
 
     Raises `_LineProblem`, whose message has no location yet.
@@ -470,7 +474,9 @@ BLOCK_LINES = 1024
 class LineBlock:
     """Whole lines of one shard, read and hashed by the caller, parsed by whoever gets it
     (`parse_block`, possibly in a worker process): ``first_line`` is the 1-based line number
-    of its first line in the shard, ``first_position`` that record's position in the package."""
+    of its first line in the shard, ``first_position`` that record's position in the package.
+    The lines are ``data``, or, with ``shared`` = (slot, start, end), bytes start:end of the
+    `SharedBlocks` memory that the reader read them into (``data`` is then empty)."""
 
     package_id: str
     kind: str
@@ -480,13 +486,114 @@ class LineBlock:
     first_position: int
     depends_on: tuple[str, ...]
     data: bytes
-    line_count: int  # lines in ``data`` (counted once, where the block is cut)
+    line_count: int  # lines in the block (counted once, where the block is cut)
+    shared: tuple[int, int, int] | None = None
 
-    def lines(self) -> list[bytes]:
-        lines = self.data.split(b"\n")
+    def lines(self) -> list[bytes | memoryview]:
+        if self.shared is not None:
+            return _shared_lines(self.shared[1], self.shared[2])
+        lines: list[bytes | memoryview] = list(self.data.split(b"\n"))
         if lines[-1] == b"":  # the newline that ends the last line
             lines.pop()
         return lines
+
+
+class SharedBlocks:
+    """Memory shared with the worker processes of one pass (an anonymous ``memfd``, gone
+    with the last process that maps it), in ``slots`` slots of ``slot_bytes``: the reader
+    reads and hashes a shard's bytes straight into a free slot, and the blocks cut from it
+    name their lines there instead of carrying a copy; a worker parses them from its own
+    mapping (`attach_shared`). The lines of a slot are those the reader hashed: a slot is
+    read into again only after every block cut from it is released (`release`) by the
+    consumer, which does so once the block's result is in."""
+
+    def __init__(self, slots: int, slot_bytes: int) -> None:
+        self.slots = slots
+        self.slot_bytes = slot_bytes
+        self.size = slots * slot_bytes
+        self.fd = os.memfd_create("near-dedup-blocks", os.MFD_CLOEXEC)
+        try:
+            os.ftruncate(self.fd, self.size)
+            self.map = mmap.mmap(self.fd, self.size)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.view = memoryview(self.map)
+        self._holders = [0] * slots
+        self._free = collections.deque(range(slots))
+
+    def worker_args(self) -> tuple[_SharedFd, int]:
+        """What `attach_shared` takes in a worker (picklable into a new pool process)."""
+        return _SharedFd(self.fd), self.size
+
+    def take(self) -> int:
+        """A free slot, to read into."""
+        if not self._free:
+            raise RuntimeError("SharedBlocks: no free slot; more blocks in flight than slots")
+        return self._free.popleft()
+
+    def hold(self, slot: int) -> None:
+        """One more block names lines of ``slot``."""
+        self._holders[slot] += 1
+
+    def release(self, slot: int) -> None:
+        """One block of ``slot`` is done with; the slot is free once none is left."""
+        self._holders[slot] -= 1
+        if self._holders[slot] == 0:
+            self._free.append(slot)
+
+    def close(self) -> None:
+        """Unmap and close; a slice still alive (in the traceback of an interrupted read)
+        keeps the mapping until it is collected."""
+        with contextlib.suppress(BufferError):
+            self.view.release()
+            self.map.close()
+        os.close(self.fd)
+
+
+class _SharedFd:
+    """A file descriptor that unpickles, in a process started by multiprocessing, as that
+    process's own duplicate of it (an int)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self):
+        from multiprocessing import reduction
+
+        return _detach_fd, (reduction.DupFd(self.fd),)
+
+
+def _detach_fd(dup) -> int:
+    return dup.detach()
+
+
+_attached: mmap.mmap | None = None  # this worker's mapping of the pass's SharedBlocks
+
+
+def attach_shared(fd: int, size: int) -> None:
+    """Map the `SharedBlocks` of ``fd`` (read-only) in this worker process, for good."""
+    global _attached
+    try:
+        _attached = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+
+def _shared_lines(start: int, end: int) -> list[bytes | memoryview]:
+    """The lines in bytes start:end of the attached shared memory, without their newlines."""
+    buf = _attached
+    assert buf is not None, "a block in shared memory is parsed where it is attached"
+    view = memoryview(buf)
+    find = buf.find
+    lines: list[bytes | memoryview] = []
+    while start < end:
+        stop = find(b"\n", start, end)
+        if stop < 0:  # a last line without its newline
+            stop = end
+        lines.append(view[start:stop])
+        start = stop + 1
+    return lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -550,17 +657,38 @@ class SampleIds:
             raise NearDedupError(f"{where(package_id, file, line)}: ref to sample {ref[1]!r} "
                                  f"of package {ref[0]}, which has no such sample")
 
+    def check_block(self, package_id: str, file: str, first_line: int, sample_ids: list[str],
+                    refs: dict[int, tuple[str, str]]) -> None:
+        """`check` for consecutive records from line ``first_line`` on (``refs`` by their
+        index in ``sample_ids``): at once when the block has no ref and no repeated id,
+        else record by record, which locates the first problem."""
+        if not sample_ids:
+            return
+        if not refs and package_id == self._package:
+            block = set(sample_ids)
+            if len(block) == len(sample_ids) and self._ids.isdisjoint(block):
+                self._ids |= block
+                return
+        for k, sample_id in enumerate(sample_ids):
+            self.check(package_id, file, first_line + k, sample_id, refs.get(k))
+
 
 def read_blocks(packages: Sequence[Package], block_lines: int = BLOCK_LINES,
-                block_bytes: int = BLOCK_BYTES) -> Iterator[LineBlock | ShardEnd]:
+                block_bytes: int = BLOCK_BYTES, shared: SharedBlocks | None = None
+                ) -> Iterator[LineBlock | ShardEnd]:
     """The data of ``packages`` as line blocks, packages in dependency order, shards in
     manifest order, each shard followed by its `ShardEnd`. Only this reader touches the
     files: it hashes and counts every stored byte. A shard that cannot be read ends the
-    stream with its ShardEnd (after the lines read before the failure)."""
+    stream with its ShardEnd (after the lines read before the failure).
+
+    With ``shared``, plain shards are read into its slots and their blocks name their lines
+    there (gzip shards, and a line too long for a slot, still come as bytes); the consumer
+    releases each such block's slot once done with it, and keeps fewer blocks than
+    ``shared.slots - 1`` unreleased whenever it asks for the next event."""
     for pkg in dependency_order(packages):
         position = 0
         for entry in pkg.files:
-            shard = _shard_blocks(pkg, entry, position, block_lines, block_bytes)
+            shard = _shard_blocks(pkg, entry, position, block_lines, block_bytes, shared)
             for event in shard:
                 if isinstance(event, ShardEnd):
                     yield event
@@ -571,8 +699,20 @@ def read_blocks(packages: Sequence[Package], block_lines: int = BLOCK_LINES,
                 yield event
 
 
+def _fill(reader: _HashingReader, view: memoryview) -> int:
+    """Read into all of ``view`` (less at the end of the file); the bytes read."""
+    got = 0
+    while got < len(view):
+        n = reader.readinto(view[got:])
+        if not n:
+            break
+        got += n
+    return got
+
+
 def _shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: int,
-                  block_bytes: int) -> Iterator[LineBlock | ShardEnd]:
+                  block_bytes: int, shared: SharedBlocks | None = None
+                  ) -> Iterator[LineBlock | ShardEnd]:
     depends_on = tuple(pkg.depends_on)
     line = 0  # lines handed out so far
     pending: list[bytes] = []
@@ -598,23 +738,60 @@ def _shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: in
                             pending, size = [], 0
             else:
                 rest = b""
-                while chunk := buffered.read(block_bytes):
-                    data = rest + chunk
-                    end = data.rfind(b"\n") + 1
-                    start = 0
+                while True:
+                    # data[lo:hi] is the carried-over partial line, then the chunk just read
+                    slot = -1
+                    data: bytes | mmap.mmap
+                    if shared is not None and len(rest) + block_bytes <= shared.slot_bytes:
+                        slot = shared.take()
+                        shared.hold(slot)  # this reader's hold, until it is done with the slot
+                        lo = slot * shared.slot_bytes
+                        try:
+                            shared.view[lo:lo + len(rest)] = rest
+                            n = _fill(counter, shared.view[lo + len(rest):
+                                                           lo + len(rest) + block_bytes])
+                        except BaseException:
+                            shared.release(slot)
+                            raise
+                        data, hi = shared.map, lo + len(rest) + n
+                    else:
+                        if shared is not None:  # a long line: this reader reads unbuffered
+                            buf = bytearray(block_bytes)
+                            n = _fill(counter, memoryview(buf))
+                            chunk = bytes(buf[:n])
+                        else:
+                            chunk = buffered.read(block_bytes)
+                            n = len(chunk)
+                        data = rest + chunk
+                        lo, hi = 0, len(data)
+                    if not n:
+                        if slot >= 0:
+                            shared.release(slot)  # type: ignore[union-attr]
+                        break
+                    found = data.rfind(b"\n", lo, hi)
+                    end = lo if found < 0 else found + 1
+                    start = lo
                     while start < end:  # pieces of at most block_lines lines
                         cut = start
                         lines = 0
                         while lines < block_lines:
-                            cut = data.index(b"\n", cut, end) + 1
+                            cut = data.find(b"\n", cut, end) + 1
                             lines += 1
                             if cut == end:
                                 break
-                        out = block(data[start:cut], lines)
+                        if slot >= 0:
+                            shared.hold(slot)  # type: ignore[union-attr]
+                            out = LineBlock(pkg.package_id, pkg.kind, entry.path, entry.split,
+                                            line + 1, position + line, depends_on, b"", lines,
+                                            (slot, start, cut))
+                        else:
+                            out = block(data[start:cut], lines)
                         yield out
                         line += lines
                         start = cut
-                    rest = data[end:]
+                    rest = data[end:hi]
+                    if slot >= 0:
+                        shared.release(slot)  # type: ignore[union-attr]
                 if rest:
                     pending.append(rest)
             if pending:

@@ -148,9 +148,11 @@ EXECUTORS = ("local", "ray")
 
 
 @contextmanager
-def work_pool(executor: str, workers: int) -> Iterator[Executor]:
+def work_pool(executor: str, workers: int, initializer: Callable | None = None,
+              initargs: tuple = ()) -> Iterator[Executor]:
     """The executor of ``--executor``: ``local`` is this machine's `process_pool` of
-    ``workers`` processes; ``ray`` is a Ray cluster (`ray_executor.RayExecutor`: the one
+    ``workers`` processes (each running ``initializer(*initargs)`` first, when there are
+    processes); ``ray`` is a Ray cluster (`ray_executor.RayExecutor`: the one
     ``RAY_ADDRESS`` names, or a local Ray of ``workers`` CPUs started for the run). Its
     ``parallelism`` attribute (or ``workers``) says how much work to keep in flight."""
     if executor == "ray":
@@ -164,7 +166,7 @@ def work_pool(executor: str, workers: int) -> Iterator[Executor]:
         return
     if executor != "local":
         raise ValueError(f"unknown executor {executor!r}")
-    with process_pool(workers) as ex:
+    with process_pool(workers, initializer, initargs) as ex:
         yield ex
 
 

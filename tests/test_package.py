@@ -577,3 +577,48 @@ def test_malformed_split_argument(tmp_path, item):
 def test_parse_split_args():
     assert pkgmod.parse_split_args(["train=a.jsonl", "validation=dir/v=1.jsonl"]) == [
         ("train", Path("a.jsonl")), ("validation", Path("dir/v=1.jsonl"))]
+
+
+# ------------------------------------------------------------------ line blocks
+
+
+def test_blocks_in_shared_memory_are_the_blocks_read_as_bytes(tmp_path, monkeypatch):
+    """Blocks cut into `SharedBlocks` slots have the lines, numbers and positions of the
+    blocks read as bytes; a line longer than a slot's room comes as bytes, and so does a
+    last line without its newline."""
+    records = [{"id": f"s{i}", "text": "w" * (i * 37 % 300)} for i in range(200)]
+    records[90]["text"] = "long " * 400  # longer than a slot
+    pkg = cpt_package(tmp_path, splits={"train": records, "validation": cpt_records("v", 5)},
+                      shard_records=120)
+    shard = pkg / "data/train/part-00001.jsonl"
+    data = shard.read_bytes().rstrip(b"\n")
+    shard.write_bytes(data)
+    update_manifest(pkg, lambda m: m["files"][1].update(
+        bytes=len(data), sha256=hashlib.sha256(data).hexdigest()))
+    pkgs = pkgmod.open_packages([pkg])
+
+    def events(shared):
+        out = []
+        for event in pkgmod.read_blocks(pkgs, block_lines=7, block_bytes=512, shared=shared):
+            if isinstance(event, pkgmod.ShardEnd):
+                out.append(("end", event.file, event.problem))
+                continue
+            out.append((event.file, event.first_line, event.first_position, event.line_count,
+                        event.shared is not None,
+                        [bytes(line) for line in event.lines()]))
+            if event.shared is not None:
+                shared.release(event.shared[0])
+        return out
+
+    shared = pkgmod.SharedBlocks(3, 1024)
+    try:
+        monkeypatch.setattr(pkgmod, "_attached", shared.map)
+        got = events(shared)
+        assert sorted(shared.take() for _ in range(3)) == [0, 1, 2]  # all given back
+    finally:
+        monkeypatch.setattr(pkgmod, "_attached", None)
+        shared.close()
+    plain = events(None)
+    assert [e[:4] + e[5:] for e in got] == [e[:4] + e[5:] for e in plain]
+    kinds = [e[4] for e in got if e[0] != "end"]
+    assert kinds.count(True) > 40 and kinds.count(False) >= 2  # the long line, the last one

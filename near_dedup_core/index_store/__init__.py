@@ -242,10 +242,13 @@ def insert_sql(table: Table) -> str:
     return f"INSERT INTO {table.name} ({cols}) VALUES ({marks})"
 
 
+CACHE_SIZE = -262144  # page cache of a connection that writes (or reads a lot): 256 MiB
+
+
 def _pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
     cur.execute("PRAGMA busy_timeout = 60000")
-    cur.execute("PRAGMA cache_size = -262144")  # 256 MiB page cache
+    cur.execute(f"PRAGMA cache_size = {CACHE_SIZE}")
     cur.close()
 
 
@@ -1141,13 +1144,17 @@ class KnownTexts:
         self._con.close()
 
 
-def open_known_texts(index: str) -> KnownTexts:
-    """`KnownTexts` of a SQLite path (read-only) or a ``postgresql://`` URL."""
+def open_known_texts(index: str, cached: bool = False) -> KnownTexts:
+    """`KnownTexts` of a SQLite path (read-only) or a ``postgresql://`` URL; ``cached``: a
+    SQLite connection kept for many lookups, with the writer's page cache size."""
     url = postgres_url(index)
     if url is not None:
         return KnownTexts(pg.QmarkConnection(pg.connect(url, snapshot=False)))
-    return KnownTexts(sqlite3.connect(f"file:{_uri_path(Path(index))}?mode=ro", uri=True,
-                                      check_same_thread=False))
+    con = sqlite3.connect(f"file:{_uri_path(Path(index))}?mode=ro", uri=True,
+                          check_same_thread=False)
+    if cached:
+        con.execute(f"PRAGMA cache_size = {CACHE_SIZE}")
+    return KnownTexts(con)
 
 
 # --------------------------------------------------------------------------- index check

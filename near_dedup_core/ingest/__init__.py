@@ -133,11 +133,18 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
         workers = 1
     if store.max_content_rowid() == 0:  # nothing to look up
         known_texts = None
-    with work_pool(executor, workers) as pool:
-        writer = BatchWriter(store, config, seq, pool, parallelism(pool, workers), known_texts,
-                             bar)
-        writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
-        writer.run(pkgs, rowids)
+    # local worker processes parse the lines from memory shared with this process
+    shared = batch.shared_blocks(workers) if executor == "local" and workers > 1 else None
+    try:
+        init = (work.init_worker, shared.worker_args()) if shared is not None else (None, ())
+        with work_pool(executor, workers, *init) as pool:
+            writer = BatchWriter(store, config, seq, pool, parallelism(pool, workers),
+                                 known_texts, bar, shared)
+            writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
+            writer.run(pkgs, rowids)
+    finally:
+        if shared is not None:
+            shared.close()
     bar.finish()
     result.records = new_records
     result.new_contents = writer.new_contents

@@ -1,7 +1,8 @@
 """The main process of `index`: read the packages as line blocks, hand them to the workers,
 and turn their results into rows, in input order, inside the open batch transaction.
 
-The main process reads and hashes every byte once (`package.read_blocks`) and does what
+The main process reads and hashes every byte once (`package.read_blocks`; for a local pool
+straight into `package.SharedBlocks`, which the workers parse from) and does what
 needs the whole batch: sample-id and ref rules across records (`package.SampleIds`), row ids
 for new contents (a content met again later in the batch, or indexed before under another
 raw text, keeps its first row id and loses the signature a worker made for it), and the
@@ -21,8 +22,10 @@ the previous dictionary.
 from __future__ import annotations
 
 import collections
+import os
 from collections.abc import Sequence
 from concurrent.futures import Executor, Future
+from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
@@ -30,7 +33,15 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.ingest import work
-from near_dedup_core.package import LineBlock, Package, SampleIds, ShardEnd, read_blocks
+from near_dedup_core.package import (
+    BLOCK_BYTES,
+    LineBlock,
+    Package,
+    SampleIds,
+    ShardEnd,
+    SharedBlocks,
+    read_blocks,
+)
 from near_dedup_core.progress import Progress, pause_point
 
 #: Lines per block (about 4 MB of web documents; `package.BLOCK_BYTES` caps the bytes).
@@ -39,6 +50,19 @@ BLOCK_LINES = 1024
 DICT_GROUP = 100
 #: Blocks in flight per worker.
 IN_FLIGHT_PER_WORKER = 2
+
+
+def _window(parallelism: int) -> int:
+    return max(2, IN_FLIGHT_PER_WORKER * parallelism)
+
+
+def shared_blocks(workers: int) -> SharedBlocks | None:
+    """The shared memory that a local pool of ``workers`` processes reads line blocks from:
+    a slot per block in flight, one for the block being read, one to spare. None where the
+    system has no ``memfd_create`` (the blocks then travel through the pool's pipes)."""
+    if not hasattr(os, "memfd_create"):
+        return None
+    return SharedBlocks(_window(workers) + 2, 2 * BLOCK_BYTES)
 
 
 class _InFlight(NamedTuple):
@@ -53,12 +77,13 @@ class BatchWriter:
 
     def __init__(self, store: db.BatchTransaction, config: NearDedupConfig, batch: int,
                  executor: Executor, parallelism: int, known_texts: str | None,
-                 progress: Progress) -> None:
+                 progress: Progress, shared: SharedBlocks | None = None) -> None:
         self.store = store
         self.config = config
         self.batch = batch
         self.executor = executor
-        self.window = max(2, IN_FLIGHT_PER_WORKER * parallelism)
+        self.window = _window(parallelism)
+        self.shared = shared  # from `shared_blocks(parallelism)`, or None
         self.known_texts = known_texts
         self.progress = progress
         self.params = work.SignParams(config.num_perm, config.seed, config.shingle_size,
@@ -94,7 +119,7 @@ class BatchWriter:
         self.new_rowids = new_rowids
         self.ids = SampleIds(pkgs)
         self.tokenizers = {p.package_id: p.tokenizer for p in pkgs}
-        for event in read_blocks(pkgs, block_lines=BLOCK_LINES):
+        for event in read_blocks(pkgs, block_lines=BLOCK_LINES, shared=self.shared):
             if isinstance(event, ShardEnd):
                 self.in_flight.append(event)
             else:
@@ -128,9 +153,11 @@ class BatchWriter:
             return
         block = item.block
         res: work.BlockResult = item.future.result()
-        for k, sample_id in enumerate(res.sample_ids):
-            self.ids.check(block.package_id, block.file, block.first_line + k, sample_id,
-                           res.refs.get(k))
+        if block.shared is not None:
+            assert self.shared is not None
+            self.shared.release(block.shared[0])
+        self.ids.check_block(block.package_id, block.file, block.first_line, res.sample_ids,
+                             res.refs)
         if res.problem is not None:
             raise res.problem
         if block.package_id not in self.new_rowids:
@@ -166,14 +193,18 @@ class BatchWriter:
                 sorted({s for k, s in enumerate(res.shas) if s is not None and not res.known[k]}))
         pkg_rowid = self.new_rowids[block.package_id]
         targets = self.ref_targets.get(block.package_id)
-        source_rows = []
-        for k, sample_id in enumerate(res.sample_ids):
-            domain = res.domains[k]
+        # per record: its content row id, text_sha256 and domain; only the records whose raw
+        # text the workers did not find (and refs) need more than the workers' lists
+        rowids = list(res.known)
+        shas, domains = res.shas, res.domains
+        if res.refs:
+            shas, domains = list(shas), list(domains)
+        for k in [k for k, rowid in enumerate(rowids) if not rowid]:
             ref = res.refs.get(k)
             if ref is None:
-                sha = res.shas[k]
+                sha = shas[k]
                 assert sha is not None
-                rowid = res.known[k] or raw_known.get((sha, res.scopes[res.scope_of[k]][0]), 0)
+                rowid = raw_known.get((sha, res.scopes[res.scope_of[k]][0]), 0)
                 if not rowid:
                     assert new is not None
                     j = res.new_of[k]
@@ -186,14 +217,19 @@ class BatchWriter:
                     self.raw_texts.setdefault((sha, scope_ids[res.scope_of[k]]), rowid)
             else:
                 target = self.ref_targets[ref[0]][ref[1]]
-                rowid, sha = target.content, target.text_sha256
-                if domain is None:
-                    domain = target.domain
-            if targets is not None:
-                targets[sample_id] = db.RefTarget(rowid, sha, domain)
-            line = block.first_line + k
-            source_rows.append((None, rowid, pkg_rowid, sample_id, block.split, block.file, line,
-                                block.first_position + k, sha, domain, res.sources[k]))
+                rowid, shas[k] = target.content, target.text_sha256
+                if domains[k] is None:
+                    domains[k] = target.domain
+            rowids[k] = rowid
+        if targets is not None:
+            for sample_id, rowid, sha, domain in zip(res.sample_ids, rowids, shas, domains):
+                targets[sample_id] = db.RefTarget(rowid, sha, domain)  # type: ignore[arg-type]
+        n = len(rowids)
+        source_rows = list(zip(repeat(None, n), rowids, repeat(pkg_rowid, n), res.sample_ids,
+                               repeat(block.split, n), repeat(block.file, n),
+                               range(block.first_line, block.first_line + n),
+                               range(block.first_position, block.first_position + n),
+                               shas, domains, res.sources))
         self.store.add_sources(source_rows)
         self.new_sources += len(source_rows)
         if taken:
@@ -203,9 +239,9 @@ class BatchWriter:
                     if new.norm_chars[j] >= self.config.min_chars]
             if long:
                 rows = np.fromiter((j for j, _ in long), np.int64, len(long))
-                rowids = np.fromiter((r for _, r in long), np.int64, len(long))
+                long_ids = np.fromiter((r for _, r in long), np.int64, len(long))
                 self.band_keys.append(new.keys[rows].reshape(-1))
-                self.band_contents.append(np.repeat(rowids, new.keys.shape[1]))
+                self.band_contents.append(np.repeat(long_ids, new.keys.shape[1]))
 
     def _content_rows(self, new: work.NewContents, taken: list[tuple[int, int]],
                       scope_ids: list[int], dict_id: int | None) -> list[tuple]:

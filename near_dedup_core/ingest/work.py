@@ -1,6 +1,7 @@
 """The worker side of `index`: one block of lines in, the block's rows out.
 
-A worker gets the raw bytes of whole JSONL lines (`package.LineBlock`) and does everything
+A worker gets the raw bytes of whole JSONL lines (`package.LineBlock`; a local pool's
+worker reads them from memory it shares with the main process) and does everything
 that does not need the batch's state, so that the main process only assigns row ids and
 writes:
 
@@ -34,7 +35,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.normalize import normalize_many
-from near_dedup_core.package import LineBlock, parse_block
+from near_dedup_core.package import LineBlock, attach_shared, parse_block
 from near_dedup_core.signature import MinHasher, band_keys, stored_values
 
 
@@ -103,11 +104,31 @@ def _server_known_texts(url: str) -> db.KnownTexts:
     return db.open_known_texts(url)
 
 
+_in_pool = False  # this process is a worker of a local pool (`init_worker` ran)
+_pool_known_texts: dict[str, db.KnownTexts] = {}
+
+
+def init_worker(shared_fd: int | None, shared_size: int) -> None:
+    """The initializer of a local pool's worker: maps the pass's `package.SharedBlocks`
+    (when ``shared_fd`` is given)."""
+    global _in_pool
+    _in_pool = True
+    if shared_fd is not None:
+        attach_shared(shared_fd, shared_size)
+
+
 def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
-    """Raw-text lookups on a read connection of this worker. A SQLite connection lives for
-    one block only: the writer, closing last, then removes the index's -wal and -shm files."""
+    """Raw-text lookups on a read connection of this worker. A pool worker keeps its SQLite
+    connection (and its page cache) for its life, which ends before the writer closes the
+    index; inline, in the writer's own process, a connection lives for one block only. Either
+    way the writer closes last and removes the index's -wal and -shm files."""
     if db.postgres_url(location) is not None:
         return _server_known_texts(location).contents(shas)
+    if _in_pool:
+        known = _pool_known_texts.get(location)
+        if known is None:
+            known = _pool_known_texts[location] = db.open_known_texts(location, cached=True)
+        return known.contents(shas)
     known = db.open_known_texts(location)
     try:
         return known.contents(shas)
