@@ -383,7 +383,7 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
             step(f"{label}-{side}-history", history[side], argv)
             step(f"{label}-{side}-empty-2", empty(side, f"{label}-{side}-2"), argv)
 
-    def scans(label: str) -> None:
+    def scan_rounds(label: str) -> None:
         for r in range(args.rounds):
             for side in sides:
                 for where, index in (("history", history[side]), ("empty", pool_only[side])):
@@ -407,7 +407,7 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
         if name not in done:
             step(name, empty(side, name), ["index", "--inputs", str(pool), *w])
     append("day-b", day_b)
-    scans("day-b")
+    scan_rounds("day-b")
     if "fill" not in done:
         now = band_layout(history["sqlite"])
         room = int(now["merged_through"] / 8) - now["recent_contents"]
@@ -430,9 +430,9 @@ def layout(args: argparse.Namespace, state: State, server: PostgresServer) -> No
         done["fill"] = records
         state.save()
     append("day-c", day_c)
-    scans("day-c")
+    scan_rounds("day-c")
     append("fold", fold_day)
-    scans("fold")
+    scan_rounds("fold")
 
 
 def days(args: argparse.Namespace, state: State, server: PostgresServer) -> None:

@@ -1355,7 +1355,6 @@ class BandWrite(NamedTuple):
     from ``bands_recent`` into ``bands`` with them."""
 
     table: str
-    rows: int
     folded: int
 
 
@@ -1496,7 +1495,7 @@ class BatchTransaction:
         newest = self.max_content_rowid()
         if newest - merged < RECENT_SHARE * merged:
             self.add_bands("bands_recent", keys, content_rowids)
-            return BandWrite("bands_recent", len(keys), 0)
+            return BandWrite("bands_recent", 0)
         self.add_bands("bands", keys, content_rowids)
         earlier = (int(content_rowids.min()) if len(content_rowids) else newest + 1) - 1 - merged
         if earlier > 0:
@@ -1505,7 +1504,7 @@ class BatchTransaction:
         folded = self.fold_recent_bands()
         self.conn.execute(meta.update().where(meta.c.key == BANDS_MERGED_THROUGH)
                           .values(value=str(newest)))
-        return BandWrite("bands", len(keys), folded)
+        return BandWrite("bands", folded)
 
     def fold_recent_bands(self) -> int:
         """Move every row of ``bands_recent`` into ``bands`` (in key order); their count."""
