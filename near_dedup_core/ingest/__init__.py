@@ -213,13 +213,13 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
     for stale in index_path.parent.glob(f".{index_path.name}.tmp-*"):
         stale.unlink()
     tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
-    engine = db.open_writable(tmp)
+    engine = db.open_writable(tmp, staged=True)  # no journal: on any failure it is deleted
     try:
         db.create_schema(engine, config, _now())
         _append_batch(engine, config, pkgs, result, workers, executor, progress, None)
         engine.dispose()
         if result.batch is not None:
-            os.rename(tmp, index_path)
+            db.publish_staged(tmp, index_path)
     finally:
         engine.dispose()
         _remove_db_files(tmp)
