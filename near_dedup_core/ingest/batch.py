@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from itertools import repeat
 from typing import NamedTuple
 
@@ -261,16 +261,32 @@ class BatchWriter:
 
     def _write_tail(self) -> None:
         """The batch's band rows in (key, content) order and its raw-text rows in
-        (text_sha256, scope) order: each B-tree is filled front to back."""
-        if self.band_keys:
-            keys = np.concatenate(self.band_keys)
-            contents = np.concatenate(self.band_contents)
-            # contents grow along the batch, so a stable sort by key is (key, content) order
-            order = np.argsort(keys, kind="stable")
-            self.bands = self.store.write_bands(
-                keys[order], contents[order], lambda text: self.progress.note(f"index: {text}"))
-            self.band_keys, self.band_contents = [], []
+        (text_sha256, scope) order: each B-tree is filled front to back. The band rows are
+        ordered by two threads (numpy sorts without the GIL) while this one writes the
+        raw-text rows."""
+        if not self.band_keys:
+            self._write_raw_texts()
+            return
+        keys = np.concatenate(self.band_keys)
+        contents = np.concatenate(self.band_contents)
+        self.band_keys, self.band_contents = [], []
+        with ThreadPoolExecutor(max_workers=2) as sorter:
+            halves = [sorter.submit(_stable_order, keys, half) for half in (False, True)]
+            self._write_raw_texts()
+            order = np.concatenate([h.result() for h in halves])
+        self.bands = self.store.write_bands(
+            keys[order], contents[order], lambda text: self.progress.note(f"index: {text}"))
+
+    def _write_raw_texts(self) -> None:
         if self.raw_texts:
             self.store.add_raw_texts(sorted((sha, scope, content) for (sha, scope), content
                                             in self.raw_texts.items()))
             self.raw_texts = {}
+
+
+def _stable_order(keys: np.ndarray, upper: bool) -> np.ndarray:
+    """Positions of the negative (``upper`` False) or the other keys, in stable key order.
+    Contents grow along the batch, so the two halves one after the other are the batch's
+    band rows in (key, content) order."""
+    at = np.flatnonzero(keys >= 0 if upper else keys < 0)
+    return at[np.argsort(keys[at], kind="stable")]
