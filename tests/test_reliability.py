@@ -178,6 +178,22 @@ def test_a_damaged_index_is_one_line_for_index_scan_and_check(corpus, index, tmp
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.parametrize("where", ["range", "list"])
+def test_a_missing_content_row_of_the_pool_is_damage(corpus, index, tmp_path, where):
+    """The scan reads the pool's content rows by ranges of consecutive row ids, or by id
+    lists; either way a row that sources point to and that is gone is named as damage."""
+    con = sqlite3.connect(index)
+    if where == "list":  # the pool's ids are no longer one run: their slices are id lists
+        con.execute("UPDATE sources SET content = content + 100000 WHERE id = 1")
+    else:
+        con.execute("DELETE FROM contents WHERE id = (SELECT MAX(content) / 2 FROM sources)")
+    con.commit()
+    con.close()
+    one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
+                    tmp_path / "rep"], 1, f"index {index}: damaged (1 content rows are missing)")
+    assert not (tmp_path / "rep").exists()
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_random_damaged_pages_never_give_a_traceback(corpus, index, tmp_path, seed):
     """A few garbage pages anywhere in the middle: SQLite may notice them (malformed) or read
