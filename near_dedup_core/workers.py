@@ -66,6 +66,34 @@ class InlineExecutor(Executor):
         return fut
 
 
+def submit_aside(executor: Executor, fn: Callable, /, *args) -> Future:
+    """``executor.submit(fn, *args)`` made by a thread of its own; the returned future
+    carries ``fn``'s result or exception. A process pool starts a worker on its first
+    submit, which waits until the forkserver has imported what it preloads (about a second
+    of one core): that wait is the thread's, while the caller goes on with its own work.
+    The caller's next submit waits for the start, if it is still under way."""
+    import threading
+
+    out: Future = Future()
+
+    def relay(done: Future) -> None:
+        if done.cancelled():
+            out.cancel()
+        elif done.exception() is not None:
+            out.set_exception(done.exception())
+        else:
+            out.set_result(done.result())
+
+    def submit() -> None:
+        try:
+            executor.submit(fn, *args).add_done_callback(relay)
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
+            out.set_exception(exc)
+
+    threading.Thread(target=submit, name="near-dedup-pool-start", daemon=True).start()
+    return out
+
+
 def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
     """The forkserver context; its server (started once per process, on first use) imports
     ``near_dedup_core._pool_guard``, which ties it to this process's life, then `_preload`'s
@@ -122,7 +150,9 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     try:
         yield ex
     except BaseException:
-        processes = list((getattr(ex, "_processes", None) or {}).values())
+        # a worker being started (by `submit_aside`'s thread) is listed once the lock is free
+        with ex._shutdown_lock:
+            processes = list((getattr(ex, "_processes", None) or {}).values())
         ex.shutdown(wait=False, cancel_futures=True)
         for proc in processes:
             if proc.is_alive():

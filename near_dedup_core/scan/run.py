@@ -37,7 +37,7 @@ from near_dedup_core.scan.pool import (
 )
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import write_origins, write_report
-from near_dedup_core.workers import InlineExecutor, process_pool
+from near_dedup_core.workers import InlineExecutor, process_pool, submit_aside
 
 
 @dataclass
@@ -105,7 +105,10 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
-        digests = side.submit(_digests, data_files(pkgs))
+        # a process pool starts its first worker on this submit: in a thread, while this
+        # one loads the pool and finds candidates
+        digests = submit_aside(side, _digests, data_files(pkgs)) if remote else \
+            side.submit(_digests, data_files(pkgs))
         origins_args = ([p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
                         folder / "origins.jsonl")
         # Ray: in the side thread, on a connection of its own; otherwise in this process
