@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"near-dedup {__version__}",
                    help="print the version and exit")
     p.add_argument("--index", metavar="PATH|URL",
-                   help="the near-dedup index, bound to the config (needed by index and scan): "
+                   help="the near-dedup index, bound to the config (needed by index and scan; "
+                        "contamination reads an indexed pool from it): "
                         "a dedicated SQLite file, or postgresql://user@host:port/dbname")
     p.add_argument("--config", type=Path, metavar="PATH",
                    help="near-dedup config JSON (default: the shipped defaults)")
@@ -110,7 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Find every training sample of the pool that contains an "
                                     "evaluation item (exact containment of the item's shingles "
                                     "at or above contamination_threshold) and write the report "
-                                    "folder atomically; no index needed.")
+                                    "folder atomically. No index needed; with --index "
+                                    "(every input indexed, as for scan) the pool's normalized "
+                                    "texts are read from the index instead of the packages: "
+                                    "faster, the same report.")
     ct.add_argument("--evals", nargs="+", type=Path, required=True, metavar="EVAL_PKG",
                     help="snapshot packages holding the evaluation items")
     ct.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="POOL_PKG",
@@ -272,8 +276,8 @@ def run(args: argparse.Namespace) -> None:
         from near_dedup_core.contamination import contamination_report
 
         print(contamination_report(load_config(args.config), args.evals, args.inputs,
-                                   args.output, workers=args.workers,
-                                   progress=progress).summary())
+                                   args.output, workers=args.workers, progress=progress,
+                                   index=args.index).summary())
     elif args.command == "report":
         if args.report_command in ("explain", "diff"):
             _report_audit(args)

@@ -101,7 +101,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numba
 import numpy as np
@@ -503,11 +503,16 @@ def warm_up() -> None:
 def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
     """Normalize, hash and probe raw training texts (in a worker): the verified pairs
     (``Hit.sample`` indexes ``texts``) and the number of candidates of each text."""
+    cps, offsets = normalize_code_points(texts)
+    return _probe_points(cps, offsets)
+
+
+def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.ndarray]:
+    """`probe_texts` of normalized texts given as code points (`signature.code_points`)."""
     st = _STATE
     assert st is not None, "worker not initialized"
-    cps, offsets = normalize_code_points(texts)
     hasher = MinHasher(1, st.seed, st.shingle_size)
-    per_text = np.zeros(len(texts), dtype=np.int64)
+    per_text = np.zeros(len(offsets) - 1, dtype=np.int64)
     found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
                          st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
                          st.item_chars, st.threshold, per_text)
@@ -573,6 +578,23 @@ def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
     candidates[at] = per_text
     return BlockProbe(ids, refs, domains, candidates, [h._replace(sample=at[h.sample])
                                                       for h in hits], None)
+
+
+_READERS: dict[str, Any] = {}
+
+
+def probe_contents(location: str, ids: list[int]) -> tuple[list[Hit], np.ndarray]:
+    """Probe the normalized texts of these content rows of the index at ``location`` (in a
+    worker, on a read connection of its own, kept for its life: content rows never change
+    once written): ``Hit.sample`` indexes ``ids``."""
+    from near_dedup_core import index_store as db
+
+    reader = _READERS.get(location)
+    if reader is None:
+        reader = _READERS[location] = db.open_texts(location)
+    by_id = reader.texts(ids)
+    cps, offsets = code_points([by_id[i] for i in ids])
+    return _probe_points(cps, offsets)
 
 
 # --------------------------------------------------------------------------- inputs
@@ -842,6 +864,73 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
     return pairs, candidates, samples
 
 
+#: distinct contents per job of `_probe_index`
+CONTENT_CHUNK = 1_024
+
+
+def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
+                 config: NearDedupConfig, workers: int, progress: bool
+                 ) -> tuple[list[Pair], int, int]:
+    """`_probe_pool` over an indexed pool: its samples and their contents as one snapshot of
+    the index holds them, each distinct content's normalized text probed once (by the
+    workers, which read the texts on their own connections) and its pairs given to every
+    sample that holds it. The data files are hashed meanwhile and must match their
+    manifests, as for `scan`. The same pairs and counts as reading the packages: the index
+    holds each compared text normalized, refs resolved to their target's content and
+    domain, and ``max_chars`` was checked when the pool was indexed under the same config
+    fingerprint."""
+    from near_dedup_core import index_store as db
+    from near_dedup_core.scan.pool import check_files, data_files, indexed_inputs
+    from near_dedup_core.workers import submit_aside
+
+    with db.database_errors(index), db.open_snapshot(index, config) as snap, \
+            process_pool(workers, _init_worker, (state,), PRELOAD) as executor:
+        if workers <= 1:
+            _init_worker(state)
+        digests = submit_aside(executor, _digests, data_files(pool)) if workers > 1 else None
+        indexed = indexed_inputs(snap.indexed_packages(), snap.path, pool)
+        samples: list[list[tuple]] = []
+        for pkg in pool:
+            rows: list[tuple] = []
+            for part in snap.sample_rows(indexed[pkg.package_id]):
+                rows.extend(part)
+            samples.append(rows)
+        contents = list(dict.fromkeys(row[6] for rows in samples for row in rows))
+        location = snap.location
+        bar = Progress("contamination: training contents", len(contents), enabled=progress)
+        found: dict[int, list[Hit]] = {}
+        count = np.zeros(len(contents), dtype=np.int64)
+        at = {c: k for k, c in enumerate(contents)}
+        jobs = [contents[i:i + CONTENT_CHUNK] for i in range(0, len(contents), CONTENT_CHUNK)]
+        futures = [executor.submit(probe_contents, location, ids) for ids in jobs]
+        for ids, fut in zip(jobs, futures):
+            hits, per = fut.result()
+            first = at[ids[0]]
+            count[first:first + len(ids)] = per
+            for h in hits:
+                found.setdefault(ids[h.sample], []).append(h)
+            bar.advance(len(ids))
+            pause_point("contamination-pool")
+        bar.finish()
+        check_files(pool, digests.result() if digests is not None else _digests(data_files(pool)))
+    pairs: list[Pair] = []
+    candidates = 0
+    for input_pos, (pkg, rows) in enumerate(zip(pool, samples)):
+        for position, sample_id, split, file, line, domain, content in rows:
+            candidates += int(count[at[content]])
+            held = found.get(content)
+            if held:
+                sample = SampleRef(input_pos, position, pkg.package_id, sample_id, split, file,
+                                   line, domain)
+                pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
+                             for h in held)
+    return pairs, candidates, sum(len(rows) for rows in samples)
+
+
+def _digests(paths: list[str]) -> list[str]:
+    return [sha256_file(Path(p)) for p in paths]
+
+
 def _ref_json(ref: SampleRef, with_domain: bool) -> dict:
     out = {"package_id": ref.package_id, "sample_id": ref.sample_id, "split": ref.split,
            "file": ref.file, "line": ref.line}
@@ -913,9 +1002,13 @@ class ContaminationResult:
 
 def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Path],
                          pool_paths: Sequence[str | Path], output_dir: str | Path, *,
-                         workers: int = 1, progress: bool = False) -> ContaminationResult:
+                         workers: int = 1, progress: bool = False,
+                         index: str | Path | None = None) -> ContaminationResult:
     """Check every eval item against every training sample of the pool; freeze the report
-    in ``output_dir`` (see module doc). Nothing is written on any error."""
+    in ``output_dir`` (see module doc). Nothing is written on any error. With ``index`` (a
+    SQLite path or a PostgreSQL URL holding every pool package, as for `scan`), the pool's
+    normalized texts are read from the index instead of parsed and normalized again
+    (`_probe_index`); the report is the same bytes."""
     output = Path(output_dir)
     evals_p = [Path(p) for p in eval_paths]
     pool_p = [Path(p) for p in pool_paths]
@@ -928,11 +1021,20 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
             raise NearDedupError(f"{where(e.package_id)}: given both as an eval package and as "
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
+    if index is not None:  # imported before the forkserver starts: the workers have it
+        import near_dedup_core.scan.pool  # noqa: F401
+        from near_dedup_core.index_store import postgres_url
+
+        if postgres_url(index) is None:
+            index = Path(index)
     if workers > 1:
         start_forkserver(PRELOAD)  # its start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
-    pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
+    if index is None:
+        pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
+    else:
+        pairs, candidates, samples = _probe_index(index, pool, state, config, workers, progress)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
     for pair in pairs:

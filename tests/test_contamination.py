@@ -234,6 +234,34 @@ def test_report_verifies_and_is_deterministic_across_workers(planted, monkeypatc
     assert tree_bytes(again) == tree_bytes(planted["report"])
 
 
+def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
+    """With --index the pool's normalized texts come from the index: the same bytes, with 1
+    or 2 workers and contents split over several jobs; inputs not indexed, or changed since,
+    are refused in one line and nothing is written."""
+    index = tmp_path / "index.sqlite"
+    code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", planted["pool"])
+    assert code == 0, err
+    monkeypatch.setattr(contamination, "CONTENT_CHUNK", 7)
+    for workers in (1, 2):
+        out = tmp_path / f"from-index-{workers}"
+        code, _, err = run_cli("--quiet", "--index", index, "contamination", "--evals",
+                               *planted["evals"], "--inputs", planted["pool"], "--output", out,
+                               "--workers", workers)
+        assert code == 0, err
+        assert tree_bytes(out) == tree_bytes(planted["report"])
+    other = make_package(tmp_path, "other", {"train": [{"id": "a", "text": "x" * 80}]})
+    code, err = _refused(tmp_path, "--evals", *planted["evals"], "--inputs", other,
+                         index=index)
+    assert code == 1 and f"package other: not in index {index}; index it first" in err
+    changed = tmp_path / "changed"
+    shutil.copytree(planted["pool"], changed)
+    shard = sorted((changed / "data").rglob("*.jsonl"))[0]
+    shard.write_bytes(shard.read_bytes().replace(b"a", b"b", 1))
+    code, err = _refused(tmp_path, "--evals", *planted["evals"], "--inputs", changed,
+                         "--workers", "2", index=index)
+    assert code == 1 and "sha256 does not match manifest.json" in err
+
+
 def _tamper(planted, name: str, change) -> Path:
     copy = planted["tmp"] / f"tamper-{name}-{random.random()}"
     shutil.copytree(planted["report"], copy)
@@ -417,9 +445,10 @@ def test_mixture_refuses_a_stale_contamination_report(planted, tmp_path):
     assert code == 1 and "manifest sha256" in err and not (tmp_path / "m").exists()
 
 
-def _refused(tmp_path, *args, config: dict | None = None) -> tuple[int, str]:
+def _refused(tmp_path, *args, config: dict | None = None,
+             index: Path | None = None) -> tuple[int, str]:
     before = tree_bytes(tmp_path)
-    argv = ["--quiet"]
+    argv: list = ["--quiet"] if index is None else ["--quiet", "--index", index]
     if config is not None:
         (tmp_path / "cfg.json").write_text(json.dumps(config))
         before = tree_bytes(tmp_path)
@@ -486,6 +515,12 @@ def test_a_ref_sample_takes_its_targets_pairs_and_pool_errors_are_located(tmp_pa
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["candidates"]["verified"] == 3
     assert tree_bytes(tmp_path / "out1") == tree_bytes(tmp_path / "out2")
+    index = tmp_path / "index.sqlite"  # refs resolved by the index: the same pairs
+    assert run_cli("--quiet", "--index", index, "index", "--inputs", base, day)[0] == 0
+    code, _, err = run_cli("--quiet", "--index", index, "contamination", "--evals", ev,
+                           "--inputs", day, base, "--output", tmp_path / "indexed")
+    assert code == 0, err
+    assert tree_bytes(tmp_path / "indexed") == tree_bytes(tmp_path / "out1")
     # errors in the pool: the first one in record order, located, nothing written
     dup = make_package(tmp_path, "dup", {"train": [{"id": "a", "text": paras[1]}] * 2
                                          + [b'{"id": "b", "text": 5}']})

@@ -890,6 +890,17 @@ class IndexSnapshot(IndexTexts):
         while rows := cur.fetchmany(batch):
             yield rows
 
+    def sample_rows(self, package: IndexedPackage, batch: int = 1 << 16
+                    ) -> Iterator[list[tuple]]:
+        """(position, sample_id, split, file, line, domain, content) of one package's samples
+        in package order, in lists of up to ``batch``: where each sample is and what it
+        holds (`contamination` over an indexed pool)."""
+        cur = self._con.execute(
+            "SELECT position, sample_id, split, file, line, domain, content FROM sources "
+            "WHERE package = ? ORDER BY position", (package.rowid,))
+        while rows := cur.fetchmany(batch):
+            yield rows
+
     #: the `sources` columns `package_column` reads
     SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
 

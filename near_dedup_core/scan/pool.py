@@ -29,12 +29,9 @@ def check_files(pkgs: list[Package], digests: list[str]) -> None:
                                  f"manifest.json (file changed after it was indexed)")
 
 
-def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package],
-              domains: bool = False) -> Pool:
-    """The pool's samples and contents as the snapshot holds them; every input must be
-    indexed with the same manifest. Sample domains are read only when asked for (the guard's
-    domain-specific units need them); text digests are read later (`load_text_sha256`)."""
-    indexed_rows = snap.indexed_packages()
+def indexed_inputs(indexed_rows: list[db.IndexedPackage], index_path: Path | str,
+                   pkgs: list[Package]) -> dict[str, db.IndexedPackage]:
+    """The index's packages by id, once every input is among them with the same manifest."""
     indexed = {r.package_id: r for r in indexed_rows}
     for pkg in pkgs:
         known = indexed.get(pkg.package_id)
@@ -45,6 +42,16 @@ def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package
             raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: indexed with "
                                  f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
                                  f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
+    return indexed
+
+
+def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package],
+              domains: bool = False) -> Pool:
+    """The pool's samples and contents as the snapshot holds them; every input must be
+    indexed with the same manifest. Sample domains are read only when asked for (the guard's
+    domain-specific units need them); text digests are read later (`load_text_sha256`)."""
+    indexed_rows = snap.indexed_packages()
+    indexed = indexed_inputs(indexed_rows, index_path, pkgs)
     sample_id: list[str] = []
     splits: dict[str, int] = {}
     split: list[int] = []
