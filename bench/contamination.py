@@ -170,6 +170,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--seed", type=int, default=14)
     p.add_argument("--skip-scan", action="store_true", help="contamination only")
+    p.add_argument("--from-index", action="store_true",
+                   help="each round also runs contamination --index (the pool's texts read "
+                        "from the index the scan uses), whose report must be the same bytes")
     p.add_argument("--max-pool-records", type=int, default=None,
                    help="run with the repository's config but this pool limit (the 1M pool "
                         "plus the planted documents is over the default 1,000,000)")
@@ -237,6 +240,14 @@ def main(argv: list[str] | None = None) -> None:
                 sha256_file(report / f) == sha256_file(before / f) for f in ct.FILES)
             row["contamination_over_baseline"] = {
                 k: row["contamination"][k] / row["baseline"][k] for k in ("wall_s", "cpu_s")}
+        if args.from_index and not args.skip_scan:
+            indexed = out / "report-from-index"
+            shutil.rmtree(indexed, ignore_errors=True)
+            row["from_index"] = step(f"contamination-index-{r}",
+                                     ["--index", str(index), *config, *contamination(indexed)])
+            row["from_index_same_report"] = all(
+                sha256_file(report / f) == sha256_file(indexed / f) for f in (*ct.FILES,
+                                                                               "manifest.json"))
         if not args.skip_scan:
             shutil.rmtree(out / "scan-report", ignore_errors=True)
             row["scan"] = step(f"scan-{r}", ["--index", str(index), *config, "scan", "--inputs",
@@ -245,6 +256,9 @@ def main(argv: list[str] | None = None) -> None:
                                              "--workers", str(args.workers)])
             row["contamination_over_scan"] = {
                 k: row["contamination"][k] / row["scan"][k] for k in ("wall_s", "cpu_s")}
+            if "from_index" in row:
+                row["from_index_over_scan"] = {
+                    k: row["from_index"][k] / row["scan"][k] for k in ("wall_s", "cpu_s")}
         figures["rounds"].append(row)
         print(f"[{wall_clock()}] round {r}: " + ", ".join(
             f"{key} wall {v['wall_s']:.2f}, CPU {v['cpu_s']:.2f}" for key, v in row.items()
