@@ -889,21 +889,29 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
             _init_worker(state)
         digests = submit_aside(executor, _digests, data_files(pool)) if workers > 1 else None
         indexed = indexed_inputs(snap.indexed_packages(), snap.path, pool)
+        location = snap.location
         samples: list[list[tuple]] = []
-        for pkg in pool:
+        at: dict[int, int] = {}  # content row id -> its rank of first appearance
+        fresh: list[int] = []
+        jobs: list[tuple[list[int], Future]] = []
+        for pkg in pool:  # the workers start on the first contents while the rest is read
             rows: list[tuple] = []
             for part in snap.sample_rows(indexed[pkg.package_id]):
                 rows.extend(part)
+                for row in part:
+                    if row[6] not in at:
+                        at[row[6]] = len(at)
+                        fresh.append(row[6])
+                while len(fresh) >= CONTENT_CHUNK:
+                    ids, fresh = fresh[:CONTENT_CHUNK], fresh[CONTENT_CHUNK:]
+                    jobs.append((ids, executor.submit(probe_contents, location, ids)))
             samples.append(rows)
-        contents = list(dict.fromkeys(row[6] for rows in samples for row in rows))
-        location = snap.location
-        bar = Progress("contamination: training contents", len(contents), enabled=progress)
+        if fresh:
+            jobs.append((fresh, executor.submit(probe_contents, location, fresh)))
+        bar = Progress("contamination: training contents", len(at), enabled=progress)
         found: dict[int, list[Hit]] = {}
-        count = np.zeros(len(contents), dtype=np.int64)
-        at = {c: k for k, c in enumerate(contents)}
-        jobs = [contents[i:i + CONTENT_CHUNK] for i in range(0, len(contents), CONTENT_CHUNK)]
-        futures = [executor.submit(probe_contents, location, ids) for ids in jobs]
-        for ids, fut in zip(jobs, futures):
+        count = np.zeros(len(at), dtype=np.int64)
+        for ids, fut in jobs:
             hits, per = fut.result()
             first = at[ids[0]]
             count[first:first + len(ids)] = per
