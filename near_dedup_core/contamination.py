@@ -65,6 +65,12 @@ windows of a 3,300-character text are anchors, 700 of them distinct, making 4,30
 that part grows with the number of items. docs/benchmarks.md compares it with the dedup
 scan.
 
+From an index (``contamination --index``, every pool package indexed, as for ``scan``): the
+pool's samples come from one snapshot of the index and each distinct content's normalized
+text is read by a worker from the index and probed once (`_probe_index`, `probe_contents`),
+skipping the parsing and normalizing of every line; the data files are hashed meanwhile
+and must match their manifests. The report is the same bytes as from the packages.
+
 Matched span. ``[start, end)`` in the training sample's *normalized* compared text: among
 the windows whose shingle hashes belong to the item's set, the run of item-length
 (``len(normalized item)`` code points) holding the most matched windows (earliest on ties),
@@ -141,6 +147,7 @@ from near_dedup_core.signature import (
     _intersection_size,
     _shingle_hashes,
     code_points,
+    utf8_code_points,
 )
 from near_dedup_core.workers import process_pool, start_forkserver
 
@@ -583,17 +590,22 @@ def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
 _READERS: dict[str, Any] = {}
 
 
-def probe_contents(location: str, ids: list[int]) -> tuple[list[Hit], np.ndarray]:
-    """Probe the normalized texts of these content rows of the index at ``location`` (in a
-    worker, on a read connection of its own, kept for its life: content rows never change
-    once written): ``Hit.sample`` indexes ``ids``."""
+def probe_contents(source: Any, ids: list[int]) -> tuple[list[Hit], np.ndarray]:
+    """Probe the normalized texts of these content rows (``Hit.sample`` indexes ``ids``).
+    ``source`` is the command's snapshot (inline), or, in a pool worker, the index location,
+    read on a connection of the worker's own, kept for its life (content rows never change
+    once written)."""
     from near_dedup_core import index_store as db
 
-    reader = _READERS.get(location)
-    if reader is None:
-        reader = _READERS[location] = db.open_texts(location)
-    by_id = reader.texts(ids)
-    cps, offsets = code_points([by_id[i] for i in ids])
+    reader = source
+    if isinstance(source, str):
+        reader = _READERS.get(source)
+        if reader is None:
+            reader = _READERS[source] = db.open_texts(source)
+    cps, offsets, bad = utf8_code_points(reader.utf8_texts(ids))
+    if bad >= 0:
+        reader.texts([ids[bad]])  # raises, naming the damage
+        raise db.damaged(reader.path, f"the text of content row {ids[bad]} is not UTF-8")
     return _probe_points(cps, offsets)
 
 
@@ -869,27 +881,25 @@ CONTENT_CHUNK = 1_024
 
 
 def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
-                 config: NearDedupConfig, workers: int, progress: bool
-                 ) -> tuple[list[Pair], int, int]:
+                 config: NearDedupConfig, workers: int, progress: bool,
+                 digests: Future) -> tuple[list[Pair], int, int]:
     """`_probe_pool` over an indexed pool: its samples and their contents as one snapshot of
     the index holds them, each distinct content's normalized text probed once (by the
     workers, which read the texts on their own connections) and its pairs given to every
-    sample that holds it. The data files are hashed meanwhile and must match their
-    manifests, as for `scan`. The same pairs and counts as reading the packages: the index
+    sample that holds it. The data files, hashed meanwhile (``digests``: `_digests_aside`),
+    must match their manifests, as for `scan`. The same pairs and counts as reading the packages: the index
     holds each compared text normalized, refs resolved to their target's content and
     domain, and ``max_chars`` was checked when the pool was indexed under the same config
     fingerprint."""
     from near_dedup_core import index_store as db
-    from near_dedup_core.scan.pool import check_files, data_files, indexed_inputs
-    from near_dedup_core.workers import submit_aside
+    from near_dedup_core.scan.pool import check_files, indexed_inputs
 
     with db.database_errors(index), db.open_snapshot(index, config) as snap, \
             process_pool(workers, _init_worker, (state,), PRELOAD) as executor:
         if workers <= 1:
             _init_worker(state)
-        digests = submit_aside(executor, _digests, data_files(pool)) if workers > 1 else None
         indexed = indexed_inputs(snap.indexed_packages(), snap.path, pool)
-        location = snap.location
+        source = snap.location if workers > 1 else snap
         samples: list[list[tuple]] = []
         at: dict[int, int] = {}  # content row id -> its rank of first appearance
         fresh: list[int] = []
@@ -904,10 +914,10 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
                         fresh.append(row[6])
                 while len(fresh) >= CONTENT_CHUNK:
                     ids, fresh = fresh[:CONTENT_CHUNK], fresh[CONTENT_CHUNK:]
-                    jobs.append((ids, executor.submit(probe_contents, location, ids)))
+                    jobs.append((ids, executor.submit(probe_contents, source, ids)))
             samples.append(rows)
         if fresh:
-            jobs.append((fresh, executor.submit(probe_contents, location, fresh)))
+            jobs.append((fresh, executor.submit(probe_contents, source, fresh)))
         bar = Progress("contamination: training contents", len(at), enabled=progress)
         found: dict[int, list[Hit]] = {}
         count = np.zeros(len(at), dtype=np.int64)
@@ -920,7 +930,7 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
             bar.advance(len(ids))
             pause_point("contamination-pool")
         bar.finish()
-        check_files(pool, digests.result() if digests is not None else _digests(data_files(pool)))
+        check_files(pool, digests.result())
     pairs: list[Pair] = []
     candidates = 0
     for input_pos, (pkg, rows) in enumerate(zip(pool, samples)):
@@ -935,8 +945,22 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
     return pairs, candidates, sum(len(rows) for rows in samples)
 
 
-def _digests(paths: list[str]) -> list[str]:
-    return [sha256_file(Path(p)) for p in paths]
+def _digests_aside(paths: list[str]) -> Future:
+    """The sha256 of each file, computed by a thread of its own while the caller reads the
+    items and builds the anchors (hashlib runs without the GIL, on the core the worker pool
+    does not use yet). A daemon thread: an error elsewhere does not wait for it."""
+    import threading
+
+    out: Future = Future()
+
+    def run() -> None:
+        try:
+            out.set_result([sha256_file(Path(p)) for p in paths])
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
+            out.set_exception(exc)
+
+    threading.Thread(target=run, name="near-dedup-digests", daemon=True).start()
+    return out
 
 
 def _ref_json(ref: SampleRef, with_domain: bool) -> dict:
@@ -1029,20 +1053,23 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
             raise NearDedupError(f"{where(e.package_id)}: given both as an eval package and as "
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
+    digests = None
     if index is not None:  # imported before the forkserver starts: the workers have it
-        import near_dedup_core.scan.pool  # noqa: F401
         from near_dedup_core.index_store import postgres_url
+        from near_dedup_core.scan.pool import data_files
 
         if postgres_url(index) is None:
             index = Path(index)
+        digests = _digests_aside(data_files(pool))
     if workers > 1:
         start_forkserver(PRELOAD)  # its start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
-    if index is None:
+    if index is None or digests is None:
         pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
     else:
-        pairs, candidates, samples = _probe_index(index, pool, state, config, workers, progress)
+        pairs, candidates, samples = _probe_index(index, pool, state, config, workers, progress,
+                                                  digests)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
     for pair in pairs:

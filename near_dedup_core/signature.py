@@ -388,6 +388,33 @@ def utf8_batch(texts: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
     return b"".join(texts), offsets
 
 
+@numba.njit(cache=True, nogil=True)
+def _utf8_code_points(data, offsets, cps, cp_offsets):
+    """Decode each text data[offsets[i]:offsets[i+1]] into cps, its code points starting at
+    cp_offsets[i]; returns -1, or the index of the first text that is not valid UTF-8."""
+    pos = 0
+    for i in range(offsets.shape[0] - 1):
+        cp_offsets[i] = pos
+        n = _utf8_decode(data, offsets[i], offsets[i + 1], cps[pos:])
+        if n < 0:
+            return i
+        pos += n
+    cp_offsets[offsets.shape[0] - 1] = pos
+    return -1
+
+
+def utf8_code_points(texts: Sequence[bytes]) -> tuple[np.ndarray, np.ndarray, int]:
+    """`code_points` of UTF-8 encoded texts, decoded without making strings (always uint32);
+    and -1, or the index of the first text that is not valid UTF-8 (the code points are
+    then incomplete)."""
+    buf, offsets = utf8_batch(texts)
+    data = np.frombuffer(buf, dtype=np.uint8)
+    cps = np.empty(len(buf), dtype=np.uint32)
+    cp_offsets = np.zeros(len(texts) + 1, dtype=np.int64)
+    bad = _utf8_code_points(data, offsets, cps, cp_offsets) if texts else -1
+    return cps[:cp_offsets[-1]], cp_offsets, int(bad)
+
+
 def pair_jaccards(buf: bytes, offsets: np.ndarray, left: np.ndarray, right: np.ndarray,
                   k: int, seed: np.uint64) -> tuple[np.ndarray, int]:
     """Exact Jaccard of the hashed shingle sets of the text pairs (left[p], right[p]), text

@@ -13,12 +13,14 @@ import json
 import random
 import re
 import shutil
+import sqlite3
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
+import zstandard
 from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 from near_dedup_core import contamination
@@ -260,6 +262,14 @@ def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
     code, err = _refused(tmp_path, "--evals", *planted["evals"], "--inputs", changed,
                          "--workers", "2", index=index)
     assert code == 1 and "sha256 does not match manifest.json" in err
+    with sqlite3.connect(index) as con:  # a stored text that is not UTF-8: damage, one line
+        con.execute("UPDATE contents SET text_z = ?, dictionary = NULL WHERE id = 3",
+                    (zstandard.ZstdCompressor().compress(b"ok \xff\xfe not utf-8"),))
+    con.close()
+    for workers in ("1", "2"):
+        code, err = _refused(tmp_path, "--evals", *planted["evals"], "--inputs",
+                             planted["pool"], "--workers", workers, index=index)
+        assert code == 1 and f"index {index}: damaged (the text of content row 3" in err
 
 
 def _tamper(planted, name: str, change) -> Path:
