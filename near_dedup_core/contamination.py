@@ -902,6 +902,7 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
         source = snap.location if workers > 1 else snap
         samples: list[list[tuple]] = []
         at: dict[int, int] = {}  # content row id -> its rank of first appearance
+        ranks: list[int] = []  # each sample's content rank, in pool order
         fresh: list[int] = []
         jobs: list[tuple[list[int], Future]] = []
         for pkg in pool:  # the workers start on the first contents while the rest is read
@@ -909,9 +910,11 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
             for part in snap.sample_rows(indexed[pkg.package_id]):
                 rows.extend(part)
                 for row in part:
-                    if row[6] not in at:
-                        at[row[6]] = len(at)
+                    rank = at.get(row[6])
+                    if rank is None:
+                        rank = at[row[6]] = len(at)
                         fresh.append(row[6])
+                    ranks.append(rank)
                 while len(fresh) >= CONTENT_CHUNK:
                     ids, fresh = fresh[:CONTENT_CHUNK], fresh[CONTENT_CHUNK:]
                     jobs.append((ids, executor.submit(probe_contents, source, ids)))
@@ -931,18 +934,20 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
             pause_point("contamination-pool")
         bar.finish()
         check_files(pool, digests.result())
+    of_sample = np.asarray(ranks, dtype=np.int64)
+    with_hits = np.zeros(len(at), dtype=bool)
+    with_hits[[at[c] for c in found]] = True
+    starts = np.cumsum([0] + [len(rows) for rows in samples])
     pairs: list[Pair] = []
-    candidates = 0
-    for input_pos, (pkg, rows) in enumerate(zip(pool, samples)):
-        for position, sample_id, split, file, line, domain, content in rows:
-            candidates += int(count[at[content]])
-            held = found.get(content)
-            if held:
-                sample = SampleRef(input_pos, position, pkg.package_id, sample_id, split, file,
-                                   line, domain)
-                pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
-                             for h in held)
-    return pairs, candidates, sum(len(rows) for rows in samples)
+    for k in np.flatnonzero(with_hits[of_sample]).tolist():  # the samples with pairs only
+        input_pos = int(np.searchsorted(starts, k, side="right")) - 1
+        position, sample_id, split, file, line, domain, content = \
+            samples[input_pos][k - int(starts[input_pos])]
+        sample = SampleRef(input_pos, position, pool[input_pos].package_id, sample_id, split,
+                           file, line, domain)
+        pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
+                     for h in found[content])
+    return pairs, int(count[of_sample].sum()), len(ranks)
 
 
 def _digests_aside(paths: list[str]) -> Future:
