@@ -887,10 +887,10 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
     the index holds them, each distinct content's normalized text probed once (by the
     workers, which read the texts on their own connections) and its pairs given to every
     sample that holds it. The data files, hashed meanwhile (``digests``: `_digests_aside`),
-    must match their manifests, as for `scan`. The same pairs and counts as reading the packages: the index
-    holds each compared text normalized, refs resolved to their target's content and
-    domain, and ``max_chars`` was checked when the pool was indexed under the same config
-    fingerprint."""
+    must match their manifests, as for `scan`. The same pairs and counts as reading the
+    packages: the index holds each compared text normalized, refs resolved to their
+    target's content and domain, and ``max_chars`` was checked when the pool was indexed
+    under the same config fingerprint."""
     from near_dedup_core import index_store as db
     from near_dedup_core.scan.pool import check_files, indexed_inputs
 
@@ -1070,11 +1070,11 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
         start_forkserver(PRELOAD)  # its start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
-    if index is None or digests is None:
-        pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
-    else:
+    if index is not None and digests is not None:
         pairs, candidates, samples = _probe_index(index, pool, state, config, workers, progress,
                                                   digests)
+    else:
+        pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
     for pair in pairs:
