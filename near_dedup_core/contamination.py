@@ -956,11 +956,13 @@ def _digests_aside(paths: list[str]) -> Future:
     does not use yet). A daemon thread: an error elsewhere does not wait for it."""
     import threading
 
+    from near_dedup_core.scan.pool import file_digests
+
     out: Future = Future()
 
     def run() -> None:
         try:
-            out.set_result([sha256_file(Path(p)) for p in paths])
+            out.set_result(file_digests(paths))
         except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
             out.set_exception(exc)
 

@@ -456,13 +456,14 @@ def publish_staged(staged: Path, target: Path) -> None:
     if mode != "wal":
         raise NearDedupError(f"index {target}: could not switch the new index to WAL mode "
                              f"(journal mode {mode})")
-    fd = os.open(staged, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    _fsync(staged)
     os.rename(staged, target)
-    fd = os.open(target.parent, os.O_RDONLY)
+    _fsync(target.parent)
+
+
+def _fsync(path: Path) -> None:
+    """Flush a file's (or a folder's entries') writes to disk."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

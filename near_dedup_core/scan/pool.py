@@ -10,6 +10,7 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.fsutil import sha256_file
 from near_dedup_core.package import Package
 from near_dedup_core.scan.records import Nodes, Pool, Samples
 
@@ -17,6 +18,12 @@ from near_dedup_core.scan.records import Nodes, Pool, Samples
 def data_files(pkgs: list[Package]) -> list[str]:
     """Every data file of ``pkgs``, in the order `check_files` expects their digests."""
     return [str(pkg.path / entry.path) for pkg in pkgs for entry in pkg.files]
+
+
+def file_digests(paths: list[str]) -> list[str]:
+    """sha256 of each of `data_files`, one after the other (one core: the caller keeps the
+    other)."""
+    return [sha256_file(Path(p)) for p in paths]
 
 
 def check_files(pkgs: list[Package], digests: list[str]) -> None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import atomic_dir, require_new_output_outside, sha256_file
+from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
@@ -32,6 +32,7 @@ from near_dedup_core.scan.pool import (
     build_nodes,
     check_files,
     data_files,
+    file_digests,
     load_pool,
     load_text_sha256,
 )
@@ -92,12 +93,6 @@ def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Exec
             yield ex, False
 
 
-def _digests(paths: list[str]) -> list[str]:
-    """sha256 of each file, one after the other (one core: the main process keeps the
-    other)."""
-    return [sha256_file(Path(p)) for p in paths]
-
-
 def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
           workers: int, executor: str, progress: bool) -> ScanResult:
     with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap, \
@@ -107,8 +102,8 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
         # a process pool starts its first worker on this submit: in a thread, while this
         # one loads the pool and finds candidates
-        digests = submit_aside(side, _digests, data_files(pkgs)) if remote else \
-            side.submit(_digests, data_files(pkgs))
+        digests = submit_aside(side, file_digests, data_files(pkgs)) if remote else \
+            side.submit(file_digests, data_files(pkgs))
         origins_args = ([p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
                         folder / "origins.jsonl")
         # Ray: in the side thread, on a connection of its own; otherwise in this process
