@@ -29,6 +29,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import (
     MinHasher,
+    _shingle_hashes,
     band_keys,
     band_keys_into,
     exact_jaccard,
@@ -131,6 +132,37 @@ def test_exact_jaccard_equals_python_set_arithmetic_on_random_sets():
         expected = set_jaccard(set(x.tolist()), set(y.tolist()))
         assert exact_jaccard(x, y) == pytest.approx(expected, abs=1e-12)
         assert exact_jaccard(y, x) == pytest.approx(expected, abs=1e-12)
+
+
+def _polynomial_hashes(cps: list[int], k: int, seed: int) -> list[int]:
+    """The module docstring's shingle hash, in Python integers."""
+    mask = (1 << 64) - 1
+    k = min(k, len(cps))
+    out = []
+    for j in range(len(cps) - k + 1):
+        h = seed
+        for c in cps[j:j + k]:
+            h = ((h ^ c) * 0x100000001B3) & mask
+        for mult in (0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53):
+            h = ((h ^ (h >> 33)) * mult) & mask
+        out.append(h ^ (h >> 33))
+    return out
+
+
+@pytest.mark.parametrize("k", list(range(1, 33)))
+def test_shingle_hashes_are_the_polynomial_for_every_shingle_size(k):
+    rng = np.random.default_rng(k)
+    seed = MinHasher(1, 7, k).shingle_seed
+    for n in (1, k - 1, k, k + 1, 3 * k + 5, 200):
+        if n < 1:
+            continue
+        cps = rng.integers(0, 0x110000, size=n + 6).astype(np.uint32)
+        out = np.zeros(n + 6, dtype=np.uint64)
+        m = _shingle_hashes(cps, 3, 3 + n, k, seed, out)  # a slice inside a larger buffer
+        expected = _polynomial_hashes(cps[3:3 + n].tolist(), k, int(seed))
+        assert m == len(expected)
+        assert out[:m].tolist() == expected
+        assert not out[m:].any()
 
 
 def test_hashed_shingle_sets_match_string_shingles_on_prose():
