@@ -885,6 +885,30 @@ def stream_records(packages: Sequence[Package]) -> Iterator[Record]:
             known[pkg.package_id] = ids
 
 
+def head_records(pkg: Package, entry: FileEntry, limit: int) -> Iterator[dict]:
+    """The data of the first ``limit`` records of one shard that carry their own content
+    (refs are skipped), for sampling a pool cheaply. Nothing is checked beyond the line
+    itself: reading stops quietly at the first line that is no record of the package's kind
+    (or at a file that cannot be read), and the command's full pass over the pool reports
+    it with its place."""
+    taken = 0
+    path = pkg.path / entry.path
+    try:
+        with (gzip.open(path, "rb") if entry.path.endswith(".gz") else open(path, "rb")) as fh:
+            for raw in fh:
+                if taken == limit:
+                    return
+                try:
+                    data, _sample_id, ref = _parse_line(raw, pkg.kind)
+                except _LineProblem:
+                    return
+                if ref is None:
+                    taken += 1
+                    yield data
+    except (OSError, EOFError, zlib.error):  # unreadable, or a damaged gzip stream
+        return
+
+
 def validate_packages(paths: Iterable[str | Path]) -> list[Package]:
     """Fully validate packages given together as one command's inputs (`snapshot validate`)."""
     packages = open_packages(paths)

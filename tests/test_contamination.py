@@ -376,6 +376,35 @@ def test_anchors_are_the_item_shingles_rarest_in_the_training_sample():
     assert set(plain.table[plain.vals >= 0].tolist()) & common
 
 
+@pytest.mark.parametrize("gz", [False, True])
+def test_training_sample_takes_the_head_of_every_data_file(tmp_path, monkeypatch, gz):
+    # a pool whose files differ (one per source) is sampled from each, an even share apiece;
+    # a ref, a text over max_chars and a line that is no record are passed over, and the
+    # pass over the pool, not the sample, reports the bad line
+    def rec(i: int) -> dict:
+        return {"id": f"s{i}", "text": f"text {i}"}
+
+    base = make_package(tmp_path, "base", {"train": [rec(100)]})
+    train = [rec(i) for i in range(8)]
+    train[0]["text"] = "over max_chars " * 3
+    train[4] = {"id": "r4", "ref": {"package_id": "base", "id": "s100"}}
+    validation = [rec(10), b"{not json", rec(11)]
+    pool = make_package(tmp_path, "pool", {"train": train, "validation": validation},
+                        depends_on=["base"], shard_records=4, gz=gz)
+    packages = contamination.open_packages([pool, base])
+    monkeypatch.setattr(contamination, "SAMPLE_RECORDS", 8)  # 4 files: 2 records each
+    config = NearDedupConfig(max_chars=40)
+    assert contamination.training_sample(packages, config) == [
+        "text 100", "text 1", "text 5", "text 6", "text 10"]
+    monkeypatch.setattr(contamination, "SAMPLE_CHARS", 4 * 11)  # 11 characters a file
+    assert contamination.training_sample(packages, config) == [
+        "text 100", "text 1", "text 5", "text 10"]
+    evals = make_package(tmp_path, "evals", {"test": [{"id": "e", "text": "an item " * 9}]})
+    with pytest.raises(NearDedupError, match=r"validation/part-00000\.jsonl(\.gz)?:2: line is not"):
+        contamination.contamination_report(DEFAULTS, [evals], [pool, base], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_fingerprint_ignores_contamination_keys():
     # the default config's fingerprint under nd-3, as before the contamination keys existed
     assert DEFAULTS.fingerprint() == \
