@@ -15,6 +15,7 @@ import pytest
 from conftest import REPO, make_package, run_cli
 
 from near_dedup_core import ALGORITHM_VERSION
+from near_dedup_core import guard as guard_module
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.guard import Guard, guard_for, main
 from near_dedup_core.normalize import normalize
@@ -134,6 +135,22 @@ def test_extra_units_count_next_to_numbers_only():
     guard = guard_for(config, frozenset())
     assert guard.sequences("产量 5桶 和 7 bbl") == (("5", "7"), ("桶", "bbl"))
     assert guard.sequences("这个水桶 bbl") == ((), ())
+
+
+def test_ascii_reading_matches_at_the_digits_as_findall_would():
+    """ASCII text is matched only where a digit stands (`guard._matches_at`): the same tuples,
+    in the same order, as ``findall`` of the pattern over every position, on strings dense in
+    digits, separators, signs, currency codes and unit letters."""
+    rng = random.Random(11)
+    alphabet = "0123456789.,$ %kgmsbx-usd eur  a1"
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 60)))
+             for _ in range(20_000)]
+    texts += ["usd 5 usd5 5usd $5 5$ 1,000.5kg 3.0 x 2x 10 % 7kgs 8 kb", "no digits at all"]
+    for guard in (GUARD, Guard(frozenset({"pcs", "bbl"}))):
+        pattern = guard._ascii
+        for text in texts:
+            assert list(guard_module._matches_at(
+                pattern.match, text, guard_module._ascii_digits(text))) == pattern.findall(text)
 
 
 # --------------------------------------------------------------------------- real text
