@@ -80,12 +80,12 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarra
         start[c] = len(flat)
         length[c] = len(folded)
         flat.extend(map(ord, folded))
-    for c in range(_BMP):
-        if length[c] == 1:
-            f = flat[start[c]]
-            if not (f < _BMP and space[f]):
-                single[c] = f
-    return start, length, np.asarray(flat, dtype=np.uint32), space, single
+    folds = np.asarray(flat, dtype=np.uint32)
+    one = np.flatnonzero(length == 1)
+    f = folds[start[one]]
+    keep = ~((f < _BMP) & space[np.minimum(f, _BMP - 1)])
+    single[one[keep]] = f[keep]
+    return start, length, folds, space, single
 
 
 @numba.njit(cache=True, nogil=True)
