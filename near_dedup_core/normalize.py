@@ -99,7 +99,7 @@ def _fold_collapse(cps, offsets, start, length, flat, space, single, out, out_of
         ok[i] = True
         for j in range(offsets[i], offsets[i + 1]):
             c = np.int64(cps[j])
-            if c < 0x10000 and single[c] != 0xFFFFFFFF and pos + 4 <= out.shape[0]:
+            if c < 0x10000 and single[c] != _NO_SINGLE and pos + 4 <= out.shape[0]:
                 if pending:
                     out[pos] = 32
                     pos += 1
