@@ -9,6 +9,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from conftest import (
@@ -21,6 +22,7 @@ from conftest import (
 )
 
 from near_dedup_core import index_store
+from near_dedup_core.ingest.batch import stable_argsort
 
 PARAS = stdlib_paragraphs()
 #: The first batch, then two small ones: 8 texts stay under an eighth of 160 contents, and
@@ -183,3 +185,22 @@ def test_a_sigkill_in_the_fold_leaves_the_index_as_before(packages, tmp_path):
     check(path)
     assert "folded" in index(path, packages["day3"])
     assert layout(path)[1] == 0
+
+
+@pytest.mark.parametrize("keys_are", ["hashes", "sharing top bits", "a narrow range"])
+def test_band_rows_are_ordered_as_numpys_stable_argsort_orders_them(keys_are):
+    """The order a batch writes its band rows in: by key, then position (content row ids grow
+    along the batch), whatever the keys: uniform hashes with repeats (near copies share band
+    keys), distinct keys in one run of equal top bits (sorted again), or keys so close that
+    every one shares its top bits (numpy's stable argsort)."""
+    rng = np.random.default_rng(7)
+    n = 50_000
+    keys = rng.integers(-2**63, 2**63 - 1, size=n, dtype=np.int64)
+    keys[rng.integers(0, n, n // 3)] = keys[rng.integers(0, n, n // 3)]
+    if keys_are == "sharing top bits":  # 40 runs of three keys, later positions smaller
+        at = np.sort(rng.choice(n, size=(40, 3), replace=False), axis=1)
+        base = keys[at[:, 0]] & ~np.int64(0xFFFF)
+        keys[at] = base[:, None] | np.asarray([2, 1, 0], dtype=np.int64)
+    elif keys_are == "a narrow range":
+        keys = rng.integers(0, 1000, size=n, dtype=np.int64)
+    assert np.array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))

@@ -6,8 +6,8 @@ straight into `package.SharedBlocks`, which the workers parse from) and does wha
 needs the whole batch: sample-id and ref rules across records (`package.SampleIds`), row ids
 for new contents (a content met again later in the batch, or indexed before under another
 raw text, keeps its first row id and loses the signature a worker made for it), and the
-writes. Band rows and raw-text rows are written once at the end, sorted, so their B-trees
-fill front to back.
+writes. Raw-text rows are written with their block (sorted within it); band rows once at
+the end, sorted, so that their B-tree (the index's largest) fills front to back.
 
 Blocks are taken in order: the results of block *b* are applied before those of *b + 1*,
 whatever finished first, so row ids, error messages and the index's rows do not depend on
@@ -24,7 +24,7 @@ from __future__ import annotations
 import collections
 import os
 from collections.abc import Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from itertools import repeat
 from typing import NamedTuple
 
@@ -97,7 +97,7 @@ class BatchWriter:
         self.in_flight: collections.deque[_InFlight | ShardEnd] = collections.deque()
         self.band_keys: list[np.ndarray] = []
         self.band_contents: list[np.ndarray] = []
-        self.raw_texts: dict[tuple[bytes, int], int] = {}
+        self.raw_texts: set[tuple[bytes, int]] = set()  # (text_sha256, scope) written
         self.bands: db.BandWrite | None = None
         self.new_contents = 0
         self.new_sources = 0
@@ -196,6 +196,7 @@ class BatchWriter:
         # per record: its content row id, text_sha256 and domain; only the records whose raw
         # text the workers did not find (and refs) need more than the workers' lists
         rowids = list(res.known)
+        raw_rows: list[tuple[bytes, int, int]] = []
         shas, domains = res.shas, res.domains
         if res.refs:
             shas, domains = list(shas), list(domains)
@@ -214,7 +215,10 @@ class BatchWriter:
                         rowid = self.batch_contents[cid] = self.next_content
                         self.next_content += 1
                         taken.append((j, rowid))
-                    self.raw_texts.setdefault((sha, scope_ids[res.scope_of[k]]), rowid)
+                    raw = (sha, scope_ids[res.scope_of[k]])
+                    if raw not in self.raw_texts:
+                        self.raw_texts.add(raw)
+                        raw_rows.append((sha, raw[1], rowid))
             else:
                 target = self.ref_targets[ref[0]][ref[1]]
                 rowid, shas[k] = target.content, target.text_sha256
@@ -232,6 +236,9 @@ class BatchWriter:
                                shas, domains, res.sources))
         self.store.add_sources(source_rows)
         self.new_sources += len(source_rows)
+        if raw_rows:
+            raw_rows.sort()
+            self.store.add_raw_texts(raw_rows)
         if taken:
             assert new is not None
             self._write_contents(self._content_rows(new, taken, scope_ids, dict_id))
@@ -260,33 +267,50 @@ class BatchWriter:
         self.new_contents += len(rows)
 
     def _write_tail(self) -> None:
-        """The batch's band rows in (key, content) order and its raw-text rows in
-        (text_sha256, scope) order: each B-tree is filled front to back. The band rows are
-        ordered by two threads (numpy sorts without the GIL) while this one writes the
-        raw-text rows."""
+        """The batch's band rows in (key, content) order, so that the band B-tree is filled
+        front to back (contents grow along the batch: a stable sort by key is that order)."""
+        self.raw_texts = set()  # (written with their blocks)
         if not self.band_keys:
-            self._write_raw_texts()
             return
         keys = np.concatenate(self.band_keys)
         contents = np.concatenate(self.band_contents)
         self.band_keys, self.band_contents = [], []
-        with ThreadPoolExecutor(max_workers=2) as sorter:
-            halves = [sorter.submit(_stable_order, keys, half) for half in (False, True)]
-            self._write_raw_texts()
-            order = np.concatenate([h.result() for h in halves])
+        order = stable_argsort(keys)
         self.bands = self.store.write_bands(
             keys[order], contents[order], lambda text: self.progress.note(f"index: {text}"))
 
-    def _write_raw_texts(self) -> None:
-        if self.raw_texts:
-            self.store.add_raw_texts(sorted((sha, scope, content) for (sha, scope), content
-                                            in self.raw_texts.items()))
-            self.raw_texts = {}
 
+def stable_argsort(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for int64 keys, several times faster on large
+    arrays: numpy sorts plain integers with SIMD, but its stable argsort is a merge sort.
 
-def _stable_order(keys: np.ndarray, upper: bool) -> np.ndarray:
-    """Positions of the negative (``upper`` False) or the other keys, in stable key order.
-    Contents grow along the batch, so the two halves one after the other are the batch's
-    band rows in (key, content) order."""
-    at = np.flatnonzero(keys >= 0 if upper else keys < 0)
-    return at[np.argsort(keys[at], kind="stable")]
+    Each key's top ``64 - b`` bits (order-preserving as unsigned) and its position in the low
+    ``b`` bits (``2^b ≥ len(keys)``) make one integer; sorting those orders the keys by their
+    top bits, then by position. Equal keys are then in position order, as required; distinct
+    keys that share their top bits (for uniform hashes, about ``n² / 2^(65 - b)`` pairs) may
+    be out of order, and only those short runs are sorted again by (key, position). Keys far
+    from uniform (many such runs) take numpy's stable argsort."""
+    n = len(keys)
+    if n < 2:
+        return np.arange(n, dtype=np.int64)
+    b = np.uint64((n - 1).bit_length())
+    packed = keys.view(np.uint64) ^ np.uint64(1 << 63)  # (a copy) signed order as unsigned
+    packed >>= b
+    packed <<= b
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    order = (packed & np.uint64((1 << int(b)) - 1)).astype(np.int64)
+    top = packed
+    top >>= b
+    same = np.flatnonzero(top[1:] == top[:-1])  # neighbours that share their top bits
+    wrong = same[keys[order[same + 1]] < keys[order[same]]]
+    if len(wrong) == 0:
+        return order
+    runs = np.unique(np.searchsorted(top, top[wrong], "left"))
+    if len(runs) > 64 + n // 4096:  # keys far from uniform: the plain stable sort
+        return np.argsort(keys, kind="stable")
+    for lo in runs.tolist():
+        hi = int(np.searchsorted(top, top[lo], "right"))
+        run = order[lo:hi]
+        order[lo:hi] = run[np.lexsort((run, keys[run]))]
+    return order
