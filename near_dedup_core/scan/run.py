@@ -6,9 +6,8 @@ that needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the loca
 one worker re-hashes the data files while the main process loads the pool and finds
 candidates (the main process waits for the hashes before anything can fail for another
 reason, so a changed file is still reported first); the pool's candidate pairs go to the
-workers before the history is looked up; while the workers verify, the main process reads
-the text digests the report needs; and ``origins.jsonl`` is written by a worker once every
-verify chunk is handed out, beside the main process's decisions and report. With one worker
+workers before the history is looked up; and while the workers verify, the main process
+writes ``origins.jsonl`` and reads the text digests the report needs. With one worker
 everything runs in order, inline; with Ray the side work runs in a thread of the main
 process (Ray tasks may run on machines without the packages or the index file).
 """
@@ -107,8 +106,9 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             side.submit(file_digests, data_files(pkgs))
         origins_args = ([p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
                         folder / "origins.jsonl")
-        # Ray: in the side thread from the start, on a connection of its own
-        origins = side.submit(write_origins, snap.location, *origins_args) \
+        # Ray: in the side thread, on a connection of its own; otherwise in this process
+        # while the workers verify (below)
+        ray_origins = side.submit(write_origins, snap.location, *origins_args) \
             if executor == "ray" else None
         try:
             nodes = build_nodes(pool)
@@ -123,11 +123,8 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         check_files(pkgs, digests.result())
         pause_point("scan-verify")
         job.add_history(cand.history_pairs)
-        if origins is None:
-            # a local worker takes it once every verify chunk is handed out (the pool runs
-            # them in order), beside this process's decisions and report; inline: here
-            origins = side.submit(write_origins, snap.location if remote else snap,
-                                  *origins_args)
+        origins = ray_origins.result() if ray_origins is not None else \
+            write_origins(snap, *origins_args)
         load_text_sha256(snap, pool)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)

@@ -5,15 +5,14 @@ reasons, counts) is defined in `near_dedup_core.report`.
 
 Rows are rendered and written one at a time (never a list of a million dicts), each file
 hashed as it is written. ``origins.jsonl`` depends on nothing but the input packages, so
-`write_origins` can run in a worker (or a side thread) beside the rest of the scan, reading
-the packages' sources on a connection of its own.
+`write_origins` runs in a worker from the start of the scan, reading the packages' sources
+on a connection of its own.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import Future
 from pathlib import Path
 
 import numpy as np
@@ -270,19 +269,17 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
 
 def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
-                 config: NearDedupConfig, origins_written: Future[tuple[int, str]]) -> dict:
-    """Write decisions, relations, manifest and checksums into the staging ``folder``;
-    ``origins_written`` is `write_origins` writing ``origins.jsonl`` there (its lines and
-    sha256), awaited before the manifest. Returns the manifest's ``counts``."""
+                 config: NearDedupConfig, origins: tuple[int, str]) -> dict:
+    """Write decisions, relations, manifest and checksums into the staging ``folder``, where
+    ``origins.jsonl`` (``origins``: its lines and sha256) is already; returns the manifest's
+    ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
-    digests = {}
+    digests = {"origins.jsonl": origins[1]}
     n_dec, digests["decisions.jsonl"] = write_lines(
         folder / "decisions.jsonl", _decision_lines(pool, nodes, decisions, render, tally))
     n_rel, digests["relations.jsonl"] = write_lines(
         folder / "relations.jsonl", _relation_lines(snap, pool, nodes, near, hist, render, tally))
-    origins = origins_written.result()
-    digests["origins.jsonl"] = origins[1]
     counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
