@@ -269,7 +269,7 @@ class BatchWriter:
     def _write_tail(self) -> None:
         """The batch's band rows in (key, content) order, so that the band B-tree is filled
         front to back (contents grow along the batch: a stable sort by key is that order)."""
-        self.raw_texts = set()  # (written with their blocks)
+        self.raw_texts = set()  # every raw-text row is written: freed before the sort
         if not self.band_keys:
             return
         keys = np.concatenate(self.band_keys)
