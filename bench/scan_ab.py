@@ -69,7 +69,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "scan-ab")
     args = p.parse_args(argv)
     versions = {"A": args.a.resolve(), "B": args.b.resolve()}
-    indexes = {"A": args.index, "B": args.b_index or args.index}
+    # each scan runs in its checkout's folder: paths given relative to this one are resolved
+    indexes = {"A": args.index.resolve(), "B": (args.b_index or args.index).resolve()}
+    args.inputs = [x.resolve() for x in args.inputs]
+    args.config = args.config.resolve()
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     digests: dict[str, set[tuple]] = {"A": set(), "B": set()}
