@@ -362,6 +362,40 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
     assert sorted(after_rows[cid][0] for cid in set(after_rows) - set(before_rows)) == [2, 2, 2]
 
 
+def test_each_later_dictionary_group_uses_a_dictionary_trained_ahead(tmp_path, monkeypatch):
+    """Six blocks of 150 records, two blocks per dictionary group, trained one block ahead:
+    block 0 trains the first group's dictionary, block 1 the second's, block 3 the third's;
+    block 5 trains one for a group that never starts, which is not stored. One or two workers
+    write the same rows, every text reads back, and the index passes its check."""
+    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
+    monkeypatch.setattr(ingest.batch, "DICT_GROUP", 2)
+    monkeypatch.setattr(ingest.batch, "DICT_LEAD", 1)
+    texts = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(900)]
+    pkg = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", texts)})
+    trained = [index_store.train_text_dictionary([normalize(t) for t in texts[lo:lo + 150]])
+               for lo in (0, 150, 450)]
+    assert all(d is not None for d in trained)
+    found = []
+    for workers in (1, 2):
+        index = tmp_path / f"workers-{workers}.sqlite"
+        index_ok(index, pkg, workers=workers)
+        con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+        try:
+            assert [d for (d,) in con.execute("SELECT data FROM dictionaries ORDER BY id")
+                    ] == trained
+            assert con.execute("SELECT dictionary, min(id), max(id), count(*) FROM contents "
+                               "GROUP BY dictionary ORDER BY dictionary").fetchall() == [
+                (1, 1, 300, 300), (2, 301, 600, 300), (3, 601, 900, 300)]
+        finally:
+            con.close()
+        rows = contents_by_id(index)
+        assert sorted(row[4] for row in rows.values()) == sorted(normalize(t) for t in texts)
+        found.append(rows)
+        code, _, err = run_cli("--index", index, "index", "check")
+        assert code == 0, err
+    assert found[0] == found[1]
+
+
 def test_first_ingest_order_does_not_depend_on_input_order(tmp_path):
     scope = cpt_scope({"name": "qwen2-tok", "revision": "r3"}).key
 

@@ -13,10 +13,14 @@ Blocks are taken in order: the results of block *b* are applied before those of 
 whatever finished first, so row ids, error messages and the index's rows do not depend on
 the number of workers. At most ``2 × parallelism`` blocks are in flight.
 
-Texts are compressed with trained zstd dictionaries: the first block of every group of
-``DICT_GROUP`` blocks with new content trains one on its new texts, and the group's other
-blocks wait for it (a stall of one block per group); a block too small to train on keeps
-the previous dictionary.
+Texts are compressed with trained zstd dictionaries, one per group of ``DICT_GROUP`` blocks
+with new content. The first group's is trained on its first block, and the group's other
+blocks wait for it (the batch's one stall). Every later group's is trained ahead, on the
+block ``DICT_LEAD`` blocks before the group starts (compressed itself with the dictionary of
+its own group), so that it is ready before it is needed while the workers stay busy; it is
+stored when its group starts, and not at all when the batch ends first. A block too small
+to train on leaves its group the previous dictionary. Which block trains which dictionary
+depends on the block count alone, never on the workers.
 """
 
 from __future__ import annotations
@@ -48,6 +52,9 @@ from near_dedup_core.progress import Progress, pause_point
 BLOCK_LINES = 1024
 #: Blocks with new content per trained text dictionary (about 100,000 records).
 DICT_GROUP = 100
+#: How many blocks before its group a later group's dictionary is trained: more than the
+#: blocks in flight (`_window`) of any pool that gets the group's first block in time.
+DICT_LEAD = 16
 #: Blocks in flight per worker.
 IN_FLIGHT_PER_WORKER = 2
 
@@ -68,7 +75,8 @@ def shared_blocks(workers: int) -> SharedBlocks | None:
 class _InFlight(NamedTuple):
     block: LineBlock
     dictionary: int | None  # id of the dictionary the block's texts are compressed with
-    train: bool
+    train: bool  # the block trains a dictionary
+    use_trained: bool  # … and compresses with it (the batch's first block with new content)
     future: Future
 
 
@@ -103,7 +111,9 @@ class BatchWriter:
         self.new_sources = 0
         self.dictionary: tuple[int | None, bytes | None] = (None, None)
         self.content_blocks = 0  # blocks with new content submitted so far
-        self.awaiting_dictionary = False
+        self.awaiting_dictionary = False  # the first block, training its own, is in flight
+        self.training_ahead = False  # a block training the next group's dictionary is in flight
+        self.trained_ahead: bytes | None = None  # the next group's dictionary, once trained
 
     # -- refs
     def track_targets(self, package_ids: set[str], indexed: dict[str, int]) -> None:
@@ -132,18 +142,26 @@ class BatchWriter:
 
     def _submit(self, block: LineBlock) -> None:
         validate_only = block.package_id not in self.new_rowids
-        train = False
+        train = use_trained = False
         if not validate_only:
-            if self.awaiting_dictionary:  # the group's dictionary comes with its first block
-                while self.awaiting_dictionary:
-                    self._finish(self.in_flight.popleft())
-            train = self.content_blocks % DICT_GROUP == 0
+            count = self.content_blocks
+            # the dictionary of the group this block is in: the first block's own, or trained
+            # ahead (both waited for only if still in flight)
+            while self.awaiting_dictionary or (count % DICT_GROUP == 0 and self.training_ahead):
+                self._finish(self.in_flight.popleft())
+            if count % DICT_GROUP == 0 and self.trained_ahead is not None:
+                self.dictionary = (self.store.add_dictionary(self.batch, self.trained_ahead),
+                                   self.trained_ahead)
+                self.trained_ahead = None
+            use_trained = count == 0
+            train = use_trained or (count + DICT_LEAD) % DICT_GROUP == 0
             self.content_blocks += 1
-            self.awaiting_dictionary = train
+            self.awaiting_dictionary = use_trained
+            self.training_ahead = self.training_ahead or (train and not use_trained)
         dict_id, dict_data = self.dictionary
         job = work.BlockJob(block, self.params, self.tokenizers[block.package_id],
-                            self.known_texts, dict_data, train, validate_only)
-        self.in_flight.append(_InFlight(block, dict_id, train,
+                            self.known_texts, dict_data, train, use_trained, validate_only)
+        self.in_flight.append(_InFlight(block, dict_id, train, use_trained,
                                         self.executor.submit(work.process_block, job)))
 
     def _finish(self, item: _InFlight | ShardEnd) -> None:
@@ -163,11 +181,14 @@ class BatchWriter:
         if block.package_id not in self.new_rowids:
             return
         dict_id = item.dictionary
-        if item.train:
+        if item.use_trained:
             self.awaiting_dictionary = False
             if res.dictionary is not None:
                 dict_id = self.store.add_dictionary(self.batch, res.dictionary)
                 self.dictionary = (dict_id, res.dictionary)
+        elif item.train:
+            self.training_ahead = False
+            self.trained_ahead = res.dictionary
         self._apply(block, res, dict_id)
         self.progress.advance(len(res.sample_ids))
         pause_point("index-write")

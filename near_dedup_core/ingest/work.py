@@ -15,8 +15,9 @@ writes:
 
 A content that only the main process can tell is known (earlier in this batch, or indexed
 under another raw text that normalizes the same) is signed here in vain and dropped there:
-that costs time, never a wrong row. When a block is the first of a dictionary group it
-also trains the group's zstd dictionary on its new texts (`train=True`).
+that costs time, never a wrong row. A block picked by the main process also trains a zstd
+dictionary on its new texts (``train``): the first block of a batch compresses its own texts
+with it (``use_trained``), any other keeps it for the next group of blocks.
 
 The first bad line or a ``max_chars`` breach ends the block's work: the result carries the
 records before it (for the checks across records, which the main process applies in order)
@@ -57,7 +58,8 @@ class BlockJob(NamedTuple):
     tokenizer: dict | None  # the package's (cpt scope)
     known_texts: str | None  # where to look raw texts up (SQLite path, PostgreSQL URL), or None
     dictionary: bytes | None  # zstd dictionary to compress with
-    train: bool  # train a new dictionary on this block's new texts (and compress with it)
+    train: bool  # train a new dictionary on this block's new texts
+    use_trained: bool  # compress with the dictionary just trained (if any), not ``dictionary``
     validate_only: bool  # a package indexed before: check its lines, nothing else
 
 
@@ -232,7 +234,7 @@ def process_block(job: BlockJob) -> BlockResult:
     trained = None
     if job.train:
         trained = db.train_text_dictionary(texts)
-        if trained is not None:
+        if trained is not None and job.use_trained:
             dictionary = trained
     new = None
     if texts:
