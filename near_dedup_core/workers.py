@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     import multiprocessing.context
 
 PARENT_ENV = "NEAR_DEDUP_POOL_PARENT"
+#: `scan` runs a pool of at most this many records inline, in its own process (no start-up
+#: to pay); `index` does so up to two blocks of lines, the same number by default.
+POOL_RECORDS = 2048
 _PR_SET_PDEATHSIG = 1
 
 

@@ -38,7 +38,7 @@ from near_dedup_core.scan.pool import (
 )
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import write_origins, write_report
-from near_dedup_core.workers import InlineExecutor, process_pool, submit_aside
+from near_dedup_core.workers import POOL_RECORDS, InlineExecutor, process_pool, submit_aside
 
 
 @dataclass
@@ -75,8 +75,6 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
         raise
 
 
-#: A pool of at most this many records is scanned in this process (no worker pool to start).
-INLINE_RECORDS = 2048
 
 
 @contextmanager
@@ -85,7 +83,7 @@ def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Exec
     if executor == "ray":
         with ThreadPoolExecutor(max_workers=1) as ex:
             yield ex, False
-    elif workers > 1 and records > INLINE_RECORDS:
+    elif workers > 1 and records > POOL_RECORDS:
         with process_pool(workers) as ex:
             yield ex, True
     else:
