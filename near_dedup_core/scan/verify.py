@@ -31,6 +31,10 @@ from near_dedup_core.workers import parallelism, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
 VERIFY_CHUNK = 20_000
+#: Fewer pairs than ``CHUNKS_PER_WORKER × workers × VERIFY_CHUNK`` are cut into chunks of
+#: at least this many pairs instead, so that the last chunk does not run alone for long.
+MIN_VERIFY_CHUNK = 2_000
+CHUNKS_PER_WORKER = 8
 
 
 @lru_cache(maxsize=2)
@@ -87,14 +91,16 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     return out
 
 
-def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
+def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarray]:
     """Pair indexes cut into work chunks that keep connected components together, so each
     worker computes a content's shingle set about once (chunks of a giant component are cut
-    by size): a chunk ends at the first component boundary once it holds ``VERIFY_CHUNK``
-    pairs, or at ``4 * VERIFY_CHUNK`` pairs."""
+    by size): a chunk ends at the first component boundary once it holds ``size`` pairs, or
+    at ``4 * size`` pairs. ``size`` is ``VERIFY_CHUNK``, or for few pairs about
+    ``CHUNKS_PER_WORKER`` chunks per worker (at least ``MIN_VERIFY_CHUNK`` pairs each)."""
     m = len(content_pairs)
     if m == 0:
         return []
+    size = min(VERIFY_CHUNK, max(MIN_VERIFY_CHUNK, -(-m // (CHUNKS_PER_WORKER * workers))))
     ids, dense = np.unique(content_pairs, return_inverse=True)
     dense = dense.reshape(-1, 2)
     comp = components(dense[:, 0], dense[:, 1], len(ids))[dense[:, 0]]
@@ -104,9 +110,9 @@ def _local_chunks(content_pairs: np.ndarray) -> list[np.ndarray]:
     chunks = []
     start = 0
     while start < m:
-        at = np.searchsorted(boundaries, start + VERIFY_CHUNK)
+        at = np.searchsorted(boundaries, start + size)
         end = int(boundaries[at]) if at < len(boundaries) else m
-        end = min(end, start + 4 * VERIFY_CHUNK, m)
+        end = min(end, start + 4 * size, m)
         chunks.append(order[start:end])
         start = end
     return chunks
@@ -172,7 +178,7 @@ class VerifyJob:
 
     def _add(self, history: bool, pairs: np.ndarray, content_pairs: np.ndarray) -> None:
         content_pairs = content_pairs.astype(np.int64)
-        chunks = _local_chunks(content_pairs)
+        chunks = _local_chunks(content_pairs, self._workers)
         args = [content_pairs[c] for c in chunks]
         futures = None
         if self._ex is not None:
