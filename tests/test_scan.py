@@ -732,6 +732,30 @@ def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, 
         assert tree_bytes(out) == first, out
 
 
+def test_few_verify_pairs_make_about_eight_chunks_per_worker():
+    """Pairs of 10,000 two-content components: 40,000 pairs make chunks of 2,500 pairs for
+    two workers (16 chunks), 1,000 pairs one chunk (at least MIN_VERIFY_CHUNK pairs each),
+    a million pairs chunks of VERIFY_CHUNK; every pair is in exactly one chunk, and no
+    component is cut."""
+    from near_dedup_core.scan import verify as verify_stage
+
+    def chunks(m: int, workers: int) -> list[np.ndarray]:
+        first = np.arange(m, dtype=np.int64) % 10_000 * 2
+        pairs = np.stack([first, first + 1], axis=1)
+        out = verify_stage._local_chunks(pairs, workers)
+        assert np.array_equal(np.sort(np.concatenate(out)), np.arange(m))
+        owner = {}  # component (its first content) -> chunk
+        for k, c in enumerate(out):
+            for comp in set(pairs[c, 0].tolist()):
+                assert owner.setdefault(comp, k) == k, comp
+        return out
+
+    assert [len(c) for c in chunks(40_000, 2)] == [2_500] * 16
+    assert [len(c) for c in chunks(1_000, 2)] == [1_000]
+    sizes = [len(c) for c in chunks(1_000_000, 2)]
+    assert sizes == [verify_stage.VERIFY_CHUNK] * (1_000_000 // verify_stage.VERIFY_CHUNK)
+
+
 def test_scan_leaves_the_index_file_unchanged(tmp_path):
     pkgs = _pool(tmp_path)
     idx = tmp_path / "ro.sqlite"
