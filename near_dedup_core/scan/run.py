@@ -75,8 +75,6 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
         raise
 
 
-
-
 @contextmanager
 def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Executor, bool]]:
     """Where side work and (local) verify chunks run, and whether it is another process."""
