@@ -16,7 +16,7 @@ from pathlib import Path
 
 from near_dedup_core import __version__
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.workers import EXECUTORS
+from near_dedup_core.workers import EXECUTORS, POOL_RECORDS, start_forkserver
 
 
 class _Parser(argparse.ArgumentParser):
@@ -259,15 +259,14 @@ def _start_pool_early(args: argparse.Namespace) -> None:
     if (args.command not in _POOL_MODULES or getattr(args, "action", None) == "check"
             or args.workers < 2 or args.executor != "local" or not args.inputs):
         return
-    from near_dedup_core import workers
     from near_dedup_core.package import load_package
 
     try:
         records = sum(load_package(path).record_count for path in args.inputs)
     except (NearDedupError, OSError, ValueError):
         return
-    if records > workers.POOL_RECORDS:
-        workers.start_forkserver(_POOL_MODULES[args.command])
+    if records > POOL_RECORDS:
+        start_forkserver(_POOL_MODULES[args.command])
 
 
 def run(args: argparse.Namespace) -> None:
