@@ -24,6 +24,8 @@ from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
+from near_dedup_core.collector import use_bulk_threshold
+
 if TYPE_CHECKING:
     import multiprocessing.context
 
@@ -53,6 +55,7 @@ def die_with_parent(expected_parent: int | None = None) -> None:
 def _worker_init(forkserver_pid: int, initializer: Callable | None = None,
                  initargs: tuple = ()) -> None:
     die_with_parent(forkserver_pid)
+    use_bulk_threshold()  # a worker only ever does bulk work
     if initializer is not None:
         initializer(*initargs)
 

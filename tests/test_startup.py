@@ -1,6 +1,6 @@
 """What a command process loads and how it ends: the console entry, numba without SciPy's
 BLAS bindings (`near_dedup_core.jit`), no worker pool for a small input, and a worker that
-died reported as one line."""
+died reported as one line, and how often the garbage collector runs."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import textwrap
 
 from conftest import REPO, SAMPLES, run_cli
 
-from near_dedup_core import cli
+from near_dedup_core import cli, collector
 
 CPT_DAYS = sorted((SAMPLES / "cpt").glob("*/cpt-*"))
 
@@ -127,7 +127,28 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
         from near_dedup_core import workers
         print(" ".join(workers._preload()))
         """, tmp_path)
-    assert done.stdout.split() == ["near_dedup_core._pool_guard", "near_dedup_core.workers"]
+    assert done.stdout.split() == ["near_dedup_core._pool_guard", "near_dedup_core.collector",
+                                   "near_dedup_core.workers"]
+
+
+def test_bulk_work_and_workers_collect_rarely_and_the_thresholds_come_back(tmp_path):
+    done = _python("""
+        import gc
+        from near_dedup_core import collector, workers
+        gc.set_threshold(700, 10, 10)
+        try:
+            with collector.rare_collections():
+                inside = gc.get_threshold()
+                with workers.process_pool(2) as ex:
+                    in_worker = ex.submit(gc.get_threshold).result()
+                raise KeyError("out")
+        except KeyError:
+            pass
+        print(*inside, *in_worker, *gc.get_threshold())
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    young = collector.YOUNG_THRESHOLD
+    assert done.stdout.split() == [str(x) for x in (young, 10, 10, young, 10, 10, 700, 10, 10)]
 
 
 def test_the_forkserver_of_a_command_that_normalizes_builds_the_table(tmp_path):

@@ -29,6 +29,7 @@ import orjson
 
 from near_dedup_core import __version__
 from near_dedup_core import index_store as db
+from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.index_store import postgres as pg
@@ -165,12 +166,13 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
     config.check_pool_records(sum(p.record_count for p in pkgs),
                               "; split it into several batches")
     if url is not None:
-        return _index_postgres(url, config, pkgs, workers, executor, progress)
+        with rare_collections():
+            return _index_postgres(url, config, pkgs, workers, executor, progress)
     index_path = Path(index_path)
     result = IndexResult(index=index_path, batch=None)
     created = _missing_dirs(index_path.parent)
     try:
-        with db.writer_lock(index_path), db.database_errors(index_path):
+        with db.writer_lock(index_path), db.database_errors(index_path), rare_collections():
             try:
                 _index_locked(index_path, config, pkgs, result, workers, executor, progress)
             except (LookupError, ValueError, TypeError, AttributeError) as exc:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from near_dedup_core import index_store as db
+from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
 from near_dedup_core.package import Package, open_packages
@@ -68,7 +69,8 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
-        return _scan(index_path, config, pkgs, output, workers, executor, progress)
+        with rare_collections():
+            return _scan(index_path, config, pkgs, output, workers, executor, progress)
     except (LookupError, ValueError, TypeError, AttributeError) as exc:
         if isinstance(index_path, Path):
             db.raise_if_damaged(index_path, exc)
