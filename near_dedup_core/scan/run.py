@@ -6,9 +6,8 @@ that needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the loca
 one worker re-hashes the data files while the main process loads the pool and finds
 candidates (the main process waits for the hashes before anything can fail for another
 reason, so a changed file is still reported first); the pool's candidate pairs go to the
-workers before the history is looked up; while the workers verify, the main process
-writes ``origins.jsonl`` and reads the text digests the report needs; and a worker writes
-``decisions.jsonl`` while the main process writes ``relations.jsonl``. With one worker
+workers before the history is looked up; and while the workers verify, the main process
+writes ``origins.jsonl`` and reads the text digests the report needs. With one worker
 everything runs in order, inline; with Ray the side work runs in a thread of the main
 process (Ray tasks may run on machines without the packages or the index file).
 """
@@ -128,5 +127,5 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
-                              origins, side if remote else None)
+                              origins)
     return ScanResult(output, counts)

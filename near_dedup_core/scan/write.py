@@ -5,18 +5,14 @@ reasons, counts) is defined in `near_dedup_core.report`.
 
 Rows are rendered and written one at a time (never a list of a million dicts), each file
 hashed as it is written. ``origins.jsonl`` depends on nothing but the input packages, so
-`write_origins` runs while the workers verify (or, with Ray, in a thread reading the
-packages' sources on a connection of its own). ``decisions.jsonl`` is rendered from plain
-columns (`DecisionRows`), so that with a process pool a worker writes it while the main
-process writes ``relations.jsonl``.
+`write_origins` runs in a worker from the start of the scan, reading the packages' sources
+on a connection of its own.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import Executor
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -83,18 +79,21 @@ _NULL = b"null"
 
 
 class _Render:
-    """Pieces of the canonical JSON lines (`near_dedup_core.fsutil.json_line`: sorted keys,
-    compact) of relation rows. Decision and relation rows are assembled from pieces: every
-    value goes through ``orjson.dumps`` as it would inside the row's dict, and the keys are
-    written in sorted order, so the bytes are those of ``json_line(row)`` at a fraction of
-    the cost (no dict per row; repeated values such as package ids, splits and scopes
-    rendered once)."""
+    """Canonical JSON lines (`near_dedup_core.fsutil.json_line`: sorted keys, compact) of
+    decision and relation rows, assembled from pieces: every value goes through
+    ``orjson.dumps`` as it would inside the row's dict, and the keys are written in sorted
+    order, so the bytes are those of ``json_line(row)`` at a fraction of the cost (no dict
+    per row; repeated values such as package ids, splits and scopes rendered once)."""
 
     def __init__(self, pool: Pool, history: db.ContentColumns) -> None:
         self.package = [_dumps(p.package_id) for p in pool.packages]
         self.input_pos = pool.samples.input_pos.tolist()
         self.sample_id = pool.samples.sample_id
+        self.split = [_dumps(x) for x in pool.samples.split_labels]
+        self.content_id = pool.contents.content_id
         self.history = history
+        scopes = {k: _dumps(v) for k, v in pool.scope_labels.items()}
+        self.scope = [scopes[x] for x in pool.contents.scope.tolist()]
         self.blocked = [_NULL if b is None else _dumps(b) for b in BLOCKED_BY]
 
     def ref(self, sample: int) -> bytes:
@@ -116,43 +115,15 @@ class _Render:
         return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
 
 
-#: (decision, reason) of each outcome code: the `REASONS` codes, then an exact duplicate of
-#: its node's first sample
-_OUTCOMES = [("exclude" if r == NEAR_DUPLICATE else "keep", REASONS[r])
-             for r in range(len(REASONS))] + [("exclude", "exact_duplicate")]
-
-
-@dataclass
-class DecisionRows:
-    """What ``decisions.jsonl`` is rendered from, as columns that pickle fast (a worker
-    writes the file while the main process writes the relations). Per sample in report
-    order: ``outcome`` (a `REASONS` code, or ``len(REASONS)`` for an exact duplicate of its
-    node's first sample), ``kept`` (the sample it duplicates, or -1) with the match's
-    ``jaccard``, ``content`` (index into ``content_id`` and ``scope``), ``split``,
-    ``input_pos``, ``sample_id`` and ``text_sha256``; the JSON of repeated values once:
-    ``package_json`` per input, ``split_json`` per split, ``scope_json`` per scope id."""
-
-    outcome: np.ndarray  # int64
-    kept: np.ndarray  # int64
-    jaccard: np.ndarray  # float64
-    content: np.ndarray  # int64
-    split: np.ndarray  # int64
-    input_pos: np.ndarray  # int64
-    sample_id: list[str]
-    text_sha256: list[bytes]
-    content_id: list[bytes]
-    scope: np.ndarray  # int64, per content
-    package_json: list[bytes]
-    split_json: list[bytes]
-    scope_json: dict[int, bytes]
-
-
-def decision_rows(pool: Pool, nodes: Nodes, decisions: Decisions, tally: Tally) -> DecisionRows:
-    """Each sample's outcome (its node's, or an exact duplicate of its node's first sample)
-    as `DecisionRows`; the counts go to ``tally`` per (split, outcome) at once."""
+def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
+                    tally: Tally) -> Iterator[bytes]:
+    """``decisions.jsonl`` rows in report order (input order, then package order). A
+    sample's outcome is its node's, or an exact duplicate of its node's first sample; the
+    counts go to ``tally`` per (split, outcome) at once."""
     s = pool.samples
     n = len(s)
-    if s.text_sha256 is None:
+    sha = s.text_sha256
+    if sha is None:
         raise ValueError("the pool's text digests were not loaded")
     node_of = np.empty(n, dtype=np.int64)
     node_of[nodes.samples] = np.repeat(np.arange(len(nodes)), np.diff(nodes.start))
@@ -162,54 +133,36 @@ def decision_rows(pool: Pool, nodes: Nodes, decisions: Decisions, tally: Tally) 
     exact = len(REASONS)  # outcome code of an exact duplicate of its node's first sample
     outcome = np.where((reason == NEAR_DUPLICATE) | (reason == RETAINED_SPLIT)
                        | (head == np.arange(n)), reason, exact)
+    labels = [("exclude" if r == NEAR_DUPLICATE else "keep", REASONS[r])
+              for r in range(len(REASONS))] + [("exclude", "exact_duplicate")]
     split_codes = len(s.split_labels)
     per = np.bincount(s.split * (exact + 1) + outcome, minlength=split_codes * (exact + 1))
     for code in np.flatnonzero(per).tolist():
-        tally.decision(s.split_labels[code // (exact + 1)], *_OUTCOMES[code % (exact + 1)],
+        tally.decision(s.split_labels[code // (exact + 1)], *labels[code % (exact + 1)],
                        count=int(per[code]))
-    kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of]
-    kept = np.where(outcome == exact, head, np.where(outcome == NEAR_DUPLICATE, kept_by, -1))
-    return DecisionRows(
-        outcome=outcome, kept=kept, jaccard=decisions.jaccard[node_of], content=s.content,
-        split=s.split, input_pos=s.input_pos, sample_id=s.sample_id, text_sha256=s.text_sha256,
-        content_id=pool.contents.content_id, scope=pool.contents.scope,
-        package_json=[_dumps(p.package_id) for p in pool.packages],
-        split_json=[_dumps(x) for x in s.split_labels],
-        scope_json={k: _dumps(v) for k, v in pool.scope_labels.items()})
-
-
-def _decision_lines(rows: DecisionRows) -> Iterator[bytes]:
-    """``decisions.jsonl`` rows in report order (input order, then package order), in the
-    canonical JSON of `near_dedup_core.fsutil.json_line`."""
-    exact = len(REASONS)
     # the JSON between content_id and package_id, and between package_id and sample_id
     middle = [b'","decision":' + _dumps(d) + b',"jaccard":null,"kept":null,"package_id":'
-              for d, _ in _OUTCOMES]
-    after = [b',"reason":' + _dumps(r) + b',"sample_id":' for _, r in _OUTCOMES]
-    package = rows.package_json
-    input_pos = rows.input_pos.tolist()
-    sample_id = rows.sample_id
-
-    def ref(sample: int) -> bytes:
-        return b"".join((b'{"package_id":', package[input_pos[sample]], b',"sample_id":',
-                         _dumps(sample_id[sample]), b"}"))
-
-    scope = [rows.scope_json[x] for x in rows.scope.tolist()]
-    content_id = rows.content_id
-    split_json = rows.split_json
-    sha = rows.text_sha256
-    outcome_of = rows.outcome.tolist()
-    kept = rows.kept.tolist()
-    jaccard = rows.jaccard.tolist()
-    split = rows.split.tolist()
-    content = rows.content.tolist()
-    for i in range(len(outcome_of)):
+              for d, _ in labels]
+    after = [b',"reason":' + _dumps(r) + b',"sample_id":' for _, r in labels]
+    kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of].tolist()
+    jaccard = decisions.jaccard[node_of].tolist()
+    outcome_of = outcome.tolist()
+    head_of = head.tolist()
+    split = s.split.tolist()
+    content = s.content.tolist()
+    content_id = pool.contents.content_id
+    scope = render.scope
+    package = render.package
+    input_pos = render.input_pos
+    split_json = render.split
+    sample_id = s.sample_id
+    for i in range(n):
         o = outcome_of[i]
         if o == NEAR_DUPLICATE:
             mid = b"".join((b'","decision":"exclude","jaccard":', _dumps(jaccard[i]),
-                            b',"kept":', ref(kept[i]), b',"package_id":'))
+                            b',"kept":', render.ref(kept_by[i]), b',"package_id":'))
         elif o == exact:
-            mid = b'","decision":"exclude","jaccard":1.0,"kept":' + ref(kept[i]) + \
+            mid = b'","decision":"exclude","jaccard":1.0,"kept":' + render.ref(head_of[i]) + \
                 b',"package_id":'
         else:
             mid = middle[o]
@@ -218,11 +171,6 @@ def _decision_lines(rows: DecisionRows) -> Iterator[bytes]:
             b'{"content_id":"', content_id[k].hex().encode(), mid, package[input_pos[i]],
             after[o], _dumps(sample_id[i]), b',"scope":', scope[k], b',"split":',
             split_json[split[i]], b',"text_sha256":"', sha[i].hex().encode(), b'"}\n'))
-
-
-def write_decisions(path: Path, rows: DecisionRows) -> tuple[int, str]:
-    """``decisions.jsonl`` at ``path``; returns (lines, sha256)."""
-    return write_lines(path, _decision_lines(rows))
 
 
 def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
@@ -321,24 +269,17 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
 
 def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
-                 config: NearDedupConfig, origins: tuple[int, str],
-                 aside: Executor | None = None) -> dict:
+                 config: NearDedupConfig, origins: tuple[int, str]) -> dict:
     """Write decisions, relations, manifest and checksums into the staging ``folder``, where
     ``origins.jsonl`` (``origins``: its lines and sha256) is already; returns the manifest's
-    ``counts``. With ``aside`` (a process pool) a worker writes ``decisions.jsonl`` while
-    this process writes ``relations.jsonl``."""
+    ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
-    rows = decision_rows(pool, nodes, decisions, tally)
-    written = aside.submit(write_decisions, folder / "decisions.jsonl", rows) \
-        if aside is not None else None
-    if written is None:
-        n_dec, digests["decisions.jsonl"] = write_decisions(folder / "decisions.jsonl", rows)
+    n_dec, digests["decisions.jsonl"] = write_lines(
+        folder / "decisions.jsonl", _decision_lines(pool, nodes, decisions, render, tally))
     n_rel, digests["relations.jsonl"] = write_lines(
         folder / "relations.jsonl", _relation_lines(snap, pool, nodes, near, hist, render, tally))
-    if written is not None:
-        n_dec, digests["decisions.jsonl"] = written.result()
     counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
