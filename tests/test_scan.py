@@ -735,14 +735,15 @@ def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, 
         assert tree_bytes(out) == first, out
 
 
-def test_few_verify_pairs_make_about_eight_chunks_per_worker():
-    """Pairs of 10,000 two-content components: 40,000 pairs make chunks of 2,500 pairs for
-    two workers (16 chunks), 1,000 pairs one chunk (at least MIN_VERIFY_CHUNK pairs each),
-    a million pairs chunks of VERIFY_CHUNK; every pair is in exactly one chunk, and no
+def test_verify_chunks_shrink_towards_the_end():
+    """Pairs of 10,000 two-content components: a million pairs start with chunks of
+    VERIFY_CHUNK, and 40,000 pairs for two workers with chunks of 2,500 (a sixteenth); once
+    fewer pairs remain than sixteen chunks, chunks shrink to a sixteenth of the rest, down to
+    MIN_VERIFY_CHUNK; 1,000 pairs make one chunk. Every pair is in exactly one chunk, and no
     component is cut."""
     from near_dedup_core.scan import verify as verify_stage
 
-    def chunks(m: int, workers: int) -> list[np.ndarray]:
+    def sizes(m: int, workers: int) -> list[int]:
         first = np.arange(m, dtype=np.int64) % 10_000 * 2
         pairs = np.stack([first, first + 1], axis=1)
         out = verify_stage._local_chunks(pairs, workers)
@@ -751,12 +752,19 @@ def test_few_verify_pairs_make_about_eight_chunks_per_worker():
         for k, c in enumerate(out):
             for comp in set(pairs[c, 0].tolist()):
                 assert owner.setdefault(comp, k) == k, comp
-        return out
+        return [len(c) for c in out]
 
-    assert [len(c) for c in chunks(40_000, 2)] == [2_500] * 16
-    assert [len(c) for c in chunks(1_000, 2)] == [1_000]
-    sizes = [len(c) for c in chunks(1_000_000, 2)]
-    assert sizes == [verify_stage.VERIFY_CHUNK] * (1_000_000 // verify_stage.VERIFY_CHUNK)
+    smallest, full = verify_stage.MIN_VERIFY_CHUNK, verify_stage.VERIFY_CHUNK
+    assert sizes(1_000, 2) == [1_000]
+    for m, first in ((40_000, 2_500), (1_000_000, full)):
+        got = sizes(m, 2)
+        assert got[0] == first and got == sorted(got, reverse=True)
+        assert min(got[:-1]) >= smallest and got[-1] <= smallest + 100
+        # each chunk is at least a sixteenth of what was left (rounded up to whole components)
+        left = m - np.cumsum([0, *got[:-1]])
+        assert all(n >= min(full, -(-rest // 16), rest) for n, rest in zip(got, left.tolist()))
+    # full chunks until 16 × 20,000 pairs remain, and one of those
+    assert sizes(1_000_000, 2)[:36] == [full] * 35 + [18_800]
 
 
 def test_scan_leaves_the_index_file_unchanged(tmp_path):

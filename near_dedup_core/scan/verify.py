@@ -31,8 +31,8 @@ from near_dedup_core.workers import parallelism, work_pool
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
 VERIFY_CHUNK = 20_000
-#: Fewer pairs than ``CHUNKS_PER_WORKER × workers × VERIFY_CHUNK`` are cut into chunks of
-#: at least this many pairs instead, so that the last chunk does not run alone for long.
+#: Once fewer pairs remain than ``CHUNKS_PER_WORKER × workers × VERIFY_CHUNK``, chunks
+#: shrink to that share of the rest, down to this many pairs (see `_local_chunks`).
 MIN_VERIFY_CHUNK = 2_000
 CHUNKS_PER_WORKER = 8
 
@@ -95,12 +95,15 @@ def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarra
     """Pair indexes cut into work chunks that keep connected components together, so each
     worker computes a content's shingle set about once (chunks of a giant component are cut
     by size): a chunk ends at the first component boundary once it holds ``size`` pairs, or
-    at ``4 * size`` pairs. ``size`` is ``VERIFY_CHUNK``, or for few pairs about
-    ``CHUNKS_PER_WORKER`` chunks per worker (at least ``MIN_VERIFY_CHUNK`` pairs each)."""
+    at ``4 * size`` pairs. ``size`` is ``VERIFY_CHUNK`` while more pairs remain than
+    ``CHUNKS_PER_WORKER`` such chunks per worker; after that it is that share of the pairs
+    still to cut (at least ``MIN_VERIFY_CHUNK``), so the chunks shrink towards the end and
+    the last ones to run are short: a worker that finishes early waits little for the
+    other (guided self-scheduling)."""
     m = len(content_pairs)
     if m == 0:
         return []
-    size = min(VERIFY_CHUNK, max(MIN_VERIFY_CHUNK, -(-m // (CHUNKS_PER_WORKER * workers))))
+    share = CHUNKS_PER_WORKER * workers
     ids, dense = np.unique(content_pairs, return_inverse=True)
     dense = dense.reshape(-1, 2)
     comp = components(dense[:, 0], dense[:, 1], len(ids))[dense[:, 0]]
@@ -110,6 +113,7 @@ def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarra
     chunks = []
     start = 0
     while start < m:
+        size = min(VERIFY_CHUNK, max(MIN_VERIFY_CHUNK, -(-(m - start) // share)))
         at = np.searchsorted(boundaries, start + size)
         end = int(boundaries[at]) if at < len(boundaries) else m
         end = min(end, start + 4 * size, m)
@@ -178,7 +182,9 @@ class VerifyJob:
 
     def _add(self, history: bool, pairs: np.ndarray, content_pairs: np.ndarray) -> None:
         content_pairs = content_pairs.astype(np.int64)
-        chunks = _local_chunks(content_pairs, self._workers)
+        # largest first, so that the last chunks to run are small ones (the matches are
+        # sorted when collected: the order of the chunks does not change the report)
+        chunks = sorted(_local_chunks(content_pairs, self._workers), key=len, reverse=True)
         args = [content_pairs[c] for c in chunks]
         futures = None
         if self._ex is not None:
