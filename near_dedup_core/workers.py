@@ -72,32 +72,30 @@ class InlineExecutor(Executor):
         return fut
 
 
-def submit_aside(executor: Executor, fn: Callable, /, *args) -> Future:
-    """``executor.submit(fn, *args)`` made by a thread of its own; the returned future
-    carries ``fn``'s result or exception. A process pool starts a worker on its first
-    submit, which waits until the forkserver has imported what it preloads (about a second
-    of one core): that wait is the thread's, while the caller goes on with its own work.
-    The caller's next submit waits for the start, if it is still under way."""
+def submit_in_turn(executor: Executor, calls: Sequence[tuple]) -> list[Future]:
+    """Each ``(fn, *args)`` of ``calls`` submitted to ``executor`` once the one before has
+    finished, from a thread of its own: side work that keeps one worker busy at a time, so
+    that it never takes more than one core from the caller. A process pool starts a worker
+    on its first submit, which waits until the forkserver has imported what it preloads:
+    that wait is the thread's too, while the caller goes on with its own work. A call that
+    fails leaves the later ones cancelled, and the caller learns of it from the failed
+    call's future."""
     import threading
 
-    out: Future = Future()
+    futures: list[Future] = [Future() for _ in calls]
 
-    def relay(done: Future) -> None:
-        if done.cancelled():
-            out.cancel()
-        elif done.exception() is not None:
-            out.set_exception(done.exception())
-        else:
-            out.set_result(done.result())
+    def run() -> None:
+        for k, (fn, *args) in enumerate(calls):
+            try:
+                futures[k].set_result(executor.submit(fn, *args).result())
+            except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
+                for later in futures[k + 1:]:
+                    later.cancel()
+                futures[k].set_exception(exc)
+                return
 
-    def submit() -> None:
-        try:
-            executor.submit(fn, *args).add_done_callback(relay)
-        except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
-            out.set_exception(exc)
-
-    threading.Thread(target=submit, name="near-dedup-pool-start", daemon=True).start()
-    return out
+    threading.Thread(target=run, name="near-dedup-side-work", daemon=True).start()
+    return futures
 
 
 def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
@@ -156,7 +154,7 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     try:
         yield ex
     except BaseException:
-        # a worker being started (by `submit_aside`'s thread) is listed once the lock is free
+        # a worker being started (by `submit_in_turn`'s thread) is listed once the lock is free
         with ex._shutdown_lock:
             processes = list((getattr(ex, "_processes", None) or {}).values())
         ex.shutdown(wait=False, cancel_futures=True)

@@ -162,3 +162,38 @@ def test_the_forkserver_of_a_command_that_normalizes_builds_the_table(tmp_path):
         """, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["1"]
+
+
+def test_side_work_runs_one_call_at_a_time_and_a_failure_cancels_the_rest():
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pytest
+
+    from near_dedup_core import workers
+
+    running: list[str] = []
+    most = [0]
+    lock = threading.Lock()
+
+    def step(name: str) -> str:
+        with lock:
+            running.append(name)
+            most[0] = max(most[0], len(running))
+        time.sleep(0.05)
+        with lock:
+            running.remove(name)
+        if name == "bad":
+            raise OSError("disk full")
+        return name
+
+    with ThreadPoolExecutor(2) as ex:
+        done = workers.submit_in_turn(ex, [(step, "a"), (step, "b"), (step, "c")])
+        assert [f.result(timeout=30) for f in done] == ["a", "b", "c"]
+        failed = workers.submit_in_turn(ex, [(step, "d"), (step, "bad"), (step, "e")])
+        assert failed[0].result(timeout=30) == "d"
+        with pytest.raises(OSError, match="disk full"):
+            failed[1].result(timeout=30)
+        assert failed[2].cancelled()
+    assert most == [1]

@@ -3,19 +3,21 @@ on one snapshot of the index (pool, candidates, verify, decide, write).
 
 The main process is the one serial path (pool, candidates, decisions, report), so work
 that needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor:
-one worker re-hashes the data files while the main process loads the pool and finds
-candidates (the main process waits for the hashes before anything can fail for another
-reason, so a changed file is still reported first); the pool's candidate pairs go to the
-workers before the history is looked up; and while the workers verify, the main process
-writes ``origins.jsonl`` and reads the text digests the report needs. With one worker
-everything runs in order, inline; with Ray the side work runs in a thread of the main
-process (Ray tasks may run on machines without the packages or the index file).
+once the inputs are known to be indexed, a worker re-hashes the data files and then writes
+``origins.jsonl`` (on a connection of its own: a package's sources never change once
+committed) while the main process loads the pool and finds candidates (the main process
+waits for the hashes before anything can fail for another reason, so a changed file is
+still reported first); the pool's candidate pairs go to the workers before the history is
+looked up; and while the workers verify, the main process reads the text digests the
+report needs. With one worker everything runs in order, inline; with Ray the side work runs
+in a thread of the main process (Ray tasks may run on machines without the packages or the
+index file).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,12 +36,13 @@ from near_dedup_core.scan.pool import (
     check_files,
     data_files,
     file_digests,
+    indexed_inputs,
     load_pool,
     load_text_sha256,
 )
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import write_origins, write_report
-from near_dedup_core.workers import POOL_RECORDS, InlineExecutor, process_pool, submit_aside
+from near_dedup_core.workers import POOL_RECORDS, InlineExecutor, process_pool, submit_in_turn
 
 
 @dataclass
@@ -97,17 +100,23 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             atomic_dir(output) as folder, \
             _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
+        indexed = indexed_inputs(snap.indexed_packages(), snap.path, pkgs)
+        origins_args = ([indexed[p.package_id].rowid for p in pkgs],
+                        [p.package_id for p in pkgs], folder / "origins.jsonl")
+        if remote:
+            # one worker at a time re-hashes the data files, then writes origins.jsonl on a
+            # connection of its own, while this process loads the pool and finds candidates
+            digests, origins_done = submit_in_turn(side, [
+                (file_digests, data_files(pkgs)),
+                (write_origins, snap.location, *origins_args)])
+            side_origins: Future | None = origins_done
+        else:
+            digests = side.submit(file_digests, data_files(pkgs))
+            # Ray: in the side thread, on a connection of its own; inline: after the
+            # candidates (below)
+            side_origins = side.submit(write_origins, snap.location, *origins_args) \
+                if executor == "ray" else None
         pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
-        # a process pool starts its first worker on this submit: in a thread, while this
-        # one loads the pool and finds candidates
-        digests = submit_aside(side, file_digests, data_files(pkgs)) if remote else \
-            side.submit(file_digests, data_files(pkgs))
-        origins_args = ([p.rowid for p in pool.indexed], [p.package_id for p in pkgs],
-                        folder / "origins.jsonl")
-        # Ray: in the side thread, on a connection of its own; otherwise in this process
-        # while the workers verify (below)
-        ray_origins = side.submit(write_origins, snap.location, *origins_args) \
-            if executor == "ray" else None
         try:
             nodes = build_nodes(pool)
             found = pool_candidates(snap, pool, nodes, config)
@@ -121,7 +130,7 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         check_files(pkgs, digests.result())
         pause_point("scan-verify")
         job.add_history(cand.history_pairs)
-        origins = ray_origins.result() if ray_origins is not None else \
+        origins = side_origins.result() if side_origins is not None else \
             write_origins(snap, *origins_args)
         load_text_sha256(snap, pool)
         near, hist = job.collect()
