@@ -723,8 +723,8 @@ def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, 
             scan(idx1, pkgs, tmp_path / "r2", workers=2).path,
             scan(idx2, pkgs, tmp_path / "r3", workers=2).path,
             scan(idx1, pkgs, tmp_path / "r4", workers=1).path]
-    # a process pool however small the pool (a worker re-hashes the files), and small
-    # verification chunks: the pairs are spread over the workers
+    # a process pool however small the pool (a worker re-hashes the files and writes
+    # origins.jsonl), and small verification chunks: the pairs are spread over the workers
     monkeypatch.setattr(scan_run, "POOL_RECORDS", 0)
     monkeypatch.setattr(verify_stage, "VERIFY_CHUNK", 3)
     outs += [scan(idx1, pkgs, tmp_path / "r5", workers=2).path,

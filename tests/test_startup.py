@@ -1,6 +1,7 @@
 """What a command process loads and how it ends: the console entry, numba without SciPy's
-BLAS bindings (`near_dedup_core.jit`), no worker pool for a small input, and a worker that
-died reported as one line, and how often the garbage collector runs."""
+BLAS bindings (`near_dedup_core.jit`), no worker pool for a small input, a worker that died
+reported as one line; how often the garbage collector runs, and side work one call at a
+time."""
 
 from __future__ import annotations
 
@@ -8,10 +9,14 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 from conftest import REPO, SAMPLES, run_cli
 
-from near_dedup_core import cli, collector
+from near_dedup_core import cli, collector, workers
 
 CPT_DAYS = sorted((SAMPLES / "cpt").glob("*/cpt-*"))
 
@@ -165,14 +170,6 @@ def test_the_forkserver_of_a_command_that_normalizes_builds_the_table(tmp_path):
 
 
 def test_side_work_runs_one_call_at_a_time_and_a_failure_cancels_the_rest():
-    import threading
-    import time
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pytest
-
-    from near_dedup_core import workers
-
     running: list[str] = []
     most = [0]
     lock = threading.Lock()
