@@ -29,8 +29,8 @@ YOUNG_THRESHOLD = 100_000
 def use_bulk_threshold() -> None:
     """Raise the young threshold of this process to `YOUNG_THRESHOLD` (older generations keep
     theirs)."""
-    _young, middle, old = gc.get_threshold()
-    gc.set_threshold(max(_young, YOUNG_THRESHOLD), middle, old)
+    young, middle, old = gc.get_threshold()
+    gc.set_threshold(max(young, YOUNG_THRESHOLD), middle, old)
 
 
 @contextmanager

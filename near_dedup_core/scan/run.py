@@ -103,19 +103,17 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         indexed = indexed_inputs(snap.indexed_packages(), snap.path, pkgs)
         origins_args = ([indexed[p.package_id].rowid for p in pkgs],
                         [p.package_id for p in pkgs], folder / "origins.jsonl")
+        side_origins: Future | None = None  # inline: written after the candidates (below)
         if remote:
             # one worker at a time re-hashes the data files, then writes origins.jsonl on a
             # connection of its own, while this process loads the pool and finds candidates
-            digests, origins_done = submit_in_turn(side, [
+            digests, side_origins = submit_in_turn(side, [
                 (file_digests, data_files(pkgs)),
                 (write_origins, snap.location, *origins_args)])
-            side_origins: Future | None = origins_done
         else:
             digests = side.submit(file_digests, data_files(pkgs))
-            # Ray: in the side thread, on a connection of its own; inline: after the
-            # candidates (below)
-            side_origins = side.submit(write_origins, snap.location, *origins_args) \
-                if executor == "ray" else None
+            if executor == "ray":  # in the side thread, on a connection of its own
+                side_origins = side.submit(write_origins, snap.location, *origins_args)
         pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
         try:
             nodes = build_nodes(pool)
