@@ -22,7 +22,8 @@ from conftest import (
 )
 
 from near_dedup_core import index_store
-from near_dedup_core.ingest.batch import stable_argsort
+from near_dedup_core.ingest import batch
+from near_dedup_core.ingest.batch import ordered_key_ranges, stable_argsort
 
 PARAS = stdlib_paragraphs()
 #: The first batch, then two small ones: 8 texts stay under an eighth of 160 contents, and
@@ -204,3 +205,28 @@ def test_band_rows_are_ordered_as_numpys_stable_argsort_orders_them(keys_are):
     elif keys_are == "a narrow range":
         keys = rng.integers(0, 2**24, size=n, dtype=np.int64)
     assert np.array_equal(stable_argsort(keys), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize("keys_are", ["band keys", "signed hashes", "a narrow range", "one key"])
+def test_key_ranges_give_the_stable_order_range_after_range(keys_are, monkeypatch):
+    """The batch's band rows as the index writes them: key ranges (several here, as for a
+    large batch), every key of a range below every key of the next, together exactly the rows
+    in ``np.argsort(kind="stable")`` order, whatever the spread of the keys."""
+    monkeypatch.setattr(batch, "KEY_RANGE_ROWS", 4096)
+    rng = np.random.default_rng(11)
+    n = 40_000
+    keys = {"band keys": rng.integers(0, 2**63 - 1, size=n, dtype=np.int64),
+            "signed hashes": rng.integers(-2**63, 2**63 - 1, size=n, dtype=np.int64),
+            "a narrow range": rng.integers(5, 300, size=n, dtype=np.int64),
+            "one key": np.full(n, 42, dtype=np.int64)}[keys_are]
+    keys[rng.integers(0, n, n // 3)] = keys[rng.integers(0, n, n // 3)]
+    contents = np.repeat(np.arange(1, n // 16 + 1, dtype=np.int64), 16)
+    ranges = list(ordered_key_ranges(keys, contents))
+    assert len(ranges) == batch.MAX_KEY_RANGES
+    for (low, _), (high, _) in zip(ranges, ranges[1:]):
+        assert len(low) == 0 or len(high) == 0 or low.max() < high.min()
+    order = np.argsort(keys, kind="stable")
+    assert np.array_equal(np.concatenate([k for k, _ in ranges]), keys[order])
+    assert np.array_equal(np.concatenate([c for _, c in ranges]), contents[order])
+    if keys_are == "band keys":
+        assert min(map(len, (k for k, _ in ranges))) > n // batch.MAX_KEY_RANGES // 2

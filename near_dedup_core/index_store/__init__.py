@@ -1523,10 +1523,11 @@ class BatchTransaction:
         self.conn.execute(insert(meta).values(key=BANDS_MERGED_THROUGH,
                                               value=str(self.max_content_rowid())))
 
-    def write_bands(self, keys: np.ndarray, content_rowids: np.ndarray,
+    def write_bands(self, ranges: Iterable[tuple[np.ndarray, np.ndarray]],
                     announce: Callable[[str], None] = lambda _text: None) -> BandWrite:
-        """The batch's band rows (sorted by (key, content)), after its contents: into
-        ``bands_recent``, or with it folded, into ``bands``.
+        """The batch's band rows, after its contents: into ``bands_recent``, or with it
+        folded, into ``bands``. ``ranges`` gives them as (keys, content row ids) arrays in
+        (key, content) order, one key range after another.
 
         Band keys are uniform hashes, so a day's rows, sorted, still land on nearly every leaf
         of a band B-tree much larger than they are: at 10^7 contents (1.5·10^8 band rows) a
@@ -1543,11 +1544,15 @@ class BatchTransaction:
         merged = int(self.conn.execute(select(meta.c.value).where(
             meta.c.key == BANDS_MERGED_THROUGH)).scalar_one())
         newest = self.max_content_rowid()
-        if newest - merged < RECENT_SHARE * merged:
-            self.add_bands("bands_recent", keys, content_rowids)
-            return BandWrite("bands_recent", 0)
-        self.add_bands("bands", keys, content_rowids)
-        earlier = (int(content_rowids.min()) if len(content_rowids) else newest + 1) - 1 - merged
+        table = "bands_recent" if newest - merged < RECENT_SHARE * merged else "bands"
+        first = newest + 1  # the batch's first content with band rows
+        for keys, content_rowids in ranges:
+            self.add_bands(table, keys, content_rowids)
+            if len(content_rowids):
+                first = min(first, int(content_rowids.min()))
+        if table == "bands_recent":
+            return BandWrite(table, 0)
+        earlier = first - 1 - merged
         if earlier > 0:
             announce(f"folding the band rows of {earlier:,} contents of earlier batches from "
                      f"bands_recent into bands")

@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import collections
 import os
-from collections.abc import Sequence
-from concurrent.futures import Executor, Future
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from itertools import repeat
 from typing import NamedTuple
 
@@ -289,16 +289,60 @@ class BatchWriter:
 
     def _write_tail(self) -> None:
         """The batch's band rows in (key, content) order, so that the band B-tree is filled
-        front to back (contents grow along the batch: a stable sort by key is that order)."""
+        front to back (contents grow along the batch: a stable sort by key is that order),
+        one key range after another (`ordered_key_ranges`)."""
         self.raw_texts = set()  # every raw-text row is written: freed before the sort
         if not self.band_keys:
             return
         keys = np.concatenate(self.band_keys)
         contents = np.concatenate(self.band_contents)
         self.band_keys, self.band_contents = [], []
-        order = stable_argsort(keys)
         self.bands = self.store.write_bands(
-            keys[order], contents[order], lambda text: self.progress.note(f"index: {text}"))
+            ordered_key_ranges(keys, contents), lambda text: self.progress.note(f"index: {text}"))
+
+
+#: Band rows per key range in `ordered_key_ranges` (at most `MAX_KEY_RANGES` ranges).
+KEY_RANGE_ROWS = 1 << 20
+MAX_KEY_RANGES = 8
+
+
+def ordered_key_ranges(keys: np.ndarray, contents: np.ndarray
+                       ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The rows (``keys[i]``, ``contents[i]``) in stable key order, as (keys, contents) arrays
+    of consecutive key ranges: every key of a range is below every key of the next.
+
+    Ordering a range is numpy work that runs without the GIL, so the next range is ordered
+    in a thread while the caller writes this one's rows (SQLite's inserts, which release the
+    GIL in each step): only the first range's sort is waited for. Ranges split the span of
+    the keys into equal parts, about `KEY_RANGE_ROWS` rows each for uniform hashes; keys far
+    from uniform make uneven ranges, never a different order. Within a range, rows keep
+    their positions' order for equal keys (`stable_argsort`), so the concatenation is
+    exactly ``np.argsort(keys, kind="stable")``'s order."""
+    n = len(keys)
+    count = min(MAX_KEY_RANGES, 1 << max(0, (n // KEY_RANGE_ROWS).bit_length() - 1))
+    if count == 1:
+        order = stable_argsort(keys)
+        yield keys[order], contents[order]
+        return
+    span = keys.view(np.uint64) ^ np.uint64(1 << 63)  # (a copy) signed order as unsigned
+    span -= span.min()
+    shift = max(0, int(span.max()).bit_length() - (count.bit_length() - 1))
+    span >>= np.uint64(shift)
+    which = span.astype(np.uint8)  # 0 … count - 1
+    del span
+
+    def ordered(r: int) -> tuple[np.ndarray, np.ndarray]:
+        at = np.flatnonzero(which == r)
+        at = at[stable_argsort(keys[at])]
+        return keys[at], contents[at]
+
+    with ThreadPoolExecutor(1, thread_name_prefix="band-order") as ahead:
+        next_range = ahead.submit(ordered, 0)
+        for r in range(count):
+            current = next_range.result()
+            if r + 1 < count:
+                next_range = ahead.submit(ordered, r + 1)
+            yield current
 
 
 def stable_argsort(keys: np.ndarray) -> np.ndarray:
