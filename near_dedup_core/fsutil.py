@@ -6,7 +6,6 @@ place, so a reader sees either nothing or the complete folder.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import errno
 import glob
@@ -15,7 +14,6 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
@@ -51,41 +49,26 @@ def write_jsonl(path: Path, rows: Iterable[object]) -> int:
     return n
 
 
-#: Joined batches of `write_lines` waiting for its writer thread.
-WRITES_AHEAD = 4
-
-
 def write_lines(path: Path, lines: Iterable[bytes], batch: int = 4096) -> tuple[int, str]:
     """Write byte lines (each with its newline) to ``path`` in batches of ``batch`` lines;
     returns (lines, sha256 hex of the file), so that `write_checksums` need not read the file
-    again.
-
-    A thread writes and hashes each batch (both release the GIL for large buffers) while the
-    caller's ``lines`` renders the next ones; at most `WRITES_AHEAD` batches wait for it. A
-    failed write is raised at the next batch, or at the end; on any exception the batches
-    already handed over are written (or fail) before it propagates."""
+    again."""
     n = 0
     h = hashlib.sha256()
-    with open(path, "wb") as fh, ThreadPoolExecutor(1, thread_name_prefix="write-lines") as out:
-
-        def put(data: bytes) -> None:
-            fh.write(data)
-            h.update(data)
-
-        writes: collections.deque[Future] = collections.deque()
-        pending: list[bytes] = []
+    pending: list[bytes] = []
+    with open(path, "wb") as fh:
         for line in lines:
             pending.append(line)
             if len(pending) >= batch:
-                writes.append(out.submit(put, b"".join(pending)))
+                data = b"".join(pending)
+                fh.write(data)
+                h.update(data)
                 n += len(pending)
                 pending.clear()
-                while len(writes) > WRITES_AHEAD:
-                    writes.popleft().result()
-        writes.append(out.submit(put, b"".join(pending)))
+        data = b"".join(pending)
+        fh.write(data)
+        h.update(data)
         n += len(pending)
-        for write in writes:
-            write.result()
     return n, h.hexdigest()
 
 

@@ -8,7 +8,6 @@ and waits until the test removes it.
 
 from __future__ import annotations
 
-import errno
 import os
 import resource
 import shutil
@@ -296,29 +295,6 @@ def test_a_full_disk_while_writing_a_report_publishes_nothing(corpus, index, tmp
     assert_one_line(done, f"output {out}: cannot write (", "nothing was written")
     assert list(out.parent.iterdir()) == []
     assert listing(index.parent) == folder
-
-
-def test_report_lines_are_written_and_hashed_aside_and_a_failed_write_is_raised(tmp_path):
-    """`fsutil.write_lines` hands joined batches to a writer thread: the file and its sha256
-    are those of every line in order, a failed write (a full device) is raised, and a line
-    source that fails leaves the batches handed over before it written."""
-    lines = [f'{{"n":{i}}}\n'.encode() for i in range(10_000)]
-    path = tmp_path / "lines.jsonl"
-    count, digest = fsutil.write_lines(path, iter(lines), batch=100)
-    assert count == len(lines) and path.read_bytes() == b"".join(lines)
-    assert digest == sha256_file(path)
-    if Path("/dev/full").exists():
-        with pytest.raises(OSError) as failed:
-            fsutil.write_lines(Path("/dev/full"), iter(lines), batch=100)
-        assert failed.value.errno == errno.ENOSPC
-
-    def broken():
-        yield from lines[:250]
-        raise ValueError("bad row")
-
-    with pytest.raises(ValueError, match="bad row"):
-        fsutil.write_lines(path, broken(), batch=100)
-    assert path.read_bytes() == b"".join(lines[:200])
 
 
 def test_memory_exhaustion_during_scan_is_one_line(corpus, index, tmp_path, monkeypatch):
