@@ -1394,7 +1394,9 @@ class RefTarget(NamedTuple):
     domain: str | None
 
 
-BAND_ROWS_PER_INSERT = 50
+#: Band rows per ``INSERT`` statement (1,000 bound parameters): 15.6 M sorted rows went in
+#: 10–20 % faster than with 50 per statement, and no faster with 1,000.
+BAND_ROWS_PER_INSERT = 500
 #: ``bands_recent`` is folded into ``bands`` once it holds the band rows of this share of the
 #: contents that ``bands`` holds (see `BatchTransaction.write_bands`).
 RECENT_SHARE = 1 / 8
@@ -1571,8 +1573,8 @@ class BatchTransaction:
 
     def add_bands(self, table: str, keys: np.ndarray, content_rowids: np.ndarray) -> None:
         """Band rows into ``table`` (one of `BAND_TABLES`), given sorted by (key, content) so
-        the B-tree fills front to back. ``BAND_ROWS_PER_INSERT`` rows per statement: binding
-        is then a third of the cost of one statement per row."""
+        the B-tree fills front to back. ``BAND_ROWS_PER_INSERT`` rows per statement, so that a
+        statement's own overhead is paid once for many rows."""
         per = BAND_ROWS_PER_INSERT
         full = len(keys) // per * per
         step = per << 14
