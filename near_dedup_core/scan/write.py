@@ -59,14 +59,14 @@ def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
 
 
 def _outside_sources(snap: db.IndexSnapshot, pool: Pool,
-                     contents: list[int]) -> dict[tuple[int, str], list[dict]]:
-    """(content row id, split) -> sources outside the pool, sorted; nothing when the index
-    holds no package outside the pool."""
+                     contents: np.ndarray) -> dict[tuple[int, str], list[dict]]:
+    """(content row id, split) -> sources outside the pool, sorted, for the ``contents``
+    (row ids); nothing when the index holds no package outside the pool."""
     found: dict[tuple[int, str], list[dict]] = defaultdict(list)
     if not pool.has_history():
         return found
     pool_ids = {p.package_id for p in pool.packages}
-    for r in snap.outside_sources(sorted(set(contents)), pool_ids):
+    for r in snap.outside_sources(np.unique(contents).tolist(), pool_ids):
         found[(r.content, r.split)].append({"package_id": r.package_id,
                                             "sample_id": r.sample_id, "split": r.split})
     for rows in found.values():
@@ -180,10 +180,8 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
     history matches by content_id. ``match_sources`` lists the matched content's sources in
     the same split outside the current pool."""
     rowid = pool.contents.rowid
-    node_rowid = rowid[nodes.content].tolist()
-    node_content = nodes.content.tolist()
-    node_split = nodes.split.tolist()
-    outside = _outside_sources(snap, pool, node_rowid + hist.other.tolist())
+    node_rowid = rowid[nodes.content]
+    outside = _outside_sources(snap, pool, np.concatenate([node_rowid, hist.other]))
     sources_json: dict[tuple[int, str], bytes] = {}
 
     def sources(content: int, split: str) -> bytes:
@@ -197,20 +195,27 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
         return found
 
     split_labels = nodes.split_labels
-    counts = np.diff(nodes.start)
-    near_start = np.searchsorted(near.later, np.arange(len(nodes) + 1)).tolist()
-    hist_start = np.searchsorted(hist.later, np.arange(len(nodes) + 1)).tolist()
-    busy = (counts > 1) | (np.diff(near_start) > 0) | (np.diff(hist_start) > 0)
+    near_bounds = np.searchsorted(near.later, np.arange(len(nodes) + 1))
+    hist_bounds = np.searchsorted(hist.later, np.arange(len(nodes) + 1))
+    busy = (np.diff(nodes.start) > 1) | (np.diff(near_bounds) > 0) | (np.diff(hist_bounds) > 0)
     if outside:
         busy |= np.fromiter(((c, split_labels[sp]) in outside
-                             for c, sp in zip(node_rowid, node_split)),
+                             for c, sp in zip(node_rowid.tolist(), nodes.split.tolist())),
                             dtype=bool, count=len(nodes))
-    first = nodes.first.tolist()
-    start = nodes.start.tolist()
-    samples = nodes.samples.tolist()
-    rowid_of = rowid.tolist()
-    near_other, near_jac, near_blocked = (near.other.tolist(), near.jaccard.tolist(),
-                                          near.blocked.tolist())
+    # Python values of the busy nodes only (a node with one sample and no relation writes
+    # nothing), and of each near match's node: its first sample and content
+    at = np.flatnonzero(busy)
+    busy_rowid, busy_content, busy_split = (node_rowid[at].tolist(), nodes.content[at].tolist(),
+                                            nodes.split[at].tolist())
+    busy_start, busy_end = nodes.start[at].tolist(), nodes.start[at + 1].tolist()
+    near_from, near_to = near_bounds[at].tolist(), near_bounds[at + 1].tolist()
+    hist_from, hist_to = hist_bounds[at].tolist(), hist_bounds[at + 1].tolist()
+    samples = nodes.samples
+    match_content = nodes.content[near.other]
+    match_first = nodes.first[near.other].tolist()
+    match_rowid = rowid[match_content].tolist()
+    match_contents = match_content.tolist()
+    near_jac, near_blocked = near.jaccard.tolist(), near.blocked.tolist()
     hist_other, hist_jac, hist_blocked = (hist.other.tolist(), hist.jaccard.tolist(),
                                           hist.blocked.tolist())
     content_id = pool.contents.content_id
@@ -219,32 +224,31 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
     exact_head = b'{"blocked_by":null,"history_only":false,"jaccard":1.0,"kind":"exact","match":'
     exact_history = b'{"blocked_by":null,"history_only":true,"jaccard":1.0,"kind":"exact",' \
                     b'"match":'
-    for idx in np.flatnonzero(busy).tolist():
-        content = node_rowid[idx]
-        split = split_labels[node_split[idx]]
-        members = samples[start[idx]:start[idx + 1]]
+    for node in range(len(at)):
+        content = busy_rowid[node]
+        split = split_labels[busy_split[node]]
+        members = samples[busy_start[node]:busy_end[node]].tolist()
         m = len(members)
-        own_hex = content_id[node_content[idx]].hex()
+        own_hex = content_id[busy_content[node]].hex()
         own_history = (content, split) in outside
         own_sources = sources(content, split)
         # each row's JSON up to its "sample" (the same for every sample of the node)
         rows = []
-        for q in range(near_start[idx], near_start[idx + 1]):
-            a, j, b = near_other[q], near_jac[q], near_blocked[q]
-            m_content = node_content[a]
-            tally.relation("near", False, BLOCKED_BY[b], j, m)
+        for q in range(near_from[node], near_to[node]):
+            j, rule = near_jac[q], near_blocked[q]
+            tally.relation("near", False, BLOCKED_BY[rule], j, m)
             rows.append(b"".join((
-                b'{"blocked_by":', blocked_json[b], b',"history_only":false,"jaccard":',
+                b'{"blocked_by":', blocked_json[rule], b',"history_only":false,"jaccard":',
                 _dumps(j), b',"kind":"near","match":',
-                render.match(content_id[m_content].hex(), first[a]), b',"match_sources":',
-                sources(rowid_of[m_content], split), b',"sample":')))
-        hs, he = hist_start[idx], hist_start[idx + 1]
+                render.match(content_id[match_contents[q]].hex(), match_first[q]),
+                b',"match_sources":', sources(match_rowid[q], split), b',"sample":')))
+        hs, he = hist_from[node], hist_to[node]
         if hs < he:
             for h_hex, q in sorted((render.history_hex(hist_other[q]), q) for q in range(hs, he)):
-                h, j, b = hist_other[q], hist_jac[q], hist_blocked[q]
-                tally.relation("near", True, BLOCKED_BY[b], j, m)
+                h, j, rule = hist_other[q], hist_jac[q], hist_blocked[q]
+                tally.relation("near", True, BLOCKED_BY[rule], j, m)
                 rows.append(b"".join((
-                    b'{"blocked_by":', blocked_json[b], b',"history_only":true,"jaccard":',
+                    b'{"blocked_by":', blocked_json[rule], b',"history_only":true,"jaccard":',
                     _dumps(j), b',"kind":"near","match":', render.match(h_hex, None),
                     b',"match_sources":', sources(h, split), b',"sample":')))
         exact_row = b""
