@@ -52,13 +52,14 @@ def indexed_inputs(indexed_rows: list[db.IndexedPackage], index_path: Path | str
     return indexed
 
 
-def load_pool(snap: db.IndexSnapshot, index_path: Path | str, pkgs: list[Package],
-              domains: bool = False) -> Pool:
-    """The pool's samples and contents as the snapshot holds them; every input must be
-    indexed with the same manifest. Sample domains are read only when asked for (the guard's
-    domain-specific units need them); text digests are read later (`load_text_sha256`)."""
-    indexed_rows = snap.indexed_packages()
-    indexed = indexed_inputs(indexed_rows, index_path, pkgs)
+def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
+              pkgs: list[Package], domains: bool = False) -> Pool:
+    """The pool's samples and contents as the snapshot holds them. ``indexed_rows`` are the
+    snapshot's packages (`IndexSnapshot.indexed_packages`), among which `indexed_inputs`
+    found every input with the same manifest. Sample domains are read only when asked for
+    (the guard's domain-specific units need them); text digests are read later
+    (`load_text_sha256`)."""
+    indexed = {r.package_id: r for r in indexed_rows}
     sample_id: list[str] = []
     splits: dict[str, int] = {}
     split: list[int] = []

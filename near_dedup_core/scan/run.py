@@ -100,7 +100,8 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             atomic_dir(output) as folder, \
             _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
-        indexed = indexed_inputs(snap.indexed_packages(), snap.path, pkgs)
+        indexed_rows = snap.indexed_packages()
+        indexed = indexed_inputs(indexed_rows, snap.path, pkgs)
         origins_args = ([indexed[p.package_id].rowid for p in pkgs],
                         [p.package_id for p in pkgs], folder / "origins.jsonl")
         side_origins: Future | None = None  # inline: written after the candidates (below)
@@ -114,7 +115,7 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             digests = side.submit(file_digests, data_files(pkgs))
             if executor == "ray":  # in the side thread, on a connection of its own
                 side_origins = side.submit(write_origins, snap.location, *origins_args)
-        pool = load_pool(snap, snap.path, pkgs, domains=bool(config.extra_units))
+        pool = load_pool(snap, indexed_rows, pkgs, domains=bool(config.extra_units))
         try:
             nodes = build_nodes(pool)
             found = pool_candidates(snap, pool, nodes, config)
