@@ -1,8 +1,8 @@
 """How fast SQLite takes a batch's band rows, by rows per ``INSERT`` statement: the band rows
 of an index (``--index``, e.g. a 1M pool's: 15.6 M rows) in (key, content) order, written
-into a fresh ``WITHOUT ROWID`` table the way `index_store.BatchTransaction.add_bands` writes
-them (no journal, the writer's page size and cache), the statement sizes alternating over
-``--rounds``. Prints wall and CPU seconds per run.
+into a fresh ``WITHOUT ROWID`` band table by `index_store.BatchTransaction.add_bands` itself
+(a staged file: no journal, the writer's page size and cache), the statement sizes
+alternating over ``--rounds``. Prints wall and CPU seconds per run.
 
 Usage::
 
@@ -19,10 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from near_dedup_core.index_store import CACHE_SIZE, PAGE_SIZE
-
-DDL = ('CREATE TABLE bands ("key" INTEGER NOT NULL, content INTEGER NOT NULL, '
-       'PRIMARY KEY ("key", content)) WITHOUT ROWID')
+from near_dedup_core import index_store as db
 
 
 def band_rows(index: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -37,24 +34,16 @@ def band_rows(index: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def write(path: Path, keys: np.ndarray, contents: np.ndarray, per: int) -> None:
-    con = sqlite3.connect(path, isolation_level=None)
-    for pragma in (f"page_size = {PAGE_SIZE}", "journal_mode = OFF", "synchronous = OFF",
-                   f"cache_size = {CACHE_SIZE}"):
-        con.execute(f"PRAGMA {pragma}")
-    con.execute(DDL)
-    con.execute("BEGIN")
-    many = "INSERT OR IGNORE INTO bands (key, content) VALUES " + ", ".join(["(?, ?)"] * per)
-    full = len(keys) // per * per
-    step = per << 14
-    for i in range(0, full, step):
-        end = min(i + step, full)
-        flat = np.empty(2 * (end - i), dtype=np.int64)
-        flat[0::2], flat[1::2] = keys[i:end], contents[i:end]
-        con.executemany(many, flat.reshape(-1, 2 * per).tolist())
-    con.executemany("INSERT OR IGNORE INTO bands (key, content) VALUES (?, ?)",
-                    zip(keys[full:].tolist(), contents[full:].tolist()))
-    con.execute("COMMIT")
-    con.close()
+    """The rows through `BatchTransaction.add_bands` itself, ``per`` rows per statement, into
+    a staged file (as a first batch writes it)."""
+    db.BAND_ROWS_PER_INSERT = per  # read by BatchTransaction and add_bands when they run
+    engine = db.open_writable(path, staged=True)
+    try:
+        with engine.begin() as conn:
+            db.bands_recent.create(conn)
+            db.BatchTransaction(conn).add_bands("bands_recent", keys, contents)
+    finally:
+        engine.dispose()
 
 
 def main() -> None:

@@ -1395,7 +1395,7 @@ class RefTarget(NamedTuple):
 
 
 #: Band rows per ``INSERT`` statement (1,000 bound parameters): 15.6 M sorted rows went in
-#: about 15 % faster than with 50 per statement in most rounds, and no faster with 1,000
+#: about 10 % faster than with 50 per statement, and no faster with 1,000
 #: (`bench.band_insert`).
 BAND_ROWS_PER_INSERT = 500
 #: ``bands_recent`` is folded into ``bands`` once it holds the band rows of this share of the
