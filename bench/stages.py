@@ -29,7 +29,7 @@ DEFAULT_STAGES = (
     "near_dedup_core.scan.run:load_pool",
     "near_dedup_core.scan.run:build_nodes",
     "near_dedup_core.scan.run:pool_candidates",
-    "near_dedup_core.scan.run:load_text_sha256",
+    "near_dedup_core.scan.run:report_columns",
     "near_dedup_core.scan.verify:VerifyJob.collect",
     "near_dedup_core.scan.run:decide",
     "near_dedup_core.scan.write:write_lines",

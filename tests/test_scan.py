@@ -344,12 +344,17 @@ def test_report_files_fields_and_manifest(versions):
                           "origins.jsonl": {"lines": 8}}
 
 
-def test_report_lines_are_canonical_json_also_for_unusual_strings(tmp_path):
-    """The scan assembles each line from pieces rendered once (`scan.write`); every line must
-    be exactly `json_line` of the object it holds, for every kind of row and for sample ids
-    and sources that need escaping or are not ASCII."""
+@pytest.mark.parametrize("odd", [
+    ['q"uote', "back\\slash", "tab\there", "é-ü-中文", "emoji-😀", "ctl\x01", "nb\u00a0sp"],
+    ["plain", "with space", "tilde~", "x/y:z", "{brace}", "0", "del\x7f"],
+    ["plain", "with space", "tilde~", "x/y:z", "{brace}", "0", "'apostrophe'"],
+], ids=["escaped", "ascii-with-del", "plain-ascii"])
+def test_report_lines_are_canonical_json_also_for_unusual_strings(tmp_path, odd):
+    """The scan assembles each line from pieces rendered once (`scan.write`; decision lines
+    by a compiled kernel, sample ids that need no escaping by one join); every line must be
+    exactly `json_line` of the object it holds, for every kind of row and for sample ids and
+    sources that need escaping or are not ASCII, and for plain ASCII ids."""
     p = plain_prose()
-    odd = ['q"uote', "back\\slash", "tab\there", "é-ü-中文", "emoji-😀", "ctl\x01", "nb\u00a0sp"]
     source = {"zeta": [1, "二", None], "alpha": {"y": 'a"b', "x": 1.5}, "é": True}
     old = make_package(tmp_path, "old", {"train": [cpt("h" + odd[0], near_copy(p[40], p[41])),
                                                    cpt("h" + odd[1], p[42])]})

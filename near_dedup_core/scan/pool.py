@@ -57,8 +57,8 @@ def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
     """The pool's samples and contents as the snapshot holds them. ``indexed_rows`` are the
     snapshot's packages (`IndexSnapshot.indexed_packages`), among which `indexed_inputs`
     found every input with the same manifest. Sample domains are read only when asked for
-    (the guard's domain-specific units need them); text digests are read later
-    (`load_text_sha256`)."""
+    (the guard's domain-specific units need them); the text digests are read for the report
+    (`near_dedup_core.scan.write.report_columns`)."""
     indexed = {r.package_id: r for r in indexed_rows}
     sample_id: list[str] = []
     splits: dict[str, int] = {}
@@ -97,13 +97,6 @@ def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
                          "manifest_sha256": r.manifest_sha256, "batch": r.batch}
                         for r in indexed_rows],
         index_batches=counts.batches, index_contents=counts.contents)
-
-
-def load_text_sha256(snap: db.IndexSnapshot, pool: Pool) -> None:
-    """Each sample's ``text_sha256`` (for the report only: the scan reads them while the
-    workers verify)."""
-    pool.samples.text_sha256 = [sha for package in pool.indexed
-                                for sha in snap.package_column(package, "text_sha256")]
 
 
 def first_ingest_rank(contents: db.ContentColumns) -> np.ndarray:

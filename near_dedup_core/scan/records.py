@@ -4,12 +4,14 @@ A pool of a million samples is held as columns (numpy arrays and plain lists), n
 Python object per sample or content: ``Samples`` and ``Pool`` come out of stage 1 (pool),
 ``Nodes`` groups a pool's samples, ``Candidates`` is what stages 2–3 (candidates, filters)
 hand to stage 4 (verify), ``Matches`` are its verified relations and ``Decisions`` the
-outcome of stage 5 (decide). ``VerifyParams`` and ``Verified`` travel to and from the verify
-workers (both picklable).
+outcome of stage 5 (decide); ``ReportColumns`` is what stage 6 (write) prepares while the
+workers verify. ``VerifyParams`` and ``Verified`` travel to and from the verify workers (both
+picklable).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -39,8 +41,7 @@ class Samples:
     """The pool's samples as columns, one entry per sample in report order: input package,
     then position within the package. ``content`` indexes `Pool.contents` (not the row id);
     ``split`` and ``domain`` index their label lists (few distinct values). ``domain`` is
-    read only when the config has domain-specific units, ``text_sha256`` only for the
-    report."""
+    read only when the config has domain-specific units."""
 
     input_pos: np.ndarray  # int64
     sample_id: list[str]
@@ -49,7 +50,6 @@ class Samples:
     content: np.ndarray  # int64
     domain: np.ndarray | None = None  # int64, index into domain_labels
     domain_labels: list[str | None] | None = None
-    text_sha256: list[bytes] | None = None
 
     def __len__(self) -> int:
         return len(self.sample_id)
@@ -169,3 +169,35 @@ class Decisions:
     reason: np.ndarray  # int8
     kept_by: np.ndarray  # int64
     jaccard: np.ndarray  # float64
+
+
+@dataclass(frozen=True)
+class ByteStrings:
+    """Byte strings as one array: string ``i`` is ``data[start[i]:start[i + 1]]``, a form a
+    compiled kernel reads (a list of a million ``bytes`` objects it cannot)."""
+
+    data: np.ndarray  # uint8
+    start: np.ndarray  # int64, strings + 1
+
+    @classmethod
+    def of(cls, values: Sequence[bytes]) -> ByteStrings:
+        start = np.zeros(len(values) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, values), dtype=np.int64, count=len(values)),
+                  out=start[1:])
+        return cls(np.frombuffer(b"".join(values), dtype=np.uint8), start)
+
+    def longest(self) -> int:
+        """The length of the longest string (0 if none)."""
+        return int(np.diff(self.start).max()) if len(self.start) > 1 else 0
+
+
+@dataclass(frozen=True)
+class ReportColumns:
+    """What the report needs of each sample and content besides the decisions, prepared by
+    stage 6 while the workers verify: the samples' ids as JSON strings (as ``orjson``
+    renders them), the contents' ids and the samples' text digests (raw bytes, written as
+    hex)."""
+
+    sample_id_json: ByteStrings
+    content_id: ByteStrings
+    text_sha256: ByteStrings

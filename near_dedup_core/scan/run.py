@@ -1,18 +1,18 @@
-"""The scan's entry point: check the inputs and the output folder, then run the five stages
-on one snapshot of the index (pool, candidates, verify, decide, write).
+"""The scan's entry point: check the inputs and the output folder, then run the five stages on
+one snapshot of the index (pool, candidates, verify, decide, write).
 
-The main process is the one serial path (pool, candidates, decisions, report), so work
-that needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor:
-once the inputs are known to be indexed, a worker re-hashes the data files and then writes
+The main process is the one serial path (pool, candidates, decisions, report), so work that
+needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor: once
+the inputs are known to be indexed, a worker re-hashes the data files and then writes
 ``origins.jsonl`` (on a connection of its own: a package's sources never change once
 committed) while the main process loads the pool and finds candidates (the main process
-waits for the hashes before anything can fail for another reason, so a changed file is
-still reported first); the pool's candidate pairs go to the workers before the history is
-looked up; and while the workers verify, the main process reads the text digests the
-report needs. With one worker everything runs in order, inline; with Ray the side work runs
-in a thread of the main process (Ray tasks may run on machines without the packages or the
-index file).
-"""
+waits for the hashes before anything can fail for another reason, so a changed file is still
+reported first); the pool's candidate pairs go to the workers before the history is looked
+up; while the workers verify, the main process prepares the report's columns
+(`report_columns`: sample ids, content ids, text digests); and at the end it writes
+``relations.jsonl`` while a thread writes ``decisions.jsonl``. With one worker everything
+runs in order, inline; with Ray the side work runs in a thread of the main process (Ray
+tasks may run on machines without the packages or the index file)."""
 
 from __future__ import annotations
 
@@ -38,10 +38,9 @@ from near_dedup_core.scan.pool import (
     file_digests,
     indexed_inputs,
     load_pool,
-    load_text_sha256,
 )
 from near_dedup_core.scan.verify import VerifyJob
-from near_dedup_core.scan.write import write_origins, write_report
+from near_dedup_core.scan.write import report_columns, write_origins, write_report
 from near_dedup_core.workers import POOL_RECORDS, InlineExecutor, process_pool, submit_in_turn
 
 
@@ -131,9 +130,9 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         job.add_history(cand.history_pairs)
         origins = side_origins.result() if side_origins is not None else \
             write_origins(snap, *origins_args)
-        load_text_sha256(snap, pool)
+        columns = report_columns(snap, pool)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
-                              origins)
+                              columns, origins)
     return ScanResult(output, counts)

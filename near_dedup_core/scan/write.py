@@ -3,18 +3,23 @@ sample's side), origins, manifest and checksums, written into the staging folder
 `near_dedup_core.fsutil.atomic_dir` renames into place. The format itself (files, fields,
 reasons, counts) is defined in `near_dedup_core.report`.
 
-Rows are rendered and written one at a time (never a list of a million dicts), each file
-hashed as it is written. ``origins.jsonl`` depends on nothing but the input packages, so
+Rows are rendered and written a buffer at a time (never a list of a million dicts), each
+file hashed as it is written: ``relations.jsonl`` in the main process, and beside it, in a
+thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL. ``origins.jsonl`` depends on nothing but the input packages, so
 `write_origins` runs in a worker from the start of the scan, reading the packages' sources
 on a connection of its own.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
+import numba
 import numpy as np
 import orjson
 
@@ -28,11 +33,13 @@ from near_dedup_core.scan.records import (
     NEAR_DUPLICATE,
     REASONS,
     RETAINED_SPLIT,
+    ByteStrings,
     Candidates,
     Decisions,
     Matches,
     Nodes,
     Pool,
+    ReportColumns,
 )
 
 
@@ -78,22 +85,29 @@ _dumps = orjson.dumps
 _NULL = b"null"
 
 
+def _float_json(values: np.ndarray) -> list[bytes]:
+    """Each float's JSON as ``orjson.dumps`` renders it, from one call for all of them (a
+    number's JSON holds no comma)."""
+    return _dumps(values.tolist())[1:-1].split(b",") if len(values) else []
+
+#: Bytes of ``decisions.jsonl`` rendered per write (at least two of its longest lines).
+DECISIONS_BUFFER = 1 << 25
+
+
 class _Render:
     """Canonical JSON lines (`near_dedup_core.fsutil.json_line`: sorted keys, compact) of
-    decision and relation rows, assembled from pieces: every value goes through
-    ``orjson.dumps`` as it would inside the row's dict, and the keys are written in sorted
-    order, so the bytes are those of ``json_line(row)`` at a fraction of the cost (no dict
-    per row; repeated values such as package ids, splits and scopes rendered once)."""
+    relation rows, assembled from pieces: every value goes through ``orjson.dumps`` as it
+    would inside the row's dict, and the keys are written in sorted order, so the bytes are
+    those of ``json_line(row)`` at a fraction of the cost (no dict per row; repeated values
+    such as package ids rendered once). Decision rows are built the same way, by a kernel
+    (`_render_decisions`)."""
 
     def __init__(self, pool: Pool, history: db.ContentColumns) -> None:
         self.package = [_dumps(p.package_id) for p in pool.packages]
         self.input_pos = pool.samples.input_pos.tolist()
         self.sample_id = pool.samples.sample_id
-        self.split = [_dumps(x) for x in pool.samples.split_labels]
         self.content_id = pool.contents.content_id
         self.history = history
-        scopes = {k: _dumps(v) for k, v in pool.scope_labels.items()}
-        self.scope = [scopes[x] for x in pool.contents.scope.tolist()]
         self.blocked = [_NULL if b is None else _dumps(b) for b in BLOCKED_BY]
 
     def ref(self, sample: int) -> bytes:
@@ -115,16 +129,63 @@ class _Render:
         return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
 
 
-def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Render,
-                    tally: Tally) -> Iterator[bytes]:
-    """``decisions.jsonl`` rows in report order (input order, then package order). A
-    sample's outcome is its node's, or an exact duplicate of its node's first sample; the
+def report_columns(snap: db.IndexSnapshot, pool: Pool) -> ReportColumns:
+    """The samples' ids as JSON, the contents' ids and the samples' text digests (read from
+    the index) as `ByteStrings`: the scan prepares them while the workers verify. Ids in
+    plain ASCII without ``"`` or ``\\`` (almost all) need no escaping, so their JSON is the
+    id in quotes, rendered by one join instead of an ``orjson.dumps`` call per id."""
+    ids = pool.samples.sample_id
+    joined = "".join(ids)
+    if joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined:
+        start = np.zeros(len(ids) + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, ids), dtype=np.int64, count=len(ids)) + 2,
+                  out=start[1:])
+        quoted = ('"' + '""'.join(ids) + '"').encode() if ids else b""
+        sample_id_json = ByteStrings(np.frombuffer(quoted, dtype=np.uint8), start)
+    else:
+        sample_id_json = ByteStrings.of([_dumps(x) for x in ids])
+    return ReportColumns(
+        sample_id_json=sample_id_json, content_id=ByteStrings.of(pool.contents.content_id),
+        text_sha256=ByteStrings.of([sha for package in pool.indexed
+                                    for sha in snap.package_column(package, "text_sha256")]))
+
+
+#: The fixed pieces of a decision line, first in `_DecisionLines.pieces` (ids below); then
+#: per outcome the JSON between content_id and package_id, then per outcome the JSON between
+#: package_id and sample_id, then the JSON of the packages' ids, splits, scopes and the near
+#: duplicates' Jaccards.
+_PIECES = (b'{"content_id":"', b'","decision":"exclude","jaccard":', b',"kept":',
+           b'{"package_id":', b',"sample_id":', b'},"package_id":',
+           b'","decision":"exclude","jaccard":1.0,"kept":', b',"scope":', b',"split":',
+           b',"text_sha256":"', b'"}\n')
+(_OPEN, _MID_NEAR, _KEPT, _REF_OPEN, _REF_SID, _REF_CLOSE, _MID_EXACT, _SCOPE, _SPLIT, _SHA,
+ _CLOSE) = range(len(_PIECES))
+_MIDDLE = len(_PIECES)
+
+
+class _DecisionLines(NamedTuple):
+    """``decisions.jsonl`` for `_render_decisions`: per sample its outcome and the ids of the
+    pieces its line is made of; the pieces as `ByteStrings`."""
+
+    outcome: np.ndarray  # int64 per sample: a `REASONS` code, or len(REASONS): exact duplicate
+    content: np.ndarray  # int64 per sample: its content
+    package: np.ndarray  # int64 per sample: the piece of its package id
+    split: np.ndarray  # int64 per sample: the piece of its split
+    scope: np.ndarray  # int64 per content: the piece of its scope
+    kept: np.ndarray  # int64 per sample: the sample that keeps it (-1: none)
+    jaccard: np.ndarray  # int64 per sample: the piece of its Jaccard (-1: none)
+    pieces: ByteStrings
+    columns: ReportColumns
+    bound: int  # no line is longer
+
+
+def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, columns: ReportColumns,
+                    tally: Tally) -> _DecisionLines:
+    """``decisions.jsonl``'s rows (report order: input order, then package order) as pieces.
+    A sample's outcome is its node's, or an exact duplicate of its node's first sample; the
     counts go to ``tally`` per (split, outcome) at once."""
     s = pool.samples
     n = len(s)
-    sha = s.text_sha256
-    if sha is None:
-        raise ValueError("the pool's text digests were not loaded")
     node_of = np.empty(n, dtype=np.int64)
     node_of[nodes.samples] = np.repeat(np.arange(len(nodes)), np.diff(nodes.start))
     first = nodes.first
@@ -132,7 +193,7 @@ def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Ren
     reason = decisions.reason[node_of]
     exact = len(REASONS)  # outcome code of an exact duplicate of its node's first sample
     outcome = np.where((reason == NEAR_DUPLICATE) | (reason == RETAINED_SPLIT)
-                       | (head == np.arange(n)), reason, exact)
+                       | (head == np.arange(n)), reason, exact).astype(np.int64)
     labels = [("exclude" if r == NEAR_DUPLICATE else "keep", REASONS[r])
               for r in range(len(REASONS))] + [("exclude", "exact_duplicate")]
     split_codes = len(s.split_labels)
@@ -140,37 +201,119 @@ def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, render: _Ren
     for code in np.flatnonzero(per).tolist():
         tally.decision(s.split_labels[code // (exact + 1)], *labels[code % (exact + 1)],
                        count=int(per[code]))
-    # the JSON between content_id and package_id, and between package_id and sample_id
-    middle = [b'","decision":' + _dumps(d) + b',"jaccard":null,"kept":null,"package_id":'
-              for d, _ in labels]
-    after = [b',"reason":' + _dumps(r) + b',"sample_id":' for _, r in labels]
-    kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of].tolist()
-    jaccard = decisions.jaccard[node_of].tolist()
-    outcome_of = outcome.tolist()
-    head_of = head.tolist()
-    split = s.split.tolist()
-    content = s.content.tolist()
-    content_id = pool.contents.content_id
-    scope = render.scope
-    package = render.package
-    input_pos = render.input_pos
-    split_json = render.split
-    sample_id = s.sample_id
-    for i in range(n):
-        o = outcome_of[i]
-        if o == NEAR_DUPLICATE:
-            mid = b"".join((b'","decision":"exclude","jaccard":', _dumps(jaccard[i]),
-                            b',"kept":', render.ref(kept_by[i]), b',"package_id":'))
-        elif o == exact:
-            mid = b'","decision":"exclude","jaccard":1.0,"kept":' + render.ref(head_of[i]) + \
-                b',"package_id":'
+    near_nodes = np.flatnonzero(decisions.reason == NEAR_DUPLICATE)
+    kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of]
+    kept = np.where(outcome == NEAR_DUPLICATE, kept_by, np.where(outcome == exact, head, -1))
+    pieces = list(_PIECES)
+    pieces += [b'","decision":' + _dumps(d) + b',"jaccard":null,"kept":null,"package_id":'
+               for d, _ in labels]
+    pieces += [b',"reason":' + _dumps(r) + b',"sample_id":' for _, r in labels]
+    package_at = len(pieces)
+    pieces += [_dumps(p.package_id) for p in pool.packages]
+    split_at = len(pieces)
+    pieces += [_dumps(x) for x in s.split_labels]
+    scope_at = len(pieces)
+    scope_codes, scope_of = np.unique(pool.contents.scope, return_inverse=True)
+    pieces += [_dumps(pool.scope_labels[c]) for c in scope_codes.tolist()]
+    jaccard_at = len(pieces)
+    pieces += _float_json(decisions.jaccard[near_nodes])
+    jaccard_of = np.full(len(nodes), -1, dtype=np.int64)
+    jaccard_of[near_nodes] = np.arange(jaccard_at, jaccard_at + len(near_nodes))
+    text = ByteStrings.of(pieces)
+    c = columns
+    # a line has at most 16 pieces, two sample ids, a content id and a digest
+    bound = 16 * text.longest() + 2 * c.sample_id_json.longest() + \
+        2 * c.content_id.longest() + 2 * c.text_sha256.longest()
+    return _DecisionLines(
+        outcome=outcome, content=s.content.astype(np.int64),
+        package=package_at + s.input_pos.astype(np.int64), split=split_at + s.split,
+        scope=scope_at + scope_of.astype(np.int64).reshape(-1), kept=kept.astype(np.int64),
+        jaccard=jaccard_of[node_of], pieces=text, columns=columns, bound=bound)
+
+
+@numba.njit(inline="always")
+def _put(out, pos, data, start, j):
+    for t in range(start[j], start[j + 1]):
+        out[pos] = data[t]
+        pos += 1
+    return pos
+
+
+@numba.njit(inline="always")
+def _put_hex(out, pos, data, start, j):
+    for t in range(start[j], start[j + 1]):
+        v = np.int64(data[t])
+        high, low = v >> 4, v & 15
+        out[pos] = high + 48 if high < 10 else high + 87  # 0-9, a-f
+        out[pos + 1] = low + 48 if low < 10 else low + 87
+        pos += 2
+    return pos
+
+
+@numba.njit(cache=True, nogil=True)
+def _render_decisions(lo, hi, out, bound, outcome, content, package, split, scope, kept,
+                      jaccard, text, text_start, sid, sid_start, cid, cid_start, sha,
+                      sha_start, near, exact):
+    """Decision lines of samples ``lo``… into ``out`` while one more line (at most ``bound``
+    bytes) fits, and at least one; returns (the next sample, bytes written). The arguments
+    are the fields of `_DecisionLines` and its `ByteStrings` (``text``: the pieces, ``sid``,
+    ``cid``, ``sha``: the `ReportColumns`), their fixed piece ids those of `_PIECES`."""
+    after = _MIDDLE + exact + 1  # the "after" pieces follow the middle ones
+    pos = 0
+    i = lo
+    while i < hi and (i == lo or pos + bound <= out.shape[0]):
+        o = outcome[i]
+        pos = _put(out, pos, text, text_start, _OPEN)
+        pos = _put_hex(out, pos, cid, cid_start, content[i])
+        if o == near or o == exact:
+            if o == near:
+                pos = _put(out, pos, text, text_start, _MID_NEAR)
+                pos = _put(out, pos, text, text_start, jaccard[i])
+                pos = _put(out, pos, text, text_start, _KEPT)
+            else:
+                pos = _put(out, pos, text, text_start, _MID_EXACT)
+            k = kept[i]
+            pos = _put(out, pos, text, text_start, _REF_OPEN)
+            pos = _put(out, pos, text, text_start, package[k])
+            pos = _put(out, pos, text, text_start, _REF_SID)
+            pos = _put(out, pos, sid, sid_start, k)
+            pos = _put(out, pos, text, text_start, _REF_CLOSE)
         else:
-            mid = middle[o]
-        k = content[i]
-        yield b"".join((
-            b'{"content_id":"', content_id[k].hex().encode(), mid, package[input_pos[i]],
-            after[o], _dumps(sample_id[i]), b',"scope":', scope[k], b',"split":',
-            split_json[split[i]], b',"text_sha256":"', sha[i].hex().encode(), b'"}\n'))
+            pos = _put(out, pos, text, text_start, _MIDDLE + o)
+        pos = _put(out, pos, text, text_start, package[i])
+        pos = _put(out, pos, text, text_start, after + o)
+        pos = _put(out, pos, sid, sid_start, i)
+        pos = _put(out, pos, text, text_start, _SCOPE)
+        pos = _put(out, pos, text, text_start, scope[content[i]])
+        pos = _put(out, pos, text, text_start, _SPLIT)
+        pos = _put(out, pos, text, text_start, split[i])
+        pos = _put(out, pos, text, text_start, _SHA)
+        pos = _put_hex(out, pos, sha, sha_start, i)
+        pos = _put(out, pos, text, text_start, _CLOSE)
+        i += 1
+    return i, pos
+
+
+def _write_decisions(path: Path, lines: _DecisionLines) -> tuple[int, str]:
+    """Write ``decisions.jsonl``, a buffer at a time; returns (lines, sha256 hex of the
+    file). Rendering, writing and hashing release the GIL: this runs in a thread beside the
+    relations (few buffers, so few waits for the GIL)."""
+    p, c = lines, lines.columns
+    n = len(p.outcome)
+    out = np.empty(max(DECISIONS_BUFFER, 2 * p.bound), dtype=np.uint8)
+    h = hashlib.sha256()
+    i = 0
+    with open(path, "wb") as fh:
+        while i < n:
+            i, m = _render_decisions(
+                i, n, out, p.bound, p.outcome, p.content, p.package, p.split, p.scope, p.kept,
+                p.jaccard, p.pieces.data, p.pieces.start, c.sample_id_json.data,
+                c.sample_id_json.start, c.content_id.data, c.content_id.start,
+                c.text_sha256.data, c.text_sha256.start, NEAR_DUPLICATE, len(REASONS))
+            data = out[:m].data
+            fh.write(data)
+            h.update(data)
+    return n, h.hexdigest()
 
 
 def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
@@ -218,6 +361,7 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
     near_jac, near_blocked = near.jaccard.tolist(), near.blocked.tolist()
     hist_other, hist_jac, hist_blocked = (hist.other.tolist(), hist.jaccard.tolist(),
                                           hist.blocked.tolist())
+    near_jac_json, hist_jac_json = _float_json(near.jaccard), _float_json(hist.jaccard)
     content_id = pool.contents.content_id
     blocked_json = render.blocked
     ref = render.ref
@@ -239,7 +383,7 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
             tally.relation("near", False, BLOCKED_BY[rule], j, m)
             rows.append(b"".join((
                 b'{"blocked_by":', blocked_json[rule], b',"history_only":false,"jaccard":',
-                _dumps(j), b',"kind":"near","match":',
+                near_jac_json[q], b',"kind":"near","match":',
                 render.match(content_id[match_contents[q]].hex(), match_first[q]),
                 b',"match_sources":', sources(match_rowid[q], split), b',"sample":')))
         hs, he = hist_from[node], hist_to[node]
@@ -249,7 +393,7 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
                 tally.relation("near", True, BLOCKED_BY[rule], j, m)
                 rows.append(b"".join((
                     b'{"blocked_by":', blocked_json[rule], b',"history_only":true,"jaccard":',
-                    _dumps(j), b',"kind":"near","match":', render.match(h_hex, None),
+                    hist_jac_json[q], b',"kind":"near","match":', render.match(h_hex, None),
                     b',"match_sources":', sources(h, split), b',"sample":')))
         exact_row = b""
         if m > 1:
@@ -273,17 +417,23 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
 
 def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
-                 config: NearDedupConfig, origins: tuple[int, str]) -> dict:
+                 config: NearDedupConfig, columns: ReportColumns,
+                 origins: tuple[int, str]) -> dict:
     """Write decisions, relations, manifest and checksums into the staging ``folder``, where
-    ``origins.jsonl`` (``origins``: its lines and sha256) is already; returns the manifest's
-    ``counts``."""
+    ``origins.jsonl`` (``origins``: its lines and sha256) is already; ``columns`` come from
+    `report_columns`. Returns the manifest's ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
-    n_dec, digests["decisions.jsonl"] = write_lines(
-        folder / "decisions.jsonl", _decision_lines(pool, nodes, decisions, render, tally))
-    n_rel, digests["relations.jsonl"] = write_lines(
-        folder / "relations.jsonl", _relation_lines(snap, pool, nodes, near, hist, render, tally))
+    lines = _decision_lines(pool, nodes, decisions, columns, tally)
+    with ThreadPoolExecutor(max_workers=1) as thread:
+        # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl
+        written = thread.submit(_write_decisions, folder / "decisions.jsonl", lines)
+        n_rel, rel_sha = write_lines(
+            folder / "relations.jsonl",
+            _relation_lines(snap, pool, nodes, near, hist, render, tally))
+        n_dec, digests["decisions.jsonl"] = written.result()
+    digests["relations.jsonl"] = rel_sha
     counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
