@@ -726,6 +726,13 @@ class IndexTexts:
             "SELECT sample_id, split, file, line, source FROM sources WHERE package = ? "
             "ORDER BY position", (package_rowid,))
 
+    def package_digests(self, package_rowid: int) -> list[bytes]:
+        """``text_sha256`` of one indexed package's samples in package order (as
+        `package_origins`, any connection reads the same rows as the scan's snapshot)."""
+        return [row[0] for row in self._con.execute(
+            "SELECT text_sha256 FROM sources WHERE package = ? ORDER BY position",
+            (package_rowid,))]
+
     def shipped(self, ids: list[int]) -> ShippedTexts:
         """The compressed texts of these content ids with the dictionaries they need: what a
         task on another machine gets instead of a connection (``--executor ray``)."""

@@ -3,16 +3,16 @@ one snapshot of the index (pool, candidates, verify, decide, write).
 
 The main process is the one serial path (pool, candidates, decisions, report), so work that
 needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor: once
-the inputs are known to be indexed, a worker re-hashes the data files and then writes
-``origins.jsonl`` (on a connection of its own: a package's sources never change once
-committed) while the main process loads the pool and finds candidates (the main process
-waits for the hashes before anything can fail for another reason, so a changed file is still
-reported first); the pool's candidate pairs go to the workers before the history is looked
-up; while the workers verify, the main process prepares the report's columns
-(`report_columns`: sample ids, content ids, text digests); and at the end it writes
-``relations.jsonl`` while a thread writes ``decisions.jsonl``. With one worker everything
-runs in order, inline; with Ray the side work runs in a thread of the main process (Ray
-tasks may run on machines without the packages or the index file)."""
+the inputs are known to be indexed, a worker re-hashes the data files, then writes
+``origins.jsonl`` and reads the samples' text digests (on a connection of its own: a
+package's sources never change once committed) while the main process loads the pool and
+finds candidates (the main process waits for the hashes before anything can fail for another
+reason, so a changed file is still reported first); the pool's candidate pairs go to the
+workers before the history is looked up; while the workers verify, the main process prepares
+the report's other columns (`report_columns`: sample ids, content ids); and at the end it
+writes ``relations.jsonl`` while a thread writes ``decisions.jsonl``. With one worker
+everything runs in order, inline; with Ray the side work runs in a thread of the main
+process (Ray tasks may run on machines without the packages or the index file)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,12 @@ from near_dedup_core.scan.pool import (
     load_pool,
 )
 from near_dedup_core.scan.verify import VerifyJob
-from near_dedup_core.scan.write import report_columns, write_origins, write_report
+from near_dedup_core.scan.write import (
+    report_columns,
+    text_digests,
+    write_origins,
+    write_report,
+)
 from near_dedup_core.workers import POOL_RECORDS, InlineExecutor, process_pool, submit_in_turn
 
 
@@ -101,15 +106,18 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         indexed_rows = snap.indexed_packages()
         indexed = indexed_inputs(indexed_rows, snap.path, pkgs)
-        origins_args = ([indexed[p.package_id].rowid for p in pkgs],
-                        [p.package_id for p in pkgs], folder / "origins.jsonl")
+        rowids = [indexed[p.package_id].rowid for p in pkgs]
+        origins_args = (rowids, [p.package_id for p in pkgs], folder / "origins.jsonl")
         side_origins: Future | None = None  # inline: written after the candidates (below)
+        side_digests: Future | None = None
         if remote:
-            # one worker at a time re-hashes the data files, then writes origins.jsonl on a
-            # connection of its own, while this process loads the pool and finds candidates
-            digests, side_origins = submit_in_turn(side, [
+            # one worker at a time re-hashes the data files, then writes origins.jsonl and
+            # reads the samples' text digests on a connection of its own, while this process
+            # loads the pool and finds candidates
+            digests, side_origins, side_digests = submit_in_turn(side, [
                 (file_digests, data_files(pkgs)),
-                (write_origins, snap.location, *origins_args)])
+                (write_origins, snap.location, *origins_args),
+                (text_digests, snap.location, rowids)])
         else:
             digests = side.submit(file_digests, data_files(pkgs))
             if executor == "ray":  # in the side thread, on a connection of its own
@@ -130,7 +138,8 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         job.add_history(cand.history_pairs)
         origins = side_origins.result() if side_origins is not None else \
             write_origins(snap, *origins_args)
-        columns = report_columns(snap, pool)
+        columns = report_columns(pool, side_digests.result() if side_digests is not None
+                                 else text_digests(snap, rowids))
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,

@@ -129,12 +129,27 @@ class _Render:
         return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
 
 
-def report_columns(snap: db.IndexSnapshot, pool: Pool) -> ReportColumns:
-    """The samples' ids as JSON, the contents' ids and the samples' text digests (read from
-    the index) as `ByteStrings`: the scan prepares them while the workers verify. Ids in
+def text_digests(source: str | db.IndexTexts, package_rowids: list[int]) -> ByteStrings:
+    """Each sample's ``text_sha256`` in report order (input order, then package order), read
+    from ``source``: the scan's snapshot, or the index location to read from on a connection
+    of its own (a package's sources never change once committed), as `write_origins`."""
+    reader = db.open_texts(source) if isinstance(source, str) else source
+    try:
+        return ByteStrings.of([sha for rowid in package_rowids
+                               for sha in reader.package_digests(rowid)])
+    finally:
+        if reader is not source:
+            reader.close()
+
+
+def report_columns(pool: Pool, text_sha256: ByteStrings) -> ReportColumns:
+    """The samples' ids as JSON and the contents' ids as `ByteStrings`, beside the samples'
+    text digests (`text_digests`): the scan prepares them while the workers verify. Ids in
     plain ASCII without ``"`` or ``\\`` (almost all) need no escaping, so their JSON is the
     id in quotes, rendered by one join instead of an ``orjson.dumps`` call per id."""
     ids = pool.samples.sample_id
+    if len(text_sha256.start) != len(ids) + 1:
+        raise ValueError(f"{len(text_sha256.start) - 1} text digests for {len(ids)} samples")
     joined = "".join(ids)
     if joined.isascii() and joined.isprintable() and '"' not in joined and "\\" not in joined:
         start = np.zeros(len(ids) + 1, dtype=np.int64)
@@ -144,10 +159,9 @@ def report_columns(snap: db.IndexSnapshot, pool: Pool) -> ReportColumns:
         sample_id_json = ByteStrings(np.frombuffer(quoted, dtype=np.uint8), start)
     else:
         sample_id_json = ByteStrings.of([_dumps(x) for x in ids])
-    return ReportColumns(
-        sample_id_json=sample_id_json, content_id=ByteStrings.of(pool.contents.content_id),
-        text_sha256=ByteStrings.of([sha for package in pool.indexed
-                                    for sha in snap.package_column(package, "text_sha256")]))
+    return ReportColumns(sample_id_json=sample_id_json,
+                         content_id=ByteStrings.of(pool.contents.content_id),
+                         text_sha256=text_sha256)
 
 
 #: The fixed pieces of a decision line, first in `_DecisionLines.pieces` (ids below); then
