@@ -151,6 +151,7 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     ctx = _context(preload)
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                              initargs=(_forkserver_pid(ctx), initializer, initargs))
+    _widen_pipes(ex)
     try:
         yield ex
     except BaseException:
@@ -165,6 +166,29 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
             proc.join(timeout=5)
         raise
     ex.shutdown(wait=True)
+
+
+#: Bytes a pool's pipes hold (Linux's default is 64 KiB; 1 MiB is the most an unprivileged
+#: process may ask for by default, ``/proc/sys/fs/pipe-max-size``).
+PIPE_BYTES = 1 << 20
+
+
+def _widen_pipes(ex) -> None:
+    """Let the pool's two pipes (tasks to the workers, results back) hold a whole task or
+    most of a result. With the default 64 KiB, a worker sending a result of a few MB, or
+    reading a task that carries a text dictionary, waits for the thread at the other end,
+    which needs this process's GIL for every 64 KiB it moves. Where the size cannot be set
+    (not Linux, or a lower limit), the pipes keep theirs."""
+    import fcntl
+
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
+    if set_size is None:
+        return
+    for queue in (ex._call_queue, ex._result_queue):
+        try:
+            fcntl.fcntl(queue._reader.fileno(), set_size, PIPE_BYTES)
+        except (OSError, AttributeError):
+            continue
 
 
 def _forkserver_pid(ctx) -> int:

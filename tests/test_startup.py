@@ -156,6 +156,27 @@ def test_bulk_work_and_workers_collect_rarely_and_the_thresholds_come_back(tmp_p
     assert done.stdout.split() == [str(x) for x in (young, 10, 10, young, 10, 10, 700, 10, 10)]
 
 
+def _pipe_max_size() -> int:
+    try:
+        with open("/proc/sys/fs/pipe-max-size") as fh:
+            return int(fh.read())
+    except OSError:
+        return 0
+
+
+@pytest.mark.skipif(_pipe_max_size() < workers.PIPE_BYTES,
+                    reason="needs Linux with /proc/sys/fs/pipe-max-size of at least 1 MiB")
+def test_a_pools_pipes_hold_a_task_with_its_dictionary_and_most_of_a_result():
+    import fcntl
+
+    get_size = 1032  # F_GETPIPE_SZ
+    with workers.process_pool(2) as ex:
+        assert ex.submit(len, b"x" * 300_000).result() == 300_000
+        sizes = [fcntl.fcntl(q._reader.fileno(), get_size)
+                 for q in (ex._call_queue, ex._result_queue)]
+    assert sizes == [workers.PIPE_BYTES, workers.PIPE_BYTES]
+
+
 def test_the_forkserver_of_a_command_that_normalizes_builds_the_table(tmp_path):
     done = _python("""
         import near_dedup_core.ingest.work
