@@ -194,9 +194,10 @@ class ByteStrings:
 @dataclass(frozen=True)
 class ReportColumns:
     """What the report needs of each sample and content besides the decisions, prepared by
-    stage 6 while the workers verify: the samples' ids as JSON strings (as ``orjson``
-    renders them), the contents' ids and the samples' text digests (raw bytes, written as
-    hex)."""
+    stage 6 before the decisions exist: the samples' ids as JSON strings (as ``orjson``
+    renders them) and the contents' ids while the workers verify, the samples' text digests
+    earlier, by the worker that writes ``origins.jsonl`` (content ids and digests as raw bytes,
+    written as hex)."""
 
     sample_id_json: ByteStrings
     content_id: ByteStrings

@@ -1,5 +1,5 @@
-"""The scan's entry point: check the inputs and the output folder, then run the five stages on
-one snapshot of the index (pool, candidates, verify, decide, write).
+"""The scan's entry point: check the inputs and the output folder, then run the five stages
+on one snapshot of the index (pool, candidates, verify, decide, write).
 
 The main process is the one serial path (pool, candidates, decisions, report), so work that
 needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor: once

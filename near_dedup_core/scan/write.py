@@ -5,9 +5,10 @@ reasons, counts) is defined in `near_dedup_core.report`.
 
 Rows are rendered and written a buffer at a time (never a list of a million dicts), each
 file hashed as it is written: ``relations.jsonl`` in the main process, and beside it, in a
-thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL. ``origins.jsonl`` depends on nothing but the input packages, so
-`write_origins` runs in a worker from the start of the scan, reading the packages' sources
-on a connection of its own.
+thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL (`_render_decisions`).
+``origins.jsonl`` and the samples' text digests depend on nothing but the input packages,
+so `write_origins` and `text_digests` run in a worker from the start of the scan, reading
+the packages' sources on a connection of its own.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ def _float_json(values: np.ndarray) -> list[bytes]:
     """Each float's JSON as ``orjson.dumps`` renders it, from one call for all of them (a
     number's JSON holds no comma)."""
     return _dumps(values.tolist())[1:-1].split(b",") if len(values) else []
+
 
 #: Bytes of ``decisions.jsonl`` rendered per write (at least two of its longest lines).
 DECISIONS_BUFFER = 1 << 25
