@@ -157,7 +157,7 @@ def _sample_id_json(ids: list[str]) -> ByteStrings:
             np.any((raw < 0x20) & (raw != 0)) or b'"' in joined or b"\\" in joined:
         return ByteStrings.of([_dumps(x) for x in ids])
     start = np.zeros(len(ids) + 1, dtype=np.int64)
-    if ids:  # id k starts at nul[k - 1] + 1 in raw, after k NULs and 2k quotes in quoted
+    if ids:  # id k's text starts at nul[k - 1] + 1; each NUL before it became two quotes
         start[1:-1] = nul + 1 + np.arange(1, len(ids), dtype=np.int64)
         start[-1] = len(raw) + len(ids) + 1
     quoted = b'"' + joined.replace(b"\x00", b'""') + b'"' if ids else b""
