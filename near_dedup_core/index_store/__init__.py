@@ -726,11 +726,16 @@ class IndexTexts:
             "SELECT sample_id, split, file, line, source FROM sources WHERE package = ? "
             "ORDER BY position", (package_rowid,))
 
-    def package_digests(self, package_rowid: int) -> list[bytes]:
-        """``text_sha256`` of one indexed package's samples in package order (as
-        `package_origins`, any connection reads the same rows as the scan's snapshot)."""
+    #: the `sources` columns `package_column` reads
+    SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
+
+    def package_column(self, package_rowid: int, column: str) -> list:
+        """One column (`SAMPLE_COLUMNS`) of one indexed package's samples, in package order
+        (as `package_origins`, any connection reads the same rows as the scan's snapshot)."""
+        if column not in self.SAMPLE_COLUMNS:
+            raise ValueError(f"not a sample column: {column}")
         return [row[0] for row in self._con.execute(
-            "SELECT text_sha256 FROM sources WHERE package = ? ORDER BY position",
+            f"SELECT {column} FROM sources WHERE package = ? ORDER BY position",
             (package_rowid,))]
 
     def shipped(self, ids: list[int]) -> ShippedTexts:
@@ -908,17 +913,6 @@ class IndexSnapshot(IndexTexts):
             "WHERE package = ? ORDER BY position", (package.rowid,))
         while rows := cur.fetchmany(batch):
             yield rows
-
-    #: the `sources` columns `package_column` reads
-    SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
-
-    def package_column(self, package: IndexedPackage, column: str) -> list:
-        """One column (`SAMPLE_COLUMNS`) of one package's samples, in package order."""
-        if column not in self.SAMPLE_COLUMNS:
-            raise ValueError(f"not a sample column: {column}")
-        return [row[0] for row in self._con.execute(
-            f"SELECT {column} FROM sources WHERE package = ? ORDER BY position",
-            (package.rowid,))]
 
     def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
         """(file, line) of the ``nth`` sample (0-based, package order) of one package."""

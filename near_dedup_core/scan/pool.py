@@ -58,15 +58,16 @@ def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
     snapshot's packages (`IndexSnapshot.indexed_packages`), among which `indexed_inputs`
     found every input with the same manifest. Sample domains are read only when asked for
     (the guard's domain-specific units need them); the text digests are read for the report
-    (`near_dedup_core.scan.write.report_columns`)."""
+    (`near_dedup_core.scan.write.text_digests`)."""
     indexed = {r.package_id: r for r in indexed_rows}
+    pool_rows = [indexed[p.package_id] for p in pkgs]
     sample_id: list[str] = []
     splits: dict[str, int] = {}
     split: list[int] = []
     content: list[np.ndarray] = []
     sample_start = [0]
-    for pkg in pkgs:
-        for rows in snap.pool_samples(indexed[pkg.package_id]):
+    for package in pool_rows:
+        for rows in snap.pool_samples(package):
             ids, split_col, content_col = zip(*rows)
             sample_id.extend(ids)
             split.extend([splits.setdefault(x, len(splits)) for x in split_col])
@@ -79,8 +80,8 @@ def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
     domain, domain_labels = None, None
     if domains:
         codes: dict[str | None, int] = {}
-        domain = np.asarray([codes.setdefault(d, len(codes)) for pkg in pkgs
-                             for d in snap.package_column(indexed[pkg.package_id], "domain")],
+        domain = np.asarray([codes.setdefault(d, len(codes)) for package in pool_rows
+                             for d in snap.package_column(package.rowid, "domain")],
                             dtype=np.int64)
         domain_labels = list(codes)
     samples = Samples(
@@ -90,7 +91,7 @@ def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
         domain_labels=domain_labels)
     counts = snap.counts()
     return Pool(
-        packages=pkgs, indexed=[indexed[p.package_id] for p in pkgs], sample_start=start,
+        packages=pkgs, indexed=pool_rows, sample_start=start,
         package_batch={r.package_id: r.batch for r in indexed_rows}, samples=samples,
         contents=contents, scope_labels=snap.scope_labels(),
         index_packages=[{"package_id": r.package_id, "kind": r.kind,

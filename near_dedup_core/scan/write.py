@@ -138,7 +138,7 @@ def text_digests(source: str | db.IndexTexts, package_rowids: list[int]) -> Byte
     reader = db.open_texts(source) if isinstance(source, str) else source
     try:
         return ByteStrings.of([sha for rowid in package_rowids
-                               for sha in reader.package_digests(rowid)])
+                               for sha in reader.package_column(rowid, "text_sha256")])
     finally:
         if reader is not source:
             reader.close()
@@ -251,9 +251,9 @@ def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, columns: Rep
     bound = 16 * text.longest() + 2 * c.sample_id_json.longest() + \
         2 * c.content_id.longest() + 2 * c.text_sha256.longest()
     return _DecisionLines(
-        outcome=outcome, content=s.content.astype(np.int64),
-        package=package_at + s.input_pos.astype(np.int64), split=split_at + s.split,
-        scope=scope_at + scope_of.astype(np.int64).reshape(-1), kept=kept.astype(np.int64),
+        outcome=outcome, content=np.asarray(s.content, dtype=np.int64),
+        package=package_at + s.input_pos, split=split_at + s.split,
+        scope=scope_at + scope_of.reshape(-1), kept=np.asarray(kept, dtype=np.int64),
         jaccard=jaccard_of[node_of], pieces=text, columns=columns, bound=bound)
 
 
