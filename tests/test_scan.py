@@ -774,6 +774,31 @@ def test_verify_chunks_shrink_towards_the_end():
     assert sizes(1_000_000, 2)[:36] == [full] * 35 + [18_800]
 
 
+def test_verify_chunks_run_costliest_first():
+    """A chunk's cost counts each distinct text's size once and each pair's mean size at
+    PAIR_COST: three pairs among two long texts come before ten pairs among short ones
+    that share none, and before many pairs of one shared short text; equal costs keep
+    their order."""
+    from near_dedup_core.scan import verify as verify_stage
+
+    star = np.array([[0, k] for k in range(1, 41)], dtype=np.int64)  # 40 pairs, 41 texts
+    short = np.array([[100 + 2 * k, 101 + 2 * k] for k in range(10)], dtype=np.int64)
+    long_ = np.array([[200, 201], [200, 201], [201, 200]], dtype=np.int64)
+    twin = np.array([[300, 301]], dtype=np.int64)
+    content_pairs = np.concatenate([star, short, long_, twin, twin + 2])
+    size_of = {c: 10 for c in np.unique(content_pairs).tolist()}
+    size_of.update({200: 1_000, 201: 1_000})
+    sizes = np.vectorize(size_of.__getitem__)(content_pairs)
+    bounds = np.cumsum([0, 40, 10, 3, 1, 1])
+    chunks = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    assert verify_stage._chunk_cost(content_pairs[chunks[2]], sizes[chunks[2]]) == \
+        2_000 + verify_stage.PAIR_COST * 3_000
+    assert verify_stage._chunk_cost(content_pairs[chunks[0]], sizes[chunks[0]]) == \
+        410 + verify_stage.PAIR_COST * 400
+    got = verify_stage.costliest_first(chunks, content_pairs, sizes)
+    assert [int(c[0]) for c in got] == [50, 0, 40, 53, 54]
+
+
 def test_scan_leaves_the_index_file_unchanged(tmp_path):
     pkgs = _pool(tmp_path)
     idx = tmp_path / "ro.sqlite"

@@ -35,6 +35,9 @@ VERIFY_CHUNK = 20_000
 #: shrink to that share of the rest, down to this many pairs (see `_local_chunks`).
 MIN_VERIFY_CHUNK = 2_000
 CHUNKS_PER_WORKER = 8
+#: A chunk's cost relative to its distinct texts' sizes, per unit of its pairs' mean text
+#: sizes (see `_chunk_cost`).
+PAIR_COST = 0.05
 
 
 @lru_cache(maxsize=2)
@@ -122,6 +125,28 @@ def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarra
     return chunks
 
 
+def _chunk_cost(content_pairs: np.ndarray, sizes: np.ndarray) -> float:
+    """The estimated time of verifying a chunk, in units of a text's size (``sizes[p]``: the
+    shingle-set sizes of the texts of ``content_pairs[p]``). Each distinct text of a chunk
+    is read, decompressed, hashed, and decoded for the guard once (the cost of the whole
+    chunk on texts that are long and share few pairs), and each pair probes one text's
+    shingles. Fitted on the chunks of the 20k set (least squares over 68 chunk times:
+    22 ns per distinct byte, 1.15 ns per pair byte, rank correlation 0.88 with the times,
+    0.42 for the pair count)."""
+    first = np.unique(content_pairs.reshape(-1), return_index=True)[1]
+    return float(sizes.reshape(-1)[first].sum() + PAIR_COST * sizes.sum() / 2)
+
+
+def costliest_first(chunks: list[np.ndarray], content_pairs: np.ndarray, sizes: np.ndarray
+                    ) -> list[np.ndarray]:
+    """The chunks (pair indexes into ``content_pairs``) by decreasing `_chunk_cost`, ties in
+    their order: the longest-processing-time-first rule, so that a worker that ends early
+    finds short chunks left. On the 20k set, a chunk of 2,000 pairs among 2,252 long texts
+    took longer than one of 23,000 pairs; ordered by pair count it ran last, alone."""
+    cost = [_chunk_cost(content_pairs[c], sizes[c]) for c in chunks]
+    return [chunks[k] for k in sorted(range(len(chunks)), key=lambda k: -cost[k])]
+
+
 def _domains(pool: Pool, config: NearDedupConfig) -> dict[int, frozenset[str]] | None:
     """Each content's sample domains (by content row id), when the config has
     domain-specific units."""
@@ -162,6 +187,7 @@ class VerifyJob:
                  executor: str) -> None:
         self._snap = snap
         self._rowid = pool.contents.rowid
+        self._shingles = np.maximum(pool.contents.shingles, 1)
         self._node_content = nodes.content
         self._ex = ex if executor != "ray" else None
         self._workers = workers
@@ -173,18 +199,26 @@ class VerifyJob:
 
     def add_pool(self, pairs: np.ndarray) -> None:
         """Node pairs (a, b), a < b."""
-        self._add(False, pairs, self._rowid[self._node_content[pairs]].reshape(-1, 2))
+        contents = self._node_content[pairs]
+        self._add(False, pairs, self._rowid[contents].reshape(-1, 2),
+                  self._shingles[contents].reshape(-1, 2))
 
     def add_history(self, pairs: np.ndarray) -> None:
         """(node, history content row id) pairs."""
-        self._add(True, pairs, np.stack([self._rowid[self._node_content[pairs[:, 0]]],
-                                         pairs[:, 1]], axis=1).reshape(-1, 2))
+        contents = self._node_content[pairs[:, 0]]
+        # a history text's size is not at hand: its node's stands for it (a candidate's
+        # texts are alike, a match's are of similar size)
+        self._add(True, pairs, np.stack([self._rowid[contents], pairs[:, 1]],
+                                        axis=1).reshape(-1, 2),
+                  np.repeat(self._shingles[contents], 2).reshape(-1, 2))
 
-    def _add(self, history: bool, pairs: np.ndarray, content_pairs: np.ndarray) -> None:
+    def _add(self, history: bool, pairs: np.ndarray, content_pairs: np.ndarray,
+             sizes: np.ndarray) -> None:
         content_pairs = content_pairs.astype(np.int64)
-        # largest first, so that the last chunks to run are small ones (the matches are
+        # costliest first, so that the last chunks to run are short ones (the matches are
         # sorted when collected: the order of the chunks does not change the report)
-        chunks = sorted(_local_chunks(content_pairs, self._workers), key=len, reverse=True)
+        chunks = costliest_first(_local_chunks(content_pairs, self._workers), content_pairs,
+                                 sizes)
         args = [content_pairs[c] for c in chunks]
         futures = None
         if self._ex is not None:
