@@ -4,7 +4,7 @@ The pool (``--pool``, default ``pool-1m``) is indexed once, by version B, into a
 each run copies it and appends the cumulative snapshot (``--cumulative``, default
 ``cumulative-1m``: the pool again under new sample ids, 5 % new content) with version A or B
 (the order flips every round), through the CLI with ``--workers``, under ``/usr/bin/time -v``
-with the process tree sampled (`bench.measure`). The appended index must hold the same rows
+with the process tree sampled (`bench.measure`), its inputs read once right before it. The appended index must hold the same rows
 for both versions (counts and sums of every table's ids, lines and positions; the run stops
 otherwise).
 
@@ -25,7 +25,7 @@ import orjson
 
 from bench.build_corpus import ensure
 from bench.e2e_ab import ROOT, checkout, cli
-from bench.measure import code_version, wall_clock
+from bench.measure import code_version, read_through, wall_clock
 
 #: What must be the same after either version's append.
 ROW_SUMS = (
@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     for r in range(args.rounds):
         for name in (("A", "B") if r % 2 == 0 else ("B", "A")):
             copy_index(base, work)
+            read_through(cumulative, work)
             m = cli(versions[name], ["--index", str(work), "index", "--inputs", str(cumulative),
                                      "--workers", str(args.workers)], args.out / f"{name}.log")
             sums = row_sums(work)

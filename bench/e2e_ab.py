@@ -3,7 +3,8 @@
 The box is shared and its load varies from minute to minute, so a speed-up is only claimed
 from one run that measures both versions: round r runs version A, then version B (the order
 flips every round), each through the CLI with a fresh index, under ``/usr/bin/time -v`` with
-the process tree sampled (`bench.measure`). A version is a git revision: it is checked out
+the process tree sampled (`bench.measure`), its inputs read once right before it
+(`bench.measure.read_through`). A version is a git revision: it is checked out
 into a worktree under ``bench/out/`` (or given as a checkout folder) and runs with that
 folder as its working directory and ``PYTHONPATH``. The reports' jsonl files must be
 byte-identical across versions and rounds (the run stops otherwise).
@@ -30,7 +31,7 @@ import orjson
 from near_dedup_core.fsutil import sha256_file
 
 from bench.build_corpus import ensure
-from bench.measure import Measurement, code_version, run, wall_clock
+from bench.measure import Measurement, code_version, read_through, run, wall_clock
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config" / "near-dedup.json"
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             for step, extra in (("index", ["index", "--inputs", str(pool)]),
                                 ("scan", ["scan", "--inputs", str(pool), "--output",
                                           str(work / "report")])):
+                read_through(pool, *([index] if index.exists() else []))
                 m = cli(code, ["--index", str(index), *extra, "--workers", str(args.workers)],
                         work / f"{step}.log")
                 row[step] = m.as_dict()
