@@ -4,9 +4,9 @@ The pool (``--pool``, default ``pool-1m``) is indexed once, by version B, into a
 each run copies it and appends the cumulative snapshot (``--cumulative``, default
 ``cumulative-1m``: the pool again under new sample ids, 5 % new content) with version A or B
 (the order flips every round), through the CLI with ``--workers``, under ``/usr/bin/time -v``
-with the process tree sampled (`bench.measure`), its inputs read once right before it. The appended index must hold the same rows
-for both versions (counts and sums of every table's ids, lines and positions; the run stops
-otherwise).
+with the process tree sampled (`bench.measure`), its inputs read once right before it. The
+appended index must hold the same rows for both versions (counts and sums of every table's
+ids, lines and positions; the run stops otherwise).
 
 Usage::
 

@@ -776,9 +776,9 @@ def test_verify_chunks_shrink_towards_the_end():
 
 def test_verify_chunks_run_costliest_first():
     """A chunk's cost counts each distinct text's size once and each pair's mean size at
-    PAIR_COST: three pairs among two long texts come before ten pairs among short ones
-    that share none, and before many pairs of one shared short text; equal costs keep
-    their order."""
+    PAIR_COST: three pairs of two long texts run first, then forty pairs around one short
+    text (41 texts), then ten pairs of twenty short texts, then two one-pair chunks of equal
+    cost in their order. By pair count the long texts' chunk would run third."""
     from near_dedup_core.scan import verify as verify_stage
 
     star = np.array([[0, k] for k in range(1, 41)], dtype=np.int64)  # 40 pairs, 41 texts
