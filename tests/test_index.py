@@ -396,6 +396,70 @@ def test_each_later_dictionary_group_uses_a_dictionary_trained_ahead(tmp_path, m
     assert found[0] == found[1]
 
 
+def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
+    """With two workers (six blocks in flight, a seventh sent before the oldest is read),
+    the six blocks sent while the first one trains the batch's dictionary go out before its
+    result is read, asking for their texts uncompressed; the main process compresses them with that dictionary, and the index holds
+    the same rows (texts, dictionary ids, compressed bytes) as one written a block at a time
+    without a pool."""
+    from concurrent.futures import Executor, Future
+    from contextlib import contextmanager
+
+    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
+    texts = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(1500)]
+    pkg = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", texts)})
+    events: list[tuple] = []
+
+    class Recorded(Future):
+        def __init__(self, block: int) -> None:
+            super().__init__()
+            self.block = block
+
+        def result(self, timeout=None):
+            events.append(("read", self.block))
+            return super().result(timeout)
+
+    class Recording(Executor):
+        parallelism = 2
+
+        def submit(self, fn, /, *args, **kwargs):
+            job = args[0]
+            block = job.block.first_line // 150
+            events.append(("sent", block, job.compress))
+            fut = Recorded(block)
+            fut.set_result(fn(*args, **kwargs))
+            return fut
+
+    @contextmanager
+    def recording_pool(executor, workers, initializer=None, initargs=()):
+        yield Recording()
+
+    monkeypatch.setattr(ingest, "work_pool", recording_pool)
+    monkeypatch.setattr(ingest.batch, "shared_blocks", lambda workers: None)  # blocks by value
+    pooled = tmp_path / "pooled.sqlite"
+    ingest.index_packages(pooled, NearDedupConfig(), [pkg], workers=2)
+    monkeypatch.undo()
+    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
+    assert events[:8] == [("sent", 0, True), *(("sent", b, False) for b in range(1, 7)),
+                          ("read", 0)]
+    assert [e for e in events if e[0] == "sent"][7:] == [("sent", b, True) for b in range(7, 10)]
+    alone = tmp_path / "alone.sqlite"
+    ingest.index_packages(alone, NearDedupConfig(), [pkg], workers=1)
+    rows = []
+    for index in (pooled, alone):
+        con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+        try:
+            rows.append((con.execute("SELECT id, content_id, text_z, dictionary FROM contents "
+                                     "ORDER BY id").fetchall(),
+                         con.execute("SELECT id, data FROM dictionaries").fetchall()))
+        finally:
+            con.close()
+    assert rows[0] == rows[1]
+    assert {d for _, _, _, d in rows[0][0]} == {1}
+    assert sorted(row[4] for row in contents_by_id(pooled).values()) == \
+        sorted(normalize(t) for t in texts)
+
+
 def test_first_ingest_order_does_not_depend_on_input_order(tmp_path):
     scope = cpt_scope({"name": "qwen2-tok", "revision": "r3"}).key
 

@@ -205,9 +205,11 @@ def _compressor(dictionary: bytes | None) -> zstandard.ZstdCompressor:
                                     dict_data=zstandard.ZstdCompressionDict(dictionary))
 
 
-def compress_texts(texts: list[str], dictionary: bytes | None) -> list[bytes]:
-    cctx = _compressor(dictionary)
-    return [cctx.compress(t.encode()) for t in texts]
+def compress_texts(utf8: list[bytes], dictionary: bytes | None) -> list[bytes]:
+    """Normalized texts (their UTF-8), each compressed on its own, with ``dictionary`` if
+    any: the same bytes in whichever process compresses them."""
+    compress = _compressor(dictionary).compress
+    return [compress(t) for t in utf8]
 
 
 class TextReader:

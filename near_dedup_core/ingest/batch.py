@@ -11,16 +11,19 @@ the end, sorted, so that their B-tree (the index's largest) fills front to back.
 
 Blocks are taken in order: the results of block *b* are applied before those of *b + 1*,
 whatever finished first, so row ids, error messages and the index's rows do not depend on
-the number of workers. At most ``2 × parallelism`` blocks are in flight.
+the number of workers. About ``IN_FLIGHT_PER_WORKER`` blocks per worker are in flight.
 
 Texts are compressed with trained zstd dictionaries, one per group of ``DICT_GROUP`` blocks
-with new content. The first group's is trained on its first block, and the group's other
-blocks wait for it (the batch's one stall). Every later group's is trained ahead, on the
-block ``DICT_LEAD`` blocks before the group starts (compressed itself with the dictionary of
-its own group), so that it is ready before it is needed while the workers stay busy; it is
-stored when its group starts, and not at all when the batch ends first. A block too small
-to train on leaves its group the previous dictionary. Which block trains which dictionary
-depends on the block count alone, never on the workers.
+with new content. The first group's is trained on its first block; the blocks sent while that
+one is under way come back with their texts uncompressed, and the main process compresses
+them with its dictionary as it applies them (the same bytes a worker would make; a few blocks,
+at the start, where the main process has time to spare), so no worker waits for the first
+dictionary. Every later group's is trained ahead, on the block ``DICT_LEAD`` blocks before
+the group starts (compressed itself with the dictionary of its own group), so that it is
+ready before it is needed while the workers stay busy; it is stored when its group starts,
+and not at all when the batch ends first. A block too small to train on leaves its group the
+previous dictionary. Which block trains which dictionary, and which dictionary compresses
+which block, depends on the block count alone, never on the workers.
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class _InFlight(NamedTuple):
     dictionary: int | None  # id of the dictionary the block's texts are compressed with
     train: bool  # the block trains a dictionary
     use_trained: bool  # … and compresses with it (the batch's first block with new content)
+    deferred: bool  # sent while that block was under way: its texts come back uncompressed
     future: Future
 
 
@@ -113,6 +117,7 @@ class BatchWriter:
         self.new_contents = 0
         self.new_sources = 0
         self.dictionary: tuple[int | None, bytes | None] = (None, None)
+        self.first_dictionary: tuple[int | None, bytes | None] = (None, None)  # first group's
         self.content_blocks = 0  # blocks with new content submitted so far
         self.awaiting_dictionary = False  # the first block, training its own, is in flight
         self.training_ahead = False  # a block training the next group's dictionary is in flight
@@ -145,13 +150,16 @@ class BatchWriter:
 
     def _submit(self, block: LineBlock) -> None:
         validate_only = block.package_id not in self.new_rowids
-        train = use_trained = False
+        train = use_trained = deferred = False
         if not validate_only:
             count = self.content_blocks
-            # the dictionary of the group this block is in: the first block's own, or trained
-            # ahead (both waited for only if still in flight)
-            while self.awaiting_dictionary or (count % DICT_GROUP == 0 and self.training_ahead):
+            # the dictionary of the group this block is in: the first block's own (not waited
+            # for in the first group: compressed here later), or trained ahead (waited for
+            # only if still in flight)
+            while ((self.awaiting_dictionary and count >= DICT_GROUP)
+                   or (count % DICT_GROUP == 0 and self.training_ahead)):
                 self._finish(self.in_flight.popleft())
+            deferred = self.awaiting_dictionary
             if count % DICT_GROUP == 0 and self.trained_ahead is not None:
                 self.dictionary = (self.store.add_dictionary(self.batch, self.trained_ahead),
                                    self.trained_ahead)
@@ -159,12 +167,13 @@ class BatchWriter:
             use_trained = count == 0
             train = use_trained or (count + DICT_LEAD) % DICT_GROUP == 0
             self.content_blocks += 1
-            self.awaiting_dictionary = use_trained
+            self.awaiting_dictionary = self.awaiting_dictionary or use_trained
             self.training_ahead = self.training_ahead or (train and not use_trained)
         dict_id, dict_data = self.dictionary
         job = work.BlockJob(block, self.params, self.tokenizers[block.package_id],
-                            self.known_texts, dict_data, train, use_trained, validate_only)
-        self.in_flight.append(_InFlight(block, dict_id, train, use_trained,
+                            self.known_texts, dict_data, train, use_trained, validate_only,
+                            compress=not deferred)
+        self.in_flight.append(_InFlight(block, dict_id, train, use_trained, deferred,
                                         self.executor.submit(work.process_block, job)))
 
     def _finish(self, item: _InFlight | ShardEnd) -> None:
@@ -189,9 +198,15 @@ class BatchWriter:
             if res.dictionary is not None:
                 dict_id = self.store.add_dictionary(self.batch, res.dictionary)
                 self.dictionary = (dict_id, res.dictionary)
+            self.first_dictionary = self.dictionary
         elif item.train:
             self.training_ahead = False
             self.trained_ahead = res.dictionary
+        if item.deferred:
+            dict_id, dict_data = self.first_dictionary
+            if res.new is not None:
+                res = res._replace(new=res.new._replace(
+                    blobs=db.compress_texts(res.new.blobs, dict_data)))
         self._apply(block, res, dict_id)
         self.progress.advance(len(res.sample_ids))
         pause_point("index-write")

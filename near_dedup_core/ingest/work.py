@@ -17,7 +17,9 @@ A content that only the main process can tell is known (earlier in this batch, o
 under another raw text that normalizes the same) is signed here in vain and dropped there:
 that costs time, never a wrong row. A block picked by the main process also trains a zstd
 dictionary on its new texts (``train``): the first block of a batch compresses its own texts
-with it (``use_trained``), any other keeps it for the next group of blocks.
+with it (``use_trained``), any other keeps it for the next group of blocks. The blocks sent
+while the first one is still under way return their texts uncompressed (``compress``
+false): the main process compresses them with its dictionary once it has it.
 
 The first bad line or a ``max_chars`` breach ends the block's work: the result carries the
 records before it (for the checks across records, which the main process applies in order)
@@ -61,6 +63,7 @@ class BlockJob(NamedTuple):
     train: bool  # train a new dictionary on this block's new texts
     use_trained: bool  # compress with the dictionary just trained (if any), not ``dictionary``
     validate_only: bool  # a package indexed before: check its lines, nothing else
+    compress: bool = True  # False: ``NewContents.blobs`` are the texts' UTF-8, uncompressed
 
 
 class NewContents(NamedTuple):
@@ -73,7 +76,7 @@ class NewContents(NamedTuple):
     sizes: np.ndarray  # shingle-set sizes (0 below min_chars)
     sigs: np.ndarray  # (n, num_perm) uint16 stored values (zeros below min_chars)
     keys: np.ndarray  # (n, bands) int64 band keys
-    blobs: list[bytes]  # zstd texts
+    blobs: list[bytes]  # zstd texts (their UTF-8 when the job said not to compress)
 
 
 class BlockResult(NamedTuple):
@@ -138,10 +141,11 @@ def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str],
         known.close()
 
 
-def sign(params: SignParams, texts: list[str], dictionary: bytes | None
+def sign(params: SignParams, texts: list[str], dictionary: bytes | None, compress: bool = True
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
-    """Stored (16-bit) signatures, shingle-set sizes, band keys and compressed texts of
-    normalized texts. Texts shorter than min_chars get no signature (rows of zeros)."""
+    """Stored (16-bit) signatures, shingle-set sizes, band keys and compressed texts (their
+    UTF-8 if not ``compress``) of normalized texts. Texts shorter than min_chars get no
+    signature (rows of zeros)."""
     hasher = _hasher(params.num_perm, params.seed, params.shingle_size)
     long_idx = [i for i, t in enumerate(texts) if len(t) >= params.min_chars]
     sigs = np.zeros((len(texts), params.num_perm), dtype=np.uint16)
@@ -151,7 +155,8 @@ def sign(params: SignParams, texts: list[str], dictionary: bytes | None
         sigs[long_idx] = stored_values(s)
         sizes[long_idx] = z
     keys = band_keys(sigs, params.bands, params.rows)
-    return sigs, sizes, keys, db.compress_texts(texts, dictionary)
+    utf8 = [t.encode() for t in texts]
+    return sigs, sizes, keys, db.compress_texts(utf8, dictionary) if compress else utf8
 
 
 def process_block(job: BlockJob) -> BlockResult:
@@ -238,7 +243,7 @@ def process_block(job: BlockJob) -> BlockResult:
             dictionary = trained
     new = None
     if texts:
-        sigs, sizes, keys, blobs = sign(params, texts, dictionary)
+        sigs, sizes, keys, blobs = sign(params, texts, dictionary, job.compress)
         new = NewContents(cids, new_scopes, np.fromiter(map(len, texts), np.int64, len(texts)),
                           sizes, sigs, keys, blobs)
     return BlockResult(sample_ids, refs, domains, sources, shas, scope_of, known, new_of,
