@@ -177,8 +177,9 @@ DICT_MAX_BYTES = 112_640
 #: The cover algorithm's segment and dmer sizes, fixed. Left to choose, zstd trains four
 #: dictionaries (segment sizes 50 to 2000) and keeps the one that compresses a held-out
 #: quarter best: 4-5x the time (0.27-0.55 s against 0.06-0.12 s on a block of 1,024 web
-#: documents) for texts 0-1.4 % smaller on the blocks measured (docs/benchmarks.md). The first
-#: block of a batch trains while the other workers wait for its dictionary.
+#: documents) for texts 0-1.4 % smaller on the blocks measured (docs/benchmarks.md). A worker
+#: trains one inside a block's work, about once per 100,000 new contents, and the batch's
+#: first block holds back the writing of the blocks after it until its own is trained.
 DICT_SEGMENT = 1024
 DICT_DMER = 8
 
