@@ -17,6 +17,7 @@ import hashlib
 from collections import defaultdict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -44,26 +45,33 @@ from near_dedup_core.scan.records import (
 )
 
 
+@contextmanager
+def _reader(source: str | db.IndexTexts) -> Iterator[db.IndexTexts]:
+    """``source`` itself (the scan's snapshot), or a connection of its own to the index at
+    that location, closed afterwards (a package's sources never change once committed, so
+    it reads the same rows)."""
+    if not isinstance(source, str):
+        yield source
+        return
+    reader = db.open_texts(source)
+    try:
+        yield reader
+    finally:
+        reader.close()
+
+
 def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
                   package_ids: list[str], path: Path) -> tuple[int, str]:
     """``origins.jsonl``: every sample of the input packages in report order (input order,
     then package order) with its file, line and original ``source`` object; returns (lines,
-    sha256). ``source`` is the scan's snapshot, or the index location to read from on a
-    connection of its own (a package's sources never change once committed)."""
-    reader = db.open_texts(source) if isinstance(source, str) else source
-
-    def lines() -> Iterator[bytes]:
-        for rowid, package_id in zip(package_rowids, package_ids):
-            for sample_id, split, file, line, src in reader.package_origins(rowid):
-                yield json_line({"package_id": package_id, "sample_id": sample_id,
-                                 "split": split, "file": file, "line": line,
-                                 "source": orjson.loads(src) if src is not None else None})
-
-    try:
-        return write_lines(path, lines())
-    finally:
-        if reader is not source:
-            reader.close()
+    sha256). ``source`` is the scan's snapshot or the index location (`_reader`)."""
+    with _reader(source) as reader:
+        return write_lines(path, (
+            json_line({"package_id": package_id, "sample_id": sample_id, "split": split,
+                       "file": file, "line": line,
+                       "source": orjson.loads(src) if src is not None else None})
+            for rowid, package_id in zip(package_rowids, package_ids)
+            for sample_id, split, file, line, src in reader.package_origins(rowid)))
 
 
 def _outside_sources(snap: db.IndexSnapshot, pool: Pool,
@@ -108,7 +116,6 @@ class _Render:
         self.package = [_dumps(p.package_id) for p in pool.packages]
         self.input_pos = pool.samples.input_pos.tolist()
         self.sample_id = pool.samples.sample_id
-        self.content_id = pool.contents.content_id
         self.history = history
         self.blocked = [_NULL if b is None else _dumps(b) for b in BLOCKED_BY]
 
@@ -133,15 +140,10 @@ class _Render:
 
 def text_digests(source: str | db.IndexTexts, package_rowids: list[int]) -> ByteStrings:
     """Each sample's ``text_sha256`` in report order (input order, then package order), read
-    from ``source``: the scan's snapshot, or the index location to read from on a connection
-    of its own (a package's sources never change once committed), as `write_origins`."""
-    reader = db.open_texts(source) if isinstance(source, str) else source
-    try:
+    from ``source``, the scan's snapshot or the index location (`_reader`)."""
+    with _reader(source) as reader:
         return ByteStrings.of([sha for rowid in package_rowids
                                for sha in reader.package_column(rowid, "text_sha256")])
-    finally:
-        if reader is not source:
-            reader.close()
 
 
 def _sample_id_json(ids: list[str]) -> ByteStrings:
