@@ -1,12 +1,14 @@
-"""How fast SQLite takes a batch's band rows, by rows per ``INSERT`` statement: the band rows
-of an index (``--index``, e.g. a 1M pool's: 15.6 M rows) in (key, content) order, written
-into a fresh ``WITHOUT ROWID`` band table by `index_store.BatchTransaction.add_bands` itself
-(a staged file: no journal, the writer's page size and cache), the statement sizes
-alternating over ``--rounds``. Prints wall and CPU seconds per run.
+"""How fast SQLite takes a batch's band rows, by rows per ``INSERT`` statement (``--per``)
+and per call of the driver (``--call-rows``): the band rows of an index (``--index``, e.g. a
+1M pool's: 15.6 M rows) in (key, content) order, written into a fresh ``WITHOUT ROWID`` band
+table by `index_store.BatchTransaction.add_bands` itself (a staged file: no journal, the
+writer's page size and cache), the settings alternating over ``--rounds``. Prints wall and
+CPU seconds per run.
 
 Usage::
 
     python -m bench.band_insert --index /tmp/p1m.sqlite --per 50 200 500 1000 [--rounds 3]
+    python -m bench.band_insert --index /tmp/p1m.sqlite --call-rows 8000 8192000
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ def band_rows(index: Path) -> tuple[np.ndarray, np.ndarray]:
     return np.ascontiguousarray(both[:, 0]), np.ascontiguousarray(both[:, 1])
 
 
-def write(path: Path, keys: np.ndarray, contents: np.ndarray, per: int) -> None:
-    """The rows through `BatchTransaction.add_bands` itself, ``per`` rows per statement, into
-    a staged file (as a first batch writes it)."""
+def write(path: Path, keys: np.ndarray, contents: np.ndarray, per: int, call_rows: int
+          ) -> None:
+    """The rows through `BatchTransaction.add_bands` itself, ``per`` rows per statement and
+    ``call_rows`` per call, into a staged file (as a first batch writes it)."""
     db.BAND_ROWS_PER_INSERT = per  # read by BatchTransaction and add_bands when they run
+    db.BAND_ROWS_PER_CALL = call_rows
     engine = db.open_writable(path, staged=True)
     try:
         with engine.begin() as conn:
@@ -50,20 +54,24 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.band_insert",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--index", type=Path, required=True)
-    p.add_argument("--per", type=int, nargs="+", default=[50, 500])
+    p.add_argument("--per", type=int, nargs="+", default=[db.BAND_ROWS_PER_INSERT])
+    p.add_argument("--call-rows", type=int, nargs="+", default=[db.BAND_ROWS_PER_CALL])
     p.add_argument("--rounds", type=int, default=3)
     args = p.parse_args()
     keys, contents = band_rows(args.index)
     print(f"{len(keys):,} band rows", flush=True)
     with tempfile.TemporaryDirectory(dir=args.index.parent) as tmp:
         for r in range(args.rounds):
-            for per in (args.per if r % 2 == 0 else args.per[::-1]):
-                path = Path(tmp) / f"bands-{per}.sqlite"
+            settings = [(per, call) for per in args.per for call in args.call_rows]
+            for per, call in (settings if r % 2 == 0 else settings[::-1]):
+                path = Path(tmp) / f"bands-{per}-{call}.sqlite"
                 path.unlink(missing_ok=True)
                 wall, cpu = time.perf_counter(), time.process_time()
-                write(path, keys, contents, per)
-                print(f"round {r}, {per} rows per INSERT: {time.perf_counter() - wall:.2f} s "
-                      f"wall, {time.process_time() - cpu:.2f} s CPU", flush=True)
+                write(path, keys, contents, per, call)
+                print(f"round {r}, {per} rows per INSERT, {call:,} per call: "
+                      f"{time.perf_counter() - wall:.2f} s wall, "
+                      f"{time.process_time() - cpu:.2f} s CPU", flush=True)
+                path.unlink()
 
 
 if __name__ == "__main__":

@@ -230,3 +230,27 @@ def test_key_ranges_give_the_stable_order_range_after_range(keys_are, monkeypatc
     assert np.array_equal(np.concatenate([c for _, c in ranges]), contents[order])
     if keys_are == "band keys":
         assert min(map(len, (k for k, _ in ranges))) > n // batch.MAX_KEY_RANGES // 2
+
+
+@pytest.mark.parametrize("rows", [0, 6, 7, 49, 50, 1003])
+def test_add_bands_writes_every_row_once_across_statements_and_calls(rows, tmp_path,
+                                                                      monkeypatch):
+    """Band rows go in by statements of ``BAND_ROWS_PER_INSERT`` rows, several statements
+    per call of the driver, then the rest one by one: every row lands once, whatever the
+    count's remainder against either size."""
+    monkeypatch.setattr(index_store, "BAND_ROWS_PER_INSERT", 7)
+    monkeypatch.setattr(index_store, "BAND_ROWS_PER_CALL", 50)
+    rng = np.random.default_rng(5)
+    keys = np.sort(rng.integers(-2**63, 2**63 - 1, size=rows, dtype=np.int64))
+    contents = rng.integers(1, 10**6, size=rows, dtype=np.int64)
+    path = tmp_path / "bands.sqlite"
+    engine = index_store.open_writable(path, staged=True)
+    try:
+        with engine.begin() as conn:
+            index_store.bands_recent.create(conn)
+            index_store.BatchTransaction(conn).add_bands("bands_recent", keys, contents)
+    finally:
+        engine.dispose()
+    with sqlite3.connect(path) as con:
+        written = con.execute("SELECT key, content FROM bands_recent").fetchall()
+    assert written == sorted(zip(keys.tolist(), contents.tolist()))
