@@ -52,9 +52,22 @@ def sft_scope(data: dict) -> Scope:
 
 
 def content_id(scope_key: str, normalized: str) -> bytes:
+    """The first 16 bytes of sha256(scope key, NUL, normalized text), both in UTF-8."""
+    return content_id_in(scope_hash(scope_key), normalized.encode())
+
+
+def scope_hash(scope_key: str) -> hashlib._Hash:
+    """The sha256 state after a scope's key and the NUL: what `content_id_in` starts from
+    for each text of the scope."""
     h = hashlib.sha256(scope_key.encode())
     h.update(b"\0")
-    h.update(normalized.encode())
+    return h
+
+
+def content_id_in(scope: hashlib._Hash, utf8: bytes) -> bytes:
+    """`content_id` of a normalized text given as UTF-8, in the scope of `scope_hash`."""
+    h = scope.copy()
+    h.update(utf8)
     return h.digest()[:16]
 
 

@@ -26,6 +26,7 @@ from functools import lru_cache
 import numpy as np
 
 from near_dedup_core.jit import numba
+from near_dedup_core.signature import Spans
 
 #: Non-ASCII characters a batch must hold before the table is worth building.
 TABLE_MIN_CHARS = 1 << 20
@@ -201,7 +202,16 @@ def _fold_group(group: list[str]) -> tuple[np.ndarray, list[int], list[bool]] | 
 
 def normalize_many(texts: list[str]) -> list[str]:
     """`normalize` of each text (see the module doc for how)."""
+    return normalize_spans(texts)[0]
+
+
+def normalize_spans(texts: list[str]) -> tuple[list[str], list[Spans]]:
+    """`normalize_many` of ``texts``, and the code points its strings were made from
+    (`signature.Spans`: one part for the ASCII texts, one for the folded others), so that
+    hashing them need not convert the strings back; a text that took `normalize` itself is
+    in no part."""
     out: list[str] = [""] * len(texts)
+    spans: list[Spans] = []
     ascii_idx = [i for i, t in enumerate(texts) if t.isascii()]
     other_idx = [i for i, t in enumerate(texts) if not t.isascii()]
     if ascii_idx:
@@ -209,18 +219,24 @@ def normalize_many(texts: list[str]) -> list[str]:
         view = memoryview(buf.data)
         for k, i in enumerate(ascii_idx):
             out[i] = str(view[bounds[k]:bounds[k + 1]], "ascii")
+        ends = np.asarray(bounds, dtype=np.int64)
+        spans.append(Spans(buf, np.asarray(ascii_idx, dtype=np.int64), ends[:-1], ends[1:]))
     if other_idx:
         folded = _fold_group([texts[i] for i in other_idx])
         if folded is None:
             for i in other_idx:
                 out[i] = normalize(texts[i])
-            return out
+            return out, spans
         wide, bounds, fine = folded
         view = memoryview(wide.view(np.uint8).data)
         for k, i in enumerate(other_idx):
             out[i] = (str(view[4 * bounds[k]:4 * bounds[k + 1]], "utf-32-le") if fine[k]
                       else normalize(texts[i]))
-    return out
+        ok = np.asarray(fine, dtype=np.bool_)
+        ends = np.asarray(bounds, dtype=np.int64)
+        spans.append(Spans(wide, np.asarray(other_idx, dtype=np.int64)[ok], ends[:-1][ok],
+                           ends[1:][ok]))
+    return out, spans
 
 
 def normalize_code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

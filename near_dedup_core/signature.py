@@ -30,6 +30,7 @@ so signatures are identical across processes and machines.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -116,9 +117,9 @@ def _distinct_tops(hashes, m, table, xs):
 
 
 @numba.njit(cache=True, nogil=True)
-def _minhash_batch(cps, offsets, k, seed, a, b, sigs, distinct):
-    """Signatures of the texts cps[offsets[i]:offsets[i+1]] into sigs[i], and the size of
-    each text's hashed shingle set into distinct[i].
+def _minhash_batch(cps, starts, ends, rows, k, seed, a, b, sigs, distinct):
+    """Signature of the text cps[starts[i]:ends[i]] into sigs[rows[i]], and the size of its
+    hashed shingle set into distinct[rows[i]].
 
     Signature value ``p`` of a text is min over its shingle hashes ``h`` of
     ``(a[p] * (h >> 32) + b[p]) mod 2^32``. A window that repeats an earlier shingle cannot
@@ -127,20 +128,21 @@ def _minhash_batch(cps, offsets, k, seed, a, b, sigs, distinct):
     passes are most of the kernel's work (the same signatures, 0.8× the time)."""
     num_perm = a.shape[0]
     longest = 1
-    for i in range(offsets.shape[0] - 1):
-        longest = max(longest, offsets[i + 1] - offsets[i])
+    for i in range(starts.shape[0]):
+        longest = max(longest, ends[i] - starts[i])
     hashes = np.empty(longest, dtype=np.uint64)
     xs = np.empty(longest, dtype=np.uint32)
     size = 1
     while size < 2 * longest:
         size *= 2
     table = np.empty(size, dtype=np.uint64)
-    for i in range(offsets.shape[0] - 1):
-        m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
+    for i in range(starts.shape[0]):
+        m = _shingle_hashes(cps, starts[i], ends[i], k, seed, hashes)
         tsize = 1
         while tsize < 2 * m:
             tsize *= 2
         d = _distinct_tops(hashes, m, table[:tsize], xs)
+        row = rows[i]
         for p in range(num_perm):
             ap = a[p]
             bp = b[p]
@@ -149,8 +151,8 @@ def _minhash_batch(cps, offsets, k, seed, a, b, sigs, distinct):
                 v = np.uint32(ap * xs[j] + bp)
                 if v < lo:
                     lo = v
-            sigs[i, p] = lo
-        distinct[i] = d
+            sigs[row, p] = lo
+        distinct[row] = d
 
 
 @numba.njit(cache=True, nogil=True)
@@ -497,6 +499,30 @@ def code_points(texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     return cps, offsets
 
 
+class Spans(NamedTuple):
+    """Code points of some texts of a batch, already at hand (`normalize.normalize_spans`
+    folds them before it makes the strings), so that hashing need not convert the strings
+    again: text ``rows[k]`` of the batch is ``cps[starts[k]:ends[k]]``. ``cps`` is uint8
+    for ASCII texts, else uint32 (the same values, hence the same hashes)."""
+
+    cps: np.ndarray
+    rows: np.ndarray  # int64
+    starts: np.ndarray  # int64
+    ends: np.ndarray  # int64
+
+    def renumbered(self, new_row: np.ndarray) -> Spans:
+        """These spans under the rows of another batch: text ``r`` here is text
+        ``new_row[r]`` there, or not there when that is negative."""
+        to = new_row[self.rows]
+        keep = to >= 0
+        return Spans(self.cps, to[keep], self.starts[keep], self.ends[keep])
+
+
+def renumber(spans: Sequence[Spans], new_row: np.ndarray) -> list[Spans]:
+    """`Spans.renumbered` of each."""
+    return [part.renumbered(new_row) for part in spans]
+
+
 class MinHasher:
     """Deterministic character-shingle MinHash for one parameter set.
 
@@ -516,16 +542,28 @@ class MinHasher:
         self.a = (rng.integers(0, 2**32, size=num_perm, dtype=np.uint64) | np.uint64(1)).astype(np.uint32)
         self.b = rng.integers(0, 2**32, size=num_perm, dtype=np.uint64).astype(np.uint32)
 
-    def signatures_and_sizes(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    def signatures_and_sizes(self, texts: Sequence[str], spans: Sequence[Spans] = ()
+                             ) -> tuple[np.ndarray, np.ndarray]:
         """(len(texts), num_perm) uint32 signatures of already normalized texts, and the size
-        of each text's hashed shingle set (int64)."""
-        sigs = np.empty((len(texts), self.num_perm), dtype=np.uint32)
-        sizes = np.zeros(len(texts), dtype=np.int64)
-        if texts:
-            cps, offsets = code_points(texts)
-            _minhash_batch(cps, offsets, self.shingle_size, self.shingle_seed, self.a, self.b,
-                           sigs, sizes)
+        of each text's hashed shingle set (int64). ``spans`` may hold the code points of some
+        of the texts (`Spans`: each text at most once); the others are converted here."""
+        n = len(texts)
+        sigs = np.empty((n, self.num_perm), dtype=np.uint32)
+        sizes = np.zeros(n, dtype=np.int64)
+        rest = np.ones(n, dtype=np.bool_)
+        for part in spans:
+            if len(part.rows):
+                self._sign(part, sigs, sizes)
+                rest[part.rows] = False
+        left = np.flatnonzero(rest)
+        if len(left):
+            cps, offsets = code_points([texts[i] for i in left.tolist()])
+            self._sign(Spans(cps, left, offsets[:-1], offsets[1:]), sigs, sizes)
         return sigs, sizes
+
+    def _sign(self, part: Spans, sigs: np.ndarray, sizes: np.ndarray) -> None:
+        _minhash_batch(part.cps, part.starts, part.ends, part.rows, self.shingle_size,
+                       self.shingle_seed, self.a, self.b, sigs, sizes)
 
     def signatures(self, texts: Sequence[str]) -> np.ndarray:
         """(len(texts), num_perm) uint32 signatures of already normalized texts."""

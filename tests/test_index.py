@@ -329,7 +329,7 @@ def test_a_batch_skips_already_indexed_packages_and_says_so(world, index):
 def test_known_content_gains_sources_without_being_signed_again(index, tmp_path, monkeypatch):
     signed: list[str] = []
     normalized: list[str] = []
-    real_sign, real_normalize = ingest.work.sign, ingest.work.normalize_many
+    real_sign, real_normalize = ingest.work.sign, ingest.work.normalize_spans
 
     def spy(params, texts, *rest):
         signed.extend(texts)
@@ -340,7 +340,7 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
         return real_normalize(texts)
 
     monkeypatch.setattr(ingest.work, "sign", spy)
-    monkeypatch.setattr(ingest.work, "normalize_many", normalize_spy)
+    monkeypatch.setattr(ingest.work, "normalize_spans", normalize_spy)
     new = list(P[60:63])
     records = (docs("c", P[:4])                 # contents of cpt-v1 (batch 1)
                + docs("c", new, 4)              # three new contents
@@ -372,7 +372,8 @@ def test_each_later_dictionary_group_uses_a_dictionary_trained_ahead(tmp_path, m
     monkeypatch.setattr(ingest.batch, "DICT_LEAD", 1)
     texts = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(900)]
     pkg = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", texts)})
-    trained = [index_store.train_text_dictionary([normalize(t) for t in texts[lo:lo + 150]])
+    trained = [index_store.train_text_dictionary([normalize(t).encode()
+                                                  for t in texts[lo:lo + 150]])
                for lo in (0, 150, 450)]
     assert all(d is not None for d in trained)
     found = []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from near_dedup_core import normalize as nm
@@ -70,3 +71,38 @@ def test_code_points_of_a_batch_are_those_of_the_normalized_texts(monkeypatch, t
             assert cps.tolist() == want.tolist() and offsets.tolist() == want_offsets.tolist()
             assert [nm.text_at(cps, offsets, i) for i in range(len(batch))] == \
                 [nm.normalize(t) for t in batch]
+
+
+@pytest.mark.parametrize("table", [False, True], ids=["small-batch", "table"])
+def test_spans_hash_as_the_strings_do(monkeypatch, table):
+    """The code points `normalize_spans` keeps are those of its strings, whichever path a text
+    took (ASCII, folded, `normalize` itself): signing from them, for the whole batch or a
+    renumbered part of it, gives the signatures and set sizes of signing the strings."""
+    from near_dedup_core.signature import MinHasher, renumber
+
+    if table:
+        monkeypatch.setattr(nm, "TABLE_MIN_CHARS", 0)
+    rng = random.Random(9)
+    pool = ["Hello,  World! 12 kg\t", "  lead  ", "Ünïcödé  Straße", "中文，测试。三万元",
+            "a\u0301b", "\ufdfa", "\U0001f600 x", "Привет,  Мир", "", " \u3000 "]
+    hasher = MinHasher(64, 3, 5)
+    for size in (1, 7, 300):
+        texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 6)))
+                 for _ in range(size)]
+        normalized, spans = nm.normalize_spans(texts)
+        assert normalized == [nm.normalize(t) for t in texts]
+        covered = sorted(r for part in spans for r in part.rows.tolist())
+        assert len(covered) == len(set(covered))
+        if table:  # only a text that took `normalize` itself is in no part
+            assert set(range(size)) - set(covered) == {
+                i for i, t in enumerate(texts) if not t.isascii() and
+                ("\u0301" in t or "\U0001f600" in t)}
+        want = hasher.signatures_and_sizes(normalized)
+        got = hasher.signatures_and_sizes(normalized, spans)
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+        keep = sorted(rng.sample(range(size), (size + 1) // 2))
+        new_row = np.full(size, -1, dtype=np.int64)
+        new_row[keep] = np.arange(len(keep))
+        part = [normalized[i] for i in keep]
+        got = hasher.signatures_and_sizes(part, renumber(spans, new_row))
+        assert np.array_equal(got[0], want[0][keep]) and np.array_equal(got[1], want[1][keep])

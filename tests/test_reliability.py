@@ -315,7 +315,7 @@ def test_memory_exhaustion_during_index_is_one_line(corpus, index, monkeypatch):
     def no_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(ingest.work, "normalize_many", no_memory)
+    monkeypatch.setattr(ingest.work, "normalize_spans", no_memory)
     folder = listing(index.parent)
     one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
                    "out of memory; nothing was changed")

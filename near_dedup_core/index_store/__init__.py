@@ -184,10 +184,11 @@ DICT_SEGMENT = 1024
 DICT_DMER = 8
 
 
-def train_text_dictionary(texts: list[str]) -> bytes | None:
-    """A zstd dictionary trained on normalized texts (the cover algorithm with segment size
-    `DICT_SEGMENT` and dmer size `DICT_DMER`), or None when they are too few to help."""
-    samples: list[bytes | bytearray | memoryview] = [t.encode() for t in texts]
+def train_text_dictionary(utf8: list[bytes]) -> bytes | None:
+    """A zstd dictionary trained on normalized texts (their UTF-8; the cover algorithm with
+    segment size `DICT_SEGMENT` and dmer size `DICT_DMER`), or None when they are too few to
+    help."""
+    samples: list[bytes | bytearray | memoryview] = list(utf8)
     total = sum(len(x) for x in samples)
     if len(samples) < DICT_MIN_SAMPLES or total < DICT_MIN_BYTES:
         return None

@@ -35,11 +35,18 @@ import numpy as np
 import orjson
 
 from near_dedup_core import index_store as db
-from near_dedup_core.compare import compared_text, content_id, cpt_scope, sft_scope, text_sha256
+from near_dedup_core.compare import (
+    compared_text,
+    content_id_in,
+    cpt_scope,
+    scope_hash,
+    sft_scope,
+    text_sha256,
+)
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
-from near_dedup_core.normalize import normalize_many
+from near_dedup_core.normalize import normalize_spans
 from near_dedup_core.package import LineBlock, attach_shared, parse_block
-from near_dedup_core.signature import MinHasher, band_keys, stored_values
+from near_dedup_core.signature import MinHasher, Spans, band_keys, renumber, stored_values
 
 
 class SignParams(NamedTuple):
@@ -141,21 +148,26 @@ def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str],
         known.close()
 
 
-def sign(params: SignParams, texts: list[str], dictionary: bytes | None, compress: bool = True
+def sign(params: SignParams, texts: list[str], utf8: list[bytes], spans: list[Spans],
+         dictionary: bytes | None, compress: bool = True
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
     """Stored (16-bit) signatures, shingle-set sizes, band keys and compressed texts (their
-    UTF-8 if not ``compress``) of normalized texts. Texts shorter than min_chars get no
-    signature (rows of zeros)."""
+    UTF-8 if not ``compress``) of normalized texts, given with their UTF-8 and the code
+    points at hand (`signature.Spans`). Texts shorter than min_chars get no signature (rows
+    of zeros)."""
     hasher = _hasher(params.num_perm, params.seed, params.shingle_size)
-    long_idx = [i for i, t in enumerate(texts) if len(t) >= params.min_chars]
+    chars = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    long_idx = np.flatnonzero(chars >= params.min_chars)
     sigs = np.zeros((len(texts), params.num_perm), dtype=np.uint16)
     sizes = np.zeros(len(texts), dtype=np.int64)
-    if long_idx:
-        s, z = hasher.signatures_and_sizes([texts[i] for i in long_idx])
+    if len(long_idx):
+        long_row = np.full(len(texts), -1, dtype=np.int64)
+        long_row[long_idx] = np.arange(len(long_idx))
+        s, z = hasher.signatures_and_sizes([texts[i] for i in long_idx.tolist()],
+                                           renumber(spans, long_row))
         sigs[long_idx] = stored_values(s)
         sizes[long_idx] = z
     keys = band_keys(sigs, params.bands, params.rows)
-    utf8 = [t.encode() for t in texts]
     return sigs, sizes, keys, db.compress_texts(utf8, dictionary) if compress else utf8
 
 
@@ -221,29 +233,36 @@ def process_block(job: BlockJob) -> BlockResult:
             if sha is not None:
                 known[k] = found.get((sha, scopes[scope_of[k]][0]), 0)
     todo = [k for k in range(n) if raws[k] is not None and not known[k]]
-    normalized = normalize_many([raws[k] for k in todo])  # type: ignore[misc]
+    normalized, spans = normalize_spans([raws[k] for k in todo])  # type: ignore[misc]
+    encoded = [t.encode() for t in normalized]
+    scope_hashes = [scope_hash(key) for key, _label in scopes]
     first: dict[bytes, int] = {}
     cids: list[bytes] = []
     new_scopes: list[int] = []
-    texts: list[str] = []
-    for k, norm in zip(todo, normalized):
-        cid = content_id(scopes[scope_of[k]][0], norm)
+    picked: list[int] = []  # the position in ``normalized`` of each new content's text
+    for j, k in enumerate(todo):
+        cid = content_id_in(scope_hashes[scope_of[k]], encoded[j])
         index = first.get(cid)
         if index is None:
             index = first[cid] = len(cids)
             cids.append(cid)
             new_scopes.append(scope_of[k])
-            texts.append(norm)
+            picked.append(j)
         new_of[k] = index
+    texts = [normalized[j] for j in picked]
+    utf8 = [encoded[j] for j in picked]
     dictionary = job.dictionary
     trained = None
     if job.train:
-        trained = db.train_text_dictionary(texts)
+        trained = db.train_text_dictionary(utf8)
         if trained is not None and job.use_trained:
             dictionary = trained
     new = None
     if texts:
-        sigs, sizes, keys, blobs = sign(params, texts, dictionary, job.compress)
+        new_row = np.full(len(normalized), -1, dtype=np.int64)
+        new_row[picked] = np.arange(len(picked))
+        sigs, sizes, keys, blobs = sign(params, texts, utf8, renumber(spans, new_row),
+                                        dictionary, job.compress)
         new = NewContents(cids, new_scopes, np.fromiter(map(len, texts), np.int64, len(texts)),
                           sizes, sigs, keys, blobs)
     return BlockResult(sample_ids, refs, domains, sources, shas, scope_of, known, new_of,
