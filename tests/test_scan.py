@@ -32,6 +32,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import json_line
 from near_dedup_core.guard import SYMBOL_UNITS, guard_for
 from near_dedup_core.normalize import normalize
+from near_dedup_core.package import open_packages
 from near_dedup_core.signature import MinHasher, exact_jaccard
 
 DEFAULTS = NearDedupConfig()
@@ -909,6 +910,35 @@ def test_scan_refusals_exit_1_and_publish_nothing(indexed, case):
     else:
         assert not out.exists()
     assert leftovers(out.parent) == []
+
+
+def test_a_pooled_scan_reports_a_changed_file_and_its_side_work_stops_there(indexed,
+                                                                               monkeypatch):
+    """With a process pool, one worker does the side work in one task (`run.side_work`, so
+    that none of it can wait behind the verify chunks): it re-hashes the data files and, when
+    one differs from its manifest, returns without writing ``origins.jsonl`` or reading the
+    text digests; the scan names the changed file, as it does inline."""
+    from near_dedup_core.scan import pool as pool_stage
+    from near_dedup_core.scan import run as scan_run
+
+    monkeypatch.setattr(scan_run, "POOL_RECORDS", 0)
+    argv, fragment = _refusal(indexed, "data changed")
+    out = argv[argv.index("--output") + 1]
+    assert fragment in cli_fail(1, *argv, "--workers", 2)
+    assert not out.exists() and leftovers(out.parent) == []
+
+    pkgs = open_packages([indexed["v1"]])
+    paths, expected = pool_stage.data_files(pkgs), pool_stage.expected_digests(pkgs)
+    origins = indexed["root"] / "origins.jsonl"
+    digests, written, texts = scan_run.side_work(paths, expected, str(indexed["index"]), [1],
+                                                 ["v1"], origins)
+    assert digests != expected and written is None and texts is None
+    assert not origins.exists()
+    expected[0] = digests[0]
+    digests, written, texts = scan_run.side_work(paths, expected, str(indexed["index"]), [1],
+                                                 ["v1"], origins)
+    assert written is not None and written[0] == len(origins.read_bytes().splitlines())
+    assert texts is not None and len(texts.start) - 1 == written[0] > 0
 
 
 # --------------------------------------------------------------------------- limits

@@ -20,6 +20,11 @@ def data_files(pkgs: list[Package]) -> list[str]:
     return [str(pkg.path / entry.path) for pkg in pkgs for entry in pkg.files]
 
 
+def expected_digests(pkgs: list[Package]) -> list[str]:
+    """The manifests' sha256 of each of `data_files`, in that order."""
+    return [entry.sha256 for pkg in pkgs for entry in pkg.files]
+
+
 def file_digests(paths: list[str]) -> list[str]:
     """sha256 of each of `data_files`, one after the other (one core: the caller keeps the
     other)."""

@@ -5,9 +5,10 @@ The main process is the one serial path (pool, candidates, decisions, report), s
 needs nothing from it runs beside it, with ``--workers`` ≥ 2 and the local executor: once
 the inputs are known to be indexed, a worker re-hashes the data files, then writes
 ``origins.jsonl`` and reads the samples' text digests (on a connection of its own: a
-package's sources never change once committed) while the main process loads the pool and
-finds candidates (the main process waits for the hashes before anything can fail for another
-reason, so a changed file is still reported first); the pool's candidate pairs go to the
+package's sources never change once committed), all in one task (`side_work`), while the main
+process loads the pool and finds candidates (the main process waits for that task before
+anything can fail for another reason, so a changed file is still reported first, and the task
+stops at a changed file); the pool's candidate pairs go to the
 workers before the history is looked up; while the workers verify, the main process prepares
 the report's other columns (`report_columns`: sample ids, content ids); and at the end it
 writes ``relations.jsonl`` while a thread writes ``decisions.jsonl``. With one worker
@@ -35,10 +36,12 @@ from near_dedup_core.scan.pool import (
     build_nodes,
     check_files,
     data_files,
+    expected_digests,
     file_digests,
     indexed_inputs,
     load_pool,
 )
+from near_dedup_core.scan.records import ByteStrings
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import (
     report_columns,
@@ -84,6 +87,35 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
         raise
 
 
+def side_work(paths: list[str], expected: list[str], location: str, rowids: list[int],
+              package_ids: list[str], origins_path: Path
+              ) -> tuple[list[str], tuple[int, str] | None, ByteStrings | None]:
+    """A scan's side work in one worker: the digests of the data files (`file_digests`),
+    then, unless one differs from ``expected`` (the caller reports that first),
+    ``origins.jsonl`` (`write_origins`) and the samples' text digests (`text_digests`), both
+    read on a connection of their own to the index at ``location``."""
+    digests = file_digests(paths)
+    if digests != expected:
+        return digests, None, None
+    return (digests, write_origins(location, rowids, package_ids, origins_path),
+            text_digests(location, rowids))
+
+
+def _part(whole: Future, k: int) -> Future:
+    """A future of item ``k`` of ``whole``'s result (its exception, if it fails)."""
+    part: Future = Future()
+
+    def settle(done: Future) -> None:
+        exc = done.exception()
+        if exc is not None:
+            part.set_exception(exc)
+        else:
+            part.set_result(done.result()[k])
+
+    whole.add_done_callback(settle)
+    return part
+
+
 @contextmanager
 def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Executor, bool]]:
     """Where side work and (local) verify chunks run, and whether it is another process."""
@@ -111,13 +143,14 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         side_origins: Future | None = None  # inline: written after the candidates (below)
         side_digests: Future | None = None
         if remote:
-            # one worker at a time re-hashes the data files, then writes origins.jsonl and
-            # reads the samples' text digests on a connection of its own, while this process
-            # loads the pool and finds candidates
-            digests, side_origins, side_digests = submit_in_turn(side, [
-                (file_digests, data_files(pkgs)),
-                (write_origins, snap.location, *origins_args),
-                (text_digests, snap.location, rowids)])
+            # one worker re-hashes the data files, then writes origins.jsonl and reads the
+            # samples' text digests on a connection of its own, while this process loads the
+            # pool and finds candidates: one task, so that no part of it can be queued behind
+            # the verify chunks (and run alone after them, the other worker idle)
+            (done,) = submit_in_turn(side, [(side_work, data_files(pkgs), expected_digests(pkgs),
+                                             snap.location, *origins_args)])
+            digests = _part(done, 0)
+            side_origins, side_digests = _part(done, 1), _part(done, 2)
         else:
             digests = side.submit(file_digests, data_files(pkgs))
             if executor == "ray":  # in the side thread, on a connection of its own
