@@ -743,6 +743,35 @@ def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, 
         assert tree_bytes(out) == first, out
 
 
+def test_scan_and_a_later_batch_ask_the_kernel_to_read_the_index_ahead(tmp_path, monkeypatch):
+    """`index_store.read_ahead` is asked for the index a scan reads and a later batch appends
+    to (the first batch writes a new file): it hints a file that fits the memory share, and
+    nothing else (no file, a PostgreSQL URL, a file over the share), and changes no file."""
+    from near_dedup_core import index_store
+
+    pkgs = _pool(tmp_path)
+    idx = tmp_path / "index.sqlite"
+    asked: list[tuple[str, bool]] = []
+    real = index_store.read_ahead
+
+    def spy(path):
+        asked.append((str(path), real(path)))
+        return asked[-1][1]
+
+    monkeypatch.setattr(index_store, "read_ahead", spy)
+    index(idx, pkgs[0])
+    assert asked == []
+    index(idx, pkgs[1])
+    before = (file_sha256(idx), idx.stat().st_mtime_ns)
+    scan(idx, pkgs, tmp_path / "report")
+    assert asked == [(str(idx), True), (str(idx), True)]
+    assert (file_sha256(idx), idx.stat().st_mtime_ns) == before
+    assert not real(tmp_path / "none.sqlite")
+    assert not real("postgresql://localhost/none")
+    monkeypatch.setattr(index_store, "READ_AHEAD_SHARE", idx.stat().st_size / 2**50)
+    assert not real(idx)
+
+
 def test_verify_chunks_shrink_towards_the_end():
     """Pairs of 10,000 two-content components: a million pairs start with chunks of
     VERIFY_CHUNK, and 40,000 pairs for two workers with chunks of 2,500 (a sixteenth); once

@@ -77,6 +77,7 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     paths = [Path(p) for p in package_paths]
     require_new_output_outside(output, paths)
     pkgs = open_packages(paths)
+    db.read_ahead(index_path)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
         with rare_collections():
