@@ -74,7 +74,7 @@ def warm_start(work: Path) -> None:
     reclaims file pages that sit idle for some seconds (the kernel's DAMON ``pageout``): after
     a datasketch round, the environment's modules and libraries (numba, llvmlite, numpy,
     SQLAlchemy …) were read from disk again, and a 20k `index` took 10.2–10.6 s instead of
-    4.6 s (alternating runs, 20 s apart)."""
+    4.6–6.7 s (alternating runs, 20 s apart)."""
     day = sorted((ROOT / "samples" / "cpt").glob("*/cpt-*"))[0]
     if work.exists():
         shutil.rmtree(work)
