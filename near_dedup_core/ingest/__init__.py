@@ -202,7 +202,6 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
     values = db.existing_meta(index_path)
     if values is not None:
         db.check_binding(index_path, values, config, writing=True)
-        db.read_ahead(index_path)  # the known raw texts and contents are looked up all over it
         engine = db.open_writable(index_path)
         # local workers read the committed index on connections of their own
         known_texts = str(index_path.resolve()) if executor == "local" else None
