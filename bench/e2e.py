@@ -16,6 +16,8 @@ For a pool package P (100k or 1M records from ``bench.build_corpus scale``):
 5. **size** — index bytes on disk per input text byte (UTF-8 bytes of the records' ``text``).
 
 Commands run one at a time: the box has two cores and each command is meant to use both.
+Each reads its packages and its index once right before it (`bench.measure.read_through`):
+the box reclaims idle page cache on its own.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import orjson
 from near_dedup_core.fsutil import sha256_file
 
 from bench.build_corpus import OUT, ensure
-from bench.measure import Measurement, code_version, run, wall_clock
+from bench.measure import Measurement, code_version, read_through, run, wall_clock
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The shipped config.
@@ -71,6 +73,7 @@ class Runner:
         cmd = [sys.executable, "-m", "near_dedup_core", "--index", str(index),
                "--config", str(self.config), *args]
         print(f"[{wall_clock()}] {name}: {' '.join(cmd[1:])}", flush=True)
+        read_through(*_inputs(args), *([index] if index.exists() else []))
         m = run(cmd, self.out / "logs" / f"{name}.log", cwd=ROOT)
         row = {"step": name, **m.as_dict()}
         self.steps.append(row)
@@ -86,6 +89,15 @@ class Runner:
     def save(self, extra: dict) -> None:
         data = {"date": time.strftime("%Y-%m-%d"), "steps": self.steps, **extra}
         (self.out / "e2e.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
+
+
+def _inputs(args: list[str]) -> list[Path]:
+    """The packages after ``--inputs`` in a command's arguments."""
+    if "--inputs" not in args:
+        return []
+    rest = args[args.index("--inputs") + 1:]
+    return [Path(a) for a in rest[:next((i for i, a in enumerate(rest) if a.startswith("--")),
+                                        len(rest))]]
 
 
 def copy_index(src: Path, dst: Path) -> None:
