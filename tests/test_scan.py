@@ -744,9 +744,10 @@ def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, 
 
 
 def test_a_scan_asks_the_kernel_to_read_the_index_ahead(tmp_path, monkeypatch):
-    """`index_store.read_ahead` is asked for the index a scan reads (not by `index`, which
-    reads little of it): it hints a file that fits the memory share, and nothing else (no
-    file, a PostgreSQL URL, a file over the share), and changes no file."""
+    """`index_store.read_ahead` is asked for the index a scan reads, once the index is known
+    to hold the inputs (not for a refused scan, nor by `index`, which reads little of it): it
+    hints a file that fits the memory share, and nothing else (no file, a PostgreSQL URL, a
+    file over the share), and changes no file."""
     from near_dedup_core import index_store
 
     pkgs = _pool(tmp_path)
@@ -761,6 +762,8 @@ def test_a_scan_asks_the_kernel_to_read_the_index_ahead(tmp_path, monkeypatch):
     monkeypatch.setattr(index_store, "read_ahead", spy)
     index(idx, pkgs[0])
     index(idx, pkgs[1])
+    other = make_package(tmp_path, "d3", {"train": [cpt("z", stdlib_docstrings()[50])]})
+    cli_fail(1, "--index", idx, "scan", "--inputs", other, "--output", tmp_path / "refused")
     assert asked == []
     before = (file_sha256(idx), idx.stat().st_mtime_ns)
     scan(idx, pkgs, tmp_path / "report")

@@ -77,7 +77,6 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     paths = [Path(p) for p in package_paths]
     require_new_output_outside(output, paths)
     pkgs = open_packages(paths)
-    db.read_ahead(index_path)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
         with rare_collections():
@@ -139,6 +138,7 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         indexed_rows = snap.indexed_packages()
         indexed = indexed_inputs(indexed_rows, snap.path, pkgs)
+        db.read_ahead(index_path)  # an index of this config, holding every input
         rowids = [indexed[p.package_id].rowid for p in pkgs]
         origins_args = (rowids, [p.package_id for p in pkgs], folder / "origins.jsonl")
         side_origins: Future | None = None  # inline: written after the candidates (below)
