@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append({"round": r, "version": name, "code": code_version(versions[name]),
                          **m.as_dict()})
             print(f"[{wall_clock()}] round {r} {name}: wall {m.wall_s:.1f} s, CPU "
-                  f"{m.cpu_s:.1f} s ({m.cpu_share:.2f} cores)", flush=True)
+                  f"{m.cpu_s:.1f} s ({m.cpu_share:.2f} cores), {m.box.note()}", flush=True)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{work}{suffix}").unlink(missing_ok=True)
     (args.out / "cumulative_ab.json").write_bytes(orjson.dumps(

@@ -79,7 +79,8 @@ class Runner:
         self.steps.append(row)
         print(f"[{wall_clock()}] {name}: exit {m.returncode}, wall {m.wall_s:.1f} s, "
               f"CPU {m.cpu_s:.1f} s ({m.cpu_share:.2f} cores), peak RSS {m.max_rss_process_mib:,.0f} "
-              f"MiB/process, {m.peak_tree_rss_mib:,.0f} MiB/tree; {m.stdout[-300:]}", flush=True)
+              f"MiB/process, {m.peak_tree_rss_mib:,.0f} MiB/tree, {m.box.note()}; "
+              f"{m.stdout[-300:]}", flush=True)
         if m.returncode != 0:
             self.save({"failed_step": name})
             raise SystemExit(f"e2e: step {name} failed with exit {m.returncode}: "
@@ -151,6 +152,7 @@ def main(argv: list[str] | None = None) -> None:
         result[f"w{w}"] = {
             "index_wall_s": mi.wall_s, "scan_wall_s": ms.wall_s,
             "total_wall_s": mi.wall_s + ms.wall_s, "total_cpu_s": mi.cpu_s + ms.cpu_s,
+            "box_stalls": (mi.box + ms.box).note(),
             "peak_tree_rss_mib": max(mi.peak_tree_rss_mib, ms.peak_tree_rss_mib),
             "max_rss_process_mib": max(mi.max_rss_process_mib, ms.max_rss_process_mib),
             "index_bytes": index_bytes(index), "counts": manifest.get("counts"),
@@ -243,6 +245,8 @@ def print_table(result: dict) -> None:
               f"{x['total_wall_s']:.1f} s | {x['total_cpu_s']:.1f} s | "
               f"{x['peak_tree_rss_mib']:,.0f} / {x['max_rss_process_mib']:,.0f} MiB | "
               f"{excl if excl is None else format(excl, ',')} |")
+    for w in result["workers"]:
+        print(f"{w} worker(s), index + scan: {result[f'w{w}']['box_stalls']}")
     print(f"\nreport jsonl byte-identical across workers {result['workers']}: "
           f"{result['reports_identical_across_workers']}; index size per input text byte: "
           f"{result['index_bytes_per_text_byte']:.3f}")

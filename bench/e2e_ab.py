@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"[{wall_clock()}] round {r} {name} {step}: wall {m.wall_s:.1f} s, CPU "
                       f"{m.cpu_s:.1f} s ({m.cpu_share:.2f} cores), peak "
                       f"{m.max_rss_process_mib:,.0f} MiB/process {m.peak_tree_rss_mib:,.0f} "
-                      f"MiB/tree, load {os.getloadavg()[0]:.1f}", flush=True)
+                      f"MiB/tree, load {os.getloadavg()[0]:.1f}, {m.box.note()}", flush=True)
             for f in REPORT_FILES:
                 digest = sha256_file(work / "report" / f)
                 if digests.setdefault(f, digest) != digest:

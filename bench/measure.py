@@ -6,21 +6,80 @@ multiprocessing forkserver are children of the forkserver, which nobody reaps, s
 memory never reach ``time``. The process tree is therefore also sampled every 0.2 s with
 psutil: summed RSS (an upper bound: pages shared between processes count once per process) and
 the CPU time last seen of every process that ever appeared in the tree.
+
+The box is shared: its own stalls are counted over each command as well (`BoxStalls`), so that
+a wall time can be read against them: the seconds in which every running task of the machine
+waited for I/O or for memory (Linux pressure stall information, ``/proc/pressure``), and the
+CPU time the hypervisor gave to others (``steal`` in ``/proc/stat``).
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
 
 TIME = "/usr/bin/time"
+
+
+@dataclass
+class BoxStalls:
+    """Seconds the whole machine stalled: every non-idle task waiting for I/O (``io_full_s``)
+    or for memory reclaim (``memory_full_s``), and CPU time stolen by the hypervisor, summed
+    over the cores (``steal_s``). None where the kernel does not report it."""
+
+    io_full_s: float | None = None
+    memory_full_s: float | None = None
+    steal_s: float | None = None
+
+    def __sub__(self, before: BoxStalls) -> BoxStalls:
+        return self._combine(before, -1)
+
+    def __add__(self, other: BoxStalls) -> BoxStalls:
+        return self._combine(other, 1)
+
+    def _combine(self, other: BoxStalls, sign: int) -> BoxStalls:
+        def part(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else a + sign * b
+
+        return BoxStalls(part(self.io_full_s, other.io_full_s),
+                         part(self.memory_full_s, other.memory_full_s),
+                         part(self.steal_s, other.steal_s))
+
+    def note(self) -> str:
+        """``box stalls: I/O 3.1 s, memory 0.0 s, steal 0.2 s`` (what the kernel reports)."""
+        parts = [f"{label} {value:.1f} s" for label, value in
+                 (("I/O", self.io_full_s), ("memory", self.memory_full_s),
+                  ("steal", self.steal_s)) if value is not None]
+        return f"box stalls: {', '.join(parts)}" if parts else "box stalls: not reported"
+
+
+def box_stalls() -> BoxStalls:
+    """The machine's stall counters since boot (see `BoxStalls`)."""
+
+    def full_total(resource: str) -> float | None:
+        try:
+            text = Path(f"/proc/pressure/{resource}").read_text()
+        except OSError:
+            return None
+        m = re.search(r"^full .*\btotal=(\d+)", text, re.MULTILINE)
+        return int(m.group(1)) / 1e6 if m else None
+
+    steal = None
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        if fields[0] == "cpu" and len(fields) > 8:
+            steal = int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        pass
+    return BoxStalls(full_total("io"), full_total("memory"), steal)
 
 
 @dataclass
@@ -36,6 +95,7 @@ class Measurement:
     tree_cpu_s: float
     stdout: str
     stderr_tail: str
+    box: BoxStalls = field(default_factory=BoxStalls)
 
     @property
     def cpu_s(self) -> float:
@@ -102,6 +162,7 @@ def run(command: list[str], log: Path, cwd: Path | None = None,
     log.parent.mkdir(parents=True, exist_ok=True)
     peak = 0
     cpu_seen: dict[int, float] = {}
+    stalls = box_stalls()
     with open(log, "w", encoding="utf-8") as err:
         proc = subprocess.Popen([TIME, "-v", *command], cwd=cwd, env=env,
                                 stdout=subprocess.PIPE, stderr=err, text=True)
@@ -117,6 +178,7 @@ def run(command: list[str], log: Path, cwd: Path | None = None,
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
         stdout, _ = proc.communicate()
+        stalls = box_stalls() - stalls
         stop.set()
         sampler.join()
     text = log.read_text(encoding="utf-8", errors="replace")
@@ -125,20 +187,21 @@ def run(command: list[str], log: Path, cwd: Path | None = None,
     before_report = text.split("\tCommand being timed:")[0].strip().splitlines()
     return Measurement(command=command, returncode=proc.returncode, stdout=stdout.strip(),
                        peak_tree_rss_mib=peak / 2**20, tree_cpu_s=sum(cpu_seen.values()),
-                       stderr_tail="\n".join(before_report[-3:]),
+                       stderr_tail="\n".join(before_report[-3:]), box=stalls,
                        **stats)
 
 
 def code_version(root: Path) -> dict:
-    """Which code was measured: git HEAD and a digest of the near_dedup_core sources (the work
-    tree may hold changes not yet committed)."""
+    """Which code was measured: git HEAD and a digest of the near_dedup_core sources, its
+    subpackages' included (the work tree may hold changes not yet committed)."""
     import hashlib
 
     head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
                           text=True).stdout.strip()
     h = hashlib.sha256()
-    for path in sorted((root / "near_dedup_core").glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    package = root / "near_dedup_core"
+    for path in sorted(package.rglob("*.py")):
+        h.update(path.relative_to(package).as_posix().encode() + b"\0" + path.read_bytes())
     return {"git_head": head, "near_dedup_core_sha256": h.hexdigest()[:16]}
 
 
