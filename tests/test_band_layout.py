@@ -232,6 +232,29 @@ def test_key_ranges_give_the_stable_order_range_after_range(keys_are, monkeypatc
         assert min(map(len, (k for k, _ in ranges))) > n // batch.MAX_KEY_RANGES // 2
 
 
+@pytest.mark.parametrize("rows", [0, 6, 7, 8, 50])
+def test_add_sources_writes_every_row_once_in_order_across_statements(rows, tmp_path,
+                                                                     monkeypatch):
+    """Source rows go in ``SOURCE_ROWS_PER_INSERT`` to a statement, then the rest one by one:
+    every row lands once, with its id in the rows' order, whatever the count's remainder."""
+    monkeypatch.setattr(index_store, "SOURCE_ROWS_PER_INSERT", 7)
+    given = [(None, 100 + k, 1, f"s{k}", "train", "data/a.jsonl", k + 1, k, bytes([k]) * 32,
+              None if k % 3 else "web", None if k % 2 else '{"url":"u"}') for k in range(rows)]
+    path = tmp_path / "sources.sqlite"
+    engine = index_store.open_writable(path, staged=True)
+    try:
+        with engine.begin() as conn:
+            index_store.sources.create(conn)
+            store = index_store.BatchTransaction(conn)
+            store.add_sources(given[:rows // 2])  # two calls: ids go on from the first
+            store.add_sources(given[rows // 2:])
+    finally:
+        engine.dispose()
+    with sqlite3.connect(path) as con:
+        written = con.execute("SELECT * FROM sources ORDER BY id").fetchall()
+    assert written == [(k + 1, *row[1:]) for k, row in enumerate(given)]
+
+
 @pytest.mark.parametrize("rows", [0, 6, 7, 49, 50, 1003])
 def test_add_bands_writes_every_row_once_across_statements_and_calls(rows, tmp_path,
                                                                       monkeypatch):
