@@ -1464,9 +1464,11 @@ class RefTarget(NamedTuple):
 #: about 10 % faster than with 50 per statement, and no faster with 1,000
 #: (`bench.band_insert`).
 BAND_ROWS_PER_INSERT = 500
-#: Source rows per ``INSERT`` statement (704 bound parameters): 10^6 rows of a cumulative
-#: snapshot went into its index in 3.2–4.1 s against 4.0–5.1 s with one row per statement
-#: (SQLite runs the statement's program once per statement, not once per row).
+#: Source rows per ``INSERT`` statement (704 bound parameters; SQLite starts the statement's
+#: program once per statement): 10^6 rows of a cumulative snapshot went into its index in
+#: 3.2–4.1 s against 4.0–5.1 s one row to a statement, on their own; inside the snapshot's
+#: batch, beside the workers, the main process spent 5.3–5.7 s of CPU on them against
+#: 6.0–6.2 s.
 SOURCE_ROWS_PER_INSERT = 64
 #: Band rows per ``executemany`` call (16 statements). The rows reach the driver as Python
 #: lists; lists of 8,000 rows stay in the CPU's caches, where 8 M rows per call (64 MB of
