@@ -26,6 +26,7 @@ import argparse
 import shutil
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import orjson
@@ -33,7 +34,7 @@ import orjson
 from near_dedup_core.fsutil import sha256_file
 
 from bench.build_corpus import OUT, ensure
-from bench.measure import Measurement, code_version, read_through, run, wall_clock
+from bench.measure import BoxStalls, Measurement, code_version, read_through, run, wall_clock
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The shipped config.
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         result[f"w{w}"] = {
             "index_wall_s": mi.wall_s, "scan_wall_s": ms.wall_s,
             "total_wall_s": mi.wall_s + ms.wall_s, "total_cpu_s": mi.cpu_s + ms.cpu_s,
-            "box_stalls": (mi.box + ms.box).note(),
+            "box_stalls": asdict(mi.box + ms.box),
             "peak_tree_rss_mib": max(mi.peak_tree_rss_mib, ms.peak_tree_rss_mib),
             "max_rss_process_mib": max(mi.max_rss_process_mib, ms.max_rss_process_mib),
             "index_bytes": index_bytes(index), "counts": manifest.get("counts"),
@@ -246,7 +247,8 @@ def print_table(result: dict) -> None:
               f"{x['peak_tree_rss_mib']:,.0f} / {x['max_rss_process_mib']:,.0f} MiB | "
               f"{excl if excl is None else format(excl, ',')} |")
     for w in result["workers"]:
-        print(f"{w} worker(s), index + scan: {result[f'w{w}']['box_stalls']}")
+        print(f"{w} worker(s), index + scan: "
+              f"{BoxStalls(**result[f'w{w}']['box_stalls']).note()}")
     print(f"\nreport jsonl byte-identical across workers {result['workers']}: "
           f"{result['reports_identical_across_workers']}; index size per input text byte: "
           f"{result['index_bytes_per_text_byte']:.3f}")
