@@ -4,7 +4,12 @@ share of a run, and whether the main process was alone meanwhile (`bench.timelin
 read off one run. Workers are not timed (they run in other processes).
 
 The stages are the functions the entry points call by module attribute; ``--stage
-module:name`` (repeatable) times others, ``module:Class.method`` methods.
+module:name`` (repeatable) times others, ``module:Class.method`` methods. With ``--totals``
+each stage prints once, at the exit: its calls, and its wall and CPU seconds summed over
+them, the CPU of the calling thread only (``time.thread_time``), so that a function called
+once per block (`BatchTransaction.add_sources`, say) is one line, not a thousand, and the
+pool's result thread, which runs meanwhile, is not counted in it. A stage that calls
+another counts the inner one's time too.
 
 Usage (from the checkout to measure, so that its code is the one imported)::
 
@@ -37,6 +42,8 @@ DEFAULT_STAGES = (
 )
 
 _T0 = time.perf_counter()
+#: With ``--totals``: label -> [calls, wall seconds, CPU seconds of the calling thread].
+_TOTALS: dict[str, list[float]] | None = None
 
 
 def _timed(label: str, func):
@@ -52,27 +59,52 @@ def _timed(label: str, func):
     return timed
 
 
+def _summed(label: str, func):
+    assert _TOTALS is not None
+    total = _TOTALS.setdefault(label, [0, 0.0, 0.0])
+
+    @functools.wraps(func)
+    def summed(*args, **kwargs):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            return func(*args, **kwargs)
+        finally:
+            total[0] += 1
+            total[1] += time.perf_counter() - wall
+            total[2] += time.thread_time() - cpu
+    return summed
+
+
 def _wrap(spec: str) -> None:
     module_name, _, path = spec.partition(":")
     owner = importlib.import_module(module_name)
     *parents, name = path.split(".")
     for parent in parents:
         owner = getattr(owner, parent)
-    setattr(owner, name, _timed(path, getattr(owner, name)))
+    wrap = _timed if _TOTALS is None else _summed
+    setattr(owner, name, wrap(path, getattr(owner, name)))
 
 
 def main() -> None:
     p = argparse.ArgumentParser(prog="python -m bench.stages", description=__doc__.splitlines()[0])
     p.add_argument("--stage", action="append", help="module:function to time (repeatable)")
+    p.add_argument("--totals", action="store_true",
+                   help="one line per stage at the exit: calls, summed wall and thread CPU")
     p.add_argument("cli", nargs=argparse.REMAINDER, help="-- then the near-dedup arguments")
     args = p.parse_args()
     cli = args.cli[1:] if args.cli[:1] == ["--"] else args.cli
+    global _TOTALS
+    if args.totals:
+        _TOTALS = {}
     for spec in args.stage or DEFAULT_STAGES:
         _wrap(spec)
     sys.argv = ["near-dedup", *cli]
     try:
         runpy.run_module("near_dedup_core", run_name="__main__")
     finally:
+        for label, (calls, wall, cpu) in (_TOTALS or {}).items():
+            print(f"{label}: {calls:,.0f} calls, {wall:.2f} s wall, {cpu:.2f} s CPU of the "
+                  f"calling thread", file=sys.stderr)
         usage = resource.getrusage(resource.RUSAGE_SELF)
         print(f"[{time.perf_counter() - _T0:7.2f} s] exit: main process "
               f"{usage.ru_utime + usage.ru_stime:.1f} s CPU", file=sys.stderr, flush=True)
