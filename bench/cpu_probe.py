@@ -21,24 +21,30 @@ from pathlib import Path
 from near_dedup_core.config import load_config
 from near_dedup_core.ingest import work
 from near_dedup_core.normalize import build_table
-from near_dedup_core.package import LineBlock, open_packages, read_blocks
+from near_dedup_core.package import LineBlock, Package, open_packages, read_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def first_blocks(package: Path, count: int) -> tuple[Package, list[LineBlock]]:
+    """The package and its first ``count`` line blocks, as an `index` batch cuts them."""
+    (pkg,) = open_packages([package])
+    found: list[LineBlock] = []
+    for event in read_blocks([pkg]):
+        if isinstance(event, LineBlock):
+            found.append(event)
+            if len(found) >= count:
+                break
+    return pkg, found
 
 
 def probe(package: Path, blocks: int, config: Path) -> float:
     """CPU seconds of `work.process_block` over the first ``blocks`` blocks of ``package``
     (each compressed with the dictionary trained on the first, as a batch does)."""
     cfg = load_config(config)
-    (pkg,) = open_packages([package])
+    pkg, found = first_blocks(package, blocks)
     params = work.SignParams(cfg.num_perm, cfg.seed, cfg.shingle_size, cfg.bands, cfg.rows,
                              cfg.min_chars, cfg.max_chars)
-    found: list[LineBlock] = []
-    for event in read_blocks([pkg]):
-        if isinstance(event, LineBlock):
-            found.append(event)
-            if len(found) >= blocks:
-                break
     build_table()
 
     def job(block: LineBlock, dictionary: bytes | None, train: bool = False) -> work.BlockJob:

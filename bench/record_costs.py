@@ -39,20 +39,11 @@ from near_dedup_core.compare import compared_text, text_sha256
 from near_dedup_core.config import load_config
 from near_dedup_core.ingest import work
 from near_dedup_core.normalize import build_table
-from near_dedup_core.package import LineBlock, Package, open_packages, parse_block, read_blocks
+from near_dedup_core.package import LineBlock, parse_block
+
+from bench.cpu_probe import first_blocks
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _blocks(package: Path, count: int) -> tuple[Package, list[LineBlock]]:
-    (pkg,) = open_packages([package])
-    found: list[LineBlock] = []
-    for event in read_blocks([pkg]):
-        if isinstance(event, LineBlock):
-            found.append(event)
-            if len(found) >= count:
-                break
-    return pkg, found
 
 
 def costs(package: Path, blocks: int, index: Path | None, config: Path,
@@ -60,7 +51,7 @@ def costs(package: Path, blocks: int, index: Path | None, config: Path,
     """Best-round CPU seconds per record of each stage (and of the whole block)."""
     use_bulk_threshold()  # as in a pool worker
     cfg = load_config(config)
-    pkg, found = _blocks(package, blocks + 2)
+    pkg, found = first_blocks(package, blocks + 2)
     warm, timed = found[:2], found[2:]
     params = work.SignParams(cfg.num_perm, cfg.seed, cfg.shingle_size, cfg.bands, cfg.rows,
                              cfg.min_chars, cfg.max_chars)
