@@ -43,8 +43,7 @@ def probe(package: Path, blocks: int, config: Path) -> float:
     (each compressed with the dictionary trained on the first, as a batch does)."""
     cfg = load_config(config)
     pkg, found = first_blocks(package, blocks)
-    params = work.SignParams(cfg.num_perm, cfg.seed, cfg.shingle_size, cfg.bands, cfg.rows,
-                             cfg.min_chars, cfg.max_chars)
+    params = work.SignParams.of(cfg)
     build_table()
 
     def job(block: LineBlock, dictionary: bytes | None, train: bool = False) -> work.BlockJob:

@@ -53,8 +53,7 @@ def costs(package: Path, blocks: int, index: Path | None, config: Path,
     cfg = load_config(config)
     pkg, found = first_blocks(package, blocks + 2)
     warm, timed = found[:2], found[2:]
-    params = work.SignParams(cfg.num_perm, cfg.seed, cfg.shingle_size, cfg.bands, cfg.rows,
-                             cfg.min_chars, cfg.max_chars)
+    params = work.SignParams.of(cfg)
     build_table()
     known_texts = str(index.resolve()) if index is not None else None
     work.init_worker(None, 0)  # lookups on one connection kept for the run, as a pool worker's

@@ -101,9 +101,7 @@ class BatchWriter:
         self.shared = shared  # from `shared_blocks(parallelism)`, or None
         self.known_texts = known_texts
         self.progress = progress
-        self.params = work.SignParams(config.num_perm, config.seed, config.shingle_size,
-                                      config.bands, config.rows, config.min_chars,
-                                      config.max_chars)
+        self.params = work.SignParams.of(config)
         self.scope_ids = store.scope_ids()
         self.next_content = store.max_content_rowid() + 1
         self.first_content = self.next_content

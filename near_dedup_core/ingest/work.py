@@ -29,7 +29,7 @@ and the located error, which the main process raises when it reaches that block.
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import orjson
@@ -48,6 +48,9 @@ from near_dedup_core.normalize import normalize_spans
 from near_dedup_core.package import LineBlock, attach_shared, parse_block
 from near_dedup_core.signature import MinHasher, Spans, band_keys, renumber, stored_values
 
+if TYPE_CHECKING:
+    from near_dedup_core.config import NearDedupConfig
+
 
 class SignParams(NamedTuple):
     """What a worker needs of the config."""
@@ -59,6 +62,11 @@ class SignParams(NamedTuple):
     rows: int
     min_chars: int
     max_chars: int
+
+    @classmethod
+    def of(cls, config: NearDedupConfig) -> SignParams:
+        return cls(config.num_perm, config.seed, config.shingle_size, config.bands,
+                   config.rows, config.min_chars, config.max_chars)
 
 
 class BlockJob(NamedTuple):
