@@ -16,7 +16,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import shutil
 import sqlite3
 import statistics
 from pathlib import Path
@@ -25,7 +24,7 @@ import orjson
 
 from bench.build_corpus import ensure
 from bench.e2e_ab import ROOT, checkout, cli
-from bench.measure import code_version, read_through, wall_clock
+from bench.measure import code_version, copy_index, read_through, wall_clock
 
 #: What must be the same after either version's append.
 ROW_SUMS = (
@@ -36,13 +35,6 @@ ROW_SUMS = (
     "SELECT COUNT(*), SUM(content), SUM(key % 1000003) FROM bands",
     "SELECT COUNT(*), SUM(content), SUM(key % 1000003) FROM bands_recent",
 )
-
-
-def copy_index(src: Path, dest: Path) -> None:
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{dest}{suffix}").unlink(missing_ok=True)
-        if Path(f"{src}{suffix}").exists() and suffix != "-shm":
-            shutil.copyfile(f"{src}{suffix}", f"{dest}{suffix}")
 
 
 def row_sums(index: Path) -> list[list]:

@@ -34,7 +34,15 @@ import orjson
 from near_dedup_core.fsutil import sha256_file
 
 from bench.build_corpus import OUT, ensure
-from bench.measure import BoxStalls, Measurement, code_version, read_through, run, wall_clock
+from bench.measure import (
+    BoxStalls,
+    Measurement,
+    code_version,
+    copy_index,
+    read_through,
+    run,
+    wall_clock,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The shipped config.
@@ -100,13 +108,6 @@ def _inputs(args: list[str]) -> list[Path]:
     rest = args[args.index("--inputs") + 1:]
     return [Path(a) for a in rest[:next((i for i, a in enumerate(rest) if a.startswith("--")),
                                         len(rest))]]
-
-
-def copy_index(src: Path, dst: Path) -> None:
-    for suffix in ("", "-wal"):
-        s = src.with_name(src.name + suffix)
-        if s.exists():
-            shutil.copyfile(s, dst.with_name(dst.name + suffix))
 
 
 def main(argv: list[str] | None = None) -> None:
