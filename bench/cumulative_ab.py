@@ -2,12 +2,12 @@
 
 The pool (``--pool``, default ``pool-1m``) is indexed once, by version B, into a base index;
 each run copies it (the copy written to disk, `bench.measure.copy_index`) and appends the
-cumulative snapshot (``--cumulative``, default
-``cumulative-1m``: the pool again under new sample ids, 5 % new content) with version A or B
-(the order flips every round), through the CLI with ``--workers``, under ``/usr/bin/time -v``
-with the process tree sampled (`bench.measure`), its inputs read once right before it. The
-appended index must hold the same rows for both versions (counts and sums of every table's
-ids, lines and positions; the run stops otherwise).
+cumulative snapshot (``--cumulative``, default ``cumulative-1m``: the pool again under new
+sample ids, 5 % new content) with version A or B (the order flips every round), through the
+CLI with ``--workers``, under ``/usr/bin/time -v`` with the process tree sampled
+(`bench.measure`), its inputs read once right before it. The appended index must hold the
+same rows for both versions (counts and sums of every table's ids, lines and positions; the
+run stops otherwise).
 
 Usage::
 
