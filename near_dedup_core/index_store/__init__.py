@@ -251,10 +251,23 @@ def rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int | bytes]) -> It
 
 def insert_sql(table: Table, rows: int = 1) -> str:
     """The plain ``INSERT INTO t (cols…) VALUES (?, …)`` for executemany on raw tuples, with
-    ``rows`` rows of parameters per statement."""
+    ``rows`` rows of parameters per statement. With more than one row, the statement is
+    ``INSERT OR FAIL`` (see `NO_STATEMENT_JOURNAL`)."""
     cols = ", ".join(c.name for c in table.columns)
     marks = ", ".join("?" for _ in table.columns)
-    return f"INSERT INTO {table.name} ({cols}) VALUES " + ", ".join([f"({marks})"] * rows)
+    verb = "INSERT" if rows == 1 else NO_STATEMENT_JOURNAL
+    return f"{verb} INTO {table.name} ({cols}) VALUES " + ", ".join([f"({marks})"] * rows)
+
+
+#: How a batch's statements that write many rows begin. With SQLite's default conflict
+#: resolution (ABORT), a failing constraint undoes the rows that the statement wrote before
+#: it, so inside a transaction SQLite first copies every existing page that such a statement
+#: changes into a statement journal, a temporary file (``/var/tmp/etilqs_…``): 2.2 GB of page
+#: copies for the 10^6 source rows of a cumulative snapshot appended to an index in WAL mode
+#: (`docs/benchmarks.md`, round sixteen). With FAIL, the rows before a failing one stay, and
+#: SQLite keeps no statement journal. A batch never keeps them: any error rolls the whole
+#: transaction back.
+NO_STATEMENT_JOURNAL = "INSERT OR FAIL"
 
 
 CACHE_SIZE = -262144  # page cache of a connection that writes (or reads a lot): 256 MiB
@@ -1655,8 +1668,8 @@ class BatchTransaction:
     def fold_recent_bands(self) -> int:
         """Move every row of ``bands_recent`` into ``bands`` (in key order); their count."""
         moved = self.conn.exec_driver_sql(
-            "INSERT INTO bands (key, content) SELECT key, content FROM bands_recent "
-            "ORDER BY key, content").rowcount
+            f"{NO_STATEMENT_JOURNAL} INTO bands (key, content) "
+            "SELECT key, content FROM bands_recent ORDER BY key, content").rowcount
         self.conn.exec_driver_sql("DELETE FROM bands_recent")
         return max(moved, 0)
 
