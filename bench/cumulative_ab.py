@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "cumulative-ab")
     args = p.parse_args(argv)
     pool, cumulative = (x.resolve() for x in ensure(args.pool, args.cumulative))
+    args.out = args.out.resolve()  # each version's CLI runs in its own checkout
     args.out.mkdir(parents=True, exist_ok=True)
     versions = {"A": checkout(args.a, args.out), "B": checkout(args.b, args.out)}
     base = args.out / "base.sqlite"

@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "e2e-ab")
     args = p.parse_args(argv)
     pool = (Path(args.pool) if Path(args.pool).is_dir() else ensure(args.pool)[0]).resolve()
+    args.out = args.out.resolve()  # each version's CLI runs in its own checkout
     args.out.mkdir(parents=True, exist_ok=True)
     versions = {"A": checkout(args.a, args.out), "B": checkout(args.b, args.out)}
     rows: list[dict] = []
