@@ -249,25 +249,13 @@ def rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int | bytes]) -> It
         yield from con.execute(sql.format(",".join("?" * len(part))), part)
 
 
-def insert_sql(table: Table, rows: int = 1) -> str:
+def insert_sql(table: Table, rows: int = 1, verb: str = "INSERT") -> str:
     """The plain ``INSERT INTO t (cols…) VALUES (?, …)`` for executemany on raw tuples, with
-    ``rows`` rows of parameters per statement. With more than one row, the statement is
-    ``INSERT OR FAIL`` (see `NO_STATEMENT_JOURNAL`)."""
+    ``rows`` rows of parameters per statement (``verb``: ``INSERT`` or, for instance,
+    ``INSERT OR FAIL``)."""
     cols = ", ".join(c.name for c in table.columns)
     marks = ", ".join("?" for _ in table.columns)
-    verb = "INSERT" if rows == 1 else NO_STATEMENT_JOURNAL
     return f"{verb} INTO {table.name} ({cols}) VALUES " + ", ".join([f"({marks})"] * rows)
-
-
-#: How a batch's statements that write many rows begin. With SQLite's default conflict
-#: resolution (ABORT), a failing constraint undoes the rows that the statement wrote before
-#: it, so inside a transaction SQLite first copies every existing page that such a statement
-#: changes into a statement journal, a temporary file (``/var/tmp/etilqs_…``): 2.2 GB of page
-#: copies for the 10^6 source rows of a cumulative snapshot appended to an index in WAL mode
-#: (`docs/benchmarks.md`, round sixteen). With FAIL, the rows before a failing one stay, and
-#: SQLite keeps no statement journal. A batch never keeps them: any error rolls the whole
-#: transaction back.
-NO_STATEMENT_JOURNAL = "INSERT OR FAIL"
 
 
 CACHE_SIZE = -262144  # page cache of a connection that writes (or reads a lot): 256 MiB
@@ -1512,6 +1500,16 @@ class BatchTransaction:
     commits.
     """
 
+    #: How the statements that write many rows begin. With SQLite's default conflict
+    #: resolution (ABORT), a failing row undoes the rows that its statement wrote before it,
+    #: so inside a transaction SQLite first copies every existing page that such a statement
+    #: changes into a statement journal, a temporary file (``/var/tmp/etilqs_…``): 2.2 GB of
+    #: page copies for the 10^6 source rows of a cumulative snapshot appended to an index in
+    #: WAL mode (`docs/benchmarks.md`, round sixteen). With FAIL, the rows before a failing one
+    #: stay, and SQLite keeps no statement journal. A batch never keeps them: any error rolls
+    #: the whole transaction back.
+    MANY_ROWS = "INSERT OR FAIL"
+
     @staticmethod
     def on(conn: Connection) -> BatchTransaction:
         return PostgresBatch(conn) if conn.dialect.name == "postgresql" else BatchTransaction(conn)
@@ -1519,7 +1517,7 @@ class BatchTransaction:
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
         self._sql_sources = insert_sql(sources)
-        self._sql_sources_many = insert_sql(sources, SOURCE_ROWS_PER_INSERT)
+        self._sql_sources_many = insert_sql(sources, SOURCE_ROWS_PER_INSERT, self.MANY_ROWS)
         self._sql_contents = insert_sql(contents)
         self._sql_bands = {t: f"INSERT OR IGNORE INTO {t} (key, content) VALUES (?, ?)"
                            for t in BAND_TABLES}
@@ -1668,7 +1666,7 @@ class BatchTransaction:
     def fold_recent_bands(self) -> int:
         """Move every row of ``bands_recent`` into ``bands`` (in key order); their count."""
         moved = self.conn.exec_driver_sql(
-            f"{NO_STATEMENT_JOURNAL} INTO bands (key, content) "
+            f"{self.MANY_ROWS} INTO bands (key, content) "
             "SELECT key, content FROM bands_recent ORDER BY key, content").rowcount
         self.conn.exec_driver_sql("DELETE FROM bands_recent")
         return max(moved, 0)
@@ -1699,6 +1697,8 @@ class BatchTransaction:
 
 class PostgresBatch(BatchTransaction):
     """The batch writes on PostgreSQL: bulk rows by ``COPY``, lookups by ``= ANY(array)``."""
+
+    MANY_ROWS = "INSERT"  # PostgreSQL has no ``OR FAIL``, and no statement journal to spare
 
     def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         return pg.known_contents(self.conn, content_ids)
