@@ -1698,7 +1698,7 @@ class BatchTransaction:
 class PostgresBatch(BatchTransaction):
     """The batch writes on PostgreSQL: bulk rows by ``COPY``, lookups by ``= ANY(array)``."""
 
-    MANY_ROWS = "INSERT"  # PostgreSQL has no ``OR FAIL``, and no statement journal to spare
+    MANY_ROWS = "INSERT"  # PostgreSQL has no ``OR FAIL``: a failing row aborts the transaction
 
     def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         return pg.known_contents(self.conn, content_ids)
