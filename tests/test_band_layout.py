@@ -120,6 +120,41 @@ def test_a_scan_reads_both_tables_and_reports_as_if_all_were_in_bands(packages, 
     assert matched == {"a0", "a1", "a2", "b0", "b1", "b2", "b3"}, matched
 
 
+def test_a_scan_of_the_newest_batch_leaves_bands_recent_unprobed_when_it_holds_only_the_pool(
+        packages, tmp_path, monkeypatch):
+    path = tmp_path / "index.sqlite"
+    index(path, packages["day1"])
+    index(path, packages["pool"])
+    assert layout(path)[1:] == (index_store.NearDedupConfig().bands * 10, len(FIRST))
+    statements: list[str] = []
+    reader = index_store.connect_reader
+
+    def traced(p: Path) -> sqlite3.Connection:
+        con = reader(p)
+        con.set_trace_callback(statements.append)
+        return con
+
+    monkeypatch.setattr(index_store, "connect_reader", traced)
+    a = scan(path, packages["pool"], tmp_path / "a")
+    probes = [s for s in statements if "json_each" in s]
+    assert probes and all("main.bands b" in s and "bands_recent" not in s for s in probes)
+    monkeypatch.setattr(index_store, "RECENT_SHARE", 0.0)  # every batch writes bands
+    whole = tmp_path / "whole.sqlite"
+    for name in ("day1", "pool"):
+        index(whole, packages[name])
+    assert a == scan(whole, packages["pool"], tmp_path / "b")
+    matched = {m["sample_id"] for line in a["relations.jsonl"].splitlines()
+               for m in orjson.loads(line)["match_sources"]}
+    assert matched == {"a0", "a1", "a2"}, matched
+
+
+@pytest.mark.parametrize(("ids", "run"), [
+    ([], (1, 0)), ([7], (7, 7)), ([1, 2, 3, 9, 10], (1, 3)), ([1, 5, 6, 7, 8, 20], (5, 8)),
+    ([-3, -2, 4], (-3, -2))])
+def test_longest_run_of_consecutive_ids(ids, run):
+    assert index_store.longest_run(np.asarray(ids, dtype=np.int64)) == run
+
+
 def _downgrade(path: Path) -> None:
     """What an index written by the tool before ``bands_recent`` looks like."""
     with sqlite3.connect(path) as con:

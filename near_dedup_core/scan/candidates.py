@@ -239,7 +239,7 @@ def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool, nodes: N
     if not len(keys):
         return np.zeros((0, 2), dtype=np.int64)
     flat_keys = keys.reshape(-1)
-    by_key = np.argsort(flat_keys, kind="stable")
+    by_key = np.argsort(flat_keys)  # any order of equal keys: the pairs come out distinct
     sorted_keys = flat_keys[by_key]
     slot_of = (by_key // keys.shape[1]).astype(np.int64)
     probes = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
