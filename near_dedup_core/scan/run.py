@@ -10,7 +10,8 @@ process loads the pool and finds candidates (the main process waits for that tas
 anything can fail for another reason, so a changed file is still reported first, and the task
 stops at a changed file); the pool's candidate pairs go to the
 workers before the history is looked up; while the workers verify, the main process prepares
-the report's other columns (`report_columns`: sample ids, content ids); and at the end it
+the report's other columns (`report_columns`: sample ids, content ids) and reads the pool's
+contents' sources outside the pool (`pool_outside_sources`); and at the end it
 writes ``relations.jsonl`` while a thread writes ``decisions.jsonl``. With one worker
 everything runs in order, inline; with Ray the side work runs in a thread of the main
 process (Ray tasks may run on machines without the packages or the index file)."""
@@ -44,6 +45,7 @@ from near_dedup_core.scan.pool import (
 from near_dedup_core.scan.records import ByteStrings
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import (
+    pool_outside_sources,
     report_columns,
     text_digests,
     write_origins,
@@ -174,8 +176,9 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
             write_origins(snap, *origins_args)
         columns = report_columns(pool, side_digests.result() if side_digests is not None
                                  else text_digests(snap, rowids))
+        pool_outside = pool_outside_sources(snap, pool, nodes)
         near, hist = job.collect()
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
-                              columns, origins)
+                              columns, origins, pool_outside)
     return ScanResult(output, counts)

@@ -74,8 +74,19 @@ def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
             for sample_id, split, file, line, src in reader.package_origins(rowid)))
 
 
+#: (content row id, split) -> that content's sources in the split outside the pool, sorted.
+OutsideSources = dict[tuple[int, str], list[dict]]
+
+
+def pool_outside_sources(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes) -> OutsideSources:
+    """`_outside_sources` of the pool's own contents: they need nothing from the verification,
+    so the scan reads them while the workers verify, not in the report's serial tail (the
+    history matches' are read there, `_relation_lines`)."""
+    return _outside_sources(snap, pool, pool.contents.rowid[nodes.content])
+
+
 def _outside_sources(snap: db.IndexSnapshot, pool: Pool,
-                     contents: np.ndarray) -> dict[tuple[int, str], list[dict]]:
+                     contents: np.ndarray) -> OutsideSources:
     """(content row id, split) -> sources outside the pool, sorted, for the ``contents``
     (row ids); nothing when the index holds no package outside the pool."""
     found: dict[tuple[int, str], list[dict]] = defaultdict(list)
@@ -345,14 +356,17 @@ def _write_decisions(path: Path, lines: _DecisionLines) -> tuple[int, str]:
 
 
 def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
-                    hist: Matches, render: _Render, tally: Tally) -> Iterator[bytes]:
+                    hist: Matches, render: _Render, tally: Tally,
+                    pool_outside: OutsideSources) -> Iterator[bytes]:
     """``relations.jsonl`` rows: per node and sample in decision order, the exact relation to
     the node's first sample, the exact history relation, near matches in the pool, then near
     history matches by content_id. ``match_sources`` lists the matched content's sources in
-    the same split outside the current pool."""
+    the same split outside the current pool (``pool_outside``: those of the pool's contents,
+    `pool_outside_sources`)."""
     rowid = pool.contents.rowid
     node_rowid = rowid[nodes.content]
-    outside = _outside_sources(snap, pool, np.concatenate([node_rowid, hist.other]))
+    outside = dict(pool_outside)
+    outside.update(_outside_sources(snap, pool, np.setdiff1d(hist.other, node_rowid)))
     sources_json: dict[tuple[int, str], bytes] = {}
 
     def sources(content: int, split: str) -> bytes:
@@ -446,10 +460,11 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
 def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
                  config: NearDedupConfig, columns: ReportColumns,
-                 origins: tuple[int, str]) -> dict:
+                 origins: tuple[int, str], pool_outside: OutsideSources) -> dict:
     """Write decisions, relations, manifest and checksums into the staging ``folder``, where
     ``origins.jsonl`` (``origins``: its lines and sha256) is already; ``columns`` come from
-    `report_columns`. Returns the manifest's ``counts``."""
+    `report_columns`, ``pool_outside`` from `pool_outside_sources`. Returns the manifest's
+    ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
@@ -459,7 +474,7 @@ def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
         written = thread.submit(_write_decisions, folder / "decisions.jsonl", lines)
         n_rel, rel_sha = write_lines(
             folder / "relations.jsonl",
-            _relation_lines(snap, pool, nodes, near, hist, render, tally))
+            _relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside))
         n_dec, digests["decisions.jsonl"] = written.result()
     digests["relations.jsonl"] = rel_sha
     counts = tally.counts()
