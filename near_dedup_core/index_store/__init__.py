@@ -1038,13 +1038,14 @@ class IndexSnapshot(IndexTexts):
             con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
             lo, hi = longest_run(np.setdiff1d(np.asarray(pool_contents, dtype=np.int64),
                                               np.asarray(mixed, dtype=np.int64)))
-            (merged,) = con.execute("SELECT value FROM meta WHERE key = ?",
-                                    (BANDS_MERGED_THROUGH,)).fetchone()
+            (value,) = con.execute("SELECT value FROM meta WHERE key = ?",
+                                   (BANDS_MERGED_THROUGH,)).fetchone()
             (newest,) = con.execute("SELECT MAX(id) FROM contents").fetchone()
+            merged, newest = int(value), newest or 0
             # bands_recent holds the rows of the contents after `merged`: none to find when
-            # they are all pool contents (the pool is the newest batch) or there are none
-            recent_is_pool = lo <= int(merged) + 1 and hi >= (newest or 0)
-            tables = ["bands"] if recent_is_pool else list(BAND_TABLES)
+            # there are none, or when they are all pool contents (the pool is the newest batch)
+            nothing_recent = newest <= merged or (lo <= merged + 1 and hi >= newest)
+            tables = ["bands"] if nothing_recent else list(BAND_TABLES)
             # CROSS JOIN keeps the probe keys outside: one B-tree search per key in key order
             # (left to the planner, SQLite scans all of bands and probes the keys instead)
             sql = " UNION ALL ".join(
