@@ -1024,10 +1024,10 @@ class IndexSnapshot(IndexTexts):
         pool's contents go into a temporary table, and the longest run of consecutive row ids
         among them (the contents the pool's own batch added, as a rule) is tested first as
         a range: the pool finds its own band rows under each of its keys, and a comparison
-        drops them where a lookup per row did. When the contents after
-        ``meta.bands_merged_through`` are all in that run (the pool is the index's newest
-        batch, and its rows are the whole of ``bands_recent``), ``bands_recent`` holds nothing
-        to find and is not probed."""
+        drops them where a lookup per row did. When no content is after
+        ``meta.bands_merged_through``, or those after it are all in that run (the pool is the
+        index's newest batch, and its rows are the whole of ``bands_recent``),
+        ``bands_recent`` holds nothing to find and is not probed."""
         con = self._con
         con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
         try:
@@ -1038,10 +1038,7 @@ class IndexSnapshot(IndexTexts):
             con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
             lo, hi = longest_run(np.setdiff1d(np.asarray(pool_contents, dtype=np.int64),
                                               np.asarray(mixed, dtype=np.int64)))
-            (value,) = con.execute("SELECT value FROM meta WHERE key = ?",
-                                   (BANDS_MERGED_THROUGH,)).fetchone()
-            (newest,) = con.execute("SELECT MAX(id) FROM contents").fetchone()
-            merged, newest = int(value), newest or 0
+            merged, newest = int(self.meta()[BANDS_MERGED_THROUGH]), self.counts().contents
             # bands_recent holds the rows of the contents after `merged`: none to find when
             # there are none, or when they are all pool contents (the pool is the newest batch)
             nothing_recent = newest <= merged or (lo <= merged + 1 and hi >= newest)
