@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import orjson
 import pytest
 from conftest import (
     REPO,
@@ -182,6 +183,43 @@ def test_band_rows_in_bands_recent_and_their_fold_match_sqlite(url, tmp_path):
     assert {table for table, *_ in rows["bands"]} == {"bands"}
     code, out, err = run_cli("--index", url, "index", "check")
     assert (code, err) == (0, "") and "OK" in out, err
+
+
+def test_the_history_join_leaves_bands_recent_out_when_it_holds_only_the_pool(
+        server, tmp_path, monkeypatch):
+    """As on SQLite: when the pool is the index's newest batch, ``bands_recent`` holds only the
+    pool's own band rows and the history join probes ``bands`` alone; a day indexed after the
+    pool puts rows there that the join must read. Reports as SQLite's either way."""
+    paras = stdlib_paragraphs()
+    day1, day2 = (make_package(tmp_path, name, {"train": [
+        {"id": f"{name}-{i}", "text": t} for i, t in enumerate(texts)]})
+        for name, texts in (("day1", paras[:160]), ("day2", paras[160:168])))
+    pool = make_package(tmp_path, "pool", {"train": [
+        {"id": f"p{i}", "text": reverse_every(t, 40)}
+        for i, t in enumerate((*paras[:3], *paras[160:164], *paras[190:193]))]})
+    joins: list[str] = []
+    probe = index_store._probe_band_tables
+
+    def traced(raw, keys, pool_contents, sql):
+        joins.append(sql)
+        return probe(raw, keys, pool_contents, sql)
+
+    monkeypatch.setattr(index_store, "_probe_band_tables", traced)
+    for days, recent in (((day1,), False), ((day1, day2), True)):
+        url, lite = server.create_database(), tmp_path / f"{len(days)}.sqlite"
+        for index in (url, lite):
+            for day in days:
+                ok(index, day)
+        for index in (url, lite):
+            ok(index, pool)
+        joins.clear()
+        reports = scan_ok(url, tmp_path / f"pg{len(days)}", pool)
+        assert joins and all(("bands_recent" in sql) == recent for sql in joins), joins
+        assert reports == scan_ok(lite, tmp_path / f"lite{len(days)}", pool)
+        matched = {m["sample_id"] for line in reports["relations.jsonl"].splitlines()
+                   for m in orjson.loads(line)["match_sources"]}
+        assert matched == {"day1-0", "day1-1", "day1-2",
+                           *(["day2-0", "day2-1", "day2-2", "day2-3"] if recent else [])}
 
 
 # --------------------------------------------------------------------------- same reports

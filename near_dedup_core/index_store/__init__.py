@@ -1038,11 +1038,7 @@ class IndexSnapshot(IndexTexts):
             con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
             lo, hi = longest_run(np.setdiff1d(np.asarray(pool_contents, dtype=np.int64),
                                               np.asarray(mixed, dtype=np.int64)))
-            merged, newest = int(self.meta()[BANDS_MERGED_THROUGH]), self.counts().contents
-            # bands_recent holds the rows of the contents after `merged`: none to find when
-            # there are none, or when they are all pool contents (the pool is the newest batch)
-            nothing_recent = newest <= merged or (lo <= merged + 1 and hi >= newest)
-            tables = ["bands"] if nothing_recent else list(BAND_TABLES)
+            tables = self._band_tables_to_probe(lo, hi)
             # CROSS JOIN keeps the probe keys outside: one B-tree search per key in key order
             # (left to the planner, SQLite scans all of bands and probes the keys instead)
             sql = " UNION ALL ".join(
@@ -1059,6 +1055,16 @@ class IndexSnapshot(IndexTexts):
             con.execute("DROP TABLE temp.scan_contents")
         found = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
         return BandHits(found[:, 0], found[:, 1])
+
+    def _band_tables_to_probe(self, lo: int, hi: int) -> list[str]:
+        """The band tables that can hold history rows when the contents ``lo``..``hi`` are
+        pool contents outside the history: ``bands_recent`` holds the rows of the contents
+        after ``meta.bands_merged_through``, so it holds none to find when there are no such
+        contents, or when they are all in that range (the pool is the index's newest
+        batch)."""
+        merged, newest = int(self.meta()[BANDS_MERGED_THROUGH]), self.counts().contents
+        nothing_recent = newest <= merged or (lo <= merged + 1 and hi >= newest)
+        return ["bands"] if nothing_recent else list(BAND_TABLES)
 
     # -- the report
     def outside_sources(self, contents_: list[int],
@@ -1132,7 +1138,8 @@ class PostgresSnapshot(IndexSnapshot):
         scan's snapshot (``pg_export_snapshot`` / ``SET TRANSACTION SNAPSHOT``), so the rows
         are those of one state of the index, and the probes, CPU or random reads on the
         server, run side by side (1.2·10^6 keys against 1.5·10^8 band rows: 3.7 s instead of
-        6.1 s on two cores)."""
+        6.1 s on two cores). ``bands_recent`` is left out on the same condition as on SQLite
+        (`_band_tables_to_probe`)."""
         raw = self._con.raw  # type: ignore[attr-defined]
         raw.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
         try:
@@ -1142,6 +1149,8 @@ class PostgresSnapshot(IndexSnapshot):
         finally:
             raw.execute("DROP TABLE scan_contents")
         outside_pool = [c for c in pool_contents if c not in mixed]
+        sql = history_join_sql(self._band_tables_to_probe(
+            *longest_run(np.unique(np.asarray(outside_pool, dtype=np.int64)))))
         parts = HISTORY_PROBE_CONNECTIONS if len(keys) >= HISTORY_PROBE_MIN_KEYS else 1
         bounds = np.linspace(0, len(keys), parts + 1).astype(int)
         slices = [keys[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
@@ -1153,7 +1162,7 @@ class PostgresSnapshot(IndexSnapshot):
                     conns.append(pg.connect_to_snapshot(self.location, snapshot))
             with ThreadPoolExecutor(parts) as threads:
                 found = list(threads.map(_probe_band_tables, conns, slices,
-                                         [outside_pool] * parts))
+                                         [outside_pool] * parts, [sql] * parts))
         finally:
             for extra in conns[1:]:
                 extra.close()
@@ -1174,9 +1183,11 @@ HISTORY_PROBE_CONNECTIONS = 2
 HISTORY_PROBE_MIN_KEYS = 100_000
 
 
-def _probe_band_tables(raw: Any, keys: list[int], pool_contents: list[int]) -> list[tuple]:
-    """`HISTORY_JOIN_SQL` on the connection ``raw`` for ``keys`` (sorted), less the band rows
-    of ``pool_contents``; the temporary tables are dropped again."""
+def _probe_band_tables(raw: Any, keys: list[int], pool_contents: list[int],
+                       sql: str) -> list[tuple]:
+    """The history join ``sql`` (`history_join_sql`) on the connection ``raw`` for ``keys``
+    (sorted), less the band rows of ``pool_contents``; the temporary tables are dropped
+    again."""
     raw.execute("CREATE TEMP TABLE scan_keys (key BIGINT PRIMARY KEY)")
     raw.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
     try:
@@ -1185,7 +1196,7 @@ def _probe_band_tables(raw: Any, keys: list[int], pool_contents: list[int]) -> l
         raw.execute("ANALYZE scan_keys")
         # the probes of an empty or just folded bands_recent stay index probes too
         raw.execute("SET LOCAL enable_seqscan = off")
-        rows = raw.execute(HISTORY_JOIN_SQL).fetchall()
+        rows = raw.execute(sql).fetchall()
         raw.execute("SET LOCAL enable_seqscan = on")
         return rows
     finally:
@@ -1200,16 +1211,22 @@ def _copy_ids(raw: Any, table: str, values: list[int]) -> None:
                 copy.write_row((v,))
 
 
-#: The scan's history lookup on PostgreSQL (`PostgresSnapshot.history_band_hits`): the band
-#: rows of the probe keys, less those of the pool's own contents, as one B-tree probe of
-#: each band table per key. ``OFFSET 0`` keeps the per-key subquery from being flattened
-#: into a plain join, for which the planner, putting ~50 rows behind a band key from its
-#: sample, reads the whole band table instead (a hash join at 1.2·10^8 band rows: 80 s
-#: against 15 s for the probes, docs/postgres.md).
-HISTORY_JOIN_SQL = ("SELECT q.key, b.content FROM scan_keys q CROSS JOIN LATERAL "
-                    "(SELECT content FROM bands WHERE bands.key = q.key UNION ALL "
-                    "SELECT content FROM bands_recent r WHERE r.key = q.key OFFSET 0) b "
-                    "WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)")
+def history_join_sql(tables: Sequence[str] = BAND_TABLES) -> str:
+    """The scan's history lookup on PostgreSQL (`PostgresSnapshot.history_band_hits`): the
+    band rows of the probe keys in ``tables`` (both band tables, or ``bands`` alone), less
+    those of the pool's own contents, as one B-tree probe of each table per key. ``OFFSET 0``
+    keeps the per-key subquery from being flattened into a plain join, for which the
+    planner, putting ~50 rows behind a band key from its sample, reads the whole band table
+    instead (a hash join at 1.2·10^8 band rows: 80 s against 15 s for the probes,
+    docs/postgres.md)."""
+    probes = " UNION ALL ".join(f"SELECT content FROM {t} WHERE {t}.key = q.key"
+                                for t in tables)
+    return (f"SELECT q.key, b.content FROM scan_keys q CROSS JOIN LATERAL ({probes} OFFSET 0) b "
+            f"WHERE NOT EXISTS (SELECT 1 FROM scan_contents c WHERE c.id = b.content)")
+
+
+#: The history join over both band tables.
+HISTORY_JOIN_SQL = history_join_sql()
 
 
 #: `read_ahead` asks for an index file only when it takes at most this share of the memory
