@@ -14,7 +14,7 @@ identical within each side only.
 
 Usage::
 
-    python -m bench.scan_ab --index I.sqlite --inputs POOL [POOL…] --a /work/main --b . \\
+    python -m bench.scan_ab --index I.sqlite|postgresql://… --inputs POOL [POOL…] --a /work/main --b . \\
         [--b-index OTHER.sqlite] [--rounds 3] [--workers 2] [--out bench/out/scan-ab]
 
 Prints one row per run and the per-version medians with the B/A ratios of wall and CPU.
@@ -32,6 +32,8 @@ from pathlib import Path
 import orjson
 
 from near_dedup_core.fsutil import sha256_file
+from near_dedup_core.index_store import postgres_url
+from near_dedup_core.index_store.postgres import label as pg_label
 
 from bench.measure import Measurement, code_version, run, wall_clock
 
@@ -40,7 +42,7 @@ CONFIG = ROOT / "config" / "near-dedup.json"
 REPORT_FILES = ("decisions.jsonl", "relations.jsonl", "origins.jsonl")
 
 
-def scan_once(code: Path, index: Path, inputs: list[Path], output: Path, workers: int,
+def scan_once(code: Path, index: str, inputs: list[Path], output: Path, workers: int,
               config: Path, log: Path) -> Measurement:
     cmd = [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", str(index),
            "--config", str(config), "scan", "--inputs", *map(str, inputs), "--output",
@@ -56,10 +58,22 @@ def scan_once(code: Path, index: Path, inputs: list[Path], output: Path, workers
             os.environ["PYTHONPATH"] = old
 
 
+def _location(index: str) -> str:
+    """A PostgreSQL URL as given, a SQLite path made absolute (each scan runs in its
+    checkout's folder)."""
+    return index if postgres_url(index) is not None else str(Path(index).resolve())
+
+
+def _label(index: str) -> str:
+    """What the json keeps of an index: a URL without its password."""
+    url = postgres_url(index)
+    return index if url is None else pg_label(url)
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.scan_ab", description=__doc__.splitlines()[0])
-    p.add_argument("--index", type=Path, required=True)
-    p.add_argument("--b-index", type=Path, help="the index version B scans (default: --index)")
+    p.add_argument("--index", required=True, help="SQLite path or postgresql:// URL")
+    p.add_argument("--b-index", help="the index version B scans (default: --index)")
     p.add_argument("--inputs", type=Path, nargs="+", required=True)
     p.add_argument("--a", type=Path, required=True, help="checkout of version A (the baseline)")
     p.add_argument("--b", type=Path, default=ROOT, help="checkout of version B (default: this one)")
@@ -70,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     versions = {"A": args.a.resolve(), "B": args.b.resolve()}
     # each scan runs in its checkout's folder: paths given relative to this one are resolved
-    indexes = {"A": args.index.resolve(), "B": (args.b_index or args.index).resolve()}
+    indexes = {"A": _location(args.index), "B": _location(args.b_index or args.index)}
     args.inputs = [x.resolve() for x in args.inputs]
     args.config = args.config.resolve()
     args.out = args.out.resolve()
@@ -104,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
                          for k in ("wall_s", "cpu_s", "cpu_share", "max_rss_process_mib",
                                    "peak_tree_rss_mib")}
     ratio = {k: summary["B"][k] / summary["A"][k] for k in ("wall_s", "cpu_s")}
-    result = {"index": {k: str(v) for k, v in indexes.items()},
+    result = {"index": {k: _label(v) for k, v in indexes.items()},
               "inputs": [str(x) for x in args.inputs],
               "versions": {k: str(v) for k, v in versions.items()},
               "code": {k: code_version(v) for k, v in versions.items()},
