@@ -5,11 +5,15 @@ For a pool package P (100k or 1M records from ``bench.build_corpus scale``):
 1. **pool** — for each ``--workers`` value: index P into a fresh index, scan P; wall, CPU, CPU
    share and peak memory of each command; the report's jsonl files must be byte-identical
    whatever the number of workers.
-2. **day N+1** (``--day``) — append a next-day package (5 % new content) to a copy of P's
-   index, and to an empty index: the cost should follow the new content, not the index size.
+2. **day N+1** (``--day``) — append a next-day package (5 % new content) to a fresh copy of
+   P's index, and to an empty index, in turns for ``--pair-rounds`` rounds: the cost should
+   follow the new content, not the index size.
 3. **history** (``--history-pool``, a pool a tenth of P's size) — scan it against an index that
    holds only itself, and against a copy of P's index it was appended to (history 10× its
-   size).
+   size), in turns for ``--pair-rounds`` rounds; the decisions must be the same every round.
+
+A pair's ratio is that of its two medians: the box is shared, and one run of each side
+measures the minute as much as the code.
 4. **cumulative** (``--cumulative``) — append the seed's cumulative snapshot (the pool again
    under new sample ids, 5 % of its records replaced by new content) to a copy of P's index:
    only the new texts should cost anything.
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import time
 from dataclasses import asdict
@@ -101,6 +106,16 @@ class Runner:
         (self.out / "e2e.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2))
 
 
+def median_wall(runs: list[Measurement]) -> float:
+    return statistics.median(m.wall_s for m in runs)
+
+
+def remove_index(index: Path) -> None:
+    """An index file and its -wal and -shm, where present."""
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{index}{suffix}").unlink(missing_ok=True)
+
+
 def _inputs(args: list[str]) -> list[Path]:
     """The packages after ``--inputs`` in a command's arguments."""
     if "--inputs" not in args:
@@ -119,6 +134,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--history-pool", type=Path)
     p.add_argument("--cumulative", type=Path)
     p.add_argument("--workers", type=int, nargs="+", default=[2, 1])
+    p.add_argument("--pair-rounds", type=int, default=3,
+                   help="rounds of the day and history pairs (each round runs both sides, "
+                        "in turns; the ratios are of the medians)")
     p.add_argument("--config", type=Path, default=CONFIG)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
@@ -168,28 +186,36 @@ def main(argv: list[str] | None = None) -> None:
     w = args.workers[0]
     r.save(result)
 
-    # 2. Day N+1: append to the pool's index vs to an empty index.
+    # 2. Day N+1: append to the pool's index vs to an empty index, alternating.
     if args.day:
         day_records, day_bytes = text_bytes(args.day)
         d = args.out / "day"
         d.mkdir()
-        grown = d / "index-grown.sqlite"
-        copy_index(main_index, grown)
-        mg = r.cli("day-append-to-pool-index", grown, ["index", "--inputs", str(args.day),
-                                                       "--workers", str(w)])
-        me = r.cli("day-append-to-empty-index", d / "index-empty.sqlite",
-                   ["index", "--inputs", str(args.day), "--workers", str(w)])
+        grown, empty = d / "index-grown.sqlite", d / "index-empty.sqlite"
+        day_args = ["index", "--inputs", str(args.day), "--workers", str(w)]
+        runs: dict[str, list[Measurement]] = {"pool": [], "empty": []}
+        for k in range(args.pair_rounds):
+            for side in ("pool", "empty") if k % 2 == 0 else ("empty", "pool"):
+                if side == "pool":
+                    copy_index(main_index, grown)
+                    runs[side].append(r.cli(f"day-append-to-pool-index-{k}", grown, day_args))
+                else:
+                    remove_index(empty)
+                    runs[side].append(r.cli(f"day-append-to-empty-index-{k}", empty, day_args))
+        mg, me = median_wall(runs["pool"]), median_wall(runs["empty"])
         result["day"] = {"records": day_records, "text_bytes": day_bytes,
-                         "append_to_pool_index_wall_s": mg.wall_s,
-                         "append_to_empty_index_wall_s": me.wall_s,
-                         "ratio": mg.wall_s / me.wall_s,
+                         "append_to_pool_index_wall_s": mg,
+                         "append_to_empty_index_wall_s": me,
+                         "append_to_pool_index_runs_s": [m.wall_s for m in runs["pool"]],
+                         "append_to_empty_index_runs_s": [m.wall_s for m in runs["empty"]],
+                         "ratio": mg / me,
                          "pool_index_wall_s_per_record": result[f"w{w}"]["index_wall_s"] / records,
-                         "day_wall_s_per_record": mg.wall_s / day_records,
+                         "day_wall_s_per_record": mg / day_records,
                          "index_growth_bytes": index_bytes(grown) - index_bytes(main_index)}
-        grown.unlink()
+        remove_index(grown)
         r.save(result)
 
-    # 3. History 10× the pool vs empty history.
+    # 3. History 10× the pool vs empty history: the two scans alternate.
     if args.history_pool:
         h_records, h_bytes = text_bytes(args.history_pool)
         d = args.out / "history"
@@ -197,23 +223,34 @@ def main(argv: list[str] | None = None) -> None:
         alone = d / "index-alone.sqlite"
         r.cli("hist-index-alone", alone, ["index", "--inputs", str(args.history_pool),
                                           "--workers", str(w)])
-        m0 = r.cli("hist-scan-empty-history", alone, ["scan", "--inputs", str(args.history_pool),
-                                                      "--output", str(d / "report-alone"),
-                                                      "--workers", str(w)])
         big = d / "index-with-history.sqlite"
         copy_index(main_index, big)
         r.cli("hist-index-onto-pool-index", big, ["index", "--inputs", str(args.history_pool),
                                                   "--workers", str(w)])
-        m1 = r.cli("hist-scan-with-history", big, ["scan", "--inputs", str(args.history_pool),
-                                                   "--output", str(d / "report-history"),
-                                                   "--workers", str(w)])
+        scans: dict[str, list[Measurement]] = {"alone": [], "history": []}
+        reports: dict[str, set[str]] = {"alone": set(), "history": set()}
+        for k in range(args.pair_rounds):
+            for side in ("alone", "history") if k % 2 == 0 else ("history", "alone"):
+                report = d / f"report-{side}"
+                if report.exists():
+                    shutil.rmtree(report)
+                step = "hist-scan-empty-history" if side == "alone" else "hist-scan-with-history"
+                scans[side].append(r.cli(f"{step}-{k}", alone if side == "alone" else big,
+                                         ["scan", "--inputs", str(args.history_pool), "--output",
+                                          str(report), "--workers", str(w)]))
+                reports[side].add(sha256_file(report / "decisions.jsonl"))
+        if any(len(v) != 1 for v in reports.values()):
+            raise SystemExit("e2e: a history scan's decisions differ between rounds")
+        m0, m1 = median_wall(scans["alone"]), median_wall(scans["history"])
         man1 = orjson.loads((d / "report-history" / "manifest.json").read_bytes())
         result["history"] = {"pool_records": h_records, "history_records": records,
-                             "scan_empty_history_wall_s": m0.wall_s,
-                             "scan_with_history_wall_s": m1.wall_s,
-                             "ratio": m1.wall_s / m0.wall_s,
+                             "scan_empty_history_wall_s": m0,
+                             "scan_with_history_wall_s": m1,
+                             "scan_empty_history_runs_s": [m.wall_s for m in scans["alone"]],
+                             "scan_with_history_runs_s": [m.wall_s for m in scans["history"]],
+                             "ratio": m1 / m0,
                              "counts_with_history": man1.get("counts")}
-        big.unlink()
+        remove_index(big)
         r.save(result)
 
     # 4. The cumulative snapshot onto the pool's index.
