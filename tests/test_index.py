@@ -420,6 +420,35 @@ def test_each_later_dictionary_group_uses_a_dictionary_trained_ahead(tmp_path, m
     assert found[0] == found[1]
 
 
+def test_a_batch_too_small_to_train_a_dictionary_compresses_with_the_newest(tmp_path):
+    """A cumulative snapshot (the first batch's records again under new ids, and 20 new
+    texts, too few to train on) compresses its new texts with the dictionary the first
+    batch trained, whatever the number of workers; they read back, and the index passes its
+    check."""
+    first = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(300)]
+    new = [f"Note {i}. {P[(i * 11 + 3) % len(P)]} {P[(i * 5 + 2) % len(P)]}" for i in range(20)]
+    a = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", first)})
+    b = make_package(tmp_path / "pkgs", "cpt-b", {"train": docs("b", first + new)})
+    found = []
+    for workers in (1, 2):
+        index = tmp_path / f"workers-{workers}.sqlite"
+        index_ok(index, a, workers=workers)
+        assert "20 new contents" in index_ok(index, b, workers=workers)
+        con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+        try:
+            assert con.execute("SELECT id, batch FROM dictionaries").fetchall() == [(1, 1)]
+            assert con.execute("SELECT batch, dictionary, count(*) FROM contents GROUP BY 1, 2"
+                               ).fetchall() == [(1, 1, 300), (2, 1, 20)]
+        finally:
+            con.close()
+        rows = contents_by_id(index)
+        assert sorted(r[4] for r in rows.values() if r[0] == 2) == sorted(map(normalize, new))
+        found.append(rows)
+        code, _, err = run_cli("--index", index, "index", "check")
+        assert code == 0, err
+    assert found[0] == found[1]
+
+
 def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
     """With two workers (six blocks in flight, a seventh sent before the oldest is read),
     the six blocks sent while the first one trains the batch's dictionary go out before its

@@ -222,6 +222,33 @@ def test_the_history_join_leaves_bands_recent_out_when_it_holds_only_the_pool(
                            *(["day2-0", "day2-1", "day2-2", "day2-3"] if recent else [])}
 
 
+def test_a_batch_too_small_to_train_a_dictionary_uses_the_newest_as_on_sqlite(url, tmp_path):
+    """A cumulative snapshot's 20 new texts, too few to train on, are compressed with the
+    first batch's dictionary on both backends: the same rows and the same compressed bytes."""
+    paras = stdlib_paragraphs()
+    first = [f"Record {i}. {paras[i % len(paras)]} {paras[(i * 7 + 1) % len(paras)]}"
+             for i in range(300)]
+    new = [f"Note {i}. {paras[(i * 11 + 3) % len(paras)]}" for i in range(20)]
+    a = make_package(tmp_path, "cpt-a", {"train": [{"id": f"a{i}", "text": t}
+                                                   for i, t in enumerate(first)]})
+    b = make_package(tmp_path, "cpt-b", {"train": [{"id": f"b{i}", "text": t}
+                                                   for i, t in enumerate(first + new)]})
+    lite = tmp_path / "dict.sqlite"
+    for index in (url, lite):
+        ok(index, a)
+        ok(index, b)
+    assert index_rows(url) == index_rows(lite)
+    by_batch = ("SELECT c.batch, d.batch, count(*) FROM contents c LEFT JOIN dictionaries d "
+                "ON d.id = c.dictionary GROUP BY 1, 2 ORDER BY 1, 2")
+    blobs = "SELECT text_z FROM contents WHERE batch = 2 ORDER BY id"
+    found = []
+    for index in (url, lite):
+        with _engine(index).connect() as conn:
+            assert [tuple(r) for r in conn.execute(text(by_batch))] == [(1, 1, 300), (2, 1, 20)]
+            found.append([bytes(z) for (z,) in conn.execute(text(blobs))])
+    assert found[0] == found[1]
+
+
 # --------------------------------------------------------------------------- same reports
 
 

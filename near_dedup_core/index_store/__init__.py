@@ -12,7 +12,8 @@ Tables
   the original packages). Texts under ``min_chars`` carry no signature: they match exactly only.
 - ``dictionaries``: zstd dictionaries trained on a batch's new texts (a fresh one every 100,000
   new contents, following the batch as it drifts): templated text repeats across documents,
-  and on 20,000 real documents a dictionary cut the compressed texts by about a third.
+  and on 20,000 real documents a dictionary cut the compressed texts by about a third. A
+  batch with too few new texts to train one compresses them with the index's newest.
 - ``bands`` and ``bands_recent``: (LSH band key, content) pairs, the primary key doubling as
   the lookup index; a lookup reads both. ``bands`` holds the band rows of contents up to row
   id ``meta.bands_merged_through``, ``bands_recent`` those of later contents: see
@@ -1664,6 +1665,12 @@ class BatchTransaction:
 
     def add_dictionary(self, batch: int, data: bytes) -> int:
         return self._insert_id(insert(dictionaries).values(batch=batch, data=data))
+
+    def newest_dictionary(self) -> tuple[int, bytes] | None:
+        """(id, data) of the text dictionary that earlier batches stored last, if any."""
+        row = self.conn.execute(select(dictionaries.c.id, dictionaries.c.data)
+                                .order_by(dictionaries.c.id.desc()).limit(1)).first()
+        return None if row is None else (row[0], bytes(row[1]))
 
     def add_contents(self, rows: list[tuple]) -> None:
         """``contents`` rows: (rowid, content_id, scope, batch, norm_chars, shingles,

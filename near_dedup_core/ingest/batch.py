@@ -22,8 +22,11 @@ dictionary. Every later group's is trained ahead, on the block ``DICT_LEAD`` blo
 the group starts (compressed itself with the dictionary of its own group), so that it is
 ready before it is needed while the workers stay busy; it is stored when its group starts,
 and not at all when the batch ends first. A block too small to train on leaves its group the
-previous dictionary. Which block trains which dictionary, and which dictionary compresses
-which block, depends on the block count alone, never on the workers.
+previous dictionary; the first group's previous one is the index's newest, stored by an
+earlier batch (a cumulative snapshot, whose blocks hold a few dozen new texts each, never
+trains one: with the newest dictionary its new texts take about a quarter less room than
+without one). Which block trains which dictionary, and which dictionary compresses which
+block, depends on the block count and the index alone, never on the workers.
 """
 
 from __future__ import annotations
@@ -114,7 +117,10 @@ class BatchWriter:
         self.bands: db.BandWrite | None = None
         self.new_contents = 0
         self.new_sources = 0
-        self.dictionary: tuple[int | None, bytes | None] = (None, None)
+        # until the batch trains its own: the index's newest (a cumulative snapshot's blocks
+        # hold too few new texts to train on)
+        newest = store.newest_dictionary()
+        self.dictionary: tuple[int | None, bytes | None] = newest if newest else (None, None)
         self.first_dictionary: tuple[int | None, bytes | None] = (None, None)  # first group's
         self.content_blocks = 0  # blocks with new content submitted so far
         self.awaiting_dictionary = False  # the first block, training its own, is in flight
