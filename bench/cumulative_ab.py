@@ -7,7 +7,7 @@ sample ids, 5 % new content) with version A or B (the order flips every round), 
 CLI with ``--workers``, under ``/usr/bin/time -v`` with the process tree sampled
 (`bench.measure`), its inputs read once right before it. The appended index must hold the
 same rows for both versions (counts and sums of every table's ids, lines and positions; the
-run stops otherwise).
+run stops otherwise); how much the index file grew is printed with each run.
 
 Usage::
 
@@ -77,10 +77,12 @@ def main(argv: list[str] | None = None) -> None:
             elif sums != expected:
                 raise SystemExit(f"cumulative_ab: version {name} wrote other rows: {sums} "
                                  f"against {expected}")
+            grown = work.stat().st_size - base.stat().st_size
             rows.append({"round": r, "version": name, "code": code_version(versions[name]),
-                         **m.as_dict()})
+                         "index_growth_bytes": grown, **m.as_dict()})
             print(f"[{wall_clock()}] round {r} {name}: wall {m.wall_s:.1f} s, CPU "
-                  f"{m.cpu_s:.1f} s ({m.cpu_share:.2f} cores), {m.box.note()}", flush=True)
+                  f"{m.cpu_s:.1f} s ({m.cpu_share:.2f} cores), index +{grown / 1e6:,.1f} MB, "
+                  f"{m.box.note()}", flush=True)
     for suffix in ("", "-wal", "-shm"):
         Path(f"{work}{suffix}").unlink(missing_ok=True)
     (args.out / "cumulative_ab.json").write_bytes(orjson.dumps(
