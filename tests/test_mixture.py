@@ -399,6 +399,35 @@ def test_build_and_verify(pool, capsys):
     assert code == 0 and "no excluded sample selected" in stdout
 
 
+def test_plan_and_build_collect_rarely_and_the_thresholds_come_back(pool, capsys,
+                                                                     monkeypatch):
+    """A 1M pool's plan holds millions of keys and sets that no collection frees: the plan and
+    the build run with the bulk threshold of `near_dedup_core.collector` (on a 1M pool,
+    130 full collections took 21.5 s of a 106 s build before, docs/benchmarks.md), and the
+    caller's thresholds are back after either."""
+    import gc
+
+    from near_dedup_core import collector
+    from near_dedup_core.mixture import build, plan
+
+    seen: list[tuple] = []
+    for module, name in ((plan, "_scan_pool"), (build, "_write_data")):
+        def spy(*args, _inner=getattr(module, name), **kwargs):
+            seen.append((_inner.__name__, gc.get_threshold()[0]))
+            return _inner(*args, **kwargs)
+        monkeypatch.setattr(module, name, spy)
+    before = gc.get_threshold()
+    code, _, err = _run(capsys, "mixture", "plan", _config(pool))
+    assert code == 0, err
+    assert gc.get_threshold() == before
+    code, _, err = _run(capsys, "mixture", "build", _config(pool), "--output",
+                        pool["root"] / "mix-gc")
+    assert code == 0, err
+    assert gc.get_threshold() == before
+    young = collector.YOUNG_THRESHOLD
+    assert seen == [("_scan_pool", young), ("_scan_pool", young), ("_write_data", young)]
+
+
 def test_ref_keeps_its_own_domain_and_source(pool):
     cfg = mixture.load_mixture_config(_config(
         pool, "refs", strategy={"type": "fixed", "weights": {"web": 1}}, target_records=10))

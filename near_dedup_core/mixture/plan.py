@@ -8,6 +8,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from near_dedup_core.collector import rare_collections
 from near_dedup_core.compare import compared_text
 from near_dedup_core.contamination import ContaminationView, read_contamination
 from near_dedup_core.errors import NearDedupError, where
@@ -244,6 +245,7 @@ def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
     return scan
 
 
+@rare_collections()  # a 1M pool's keys and sets: see near_dedup_core.collector
 def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     """Read the inputs (and the report), compute the per-domain plan and the selection.
 
