@@ -116,6 +116,7 @@ import numba
 import numpy as np
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
+from near_dedup_core.collector import rare_collections
 from near_dedup_core.compare import compared_text
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
@@ -1055,6 +1056,7 @@ class ContaminationResult:
                 f"{c['training_samples']:,} training samples; {c['pairs']:,} pairs")
 
 
+@rare_collections()  # the pool's hits and pairs: see near_dedup_core.collector
 def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Path],
                          pool_paths: Sequence[str | Path], output_dir: str | Path, *,
                          workers: int = 1, progress: bool = False,

@@ -236,6 +236,31 @@ def test_report_verifies_and_is_deterministic_across_workers(planted, monkeypatc
     assert tree_bytes(again) == tree_bytes(planted["report"])
 
 
+def test_the_report_is_built_with_rare_collections_and_the_thresholds_come_back(
+        planted, monkeypatch):
+    """The pool's hits and pairs are bulk work: the main process probes with the collector
+    threshold of `near_dedup_core.collector`, and the caller's thresholds are back after."""
+    import gc
+
+    from near_dedup_core import collector
+
+    seen = []
+    probe = contamination._probe_pool
+
+    def spy(*args, **kwargs):
+        seen.append(gc.get_threshold()[0])
+        return probe(*args, **kwargs)
+
+    monkeypatch.setattr(contamination, "_probe_pool", spy)
+    before = gc.get_threshold()
+    code, _, err = run_cli("--quiet", "contamination", "--evals", *planted["evals"],
+                           "--inputs", planted["pool"], "--output", planted["tmp"] / "gc",
+                           "--workers", 1)
+    assert code == 0, err
+    assert seen == [collector.YOUNG_THRESHOLD] and gc.get_threshold() == before
+    assert tree_bytes(planted["tmp"] / "gc") == tree_bytes(planted["report"])
+
+
 def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
     """With --index the pool's normalized texts come from the index: the same bytes, with 1
     or 2 workers and contents split over several jobs; inputs not indexed, or changed since,
