@@ -9,9 +9,10 @@ triggers dozens of full walks over everything alive, and none of it is garbage: 
 product's records hold no reference cycles. On the 1M pool that was 5.6 s of the scan's 21 s
 of main-process CPU (31 full collections that freed 41 objects).
 
-`rare_collections` raises the young threshold to `YOUNG_THRESHOLD` for a bulk command: young
-collections come after 100,000 net allocations instead of 700, and full ones (ten middle ones
-later, with the quarter rule unchanged) after about ten million. Garbage in cycles (a caught
+`rare_collections` raises the young threshold to `YOUNG_THRESHOLD` for a bulk command (`index`,
+`scan`, `contamination`, and a mixture's plan and build): young collections come after
+100,000 net allocations instead of 700, and full ones (ten middle ones later, with the
+quarter rule unchanged) after about ten million. Garbage in cycles (a caught
 exception's traceback, say) is still collected, a little later. Worker processes of the pool
 run with the same threshold for their whole life (`near_dedup_core.workers`).
 """
