@@ -420,20 +420,25 @@ def test_each_later_dictionary_group_uses_a_dictionary_trained_ahead(tmp_path, m
     assert found[0] == found[1]
 
 
-def test_a_batch_too_small_to_train_a_dictionary_compresses_with_the_newest(tmp_path):
+def test_a_batch_too_small_to_train_a_dictionary_compresses_with_the_newest(tmp_path,
+                                                                           monkeypatch):
     """A cumulative snapshot (the first batch's records again under new ids, and 20 new
     texts, too few to train on) compresses its new texts with the dictionary the first
-    batch trained, whatever the number of workers; they read back, and the index passes its
-    check."""
+    batch trained, whatever the number of workers (in blocks of 40 lines, so that with two
+    workers the blocks sent while the first one is under way come back uncompressed and
+    are compressed by the main process); they read back, and the index passes its check."""
     first = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(300)]
     new = [f"Note {i}. {P[(i * 11 + 3) % len(P)]} {P[(i * 5 + 2) % len(P)]}" for i in range(20)]
     a = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", first)})
-    b = make_package(tmp_path / "pkgs", "cpt-b", {"train": docs("b", first + new)})
+    b = make_package(tmp_path / "pkgs", "cpt-b", {"train": docs("b", [
+        t for k in range(20) for t in (*first[15 * k:15 * k + 15], new[k])])})
     found = []
     for workers in (1, 2):
         index = tmp_path / f"workers-{workers}.sqlite"
-        index_ok(index, a, workers=workers)
-        assert "20 new contents" in index_ok(index, b, workers=workers)
+        index_ok(index, a, workers=workers)  # one block: it trains the dictionary
+        with monkeypatch.context() as m:
+            m.setattr(ingest.batch, "BLOCK_LINES", 40)
+            assert "20 new contents" in index_ok(index, b, workers=workers)
         con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
         try:
             assert con.execute("SELECT id, batch FROM dictionaries").fetchall() == [(1, 1)]
