@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from near_dedup_core import __version__
+from near_dedup_core.collector import use_bulk_threshold
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.workers import EXECUTORS, POOL_RECORDS, start_forkserver
 
@@ -427,6 +428,12 @@ def _fail(message: str, code: int = 1) -> int:
 def console_main() -> None:
     """The process entry point (``near-dedup``, ``python -m near_dedup_core``): `main`, exit.
 
+    The process collects garbage rarely from its start (`collector.use_bulk_threshold`): a
+    command imports numba, SQLAlchemy and pydantic, about 135,000 objects that live as long as
+    the process, and with CPython's default threshold their imports alone set off a full
+    collection or two (about 0.1 s of the 0.7–0.9 s they take). The bulk stages raise the
+    same threshold anyway (`collector.rare_collections`).
+
     Before the exit every object still alive is frozen (``gc.freeze``), so the interpreter's
     final garbage collections skip them. After `index` or `scan` those are the objects of
     numba and its LLVM bindings, SQLAlchemy and pydantic, and walking them took about 0.25 s
@@ -435,6 +442,7 @@ def console_main() -> None:
     the process, which releases it anyway (every output is complete and closed, every
     transaction finished, before `main` returns). Callers in a process that goes on (tests,
     the Dagster assets) call `main`, which freezes nothing."""
+    use_bulk_threshold()
     code = main()
     gc.freeze()
     raise SystemExit(code)

@@ -156,6 +156,32 @@ def test_bulk_work_and_workers_collect_rarely_and_the_thresholds_come_back(tmp_p
     assert done.stdout.split() == [str(x) for x in (young, 10, 10, young, 10, 10, 700, 10, 10)]
 
 
+def test_the_cli_process_imports_and_runs_with_the_bulk_threshold(tmp_path):
+    """`console_main` raises the young threshold before the command imports anything heavy
+    (numba's objects would otherwise set off full collections during the imports); `main`,
+    called in a process that goes on, leaves the caller's thresholds alone."""
+    done = _python("""
+        import gc, sys
+        from near_dedup_core import cli
+        gc.set_threshold(700, 10, 10)
+        def command(argv=None):
+            print(*gc.get_threshold())
+            return 0
+        main, cli.main = cli.main, command
+        try:
+            cli.console_main()
+        except SystemExit as exit:
+            print("exit", exit.code)
+        gc.set_threshold(700, 10, 10)
+        code = main(["report", "verify", "no-such-report"])
+        print("main", code, *gc.get_threshold())
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    young = collector.YOUNG_THRESHOLD
+    assert done.stdout.split() == [str(young), "10", "10", "exit", "0",
+                                   "main", "1", "700", "10", "10"]
+
+
 def _pipe_max_size() -> int:
     try:
         with open("/proc/sys/fs/pipe-max-size") as fh:
