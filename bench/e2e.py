@@ -12,12 +12,13 @@ For a pool package P (100k or 1M records from ``bench.build_corpus scale``):
    holds only itself, and against a copy of P's index it was appended to (history 10× its
    size), in turns for ``--pair-rounds`` rounds; the decisions must be the same every round.
 
-A pair's ratio is that of its two medians: the box is shared, and one run of each side
-measures the minute as much as the code.
 4. **cumulative** (``--cumulative``) — append the seed's cumulative snapshot (the pool again
    under new sample ids, 5 % of its records replaced by new content) to a copy of P's index:
    only the new texts should cost anything.
 5. **size** — index bytes on disk per input text byte (UTF-8 bytes of the records' ``text``).
+
+A pair's ratio (2, 3) is that of its two medians: the box is shared, and one run of each side
+measures the minute as much as the code.
 
 Commands run one at a time: the box has two cores and each command is meant to use both.
 Each reads its packages and its index once right before it (`bench.measure.read_through`):

@@ -1037,9 +1037,7 @@ class IndexSnapshot(IndexTexts):
                 "SELECT DISTINCT s.content, s.split FROM temp.scan_contents t "
                 "JOIN main.sources s ON s.content = t.id") if (c, split) not in pool_nodes})
             con.executemany("DELETE FROM temp.scan_contents WHERE id = ?", ((c,) for c in mixed))
-            lo, hi = longest_run(np.setdiff1d(np.asarray(pool_contents, dtype=np.int64),
-                                              np.asarray(mixed, dtype=np.int64)))
-            tables = self._band_tables_to_probe(lo, hi)
+            tables, lo, hi = self._band_tables_to_probe(pool_contents, mixed)
             # CROSS JOIN keeps the probe keys outside: one B-tree search per key in key order
             # (left to the planner, SQLite scans all of bands and probes the keys instead)
             sql = " UNION ALL ".join(
@@ -1057,15 +1055,18 @@ class IndexSnapshot(IndexTexts):
         found = np.asarray(rows, dtype=np.int64).reshape(-1, 2)
         return BandHits(found[:, 0], found[:, 1])
 
-    def _band_tables_to_probe(self, lo: int, hi: int) -> list[str]:
-        """The band tables that can hold history rows when the contents ``lo``..``hi`` are
-        pool contents outside the history: ``bands_recent`` holds the rows of the contents
-        after ``meta.bands_merged_through``, so it holds none to find when there are no such
-        contents, or when they are all in that range (the pool is the index's newest
-        batch)."""
+    def _band_tables_to_probe(self, pool_contents: Sequence[int],
+                              mixed: Iterable[int]) -> tuple[list[str], int, int]:
+        """The band tables that can hold history rows, and ``lo``..``hi``, the longest run of
+        consecutive row ids among the pool's contents outside the history (``pool_contents``
+        less ``mixed``): ``bands_recent`` holds the rows of the contents after
+        ``meta.bands_merged_through``, so it holds none to find when there are no such
+        contents, or when they are all in that run (the pool is the index's newest batch)."""
+        lo, hi = longest_run(np.setdiff1d(np.asarray(pool_contents, dtype=np.int64),
+                                          np.fromiter(mixed, dtype=np.int64)))
         merged, newest = int(self.meta()[BANDS_MERGED_THROUGH]), self.counts().contents
         nothing_recent = newest <= merged or (lo <= merged + 1 and hi >= newest)
-        return ["bands"] if nothing_recent else list(BAND_TABLES)
+        return ["bands"] if nothing_recent else list(BAND_TABLES), lo, hi
 
     # -- the report
     def outside_sources(self, contents_: list[int],
@@ -1150,8 +1151,7 @@ class PostgresSnapshot(IndexSnapshot):
         finally:
             raw.execute("DROP TABLE scan_contents")
         outside_pool = [c for c in pool_contents if c not in mixed]
-        sql = history_join_sql(self._band_tables_to_probe(
-            *longest_run(np.unique(np.asarray(outside_pool, dtype=np.int64)))))
+        sql = history_join_sql(self._band_tables_to_probe(pool_contents, mixed)[0])
         parts = HISTORY_PROBE_CONNECTIONS if len(keys) >= HISTORY_PROBE_MIN_KEYS else 1
         bounds = np.linspace(0, len(keys), parts + 1).astype(int)
         slices = [keys[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
