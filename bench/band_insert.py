@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from near_dedup_core import index_store as db
+from near_dedup_core.index_store import store as db
 
 
 def band_rows(index: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -132,7 +132,8 @@ class ReleaseSettings(dg.ConfigurableResource):
     @property
     def index_label(self) -> str:
         """The index for messages and release records: a PostgreSQL URL without password."""
-        from near_dedup_core.index_store.postgres import is_url, label
+        from near_dedup_core.index_store.postgres import label
+        from near_dedup_core.index_store.texts import is_url
 
         value = str(self.index_path)
         return label(value) if is_url(value) else value

@@ -245,8 +245,10 @@ _KERNEL_COMMANDS = ("index", "scan", "contamination")
 
 
 #: What the forkserver of a command's worker pool imports when `_start_pool_early` starts
-#: it: the command's stage modules, then the kernels and tables (`near_dedup_core._pool_warm`).
-_POOL_MODULES = {"index": ("near_dedup_core.ingest", "near_dedup_core._pool_warm"),
+#: it: the modules its workers run, then the kernels and tables (`near_dedup_core._pool_warm`).
+#: An `index` worker runs `near_dedup_core.ingest.work`, which imports neither SQLAlchemy nor
+#: pydantic: the server is ready about 0.5 s of CPU sooner than with the whole package.
+_POOL_MODULES = {"index": ("near_dedup_core.ingest.work", "near_dedup_core._pool_warm"),
                  "scan": ("near_dedup_core.scan", "near_dedup_core._pool_warm")}
 
 
@@ -260,6 +262,7 @@ def _start_pool_early(args: argparse.Namespace) -> None:
     if (args.command not in _POOL_MODULES or getattr(args, "action", None) == "check"
             or args.workers < 2 or args.executor != "local" or not args.inputs):
         return
+    from near_dedup_core.index_store.texts import is_url
     from near_dedup_core.package import load_package
 
     try:
@@ -267,7 +270,10 @@ def _start_pool_early(args: argparse.Namespace) -> None:
     except (NearDedupError, OSError, ValueError):
         return
     if records > POOL_RECORDS:
-        start_forkserver(_POOL_MODULES[args.command])
+        modules: tuple[str, ...] = _POOL_MODULES[args.command]
+        if args.index is not None and is_url(str(args.index)):  # the workers' own connections
+            modules = ("near_dedup_core.index_store.postgres", *modules)
+        start_forkserver(modules)
 
 
 def run(args: argparse.Namespace) -> None:

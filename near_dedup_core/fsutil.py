@@ -15,15 +15,17 @@ import re
 import shutil
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import orjson
-from pydantic import BaseModel, ValidationError
 
 from near_dedup_core.errors import NearDedupError
 
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
 CHECKSUMS = "checksums.sha256"
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound="BaseModel")
 _CHUNK = 1 << 20
 
 
@@ -93,6 +95,8 @@ def read_json_object(path: Path, label: str) -> dict:
 
 def validate_model(model: type[M], raw: object, label: str) -> M:
     """``model.model_validate(raw)`` with the first problem as one line naming ``label``."""
+    from pydantic import ValidationError  # the model's module has imported pydantic
+
     try:
         return model.model_validate(raw)
     except ValidationError as exc:

@@ -106,7 +106,7 @@ def test_a_scan_reads_both_tables_and_reports_as_if_all_were_in_bands(packages, 
     index(split, packages["day2"])
     index(split, packages["pool"])
     assert layout(split)[1] > 0  # day2 and the pool in bands_recent
-    monkeypatch.setattr(index_store, "RECENT_SHARE", 0.0)  # every batch writes bands
+    monkeypatch.setattr(index_store.store, "RECENT_SHARE", 0.0)  # every batch writes bands
     whole = tmp_path / "whole.sqlite"
     for name in ("day1", "day2", "pool"):
         index(whole, packages[name])
@@ -134,11 +134,11 @@ def test_a_scan_of_the_newest_batch_leaves_bands_recent_unprobed_when_it_holds_o
         con.set_trace_callback(statements.append)
         return con
 
-    monkeypatch.setattr(index_store, "connect_reader", traced)
+    monkeypatch.setattr(index_store.store, "connect_reader", traced)
     a = scan(path, packages["pool"], tmp_path / "a")
     probes = [s for s in statements if "json_each" in s]
     assert probes and all("main.bands b" in s and "bands_recent" not in s for s in probes)
-    monkeypatch.setattr(index_store, "RECENT_SHARE", 0.0)  # every batch writes bands
+    monkeypatch.setattr(index_store.store, "RECENT_SHARE", 0.0)  # every batch writes bands
     whole = tmp_path / "whole.sqlite"
     for name in ("day1", "pool"):
         index(whole, packages[name])
@@ -272,7 +272,7 @@ def test_add_sources_writes_every_row_once_in_order_across_statements(rows, tmp_
                                                                      monkeypatch):
     """Source rows go in ``SOURCE_ROWS_PER_INSERT`` to a statement, then the rest one by one:
     every row lands once, with its id in the rows' order, whatever the count's remainder."""
-    monkeypatch.setattr(index_store, "SOURCE_ROWS_PER_INSERT", 7)
+    monkeypatch.setattr(index_store.store, "SOURCE_ROWS_PER_INSERT", 7)
     given = [(None, 100 + k, 1, f"s{k}", "train", "data/a.jsonl", k + 1, k, bytes([k]) * 32,
               None if k % 3 else "web", None if k % 2 else '{"url":"u"}') for k in range(rows)]
     path = tmp_path / "sources.sqlite"
@@ -296,8 +296,8 @@ def test_add_bands_writes_every_row_once_across_statements_and_calls(rows, tmp_p
     """Band rows go in by statements of ``BAND_ROWS_PER_INSERT`` rows, several statements
     per call of the driver, then the rest one by one: every row lands once, whatever the
     count's remainder against either size."""
-    monkeypatch.setattr(index_store, "BAND_ROWS_PER_INSERT", 7)
-    monkeypatch.setattr(index_store, "BAND_ROWS_PER_CALL", 50)
+    monkeypatch.setattr(index_store.store, "BAND_ROWS_PER_INSERT", 7)
+    monkeypatch.setattr(index_store.store, "BAND_ROWS_PER_CALL", 50)
     rng = np.random.default_rng(5)
     keys = np.sort(rng.integers(-2**63, 2**63 - 1, size=rows, dtype=np.int64))
     contents = rng.integers(1, 10**6, size=rows, dtype=np.int64)

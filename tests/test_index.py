@@ -492,7 +492,7 @@ def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
     def recording_pool(executor, workers, initializer=None, initargs=()):
         yield Recording()
 
-    monkeypatch.setattr(ingest, "work_pool", recording_pool)
+    monkeypatch.setattr(ingest.run, "work_pool", recording_pool)
     monkeypatch.setattr(ingest.batch, "shared_blocks", lambda workers: None)  # blocks by value
     pooled = tmp_path / "pooled.sqlite"
     ingest.index_packages(pooled, NearDedupConfig(), [pkg], workers=2)

@@ -204,7 +204,7 @@ def test_the_history_join_leaves_bands_recent_out_when_it_holds_only_the_pool(
         joins.append(sql)
         return probe(raw, keys, pool_contents, sql)
 
-    monkeypatch.setattr(index_store, "_probe_band_tables", traced)
+    monkeypatch.setattr(index_store.store, "_probe_band_tables", traced)
     for days, recent in (((day1,), False), ((day1, day2), True)):
         url, lite = server.create_database(), tmp_path / f"{len(days)}.sqlite"
         for index in (url, lite):
@@ -372,7 +372,7 @@ def test_the_history_probes_on_two_connections_read_the_scan_snapshot(url, tmp_p
     one = scan_ok(url, tmp_path / "one", pool)
     assert b'"package_id":"cpt-h"' in one["relations.jsonl"]
     code = ("import sys; from near_dedup_core import index_store, cli; "
-            "index_store.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
+            "index_store.store.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
     appended = scan_with_an_append_meanwhile(
         ["-c", code], ["--index", url, "scan", "--inputs", str(pool), "--output",
                        str(tmp_path / "two")],

@@ -495,7 +495,7 @@ def test_a_refused_first_batch_removes_the_folders_it_created(corpus, tmp_path):
 def test_an_index_in_a_folder_sqlite_cannot_write_is_read_immutable(corpus, index, tmp_path,
                                                                     monkeypatch):
     # running as root, chmod cannot take write access away: the check itself is replaced
-    monkeypatch.setattr(index_store, "_dir_writable", lambda folder: False)
+    monkeypatch.setattr(index_store.store, "_dir_writable", lambda folder: False)
     folder = listing(index.parent)
     cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", tmp_path / "rep")
     cli_ok("--index", index, "index", "check")
@@ -507,7 +507,7 @@ def test_an_index_sqlite_cannot_open_is_one_line_naming_the_cause(corpus, index,
     def cannot_open(path):
         raise sqlite3.OperationalError("unable to open database file")
 
-    monkeypatch.setattr(index_store, "connect_reader", cannot_open)
+    monkeypatch.setattr(index_store.store, "connect_reader", cannot_open)
     one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
                     tmp_path / "rep"], 1, f"index {index}: cannot be opened or written "
                    "(unable to open database file)", "-wal/-shm")

@@ -41,14 +41,9 @@ from sqlalchemy.pool import NullPool
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 
-SCHEMES = ("postgresql://", "postgres://")
 INSTALL_HINT = "install it with: pip install 'near-dedup[postgres]'"
 #: Advisory lock key of the index writer: the first 8 bytes of sha256("near-dedup-index").
 WRITER_LOCK_KEY = 0x5F1C0B3E2D4A6978
-
-
-def is_url(value: str) -> bool:
-    return value.startswith(SCHEMES)
 
 
 def label(url: str) -> str:
