@@ -240,16 +240,23 @@ def verify_any_report(path: Path) -> str:
     return verify_report(path).summary()
 
 
-#: Commands that run compiled kernels: numba is loaded for them first (`near_dedup_core.jit`).
-_KERNEL_COMMANDS = ("index", "scan", "contamination")
+#: Commands whose own process runs compiled kernels: numba is loaded for them first
+#: (`near_dedup_core.jit`). `index` runs them only on blocks it keeps in its own process (one
+#: worker, or few records), and then loads them through `near_dedup_core.normalize`.
+_KERNEL_COMMANDS = ("scan", "contamination")
 
 
-#: What the forkserver of a command's worker pool imports when `_start_pool_early` starts
-#: it: the modules its workers run, then the kernels and tables (`near_dedup_core._pool_warm`).
-#: An `index` worker runs `near_dedup_core.ingest.work`, which imports neither SQLAlchemy nor
-#: pydantic: the server is ready about 0.5 s of CPU sooner than with the whole package.
-_POOL_MODULES = {"index": ("near_dedup_core.ingest.work", "near_dedup_core._pool_warm"),
-                 "scan": ("near_dedup_core.scan", "near_dedup_core._pool_warm")}
+def _pool_modules(command: str) -> tuple[str, ...]:
+    """What the forkserver of ``index``'s or ``scan``'s worker pool imports when
+    `_start_pool_early` starts it: the modules its workers run, then the kernels and tables
+    (`near_dedup_core._pool_warm`). An `index` worker's modules
+    (`near_dedup_core.ingest.work.WORKER_MODULES`) import neither SQLAlchemy nor pydantic:
+    the server is ready about 0.5 s of CPU sooner than with the whole package."""
+    if command == "index":
+        from near_dedup_core.ingest.work import WORKER_MODULES
+
+        return WORKER_MODULES
+    return ("near_dedup_core.scan", "near_dedup_core._pool_warm")
 
 
 def _start_pool_early(args: argparse.Namespace) -> None:
@@ -259,7 +266,7 @@ def _start_pool_early(args: argparse.Namespace) -> None:
     (about 0.7 s of one core) then overlap this process's instead of delaying the first
     worker. Whatever is wrong with the inputs is left to the command to report; an index
     whose inputs turn out to be indexed already leaves the server unused."""
-    if (args.command not in _POOL_MODULES or getattr(args, "action", None) == "check"
+    if (args.command not in ("index", "scan") or getattr(args, "action", None) == "check"
             or args.workers < 2 or args.executor != "local" or not args.inputs):
         return
     from near_dedup_core.index_store.texts import is_url
@@ -270,7 +277,7 @@ def _start_pool_early(args: argparse.Namespace) -> None:
     except (NearDedupError, OSError, ValueError):
         return
     if records > POOL_RECORDS:
-        modules: tuple[str, ...] = _POOL_MODULES[args.command]
+        modules = _pool_modules(args.command)
         if args.index is not None and is_url(str(args.index)):  # the workers' own connections
             modules = ("near_dedup_core.index_store.postgres", *modules)
         start_forkserver(modules)

@@ -100,14 +100,14 @@ def submit_in_turn(executor: Executor, calls: Sequence[tuple]) -> list[Future]:
 
 def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
     """The forkserver context; its server (started once per process, on first use) imports
-    ``near_dedup_core._pool_guard``, which ties it to this process's life, then `_preload`'s
-    modules and those of ``preload`` (if it is not running yet): every worker then has them
+    ``near_dedup_core._pool_guard``, which ties it to this process's life, then the modules
+    `_preload` lists for ``preload`` (if it is not running yet): every worker then has them
     from the fork."""
     import multiprocessing
     import multiprocessing.forkserver
 
     os.environ[PARENT_ENV] = str(os.getpid())
-    multiprocessing.forkserver.set_forkserver_preload([*_preload(), *preload])
+    multiprocessing.forkserver.set_forkserver_preload(_preload(preload))
     return multiprocessing.get_context("forkserver")
 
 
@@ -117,17 +117,19 @@ def start_forkserver(preload: Sequence[str] = ()) -> None:
     _forkserver_pid(_context(preload))
 
 
-def _preload() -> list[str]:
+def _preload(extra: Sequence[str] = ()) -> list[str]:
     """What the forkserver imports before it forks a worker: its guard, every module of
     this package that this process has imported (the functions handed to workers live in
-    them), then `near_dedup_core._pool_warm` if this process runs kernels (numba's CPU
-    target, and the normalization table if those modules normalize text).
+    them) and those of ``extra`` (the modules the workers run), then
+    `near_dedup_core._pool_warm` if this process runs kernels or ``extra`` names it (numba's
+    CPU target, and the normalization table if those modules normalize text), last.
     Each worker is forked with all of it loaded, where it would otherwise import it again
     (about 1 s of CPU per worker for `index` or `scan`)."""
     ours = sorted(name for name in sys.modules
                   if name.startswith("near_dedup_core.") and name not in _NOT_PRELOADED)
-    warm = ["near_dedup_core._pool_warm"] if "near_dedup_core.jit" in sys.modules else []
-    return ["near_dedup_core._pool_guard", *ours, *warm]
+    wanted = dict.fromkeys([*ours, *(m for m in extra if m not in _NOT_PRELOADED)])
+    warm = "near_dedup_core.jit" in sys.modules or "near_dedup_core._pool_warm" in extra
+    return ["near_dedup_core._pool_guard", *wanted, *(["near_dedup_core._pool_warm"] * warm)]
 
 
 #: Modules the forkserver must not import: the entry point runs the CLI when imported.
@@ -207,10 +209,10 @@ EXECUTORS = ("local", "ray")
 
 @contextmanager
 def work_pool(executor: str, workers: int, initializer: Callable | None = None,
-              initargs: tuple = ()) -> Iterator[Executor]:
+              initargs: tuple = (), preload: Sequence[str] = ()) -> Iterator[Executor]:
     """The executor of ``--executor``: ``local`` is this machine's `process_pool` of
     ``workers`` processes (each running ``initializer(*initargs)`` first, when there are
-    processes); ``ray`` is a Ray cluster (`ray_executor.RayExecutor`: the one
+    processes, and forked with ``preload`` imported); ``ray`` is a Ray cluster (`ray_executor.RayExecutor`: the one
     ``RAY_ADDRESS`` names, or a local Ray of ``workers`` CPUs started for the run). Its
     ``parallelism`` attribute (or ``workers``) says how much work to keep in flight."""
     if executor == "ray":
@@ -224,7 +226,7 @@ def work_pool(executor: str, workers: int, initializer: Callable | None = None,
         return
     if executor != "local":
         raise ValueError(f"unknown executor {executor!r}")
-    with process_pool(workers, initializer, initargs) as ex:
+    with process_pool(workers, initializer, initargs, preload) as ex:
         yield ex
 
 

@@ -126,7 +126,7 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
     # the guard first; the warm-up last, once the modules that say what to warm are loaded
     assert preload[0] == "near_dedup_core._pool_guard"
     assert preload[-1] == "near_dedup_core._pool_warm"
-    assert {"near_dedup_core.ingest", "near_dedup_core.ingest.run", "near_dedup_core.signature",
+    assert {"near_dedup_core.ingest", "near_dedup_core.ingest.run", "near_dedup_core.ingest.work",
             "near_dedup_core.workers", "near_dedup_core.index_store.store"} <= set(preload)
     assert "near_dedup_core.__main__" not in preload and len(set(preload)) == len(preload)
     done = _python("""
@@ -135,14 +135,29 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
         """, tmp_path)
     assert done.stdout.split() == ["near_dedup_core._pool_guard", "near_dedup_core.collector",
                                    "near_dedup_core.workers"]
+    # `index_packages` asks for its workers' modules: the kernels' with their warm-up, last,
+    # although its own process has not loaded them
+    done = _python("""
+        import sys
+        from near_dedup_core.ingest import index_packages, work
+        from near_dedup_core import workers
+        print("numba" in sys.modules, " ".join(workers._preload(work.WORKER_MODULES)))
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    numba, *preload = done.stdout.split()
+    assert numba == "False" and preload[-1] == "near_dedup_core._pool_warm"
+    assert {"near_dedup_core.ingest.run", "near_dedup_core.ingest.work",
+            "near_dedup_core.normalize", "near_dedup_core.signature"} <= set(preload)
+    assert len(set(preload)) == len(preload)
 
 
 def test_the_index_workers_import_neither_sqlalchemy_nor_pydantic(tmp_path):
-    """`index` starts its pool's forkserver with `near_dedup_core.ingest.work` alone
-    (`cli._POOL_MODULES`): the command indexes its blocks through that server, and a worker
-    forked from it holds the workers' module and neither SQLAlchemy, pydantic, the config's
-    models nor the index's store (about 0.5 s of CPU the server no longer spends before the
-    first worker can start)."""
+    """`index` starts its pool's forkserver with its workers' modules alone
+    (`ingest.work.WORKER_MODULES`, `cli._pool_modules`): the command indexes its blocks
+    through that server, and a worker forked from it holds the workers' modules and neither
+    SQLAlchemy, pydantic, the config's models nor the index's store (about 0.5 s of CPU the
+    server no longer spends before the first worker can start). The command's own process,
+    which runs no block, has not loaded numba."""
     records = workers.POOL_RECORDS + 60  # over the threshold: the server is started early
     pkg = make_package(tmp_path, "cpt-a", {"train": [
         {"id": f"a{i}", "text": f"Record {i} of the day, long enough to be signed: " * 3}
@@ -156,11 +171,12 @@ def test_the_index_workers_import_neither_sqlalchemy_nor_pydantic(tmp_path):
                  "near_dedup_core.index_store.store", "near_dedup_core.ingest.run")
         with workers.process_pool(2) as ex:
             loaded = ex.submit(eval, "sorted(__import__('sys').modules)").result()
-        print(code, "near_dedup_core.ingest.work" in loaded,
+        import sys
+        print(code, "numba" in sys.modules, "near_dedup_core.normalize" in loaded,
               sorted({{m for m in loaded if m.split(".")[0] in heavy or m in heavy}}))
         """, tmp_path)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.splitlines()[-1].split(maxsplit=2) == ["0", "True", "[]"]
+    assert done.stdout.splitlines()[-1].split(maxsplit=3) == ["0", "False", "True", "[]"]
     with sqlite3.connect(idx) as con:
         assert con.execute("SELECT COUNT(*) FROM sources").fetchone() == (records,)
 

@@ -123,8 +123,9 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     # local worker processes parse the lines from memory shared with this process
     shared = batch.shared_blocks(workers) if executor == "local" and workers > 1 else None
     try:
-        init = (work.init_worker, shared.worker_args()) if shared is not None else (None, ())
-        with work_pool(executor, workers, *init) as pool:
+        init, initargs = ((work.init_worker, shared.worker_args()) if shared is not None
+                          else (None, ()))
+        with work_pool(executor, workers, init, initargs, work.WORKER_MODULES) as pool:
             writer = BatchWriter(store, config, seq, pool, parallelism(pool, workers),
                                  known_texts, bar, shared)
             writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)

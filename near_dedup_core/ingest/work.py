@@ -35,21 +35,20 @@ import numpy as np
 import orjson
 
 from near_dedup_core import index_store as db
-from near_dedup_core.compare import (
-    compared_text,
-    content_id_in,
-    cpt_scope,
-    scope_hash,
-    sft_scope,
-    text_sha256,
-)
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
-from near_dedup_core.normalize import normalize_spans
 from near_dedup_core.package import LineBlock, attach_shared, parse_block
-from near_dedup_core.signature import MinHasher, Spans, band_keys, renumber, stored_values
 
 if TYPE_CHECKING:
     from near_dedup_core.config import NearDedupConfig
+    from near_dedup_core.signature import MinHasher, Spans
+
+#: What a worker runs, for the pool's forkserver to import before it forks one (the main
+#: process of a pooled `index` imports this module for its records alone, and never the
+#: kernels: numba, about 0.3 s of CPU): this module, the kernels' modules, then their
+#: warm-up (numba's CPU target and the normalization table, `near_dedup_core._pool_warm`).
+WORKER_MODULES = ("near_dedup_core.ingest.work", "near_dedup_core.compare",
+                  "near_dedup_core.normalize", "near_dedup_core.signature",
+                  "near_dedup_core._pool_warm")
 
 
 class SignParams(NamedTuple):
@@ -115,6 +114,8 @@ class BlockResult(NamedTuple):
 
 @lru_cache(maxsize=4)
 def _hasher(num_perm: int, seed: int, shingle_size: int) -> MinHasher:
+    from near_dedup_core.signature import MinHasher
+
     return MinHasher(num_perm, seed, shingle_size)
 
 
@@ -163,6 +164,8 @@ def sign(params: SignParams, texts: list[str], utf8: list[bytes], spans: list[Sp
     UTF-8 if not ``compress``) of normalized texts, given with their UTF-8 and the code
     points at hand (`signature.Spans`). Texts shorter than min_chars get no signature (rows
     of zeros)."""
+    from near_dedup_core.signature import band_keys, renumber, stored_values
+
     hasher = _hasher(params.num_perm, params.seed, params.shingle_size)
     chars = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
     long_idx = np.flatnonzero(chars >= params.min_chars)
@@ -181,6 +184,17 @@ def sign(params: SignParams, texts: list[str], utf8: list[bytes], spans: list[Sp
 
 def process_block(job: BlockJob) -> BlockResult:
     """Steps 1–3 of the module doc for one block."""
+    from near_dedup_core.compare import (
+        compared_text,
+        content_id_in,
+        cpt_scope,
+        scope_hash,
+        sft_scope,
+        text_sha256,
+    )
+    from near_dedup_core.normalize import normalize_spans
+    from near_dedup_core.signature import renumber
+
     block, params = job.block, job.params
     parsed = parse_block(block)
     problem = parsed.problem
