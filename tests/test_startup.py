@@ -151,6 +151,26 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
     assert len(set(preload)) == len(preload)
 
 
+@pytest.mark.parametrize("module", ["near_dedup_core.ingest.batch", "near_dedup_core.ingest.work",
+                                    "near_dedup_core.ingest.run", "near_dedup_core.index_store.store",
+                                    "near_dedup_core.index_store.texts",
+                                    "near_dedup_core.index_store.postgres"])
+def test_any_module_of_the_lazy_packages_imports_first(tmp_path, module):
+    """`index_store` and `ingest` load their entry modules on the first use of one of their
+    names; whichever of their modules a process imports first, every name is there after."""
+    done = _python(f"""
+        import {module}
+        from near_dedup_core import index_store, ingest
+        print(ingest.index_packages.__module__, ingest.batch.BatchWriter.__name__,
+              index_store.IndexSnapshot.__module__, index_store.KnownTexts.__module__,
+              index_store.postgres.label("postgresql://u:p@h/d"))
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["near_dedup_core.ingest.run", "BatchWriter",
+                                   "near_dedup_core.index_store.store",
+                                   "near_dedup_core.index_store.texts", "postgresql://u@h/d"]
+
+
 def test_the_index_workers_import_neither_sqlalchemy_nor_pydantic(tmp_path):
     """`index` starts its pool's forkserver with its workers' modules alone
     (`ingest.work.WORKER_MODULES`, `cli._pool_modules`): the command indexes its blocks

@@ -78,15 +78,19 @@ __all__ = [
 ]
 
 
+#: The package's modules, which `__getattr__` imports by name (``from … import postgres``
+#: inside a module that `store` imports must not import `store`)
+_SUBMODULES = ("postgres", "store", "texts")
+
 if not TYPE_CHECKING:  # mypy reads the names above, and flags any other
     def __getattr__(name: str):
         """A name of `store`, which is imported on the first such use (PEP 562); kept here
         after that."""
         if name.startswith("__"):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        if name in _SUBMODULES:
+            return importlib.import_module(f"{__name__}.{name}")
         store = importlib.import_module("near_dedup_core.index_store.store")
-        if name in globals():  # a submodule, set here by the import above
-            return globals()[name]
         try:
             value = getattr(store, name)
         except AttributeError:

@@ -32,15 +32,19 @@ if TYPE_CHECKING:
 __all__ = ["IndexResult", "index_packages"]
 
 
+#: The package's modules, which `__getattr__` imports by name (``from … import batch``
+#: inside a module that `run` imports must not import `run`)
+_SUBMODULES = ("batch", "run", "work")
+
 if not TYPE_CHECKING:  # mypy reads the names above, and flags any other
     def __getattr__(name: str):
         """`index_packages` and the other names of `run`, which is imported on the first such
         use (PEP 562)."""
         if name.startswith("__"):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        if name in _SUBMODULES:
+            return importlib.import_module(f"{__name__}.{name}")
         run = importlib.import_module("near_dedup_core.ingest.run")
-        if name in globals():  # a submodule, set here by the import above
-            return globals()[name]
         try:
             value = getattr(run, name)
         except AttributeError:
