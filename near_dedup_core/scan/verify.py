@@ -94,6 +94,27 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     return out
 
 
+def warm_up() -> None:
+    """Run `verify_pairs` once in this process, on three texts of a sentence that differ in
+    one number: its compiled kernels are loaded (from numba's cache, or compiled) and the
+    guard without extra units is built, its patterns compiled. Run in the forkserver of the
+    scan's worker pool (`near_dedup_core._pool_warm`), while the scan's own process loads the
+    pool and finds its candidates: each worker forked from it then starts its first chunk at
+    once, where it spent about 0.1 s of CPU on both (the guard's patterns most of it)."""
+    from near_dedup_core.config import NearDedupConfig  # the scan's forkserver has loaded it
+
+    utf8 = [(f"The river rose by {n} metres over the night. The town closed the old bridge "
+             "before dawn, moved the market to the square by the church, and asked every "
+             "family on the lower streets to carry what they could to the school on the "
+             "hill, where the volunteers had set out beds, blankets and hot soup.").encode()
+            for n in (3, 4, 3)]
+    texts = db.ShippedTexts("warm-up", {k: (blob, None) for k, blob in
+                                         enumerate(db.compress_texts(utf8, None))}, {})
+    pairs = np.array([[0, 1], [0, 2], [1, 2]], dtype=np.int64)
+    verified = verify_pairs(texts, VerifyParams.of(NearDedupConfig()), pairs, None)
+    assert [v.blocked_by for v in verified] == ["numbers", None, "numbers"], verified
+
+
 def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarray]:
     """Pair indexes cut into work chunks that keep connected components together, so each
     worker computes a content's shingle set about once (chunks of a giant component are cut
