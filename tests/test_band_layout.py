@@ -134,7 +134,7 @@ def test_a_scan_of_the_newest_batch_leaves_bands_recent_unprobed_when_it_holds_o
         con.set_trace_callback(statements.append)
         return con
 
-    monkeypatch.setattr(index_store.store, "connect_reader", traced)
+    monkeypatch.setattr(index_store.snapshot, "connect_reader", traced)
     a = scan(path, packages["pool"], tmp_path / "a")
     probes = [s for s in statements if "json_each" in s]
     assert probes and all("main.bands b" in s and "bands_recent" not in s for s in probes)

@@ -36,6 +36,7 @@ from conftest import (
 )
 
 from near_dedup_core import ALGORITHM_VERSION, index_store, ingest
+from near_dedup_core import normalize as normalize_module
 from near_dedup_core.compare import content_id, cpt_scope
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import sha256_file
@@ -329,7 +330,7 @@ def test_a_batch_skips_already_indexed_packages_and_says_so(world, index):
 def test_known_content_gains_sources_without_being_signed_again(index, tmp_path, monkeypatch):
     signed: list[str] = []
     normalized: list[str] = []
-    real_sign, real_normalize = ingest.work.sign, ingest.work.normalize_spans
+    real_sign, real_normalize = ingest.work.sign, normalize_module.normalize_spans
 
     def spy(params, texts, *rest):
         signed.extend(texts)
@@ -340,7 +341,7 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
         return real_normalize(texts)
 
     monkeypatch.setattr(ingest.work, "sign", spy)
-    monkeypatch.setattr(ingest.work, "normalize_spans", normalize_spy)
+    monkeypatch.setattr(normalize_module, "normalize_spans", normalize_spy)  # as work calls it
     new = list(P[60:63])
     records = (docs("c", P[:4])                 # contents of cpt-v1 (batch 1)
                + docs("c", new, 4)              # three new contents
@@ -489,7 +490,7 @@ def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
             return fut
 
     @contextmanager
-    def recording_pool(executor, workers, initializer=None, initargs=()):
+    def recording_pool(executor, workers, initializer=None, initargs=(), preload=()):
         yield Recording()
 
     monkeypatch.setattr(ingest.run, "work_pool", recording_pool)

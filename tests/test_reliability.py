@@ -31,7 +31,7 @@ from conftest import (
     tree_bytes,
 )
 
-from near_dedup_core import fsutil, index_store, ingest
+from near_dedup_core import fsutil, index_store, ingest, normalize
 from near_dedup_core.fsutil import atomic_dir, sha256_file
 from near_dedup_core.scan import candidates as candidates_stage
 
@@ -315,7 +315,7 @@ def test_memory_exhaustion_during_index_is_one_line(corpus, index, monkeypatch):
     def no_memory(*args, **kwargs):
         raise MemoryError
 
-    monkeypatch.setattr(ingest.work, "normalize_spans", no_memory)
+    monkeypatch.setattr(normalize, "normalize_spans", no_memory)  # as work calls it
     folder = listing(index.parent)
     one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
                    "out of memory; nothing was changed")
@@ -495,7 +495,7 @@ def test_a_refused_first_batch_removes_the_folders_it_created(corpus, tmp_path):
 def test_an_index_in_a_folder_sqlite_cannot_write_is_read_immutable(corpus, index, tmp_path,
                                                                     monkeypatch):
     # running as root, chmod cannot take write access away: the check itself is replaced
-    monkeypatch.setattr(index_store.store, "_dir_writable", lambda folder: False)
+    monkeypatch.setattr(index_store.snapshot, "_dir_writable", lambda folder: False)
     folder = listing(index.parent)
     cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", tmp_path / "rep")
     cli_ok("--index", index, "index", "check")
@@ -507,7 +507,7 @@ def test_an_index_sqlite_cannot_open_is_one_line_naming_the_cause(corpus, index,
     def cannot_open(path):
         raise sqlite3.OperationalError("unable to open database file")
 
-    monkeypatch.setattr(index_store.store, "connect_reader", cannot_open)
+    monkeypatch.setattr(index_store.snapshot, "connect_reader", cannot_open)
     one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
                     tmp_path / "rep"], 1, f"index {index}: cannot be opened or written "
                    "(unable to open database file)", "-wal/-shm")

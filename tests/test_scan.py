@@ -771,7 +771,7 @@ def test_a_scan_asks_the_kernel_to_read_the_index_ahead(tmp_path, monkeypatch):
     assert (file_sha256(idx), idx.stat().st_mtime_ns) == before
     assert not real(tmp_path / "none.sqlite")
     assert not real("postgresql://localhost/none")
-    monkeypatch.setattr(index_store.store, "READ_AHEAD_SHARE", idx.stat().st_size / 2**50)
+    monkeypatch.setattr(index_store.snapshot, "READ_AHEAD_SHARE", idx.stat().st_size / 2**50)
     assert not real(idx)
 
 

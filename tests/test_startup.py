@@ -127,7 +127,7 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
     assert preload[0] == "near_dedup_core._pool_guard"
     assert preload[-1] == "near_dedup_core._pool_warm"
     assert {"near_dedup_core.ingest", "near_dedup_core.ingest.run", "near_dedup_core.ingest.work",
-            "near_dedup_core.workers", "near_dedup_core.index_store.store"} <= set(preload)
+            "near_dedup_core.workers", "near_dedup_core.index_store"} <= set(preload)
     assert "near_dedup_core.__main__" not in preload and len(set(preload)) == len(preload)
     done = _python("""
         from near_dedup_core import workers
@@ -153,6 +153,7 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
 
 @pytest.mark.parametrize("module", ["near_dedup_core.ingest.batch", "near_dedup_core.ingest.work",
                                     "near_dedup_core.ingest.run", "near_dedup_core.index_store.store",
+                                    "near_dedup_core.index_store.snapshot",
                                     "near_dedup_core.index_store.texts",
                                     "near_dedup_core.index_store.postgres"])
 def test_any_module_of_the_lazy_packages_imports_first(tmp_path, module):
@@ -162,11 +163,13 @@ def test_any_module_of_the_lazy_packages_imports_first(tmp_path, module):
         import {module}
         from near_dedup_core import index_store, ingest
         print(ingest.index_packages.__module__, ingest.batch.BatchWriter.__name__,
-              index_store.IndexSnapshot.__module__, index_store.KnownTexts.__module__,
+              index_store.IndexSnapshot.__module__, index_store.BatchTransaction.__module__,
+              index_store.KnownTexts.__module__,
               index_store.postgres.label("postgresql://u:p@h/d"))
         """, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["near_dedup_core.ingest.run", "BatchWriter",
+                                   "near_dedup_core.index_store.snapshot",
                                    "near_dedup_core.index_store.store",
                                    "near_dedup_core.index_store.texts", "postgresql://u@h/d"]
 

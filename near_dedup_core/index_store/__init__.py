@@ -28,14 +28,17 @@ First-ingest order of a content is (contents.batch, contents.content_id).
 Modules
 - `texts`: the texts' codec (zstd, batch dictionaries) and the readers a worker opens on its
   own (`KnownTexts`, `IndexTexts`), on plain ``sqlite3`` or psycopg connections;
-- `store`: the tables, `IndexSnapshot`, `BatchTransaction`, `check_index` and the rest;
+- `snapshot`: every read of a scan from one state of the index (`IndexSnapshot`), the
+  format's constants and checks, the one-line database errors;
+- `store`: the tables, `BatchTransaction`, `check_index`, the PostgreSQL snapshot and batch;
 - `postgres`: connections, locks and bulk copies of the PostgreSQL backend.
 
-Every name of `texts` and `store` is read here (``index_store.IndexSnapshot``). Importing
-this package loads `texts` only; `store`, with SQLAlchemy and the config's pydantic models
-(about 0.35 s of CPU), loads at the first use of one of its names. So a worker process that
-only reads or compresses texts (an `index` worker forked from the pool's forkserver, which
-preloads `near_dedup_core.ingest.work`) never imports them.
+Every name of `texts`, `snapshot` and `store` is read here (``index_store.IndexSnapshot``).
+Importing this package loads `texts` only; `snapshot`, with the config's pydantic models
+(about 0.1 s of CPU), and `store`, with SQLAlchemy (about 0.2 s more), load at the first use
+of one of their names. So a worker process that only reads or compresses texts (an `index`
+worker forked from the pool's forkserver) imports neither, and a scan never imports
+SQLAlchemy for a SQLite index.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from near_dedup_core.index_store.texts import (
 )
 
 if TYPE_CHECKING:
+    from near_dedup_core.index_store.snapshot import *  # noqa: F403
     from near_dedup_core.index_store.store import *  # noqa: F403
 
 __all__ = [
@@ -80,20 +84,22 @@ __all__ = [
 
 #: The package's modules, which `__getattr__` imports by name (``from … import postgres``
 #: inside a module that `store` imports must not import `store`)
-_SUBMODULES = ("postgres", "store", "texts")
+_SUBMODULES = ("postgres", "snapshot", "store", "texts")
+#: Where `__getattr__` looks a name up, in this order: a scan finds all it uses in
+#: `snapshot` and never loads `store`.
+_LAZY = ("near_dedup_core.index_store.snapshot", "near_dedup_core.index_store.store")
 
 if not TYPE_CHECKING:  # mypy reads the names above, and flags any other
     def __getattr__(name: str):
-        """A name of `store`, which is imported on the first such use (PEP 562); kept here
-        after that."""
+        """A name of `snapshot` or `store`, which are imported on the first such use
+        (PEP 562); kept here after that."""
         if name.startswith("__"):
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         if name in _SUBMODULES:
             return importlib.import_module(f"{__name__}.{name}")
-        store = importlib.import_module("near_dedup_core.index_store.store")
-        try:
-            value = getattr(store, name)
-        except AttributeError:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-        globals()[name] = value
-        return value
+        for module in _LAZY:
+            value = getattr(importlib.import_module(module), name, _LAZY)
+            if value is not _LAZY:
+                globals()[name] = value
+                return value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
