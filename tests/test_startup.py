@@ -204,6 +204,34 @@ def test_the_index_workers_import_neither_sqlalchemy_nor_pydantic(tmp_path):
         assert con.execute("SELECT COUNT(*) FROM sources").fetchone() == (records,)
 
 
+def test_a_scan_imports_no_sqlalchemy_and_its_workers_start_warm(tmp_path):
+    """`scan` of a SQLite index reads it through `index_store.snapshot` and never imports
+    SQLAlchemy; its pool's forkserver runs `scan.verify.warm_up` before forking, so a worker
+    starts with the guard without extra units built and the verification kernel loaded."""
+    records = workers.POOL_RECORDS + 60  # over the threshold: scan runs a pool
+    pkg = make_package(tmp_path, "cpt-a", {"train": [
+        {"id": f"a{i}", "text": f"Record {i % 1000} of the day, long enough to be signed: " * 3}
+        for i in range(records)]})
+    idx = tmp_path / "index.sqlite"
+    assert run_cli("--index", idx, "index", "--inputs", pkg)[0] == 0
+    done = _python(f"""
+        import sys
+        from near_dedup_core import cli, workers
+        code = cli.main(["--quiet", "--index", {str(idx)!r}, "scan", "--inputs", {str(pkg)!r},
+                         "--output", {str(tmp_path / "report")!r}, "--workers", "2"])
+        probe = ("(__import__('near_dedup_core.guard').guard._guard.cache_info().currsize, "
+                 "len(__import__('near_dedup_core.signature').signature"
+                 "._pair_common_utf8.signatures))")
+        with workers.process_pool(2) as ex:
+            guards, kernels = ex.submit(eval, probe).result()
+        print(code, "sqlalchemy" in sys.modules, guards, kernels)
+        """, tmp_path)
+    assert done.returncode == 0, done.stderr
+    code, sqlalchemy, guards, kernels = done.stdout.splitlines()[-1].split()
+    assert (code, sqlalchemy, guards) == ("0", "False", "1") and int(kernels) >= 1
+    assert (tmp_path / "report" / "decisions.jsonl").exists()
+
+
 def test_bulk_work_and_workers_collect_rarely_and_the_thresholds_come_back(tmp_path):
     done = _python("""
         import gc
