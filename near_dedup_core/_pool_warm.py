@@ -1,5 +1,5 @@
-"""Imported by the worker pool's forkserver (see workers.py) when the command process runs
-compiled kernels, after the command's own modules: builds numba's CPU target once, the
+"""Imported by the worker pool's forkserver (see workers.py) when the command's process or
+its workers run compiled kernels, last: builds numba's CPU target once, the
 normalization table when the command normalizes text (`normalize.build_table`), and runs the
 scan's verification once when it verifies (`scan.verify.warm_up`: its kernels and the guard),
 so that the workers forked from the server inherit all of it instead of each building it

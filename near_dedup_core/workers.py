@@ -211,10 +211,11 @@ EXECUTORS = ("local", "ray")
 def work_pool(executor: str, workers: int, initializer: Callable | None = None,
               initargs: tuple = (), preload: Sequence[str] = ()) -> Iterator[Executor]:
     """The executor of ``--executor``: ``local`` is this machine's `process_pool` of
-    ``workers`` processes (each running ``initializer(*initargs)`` first, when there are
-    processes, and forked with ``preload`` imported); ``ray`` is a Ray cluster (`ray_executor.RayExecutor`: the one
-    ``RAY_ADDRESS`` names, or a local Ray of ``workers`` CPUs started for the run). Its
-    ``parallelism`` attribute (or ``workers``) says how much work to keep in flight."""
+    ``workers`` processes (each forked with the modules of ``preload`` imported, and running
+    ``initializer(*initargs)`` first, when there are processes); ``ray`` is a Ray cluster
+    (`ray_executor.RayExecutor`: the one ``RAY_ADDRESS`` names, or a local Ray of
+    ``workers`` CPUs started for the run). Its ``parallelism`` attribute (or ``workers``)
+    says how much work to keep in flight."""
     if executor == "ray":
         from near_dedup_core.ray_executor import RayExecutor
 

@@ -112,8 +112,7 @@ def warm_up() -> None:
     texts = db.ShippedTexts("warm-up", {k: (blob, None) for k, blob in
                                          enumerate(db.compress_texts(utf8, None))}, {})
     pairs = np.array([[0, 1], [0, 2], [1, 2]], dtype=np.int64)
-    verified = verify_pairs(texts, VerifyParams.of(NearDedupConfig()), pairs, None)
-    assert [v.blocked_by for v in verified] == ["numbers", None, "numbers"], verified
+    verify_pairs(texts, VerifyParams.of(NearDedupConfig()), pairs, None)
 
 
 def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarray]:
