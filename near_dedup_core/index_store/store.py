@@ -1,8 +1,10 @@
-"""The index's tables (SQLAlchemy 2 Core) and everything that opens, reads, appends to or
-checks an index: `IndexSnapshot` (every read of a scan, from one state), `BatchTransaction`
-(one appended batch), their PostgreSQL variants, `check_index`. The tables are described in
-the package's docstring (`near_dedup_core.index_store`); the texts' codec and the readers
-that workers open on their own are in `near_dedup_core.index_store.texts`.
+"""The index's tables (SQLAlchemy 2 Core) and what creates, appends to or checks an index:
+`open_writable` and `create_schema`, `BatchTransaction` (one appended batch), `check_index`,
+and the PostgreSQL variants of the batch and of the scan's snapshot (`PostgresBatch`,
+`PostgresSnapshot`). The tables are described in the package's docstring
+(`near_dedup_core.index_store`); a scan's reads of a SQLite index are in
+`near_dedup_core.index_store.snapshot`, the texts' codec and the readers that workers open on
+their own in `near_dedup_core.index_store.texts`: neither imports SQLAlchemy.
 """
 
 from __future__ import annotations
