@@ -6,7 +6,8 @@ committed batches (`KnownTexts`); a verify worker of `scan` reads the normalized
 content rows (`IndexTexts`, or `ShippedTexts` on another machine). Each opens its own plain
 ``sqlite3`` connection (or psycopg's, for a PostgreSQL index), so this module imports neither
 SQLAlchemy nor the config's pydantic models: a worker forked from the pool's forkserver
-starts with only what it uses (`near_dedup_core.index_store` loads `store` on first use).
+starts with only what it uses (`near_dedup_core.index_store` loads `snapshot` and `store` at
+the first use of one of their names).
 
 Texts are zstd frames of the normalized text's UTF-8, each compressed on its own, with the
 batch's dictionary when it has one (``contents.dictionary``).
