@@ -43,7 +43,6 @@ SQLAlchemy for a SQLite index.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
 from near_dedup_core.index_store.texts import (
@@ -69,6 +68,7 @@ from near_dedup_core.index_store.texts import (
     rows_in,
     train_text_dictionary,
 )
+from near_dedup_core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from near_dedup_core.index_store.snapshot import *  # noqa: F403
@@ -82,24 +82,8 @@ __all__ = [
 ]
 
 
-#: The package's modules, which `__getattr__` imports by name (``from … import postgres``
-#: inside a module that `store` imports must not import `store`)
-_SUBMODULES = ("postgres", "snapshot", "store", "texts")
-#: Where `__getattr__` looks a name up, in this order: a scan finds all it uses in
-#: `snapshot` and never loads `store`.
-_LAZY = ("near_dedup_core.index_store.snapshot", "near_dedup_core.index_store.store")
-
 if not TYPE_CHECKING:  # mypy reads the names above, and flags any other
-    def __getattr__(name: str):
-        """A name of `snapshot` or `store`, which are imported on the first such use
-        (PEP 562); kept here after that."""
-        if name.startswith("__"):
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        if name in _SUBMODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        for module in _LAZY:
-            value = getattr(importlib.import_module(module), name, _LAZY)
-            if value is not _LAZY:
-                globals()[name] = value
-                return value
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # a scan finds every name it uses in `snapshot`, and never loads `store`
+    __getattr__ = lazy_names(__name__, ("postgres", "snapshot", "store", "texts"),
+                             ("near_dedup_core.index_store.snapshot",
+                              "near_dedup_core.index_store.store"))

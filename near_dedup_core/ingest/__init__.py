@@ -23,8 +23,9 @@ without them; `index_packages` and `IndexResult` load `run` at their first use.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
+
+from near_dedup_core.lazy import lazy_names
 
 if TYPE_CHECKING:
     from near_dedup_core.ingest.run import IndexResult, index_packages
@@ -32,22 +33,5 @@ if TYPE_CHECKING:
 __all__ = ["IndexResult", "index_packages"]
 
 
-#: The package's modules, which `__getattr__` imports by name (``from … import batch``
-#: inside a module that `run` imports must not import `run`)
-_SUBMODULES = ("batch", "run", "work")
-
 if not TYPE_CHECKING:  # mypy reads the names above, and flags any other
-    def __getattr__(name: str):
-        """`index_packages` and the other names of `run`, which is imported on the first such
-        use (PEP 562)."""
-        if name.startswith("__"):
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        if name in _SUBMODULES:
-            return importlib.import_module(f"{__name__}.{name}")
-        run = importlib.import_module("near_dedup_core.ingest.run")
-        try:
-            value = getattr(run, name)
-        except AttributeError:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_names(__name__, ("batch", "run", "work"), ("near_dedup_core.ingest.run",))

@@ -102,8 +102,6 @@ def warm_up() -> None:
     pool and finds its candidates: each worker forked from it then starts its first chunk at
     once (on the 20k set, 0.13 s of CPU over the two workers, the guard's patterns most of
     it)."""
-    from near_dedup_core.config import NearDedupConfig  # the scan's forkserver has loaded it
-
     utf8 = [(f"The river rose by {n} metres over the night. The town closed the old bridge "
              "before dawn, moved the market to the square by the church, and asked every "
              "family on the lower streets to carry what they could to the school on the "
