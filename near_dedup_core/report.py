@@ -290,6 +290,8 @@ class ReportSummary:
     path: Path
     manifest: dict
     samples: dict[SampleKey, SampleDecision] = field(default_factory=dict, repr=False)
+    #: samples whose text and origin were re-read from the input packages (``--inputs``)
+    inputs_checked: int | None = None
 
     @property
     def counts(self) -> dict:
@@ -297,9 +299,12 @@ class ReportSummary:
 
     def summary(self) -> str:
         c = self.counts
+        inputs = ("" if self.inputs_checked is None else
+                  f"; texts and origins of {self.inputs_checked:,} samples match the input "
+                  f"packages")
         return (f"report {self.path}: OK — checksums, manifest and {c['samples']:,} decisions "
                 f"consistent (keep {c['keep']:,}, exclude {c['exclude']:,}, "
-                f"{c['relations']:,} relations)")
+                f"{c['relations']:,} relations){inputs}")
 
 
 def _ref_key(value: object) -> SampleKey | None:
@@ -310,6 +315,10 @@ def _ref_key(value: object) -> SampleKey | None:
     return None
 
 
+#: A package's data file as its manifest lists it: relative, below ``data/``, no ``.`` or
+#: ``..`` component, ``.jsonl`` or ``.jsonl.gz`` (`package.load_package`).
+_SHARD_PATH = re.compile(r"data(?:/(?:[^/\\.][^/\\]*|\.[^/\\.][^/\\]*|\.\.[^/\\]+))*"
+                         r"/[^/\\]*\.jsonl(?:\.gz)?")
 _HEX = {n: re.compile(f"[0-9a-f]{{{n}}}") for n in (32, 64)}
 
 
@@ -728,6 +737,9 @@ class _ReportCheck:
             self._fields(loc, row, ORIGIN_FIELDS)
             if type(row["file"]) is not str or type(row["line"]) is not int:
                 self.fail(f"{loc}: file must be a string and line an integer")
+            if row["file"] != file and not _SHARD_PATH.fullmatch(row["file"]):
+                self.fail(f"{loc}: file {row['file']!r} is not a data file path of a package "
+                          f"(relative, inside data/, .jsonl or .jsonl.gz)")
             if key[0] != package:
                 package, file, files_done = key[0], None, set()
             if row["file"] != file:

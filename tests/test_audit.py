@@ -202,8 +202,8 @@ def test_explain_unknown_package_or_sample_exits_1(sample_days):
     report = sample_days["2026-11-25"]
     assert "no input package 'nope'" in cli_fail("report", "explain", report, "nope", "x")
     assert "has no sample 'x'" in cli_fail("report", "explain", report, "cpt-v1", "x")
-    assert "manifest.json is missing" in cli_fail("report", "explain", SAMPLES, "cpt-v1", "x")
-    assert "manifest.json is missing" in cli_fail("report", "diff", report, SAMPLES)
+    assert "checksums.sha256 is missing" in cli_fail("report", "explain", SAMPLES, "cpt-v1", "x")
+    assert "checksums.sha256 is missing" in cli_fail("report", "diff", report, SAMPLES)
 
 
 def test_explain_without_the_package_still_shows_the_report(tmp_path):
@@ -489,3 +489,124 @@ def test_comparison_with_an_unreadable_previous_report_is_a_note_not_a_failure(v
     meta = comparison_metadata(versions["day2"], versions["day1"])
     assert meta["vs_previous_newly_kept"].value == 1
     assert "web" in meta["vs_previous"].value
+
+
+# --------------------------------------------------------------------------- untrusted input
+
+
+def own_sample_report(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the first sample day's package (free to damage) and its report."""
+    pkg = tmp_path / "pkgs" / "cpt-v1"
+    shutil.copytree(SAMPLES / "cpt" / "2026-11-25" / "cpt-v1", pkg)
+    return pkg, scan(tmp_path / "i.sqlite", [pkg], tmp_path / "report")
+
+
+def edit_lines(path: Path, change) -> None:
+    """Rewrite a JSONL file of a report, one edited object per line (canonical JSON)."""
+    from near_dedup_core.fsutil import json_line
+
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    change(rows)
+    path.write_bytes(b"".join(json_line(r) for r in rows))
+
+
+def reseal(report: Path) -> None:
+    from near_dedup_core.fsutil import write_checksums
+
+    write_checksums(report)
+
+
+@pytest.mark.parametrize("outside", ["absolute", "dotdot", "unlisted"])
+def test_explain_never_reads_outside_the_input_packages(tmp_path, outside):
+    pkg, report = own_sample_report(tmp_path)
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text(json.dumps({"id": "x", "text": "SECRET PASSPHRASE"}) + "\n")
+    d = first_with(report, "near_duplicate")
+    origin = next(json.loads(line) for line in (report / "origins.jsonl").read_text()
+                  .splitlines() if json.loads(line)["sample_id"] == d["sample_id"])
+    if outside == "unlisted":  # every line of the sample's file, so the run stays consistent
+        target = "data/train/not-in-the-package.jsonl"
+    else:
+        target = str(secret) if outside == "absolute" else \
+            "../" * (len(pkg.parts) + 2) + str(secret).lstrip("/")
+
+    def retarget(rows: list[dict]) -> None:
+        for r in rows:
+            if r["file"] == origin["file"]:
+                r["file"] = target
+
+    edit_lines(report / "origins.jsonl", retarget)
+    reseal(report)
+    code, out, err = run_cli("--quiet", "report", "explain", report, d["package_id"],
+                             d["sample_id"])
+    assert code == 1 and out == "" and "SECRET" not in err, (code, out, err)
+    assert len(err.strip().splitlines()) == 1 and err.startswith("near-dedup: error: ")
+    if outside == "unlisted":
+        assert "not-in-the-package.jsonl' is not a data file of the package" in err
+    else:
+        assert "origins.jsonl:" in err and "is not a data file path" in err
+
+
+def test_explain_and_diff_verify_the_report_first(tmp_path, sample_days):
+    _, report = own_sample_report(tmp_path)
+    d = first_with(report, "near_duplicate")
+
+    def forge(rows: list[dict]) -> None:
+        for r in rows:
+            if r["sample_id"] == d["sample_id"]:
+                r["jaccard"] = 0.1234
+
+    edit_lines(report / "decisions.jsonl", forge)
+    before = tree_bytes(report)
+    for argv in (("explain", report, d["package_id"], d["sample_id"]),
+                 ("diff", sample_days["2026-11-25"], report), ("diff", report, report)):
+        assert "decisions.jsonl does not match its sha256" in cli_fail("report", *argv)
+    reseal(report)  # consistent checksums, inconsistent content: still refused
+    assert "jaccard must be a number from the threshold" in \
+        cli_fail("report", "explain", report, d["package_id"], d["sample_id"])
+    assert tree_bytes(report) != before
+
+
+def test_explain_after_a_same_size_edit_of_a_shard_names_package_and_file(tmp_path):
+    pkg, report = own_sample_report(tmp_path)
+    d = first_with(report, "near_duplicate")
+    shard = next(p for p in sorted((pkg / "data" / "train").glob("*.jsonl")))
+    data = shard.read_bytes()
+    shard.write_bytes(data.replace(b'"text":', b'"txet":', 1))
+    assert len(shard.read_bytes()) == len(data)
+    origin_file = shard.relative_to(pkg).as_posix()
+    samples_there = [json.loads(line) for line in (report / "origins.jsonl").read_text()
+                     .splitlines() if json.loads(line)["file"] == origin_file]
+    message = cli_fail("report", "explain", report, "cpt-v1", samples_there[0]["sample_id"])
+    assert f"package cpt-v1, {origin_file}: the package no longer matches its manifest.json" \
+        in message
+    assert "KeyError" not in message
+    # a sample whose texts are all in other shards is still explained
+    others = [json.loads(line) for line in (report / "origins.jsonl").read_text().splitlines()]
+    if d["kept"] and all(o["file"] != origin_file for o in others
+                         if o["sample_id"] in (d["sample_id"], d["kept"]["sample_id"])):
+        explain_json(report, d["package_id"], d["sample_id"])
+
+
+@pytest.mark.parametrize("forgery", ["decision_5", "duplicated_line"])
+def test_diff_refuses_forged_decisions(tmp_path, sample_days, forgery):
+    report = tmp_path / "report"
+    shutil.copytree(sample_days["2026-11-26"], report)
+
+    def forge(rows: list[dict]) -> None:
+        if forgery == "decision_5":
+            rows[0]["decision"] = 5
+        else:
+            rows.insert(1, dict(rows[0]))
+
+    edit_lines(report / "decisions.jsonl", forge)
+    reseal(report)
+    message = cli_fail("report", "diff", sample_days["2026-11-25"], report)
+    assert f"report {report}: decisions.jsonl:" in message
+
+
+def test_diff_refuses_reports_of_different_kinds(tmp_path, sample_days):
+    sft = scan(tmp_path / "sft.sqlite", [SAMPLES / "sft" / "sft-v1"], tmp_path / "near-sft")
+    message = cli_fail("report", "diff", sample_days["2026-11-25"], sft)
+    assert "reports of different kinds of data cannot be compared" in message
+    assert "sft" in message and "cpt" in message

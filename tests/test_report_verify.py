@@ -337,3 +337,52 @@ def test_ui_histogram_uses_the_report_bins_in_a_block_that_does_not_wrap():
     lines = text.splitlines()
     assert lines[0] == lines[-1] == "```" and len(lines) == len(rows) + 3
     assert lines[2].split() == ["0.80–0.84", "0", "0", "0"] and "|" not in text
+
+
+# --------------------------------------------------------------------------- --inputs
+
+
+def _inputs(report: Path) -> list[Path]:
+    manifest = json.loads((report / "manifest.json").read_text())
+    return [Path(i["path"]) for i in manifest["inputs"]]
+
+
+def test_verify_with_inputs_passes_on_the_report_as_written(report):
+    out = cli_ok("report", "verify", report, "--inputs", *_inputs(report))
+    assert out.startswith(f"report {report}: OK")
+    assert "texts and origins of 9 samples match the input packages" in out
+
+
+def _new_text_sha256(rows: list[dict]) -> None:
+    _row(rows, "v2", "hn")["text_sha256"] = "ab" * 32
+
+
+def _moved_source(rows: list[dict]) -> None:
+    _row(rows, "v1", "a")["source"] = {"dataset": "elsewhere"}
+
+
+@pytest.mark.parametrize("name, edit, fragment", [
+    ("decisions.jsonl", _new_text_sha256, "decisions.jsonl:8: text_sha256 of v2/hn is not"),
+    ("origins.jsonl", _moved_source, "origins.jsonl:1: split, file, line or source of v1/a"),
+])
+def test_verify_with_inputs_catches_resealed_edits_the_files_cannot(copy, name, edit, fragment):
+    """A changed text_sha256 (or origin source) with every checksum regenerated is consistent
+    as far as the report's own files go; the input packages prove it wrong."""
+    _edit_jsonl(name, edit)(copy)
+    write_checksums(copy)
+    cli_ok("report", "verify", copy)  # the documented limit of the files alone
+    message = cli_fail(1, "report", "verify", copy, "--inputs", *_inputs(copy))
+    assert fragment in message, message
+
+
+def test_verify_with_inputs_needs_exactly_the_reports_inputs(report, tmp_path):
+    inputs = _inputs(report)
+    assert "input package v2 of the report is not among --inputs" in \
+        cli_fail(1, "report", "verify", report, "--inputs", inputs[0])
+    v0 = inputs[0].parent / "v0"
+    assert "package v0" in cli_fail(1, "report", "verify", report, "--inputs", *inputs, v0)
+    changed = tmp_path / "v1"
+    shutil.copytree(inputs[0], changed)
+    (changed / "manifest.json").write_text((changed / "manifest.json").read_text() + "\n")
+    assert "is not the report's input (manifest sha256" in \
+        cli_fail(1, "report", "verify", report, "--inputs", changed, inputs[1])

@@ -28,7 +28,8 @@ from typing import NamedTuple
 
 from near_dedup_core.audit.rates import ReportCounts, Tally, report_domains
 from near_dedup_core.audit.sources import Domains, Key
-from near_dedup_core.report import _iter_jsonl, iter_decisions, load_manifest
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.report import _iter_jsonl, iter_decisions, verify_report
 
 LISTS = ("newly_excluded", "newly_kept", "changed_kept", "only_old", "only_new")
 CHANGES = ("newly_excluded", "newly_kept", "changed_kept")
@@ -89,8 +90,15 @@ def _history_only(report: Path) -> tuple[int, set[tuple[str, str, str]]]:
 
 def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | None = None,
                  new_domains: Domains | None = None) -> ReportDiff:
+    """Compare two reports; both are verified first (`report.verify_report`) and must be of
+    the same kind of data (CPT or SFT)."""
     old, new = Path(old), Path(new)
-    mo, mn = load_manifest(old), load_manifest(new)
+    mo, mn = verify_report(old).manifest, verify_report(new).manifest
+    kinds = [sorted({i["kind"] for i in m["inputs"]}) for m in (mo, mn)]
+    if kinds[0] != kinds[1]:
+        raise NearDedupError(f"report {new}: its inputs are {'/'.join(kinds[1])} packages, "
+                             f"those of report {old} {'/'.join(kinds[0])}: reports of "
+                             f"different kinds of data cannot be compared")
     dom_o = report_domains(old, mo) if old_domains is None else old_domains
     if new_domains is None:
         # the same packages (id and manifest sha256) give the same domains: read them once

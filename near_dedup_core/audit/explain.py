@@ -32,7 +32,7 @@ from near_dedup_core.audit.textdiff import changed_spans
 from near_dedup_core.config import NearDedupConfig, validate_model
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.guard import guard_for
-from near_dedup_core.report import _iter_jsonl, iter_decisions, load_manifest
+from near_dedup_core.report import _iter_jsonl, iter_decisions, verify_report
 
 #: Most samples sharing a content whose domains are read for domain-specific guard units.
 MAX_DOMAIN_SAMPLES = 1_000
@@ -96,9 +96,12 @@ def _first_difference(a: tuple, b: tuple) -> int | None:
 
 
 def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Explanation:
-    """Explain one sample's decision from the report and its input packages (no index)."""
+    """Explain one sample's decision from the report and its input packages (no index).
+
+    The report is verified first (`report.verify_report`): a report whose files do not
+    agree with its checksums and with each other is refused, not explained."""
     report = Path(report)
-    manifest = load_manifest(report)
+    manifest = verify_report(report).manifest
     config = validate_model(NearDedupConfig, manifest.get("config") or {},
                             f"report {report}: manifest.json config")
     inputs = report_inputs(manifest)

@@ -17,6 +17,7 @@ Reading is streaming: shards are read line by line, only the requested lines are
 from __future__ import annotations
 
 import gzip
+import hashlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ from pathlib import Path
 import orjson
 
 from near_dedup_core.compare import compared_text
-from near_dedup_core.errors import NearDedupError
+from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.normalize import normalize
-from near_dedup_core.package import load_package
+from near_dedup_core.package import MANIFEST, FileEntry, load_package
 from near_dedup_core.report import _iter_jsonl
 
 Key = tuple[str, str]  # (package_id, sample_id)
@@ -46,10 +47,22 @@ class InputPackage:
     problem: str | None
     depends_on: tuple[str, ...] = ()
     files: tuple[str, ...] = ()
+    entries: tuple[FileEntry, ...] = ()
 
     @property
     def available(self) -> bool:
         return self.problem is None
+
+    def shard(self, file: str) -> FileEntry:
+        """The manifest entry of a data file the report names; a file the package does not
+        list (an absolute path, ``../``, any other file) is refused: the tools never read
+        outside the input packages."""
+        for entry in self.entries:
+            if entry.path == file:
+                return entry
+        raise NearDedupError(f"{where(self.package_id)}: {file!r} is not a data file of the "
+                             f"package (origins.jsonl names it); nothing outside the input "
+                             f"packages is read")
 
 
 @dataclass(frozen=True)
@@ -72,7 +85,7 @@ def report_inputs(manifest: dict) -> dict[str, InputPackage]:
         pid, path, sha = item["package_id"], Path(item["path"]), item["manifest_sha256"]
         problem = None
         depends: tuple[str, ...] = ()
-        files: tuple[str, ...] = ()
+        entries: tuple[FileEntry, ...] = ()
         try:
             pkg = load_package(path)
         except NearDedupError as exc:
@@ -85,8 +98,9 @@ def report_inputs(manifest: dict) -> dict[str, InputPackage]:
                            f"{sha[:12]}…); its texts are not shown")
             else:
                 depends = tuple(pkg.depends_on)
-                files = tuple(entry.path for entry in pkg.files)
-        out[pid] = InputPackage(pid, item.get("kind", "cpt"), path, sha, problem, depends, files)
+                entries = tuple(pkg.files)
+        out[pid] = InputPackage(pid, item.get("kind", "cpt"), path, sha, problem, depends,
+                                tuple(e.path for e in entries), entries)
     return out
 
 
@@ -99,18 +113,41 @@ def _shard_lines(path: Path) -> Iterator[bytes]:
             yield from fh
 
 
+def check_shard(pkg: InputPackage, file: str) -> Path:
+    """The path of one data file of ``pkg`` after checking its bytes against the package's
+    manifest (size and sha256): a shard edited since the package was made, even with the
+    same size, is one line naming the package and file, never a text shown as the sample's."""
+    entry = pkg.shard(file)
+    path = pkg.path / entry.path
+    loc = where(pkg.package_id, entry.path)
+    try:
+        with open(path, "rb") as fh:
+            digest = hashlib.file_digest(fh, "sha256").hexdigest()
+    except OSError as exc:
+        raise NearDedupError(f"{loc}: cannot read ({exc.strerror})") from None
+    if digest != entry.sha256:
+        raise NearDedupError(f"{loc}: the package no longer matches its {MANIFEST} (sha256 of "
+                             f"the file differs; the file changed)")
+    return path
+
+
 def _read_lines(pkg: InputPackage, file: str, lines: set[int]) -> dict[int, dict]:
-    """The parsed records at these 1-based line numbers of one shard."""
+    """The parsed records at these 1-based line numbers of one shard (checked first)."""
     out: dict[int, dict] = {}
     last = max(lines)
+    path = check_shard(pkg, file)
     try:
-        for n, raw in enumerate(_shard_lines(pkg.path / file), 1):
+        for n, raw in enumerate(_shard_lines(path), 1):
             if n in lines:
                 out[n] = orjson.loads(raw)
             if n >= last:
                 break
     except (OSError, EOFError, orjson.JSONDecodeError) as exc:
-        raise NearDedupError(f"package {pkg.package_id}, {file}: cannot read ({exc})") from None
+        raise NearDedupError(f"{where(pkg.package_id, file)}: cannot read ({exc})") from None
+    missing = sorted(lines - set(out))
+    if missing:
+        raise NearDedupError(f"{where(pkg.package_id, file, missing[0])}: no such line; the "
+                             f"report does not match the package")
     return out
 
 
@@ -136,7 +173,7 @@ def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Ke
     through the referenced packages (located in ``origins.jsonl``). Samples of unavailable
     packages, or whose ref chain leads into one, are left out."""
     records: dict[Key, dict] = {}
-    where: dict[Key, tuple[str, int]] = {}
+    located: dict[Key, tuple[str, int]] = {}
     todo = {k: o for k, o in origins.items()}
     for _ in range(MAX_REF_DEPTH):
         by_file: dict[tuple[str, str], dict[int, Key]] = defaultdict(dict)
@@ -144,9 +181,13 @@ def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Ke
             pkg = inputs.get(key[0])
             if pkg is not None and pkg.available and key not in records:
                 by_file[(key[0], o["file"])][o["line"]] = key
-                where[key] = (o["file"], o["line"])
+                located[key] = (o["file"], o["line"])
         for (pid, file), line_keys in sorted(by_file.items()):
             for n, data in _read_lines(inputs[pid], file, set(line_keys)).items():
+                if not isinstance(data, dict) or data.get("id") != line_keys[n][1]:
+                    raise NearDedupError(f"{where(pid, file, n)}: holds no sample "
+                                         f"{line_keys[n][1]!r}; origins.jsonl does not match "
+                                         f"the package")
                 records[line_keys[n]] = data
         targets = set()
         for data in records.values():
@@ -165,8 +206,14 @@ def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Ke
             continue
         data, domain = resolved
         kind = inputs[key[0]].kind
-        text = compared_text(kind, data)
-        file, line = where[key]
+        file, line = located[key]
+        try:
+            text = compared_text(kind, data)
+        except (KeyError, TypeError):
+            text = None
+        if not isinstance(text, str):
+            raise NearDedupError(f"{where(key[0], file, line)}: no {kind} text to compare; the "
+                                 f"record does not match the report")
         out[key] = SampleText(key, file, line, text, normalize(text), domain)
     return out
 
@@ -214,8 +261,9 @@ def sample_domains(inputs: dict[str, InputPackage]) -> Domains:
     interned: dict[str, str] = {}
     for pkg in _in_dependency_order(available):
         for file in pkg.files:
+            path = check_shard(pkg, file)
             try:
-                for raw in _shard_lines(pkg.path / file):
+                for raw in _shard_lines(path):
                     data = orjson.loads(raw)
                     domain = data.get("domain")
                     ref = data.get("ref")
