@@ -235,7 +235,7 @@ def _report_audit(args: argparse.Namespace) -> None:
 def verify_any_report(path: Path, inputs: list[Path] | None = None) -> str:
     """Verify a frozen report of either format (dispatch on its manifest's ``format``);
     returns the one-line summary. With ``inputs``, a near-dedup report is also checked
-    against its input packages (`report_inputs.verify_report_inputs`)."""
+    against its input packages (`report.inputs.verify_report_inputs`)."""
     from near_dedup_core.contamination import is_contamination_report, verify_contamination
     from near_dedup_core.report import verify_report
 
@@ -245,7 +245,7 @@ def verify_any_report(path: Path, inputs: list[Path] | None = None) -> str:
                                  f"a contamination report")
         return verify_contamination(path).summary()
     if inputs:
-        from near_dedup_core.report_inputs import verify_report_inputs
+        from near_dedup_core.report.inputs import verify_report_inputs
 
         return verify_report_inputs(path, inputs).summary()
     return verify_report(path).summary()

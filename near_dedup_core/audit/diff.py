@@ -22,6 +22,7 @@ package that is gone counts with domain None, and a note says so).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -29,7 +30,13 @@ from typing import NamedTuple
 from near_dedup_core.audit.rates import ReportCounts, Tally, report_domains
 from near_dedup_core.audit.sources import Domains, Key
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.report import _iter_jsonl, iter_decisions, verify_report
+from near_dedup_core.formats.report import (
+    DecisionRow,
+    ReportManifest,
+    decision_rows,
+    relation_rows,
+)
+from near_dedup_core.report import verify_report
 
 LISTS = ("newly_excluded", "newly_kept", "changed_kept", "only_old", "only_new")
 CHANGES = ("newly_excluded", "newly_kept", "changed_kept")
@@ -42,9 +49,8 @@ class _Old(NamedTuple):
     kept: Key | None
 
 
-def _kept(d: dict) -> Key | None:
-    k = d.get("kept")
-    return (k["package_id"], k["sample_id"]) if k else None
+def _kept(d: DecisionRow) -> Key | None:
+    return d.kept.key if d.kept is not None else None
 
 
 def _ref(k: Key | None) -> dict | None:
@@ -64,27 +70,29 @@ class ReportDiff:
         return {"config_changed": self.config_changed, **self.lists, "counts": self.counts}
 
 
-def _config_change(old: dict, new: dict) -> dict:
-    co, cn = old.get("config") or {}, new.get("config") or {}
+def _config_change(old: ReportManifest, new: ReportManifest) -> dict:
+    co, cn = old.config.model_dump(mode="json"), new.config.model_dump(mode="json")
     params = {k: {"old": co.get(k), "new": cn.get(k)}
               for k in sorted(set(co) | set(cn)) if co.get(k) != cn.get(k)}
-    out = {"changed": (old.get("config_fingerprint") != new.get("config_fingerprint")
-                       or old.get("algorithm_version") != new.get("algorithm_version")
-                       or bool(params))}
+    out: dict = {"changed": (old.config_fingerprint != new.config_fingerprint
+                             or old.algorithm_version != new.algorithm_version
+                             or bool(params))}
     for name in ("config_fingerprint", "algorithm_version", "tool_version"):
-        out[name] = {"old": old.get(name), "new": new.get(name)}
+        out[name] = {"old": getattr(old, name), "new": getattr(new, name)}
     out["parameters"] = params
     return out
 
 
+def _decisions(report: Path) -> Iterator[DecisionRow]:
+    return (d for _, d in decision_rows(report))
+
+
 def _history_only(report: Path) -> tuple[int, set[tuple[str, str, str]]]:
     n = 0
-    pairs = set()
-    for r in _iter_jsonl(report, "relations.jsonl"):
-        n += 1
-        if r["history_only"]:
-            s = r["sample"]
-            pairs.add((s["package_id"], s["sample_id"], r["match"]["content_id"]))
+    pairs: set[tuple[str, str, str]] = set()
+    for n, r in relation_rows(report):
+        if r.history_only:
+            pairs.add((r.sample.package_id, r.sample.sample_id, r.match.content_id))
     return n, pairs
 
 
@@ -93,8 +101,8 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
     """Compare two reports; both are verified first (`report.verify_report`) and must be of
     the same kind of data (CPT or SFT)."""
     old, new = Path(old), Path(new)
-    mo, mn = verify_report(old).manifest, verify_report(new).manifest
-    kinds = [sorted({i["kind"] for i in m["inputs"]}) for m in (mo, mn)]
+    mo, mn = verify_report(old).model, verify_report(new).model
+    kinds = [m.kinds for m in (mo, mn)]
     if kinds[0] != kinds[1]:
         raise NearDedupError(f"report {new}: its inputs are {'/'.join(kinds[1])} packages, "
                              f"those of report {old} {'/'.join(kinds[0])}: reports of "
@@ -102,8 +110,8 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
     dom_o = report_domains(old, mo) if old_domains is None else old_domains
     if new_domains is None:
         # the same packages (id and manifest sha256) give the same domains: read them once
-        same = {(i["package_id"], i["manifest_sha256"], i["path"]) for i in mn["inputs"]} <= \
-            {(i["package_id"], i["manifest_sha256"], i["path"]) for i in mo["inputs"]}
+        same = {(i.package_id, i.manifest_sha256, i.path) for i in mn.inputs} <= \
+            {(i.package_id, i.manifest_sha256, i.path) for i in mo.inputs}
         new_domains = dom_o if same and old_domains is None else report_domains(new, mn)
     dom_n = new_domains
     counts_o, counts_n = ReportCounts(), ReportCounts()
@@ -116,21 +124,21 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
             change[group][value][name] += 1
 
     before: dict[Key, _Old] = {}
-    for d in iter_decisions(old):
-        key = (d["package_id"], d["sample_id"])
-        before[key] = _Old(d["split"], d["decision"], d["reason"], _kept(d))
+    for d in _decisions(old):
+        key = d.key
+        before[key] = _Old(d.split, d.decision, d.reason, _kept(d))
         counts_o.add(d, dom_o.of(key))
-    for d in iter_decisions(new):
-        key = (d["package_id"], d["sample_id"])
+    for d in _decisions(new):
+        key = d.key
         domain = dom_n.of(key)
         counts_n.add(d, domain)
         was = before.pop(key, None)
-        item = {"package_id": key[0], "sample_id": key[1], "split": d["split"]}
+        item = {"package_id": key[0], "sample_id": key[1], "split": d.split}
         if was is None:
-            lists["only_new"].append({**item, "decision": d["decision"], "reason": d["reason"]})
-            tally("only_new", key, d["split"], domain)
+            lists["only_new"].append({**item, "decision": d.decision, "reason": d.reason})
+            tally("only_new", key, d.split, domain)
             continue
-        now = _Old(d["split"], d["decision"], d["reason"], _kept(d))
+        now = _Old(d.split, d.decision, d.reason, _kept(d))
         if was.decision == "keep" and now.decision == "exclude":
             name = "newly_excluded"
         elif was.decision == "exclude" and now.decision == "keep":
@@ -144,7 +152,7 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
                                     "kept": _ref(was.kept)},
                             "new": {"decision": now.decision, "reason": now.reason,
                                     "kept": _ref(now.kept)}})
-        tally(name, key, d["split"], domain)
+        tally(name, key, d.split, domain)
     for key, was in before.items():  # in the old report's order
         lists["only_old"].append({"package_id": key[0], "sample_id": key[1], "split": was.split,
                                   "decision": was.decision, "reason": was.reason})

@@ -29,10 +29,16 @@ from pathlib import Path
 
 from near_dedup_core.audit.sources import Key, SampleText, locate, read_samples, report_inputs
 from near_dedup_core.audit.textdiff import changed_spans
-from near_dedup_core.config import NearDedupConfig, validate_model
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.formats.report import (
+    DecisionRow,
+    OriginRow,
+    decision_rows,
+    origin_rows,
+    relation_rows,
+)
 from near_dedup_core.guard import guard_for
-from near_dedup_core.report import _iter_jsonl, iter_decisions, verify_report
+from near_dedup_core.report import verify_report
 
 #: Most samples sharing a content whose domains are read for domain-specific guard units.
 MAX_DOMAIN_SAMPLES = 1_000
@@ -69,22 +75,24 @@ def _key(ref: dict | None) -> Key | None:
     return (ref["package_id"], ref["sample_id"])
 
 
-def _rows(report: Path) -> Iterator[tuple[dict, dict]]:
-    """(decision, origin) pairs, line by line."""
-    return zip(iter_decisions(report), _iter_jsonl(report, "origins.jsonl"), strict=False)
+Row = tuple[DecisionRow, OriginRow]
 
 
-def _find_rows(report: Path, keys: set[Key]) -> dict[Key, tuple[dict, dict]]:
-    return {k: (d, o) for d, o in _rows(report)
-            if (k := (d["package_id"], d["sample_id"])) in keys}
+def _rows(report: Path) -> Iterator[Row]:
+    """(decision, origin) pairs, line by line (the verified report aligns them)."""
+    return zip((d for _, d in decision_rows(report)), (o for _, o in origin_rows(report)),
+               strict=True)
 
 
-def _sample_record(d: dict, o: dict, text: SampleText | None) -> dict:
-    return {"package_id": d["package_id"], "sample_id": d["sample_id"], "split": d["split"],
-            "scope": d.get("scope"), "content_id": d.get("content_id"),
-            "text_sha256": d.get("text_sha256"), "decision": d["decision"],
-            "reason": d["reason"], "file": o.get("file"), "line": o.get("line"),
-            "source": o.get("source"), "domain": text.domain if text else None,
+def _find_rows(report: Path, keys: set[Key]) -> dict[Key, Row]:
+    return {d.key: (d, o) for d, o in _rows(report) if d.key in keys}
+
+
+def _sample_record(d: DecisionRow, o: OriginRow, text: SampleText | None) -> dict:
+    return {"package_id": d.package_id, "sample_id": d.sample_id, "split": d.split,
+            "scope": d.scope, "content_id": d.content_id, "text_sha256": d.text_sha256,
+            "decision": d.decision, "reason": d.reason, "file": o.file, "line": o.line,
+            "source": o.source, "domain": text.domain if text else None,
             "text_available": text is not None}
 
 
@@ -101,9 +109,8 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
     The report is verified first (`report.verify_report`): a report whose files do not
     agree with its checksums and with each other is refused, not explained."""
     report = Path(report)
-    manifest = verify_report(report).manifest
-    config = validate_model(NearDedupConfig, manifest.get("config") or {},
-                            f"report {report}: manifest.json config")
+    manifest = verify_report(report).model
+    config = manifest.config
     inputs = report_inputs(manifest)
     if package_id not in inputs:
         raise NearDedupError(f"report {report}: no input package {package_id!r} (inputs: "
@@ -111,30 +118,34 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
     key = (package_id, sample_id)
 
     # pass 1: its relations (a pair is listed once, from the later sample's side)
-    fields = ("kind", "jaccard", "history_only", "blocked_by", "match_sources")
     relations: list[dict] = []
-    for r in _iter_jsonl(report, "relations.jsonl"):
-        if _key(r["sample"]) == key:
-            relations.append({"listed_as": "sample", "partner": dict(r["match"]),
-                              **{k: r[k] for k in fields}})
-        elif _key(r["match"]) == key:
-            relations.append({"listed_as": "match", "partner": {"content_id": None,
-                                                                **r["sample"]},
-                              **{k: r[k] for k in fields}})
+    for _, rel in relation_rows(report):
+        partner: dict
+        if rel.sample.key == key:
+            partner = rel.match.model_dump()
+            listed_as = "sample"
+        elif rel.match.key == key:
+            partner = {"content_id": None, **rel.sample.model_dump()}
+            listed_as = "match"
+        else:
+            continue
+        relations.append({"listed_as": listed_as, "partner": partner, "kind": rel.kind,
+                          "jaccard": rel.jaccard, "history_only": rel.history_only,
+                          "blocked_by": rel.blocked_by,
+                          "match_sources": [m.model_dump() for m in rel.match_sources]})
 
     # pass 2: the sample, its partners, and the samples it excluded
     partners = {k for k in (_key(r["partner"]) for r in relations) if k is not None}
-    target: tuple[dict, dict] | None = None
+    target: Row | None = None
     excluded: list[dict] = []
-    found: dict[Key, tuple[dict, dict]] = {}
+    found: dict[Key, Row] = {}
     for d, o in _rows(report):
-        k = (d["package_id"], d["sample_id"])
+        k = d.key
         if k == key:
             target = (d, o)
-        elif _key(d.get("kept")) == key:
-            excluded.append({"package_id": d["package_id"], "sample_id": d["sample_id"],
-                             "split": d["split"], "reason": d["reason"],
-                             "jaccard": d["jaccard"]})
+        elif d.kept is not None and d.kept.key == key:
+            excluded.append({"package_id": d.package_id, "sample_id": d.sample_id,
+                             "split": d.split, "reason": d.reason, "jaccard": d.jaccard})
         if k in partners:
             found[k] = (d, o)
     if target is None:
@@ -142,7 +153,7 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
                              f"{sample_id!r} in this report")
     dec, origin = target
     found[key] = target
-    kept_key = _key(dec.get("kept"))
+    kept_key = dec.kept.key if dec.kept is not None else None
     if kept_key is not None and kept_key not in found:  # the kept sample is always a partner
         found.update(_find_rows(report, {kept_key}))
 
@@ -150,20 +161,20 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
         pk = _key(r["partner"])
         row = found.get(pk) if pk is not None else None
         if r["listed_as"] == "match" and row is not None:
-            r["partner"]["content_id"] = row[0]["content_id"]
-        r["partner_decision"] = row[0]["decision"] if row is not None else None
+            r["partner"]["content_id"] = row[0].content_id
+        r["partner_decision"] = row[0].decision if row is not None else None
 
     # pass 3, only with domain-specific guard units: the pool samples of the blocked pairs'
     # contents, whose domains choose the units (as in the scan)
-    blocked_contents = {dec["content_id"]} | {r["partner"]["content_id"] for r in relations
+    blocked_contents = {dec.content_id} | {r["partner"]["content_id"] for r in relations
                                               if r["blocked_by"] and r["partner"]["content_id"]}
     same_content: dict[str, list[Key]] = {}
     if config.extra_units and any(r["blocked_by"] for r in relations):
         for d, _ in _rows(report):
-            if d["content_id"] in blocked_contents:
-                bucket = same_content.setdefault(d["content_id"], [])
+            if d.content_id in blocked_contents:
+                bucket = same_content.setdefault(d.content_id, [])
                 if len(bucket) < MAX_DOMAIN_SAMPLES:
-                    bucket.append((d["package_id"], d["sample_id"]))
+                    bucket.append(d.key)
 
     diff_key = _diff_partner(kept_key, relations, excluded)
 
@@ -183,17 +194,16 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
             continue
         pk = _key(r["partner"])
         domains = frozenset(
-            t.domain for c in (dec["content_id"], r["partner"]["content_id"])
+            t.domain for c in (dec.content_id, r["partner"]["content_id"])
             for k in same_content.get(c, []) if (t := texts.get(k)) and t.domain)
         guard = guard_for(config, domains)
         guard_rows.append(_guard_row(r, guard, texts.get(key), texts.get(pk) if pk else None))
 
     sample = _sample_record(dec, origin, texts.get(key))
     kept = None
-    if kept_key is not None:
-        kd, ko = found.get(kept_key, ({"package_id": kept_key[0], "sample_id": kept_key[1],
-                                       "split": None, "decision": None, "reason": None}, {}))
-        kept = _sample_record(kd, ko, texts.get(kept_key))  # the diff partner: text read
+    if kept_key is not None:  # the verified report holds it; it is the diff partner
+        kd, ko = found[kept_key]
+        kept = _sample_record(kd, ko, texts.get(kept_key))
     spans: list[dict] = []
     partner_ref = None
     shown: dict[str, str] = {}
@@ -210,8 +220,8 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
     if any(r["history_only"] for r in relations):
         notes.append("history-only partners are not among the report's inputs: their texts "
                      "(and guard sequences) are only in the index")
-    return Explanation(sample=sample, decision=dec["decision"], reason=dec["reason"],
-                       kept=kept, jaccard=dec.get("jaccard"), relations=relations,
+    return Explanation(sample=sample, decision=dec.decision, reason=dec.reason,
+                       kept=kept, jaccard=dec.jaccard, relations=relations,
                        guard=guard_rows, excluded_because_of_it=excluded, diff=spans,
                        diff_partner=partner_ref, texts=shown, notes=notes)
 

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 from near_dedup_core.audit.sources import Domains, report_inputs, sample_domains
-from near_dedup_core.report import iter_decisions, load_manifest
+from near_dedup_core.formats.report import DecisionRow, ReportManifest, decision_rows
+from near_dedup_core.report import report_manifest
 
 DEFAULT_MAX_EXCLUSION_RATE = 0.5
 DEFAULT_MAX_RATE_JUMP = 0.2
@@ -63,15 +64,15 @@ class ReportCounts:
     total: Tally = field(default_factory=Tally)
     missing_packages: list[str] = field(default_factory=list)
 
-    def add(self, d: dict, domain: str | None) -> None:
-        self.by_split[d["split"]].add(d["decision"])
-        self.by_domain[domain].add(d["decision"])
-        self.by_package[d["package_id"]].add(d["decision"])
-        self.total.add(d["decision"])
+    def add(self, d: DecisionRow, domain: str | None) -> None:
+        self.by_split[d.split].add(d.decision)
+        self.by_domain[domain].add(d.decision)
+        self.by_package[d.package_id].add(d.decision)
+        self.total.add(d.decision)
 
 
-def report_domains(report: str | Path, manifest: dict | None = None) -> Domains:
-    manifest = load_manifest(report) if manifest is None else manifest
+def report_domains(report: str | Path, manifest: ReportManifest | None = None) -> Domains:
+    manifest = report_manifest(report)[0] if manifest is None else manifest
     return sample_domains(report_inputs(manifest))
 
 
@@ -79,8 +80,8 @@ def count_report(report: str | Path, domains: Domains | None = None) -> ReportCo
     """Stream a report's decisions into per-split/domain/package tallies."""
     domains = report_domains(report) if domains is None else domains
     counts = ReportCounts(missing_packages=[p.package_id for p in domains.missing])
-    for d in iter_decisions(Path(report)):
-        counts.add(d, domains.of((d["package_id"], d["sample_id"])))
+    for _, d in decision_rows(Path(report)):
+        counts.add(d, domains.of(d.key))
     return counts
 
 

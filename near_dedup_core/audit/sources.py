@@ -27,9 +27,9 @@ import orjson
 
 from near_dedup_core.compare import compared_text
 from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.formats.report import OriginRow, ReportManifest, origin_rows
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import MANIFEST, FileEntry, load_package
-from near_dedup_core.report import _iter_jsonl
 
 Key = tuple[str, str]  # (package_id, sample_id)
 #: Longest chain of refs followed (a ref may point at a sample that is itself a ref).
@@ -77,12 +77,12 @@ class SampleText:
     domain: str | None
 
 
-def report_inputs(manifest: dict) -> dict[str, InputPackage]:
+def report_inputs(manifest: ReportManifest) -> dict[str, InputPackage]:
     """The report's input packages by id, each checked against the manifest sha256 the report
     recorded (a cheap check: manifest bytes and file sizes, no data read)."""
     out: dict[str, InputPackage] = {}
-    for item in manifest.get("inputs", []):
-        pid, path, sha = item["package_id"], Path(item["path"]), item["manifest_sha256"]
+    for item in manifest.inputs:
+        pid, path, sha = item.package_id, Path(item.path), item.manifest_sha256
         problem = None
         depends: tuple[str, ...] = ()
         entries: tuple[FileEntry, ...] = ()
@@ -99,7 +99,7 @@ def report_inputs(manifest: dict) -> dict[str, InputPackage]:
             else:
                 depends = tuple(pkg.depends_on)
                 entries = tuple(pkg.files)
-        out[pid] = InputPackage(pid, item.get("kind", "cpt"), path, sha, problem, depends,
+        out[pid] = InputPackage(pid, item.kind, path, sha, problem, depends,
                                 tuple(e.path for e in entries), entries)
     return out
 
@@ -151,15 +151,14 @@ def _read_lines(pkg: InputPackage, file: str, lines: set[int]) -> dict[int, dict
     return out
 
 
-def locate(report: Path, keys: Iterable[Key]) -> dict[Key, dict]:
-    """origins.jsonl rows (package_id, sample_id, split, file, line, source) of these samples:
-    one streamed pass over the file."""
+def locate(report: Path, keys: Iterable[Key]) -> dict[Key, OriginRow]:
+    """origins.jsonl rows of these samples: one streamed pass over the file."""
     wanted = set(keys)
-    found: dict[Key, dict] = {}
+    found: dict[Key, OriginRow] = {}
     if not wanted:
         return found
-    for row in _iter_jsonl(report, "origins.jsonl"):
-        key = (row["package_id"], row["sample_id"])
+    for _, row in origin_rows(report):
+        key = row.key
         if key in wanted:
             found[key] = row
             if len(found) == len(wanted):
@@ -167,7 +166,7 @@ def locate(report: Path, keys: Iterable[Key]) -> dict[Key, dict]:
     return found
 
 
-def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Key, dict]
+def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Key, OriginRow]
                  ) -> dict[Key, SampleText]:
     """Compared texts of the located samples whose packages are available; refs are followed
     through the referenced packages (located in ``origins.jsonl``). Samples of unavailable
@@ -180,8 +179,8 @@ def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Ke
         for key, o in todo.items():
             pkg = inputs.get(key[0])
             if pkg is not None and pkg.available and key not in records:
-                by_file[(key[0], o["file"])][o["line"]] = key
-                located[key] = (o["file"], o["line"])
+                by_file[(key[0], o.file)][o.line] = key
+                located[key] = (o.file, o.line)
         for (pid, file), line_keys in sorted(by_file.items()):
             for n, data in _read_lines(inputs[pid], file, set(line_keys)).items():
                 if not isinstance(data, dict) or data.get("id") != line_keys[n][1]:

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from near_dedup_core.formats import StrictModel
 from near_dedup_core.mixture.config import QualityFilter, Strategy
 
 FORMAT: Final = "mixture-package"
@@ -17,11 +18,7 @@ REPORT_DIR: Final = "near-dedup"
 CONTAMINATION_DIR: Final = "contamination"
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
-
-
-class InputRef(_Frozen):
+class InputRef(StrictModel):
     """An input package as recorded in a mixture (path as written in the config)."""
 
     package_id: str
@@ -29,7 +26,7 @@ class InputRef(_Frozen):
     path: str
 
 
-class DataFile(_Frozen):
+class DataFile(StrictModel):
     """One data file of a mixture: every record of one split."""
 
     path: str
@@ -38,21 +35,21 @@ class DataFile(_Frozen):
     sha256: str
 
 
-class ReportRef(_Frozen):
+class ReportRef(StrictModel):
     """The embedded report: its folder inside the mixture and its manifest's sha256."""
 
     path: Literal["near-dedup"]
     manifest_sha256: str
 
 
-class ContaminationRef(_Frozen):
+class ContaminationRef(StrictModel):
     """The embedded contamination report: its folder and its manifest's sha256."""
 
     path: Literal["contamination"]
     manifest_sha256: str
 
 
-class ManifestCounts(_Frozen):
+class ManifestCounts(StrictModel):
     target_records: int
     selected: int
     shortfall: int
@@ -63,7 +60,7 @@ class ManifestCounts(_Frozen):
     by_domain: dict[str, int]
 
 
-class MixingParameters(_Frozen):
+class MixingParameters(StrictModel):
     """What a mixture was made with: written both into ``manifest.json`` and ``plan.json``,
     which `verify_mixture` requires to agree."""
 
@@ -92,10 +89,8 @@ class MixtureManifest(MixingParameters):
     contamination_report: ContaminationRef | None = None
 
 
-class PlanRow(BaseModel):
+class PlanRow(StrictModel):
     """One domain of a plan (package docstring, steps 1–6)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
     domain: str
     available_before_dedup: int
@@ -110,7 +105,7 @@ class PlanRow(BaseModel):
 
 
 
-class PlanReport(_Frozen):
+class PlanReport(StrictModel):
     """The report a plan was made with: the path as written in the config, its identity."""
 
     path: str
@@ -118,7 +113,7 @@ class PlanReport(_Frozen):
     excluded_pool_samples: int = Field(ge=0)
 
 
-class PlanContamination(_Frozen):
+class PlanContamination(StrictModel):
     """The contamination report a plan was made with, and how many pool samples it removed."""
 
     path: str
@@ -126,7 +121,7 @@ class PlanContamination(_Frozen):
     removed_pool_samples: int = Field(ge=0)
 
 
-class PlanTotals(_Frozen):
+class PlanTotals(StrictModel):
     selected: int = Field(ge=0)
     shortfall: int = Field(ge=0)
     redistributed: int = Field(ge=0)

@@ -1,242 +1,42 @@
-"""The frozen near-dedup report's format: decisions, relations, origins, manifest, checksums;
-its counts, reading it back, and `verify_report` (``report verify``).
+"""`verify_report` (``report verify``): a frozen near-dedup report checked from its own files.
 
 The report is written by the scan (`near_dedup_core.scan.write`) after its greedy decisions
-(`near_dedup_core.scan.decide`, SPEC §4 scan): a node's first sample is excluded iff it
-directly matches, without a guard block, an earlier node whose first sample was kept; no
-transitivity; history-only matches are relations and never exclude.
-
-``relations.jsonl`` lists each verified pair once, from the later sample's side. For matches
-inside the pool, ``match`` names the matched node's first sample; ``match_sources`` lists the
-matched content's sources in the same split outside the current pool (for history-only
-matches, where the match has no pool sample, that is where it came from).
-
-The files are canonical JSON lines (sorted keys): same index, inputs and config give
-byte-identical files. The folder appears atomically.
+(`near_dedup_core.scan.decide`, docs/contract.md "scan"): a node's first sample is excluded
+iff it directly matches, without a guard block, an earlier node whose first sample was kept;
+no transitivity; history-only matches are relations and never exclude. Every file is read
+through its model (`near_dedup_core.formats.report`); what the models cannot say (order,
+cross-references, the greedy rule, counts) is checked here.
 """
 
 from __future__ import annotations
 
-import bisect
-import re
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from itertools import pairwise
 from pathlib import Path
-from typing import Literal, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field
 
-from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.formats.report import (
+    FILES,
+    FORMAT,
+    FORMAT_VERSION,
+    ROW_MODELS,
+    DecisionRow,
+    MatchSource,
+    OriginRow,
+    RelationRow,
+    ReportManifest,
+    SampleKey,
+    iter_rows,
+)
 from near_dedup_core.fsutil import iter_json_objects, validate_model, verify_checksums
+from near_dedup_core.report.counts import Tally
 
-FORMAT = "near-dedup-report"
-FORMAT_VERSION = 1
-FILES = ("decisions.jsonl", "relations.jsonl", "origins.jsonl")
-HISTOGRAM_BINS = 5
-DECISION_FIELDS = ("package_id", "sample_id", "split", "scope", "content_id", "text_sha256",
-                   "decision", "kept", "reason", "jaccard")
-RELATION_FIELDS = ("sample", "match", "jaccard", "kind", "history_only", "match_sources",
-                   "blocked_by")
-
-
-#: Every decision reason: the decision it comes with and what it means.
-REASONS = {
-    "unique": ("keep", "no verified match with an earlier sample of the pool"),
-    "retained_split": ("keep", "in a retained split (validation): never deduplicated"),
-    "guard_blocked": ("keep", "its only matches differ in numbers or units (the guard)"),
-    "match_not_kept": ("keep", "matches only earlier samples that were themselves excluded"),
-    "exact_duplicate": ("exclude", "same normalized text as an earlier kept sample"),
-    "near_duplicate": ("exclude", "Jaccard at or above the threshold with an earlier kept one"),
-}
-
-
-def decision_summary(counts: dict) -> str:
-    """``keep N (reason n, ...), exclude M (reason m, ...)`` from a manifest's counts."""
-    parts = []
-    for decision in ("keep", "exclude"):
-        reasons = ", ".join(f"{reason} {n:,}" for reason, n in sorted(counts["by_reason"].items())
-                            if REASONS.get(reason, ("exclude",))[0] == decision)
-        parts.append(f"{decision} {counts[decision]:,}" + (f" ({reasons})" if reasons else ""))
-    return ", ".join(parts)
-
-
-def jaccard_edges(threshold: float, bins: int = HISTOGRAM_BINS) -> list[float]:
-    """Edges of ``bins`` equal Jaccard bins from ``threshold`` to 1.0.
-
-    Rounded to 10 decimals, so the default threshold 0.9 gives exactly 0.9, 0.92, …, 1.0.
-    """
-    width = (1.0 - threshold) / bins
-    return [round(threshold + i * width, 10) for i in range(bins)] + [1.0]
-
-
-def jaccard_bin(value: float, edges: Sequence[float]) -> int | None:
-    """Index of the bin of ``value`` (1.0 falls in the last bin); None below the first edge."""
-    if value < edges[0]:
-        return None
-    return min(bisect.bisect_right(edges, value) - 1, len(edges) - 2)
-
-
-def bin_labels(edges: Sequence[float], separator: str = "-") -> list[str]:
-    """``lo-hi`` per bin with the fewest decimals (at least 2) that show every edge exactly."""
-    digits = next((d for d in range(2, 6) if all(round(e, d) == e for e in edges)), 6)
-    return [f"{lo:.{digits}f}{separator}{hi:.{digits}f}" for lo, hi in pairwise(edges)]
-
-
-def jaccard_histogram(values: Iterable[float], threshold: float) -> dict[str, int]:
-    """Counts of Jaccard values per bin from the threshold to 1; none are below the threshold
-    (near relations are verified at or above it), and one that were is counted in the first."""
-    edges = jaccard_edges(threshold)
-    labels = bin_labels(edges)
-    counts = dict.fromkeys(labels, 0)
-    for v in values:
-        counts[labels[jaccard_bin(v, edges) or 0]] += 1
-    return counts
-
-
-class Tally:
-    """The manifest's ``counts`` built one decision and one relation at a time, so a verifier
-    streaming a million-line report recomputes them without holding the rows."""
-
-    def __init__(self, threshold: float | None = None) -> None:
-        #: the Jaccard histogram's bins start here (None: the default config's threshold)
-        self.threshold = NearDedupConfig().threshold if threshold is None else threshold
-        self.by_split: dict[str, Counter] = defaultdict(Counter)
-        self.by_reason: Counter = Counter()
-        self.samples = self.relations = self.history_only = self.blocked = 0
-        self.near_jaccards: list[float] = []
-
-    def decision(self, split: str, decision: str, reason: str, count: int = 1) -> None:
-        """``count`` samples of ``split`` with this decision and reason."""
-        self.samples += count
-        self.by_split[split][decision] += count
-        self.by_reason[reason] += count
-
-    def relation(self, kind: str, history_only: bool, blocked_by: str | None,
-                 jaccard: float, count: int = 1) -> None:
-        """``count`` relations alike."""
-        self.relations += count
-        self.history_only += count * bool(history_only)
-        self.blocked += count * (blocked_by is not None)
-        if kind == "near" and blocked_by is None:
-            self.near_jaccards.extend([jaccard] * count)
-
-    def counts(self) -> dict:
-        keep = sum(c["keep"] for c in self.by_split.values())
-        return {
-            "samples": self.samples, "keep": keep, "exclude": self.samples - keep,
-            "by_split": {s: {"keep": c["keep"], "exclude": c["exclude"]}
-                         for s, c in sorted(self.by_split.items())},
-            "by_reason": dict(sorted(self.by_reason.items())),
-            "relations": self.relations,
-            "history_only_relations": self.history_only,
-            "blocked_relations": self.blocked,
-            "near_relations_jaccard": jaccard_histogram(self.near_jaccards, self.threshold),
-        }
-
-
-def count_decisions(decisions: list[dict], relations: list[dict],
-                    threshold: float | None = None) -> dict:
-    """The manifest's ``counts`` (without ``candidates``); ``verify_report`` recomputes them
-    the same way through `Tally`."""
-    tally = Tally(threshold)
-    for d in decisions:
-        tally.decision(d["split"], d["decision"], d["reason"])
-    for r in relations:
-        tally.relation(r["kind"], r["history_only"], r["blocked_by"], r["jaccard"])
-    return tally.counts()
-
-
-# --------------------------------------------------------------------------- reading
-
-HEX64 = r"^[0-9a-f]{64}$"
 KEEP_REASONS = ("unique", "guard_blocked", "match_not_kept", "retained_split")
 EXCLUDE_REASONS = ("near_duplicate", "exact_duplicate")
-ORIGIN_FIELDS = ("package_id", "sample_id", "split", "file", "line", "source")
-CONTENT_ID_HEX = 32  # a content id is 16 bytes
-SampleKey = tuple[str, str]
-
-
-class _Strict(BaseModel):
-    # Validators are built on first use (`report verify`, `mixture`), not at import: `scan`
-    # imports this module for its constants and never validates a manifest.
-    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, defer_build=True)
-
-
-class ReportInput(_Strict):
-    """One input package of the scanned pool, in input order."""
-
-    package_id: str
-    kind: Literal["cpt", "sft"]
-    manifest_sha256: str = Field(pattern=HEX64)
-    records: int = Field(ge=0)
-    path: str
-
-
-class IndexedPackage(_Strict):
-    """A package held by the index when the report was frozen."""
-
-    package_id: str
-    kind: Literal["cpt", "sft"]
-    manifest_sha256: str = Field(pattern=HEX64)
-    batch: int = Field(ge=0)
-
-
-class IndexState(_Strict):
-    packages: list[IndexedPackage]
-    batches: int = Field(ge=0)
-    contents: int = Field(ge=0)
-
-
-class SplitCounts(_Strict):
-    keep: int = Field(ge=0)
-    exclude: int = Field(ge=0)
-
-
-class CandidateCounts(_Strict):
-    lsh_pairs: int = Field(ge=0)
-    after_filters: int = Field(ge=0)
-
-
-class ReportCounts(_Strict):
-    samples: int = Field(ge=0)
-    keep: int = Field(ge=0)
-    exclude: int = Field(ge=0)
-    by_split: dict[str, SplitCounts]
-    by_reason: dict[str, int]
-    relations: int = Field(ge=0)
-    history_only_relations: int = Field(ge=0)
-    blocked_relations: int = Field(ge=0)
-    near_relations_jaccard: dict[str, int]
-    candidates: CandidateCounts
-
-
-class FileLines(_Strict):
-    lines: int = Field(ge=0)
-
-
-class ReportFiles(_Strict):
-    decisions: FileLines = Field(alias="decisions.jsonl")
-    relations: FileLines = Field(alias="relations.jsonl")
-    origins: FileLines = Field(alias="origins.jsonl")
-
-
-class ReportManifest(_Strict):
-    """``manifest.json`` of a report (format_version 1), strict JSON types."""
-
-    format: Literal["near-dedup-report"]
-    format_version: int
-    tool_version: str
-    algorithm_version: str = Field(min_length=1)
-    config: NearDedupConfig
-    config_fingerprint: str = Field(pattern=HEX64)
-    inputs: list[ReportInput] = Field(min_length=1)
-    index: IndexState
-    counts: ReportCounts
-    files: ReportFiles
 
 
 def report_manifest(path: str | Path) -> tuple[ReportManifest, dict]:
@@ -287,8 +87,12 @@ class SampleDecision(NamedTuple):
 
 @dataclass
 class ReportSummary:
+    """A verified report: its manifest (the JSON object and the `ReportManifest` model) and
+    one small record per sample."""
+
     path: Path
     manifest: dict
+    model: ReportManifest
     samples: dict[SampleKey, SampleDecision] = field(default_factory=dict, repr=False)
     #: samples whose text and origin were re-read from the input packages (``--inputs``)
     inputs_checked: int | None = None
@@ -305,25 +109,6 @@ class ReportSummary:
         return (f"report {self.path}: OK — checksums, manifest and {c['samples']:,} decisions "
                 f"consistent (keep {c['keep']:,}, exclude {c['exclude']:,}, "
                 f"{c['relations']:,} relations){inputs}")
-
-
-def _ref_key(value: object) -> SampleKey | None:
-    """(package_id, sample_id) of a sample reference object, None if it is not one."""
-    if type(value) is dict and value.keys() == {"package_id", "sample_id"} \
-            and type(value["package_id"]) is str and type(value["sample_id"]) is str:
-        return value["package_id"], value["sample_id"]
-    return None
-
-
-#: A package's data file as its manifest lists it: relative, below ``data/``, no ``.`` or
-#: ``..`` component, ``.jsonl`` or ``.jsonl.gz`` (`package.load_package`).
-_SHARD_PATH = re.compile(r"data(?:/(?:[^/\\.][^/\\]*|\.[^/\\.][^/\\]*|\.\.[^/\\]+))*"
-                         r"/[^/\\]*\.jsonl(?:\.gz)?")
-_HEX = {n: re.compile(f"[0-9a-f]{{{n}}}") for n in (32, 64)}
-
-
-def _is_hex(value: object, digits: int) -> bool:
-    return type(value) is str and _HEX[digits].fullmatch(value) is not None
 
 
 def _describe(decision: str, reason: str, kept: SampleKey | None, jaccard: float | None) -> str:
@@ -370,31 +155,12 @@ class _ReportCheck:
         self.near: dict[SampleKey, _NearState] = {}
         self.tally = Tally(manifest.config.threshold)
         self.lines = {"decisions.jsonl": 0, "relations.jsonl": 0, "origins.jsonl": 0}
-        self._keysets: dict[tuple[str, ...], frozenset[str]] = {
-            f: frozenset(f) for f in (DECISION_FIELDS, RELATION_FIELDS, ORIGIN_FIELDS)}
 
     def fail(self, message: str) -> NoReturn:
         raise NearDedupError(f"report {self.path}: {message}")
 
-    def _fields(self, loc: str, row: dict, fields: tuple[str, ...]) -> None:
-        if row.keys() == self._keysets[fields]:
-            return
-        for f in fields:
-            if f not in row:
-                self.fail(f"{loc}: missing field '{f}'")
-        if len(row) != len(fields):
-            extra = sorted(set(row) - set(fields))
-            self.fail(f"{loc}: unknown field '{extra[0]}'")
-
-    def _strings(self, loc: str, row: dict, fields: tuple[str, ...]) -> None:
-        if all(type(row[f]) is str for f in fields):
-            return
-        for f in fields:
-            if type(row[f]) is not str:
-                self.fail(f"{loc}: {f} must be a string")
-
-    def _rows(self, name: str) -> Iterator[tuple[str, dict]]:
-        for n, row in iter_json_objects(self.path, name, f"report {self.path}"):
+    def _rows(self, name: str) -> Iterator[tuple[str, Any]]:
+        for n, row in iter_rows(self.path, name, ROW_MODELS[name], f"report {self.path}"):
             self.lines[name] = n
             yield f"{name}:{n}", row
 
@@ -434,23 +200,12 @@ class _ReportCheck:
     # ---------------------------------------------------------------- decisions.jsonl
 
     def decisions(self) -> None:
-        hex32, hex64 = _HEX[CONTENT_ID_HEX].fullmatch, _HEX[64].fullmatch
         last_pos = 0
         per_package: Counter = Counter()
+        row: DecisionRow
         for loc, row in self._rows("decisions.jsonl"):
-            self._fields(loc, row, DECISION_FIELDS)
-            pid, sid, split = row["package_id"], row["sample_id"], row["split"]
-            decision, reason, jaccard = row["decision"], row["reason"], row["jaccard"]
-            if not (type(pid) is str and type(sid) is str and type(split) is str
-                    and type(decision) is str and type(reason) is str
-                    and type(row["scope"]) is str):
-                self._strings(loc, row, ("package_id", "sample_id", "split", "scope",
-                                         "decision", "reason"))
-            if not (type(row["content_id"]) is str and hex32(row["content_id"])
-                    and type(row["text_sha256"]) is str and hex64(row["text_sha256"])):
-                for f, digits in (("content_id", CONTENT_ID_HEX), ("text_sha256", 64)):
-                    if not _is_hex(row[f], digits):
-                        self.fail(f"{loc}: {f} must be {digits} lowercase hex digits")
+            pid, sid, split = row.package_id, row.sample_id, row.split
+            decision, reason, jaccard = row.decision, row.reason, row.jaccard
             pos = self.input_pos.get(pid)
             if pos is None:
                 self.fail(f"{loc}: package {pid} is not among the inputs")
@@ -461,48 +216,42 @@ class _ReportCheck:
             key = (pid, sid)
             if key in self.decided:
                 self.fail(f"{loc}: sample {pid}/{sid} is decided twice")
-            kept = None
-            if decision == "keep" and row["kept"] is None:
+            kept = row.kept.key if row.kept is not None else None
+            if decision == "keep":
+                if kept is not None:
+                    self.fail(f"{loc}: a kept sample names a kept sample; kept must be null")
                 if jaccard is not None:
                     self.fail(f"{loc}: a kept sample has jaccard {jaccard!r}, expected null")
                 if reason not in KEEP_REASONS:
                     self.fail(f"{loc}: reason {reason!r} is not a reason to keep")
-            elif decision == "exclude":
-                kept = _ref_key(row["kept"])
+            else:
                 if kept is None:
-                    self.fail(f"{loc}: kept must be null or an object with package_id and "
-                              f"sample_id")
+                    self.fail(f"{loc}: an excluded sample names the sample it is excluded for "
+                              f"(kept)")
                 if reason not in EXCLUDE_REASONS:
                     self.fail(f"{loc}: reason {reason!r} is not a reason to exclude")
-                if type(jaccard) is not float or not self.threshold <= jaccard <= 1.0 \
+                if jaccard is None or not self.threshold <= jaccard <= 1.0 \
                         or (reason == "exact_duplicate" and jaccard != 1.0):
                     self.fail(f"{loc}: jaccard must be a number from the threshold "
                               f"{self.threshold} to 1 (1.0 for exact_duplicate), found "
                               f"{jaccard!r}")
-            elif decision == "keep":
-                if _ref_key(row["kept"]) is None:
-                    self.fail(f"{loc}: kept must be null or an object with package_id and "
-                              f"sample_id")
-                self.fail(f"{loc}: decision must be keep (kept null) or exclude")
-            else:
-                self.fail(f"{loc}: decision must be keep (kept null) or exclude")
             if split in self.retained and decision == "exclude":
                 self.fail(f"{loc}: a sample of retained split {split} is excluded")
             if (split in self.retained) != (reason == "retained_split"):
                 self.fail(f"{loc}: reason retained_split is for the samples of retained splits "
                           f"{sorted(self.retained)} only, and the only reason there")
-            node_key = (row["content_id"], split)
+            node_key = (row.content_id, split)
             node = self.node_ids.get(node_key)
             order = (self.batch[pid], pos, sid)
             if node is None:
                 node = self.node_ids[node_key] = len(self.node_content)
-                self.node_content.append(row["content_id"])
+                self.node_content.append(row.content_id)
                 self.node_first.append((order, key))
             elif order < self.node_first[node][0]:
                 self.node_first[node] = (order, key)
             self.decided[key] = SampleDecision(
                 self.lines["decisions.jsonl"], split, node, decision, reason, kept, jaccard,
-                bytes.fromhex(row["text_sha256"]) if self.keep_text_sha256 else None)
+                bytes.fromhex(row.text_sha256) if self.keep_text_sha256 else None)
             per_package[pid] += 1
             self.tally.decision(split, decision, reason)
         self._line_count("decisions.jsonl", self.m.files.decisions.lines)
@@ -513,26 +262,20 @@ class _ReportCheck:
 
     # ---------------------------------------------------------------- relations.jsonl
 
-    def _match_sources(self, loc: str, value: object, split: str) -> bool:
-        if type(value) is not list:
-            self.fail(f"{loc}: match_sources must be a list")
+    def _match_sources(self, loc: str, sources: list[MatchSource], split: str) -> bool:
         previous = None
-        for src in value:
-            if type(src) is not dict or src.keys() != {"package_id", "sample_id", "split"} \
-                    or not all(type(v) is str for v in src.values()):
-                self.fail(f"{loc}: match_sources entries must be objects with package_id, "
-                          f"sample_id and split")
-            if src["package_id"] not in self.outside:
-                self.fail(f"{loc}: match source package {src['package_id']} is not an indexed "
+        for src in sources:
+            if src.package_id not in self.outside:
+                self.fail(f"{loc}: match source package {src.package_id} is not an indexed "
                           f"package outside the inputs (manifest.json index.packages)")
-            if src["split"] != split:
-                self.fail(f"{loc}: match source {src['package_id']}/{src['sample_id']} is in "
-                          f"split {src['split']}, the sample in {split}")
-            here = (src["package_id"], src["sample_id"])
+            if src.split != split:
+                self.fail(f"{loc}: match source {src.package_id}/{src.sample_id} is in "
+                          f"split {src.split}, the sample in {split}")
+            here = (src.package_id, src.sample_id)
             if previous is not None and here <= previous:
                 self.fail(f"{loc}: match_sources are not sorted and distinct")
             previous = here
-        return bool(value)
+        return bool(sources)
 
     def relations(self) -> None:
         blocks: dict[int, int] = {}
@@ -545,32 +288,19 @@ class _ReportCheck:
         near_nodes: set[int] = set()
         last_near = -1
         max_cid = ""  # greatest content_id of the blocks listed so far
+        row: RelationRow
         for loc, row in self._rows("relations.jsonl"):
-            self._fields(loc, row, RELATION_FIELDS)
-            key = _ref_key(row["sample"])
-            if key is None:
-                self.fail(f"{loc}: sample must be an object with package_id and sample_id")
+            key = row.sample.key
             d = self.decided.get(key)
             if d is None:
                 self.fail(f"{loc}: sample {key[0]}/{key[1]} is not in decisions.jsonl")
-            kind, jaccard, hist, blocked = (row["kind"], row["jaccard"], row["history_only"],
-                                            row["blocked_by"])
-            match = row["match"]
-            if kind not in ("exact", "near"):
-                self.fail(f"{loc}: kind must be exact or near")
-            if type(hist) is not bool:
-                self.fail(f"{loc}: history_only must be true or false")
-            if type(jaccard) is not float or not self.threshold <= jaccard <= 1.0:
+            kind, jaccard, hist, blocked = (row.kind, row.jaccard, row.history_only,
+                                            row.blocked_by)
+            match = row.match
+            if not self.threshold <= jaccard <= 1.0:
                 self.fail(f"{loc}: jaccard must be a number from the threshold "
                           f"{self.threshold} to 1, found {jaccard!r}")
-            if blocked is not None and (type(blocked) is not str or not blocked):
-                self.fail(f"{loc}: blocked_by must be null or the name of a guard rule")
-            if type(match) is not dict or match.keys() != {"content_id", "package_id",
-                                                           "sample_id"} \
-                    or not _is_hex(match["content_id"], CONTENT_ID_HEX):
-                self.fail(f"{loc}: match must be an object with content_id, package_id and "
-                          f"sample_id")
-            has_sources = self._match_sources(loc, row["match_sources"], d.split)
+            has_sources = self._match_sources(loc, row.match_sources, d.split)
             node = d.node
             if node != cur_node:
                 if node in blocks:
@@ -602,24 +332,23 @@ class _ReportCheck:
             own = self.node_content[node]
             match_key = None
             if hist:
-                if match["package_id"] is not None or match["sample_id"] is not None:
+                if match.package_id is not None or match.sample_id is not None:
                     self.fail(f"{loc}: a history_only match has null package_id and sample_id")
                 if not has_sources:
                     self.fail(f"{loc}: a history_only match lists its match_sources")
             else:
-                match_key = _ref_key({"package_id": match["package_id"],
-                                      "sample_id": match["sample_id"]})
+                match_key = match.key
                 md = self.decided.get(match_key) if match_key is not None else None
                 if match_key is None or md is None:
                     self.fail(f"{loc}: match is not a sample in decisions.jsonl")
-                if md.split != d.split or self.node_content[md.node] != match["content_id"]:
+                if md.split != d.split or self.node_content[md.node] != match.content_id:
                     self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} has another split "
                               f"or content_id in decisions.jsonl")
                 if self.node_first[md.node][1] != match_key:
                     self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} is not the first "
                               f"sample of its content in decision order")
             if kind == "exact":
-                if jaccard != 1.0 or blocked is not None or match["content_id"] != own:
+                if jaccard != 1.0 or blocked is not None or match.content_id != own:
                     self.fail(f"{loc}: an exact relation has jaccard 1.0, no guard block and "
                               f"the sample's own content_id")
                 sec = 1 if hist else 0
@@ -628,13 +357,13 @@ class _ReportCheck:
                         self.fail(f"{loc}: sample matches itself")
                     self.exact_link[key] = match_key
             else:
-                if match["content_id"] == own:
+                if match.content_id == own:
                     self.fail(f"{loc}: a near relation matches the sample's own content")
                 if hist:
                     sec = 3
-                    if match["content_id"] <= last_hist:
+                    if match.content_id <= last_hist:
                         self.fail(f"{loc}: history near matches are not sorted by content_id")
-                    last_hist = match["content_id"]
+                    last_hist = match.content_id
                 else:
                     sec = 2
                     assert match_key is not None
@@ -724,33 +453,27 @@ class _ReportCheck:
         files_done: set[str] = set()
         expect = 0
         split = ""
+        row: OriginRow
         for loc, row in self._rows("origins.jsonl"):
             n = self.lines["origins.jsonl"]
             item = next(decided, None)
             if item is None:
                 self.fail("origins.jsonl and decisions.jsonl differ in length")
             key, d = item
-            if (row.get("package_id"), row.get("sample_id"), row.get("split")) != \
-                    (*key, d.split):
+            if (row.package_id, row.sample_id, row.split) != (*key, d.split):
                 self.fail(f"origins.jsonl:{n} does not describe the sample of "
                           f"decisions.jsonl:{n}")
-            self._fields(loc, row, ORIGIN_FIELDS)
-            if type(row["file"]) is not str or type(row["line"]) is not int:
-                self.fail(f"{loc}: file must be a string and line an integer")
-            if row["file"] != file and not _SHARD_PATH.fullmatch(row["file"]):
-                self.fail(f"{loc}: file {row['file']!r} is not a data file path of a package "
-                          f"(relative, inside data/, .jsonl or .jsonl.gz)")
             if key[0] != package:
                 package, file, files_done = key[0], None, set()
-            if row["file"] != file:
-                file = row["file"]
+            if row.file != file:
+                file = row.file
                 if file in files_done:
                     self.fail(f"{loc}: {file} of {package} appears in two runs; samples follow "
                               f"their order in the package")
                 files_done.add(file)
                 expect, split = 1, d.split
-            if row["line"] != expect:
-                self.fail(f"{loc}: line {row['line']} of {file}, expected {expect}; samples "
+            if row.line != expect:
+                self.fail(f"{loc}: line {row.line} of {file}, expected {expect}; samples "
                           f"follow their order in the package")
             if d.split != split:
                 self.fail(f"{loc}: {file} holds samples of splits {split} and {d.split}")
@@ -800,4 +523,4 @@ def verify_report(path: str | Path, *, keep_text_sha256: bool = False) -> Report
     check.rule()
     check.origins()
     check.counts(raw)
-    return ReportSummary(path, raw, check.decided)
+    return ReportSummary(path, raw, manifest, check.decided)

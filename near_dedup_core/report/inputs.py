@@ -21,7 +21,7 @@ from near_dedup_core.compare import compared_text, text_sha256
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import iter_json_objects
 from near_dedup_core.package import open_packages, stream_records
-from near_dedup_core.report import ReportSummary, SampleKey, verify_report
+from near_dedup_core.report.verify import ReportSummary, SampleKey, verify_report
 
 
 def _origin_digest(split: str, file: str, line: int, source: object) -> bytes:
