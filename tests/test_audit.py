@@ -111,8 +111,8 @@ def test_explain_each_reason_on_the_sample_release(sample_days, reason):
     report = sample_days["2026-11-27"]
     d = first_with(report, reason)
     e, _ = explain_json(report, d["package_id"], d["sample_id"])
-    assert list(e) == ["sample", "decision", "reason", "kept", "jaccard", "relations", "guard",
-                       "excluded_because_of_it", "diff"]
+    assert list(e) == ["sample", "decision", "reason", "why", "kept", "jaccard", "relations",
+                       "guard", "excluded_because_of_it", "diff"]
     assert (e["decision"], e["reason"], e["jaccard"]) == (d["decision"], reason, d["jaccard"])
     assert e["sample"]["content_id"] == d["content_id"] and e["sample"]["text_available"]
     assert e["sample"]["domain"] in {"web", "news", "books", "code-docs"}
@@ -610,3 +610,56 @@ def test_diff_refuses_reports_of_different_kinds(tmp_path, sample_days):
     message = cli_fail("report", "diff", sample_days["2026-11-25"], sft)
     assert "reports of different kinds of data cannot be compared" in message
     assert "sft" in message and "cpt" in message
+
+
+# --------------------------------------------------------------------------- answers
+
+
+@pytest.fixture(scope="module")
+def readme_report(tmp_path_factory) -> Path:
+    """The README's demo report: cpt-v1 and cpt-v2 in one pool."""
+    root = tmp_path_factory.mktemp("readme")
+    return scan(root / "i.sqlite", [SAMPLES / "cpt" / "2026-11-25" / "cpt-v1",
+                                    SAMPLES / "cpt" / "2026-11-26" / "cpt-v2"], root / "report")
+
+
+def test_explain_says_each_partners_own_decision_and_why_the_kept_one(readme_report):
+    """cpt-v2/web-0009 is an exact copy of cpt-v1/web-0009, which was itself excluded in
+    favour of cpt-v1/web-0021: the answer says so, instead of listing a 1.0 match beside a
+    decision that names another sample."""
+    rows = decisions(readme_report)
+    e, _ = explain_json(readme_report, "cpt-v2", "web-0009")
+    first = rows[("cpt-v1", "web-0009")]
+    assert first["decision"] == "exclude" and e["kept"]["sample_id"] == first["kept"]["sample_id"]
+    for r in e["relations"]:
+        own = rows[(r["partner"]["package_id"], r["partner"]["sample_id"])]
+        assert (r["partner_decision"], r["partner_reason"], r["partner_kept"]) == \
+            (own["decision"], own["reason"], own["kept"])
+    kept = f"{first['kept']['package_id']}/{first['kept']['sample_id']}"
+    assert e["why"] == (f"same content as cpt-v1/web-0009, the first sample of that content, "
+                        f"which was itself excluded (near_duplicate of {kept}): a later copy "
+                        f"goes with it, excluded in favour of {kept} with the same Jaccard")
+    out, _ = cli_ok("report", "explain", readme_report, "cpt-v2", "web-0009")
+    assert f"exclude (near_duplicate of {kept})" in out and "why       same content" in out
+    # pool-only report: no empty sources column
+    assert "sources" not in out.split("relations (")[1].split("\n")[1]
+    # a first sample excluded in favour of its earliest kept match, skipping excluded ones
+    for key, d in rows.items():
+        if d["reason"] != "near_duplicate":
+            continue
+        e, _ = explain_json(readme_report, *key)
+        if not any(r["kind"] == "exact" and r["listed_as"] == "sample" for r in e["relations"]):
+            name = f"{d['kept']['package_id']}/{d['kept']['sample_id']}"
+            assert e["why"].startswith(f"{name} is the earliest kept sample"), e["why"]
+            break
+    else:
+        pytest.fail("no first sample excluded as a near duplicate in the demo report")
+
+
+def test_explain_lists_history_sources_only_when_there_are_some(sample_days):
+    report = sample_days["2026-11-26"]
+    rel = next(json.loads(line) for line in (report / "relations.jsonl").read_text()
+               .splitlines() if json.loads(line)["history_only"])
+    out, _ = cli_ok("report", "explain", report, rel["sample"]["package_id"],
+                    rel["sample"]["sample_id"])
+    assert "history sources" in out and "cpt-v1/" in out

@@ -52,6 +52,7 @@ class Explanation:
     sample: dict
     decision: str
     reason: str
+    why: str
     kept: dict | None
     jaccard: float | None
     relations: list[dict]
@@ -64,7 +65,7 @@ class Explanation:
 
     def to_json(self) -> dict:
         return {"sample": self.sample, "decision": self.decision, "reason": self.reason,
-                "kept": self.kept, "jaccard": self.jaccard, "relations": self.relations,
+                "why": self.why, "kept": self.kept, "jaccard": self.jaccard, "relations": self.relations,
                 "guard": self.guard, "excluded_because_of_it": self.excluded_because_of_it,
                 "diff": self.diff}
 
@@ -162,7 +163,10 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
         row = found.get(pk) if pk is not None else None
         if r["listed_as"] == "match" and row is not None:
             r["partner"]["content_id"] = row[0].content_id
-        r["partner_decision"] = row[0].decision if row is not None else None
+        pd = row[0] if row is not None else None
+        r["partner_decision"] = pd.decision if pd is not None else None
+        r["partner_reason"] = pd.reason if pd is not None else None
+        r["partner_kept"] = pd.kept.model_dump() if pd is not None and pd.kept else None
 
     # pass 3, only with domain-specific guard units: the pool samples of the blocked pairs'
     # contents, whose domains choose the units (as in the scan)
@@ -221,9 +225,64 @@ def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Expla
         notes.append("history-only partners are not among the report's inputs: their texts "
                      "(and guard sequences) are only in the index")
     return Explanation(sample=sample, decision=dec.decision, reason=dec.reason,
-                       kept=kept, jaccard=dec.jaccard, relations=relations,
+                       why=_why(dec, relations), kept=kept, jaccard=dec.jaccard,
+                       relations=relations,
                        guard=guard_rows, excluded_because_of_it=excluded, diff=spans,
                        diff_partner=partner_ref, texts=shown, notes=notes)
+
+
+def _name(ref: dict | None) -> str:
+    return f"{ref['package_id']}/{ref['sample_id']}" if ref else "-"
+
+
+def _partner_reason(r: dict) -> str:
+    """A partner's own reason: ``near_duplicate of P/S``, ``unique``."""
+    kept = f" of {_name(r['partner_kept'])}" if r["partner_kept"] else ""
+    return f"{r['partner_reason']}{kept}"
+
+
+def _outcome(r: dict) -> str:
+    """A partner's own decision: ``exclude (near_duplicate of P/S)``, ``keep (unique)``."""
+    if r["partner_decision"] is None:
+        return "history content (not in the pool)"
+    return f"{r['partner_decision']} ({_partner_reason(r)})"
+
+
+def _why(dec: DecisionRow, relations: list[dict]) -> str:
+    """Why the decision is what it is, from the greedy rule (docs/contract.md "scan") over the
+    sample's relations and its partners' own decisions: in particular why the kept sample it
+    names is the one, and which earlier matches did not count."""
+    if dec.reason == "retained_split":
+        return f"split {dec.split} is retained: its samples are never deduplicated"
+    earlier = [r for r in relations if r["listed_as"] == "sample" and not r["history_only"]]
+    history = sum(r["history_only"] for r in relations if r["listed_as"] == "sample")
+    after = (f"; its {history} history-only relation{'s' if history != 1 else ''} never "
+             f"exclude" if history else "")
+    first = next((r for r in earlier if r["kind"] == "exact"), None)
+    kept = _name(dec.kept.model_dump()) if dec.kept else None
+    if first is not None:
+        head = f"same content as {_name(first['partner'])}, the first sample of that content"
+        if dec.reason == "exact_duplicate":
+            return f"{head}, which was kept: a later copy is excluded in its favour{after}"
+        return (f"{head}, which was itself excluded ({_partner_reason(first)}): a later copy "
+                f"goes with it, excluded in favour of {kept} with the same Jaccard{after}")
+    near = [r for r in earlier if r["kind"] == "near"]
+    skipped = []
+    for r in near:
+        if r["blocked_by"] is None and r["partner_decision"] == "keep":
+            break
+        skipped.append(f"{_name(r['partner'])} "
+                       + (f"(blocked by {r['blocked_by']})" if r["blocked_by"]
+                          else f"(itself {_outcome(r)}; no transitivity)"))
+    passed = f"; earlier matches that did not count: {', '.join(skipped)}" if skipped else ""
+    if dec.reason == "near_duplicate":
+        return (f"{kept} is the earliest kept sample (decision order) among its unblocked "
+                f"matches, jaccard {dec.jaccard:.4f}{passed}{after}")
+    if dec.reason == "unique":
+        return f"no verified match with an earlier sample of the pool{after}"
+    if dec.reason == "guard_blocked":
+        return f"every match with an earlier sample was kept apart by the guard{passed}{after}"
+    return f"every unblocked match with an earlier sample was itself excluded{passed}{after}"
 
 
 def _diff_partner(kept: Key | None, relations: list[dict], excluded: list[dict]) -> Key | None:

@@ -56,6 +56,14 @@ def _source(rec: dict) -> str:
     return "-" if src is None else json.dumps(src, ensure_ascii=False, sort_keys=True)
 
 
+def _decision(r: dict) -> str:
+    """A relation partner's own decision, e.g. ``exclude (near_duplicate of cpt-v1/web-0021)``."""
+    if r["partner_decision"] is None:
+        return "(history)"
+    kept = f" of {_name(r['partner_kept'])}" if r["partner_kept"] else ""
+    return f"{r['partner_decision']} ({r['partner_reason']}{kept})"
+
+
 def _seq(values: list[str] | None) -> str:
     if values is None:
         return "(text not available)"
@@ -70,14 +78,20 @@ def explanation_text(e: Explanation) -> str:
     if e.kept is not None:
         out.append(f"kept      {_name(e.kept)}  ({_where(e.kept)}), jaccard {e.jaccard:.4f}")
         out.append(f"          source {_source(e.kept)}")
+    out.append(f"why       {e.why}")
     out.append(f"\nrelations ({len(e.relations)})")
     if e.relations:
+        # history sources only when a relation has any (pool-only reports have none)
+        sources = any(r["match_sources"] for r in e.relations)
         out.append(table(
-            ["listed as", "partner", "kind", "jaccard", "history-only", "blocked by", "sources"],
-            [[r["listed_as"], _name(r["partner"]), r["kind"], r["jaccard"], r["history_only"],
-              r["blocked_by"], ", ".join(f"{m['package_id']}/{m['sample_id']}"
-                                         for m in r["match_sources"][:3])
-              + (" …" if len(r["match_sources"]) > 3 else "")] for r in e.relations]))
+            ["listed as", "partner", "partner's decision", "kind", "jaccard", "history-only",
+             "blocked by", *(["history sources"] if sources else [])],
+            [[r["listed_as"], _name(r["partner"]), _decision(r), r["kind"], r["jaccard"],
+              r["history_only"], r["blocked_by"],
+              *([", ".join(f"{m['package_id']}/{m['sample_id']}"
+                           for m in r["match_sources"][:3])
+                 + (" …" if len(r["match_sources"]) > 3 else "")] if sources else [])]
+             for r in e.relations]))
     if e.guard:
         out.append(f"\nguard-blocked ({len(e.guard)})")
         for g in e.guard:
