@@ -227,9 +227,20 @@ def _report_audit(args: argparse.Namespace) -> None:
     for note in result.notes:
         print(f"near-dedup: note: {note}", file=sys.stderr)
     if text is None:
-        print(orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode())
-    else:
-        print(text)
+        text = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode()
+    _print_to_reader(text)
+
+
+def _print_to_reader(text: str) -> None:
+    """Print ``text`` on stdout; a reader that stops early (``… | head``) ends the output
+    quietly (Python's documented handling of SIGPIPE: stdout pointed at devnull, so the
+    interpreter's last flush does not fail again)."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def verify_any_report(path: Path, inputs: list[Path] | None = None) -> str:

@@ -233,7 +233,7 @@ def test_diff_two_days_of_the_sample_release(sample_days):
     old, new = sample_days["2026-11-25"], sample_days["2026-11-26"]
     diff = diff_json(old, new)
     assert list(diff) == ["config_changed", "newly_excluded", "newly_kept", "changed_kept",
-                          "only_old", "only_new", "counts"]
+                          "only_old", "only_new", "contents", "counts"]
     assert diff["config_changed"]["changed"] is False
     # every day is a new package: nothing is in both reports
     assert names(diff["only_old"]) == {f"{p}/{s}" for p, s in decisions(old)}
@@ -663,3 +663,72 @@ def test_explain_lists_history_sources_only_when_there_are_some(sample_days):
     out, _ = cli_ok("report", "explain", report, rel["sample"]["package_id"],
                     rel["sample"]["sample_id"])
     assert "history sources" in out and "cpt-v1/" in out
+
+
+def content_outcomes(report: Path) -> dict[tuple[str, str], tuple]:
+    """(content_id, split) -> (decision, reason, content_id of the kept partner), computed
+    from decisions.jsonl alone: a content is kept if one of its samples is."""
+    rows = decisions(report)
+    out: dict[tuple[str, str], tuple] = {}
+    for d in rows.values():
+        ck = (d["content_id"], d["split"])
+        kept = d["kept"] and rows[(d["kept"]["package_id"], d["kept"]["sample_id"])]
+        outcome = (d["decision"], d["reason"], kept["content_id"] if kept else None)
+        if d["decision"] == "keep" or ck not in out:
+            out[ck] = outcome
+    return out
+
+
+def test_diff_of_consecutive_days_matches_contents(sample_days):
+    """Each day's pool holds another package: by sample every sample is only old or only
+    new, by content the diff says which contents changed and which are new or gone."""
+    old, new = sample_days["2026-11-26"], sample_days["2026-11-27"]
+    diff = diff_json(old, new)
+    c = diff["contents"]
+    was, now = content_outcomes(old), content_outcomes(new)
+    assert {(x["content_id"], x["split"]) for x in c["new"]} == now.keys() - was.keys()
+    assert {(x["content_id"], x["split"]) for x in c["gone"]} == was.keys() - now.keys()
+    both = was.keys() & now.keys()
+    expected = {
+        "newly_excluded": {k for k in both if (was[k][0], now[k][0]) == ("keep", "exclude")},
+        "newly_kept": {k for k in both if (was[k][0], now[k][0]) == ("exclude", "keep")},
+        "changed": {k for k in both if was[k][0] == now[k][0] and was[k][1:] != now[k][1:]}}
+    for name, keys in expected.items():
+        assert {(x["content_id"], x["split"]) for x in c[name]} == keys, name
+    changed = [x for name in expected for x in c[name]]
+    assert changed, "the demo's third day changes a decision by content"
+    for x in changed:
+        k = (x["content_id"], x["split"])
+        assert (x["old"]["decision"], x["old"]["reason"]) == was[k][:2]
+        assert (x["new"]["decision"], x["new"]["reason"]) == now[k][:2]
+        assert (x["old"]["kept"] or {}).get("content_id") == was[k][2]
+    for name in (*expected, "new", "gone"):
+        keys = [(x["content_id"], x["split"]) for x in c[name]]
+        assert keys == sorted(keys), name
+    counts = c["counts"]
+    assert (counts["old_contents"], counts["new_contents"], counts["in_both"]) == \
+        (len(was), len(now), len(both))
+    assert sum(r["new"] for r in counts["new_or_gone_by_reason"]) == len(c["new"])
+    assert sum(r["gone"] for r in counts["by_domain"]) == len(c["gone"])
+    for name in ("only_old", "only_new"):
+        keys = [(x["package_id"], x["sample_id"]) for x in diff[name]]
+        assert keys == sorted(keys)
+    out, _ = cli_ok("report", "diff", old, new)
+    assert "contents (matched by content_id within a split)" in out
+    assert "contents newly kept (" in out or "contents newly excluded (" in out
+
+
+def test_diff_json_into_a_closed_pipe_closes_quietly(sample_days):
+    """`report diff … --json | head -1`: no "Broken pipe" message."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    cmd = [sys.executable, "-m", "near_dedup_core", "report", "diff",
+           sample_days["2026-11-25"], sample_days["2026-11-27"], "--json"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # the reader is gone before the first byte
+    err = proc.stderr.read()
+    assert proc.wait() == 0 and err == b"", err

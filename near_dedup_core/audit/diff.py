@@ -8,7 +8,10 @@ Samples are matched by (package_id, sample_id). For a sample in both reports:
   its reason) changed.
 
 Samples in only one report are ``only_old`` / ``only_new`` (a day's new packages are all
-``only_new``). A change of config fingerprint, algorithm version or any config parameter is
+``only_new``). So contents are matched too, by (content_id, split): ``contents`` says which
+contents changed decision, reason or kept partner (by content) between the two reports and
+which are new or gone, by domain and reason (`_content_diff`). Every list is sorted.
+Both reports are verified first and must hold the same kind of data. A change of config fingerprint, algorithm version or any config parameter is
 reported first (``config_changed``): decisions of reports under different configs differ for
 that reason alone. ``counts`` tallies both reports and the changes by split, domain and
 package, plus the relations and the history-only relations that are new (a (sample, matched
@@ -22,7 +25,7 @@ package that is gone counts with domain None, and a note says so).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -40,6 +43,9 @@ from near_dedup_core.report import verify_report
 
 LISTS = ("newly_excluded", "newly_kept", "changed_kept", "only_old", "only_new")
 CHANGES = ("newly_excluded", "newly_kept", "changed_kept")
+#: The lists of contents (matched by content_id within a split).
+CONTENT_LISTS = ("newly_excluded", "newly_kept", "changed", "gone", "new")
+ContentKey = tuple[str, str]  # (content_id, split)
 
 
 class _Old(NamedTuple):
@@ -57,6 +63,36 @@ def _ref(k: Key | None) -> dict | None:
     return {"package_id": k[0], "sample_id": k[1]} if k else None
 
 
+class _Content(NamedTuple):
+    """A content's outcome in one report: its kept sample's decision if it has one, else the
+    exclusion its samples share (all of them go to the same kept sample)."""
+
+    sample: Key  # the sample shown for it: its kept sample, else its first line
+    decision: str
+    reason: str
+    kept: Key | None
+    jaccard: float | None
+
+
+class _Contents:
+    """The contents of one report, built one decision at a time."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[ContentKey, _Content] = {}
+
+    def add(self, d: DecisionRow) -> None:
+        ck = (d.content_id, d.split)
+        if d.decision == "keep":
+            self.by_key[ck] = _Content(d.key, d.decision, d.reason, None, None)
+        elif ck not in self.by_key:
+            self.by_key[ck] = _Content(d.key, d.decision, d.reason, _kept(d), d.jaccard)
+
+    def kept_contents(self, report: Path) -> dict[Key, str]:
+        """content_id of every sample an excluded content is excluded for (one more pass)."""
+        wanted = {c.kept for c in self.by_key.values() if c.kept is not None}
+        return {d.key: d.content_id for d in _decisions(report) if d.key in wanted}
+
+
 @dataclass
 class ReportDiff:
     old: Path
@@ -65,9 +101,11 @@ class ReportDiff:
     lists: dict[str, list[dict]]
     counts: dict
     notes: list[str] = field(default_factory=list)
+    contents: dict = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return {"config_changed": self.config_changed, **self.lists, "counts": self.counts}
+        return {"config_changed": self.config_changed, **self.lists,
+                "contents": self.contents, "counts": self.counts}
 
 
 def _config_change(old: ReportManifest, new: ReportManifest) -> dict:
@@ -124,14 +162,17 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
             change[group][value][name] += 1
 
     before: dict[Key, _Old] = {}
+    cont_o, cont_n = _Contents(), _Contents()
     for d in _decisions(old):
         key = d.key
         before[key] = _Old(d.split, d.decision, d.reason, _kept(d))
         counts_o.add(d, dom_o.of(key))
+        cont_o.add(d)
     for d in _decisions(new):
         key = d.key
         domain = dom_n.of(key)
         counts_n.add(d, domain)
+        cont_n.add(d)
         was = before.pop(key, None)
         item = {"package_id": key[0], "sample_id": key[1], "split": d.split}
         if was is None:
@@ -172,11 +213,72 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
                       "new_history_only": len(hist_n - hist_o)},
         "domains_unknown_for": sorted({p.package_id for p in (*dom_o.missing, *dom_n.missing)}),
     }
+    for items in lists.values():
+        items.sort(key=lambda it: (it["package_id"], it["sample_id"]))
+    contents = _content_diff(cont_o, cont_n, cont_o.kept_contents(old),
+                             cont_n.kept_contents(new), dom_o, dom_n)
     notes = [p.problem for p in (*dom_o.missing, *dom_n.missing) if p.problem]
     notes = list(dict.fromkeys(notes))
     if notes:
         notes.append("samples of these packages are counted with domain null")
-    return ReportDiff(old, new, _config_change(mo, mn), lists, counts, notes)
+    return ReportDiff(old, new, _config_change(mo, mn), lists, counts, notes, contents)
+
+
+def _content_diff(old: _Contents, new: _Contents, kept_o: dict[Key, str],
+                  kept_n: dict[Key, str], dom_o: Domains, dom_n: Domains) -> dict:
+    """The contents of both reports matched by (content_id, split): which changed decision,
+    kept partner (by content: the partner's sample ids differ from day to day) or reason,
+    which are new and which are gone; counted by domain and by (domain, reason)."""
+
+    def side(c: _Content, kept: dict[Key, str]) -> dict:
+        ref = None if c.kept is None else {"package_id": c.kept[0], "sample_id": c.kept[1],
+                                           "content_id": kept[c.kept]}
+        return {"decision": c.decision, "reason": c.reason, "kept": ref, "jaccard": c.jaccard,
+                "sample": {"package_id": c.sample[0], "sample_id": c.sample[1]}}
+
+    lists: dict[str, list[dict]] = {name: [] for name in CONTENT_LISTS}
+    by_domain: dict[str | None, dict[str, int]] = defaultdict(
+        lambda: dict.fromkeys(CONTENT_LISTS, 0))
+    by_reason: dict[tuple[str | None, str], dict[str, int]] = defaultdict(
+        lambda: {"new": 0, "gone": 0})
+    for ck in sorted(old.by_key.keys() | new.by_key.keys()):
+        was, now = old.by_key.get(ck), new.by_key.get(ck)
+        item: dict = {"content_id": ck[0], "split": ck[1]}
+        if was is None or now is None:
+            c, kept, dom, name = ((now, kept_n, dom_n, "new") if was is None
+                                  else (was, kept_o, dom_o, "gone"))
+            assert c is not None
+            domain = dom.of(c.sample)
+            lists[name].append({**item, "domain": domain, **side(c, kept)})
+            by_domain[domain][name] += 1
+            by_reason[(domain, c.reason)][name] += 1
+            continue
+        kept_was = kept_o[was.kept] if was.kept is not None else None
+        kept_now = kept_n[now.kept] if now.kept is not None else None
+        if was.decision != now.decision:
+            name = "newly_excluded" if now.decision == "exclude" else "newly_kept"
+        elif (was.reason, kept_was) != (now.reason, kept_now):
+            name = "changed"
+        else:
+            continue
+        domain = dom_n.of(now.sample)
+        lists[name].append({**item, "domain": domain, "old": side(was, kept_o),
+                            "new": side(now, kept_n)})
+        by_domain[domain][name] += 1
+    both = len(old.by_key.keys() & new.by_key.keys())
+    return {**lists, "counts": {
+        "old_contents": len(old.by_key), "new_contents": len(new.by_key), "in_both": both,
+        **{name: len(lists[name]) for name in CONTENT_LISTS},
+        "by_domain": [{"domain": d, **by_domain[d]} for d in _domain_order(by_domain)],
+        "new_or_gone_by_reason": [
+            {"domain": d, "reason": r, **by_reason[(d, r)]}
+            for d in _domain_order({d for d, _ in by_reason})
+            for r in sorted(r for dd, r in by_reason if dd == d)]}}
+
+
+def _domain_order(domains: Iterable[str | None]) -> list[str | None]:
+    """Domains sorted by name, unknown (None) last."""
+    return sorted(domains, key=lambda d: (d is None, d or ""))
 
 
 def _rows(group: str, old: dict, new: dict, change: dict) -> list[dict]:

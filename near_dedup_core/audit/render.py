@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from near_dedup_core.audit.diff import CHANGES, LISTS, ReportDiff
+from near_dedup_core.audit.diff import CHANGES, CONTENT_LISTS, LISTS, ReportDiff
 from near_dedup_core.audit.explain import Explanation
 from near_dedup_core.audit.textdiff import Span, merge_close, show_span
 
@@ -159,6 +159,7 @@ def diff_text(d: ReportDiff, limit: int) -> str:
             [[r[group] if r[group] is not None else "(unknown)", r["old"]["keep"],
               r["old"]["exclude"], r["new"]["keep"], r["new"]["exclude"],
               *(r[n] for n in (*CHANGES, "only_old", "only_new"))] for r in rows]))
+    out.extend(_contents_text(d.contents, limit))
     for name in LISTS:
         items = d.lists[name]
         if not items:
@@ -178,3 +179,41 @@ def diff_text(d: ReportDiff, limit: int) -> str:
                    else ["sample", "split", "decision", "reason"])
         out.append(table(headers, rows))
     return "\n".join(out)
+
+
+def _outcome(side: dict) -> str:
+    kept = side["kept"]
+    return side["reason"] + (f" of {kept['package_id']}/{kept['sample_id']} "
+                             f"(content {kept['content_id'][:12]}…)" if kept else "")
+
+
+def _contents_text(c: dict, limit: int) -> list[str]:
+    """The contents part of `diff_text`: samples matched by content_id within a split."""
+    n = c["counts"]
+    out = ["", f"contents (matched by content_id within a split): old {n['old_contents']:,}, "
+               f"new {n['new_contents']:,}, in both {n['in_both']:,}",
+           table(["domain", "+excluded", "+kept", "changed", "gone", "new"],
+                 [[r["domain"] if r["domain"] is not None else "(unknown)", r["newly_excluded"],
+                   r["newly_kept"], r["changed"], r["gone"], r["new"]] for r in n["by_domain"]])]
+    if n["new_or_gone_by_reason"]:
+        out += ["", table(["domain", "reason", "new", "gone"],
+                          [[r["domain"] if r["domain"] is not None else "(unknown)", r["reason"],
+                            r["new"], r["gone"]] for r in n["new_or_gone_by_reason"]])]
+    for name in CONTENT_LISTS:
+        items = c[name]
+        if not items:
+            continue
+        out.append(f"\ncontents {name.replace('_', ' ')} ({len(items):,}"
+                   f"{f', first {limit}' if len(items) > limit else ''})")
+        if "old" in items[0]:
+            out.append(table(["content", "split", "domain", "old", "new"],
+                             [[f"{it['content_id'][:12]}…", it["split"], it["domain"],
+                               f"{_name(it['old']['sample'])}: {_outcome(it['old'])}",
+                               f"{_name(it['new']['sample'])}: {_outcome(it['new'])}"]
+                              for it in items[:limit]]))
+        else:
+            out.append(table(["content", "split", "domain", "sample", "decision"],
+                             [[f"{it['content_id'][:12]}…", it["split"], it["domain"],
+                               _name(it["sample"]), f"{it['decision']} ({_outcome(it)})"]
+                              for it in items[:limit]]))
+    return out
