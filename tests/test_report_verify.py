@@ -420,3 +420,13 @@ def test_rows_are_validated_line_by_line_even_in_batches(copy, line, problem):
     (copy / "origins.jsonl").write_bytes(b"".join(lines))
     write_checksums(copy)
     assert f"origins.jsonl:3: {problem}" in cli_fail(1, "report", "verify", copy)
+
+
+def test_verified_report_has_the_shared_result_shape(report):
+    from near_dedup_core.report import verify_report
+    from near_dedup_core.results import FolderResult
+
+    verified = verify_report(report)
+    assert isinstance(verified, FolderResult) and verified.path == report
+    assert verified.counts == json.loads((report / "manifest.json").read_text())["counts"]
+    assert verified.summary() == cli_ok("report", "verify", report).strip()

@@ -34,6 +34,7 @@ from near_dedup_core.formats.report import (
 )
 from near_dedup_core.fsutil import iter_json_objects, validate_model, verify_checksums
 from near_dedup_core.report.counts import Tally
+from near_dedup_core.results import FolderResult
 
 KEEP_REASONS = ("unique", "guard_blocked", "match_not_kept", "retained_split")
 EXCLUDE_REASONS = ("near_duplicate", "exact_duplicate")
@@ -86,20 +87,15 @@ class SampleDecision(NamedTuple):
 
 
 @dataclass
-class ReportSummary:
-    """A verified report: its manifest (the JSON object and the `ReportManifest` model) and
-    one small record per sample."""
+class ReportSummary(FolderResult):
+    """A verified report: its manifest (the JSON object and the `ReportManifest` model), its
+    ``counts`` and one small record per sample."""
 
-    path: Path
     manifest: dict
     model: ReportManifest
     samples: dict[SampleKey, SampleDecision] = field(default_factory=dict, repr=False)
     #: samples whose text and origin were re-read from the input packages (``--inputs``)
     inputs_checked: int | None = None
-
-    @property
-    def counts(self) -> dict:
-        return self.manifest["counts"]
 
     def summary(self) -> str:
         c = self.counts
@@ -523,4 +519,5 @@ def verify_report(path: str | Path, *, keep_text_sha256: bool = False) -> Report
     check.rule()
     check.origins()
     check.counts(raw)
-    return ReportSummary(path, raw, manifest, check.decided)
+    return ReportSummary(path=path, counts=raw["counts"], manifest=raw, model=manifest,
+                         samples=check.decided)
