@@ -125,8 +125,9 @@ class _NearState:
 class _ReportCheck:
     """The cross-checks of `verify_report`, one streaming pass per file.
 
-    Decision order (SPEC §4) is first-ingest order of contents; the batch that first ingested a
-    content is not in the report, so the order of nodes is not re-derivable from the files.
+    Decision order (docs/contract.md, "scan") is first-ingest order of contents; the batch
+    that first ingested a content is not in the report, so the order of nodes is not
+    re-derivable from the files.
     What is: within a node (one content_id within one split) the first sample is the least
     (batch of its package, input position, sample id); relations.jsonl lists the nodes in
     decision order, so a pool match must belong to a node listed before the matching one or

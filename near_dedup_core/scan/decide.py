@@ -1,4 +1,4 @@
-"""Stage 5, decide: the greedy rule (SPEC §4 scan), applied to nodes (one content within one
+"""Stage 5, decide: the greedy rule (docs/contract.md, "scan"), applied to nodes (one content within one
 split) in first-ingest order; all samples of a node are exact duplicates of each other:
 
 - samples of retained splits are kept (``retained_split``);

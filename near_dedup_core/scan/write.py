@@ -1,7 +1,9 @@
 """The report files of a scan: decisions, relations (each verified pair once, from the later
 sample's side), origins, manifest and checksums, written into the staging folder that
-`near_dedup_core.fsutil.atomic_dir` renames into place. The format itself (files, fields,
-reasons, counts) is defined in `near_dedup_core.report`.
+`near_dedup_core.fsutil.atomic_dir` renames into place. The format itself is defined by the
+models of `near_dedup_core.formats.report` (files, fields) and `near_dedup_core.report`
+(reasons, counts); the bytes written here parse into those models and dump back to the same
+bytes (`tests/test_report_verify.py::test_written_files_round_trip_through_their_models`).
 
 Rows are rendered and written a buffer at a time (never a list of a million dicts), each
 file hashed as it is written: ``relations.jsonl`` in the main process, and beside it, in a
