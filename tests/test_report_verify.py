@@ -430,3 +430,13 @@ def test_verified_report_has_the_shared_result_shape(report):
     assert isinstance(verified, FolderResult) and verified.path == report
     assert verified.counts == json.loads((report / "manifest.json").read_text())["counts"]
     assert verified.summary() == cli_ok("report", "verify", report).strip()
+
+
+def test_verify_with_inputs_is_for_near_dedup_reports(report, tmp_path):
+    inputs = _inputs(report)
+    out = tmp_path / "contamination"
+    cli_ok("contamination", "--evals", inputs[0], "--inputs", inputs[1], "--output", out,
+           "--workers", 1)
+    cli_ok("report", "verify", out)
+    assert "--inputs checks near-dedup reports; this is a contamination report" in \
+        cli_fail(1, "report", "verify", out, "--inputs", *inputs)
