@@ -2,13 +2,12 @@
 containment, clean items are not, the report verifies and catches tampering, the mixture
 drops exactly the contaminated pool samples, and bad input is refused without output.
 
-English items are stdlib docstring paragraphs; Chinese items come from the Chinese man pages
-of Debian's manpages-zh (the tests needing them skip without it).
+English items are stdlib docstring paragraphs; Chinese items come from the sample of the
+Chinese man pages shipped in tests/data/zh (`zh_sample`).
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import re
@@ -22,6 +21,7 @@ import orjson
 import pytest
 import zstandard
 from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
+from zh_sample import zh_sample_text
 
 from near_dedup_core import contamination
 from near_dedup_core.config import NearDedupConfig
@@ -40,28 +40,22 @@ from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import MinHasher
 
-ZH_MAN = Path("/usr/share/man/zh_CN")
 DEFAULTS = NearDedupConfig()
 HASHER = MinHasher(1, DEFAULTS.seed, DEFAULTS.shingle_size)
 GUARD = guard_for(DEFAULTS, frozenset())
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+#: Chinese paragraphs the fixture uses: even ones are items, odd ones hosts
+ZH_PARAGRAPHS = 100
 
 
 @lru_cache(maxsize=1)
 def chinese_paragraphs() -> tuple[str, ...]:
-    """Distinct mostly-Chinese paragraphs (≥ 80 characters) of the zh_CN man pages."""
-    from bench.troff import troff_to_text
-
+    """Distinct mostly-Chinese paragraphs (≥ 80 characters) of the shipped man page sample."""
     seen: dict[str, None] = {}
-    for path in sorted(ZH_MAN.rglob("*.gz")):
-        try:
-            text = troff_to_text(gzip.decompress(path.read_bytes()).decode("utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
-        for para in text.split("\n\n"):
-            para = "".join(para.split("\n"))
-            if len(para) >= 80 and len(_CJK.findall(para)) >= 0.6 * len(para):
-                seen.setdefault(para)
+    for para in zh_sample_text().split("\n\n"):
+        para = "".join(para.split("\n"))
+        if len(para) >= 80 and len(_CJK.findall(para)) >= 0.6 * len(para):
+            seen.setdefault(para)
     return tuple(seen)
 
 
@@ -98,7 +92,7 @@ def _shingles(text: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """Eval packages (English cpt, Chinese sft when available), a pool with planted copies,
+    """Eval packages (English cpt, Chinese sft), a pool with planted copies,
     and the exact containment of every item in every training document."""
     tmp = tmp_path_factory.mktemp("contam")
     rng = random.Random(14)
@@ -111,20 +105,19 @@ def planted(tmp_path_factory):
     en_records = [{"id": f"en-{i}", "text": t} for i, t in enumerate(en_items)]
     en_records.append({"id": "en-short", "text": "Yes, it is."})
     evals.append(("cpt", "eval-en", en_records, [normalize(t) for t in en_items]))
-    zh_items: list[str] = []
-    if ZH_MAN.is_dir():
-        zh = chinese_paragraphs()
-        zh_items = [t for t in (_segment(rng, p, 50, 300) for p in zh[0:120:2])
-                    if len(normalize(t)) >= 50]
-        hosts += [{"text": zh[i] + "\n" + zh[i + 2], "domain": "zh"}
-                  for i in range(1, 120, 4)]
-        zh_records = []
-        for i, t in enumerate(zh_items):
-            half = len(t) // 2
-            zh_records.append({"id": f"zh-{i}", "task": "qa", "messages": [
-                {"role": "user", "content": t[:half]}, {"role": "assistant", "content": t[half:]}]})
-        evals.append(("sft", "eval-zh", zh_records,
-                      [normalize(t[:len(t) // 2] + "\n" + t[len(t) // 2:]) for t in zh_items]))
+    zh = chinese_paragraphs()
+    assert len(zh) >= ZH_PARAGRAPHS, "tests/data/zh/manpages-zh.txt is shorter than expected"
+    zh_items = [t for t in (_segment(rng, p, 50, 300) for p in zh[0:ZH_PARAGRAPHS:2])
+                if len(normalize(t)) >= 50]
+    hosts += [{"text": zh[i] + "\n" + zh[i + 2], "domain": "zh"}
+              for i in range(1, ZH_PARAGRAPHS - 2, 4)]
+    zh_records = []
+    for i, t in enumerate(zh_items):
+        half = len(t) // 2
+        zh_records.append({"id": f"zh-{i}", "task": "qa", "messages": [
+            {"role": "user", "content": t[:half]}, {"role": "assistant", "content": t[half:]}]})
+    evals.append(("sft", "eval-zh", zh_records,
+                  [normalize(t[:len(t) // 2] + "\n" + t[len(t) // 2:]) for t in zh_items]))
     planted_ids = set()
     all_items = [(pid, f"{pid.split('-')[1]}-{i}", text)
                  for _kind, pid, _recs, norms in evals for i, text in enumerate(norms)]
@@ -182,8 +175,6 @@ def test_planted_items_found_with_exact_containment(planted):
         assert row["containment"] == row["common_shingles"] / row["item_shingles"]
 
 
-@pytest.mark.skipif(not ZH_MAN.is_dir(), reason="Chinese items come from the zh_CN man pages: "
-                    "apt-get install manpages-zh")
 def test_chinese_sft_items_found_in_a_cpt_pool(planted):
     reported = {(r["eval"]["package_id"], r["eval"]["sample_id"], r["training"]["sample_id"])
                 for r in _lines(planted["report"])}
