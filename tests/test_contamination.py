@@ -28,16 +28,20 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination import (
     EXTRA_HITS,
     containment,
+    kernels,
     least_overlap,
     matched_span,
     prefix_plan,
+    probe,
     verify_contamination,
 )
+from near_dedup_core.contamination import run as contamination_run
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import write_checksums
 from near_dedup_core.guard import guard_for
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.normalize import normalize
+from near_dedup_core.package import open_packages
 from near_dedup_core.signature import MinHasher
 
 DEFAULTS = NearDedupConfig()
@@ -219,7 +223,7 @@ def test_span_numbers_and_summary(planted):
 def test_report_verifies_and_is_deterministic_across_workers(planted, monkeypatch):
     code, out, err = run_cli("report", "verify", planted["report"])
     assert code == 0 and "OK" in out, err
-    monkeypatch.setattr(contamination, "BLOCK_LINES", 16)  # several blocks in flight
+    monkeypatch.setattr(contamination_run, "BLOCK_LINES", 16)  # several blocks in flight
     again = planted["tmp"] / "again"
     code, _, err = run_cli("--quiet", "contamination", "--evals", *planted["evals"],
                            "--inputs", planted["pool"], "--output", again, "--workers", 2)
@@ -236,13 +240,13 @@ def test_the_report_is_built_with_rare_collections_and_the_thresholds_come_back(
     from near_dedup_core import collector
 
     seen = []
-    probe = contamination._probe_pool
+    probe_pool = contamination_run._probe_pool
 
     def spy(*args, **kwargs):
         seen.append(gc.get_threshold()[0])
-        return probe(*args, **kwargs)
+        return probe_pool(*args, **kwargs)
 
-    monkeypatch.setattr(contamination, "_probe_pool", spy)
+    monkeypatch.setattr(contamination_run, "_probe_pool", spy)
     before = gc.get_threshold()
     code, _, err = run_cli("--quiet", "contamination", "--evals", *planted["evals"],
                            "--inputs", planted["pool"], "--output", planted["tmp"] / "gc",
@@ -259,7 +263,7 @@ def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
     index = tmp_path / "index.sqlite"
     code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", planted["pool"])
     assert code == 0, err
-    monkeypatch.setattr(contamination, "CONTENT_CHUNK", 7)
+    monkeypatch.setattr(contamination_run, "CONTENT_CHUNK", 7)
     for workers in (1, 2):
         out = tmp_path / f"from-index-{workers}"
         code, _, err = run_cli("--quiet", "--index", index, "contamination", "--evals",
@@ -369,9 +373,9 @@ def test_matched_windows_and_their_densest_run():
                 best, expected = len(run), (a, run[-1] + 5)
         lo, hi = (matched[0], matched[-1]) if matched else (0, -1)
         pos = np.full(m, -1, dtype=np.int64)
-        assert contamination._marked_positions(marks, lo, hi, pos) == len(matched)
+        assert kernels._marked_positions(marks, lo, hi, pos) == len(matched)
         assert pos[:len(matched)].tolist() == matched and not marks.any()
-        assert contamination._densest_run(pos, len(matched), width, 5) == expected
+        assert kernels._densest_run(pos, len(matched), width, 5) == expected
 
 
 def test_anchors_are_the_item_shingles_rarest_in_the_training_sample():
@@ -407,12 +411,12 @@ def test_training_sample_takes_the_head_of_every_data_file(tmp_path, monkeypatch
     validation = [rec(10), b"{not json", rec(11)]
     pool = make_package(tmp_path, "pool", {"train": train, "validation": validation},
                         depends_on=["base"], shard_records=4, gz=gz)
-    packages = contamination.open_packages([pool, base])
-    monkeypatch.setattr(contamination, "SAMPLE_RECORDS", 8)  # 4 files: 2 records each
+    packages = open_packages([pool, base])
+    monkeypatch.setattr(probe, "SAMPLE_RECORDS", 8)  # 4 files: 2 records each
     config = NearDedupConfig(max_chars=40)
     assert contamination.training_sample(packages, config) == [
         "text 100", "text 1", "text 5", "text 6", "text 10"]
-    monkeypatch.setattr(contamination, "SAMPLE_CHARS", 4 * 11)  # 11 characters a file
+    monkeypatch.setattr(probe, "SAMPLE_CHARS", 4 * 11)  # 11 characters a file
     assert contamination.training_sample(packages, config) == [
         "text 100", "text 1", "text 5", "text 10"]
     evals = make_package(tmp_path, "evals", {"test": [{"id": "e", "text": "an item " * 9}]})
