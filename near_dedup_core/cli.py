@@ -134,6 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Check a report folder against its checksums.sha256 and "
                                     "its manifest's counts; no index needed.")
     rv.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
+    rv.add_argument("--inputs", nargs="+", type=Path, metavar="PACKAGE",
+                    help="contamination report: every package it names (eval and pool); "
+                         "its pairs are re-derived from them and must be the report's")
     rx = rps.add_parser("explain", help="why one sample was kept or excluded, and by what",
                         description="Explain one sample's decision from the report files and "
                                     "the input packages (no index needed): the kept partner, "
@@ -229,14 +232,17 @@ def _report_audit(args: argparse.Namespace) -> None:
         print(text)
 
 
-def verify_any_report(path: Path) -> str:
+def verify_any_report(path: Path, inputs: list[Path] | None = None) -> str:
     """Verify a frozen report of either format (dispatch on its manifest's ``format``);
     returns the one-line summary."""
     from near_dedup_core.contamination import is_contamination_report, verify_contamination
     from near_dedup_core.report import verify_report
 
     if is_contamination_report(path):
-        return verify_contamination(path).summary()
+        return verify_contamination(path, inputs).summary()
+    if inputs is not None:
+        raise NearDedupError("report verify --inputs re-derives contamination reports; "
+                             f"{path} is a near-dedup report")
     return verify_report(path).summary()
 
 
@@ -323,7 +329,7 @@ def run(args: argparse.Namespace) -> None:
         if args.report_command in ("explain", "diff"):
             _report_audit(args)
         else:
-            print(verify_any_report(args.report))
+            print(verify_any_report(args.report, args.inputs))
     elif args.command == "snapshot":
         from near_dedup_core import package
 

@@ -32,6 +32,8 @@ from near_dedup_core.contamination.verify import (
     copy_report,
     is_contamination_report,
     read_contamination,
+    recheck_for_mixture,
+    rederive,
     verify_contamination,
 )
 
@@ -40,5 +42,5 @@ __all__ = [
     "ContaminationSummary", "ContaminationView", "EvalItem", "SampleRef", "build_state",
     "containment", "contamination_report", "copy_report", "is_contamination_report",
     "least_overlap", "matched_span", "open_evals", "prefix_plan", "read_contamination",
-    "read_items", "training_sample", "verify_contamination", "warm_up", "widen",
+    "read_items", "recheck_for_mixture", "rederive", "training_sample", "verify_contamination", "warm_up", "widen",
 ]

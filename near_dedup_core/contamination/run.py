@@ -28,7 +28,22 @@ from near_dedup_core.contamination.probe import (
     probe_contents,
     training_sample,
 )
-from near_dedup_core.contamination.report import FORMAT, FORMAT_VERSION, counts_of, summarize
+from near_dedup_core.contamination.report import (
+    FORMAT,
+    FORMAT_VERSION,
+    Candidates,
+    EvalRef,
+    FileLines,
+    Files,
+    Manifest,
+    PackageEntry,
+    PairLine,
+    Span,
+    Summary,
+    TrainingRef,
+    counts_of,
+    summarize,
+)
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
     atomic_dir,
@@ -235,9 +250,10 @@ def _ref_json(ref: SampleRef, with_domain: bool) -> dict:
     return out
 
 
-def _package_json(p: Package) -> dict:
-    return {"package_id": p.package_id, "kind": p.kind, "manifest_sha256": p.manifest_sha256,
-            "records": p.record_count, "path": str(p.path)}
+def _package_entry(p: Package) -> PackageEntry:
+    return PackageEntry(package_id=p.package_id, kind=p.kind,  # type: ignore[arg-type]
+                        manifest_sha256=p.manifest_sha256, records=p.record_count,
+                        path=str(p.path))
 
 
 @dataclass
@@ -253,22 +269,51 @@ class ContaminationResult:
                 f"{c['training_samples']:,} training samples; {c['pairs']:,} pairs")
 
 
-@rare_collections()  # the pool's hits and pairs: see near_dedup_core.collector
+@dataclass(frozen=True)
+class Computed:
+    """A contamination report's contents, as the models of `report` hold them."""
+
+    lines: list[PairLine]
+    summary: Summary
+    manifest: Manifest
+
+
 def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Path],
                          pool_paths: Sequence[str | Path], output_dir: str | Path, *,
                          workers: int = 1, progress: bool = False,
                          index: str | Path | None = None) -> ContaminationResult:
     """Check every eval item against every training sample of the pool; freeze the report
-    in ``output_dir`` (see module doc). Nothing is written on any error. With ``index`` (a
-    SQLite path or a PostgreSQL URL holding every pool package, as for `scan`), the pool's
-    normalized texts are read from the index instead of parsed and normalized again
-    (`_probe_index`); the report is the same bytes."""
+    in ``output_dir`` (docs/contamination.md). Nothing is written on any error. With
+    ``index`` (a SQLite path or a PostgreSQL URL holding every pool package, as for `scan`),
+    the pool's normalized texts are read from the index instead of parsed and normalized
+    again (`_probe_index`); the report is the same bytes."""
     output = Path(output_dir)
     evals_p = [Path(p) for p in eval_paths]
     pool_p = [Path(p) for p in pool_paths]
     require_new_output_outside(output, evals_p + pool_p)
     pool = open_packages(pool_p)
     evals = open_evals(evals_p)
+    computed = compute(config, evals, pool, workers=workers, progress=progress, index=index)
+    with atomic_dir(output) as tmp:
+        write_jsonl(tmp / "contamination.jsonl", report_lines(computed.lines))
+        write_json(tmp / "summary.json", computed.summary.model_dump(mode="json"))
+        write_json(tmp / "manifest.json", computed.manifest.model_dump(mode="json",
+                                                                       by_alias=True))
+        write_checksums(tmp)
+    return ContaminationResult(output, computed.manifest.counts.model_dump())
+
+
+def report_lines(lines: list[PairLine]) -> list[dict]:
+    """The lines of ``contamination.jsonl`` as JSON objects."""
+    return [line.model_dump(mode="json") for line in lines]
+
+
+@rare_collections()  # the pool's hits and pairs: see near_dedup_core.collector
+def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
+            workers: int = 1, progress: bool = False,
+            index: str | Path | None = None) -> Computed:
+    """The report of these opened eval and pool packages (`contamination_report` without
+    the writing; `verify.rederive` runs it again to re-check a report)."""
     pool_ids = {p.package_id for p in pool}
     for e in evals:
         if e.package_id in pool_ids:
@@ -296,30 +341,21 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     lines = []
     for pair in pairs:
         item_shingles = int(state.item_start[pair.item + 1] - state.item_start[pair.item])
-        lines.append({
-            "eval": _ref_json(items[pair.item].ref, False),
-            "training": _ref_json(pair.sample, True),
-            "containment": pair.common / item_shingles, "item_shingles": item_shingles,
-            "common_shingles": pair.common, "span": {"start": pair.start, "end": pair.end},
-            "numbers_differ": pair.numbers_differ})
+        lines.append(PairLine(
+            eval=EvalRef(**_ref_json(items[pair.item].ref, False)),
+            training=TrainingRef(**_ref_json(pair.sample, True)),
+            containment=pair.common / item_shingles, item_shingles=item_shingles,
+            common_shingles=pair.common, span=Span(start=pair.start, end=pair.end),
+            numbers_differ=pair.numbers_differ))
     eval_counts = [{"package_id": e.package_id, "items": per_eval[e.package_id],
                     "items_checked": per_eval[e.package_id] - skipped[e.package_id],
                     "items_skipped_short": skipped[e.package_id]} for e in evals]
     summary = summarize(lines, eval_counts, samples)
-    counts = counts_of(summary)
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
-        "algorithm_version": ALGORITHM_VERSION, "config": config.model_dump(mode="json"),
-        "candidates": {"filter": "prefix", "order": ANCHOR_ORDER, "extra_hits": EXTRA_HITS,
-                       "anchors": n_anchors, "verified": candidates},
-        "evals": [_package_json(e) for e in evals],
-        "inputs": [_package_json(p) for p in pool],
-        "counts": counts,
-        "files": {"contamination.jsonl": {"lines": len(lines)}},
-    }
-    with atomic_dir(output) as tmp:
-        write_jsonl(tmp / "contamination.jsonl", lines)
-        write_json(tmp / "summary.json", summary)
-        write_json(tmp / "manifest.json", manifest)
-        write_checksums(tmp)
-    return ContaminationResult(output, counts)
+    manifest = Manifest(
+        format=FORMAT, format_version=FORMAT_VERSION, tool_version=__version__,
+        algorithm_version=ALGORITHM_VERSION, config=config.model_dump(mode="json"),
+        candidates=Candidates(filter="prefix", order=ANCHOR_ORDER, extra_hits=EXTRA_HITS,
+                              anchors=n_anchors, verified=candidates),
+        evals=[_package_entry(e) for e in evals], inputs=[_package_entry(p) for p in pool],
+        counts=counts_of(summary), files=Files(pairs=FileLines(lines=len(lines))))
+    return Computed(lines, summary, manifest)
