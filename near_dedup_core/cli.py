@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="new report folder (must not exist)")
     ct.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
+    ct.add_argument("--executor", choices=EXECUTORS, default="local",
+                    help=_EXECUTOR_HELP)
 
     rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
@@ -324,7 +326,7 @@ def run(args: argparse.Namespace) -> None:
 
         print(contamination_report(load_config(args.config), args.evals, args.inputs,
                                    args.output, workers=args.workers, progress=progress,
-                                   index=args.index).summary())
+                                   index=args.index, executor=args.executor).summary())
     elif args.command == "report":
         if args.report_command in ("explain", "diff"):
             _report_audit(args)

@@ -594,3 +594,18 @@ def test_a_ref_sample_takes_its_targets_pairs_and_pool_errors_are_located(tmp_pa
     code, err = _refused(tmp_path, "--evals", ev, "--inputs", long, "--workers", "2",
                          config={"max_chars": 200})
     assert code == 2 and "package long, data/train/part-00000.jsonl:2: sample b" in err
+
+
+def test_the_executor_option_reaches_ray(tmp_path, monkeypatch):
+    """``--executor ray`` runs the probe on Ray (tests/ray_cases.py: the same report as the
+    local pool); without Ray installed it is one line with the install hint, nothing written."""
+    import sys
+
+    paras = stdlib_paragraphs()
+    pool = make_package(tmp_path, "pool", {"train": [{"id": f"d{i}", "text": p}
+                                                     for i, p in enumerate(paras[:5])]})
+    ev = make_package(tmp_path, "ev", {"test": [{"id": "q", "text": paras[0][:100]}]})
+    monkeypatch.setitem(sys.modules, "ray", None)
+    code, err = _refused(tmp_path, "--evals", ev, "--inputs", pool, "--executor", "ray",
+                         "--workers", "2")
+    assert code == 1 and "pip install 'near-dedup[ray]'" in err

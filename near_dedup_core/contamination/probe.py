@@ -6,6 +6,7 @@ against it, from raw line blocks (`probe_block`) or from an index's normalized t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,6 +31,8 @@ SAMPLE_RECORDS = 1_000
 SAMPLE_CHARS = 4_000_000
 ANCHOR_ORDER = (f"document frequency among {SAMPLE_RECORDS:,} training samples from the heads of "
                 f"the pool's data files, then among the eval items, then hash")
+#: imported by the worker pool's forkserver: `warm_up`
+PRELOAD = ("near_dedup_core._contamination_preload",)
 ANCHOR_BITS_PER_ANCHOR = 16
 MAX_ANCHOR_BITS = 1 << 24
 
@@ -168,6 +171,25 @@ def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
     candidates[at] = per_text
     return BlockProbe(ids, refs, domains, candidates, [h._replace(sample=at[h.sample])
                                                       for h in hits], None)
+
+
+def probe_block_carrying(state: ProbeState, block: LineBlock, max_chars: int) -> BlockProbe:
+    """`probe_block` in a worker that was not given the state when it started (a Ray task)."""
+    _init_worker(state)
+    return probe_block(block, max_chars)
+
+
+def probe_utf8_carrying(state: ProbeState, texts: list[bytes], ids: list[int],
+                        index_path: str) -> tuple[list[Hit], np.ndarray]:
+    """`probe_contents` of texts read by the driver (``texts``: the UTF-8 normalized texts of
+    content rows ``ids``), in a worker that does not open the index (a Ray task)."""
+    from near_dedup_core import index_store as db
+
+    _init_worker(state)
+    cps, offsets, bad = utf8_code_points(texts)
+    if bad >= 0:
+        raise db.damaged(Path(index_path), f"the text of content row {ids[bad]} is not UTF-8")
+    return _probe_points(cps, offsets)
 
 
 _READERS: dict[str, Any] = {}

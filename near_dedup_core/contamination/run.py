@@ -15,6 +15,7 @@ import numpy as np
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.contamination.dispatch import probe_workers, start_early
 from near_dedup_core.contamination.items import SampleRef, open_evals, read_items
 from near_dedup_core.contamination.kernels import EXTRA_HITS
 from near_dedup_core.contamination.probe import (
@@ -22,10 +23,7 @@ from near_dedup_core.contamination.probe import (
     BlockProbe,
     Hit,
     ProbeState,
-    _init_worker,
     build_state,
-    probe_block,
-    probe_contents,
     training_sample,
 )
 from near_dedup_core.contamination.report import (
@@ -61,12 +59,9 @@ from near_dedup_core.package import (
     read_blocks,
 )
 from near_dedup_core.progress import Progress, pause_point
-from near_dedup_core.workers import process_pool, start_forkserver
 
 #: lines per block of the pool handed to a worker (`package.read_blocks`)
 BLOCK_LINES = 1_024
-#: imported by the worker pool's forkserver: `warm_up`
-PRELOAD = ("near_dedup_core._contamination_preload",)
 
 
 @dataclass
@@ -80,7 +75,7 @@ class Pair:
 
 
 def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
-                progress: bool) -> tuple[list[Pair], int, int]:
+                progress: bool, executor: str = "local") -> tuple[list[Pair], int, int]:
     """Read the pool once as line blocks, which the workers parse and probe (`probe_block`);
     apply the rules across records in record order here, a ref taking its target's pairs.
     Returns (pairs, candidates, samples)."""
@@ -94,8 +89,6 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
     samples = 0
     bar = Progress("contamination: training records", sum(p.record_count for p in pool),
                    enabled=progress)
-    if workers <= 1:
-        _init_worker(state)
     pending: list[tuple[LineBlock | ShardEnd, Future | None]] = []
 
     def collect(event: LineBlock | ShardEnd, fut: Future | None) -> None:
@@ -135,12 +128,12 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
         bar.advance(len(result.ids))
         pause_point("contamination-pool")
 
-    with process_pool(workers, _init_worker, (state,), PRELOAD) as executor:
+    with probe_workers(executor, workers, state) as probes:
         for event in read_blocks(pool, BLOCK_LINES):
-            fut = (executor.submit(probe_block, event, config.max_chars)
+            fut = (probes.block(event, config.max_chars)
                    if isinstance(event, LineBlock) else None)
             pending.append((event, fut))
-            while len(pending) > 3 * workers:
+            while len(pending) > 3 * probes.parallelism:
                 collect(*pending.pop(0))
         for job in pending:
             collect(*job)
@@ -154,7 +147,7 @@ CONTENT_CHUNK = 1_024
 
 def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
                  config: NearDedupConfig, workers: int, progress: bool,
-                 digests: Future) -> tuple[list[Pair], int, int]:
+                 digests: Future, executor: str = "local") -> tuple[list[Pair], int, int]:
     """`_probe_pool` over an indexed pool: its samples and their contents as one snapshot of
     the index holds them, each distinct content's normalized text probed once (by the
     workers, which read the texts on their own connections) and its pairs given to every
@@ -167,11 +160,8 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
     from near_dedup_core.inputs import check_files, indexed_inputs
 
     with db.database_errors(index), db.open_snapshot(index, config) as snap, \
-            process_pool(workers, _init_worker, (state,), PRELOAD) as executor:
-        if workers <= 1:
-            _init_worker(state)
+            probe_workers(executor, workers, state) as probes:
         indexed = indexed_inputs(snap.indexed_packages(), snap.path, pool)
-        source = snap.location if workers > 1 else snap
         samples: list[list[tuple]] = []
         at: dict[int, int] = {}  # content row id -> its rank of first appearance
         ranks: list[int] = []  # each sample's content rank, in pool order
@@ -189,10 +179,10 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
                     ranks.append(rank)
                 while len(fresh) >= CONTENT_CHUNK:
                     ids, fresh = fresh[:CONTENT_CHUNK], fresh[CONTENT_CHUNK:]
-                    jobs.append((ids, executor.submit(probe_contents, source, ids)))
+                    jobs.append((ids, probes.contents(snap, ids)))
             samples.append(rows)
         if fresh:
-            jobs.append((fresh, executor.submit(probe_contents, source, fresh)))
+            jobs.append((fresh, probes.contents(snap, fresh)))
         bar = Progress("contamination: training contents", len(at), enabled=progress)
         found: dict[int, list[Hit]] = {}
         count = np.zeros(len(at), dtype=np.int64)
@@ -281,7 +271,8 @@ class Computed:
 def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Path],
                          pool_paths: Sequence[str | Path], output_dir: str | Path, *,
                          workers: int = 1, progress: bool = False,
-                         index: str | Path | None = None) -> ContaminationResult:
+                         index: str | Path | None = None,
+                         executor: str = "local") -> ContaminationResult:
     """Check every eval item against every training sample of the pool; freeze the report
     in ``output_dir`` (docs/contamination.md). Nothing is written on any error. With
     ``index`` (a SQLite path or a PostgreSQL URL holding every pool package, as for `scan`),
@@ -293,7 +284,8 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     require_new_output_outside(output, evals_p + pool_p)
     pool = open_packages(pool_p)
     evals = open_evals(evals_p)
-    computed = compute(config, evals, pool, workers=workers, progress=progress, index=index)
+    computed = compute(config, evals, pool, workers=workers, progress=progress, index=index,
+                       executor=executor)
     with atomic_dir(output) as tmp:
         write_jsonl(tmp / "contamination.jsonl", report_lines(computed.lines))
         write_json(tmp / "summary.json", computed.summary.model_dump(mode="json"))
@@ -310,8 +302,8 @@ def report_lines(lines: list[PairLine]) -> list[dict]:
 
 @rare_collections()  # the pool's hits and pairs: see near_dedup_core.collector
 def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
-            workers: int = 1, progress: bool = False,
-            index: str | Path | None = None) -> Computed:
+            workers: int = 1, progress: bool = False, index: str | Path | None = None,
+            executor: str = "local") -> Computed:
     """The report of these opened eval and pool packages (`contamination_report` without
     the writing; `verify.rederive` runs it again to re-check a report)."""
     pool_ids = {p.package_id for p in pool}
@@ -328,15 +320,15 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
         if postgres_url(index) is None:
             index = Path(index)
         digests = _digests_aside(data_files(pool))
-    if workers > 1:
-        start_forkserver(PRELOAD)  # its start overlaps reading the items below
+    start_early(executor, workers)  # a local pool's start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
     if index is not None and digests is not None:
         pairs, candidates, samples = _probe_index(index, pool, state, config, workers, progress,
-                                                  digests)
+                                                  digests, executor)
     else:
-        pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress)
+        pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress,
+                                                 executor)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
     lines = []
     for pair in pairs:
