@@ -9,6 +9,7 @@ report). The modules, in the order the command runs them:
 - `items`: eval packages opened, every record an item;
 - `probe`: the anchor table over the items, and what the workers run per training text;
 - `kernels`: the prefix filter's arithmetic and the compiled kernels;
+- `dispatch`: where the probe runs (``--executor``: the local pool or Ray);
 - `run`: the command (`contamination_report`);
 - `report`: the report's files, one typed model each, and the summary recomputed from the pairs;
 - `verify`: `report verify`, and what a mixture reads from a verified report.
