@@ -47,6 +47,7 @@ import re
 import sys
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
 
 from near_dedup_core.config import NearDedupConfig
@@ -116,12 +117,15 @@ ORDINARY_NUMERAL_WORDS = (
     "一番", "一阵", "万物", "九州", "不一", "一口气", "大陆", "陆续", "收拾", "队伍")
 
 
-def zh_paragraphs(limit: int | None = None) -> list[str]:
-    """Normalized paragraphs of the Chinese man pages: ≥ 200 characters, ≥ 40 of them CJK."""
+def zh_paragraphs(limit: int | None = None, texts: Iterable[str] | None = None) -> list[str]:
+    """Normalized paragraphs of the Chinese man pages (or of ``texts``, plain text whose
+    paragraphs are separated by blank lines): ≥ 200 characters, ≥ 40 of them CJK."""
     from bench.sources import man_pages
 
+    if texts is None:
+        texts = (text for text, _meta in man_pages(ZH_MAN))
     seen: dict[str, None] = {}
-    for text, _meta in man_pages(ZH_MAN):
+    for text in texts:
         for para in re.split(r"\n\s*\n", text):
             norm = normalize(para)
             if 200 <= len(norm) <= 4000 and len(CJK.findall(norm)) >= 40:

@@ -124,6 +124,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="new report folder (must not exist)")
     ct.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
+    ct.add_argument("--executor", choices=EXECUTORS, default="local",
+                    help=_EXECUTOR_HELP)
 
     rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
@@ -134,9 +136,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Check a report folder against its checksums.sha256 and "
                                     "its manifest's counts; no index needed.")
     rv.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
-    rv.add_argument("--inputs", nargs="+", type=Path, metavar="PKG",
-                    help="also re-read the report's input packages (all of them): every "
-                         "decision's text_sha256 and every origin must match their records")
+    rv.add_argument("--inputs", nargs="+", type=Path, metavar="PACKAGE",
+                    help="also re-check the report against every package it names: a "
+                         "near-dedup report's decisions (text_sha256) and origins must match "
+                         "their records; a contamination report's pairs are re-derived from "
+                         "its eval and pool packages and must be the report's")
     rx = rps.add_parser("explain", help="why one sample was kept or excluded, and by what",
                         description="Explain one sample's decision from the report files and "
                                     "the input packages (no index needed): the kept partner, "
@@ -251,10 +255,7 @@ def verify_any_report(path: Path, inputs: list[Path] | None = None) -> str:
     from near_dedup_core.report import verify_report
 
     if is_contamination_report(path):
-        if inputs:
-            raise NearDedupError(f"report {path}: --inputs checks near-dedup reports; this is "
-                                 f"a contamination report")
-        return verify_contamination(path).summary()
+        return verify_contamination(path, inputs).summary()
     if inputs:
         from near_dedup_core.report.inputs import verify_report_inputs
 
@@ -340,7 +341,7 @@ def run(args: argparse.Namespace) -> None:
 
         print(contamination_report(load_config(args.config), args.evals, args.inputs,
                                    args.output, workers=args.workers, progress=progress,
-                                   index=args.index).summary())
+                                   index=args.index, executor=args.executor).summary())
     elif args.command == "report":
         if args.report_command in ("explain", "diff"):
             _report_audit(args)

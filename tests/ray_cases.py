@@ -86,6 +86,28 @@ def test_the_ray_executor_gives_the_local_report_byte_for_byte(cluster, packages
     assert b'"reason":"near_duplicate"' in local["decisions.jsonl"]
 
 
+def test_contamination_on_ray_is_the_local_report_byte_for_byte(cluster, packages, tmp_path):
+    """`contamination --executor ray`, reading the packages or (texts shipped from the driver's
+    snapshot) an index: the same report as the local pool's."""
+    v1, v2 = packages
+    evals = make_package(tmp_path, "evals", {"test": [
+        {"id": f"q{i}", "text": P[(7 * i) % len(P)][:300]} for i in range(60)]})
+    index = tmp_path / "contamination.sqlite"
+    _run(index, "local", "index", "--inputs", v1, v2)
+    reports = {}
+    for executor in ("local", "ray"):
+        for source in ("packages", "index"):
+            out = tmp_path / f"contamination-{executor}-{source}"
+            argv = ["--quiet", *(["--index", index] if source == "index" else []),
+                    "contamination", "--evals", evals, "--inputs", v1, v2, "--output", out,
+                    "--executor", executor, "--workers", "2"]
+            code, _, err = run_cli(*argv)
+            assert code == 0, err
+            reports[(executor, source)] = tree_bytes(out)
+    assert all(r == reports[("local", "packages")] for r in reports.values())
+    assert reports[("local", "packages")]["contamination.jsonl"].count(b"\n") >= 60
+
+
 _DIE_ONCE = """
 import os, sys
 from pathlib import Path

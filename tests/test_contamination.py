@@ -2,13 +2,12 @@
 containment, clean items are not, the report verifies and catches tampering, the mixture
 drops exactly the contaminated pool samples, and bad input is refused without output.
 
-English items are stdlib docstring paragraphs; Chinese items come from the Chinese man pages
-of Debian's manpages-zh (the tests needing them skip without it).
+English items are stdlib docstring paragraphs; Chinese items come from the sample of the
+Chinese man pages shipped in tests/data/zh (`zh_sample`).
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
 import re
@@ -22,46 +21,45 @@ import orjson
 import pytest
 import zstandard
 from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
+from zh_sample import zh_sample_text
 
 from near_dedup_core import contamination
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination import (
     EXTRA_HITS,
     containment,
+    kernels,
     least_overlap,
     matched_span,
     prefix_plan,
+    probe,
     verify_contamination,
 )
+from near_dedup_core.contamination import run as contamination_run
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import write_checksums
 from near_dedup_core.guard import guard_for
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.normalize import normalize
+from near_dedup_core.package import open_packages
 from near_dedup_core.signature import MinHasher
 
-ZH_MAN = Path("/usr/share/man/zh_CN")
 DEFAULTS = NearDedupConfig()
 HASHER = MinHasher(1, DEFAULTS.seed, DEFAULTS.shingle_size)
 GUARD = guard_for(DEFAULTS, frozenset())
 _CJK = re.compile(r"[\u4e00-\u9fff]")
+#: Chinese paragraphs the fixture uses: even ones are items, odd ones hosts
+ZH_PARAGRAPHS = 100
 
 
 @lru_cache(maxsize=1)
 def chinese_paragraphs() -> tuple[str, ...]:
-    """Distinct mostly-Chinese paragraphs (≥ 80 characters) of the zh_CN man pages."""
-    from bench.troff import troff_to_text
-
+    """Distinct mostly-Chinese paragraphs (≥ 80 characters) of the shipped man page sample."""
     seen: dict[str, None] = {}
-    for path in sorted(ZH_MAN.rglob("*.gz")):
-        try:
-            text = troff_to_text(gzip.decompress(path.read_bytes()).decode("utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
-        for para in text.split("\n\n"):
-            para = "".join(para.split("\n"))
-            if len(para) >= 80 and len(_CJK.findall(para)) >= 0.6 * len(para):
-                seen.setdefault(para)
+    for para in zh_sample_text().split("\n\n"):
+        para = "".join(para.split("\n"))
+        if len(para) >= 80 and len(_CJK.findall(para)) >= 0.6 * len(para):
+            seen.setdefault(para)
     return tuple(seen)
 
 
@@ -98,7 +96,7 @@ def _shingles(text: str) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """Eval packages (English cpt, Chinese sft when available), a pool with planted copies,
+    """Eval packages (English cpt, Chinese sft), a pool with planted copies,
     and the exact containment of every item in every training document."""
     tmp = tmp_path_factory.mktemp("contam")
     rng = random.Random(14)
@@ -111,20 +109,19 @@ def planted(tmp_path_factory):
     en_records = [{"id": f"en-{i}", "text": t} for i, t in enumerate(en_items)]
     en_records.append({"id": "en-short", "text": "Yes, it is."})
     evals.append(("cpt", "eval-en", en_records, [normalize(t) for t in en_items]))
-    zh_items: list[str] = []
-    if ZH_MAN.is_dir():
-        zh = chinese_paragraphs()
-        zh_items = [t for t in (_segment(rng, p, 50, 300) for p in zh[0:120:2])
-                    if len(normalize(t)) >= 50]
-        hosts += [{"text": zh[i] + "\n" + zh[i + 2], "domain": "zh"}
-                  for i in range(1, 120, 4)]
-        zh_records = []
-        for i, t in enumerate(zh_items):
-            half = len(t) // 2
-            zh_records.append({"id": f"zh-{i}", "task": "qa", "messages": [
-                {"role": "user", "content": t[:half]}, {"role": "assistant", "content": t[half:]}]})
-        evals.append(("sft", "eval-zh", zh_records,
-                      [normalize(t[:len(t) // 2] + "\n" + t[len(t) // 2:]) for t in zh_items]))
+    zh = chinese_paragraphs()
+    assert len(zh) >= ZH_PARAGRAPHS, "tests/data/zh/manpages-zh.txt is shorter than expected"
+    zh_items = [t for t in (_segment(rng, p, 50, 300) for p in zh[0:ZH_PARAGRAPHS:2])
+                if len(normalize(t)) >= 50]
+    hosts += [{"text": zh[i] + "\n" + zh[i + 2], "domain": "zh"}
+              for i in range(1, ZH_PARAGRAPHS - 2, 4)]
+    zh_records = []
+    for i, t in enumerate(zh_items):
+        half = len(t) // 2
+        zh_records.append({"id": f"zh-{i}", "task": "qa", "messages": [
+            {"role": "user", "content": t[:half]}, {"role": "assistant", "content": t[half:]}]})
+    evals.append(("sft", "eval-zh", zh_records,
+                  [normalize(t[:len(t) // 2] + "\n" + t[len(t) // 2:]) for t in zh_items]))
     planted_ids = set()
     all_items = [(pid, f"{pid.split('-')[1]}-{i}", text)
                  for _kind, pid, _recs, norms in evals for i, text in enumerate(norms)]
@@ -182,8 +179,6 @@ def test_planted_items_found_with_exact_containment(planted):
         assert row["containment"] == row["common_shingles"] / row["item_shingles"]
 
 
-@pytest.mark.skipif(not ZH_MAN.is_dir(), reason="Chinese items come from the zh_CN man pages: "
-                    "apt-get install manpages-zh")
 def test_chinese_sft_items_found_in_a_cpt_pool(planted):
     reported = {(r["eval"]["package_id"], r["eval"]["sample_id"], r["training"]["sample_id"])
                 for r in _lines(planted["report"])}
@@ -228,7 +223,7 @@ def test_span_numbers_and_summary(planted):
 def test_report_verifies_and_is_deterministic_across_workers(planted, monkeypatch):
     code, out, err = run_cli("report", "verify", planted["report"])
     assert code == 0 and "OK" in out, err
-    monkeypatch.setattr(contamination, "BLOCK_LINES", 16)  # several blocks in flight
+    monkeypatch.setattr(contamination_run, "BLOCK_LINES", 16)  # several blocks in flight
     again = planted["tmp"] / "again"
     code, _, err = run_cli("--quiet", "contamination", "--evals", *planted["evals"],
                            "--inputs", planted["pool"], "--output", again, "--workers", 2)
@@ -245,13 +240,13 @@ def test_the_report_is_built_with_rare_collections_and_the_thresholds_come_back(
     from near_dedup_core import collector
 
     seen = []
-    probe = contamination._probe_pool
+    probe_pool = contamination_run._probe_pool
 
     def spy(*args, **kwargs):
         seen.append(gc.get_threshold()[0])
-        return probe(*args, **kwargs)
+        return probe_pool(*args, **kwargs)
 
-    monkeypatch.setattr(contamination, "_probe_pool", spy)
+    monkeypatch.setattr(contamination_run, "_probe_pool", spy)
     before = gc.get_threshold()
     code, _, err = run_cli("--quiet", "contamination", "--evals", *planted["evals"],
                            "--inputs", planted["pool"], "--output", planted["tmp"] / "gc",
@@ -268,7 +263,7 @@ def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
     index = tmp_path / "index.sqlite"
     code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", planted["pool"])
     assert code == 0, err
-    monkeypatch.setattr(contamination, "CONTENT_CHUNK", 7)
+    monkeypatch.setattr(contamination_run, "CONTENT_CHUNK", 7)
     for workers in (1, 2):
         out = tmp_path / f"from-index-{workers}"
         code, _, err = run_cli("--quiet", "--index", index, "contamination", "--evals",
@@ -378,9 +373,9 @@ def test_matched_windows_and_their_densest_run():
                 best, expected = len(run), (a, run[-1] + 5)
         lo, hi = (matched[0], matched[-1]) if matched else (0, -1)
         pos = np.full(m, -1, dtype=np.int64)
-        assert contamination._marked_positions(marks, lo, hi, pos) == len(matched)
+        assert kernels._marked_positions(marks, lo, hi, pos) == len(matched)
         assert pos[:len(matched)].tolist() == matched and not marks.any()
-        assert contamination._densest_run(pos, len(matched), width, 5) == expected
+        assert kernels._densest_run(pos, len(matched), width, 5) == expected
 
 
 def test_anchors_are_the_item_shingles_rarest_in_the_training_sample():
@@ -416,12 +411,12 @@ def test_training_sample_takes_the_head_of_every_data_file(tmp_path, monkeypatch
     validation = [rec(10), b"{not json", rec(11)]
     pool = make_package(tmp_path, "pool", {"train": train, "validation": validation},
                         depends_on=["base"], shard_records=4, gz=gz)
-    packages = contamination.open_packages([pool, base])
-    monkeypatch.setattr(contamination, "SAMPLE_RECORDS", 8)  # 4 files: 2 records each
+    packages = open_packages([pool, base])
+    monkeypatch.setattr(probe, "SAMPLE_RECORDS", 8)  # 4 files: 2 records each
     config = NearDedupConfig(max_chars=40)
     assert contamination.training_sample(packages, config) == [
         "text 100", "text 1", "text 5", "text 6", "text 10"]
-    monkeypatch.setattr(contamination, "SAMPLE_CHARS", 4 * 11)  # 11 characters a file
+    monkeypatch.setattr(probe, "SAMPLE_CHARS", 4 * 11)  # 11 characters a file
     assert contamination.training_sample(packages, config) == [
         "text 100", "text 1", "text 5", "text 10"]
     evals = make_package(tmp_path, "evals", {"test": [{"id": "e", "text": "an item " * 9}]})
@@ -599,3 +594,18 @@ def test_a_ref_sample_takes_its_targets_pairs_and_pool_errors_are_located(tmp_pa
     code, err = _refused(tmp_path, "--evals", ev, "--inputs", long, "--workers", "2",
                          config={"max_chars": 200})
     assert code == 2 and "package long, data/train/part-00000.jsonl:2: sample b" in err
+
+
+def test_the_executor_option_reaches_ray(tmp_path, monkeypatch):
+    """``--executor ray`` runs the probe on Ray (tests/ray_cases.py: the same report as the
+    local pool); without Ray installed it is one line with the install hint, nothing written."""
+    import sys
+
+    paras = stdlib_paragraphs()
+    pool = make_package(tmp_path, "pool", {"train": [{"id": f"d{i}", "text": p}
+                                                     for i, p in enumerate(paras[:5])]})
+    ev = make_package(tmp_path, "ev", {"test": [{"id": "q", "text": paras[0][:100]}]})
+    monkeypatch.setitem(sys.modules, "ray", None)
+    code, err = _refused(tmp_path, "--evals", ev, "--inputs", pool, "--executor", "ray",
+                         "--workers", "2")
+    assert code == 1 and "pip install 'near-dedup[ray]'" in err

@@ -69,8 +69,10 @@ mixture has no decisions to check its records against; its own counts are checke
 files can and cannot prove: docs/tamper.md.
 
 Contamination. ``contamination_report`` names a frozen contamination report
-(contamination.py) whose ``inputs`` must equal the mixture inputs like the near-dedup
-report's. After the dedup drop (step 2), pool samples the report lists as containing an
+(`near_dedup_core.contamination`) whose ``inputs`` must equal the mixture inputs like the
+near-dedup report's; its pairs are re-derived from those inputs and the eval packages it
+records before anything is dropped (`contamination.recheck_for_mixture`: a report with pairs
+removed is refused). After the dedup drop (step 2), pool samples the report lists as containing an
 eval item are removed too (plan field ``removed_contaminated``; ``available_after_dedup``
 counts before this removal, weights use what is left); retained splits are untouched. The
 built mixture holds a byte-identical copy under ``contamination/`` (manifest

@@ -10,7 +10,11 @@ from pathlib import Path
 
 from near_dedup_core.collector import rare_collections
 from near_dedup_core.compare import compared_text
-from near_dedup_core.contamination import ContaminationView, read_contamination
+from near_dedup_core.contamination import (
+    ContaminationView,
+    read_contamination,
+    recheck_for_mixture,
+)
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import is_within, write_json
 from near_dedup_core.mixture.allocation import allocate, sample_rank, strategy_weights
@@ -265,6 +269,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     if cfg.contamination_report is not None:
         contamination = read_contamination(Path(cfg.contamination_report))
         check_inputs_match(packages, contamination)  # type: ignore[arg-type]
+        recheck_for_mixture(contamination, packages, cfg.kind)
     retained = _retained_splits(cfg, report)
     scan = _scan_pool(cfg, packages, set(retained),
                       report.excluded if report is not None else set(), progress,

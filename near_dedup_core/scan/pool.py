@@ -4,57 +4,16 @@ content within one split) in decision order."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 
 from near_dedup_core import index_store as db
-from near_dedup_core.errors import NearDedupError, where
-from near_dedup_core.fsutil import sha256_file
+from near_dedup_core.inputs import check_files as check_files
+from near_dedup_core.inputs import data_files as data_files
+from near_dedup_core.inputs import expected_digests as expected_digests
+from near_dedup_core.inputs import file_digests as file_digests
+from near_dedup_core.inputs import indexed_inputs as indexed_inputs
 from near_dedup_core.package import Package
 from near_dedup_core.scan.records import Nodes, Pool, Samples
-
-
-def data_files(pkgs: list[Package]) -> list[str]:
-    """Every data file of ``pkgs``, in the order `check_files` expects their digests."""
-    return [str(pkg.path / entry.path) for pkg in pkgs for entry in pkg.files]
-
-
-def expected_digests(pkgs: list[Package]) -> list[str]:
-    """The manifests' sha256 of each of `data_files`, in that order."""
-    return [entry.sha256 for pkg in pkgs for entry in pkg.files]
-
-
-def file_digests(paths: list[str]) -> list[str]:
-    """sha256 of each of `data_files`, one after the other (one core: the caller keeps the
-    other)."""
-    return [sha256_file(Path(p)) for p in paths]
-
-
-def check_files(pkgs: list[Package], digests: list[str]) -> None:
-    """A data file whose digest (sha256 of each of `data_files`, in order) differs from its
-    manifest entry stops the scan: it changed since it was indexed."""
-    jobs = [(pkg, entry) for pkg in pkgs for entry in pkg.files]
-    for (pkg, entry), digest in zip(jobs, digests, strict=True):
-        if digest != entry.sha256:
-            raise NearDedupError(f"{where(pkg.package_id, entry.path)}: sha256 does not match "
-                                 f"manifest.json (file changed after it was indexed)")
-
-
-def indexed_inputs(indexed_rows: list[db.IndexedPackage], index_path: Path | str,
-                   pkgs: list[Package]) -> dict[str, db.IndexedPackage]:
-    """The index's packages by id, once every input is among them with the same manifest."""
-    indexed = {r.package_id: r for r in indexed_rows}
-    for pkg in pkgs:
-        known = indexed.get(pkg.package_id)
-        if known is None:
-            raise NearDedupError(f"{where(pkg.package_id)}: not in index {index_path}; "
-                                 f"index it first")
-        if known.manifest_sha256 != pkg.manifest_sha256:
-            raise NearDedupError(f"{where(pkg.package_id, 'manifest.json')}: indexed with "
-                                 f"manifest sha256 {known.manifest_sha256[:12]}…, this one is "
-                                 f"{pkg.manifest_sha256[:12]}…; index it first under a new id")
-    return indexed
 
 
 def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],

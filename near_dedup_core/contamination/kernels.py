@@ -1,0 +1,288 @@
+"""The prefix filter's arithmetic and the compiled probe kernels: anchor bitmap, anchor
+table, each training text's windows indexed by hash, exact common-shingle counts and the
+densest matched span (docs/contamination.md, "How candidates keep every pair")."""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+from near_dedup_core.signature import MinHasher, _intersection_size, _shingle_hashes, code_points
+
+#: anchor hits an item needs beyond the least overlap (the prefix filter's ``r``)
+EXTRA_HITS = 16
+
+
+def least_overlap(n: int, threshold: float) -> int:
+    """The least h with h / n ≥ threshold (the same float comparison as verification)."""
+    for h in range(max(int(math.floor(threshold * n)) - 1, 0), n + 1):
+        if h / n >= threshold:
+            return max(h, 1)
+    return n
+
+
+def prefix_plan(n: int, threshold: float, extra: int = EXTRA_HITS) -> tuple[int, int]:
+    """(anchors p, hits needed) of an item of n shingles: p = n − c + extra anchors of which
+    ``extra`` must be present, or all n shingles and c hits when that is not fewer."""
+    c = least_overlap(n, threshold)
+    p = n - c + extra
+    return (p, extra) if p < n else (n, c)
+
+
+@numba.njit(cache=True, nogil=True)
+def _build_table(keys, values, size):
+    """Open-addressing table (linear probing on the low bits) of the distinct uint64
+    ``keys``: ``table[slot]`` a key, ``vals[slot]`` its int32 value, −1 when the slot is
+    empty; ``size`` is a power of two larger than len(keys)."""
+    mask = np.uint64(size - 1)
+    vals = np.full(size, -1, dtype=np.int32)
+    table = np.zeros(size, dtype=np.uint64)
+    for a in range(keys.shape[0]):
+        slot = np.int64(keys[a] & mask)
+        while vals[slot] != -1:
+            slot = (slot + 1) & (size - 1)
+        table[slot] = keys[a]
+        vals[slot] = values[a]
+    return table, vals
+
+
+@numba.njit(inline="always")
+def _log2(n):
+    """log2 of a power of two."""
+    r = 0
+    while (1 << r) < n:
+        r += 1
+    return r
+
+
+@numba.njit(cache=True, nogil=True)
+def anchor_bits(keys, n_bits):
+    """A bitmap of ``n_bits`` (a power of two ≥ 64) with bit ``key >> (64 − log2 n_bits)``
+    set for every key: a window whose bit is clear is no anchor and skips the table. The top
+    bits select the bit and the low bits the table slot, so the two tests are independent."""
+    bits = np.zeros(n_bits // 64, dtype=np.uint64)
+    shift = np.uint64(64 - _log2(n_bits))
+    for a in range(keys.shape[0]):
+        b = keys[a] >> shift
+        bits[np.int64(b >> np.uint64(6))] |= np.uint64(1) << (b & np.uint64(63))
+    return bits
+
+
+@numba.njit(inline="always")
+def _index_size(n):
+    """A power of two ≥ 2n (load factor at most one half)."""
+    size = 2
+    while size < 2 * n:
+        size *= 2
+    return size
+
+
+@numba.njit(cache=True, nogil=True)
+def _index_windows(hashes, m, size, keys, heads, chain):
+    """Index the windows hashes[:m] by value: an open-addressing table (linear probing on
+    the low bits, ``size`` slots, ``heads`` −1 when empty) maps a hash to its last window,
+    and ``chain[j]`` is the previous window of the same hash (−1 for the first)."""
+    heads[:size] = -1
+    for j in range(m):
+        h = hashes[j]
+        slot = np.int64(h & np.uint64(size - 1))
+        while heads[slot] != -1 and keys[slot] != h:
+            slot = (slot + 1) & (size - 1)
+        if heads[slot] == -1:
+            keys[slot] = h
+        chain[j] = heads[slot]
+        heads[slot] = j
+
+
+@numba.njit(inline="always")
+def _last_window(h, size, keys, heads):
+    """The last window of hash h in an `_index_windows` table, −1 when none."""
+    slot = np.int64(h & np.uint64(size - 1))
+    while heads[slot] != -1:
+        if keys[slot] == h:
+            return heads[slot]
+        slot = (slot + 1) & (size - 1)
+    return -1
+
+
+_DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
+#: bit index of each isolated bit x (one of 1 << 0 … 1 << 63) at (x · _DEBRUIJN) >> 58
+_LOWEST_BIT = np.zeros(64, dtype=np.int64)
+for _b in range(64):
+    _LOWEST_BIT[((1 << _b) * int(_DEBRUIJN) % (1 << 64)) >> 58] = _b
+
+
+@numba.njit(cache=True, nogil=True)
+def _marked_positions(marks, lo, hi, pos):
+    """The positions marked in the bitmap ``marks`` (bit j of word j >> 6), all within
+    [lo, hi], written in increasing order into ``pos``; returns their number and clears
+    those words. O(marked + (hi − lo) / 64)."""
+    n = 0
+    if hi < lo:
+        return 0
+    for w in range(lo >> 6, (hi >> 6) + 1):
+        word = marks[w]
+        marks[w] = 0
+        while word != 0:
+            low = word & (~word + np.uint64(1))
+            pos[n] = (w << 6) + _LOWEST_BIT[np.int64((low * _DEBRUIJN) >> np.uint64(58))]
+            n += 1
+            word ^= low
+    return n
+
+
+@numba.njit(cache=True, nogil=True)
+def _densest_run(matched, n, width, k):
+    """[start, end) of the run of ``width`` code points holding the most of the ``n`` sorted
+    matched window positions (earliest on ties), from its first window to the end of its last
+    shingle (end unclipped); (0, 0) when there are none."""
+    if n == 0:
+        return 0, 0
+    best = 0
+    best_count = 0
+    b = 0
+    for a in range(n):
+        while b < n and matched[b] < matched[a] + width:
+            b += 1
+        if b - a > best_count:
+            best_count = b - a
+            best = a
+    return matched[best], matched[best + best_count - 1] + k
+
+
+@numba.njit(cache=True, nogil=True)
+def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_flat,
+                 item_start, item_chars, threshold, per_text):
+    """For each text of the batch: items whose anchors it holds at least ``need`` times,
+    verified by exact containment, with the matched span (`_densest_run`). Returns
+    [(text, item, common, start, end)] and sets ``per_text[text]`` to its candidates.
+
+    ``bits`` is the anchor bitmap (`anchor_bits`); ``table``/``vals`` map an anchor hash to
+    the offset ``o`` of its block in ``postings``: ``[mark, count, item, …]``
+    (`anchor_postings`); a batch works on its own copy, whose ``mark`` records the last text
+    that found the anchor.
+
+    Per text: (1) the windows whose bit is set are collected (a branch per window costs more
+    than the test), looked up in the anchor table, and each distinct anchor found is listed
+    once; (2) each listed anchor adds a hit to every item it anchors, an item becoming a
+    candidate when its count reaches ``need`` (a count carries its text in the upper 32
+    bits, so none needs clearing); (3) for a text with candidates, its windows are indexed
+    by hash once (`_index_windows`) and each candidate's shingles are looked up there
+    (``common`` = |item ∩ text|, exact); (4) for a verified pair, the windows of the item's
+    shingles, read from the same index and marked in a bitmap, give the matched span."""
+    size = table.shape[0]
+    mask = np.uint64(size - 1)
+    bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
+    n_items = need.shape[0]
+    longest = 1
+    for i in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    hashes = np.empty(longest, dtype=np.uint64)
+    index_keys = np.empty(_index_size(longest), dtype=np.uint64)
+    index_heads = np.empty(_index_size(longest), dtype=np.int32)
+    chain = np.empty(longest, dtype=np.int32)
+    marks = np.zeros(longest // 64 + 1, dtype=np.uint64)
+    pos = np.empty(longest, dtype=np.int64)
+    blocks = postings.copy()
+    maybe = np.empty(longest, dtype=np.uint64)
+    found = np.empty(longest, dtype=np.int32)
+    counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
+    cands = np.empty(n_items, dtype=np.int32)
+    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
+           for _ in range(0)]
+    for i in range(offsets.shape[0] - 1):
+        m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
+        passed = 0
+        for j in range(m):  # without a branch: which windows may be anchors
+            h = hashes[j]
+            b = h >> bits_shift
+            maybe[passed] = h
+            passed += np.int64((bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63)))
+                               & np.uint64(1))
+        nf = 0
+        for q in range(passed):
+            h = maybe[q]
+            slot = np.int64(h & mask)
+            while vals[slot] != -1:
+                if table[slot] == h:
+                    o = vals[slot]
+                    if blocks[o] != i:
+                        blocks[o] = i
+                        found[nf] = o
+                        nf += 1
+                    break
+                slot = (slot + 1) & (size - 1)
+        nc = 0
+        tag = np.int64(i) << 32
+        for f in range(nf):
+            o = found[f]
+            for x in range(o + 2, o + 2 + blocks[o + 1]):
+                it = blocks[x]
+                v = counts[it]
+                v = v + 1 if v >= tag else tag + 1
+                counts[it] = v
+                if v - tag == need[it]:
+                    cands[nc] = it
+                    nc += 1
+        if nc == 0:
+            continue
+        per_text[i] = nc
+        index_size = _index_size(m)
+        _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
+        for q in range(nc):
+            it = cands[q]
+            common = 0
+            for x in range(item_start[it], item_start[it + 1]):
+                if _last_window(item_flat[x], index_size, index_keys, index_heads) != -1:
+                    common += 1
+            if common / (item_start[it + 1] - item_start[it]) < threshold:
+                continue
+            lo = m
+            hi = -1
+            for x in range(item_start[it], item_start[it + 1]):
+                j = _last_window(item_flat[x], index_size, index_keys, index_heads)
+                while j != -1:
+                    marks[j >> 6] |= np.uint64(1) << np.uint64(j & 63)
+                    lo = min(lo, j)
+                    hi = max(hi, j)
+                    j = chain[j]
+            n = _marked_positions(marks, lo, hi, pos)
+            start, end = _densest_run(pos, n, max(item_chars[it], 1), k)
+            end = min(end, offsets[i + 1] - offsets[i])
+            out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
+                        np.int64(end)))
+    return out
+
+
+def containment(item_set: np.ndarray, sample_set: np.ndarray) -> float:
+    """|item ∩ sample| / |item| of two sorted, duplicate-free uint64 shingle sets."""
+    return _intersection_size(item_set, sample_set) / item_set.shape[0]
+
+
+def window_hashes(text: str, hasher: MinHasher) -> np.ndarray:
+    """The shingle hash of every window of a normalized text, by start position."""
+    cps, offsets = code_points([text])
+    out = np.empty(max(len(text), 1), dtype=np.uint64)
+    m = _shingle_hashes(cps, 0, int(offsets[-1]), hasher.shingle_size, hasher.shingle_seed, out)
+    return out[:m]
+
+
+def matched_span(text: str, item_set: np.ndarray, item_chars: int,
+                 hasher: MinHasher) -> tuple[int, int]:
+    """[start, end) of the densest item-length run of matched windows (module docstring),
+    widened to whole words."""
+    windows = window_hashes(text, hasher)
+    matched = np.flatnonzero(np.isin(windows, item_set))
+    start, end = _densest_run(matched, len(matched), max(item_chars, 1), hasher.shingle_size)
+    return widen(text, int(start), min(int(end), len(text)))
+
+
+def widen(text: str, start: int, end: int) -> tuple[int, int]:
+    """[start, end) extended to whole words (no alphanumeric character cut in two)."""
+    while start > 0 and text[start - 1].isalnum() and text[start].isalnum():
+        start -= 1
+    while 0 < end < len(text) and text[end].isalnum() and text[end - 1].isalnum():
+        end += 1
+    return start, end

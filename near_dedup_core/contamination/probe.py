@@ -1,0 +1,308 @@
+"""What the workers run: the anchor table over all items (`build_state`, anchors ordered by
+their rarity in a sample of the pool, `training_sample`), and the probe of training texts
+against it, from raw line blocks (`probe_block`) or from an index's normalized texts
+(`probe_contents`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.contamination.items import EvalItem, SampleRef, _text_reader
+from near_dedup_core.contamination.kernels import (
+    _build_table,
+    _probe_batch,
+    anchor_bits,
+    least_overlap,
+    prefix_plan,
+    widen,
+)
+from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.guard import guard_for
+from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
+from near_dedup_core.package import LineBlock, Package, dependency_order, head_records, parse_block
+from near_dedup_core.signature import MinHasher, utf8_code_points
+
+SAMPLE_RECORDS = 1_000
+SAMPLE_CHARS = 4_000_000
+ANCHOR_ORDER = (f"document frequency among {SAMPLE_RECORDS:,} training samples from the heads of "
+                f"the pool's data files, then among the eval items, then hash")
+#: imported by the worker pool's forkserver: `warm_up`
+PRELOAD = ("near_dedup_core._contamination_preload",)
+ANCHOR_BITS_PER_ANCHOR = 16
+MAX_ANCHOR_BITS = 1 << 24
+
+
+class ProbeState(NamedTuple):
+    """Everything a worker needs to check training texts against all items."""
+
+    seed: int
+    shingle_size: int
+    threshold: float
+    config_json: str
+    bits: np.ndarray
+    table: np.ndarray
+    vals: np.ndarray
+    postings: np.ndarray
+    need: np.ndarray
+    item_flat: np.ndarray
+    item_start: np.ndarray
+    item_chars: np.ndarray
+    item_numbers: list[tuple[str, ...]]
+
+
+class Hit(NamedTuple):
+    """A verified pair: ``sample`` indexes the texts (or records) probed together, ``item``
+    the eval items."""
+
+    sample: int
+    item: int
+    common: int
+    start: int
+    end: int
+    numbers_differ: bool
+
+
+_STATE: ProbeState | None = None
+
+
+def _init_worker(state: ProbeState) -> None:
+    global _STATE
+    _STATE = state
+
+
+def warm_up() -> None:
+    """Load the compiled kernels of `probe_texts` in this process, for both code point widths
+    (from numba's cache, or compiling them), on a text that contains its item, and build
+    the normalization table of `normalize_code_points` (so that every block, however little
+    non-ASCII text it holds, takes the compiled normalization). Run in the forkserver
+    (`PRELOAD`), before the workers fork from it: they start with all of it."""
+    global _STATE
+    build_table()
+    text = "a training text that contains its evaluation item word for word"
+    item = EvalItem(SampleRef(0, 0, "", "", "", "", 0, None), text)
+    _STATE = build_state([item], NearDedupConfig())[0]
+    try:
+        probe_texts([text])
+        probe_texts([text + " \u00e9"])
+    finally:
+        _STATE = None
+
+
+def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
+    """Normalize, hash and probe raw training texts (in a worker): the verified pairs
+    (``Hit.sample`` indexes ``texts``) and the number of candidates of each text."""
+    cps, offsets = normalize_code_points(texts)
+    return _probe_points(cps, offsets)
+
+
+def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.ndarray]:
+    """`probe_texts` of normalized texts given as code points (`signature.code_points`)."""
+    st = _STATE
+    assert st is not None, "worker not initialized"
+    hasher = MinHasher(1, st.seed, st.shingle_size)
+    per_text = np.zeros(len(offsets) - 1, dtype=np.int64)
+    found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
+                         st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
+                         st.item_chars, st.threshold, per_text)
+    hits = []
+    if found:
+        guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
+        norms: dict[int, str] = {}
+        for i, it, common, start, end in sorted(found):
+            norm = norms.get(i)
+            if norm is None:
+                norm = norms[i] = text_at(cps, offsets, i)
+            start, end = widen(norm, int(start), int(end))
+            numbers = guard.sequences(norm[start:end])[0]
+            hits.append(Hit(int(i), int(it), int(common), start, end,
+                            numbers != st.item_numbers[it]))
+    return hits, per_text
+
+
+class BlockProbe(NamedTuple):
+    """A line block of the pool, probed: per record in line order its sample id, ref and own
+    domain, and its candidates (0 for a ref, whose text is its target's); the verified pairs
+    (``Hit.sample`` indexes the records); and the first problem of the block (a bad line,
+    which ends the records before it, or a ``max_chars`` breach, which ends them after that
+    record), which the main process raises once it has applied the rules across records to
+    the records before it."""
+
+    ids: list[str]
+    refs: list[tuple[str, str] | None]
+    domains: list[str | None]
+    candidates: np.ndarray
+    hits: list[Hit]
+    problem: NearDedupError | None
+
+
+def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
+    """Parse and check a block's lines (`package.parse_block`), take each record's compared
+    text and probe the texts (`probe_texts`); runs in a worker."""
+    parsed = parse_block(block)
+    text_of = _text_reader(block.kind, block.kind)
+    ids: list[str] = []
+    refs: list[tuple[str, str] | None] = []
+    domains: list[str | None] = []
+    texts: list[str] = []
+    at: list[int] = []
+    problem = parsed.problem
+    for k, (sample_id, data, ref) in enumerate(parsed.records):
+        ids.append(sample_id)
+        refs.append(ref)
+        domains.append(data.get("domain"))
+        if ref is None:
+            raw = text_of(data)
+            if len(raw) > max_chars:
+                problem = LimitExceeded(
+                    f"{where(block.package_id, block.file, block.first_line + k)}: sample "
+                    f"{sample_id} has {len(raw):,} characters, over max_chars {max_chars:,}")
+                break
+            texts.append(raw)
+            at.append(k)
+    candidates = np.zeros(len(ids), dtype=np.int64)
+    if problem is not None or not texts:
+        return BlockProbe(ids, refs, domains, candidates, [], problem)
+    hits, per_text = probe_texts(texts)
+    candidates[at] = per_text
+    return BlockProbe(ids, refs, domains, candidates, [h._replace(sample=at[h.sample])
+                                                      for h in hits], None)
+
+
+def probe_block_carrying(state: ProbeState, block: LineBlock, max_chars: int) -> BlockProbe:
+    """`probe_block` in a worker that was not given the state when it started (a Ray task)."""
+    _init_worker(state)
+    return probe_block(block, max_chars)
+
+
+def probe_utf8_carrying(state: ProbeState, texts: list[bytes], ids: list[int],
+                        index_path: str) -> tuple[list[Hit], np.ndarray]:
+    """`probe_contents` of texts read by the driver (``texts``: the UTF-8 normalized texts of
+    content rows ``ids``), in a worker that does not open the index (a Ray task)."""
+    from near_dedup_core import index_store as db
+
+    _init_worker(state)
+    cps, offsets, bad = utf8_code_points(texts)
+    if bad >= 0:
+        raise db.damaged(Path(index_path), f"the text of content row {ids[bad]} is not UTF-8")
+    return _probe_points(cps, offsets)
+
+
+_READERS: dict[str, Any] = {}
+
+
+def probe_contents(source: Any, ids: list[int]) -> tuple[list[Hit], np.ndarray]:
+    """Probe the normalized texts of these content rows (``Hit.sample`` indexes ``ids``).
+    ``source`` is the command's snapshot (inline), or, in a pool worker, the index location,
+    read on a connection of the worker's own, kept for its life (content rows never change
+    once written)."""
+    from near_dedup_core import index_store as db
+
+    reader = source
+    if isinstance(source, str):
+        reader = _READERS.get(source)
+        if reader is None:
+            reader = _READERS[source] = db.open_texts(source)
+    cps, offsets, bad = utf8_code_points(reader.utf8_texts(ids))
+    if bad >= 0:
+        reader.texts([ids[bad]])  # raises, naming the damage
+        raise db.damaged(reader.path, f"the text of content row {ids[bad]} is not UTF-8")
+    return _probe_points(cps, offsets)
+
+
+def anchor_postings(a_hash: np.ndarray, a_item: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct anchors, offset of each one's block, postings) from the (anchor, item)
+    entries sorted by anchor: one int32 array of blocks ``[mark, count, item, …]``, the
+    ``count`` items of an anchor next to its count, so that a hit reads one place."""
+    distinct, first, plen = np.unique(a_hash, return_index=True, return_counts=True)
+    block = (first + 2 * np.arange(len(distinct))).astype(np.int32)
+    postings = np.empty(len(a_hash) + 2 * len(distinct), dtype=np.int32)
+    postings[block] = -1
+    postings[block + 1] = plen
+    postings[np.arange(len(a_hash)) + 2 + 2 * np.repeat(np.arange(len(distinct)), plen)] = a_item
+    return distinct, block, postings
+
+
+def training_sample(pool: list[Package], config: NearDedupConfig) -> list[str]:
+    """Where the rarity of the anchors is measured (module docstring): the compared texts at
+    the head of every data file of the pool (packages in stream order, files in manifest
+    order), an even share from each: up to ⌈`SAMPLE_RECORDS` / files⌉ records and
+    `SAMPLE_CHARS` / files characters. A pool is seldom alike from end to end (a shard per
+    source, language or crawl), and its first file alone can be all one kind of text. Refs,
+    and texts over ``max_chars``, are left out; a line that is no record ends its file's
+    share (`package.head_records`), since the pass over the pool reports it."""
+    kind = pool[0].kind
+    text_of = _text_reader(kind, kind)
+    entries = [(pkg, entry) for pkg in dependency_order(pool) for entry in pkg.files]
+    per_records = -(-SAMPLE_RECORDS // max(len(entries), 1))
+    per_chars = SAMPLE_CHARS // max(len(entries), 1)
+    texts: list[str] = []
+    for pkg, entry in entries:
+        chars = 0
+        for data in head_records(pkg, entry, per_records):
+            raw = text_of(data)
+            if len(raw) > config.max_chars:
+                continue
+            if chars + len(raw) > per_chars:
+                break
+            texts.append(raw)
+            chars += len(raw)
+    return texts
+
+
+def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence[str] = (),
+                exhaustive: bool = False) -> tuple[ProbeState, int]:
+    """The anchor table over all items (module docstring) and the number of anchors; the
+    anchors are the item's shingles found in the fewest ``sample`` texts (raw compared
+    texts, `training_sample`), then in the fewest items, then by hash. ``exhaustive`` makes
+    every shingle an anchor (needing ``⌈t·n⌉`` hits): the same pairs, much slower; a
+    cross-check of the filter for measurements."""
+    t = config.contamination_threshold
+    hasher = MinHasher(1, config.seed, config.shingle_size)
+    sets = hasher.shingle_sets([it.text for it in items])
+    sizes = np.asarray([len(s) for s in sets], dtype=np.int64)
+    item_start = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=item_start[1:])
+    item_flat = np.concatenate(sets) if sets else np.zeros(0, dtype=np.uint64)
+    distinct_all, at, df = np.unique(item_flat, return_inverse=True, return_counts=True)
+    sample_df = np.zeros(len(distinct_all), dtype=np.int64)
+    if len(sample):
+        seen, seen_df = np.unique(np.concatenate(hasher.shingle_sets(
+            [normalize(text) for text in sample])), return_counts=True)
+        where = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
+        found = seen[where] == distinct_all
+        sample_df[found] = seen_df[where[found]]
+    plans = [(n, least_overlap(n, t)) if exhaustive else prefix_plan(n, t)
+             for n in sizes.tolist()]
+    p = np.asarray([plan[0] for plan in plans], dtype=np.int64)
+    need = [plan[1] for plan in plans]
+    # every item's shingles in rarity order (a rank over the distinct shingles), its first p
+    rank = np.empty(len(distinct_all), dtype=np.int64)
+    rank[np.lexsort((distinct_all, df, sample_df))] = np.arange(len(distinct_all))
+    item_of = np.repeat(np.arange(len(items), dtype=np.int64), sizes)
+    by_rarity = np.argsort(item_of * len(distinct_all) + rank[at], kind="stable")
+    first_p = np.arange(len(item_flat)) - item_start[item_of] < p[item_of]
+    a_hash = item_flat[by_rarity][first_p]
+    a_item = item_of[first_p].astype(np.int32)
+    order = np.lexsort((a_item, a_hash))
+    distinct, block, postings = anchor_postings(a_hash[order], a_item[order])
+    size = 1
+    while size < 2 * max(len(distinct), 1):
+        size *= 2
+    table, vals = _build_table(distinct, block, size)
+    n_bits = 1 << 16
+    while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
+        n_bits *= 2
+    guard = guard_for(config, frozenset())
+    state = ProbeState(
+        seed=config.seed, shingle_size=config.shingle_size, threshold=t,
+        config_json=config.canonical_json(), bits=anchor_bits(distinct, n_bits), table=table,
+        vals=vals, postings=postings, need=np.asarray(need, np.int32), item_flat=item_flat,
+        item_start=item_start, item_chars=np.asarray([len(it.text) for it in items], np.int64),
+        item_numbers=[guard.sequences(it.text)[0] for it in items])
+    return state, len(a_hash)

@@ -1,0 +1,353 @@
+"""The command: eval items read, the anchor table built, the pool probed by a pool of
+workers (from its packages, `_probe_pool`, or from an index, `_probe_index`), the pairs put
+in report order and the report frozen."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from near_dedup_core import ALGORITHM_VERSION, __version__
+from near_dedup_core.collector import rare_collections
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.contamination.dispatch import probe_workers, start_early
+from near_dedup_core.contamination.items import SampleRef, open_evals, read_items
+from near_dedup_core.contamination.kernels import EXTRA_HITS
+from near_dedup_core.contamination.probe import (
+    ANCHOR_ORDER,
+    BlockProbe,
+    Hit,
+    ProbeState,
+    build_state,
+    training_sample,
+)
+from near_dedup_core.contamination.report import (
+    FORMAT,
+    FORMAT_VERSION,
+    Candidates,
+    EvalRef,
+    FileLines,
+    Files,
+    Manifest,
+    PackageEntry,
+    PairLine,
+    Span,
+    Summary,
+    TrainingRef,
+    counts_of,
+    summarize,
+)
+from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.fsutil import (
+    atomic_dir,
+    require_new_output_outside,
+    write_checksums,
+    write_json,
+    write_jsonl,
+)
+from near_dedup_core.package import (
+    LineBlock,
+    Package,
+    SampleIds,
+    ShardEnd,
+    open_packages,
+    read_blocks,
+)
+from near_dedup_core.progress import Progress, pause_point
+
+#: lines per block of the pool handed to a worker (`package.read_blocks`)
+BLOCK_LINES = 1_024
+
+
+@dataclass
+class Pair:
+    item: int
+    sample: SampleRef
+    common: int
+    start: int
+    end: int
+    numbers_differ: bool
+
+
+def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
+                progress: bool, executor: str = "local") -> tuple[list[Pair], int, int]:
+    """Read the pool once as line blocks, which the workers parse and probe (`probe_block`);
+    apply the rules across records in record order here, a ref taking its target's pairs.
+    Returns (pairs, candidates, samples)."""
+    pos = {p.package_id: i for i, p in enumerate(pool)}
+    depended = {d for p in pool for d in p.depends_on}
+    # (package, sample id) of a depended-on sample → its hits, candidates, domain
+    targets: dict[tuple[str, str], tuple[list[Hit], int, str | None]] = {}
+    rules = SampleIds(pool)
+    pairs: list[Pair] = []
+    candidates = 0
+    samples = 0
+    bar = Progress("contamination: training records", sum(p.record_count for p in pool),
+                   enabled=progress)
+    pending: list[tuple[LineBlock | ShardEnd, Future | None]] = []
+
+    def collect(event: LineBlock | ShardEnd, fut: Future | None) -> None:
+        nonlocal candidates, samples
+        if isinstance(event, ShardEnd):
+            if event.problem is not None:
+                raise event.problem
+            return
+        assert fut is not None
+        result: BlockProbe = fut.result()
+        own: defaultdict[int, list[Hit]] = defaultdict(list)
+        for h in result.hits:
+            own[h.sample].append(h)
+        for k, sample_id in enumerate(result.ids):
+            line = event.first_line + k
+            ref = result.refs[k]
+            rules.check(event.package_id, event.file, line, sample_id, ref)
+            domain = result.domains[k]
+            if ref is not None:
+                hits, count, target_domain = targets[ref]
+                if domain is None:
+                    domain = target_domain
+            else:
+                hits, count = own.get(k, []), int(result.candidates[k])
+            if event.package_id in depended:
+                targets[(event.package_id, sample_id)] = (hits, count, domain)
+            samples += 1
+            candidates += count
+            if hits:
+                sample = SampleRef(pos[event.package_id], event.first_position + k,
+                                   event.package_id, sample_id, event.split, event.file, line,
+                                   domain)
+                pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
+                             for h in hits)
+        if result.problem is not None:
+            raise result.problem
+        bar.advance(len(result.ids))
+        pause_point("contamination-pool")
+
+    with probe_workers(executor, workers, state) as probes:
+        for event in read_blocks(pool, BLOCK_LINES):
+            fut = (probes.block(event, config.max_chars)
+                   if isinstance(event, LineBlock) else None)
+            pending.append((event, fut))
+            while len(pending) > 3 * probes.parallelism:
+                collect(*pending.pop(0))
+        for job in pending:
+            collect(*job)
+    bar.finish()
+    return pairs, candidates, samples
+
+
+#: distinct contents per job of `_probe_index`
+CONTENT_CHUNK = 1_024
+
+
+def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
+                 config: NearDedupConfig, workers: int, progress: bool,
+                 digests: Future, executor: str = "local") -> tuple[list[Pair], int, int]:
+    """`_probe_pool` over an indexed pool: its samples and their contents as one snapshot of
+    the index holds them, each distinct content's normalized text probed once (by the
+    workers, which read the texts on their own connections) and its pairs given to every
+    sample that holds it. The data files, hashed meanwhile (``digests``: `_digests_aside`),
+    must match their manifests, as for `scan`. The same pairs and counts as reading the
+    packages: the index holds each compared text normalized, refs resolved to their
+    target's content and domain, and ``max_chars`` was checked when the pool was indexed
+    under the same config fingerprint."""
+    from near_dedup_core import index_store as db
+    from near_dedup_core.inputs import check_files, indexed_inputs
+
+    with db.database_errors(index), db.open_snapshot(index, config) as snap, \
+            probe_workers(executor, workers, state) as probes:
+        indexed = indexed_inputs(snap.indexed_packages(), snap.path, pool)
+        samples: list[list[tuple]] = []
+        at: dict[int, int] = {}  # content row id -> its rank of first appearance
+        ranks: list[int] = []  # each sample's content rank, in pool order
+        fresh: list[int] = []
+        jobs: list[tuple[list[int], Future]] = []
+        for pkg in pool:  # the workers start on the first contents while the rest is read
+            rows: list[tuple] = []
+            for part in snap.sample_rows(indexed[pkg.package_id]):
+                rows.extend(part)
+                for row in part:
+                    rank = at.get(row[6])
+                    if rank is None:
+                        rank = at[row[6]] = len(at)
+                        fresh.append(row[6])
+                    ranks.append(rank)
+                while len(fresh) >= CONTENT_CHUNK:
+                    ids, fresh = fresh[:CONTENT_CHUNK], fresh[CONTENT_CHUNK:]
+                    jobs.append((ids, probes.contents(snap, ids)))
+            samples.append(rows)
+        if fresh:
+            jobs.append((fresh, probes.contents(snap, fresh)))
+        bar = Progress("contamination: training contents", len(at), enabled=progress)
+        found: dict[int, list[Hit]] = {}
+        count = np.zeros(len(at), dtype=np.int64)
+        for ids, fut in jobs:
+            hits, per = fut.result()
+            first = at[ids[0]]
+            count[first:first + len(ids)] = per
+            for h in hits:
+                found.setdefault(ids[h.sample], []).append(h)
+            bar.advance(len(ids))
+            pause_point("contamination-pool")
+        bar.finish()
+        check_files(pool, digests.result())
+    of_sample = np.asarray(ranks, dtype=np.int64)
+    with_hits = np.zeros(len(at), dtype=bool)
+    with_hits[[at[c] for c in found]] = True
+    starts = np.cumsum([0] + [len(rows) for rows in samples])
+    pairs: list[Pair] = []
+    for k in np.flatnonzero(with_hits[of_sample]).tolist():  # the samples with pairs only
+        input_pos = int(np.searchsorted(starts, k, side="right")) - 1
+        position, sample_id, split, file, line, domain, content = \
+            samples[input_pos][k - int(starts[input_pos])]
+        sample = SampleRef(input_pos, position, pool[input_pos].package_id, sample_id, split,
+                           file, line, domain)
+        pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
+                     for h in found[content])
+    return pairs, int(count[of_sample].sum()), len(ranks)
+
+
+def _digests_aside(paths: list[str]) -> Future:
+    """The sha256 of each file, computed by a thread of its own while the caller reads the
+    items and builds the anchors (hashlib runs without the GIL, on the core the worker pool
+    does not use yet). A daemon thread: an error elsewhere does not wait for it."""
+    import threading
+
+    from near_dedup_core.inputs import file_digests
+
+    out: Future = Future()
+
+    def run() -> None:
+        try:
+            out.set_result(file_digests(paths))
+        except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
+            out.set_exception(exc)
+
+    threading.Thread(target=run, name="near-dedup-digests", daemon=True).start()
+    return out
+
+
+def _ref_json(ref: SampleRef, with_domain: bool) -> dict:
+    out = {"package_id": ref.package_id, "sample_id": ref.sample_id, "split": ref.split,
+           "file": ref.file, "line": ref.line}
+    if with_domain:
+        out["domain"] = ref.domain
+    return out
+
+
+def _package_entry(p: Package) -> PackageEntry:
+    return PackageEntry(package_id=p.package_id, kind=p.kind,  # type: ignore[arg-type]
+                        manifest_sha256=p.manifest_sha256, records=p.record_count,
+                        path=str(p.path))
+
+
+@dataclass
+class ContaminationResult:
+    output: Path
+    counts: dict
+
+    def summary(self) -> str:
+        c = self.counts
+        return (f"contamination report {self.output}: {c['items_leaked']:,} of "
+                f"{c['items_checked']:,} eval items leaked ({c['items_skipped_short']:,} "
+                f"skipped as too short) into {c['training_samples_contaminated']:,} of "
+                f"{c['training_samples']:,} training samples; {c['pairs']:,} pairs")
+
+
+@dataclass(frozen=True)
+class Computed:
+    """A contamination report's contents, as the models of `report` hold them."""
+
+    lines: list[PairLine]
+    summary: Summary
+    manifest: Manifest
+
+
+def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Path],
+                         pool_paths: Sequence[str | Path], output_dir: str | Path, *,
+                         workers: int = 1, progress: bool = False,
+                         index: str | Path | None = None,
+                         executor: str = "local") -> ContaminationResult:
+    """Check every eval item against every training sample of the pool; freeze the report
+    in ``output_dir`` (docs/contamination.md). Nothing is written on any error. With
+    ``index`` (a SQLite path or a PostgreSQL URL holding every pool package, as for `scan`),
+    the pool's normalized texts are read from the index instead of parsed and normalized
+    again (`_probe_index`); the report is the same bytes."""
+    output = Path(output_dir)
+    evals_p = [Path(p) for p in eval_paths]
+    pool_p = [Path(p) for p in pool_paths]
+    require_new_output_outside(output, evals_p + pool_p)
+    pool = open_packages(pool_p)
+    evals = open_evals(evals_p)
+    computed = compute(config, evals, pool, workers=workers, progress=progress, index=index,
+                       executor=executor)
+    with atomic_dir(output) as tmp:
+        write_jsonl(tmp / "contamination.jsonl", report_lines(computed.lines))
+        write_json(tmp / "summary.json", computed.summary.model_dump(mode="json"))
+        write_json(tmp / "manifest.json", computed.manifest.model_dump(mode="json",
+                                                                       by_alias=True))
+        write_checksums(tmp)
+    return ContaminationResult(output, computed.manifest.counts.model_dump())
+
+
+def report_lines(lines: list[PairLine]) -> list[dict]:
+    """The lines of ``contamination.jsonl`` as JSON objects."""
+    return [line.model_dump(mode="json") for line in lines]
+
+
+@rare_collections()  # the pool's hits and pairs: see near_dedup_core.collector
+def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
+            workers: int = 1, progress: bool = False, index: str | Path | None = None,
+            executor: str = "local") -> Computed:
+    """The report of these opened eval and pool packages (`contamination_report` without
+    the writing; `verify.rederive` runs it again to re-check a report)."""
+    pool_ids = {p.package_id for p in pool}
+    for e in evals:
+        if e.package_id in pool_ids:
+            raise NearDedupError(f"{where(e.package_id)}: given both as an eval package and as "
+                                 f"an input; an eval set is not training data")
+    config.check_pool_records(sum(p.record_count for p in pool))
+    digests = None
+    if index is not None:  # imported before the forkserver starts: the workers have it
+        from near_dedup_core.index_store import postgres_url
+        from near_dedup_core.inputs import data_files
+
+        if postgres_url(index) is None:
+            index = Path(index)
+        digests = _digests_aside(data_files(pool))
+    start_early(executor, workers)  # a local pool's start overlaps reading the items below
+    items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
+    state, n_anchors = build_state(items, config, training_sample(pool, config))
+    if index is not None and digests is not None:
+        pairs, candidates, samples = _probe_index(index, pool, state, config, workers, progress,
+                                                  digests, executor)
+    else:
+        pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress,
+                                                 executor)
+    pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
+    lines = []
+    for pair in pairs:
+        item_shingles = int(state.item_start[pair.item + 1] - state.item_start[pair.item])
+        lines.append(PairLine(
+            eval=EvalRef(**_ref_json(items[pair.item].ref, False)),
+            training=TrainingRef(**_ref_json(pair.sample, True)),
+            containment=pair.common / item_shingles, item_shingles=item_shingles,
+            common_shingles=pair.common, span=Span(start=pair.start, end=pair.end),
+            numbers_differ=pair.numbers_differ))
+    eval_counts = [{"package_id": e.package_id, "items": per_eval[e.package_id],
+                    "items_checked": per_eval[e.package_id] - skipped[e.package_id],
+                    "items_skipped_short": skipped[e.package_id]} for e in evals]
+    summary = summarize(lines, eval_counts, samples)
+    manifest = Manifest(
+        format=FORMAT, format_version=FORMAT_VERSION, tool_version=__version__,
+        algorithm_version=ALGORITHM_VERSION, config=config.model_dump(mode="json"),
+        candidates=Candidates(filter="prefix", order=ANCHOR_ORDER, extra_hits=EXTRA_HITS,
+                              anchors=n_anchors, verified=candidates),
+        evals=[_package_entry(e) for e in evals], inputs=[_package_entry(p) for p in pool],
+        counts=counts_of(summary), files=Files(pairs=FileLines(lines=len(lines))))
+    return Computed(lines, summary, manifest)

@@ -1,0 +1,385 @@
+"""`report verify` of a contamination report, its re-derivation from its packages, and what a
+mixture reads from a verified report.
+
+A report alone proves that its files agree with each other: every file parses into its strict
+model (`report`), the folder holds exactly its files, and every cross-reference is re-derived
+(the counts and the summary from the pair lines, each pair's packages among those the manifest
+lists, pairs unique and in report order, one kind of pool, the config complete and valid). It
+cannot prove that no pair was removed. With the packages it names at hand, `rederive` runs
+the check again and compares: ``report verify --inputs`` does, and so does every mixture
+that drops a report's contaminated samples (docs/contamination.md, "Trust")."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.contamination.kernels import EXTRA_HITS
+from near_dedup_core.contamination.probe import ANCHOR_ORDER
+from near_dedup_core.contamination.report import (
+    FILES,
+    FORMAT,
+    FORMAT_VERSION,
+    Manifest,
+    PairLine,
+    Summary,
+    counts_of,
+    problem,
+    summarize,
+)
+from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.fsutil import (
+    CHECKSUMS,
+    iter_json_objects,
+    json_line,
+    read_json_object,
+    sha256_file,
+    verify_checksums,
+)
+from near_dedup_core.package import Package, load_package
+
+
+def is_contamination_report(path: Path) -> bool:
+    """Whether ``path/manifest.json`` declares a contamination report (no other check)."""
+    try:
+        return read_json_object(Path(path) / "manifest.json", "report").get("format") == FORMAT
+    except NearDedupError:
+        return False
+
+
+@dataclass
+class ContaminationSummary:
+    path: Path
+    manifest: dict
+    model: Manifest
+    rederived: bool = False
+
+    @property
+    def counts(self) -> dict:
+        return self.manifest["counts"]
+
+    def summary(self) -> str:
+        c = self.counts
+        how = (", and the same pairs re-derived from its packages" if self.rederived else
+               " (re-derive the pairs with --inputs)")
+        return (f"contamination report {self.path}: OK — checksums, manifest, summary and "
+                f"{c['pairs']:,} pairs consistent ({c['items_leaked']:,} of "
+                f"{c['items_checked']:,} eval items leaked into "
+                f"{c['training_samples_contaminated']:,} training samples){how}")
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, dict]]:
+    return iter_json_objects(path, "contamination.jsonl", f"contamination report {path}")
+
+
+def _line_problem(line: PairLine, threshold: float, evals: dict[str, int],
+                  inputs: dict[str, int]) -> str | None:
+    e, t = line.eval, line.training
+    if e.package_id not in evals:
+        return f"eval package {e.package_id} is not among the manifest's evals"
+    if t.package_id not in inputs:
+        return f"training package {t.package_id} is not among the manifest's inputs"
+    n, c = line.item_shingles, line.common_shingles
+    if c > n:
+        return "common_shingles is more than item_shingles"
+    if line.containment != c / n:
+        return f"containment {line.containment} is not common_shingles / item_shingles = {c / n}"
+    if line.containment < threshold:
+        return f"containment {line.containment} is below the threshold {threshold}"
+    if line.span.start >= line.span.end:
+        return "span must have start < end"
+    return None
+
+
+def _order_key(line: PairLine, evals: dict[str, int], inputs: dict[str, int]) -> tuple:
+    """Report order as far as the report shows it: eval package (as listed), then within one
+    data file by line; the same for the training sample of one item."""
+    e, t = line.eval, line.training
+    return (evals[e.package_id], e.file, e.line, inputs[t.package_id], t.file, t.line)
+
+
+def _read_manifest(path: Path, label: str) -> tuple[dict, Manifest, NearDedupConfig]:
+    raw = read_json_object(path / "manifest.json", label)
+    if raw.get("format") != FORMAT:
+        raise NearDedupError(f"{label}: manifest.json is not a contamination report manifest")
+    try:
+        manifest = Manifest.model_validate(raw)
+    except ValidationError as exc:
+        raise NearDedupError(f"{label}: manifest.json: {problem(exc)}") from None
+    if manifest.format_version != FORMAT_VERSION:
+        raise NearDedupError(f"{label}: manifest.json: format_version "
+                             f"{manifest.format_version} is not {FORMAT_VERSION}")
+    try:
+        config = NearDedupConfig.model_validate(manifest.config)
+    except ValidationError as exc:
+        raise NearDedupError(f"{label}: manifest.json: config: {problem(exc)}") from None
+    if config.model_dump(mode="json") != manifest.config:
+        raise NearDedupError(f"{label}: manifest.json: config is not complete (every key of "
+                             f"the config, as the writer records it)")
+    if (manifest.candidates.order, manifest.candidates.extra_hits) != (ANCHOR_ORDER,
+                                                                       EXTRA_HITS):
+        raise NearDedupError(f"{label}: manifest.json: candidates is not this tool's filter "
+                             f"(order and extra_hits)")
+    seen: dict[str, str] = {}
+    for group, packages in (("evals", manifest.evals), ("inputs", manifest.inputs)):
+        for k, pkg in enumerate(packages):
+            if pkg.package_id in seen:
+                raise NearDedupError(f"{label}: manifest.json: {group}[{k}]: package "
+                                     f"{pkg.package_id} is listed twice (also in "
+                                     f"{seen[pkg.package_id]})")
+            seen[pkg.package_id] = group
+    kind = manifest.inputs[0].kind
+    for k, pkg in enumerate(manifest.inputs):
+        if pkg.kind != kind:
+            raise NearDedupError(f"{label}: manifest.json: inputs[{k}].kind is {pkg.kind}, "
+                                 f"inputs[0].kind {kind}: a pool is all cpt or all sft")
+    return raw, manifest, config
+
+
+def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None = None, *,
+                         workers: int = 1) -> ContaminationSummary:
+    """Check a contamination report folder: checksums, exactly its files, each file against
+    its model, every line, and the summary and counts recomputed from the lines. With
+    ``inputs`` (paths of every package the manifest names, evals and pool), the pairs are
+    re-derived from them and must be the report's (`rederive`). Raises NearDedupError naming
+    the first problem (file, and line where there is one)."""
+    path = Path(path)
+    label = f"contamination report {path}"
+    if not path.is_dir():
+        raise NearDedupError(f"{label}: not a directory")
+    listed = verify_checksums(path, "contamination report")
+    expected = {"manifest.json", *FILES}
+    for name in sorted(expected - set(listed)):
+        raise NearDedupError(f"{label}: {name} is not listed in checksums.sha256")
+    for name in sorted(set(listed) - expected):
+        raise NearDedupError(f"{label}: {name} is no file of a contamination report "
+                             f"(it holds {', '.join(sorted(expected))} and {CHECKSUMS})")
+    raw, manifest, config = _read_manifest(path, label)
+    evals = {e.package_id: k for k, e in enumerate(manifest.evals)}
+    pool = {i.package_id: k for k, i in enumerate(manifest.inputs)}
+    lines: list[PairLine] = []
+    previous: tuple | None = None
+    seen: set[tuple[str, str, str, str]] = set()
+    for n, row in iter_lines(path):
+        try:
+            line = PairLine.model_validate(row)
+        except ValidationError as exc:
+            raise NearDedupError(f"{label}: contamination.jsonl:{n}: {problem(exc)}") from None
+        bad = _line_problem(line, config.contamination_threshold, evals, pool)
+        if bad is not None:
+            raise NearDedupError(f"{label}: contamination.jsonl:{n}: {bad}")
+        pair = (line.eval.package_id, line.eval.sample_id, line.training.package_id,
+                line.training.sample_id)
+        if pair in seen:
+            raise NearDedupError(f"{label}: contamination.jsonl:{n}: the pair appears twice")
+        seen.add(pair)
+        key = _order_key(line, evals, pool)
+        if previous is not None and _out_of_order(previous, key):
+            raise NearDedupError(f"{label}: contamination.jsonl:{n}: out of order (pairs are "
+                                 f"sorted by eval package, eval record, training package, "
+                                 f"training record)")
+        previous = key
+        lines.append(line)
+    if manifest.files.pairs.lines != len(lines):
+        raise NearDedupError(f"{label}: contamination.jsonl has {len(lines)} lines, "
+                             f"manifest.json says {manifest.files.pairs.lines}")
+    summary = _read_summary(path, label)
+    eval_counts = [{"package_id": e.package_id, "items": e.items,
+                    "items_checked": e.items_checked,
+                    "items_skipped_short": e.items_skipped_short} for e in summary.evals]
+    if [e["package_id"] for e in eval_counts] != list(evals):
+        raise NearDedupError(f"{label}: summary.json evals differ from manifest.json evals")
+    for e, listed_eval in zip(summary.evals, manifest.evals, strict=True):
+        if e.items != listed_eval.records or e.items_checked + e.items_skipped_short != e.items:
+            raise NearDedupError(f"{label}: summary.json item counts of {e.package_id} do "
+                                 f"not add up to its records in manifest.json")
+    if summary.training.samples != sum(i.records for i in manifest.inputs):
+        raise NearDedupError(f"{label}: summary.json training samples differ from the "
+                             f"inputs' records in manifest.json")
+    if summarize(lines, eval_counts, summary.training.samples) != summary:
+        raise NearDedupError(f"{label}: summary.json does not match contamination.jsonl")
+    if manifest.counts != counts_of(summary):
+        raise NearDedupError(f"{label}: counts in manifest.json do not match "
+                             f"contamination.jsonl and summary.json")
+    result = ContaminationSummary(path, raw, manifest)
+    if inputs is not None:
+        by_id = {}
+        for p in inputs:
+            pkg = load_package(Path(p))
+            if pkg.package_id in by_id:
+                raise NearDedupError(f"{where(pkg.package_id)}: given twice with --inputs")
+            by_id[pkg.package_id] = pkg
+        rederive(path, manifest, config, by_id, workers=workers)
+        result.rederived = True
+    return result
+
+
+def _out_of_order(previous: tuple, key: tuple) -> bool:
+    """Whether ``key`` cannot follow ``previous`` in report order: an earlier eval package,
+    or the same eval data file with an earlier line, or, for the same item, an earlier
+    training package or the same training file with an earlier line (or the same)."""
+    if key[0] != previous[0]:
+        return key[0] < previous[0]
+    if key[1] == previous[1] and key[2] != previous[2]:
+        return key[2] < previous[2]
+    if key[1:3] != previous[1:3]:
+        return False
+    if key[3] != previous[3]:
+        return key[3] < previous[3]
+    return key[4] == previous[4] and key[5] <= previous[5]
+
+
+def _read_summary(path: Path, label: str) -> Summary:
+    raw = read_json_object(path / "summary.json", label)
+    try:
+        return Summary.model_validate(raw)
+    except ValidationError as exc:
+        raise NearDedupError(f"{label}: summary.json: {problem(exc)}") from None
+
+
+def rederive(path: Path, manifest: Manifest, config: NearDedupConfig,
+             packages: dict[str, Package], *, workers: int = 1) -> None:
+    """Run the contamination check again on the packages the manifest names (``packages``
+    by id: each one listed, with the same manifest sha256, none other) under the report's
+    config, and require the report's pairs, summary and counts. The report's own files have
+    been verified; this is what a report alone cannot show: that no pair was removed,
+    added or changed, and that the config and candidates are the ones that made it."""
+    from near_dedup_core import ALGORITHM_VERSION
+    from near_dedup_core.contamination.run import compute, report_lines
+
+    label = f"contamination report {path}"
+    if manifest.algorithm_version != ALGORITHM_VERSION:
+        raise NearDedupError(f"{label}: made by algorithm {manifest.algorithm_version}, this "
+                             f"tool runs {ALGORITHM_VERSION}: its pairs cannot be re-derived")
+    named = [*manifest.evals, *manifest.inputs]
+    for entry in named:
+        pkg = packages.get(entry.package_id)
+        if pkg is None:
+            raise NearDedupError(f"{label}: package {entry.package_id} (manifest.json "
+                                 f"{'evals' if entry in manifest.evals else 'inputs'}) is not "
+                                 f"among the packages given to re-derive its pairs")
+        if pkg.manifest_sha256 != entry.manifest_sha256 or pkg.kind != entry.kind:
+            raise NearDedupError(f"{label}: package {entry.package_id} at {pkg.path} is not "
+                                 f"the one the report names (manifest sha256 "
+                                 f"{pkg.manifest_sha256[:12]}…, the report's "
+                                 f"{entry.manifest_sha256[:12]}…)")
+    extra = sorted(set(packages) - {e.package_id for e in named})
+    if extra:
+        raise NearDedupError(f"{label}: package {extra[0]} is not named by the report")
+    from near_dedup_core.contamination.items import open_evals
+    from near_dedup_core.package import open_packages
+
+    evals = open_evals([packages[e.package_id].path for e in manifest.evals])
+    pool = open_packages([packages[i.package_id].path for i in manifest.inputs])
+    fresh = compute(config, evals, pool, workers=workers)
+    mine = (path / "contamination.jsonl").read_bytes().splitlines(keepends=True)
+    theirs = [json_line(row) for row in report_lines(fresh.lines)]
+    if mine != theirs:
+        raise NearDedupError(f"{label}: contamination.jsonl{_first_difference(mine, theirs)}")
+    if fresh.summary != _read_summary(path, label):
+        raise NearDedupError(f"{label}: summary.json differs from the one re-derived from its "
+                             f"packages")
+    for name in ("counts", "candidates"):
+        if getattr(fresh.manifest, name) != getattr(manifest, name):
+            raise NearDedupError(f"{label}: manifest.json: {name} differ from those re-derived "
+                                 f"from its packages under its config")
+
+
+def _pair_key(raw: bytes) -> tuple[str, str, str, str]:
+    line = PairLine.model_validate_json(raw)
+    return (line.eval.package_id, line.eval.sample_id, line.training.package_id,
+            line.training.sample_id)
+
+
+def _pair_name(key: tuple[str, str, str, str]) -> str:
+    return f"eval {key[0]}/{key[1]} in training {key[2]}/{key[3]}"
+
+
+def _first_difference(mine: list[bytes], theirs: list[bytes]) -> str:
+    """Where the report's pair lines (verified, so each parses) part from the re-derived
+    ones: a re-derived pair the report lacks, a pair it has that is not re-derived, or the
+    first line whose values differ."""
+    have = {_pair_key(raw): n for n, raw in enumerate(mine, 1)}
+    want = [_pair_key(raw) for raw in theirs]
+    missing = [key for key in want if key not in have]
+    if missing:
+        return (f" lacks {len(missing):,} of the {len(want):,} pairs re-derived from its "
+                f"packages (first: {_pair_name(missing[0])})")
+    extra = sorted(n for key, n in have.items() if key not in set(want))
+    if extra:
+        return f":{extra[0]}: a pair that is not re-derived from its packages"
+    n = next(n for n, (a, b) in enumerate(zip(mine, theirs), 1) if a != b)
+    return (f":{n}: differs from the pair re-derived from its packages "
+            f"({_pair_name(_pair_key(theirs[n - 1]))})")
+
+
+@dataclass(frozen=True)
+class ContaminationView:
+    """What a mixture needs from a verified contamination report."""
+
+    path: Path
+    manifest_sha256: str
+    checksums_sha256: str
+    manifest: dict
+    model: Manifest
+    contaminated: set[tuple[str, str]]  # training (package_id, sample_id) of the lines
+    contaminated_split: dict[tuple[str, str], str]
+
+    @property
+    def inputs(self) -> list[dict]:
+        return self.manifest["inputs"]
+
+
+def read_contamination(path: Path) -> ContaminationView:
+    """Verify a contamination report and load its contaminated training samples."""
+    verified = verify_contamination(path)
+    split: dict[tuple[str, str], str] = {}
+    for _, row in iter_lines(path):
+        line = PairLine.model_validate(row)
+        split[(line.training.package_id, line.training.sample_id)] = line.training.split
+    return ContaminationView(path=path, manifest_sha256=sha256_file(path / "manifest.json"),
+                             checksums_sha256=sha256_file(path / CHECKSUMS),
+                             manifest=verified.manifest, model=verified.model,
+                             contaminated=set(split), contaminated_split=split)
+
+
+def recheck_for_mixture(view: ContaminationView, pool: list[Package], kind: str,
+                        workers: int = 1) -> None:
+    """A mixture that drops a report's contaminated samples keeps the rest: it re-derives
+    the report's pairs first (`rederive`), from its own input packages (``pool``, which must
+    be the report's inputs) and the eval packages at the paths the report records, so that
+    a report with pairs removed cannot keep contaminated samples in a mixture."""
+    label = f"contamination report {view.path}"
+    model = view.model
+    if model.inputs[0].kind != kind:
+        raise NearDedupError(f"{label}: its pool is {model.inputs[0].kind}, the mixture is "
+                             f"{kind}")
+    packages = {p.package_id: p for p in pool}
+    for entry in model.evals:
+        at = Path(entry.path)
+        try:
+            pkg = load_package(at)
+        except NearDedupError as exc:
+            raise NearDedupError(f"{label}: eval package {entry.package_id} is needed at the "
+                                 f"path the report records, to re-derive its pairs: "
+                                 f"{exc}") from None
+        packages.setdefault(pkg.package_id, pkg)
+    config = NearDedupConfig.model_validate(model.config)
+    rederive(view.path, model, config, packages, workers=workers)
+
+
+def copy_report(src: Path, dest: Path, checksums_sha256: str) -> None:
+    """Byte-identical copy of a verified report folder, re-verified at ``dest`` and pinned
+    to the checksums file read when it was planned."""
+    for rel in [*verify_checksums(src, "contamination report"), CHECKSUMS]:
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src / rel, target)
+    verify_checksums(dest, "contamination report copy")
+    if sha256_file(dest / CHECKSUMS) != checksums_sha256:
+        raise NearDedupError(f"contamination report {src} changed while the mixture was built")
