@@ -400,6 +400,9 @@ class RemoteLocation(Location):
         return listed
 
     def require_new_output(self) -> None:
+        if "/" not in self.root:
+            raise NearDedupError(f"output {self.url}: name a prefix inside the bucket "
+                                 f"(s3://bucket/reports/name), not the bucket itself")
         with _errors(self.url):
             self._bucket_must_exist()
             present = self.fs.exists(self.root) or bool(self.fs.find(self.root))
@@ -431,7 +434,10 @@ class RemoteLocation(Location):
         parent, _, name = self.root.rpartition("/")
         stem = f"{parent}/.{name}.tmp-{_host()}-"
         with _errors(self.url):
-            siblings = self.fs.ls(parent, detail=False)
+            try:
+                siblings = self.fs.ls(parent, detail=False)
+            except FileNotFoundError:  # nothing beside the output yet
+                return
         for sibling in siblings:
             pid = sibling.rstrip("/")[len(stem):].partition("-")[0]
             if (sibling.startswith(stem) and pid.isdigit() and int(pid) != os.getpid()
