@@ -63,9 +63,10 @@ EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 # Bounded waits for S3 (botocore): an unreachable or hung endpoint fails in seconds, not in
 # botocore's default minutes. Worst case for a hung endpoint: S3FS_ATTEMPTS * MAX_ATTEMPTS
 # * READ_TIMEOUT.
-CONNECT_TIMEOUT = 5.0
-READ_TIMEOUT = 10.0
-#: botocore attempts per request (standard retry mode: throttling and 5xx are retried).
+CONNECT_TIMEOUT = 3.0
+READ_TIMEOUT = 5.0
+#: botocore attempts per request, the first included (standard retry mode: throttling,
+#: 5xx and connection errors are retried with exponential backoff).
 MAX_ATTEMPTS = 3
 #: s3fs's own attempts around botocore's (it also retries a body read cut short).
 S3FS_ATTEMPTS = 2
@@ -301,7 +302,7 @@ class RemoteLocation(Location):
             if self.protocol in ("s3", "s3a"):
                 options["config_kwargs"] = {
                     "connect_timeout": CONNECT_TIMEOUT, "read_timeout": READ_TIMEOUT,
-                    "retries": {"max_attempts": MAX_ATTEMPTS, "mode": "standard"}}
+                    "retries": {"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"}}
             with _errors(self.url):
                 fs = self._cls(**options)
             if self.protocol in ("s3", "s3a"):
@@ -626,16 +627,15 @@ def describe(exc: BaseException) -> str:
     if _DENIED & set(codes) or "PermissionError" in names:
         return "access denied"
     if _THROTTLED & set(codes):
-        return (f"throttled by the storage ({codes[0]}), still failing after "
-                f"{S3FS_ATTEMPTS * MAX_ATTEMPTS} attempts")
+        return (f"throttled by the storage ({codes[0]}), still failing after the client's "
+                f"retries")
     if names & _CHANGED or "PreconditionFailed" in codes:
         return "changed while being read (its version is no longer the one listed)"
     if names & _UNREACHABLE:
         endpoint = next((getattr(e, "kwargs", {}).get("endpoint_url") for e in chain
                          if getattr(e, "kwargs", {}).get("endpoint_url")), None)
         return (f"cannot reach the storage endpoint{' ' + endpoint if endpoint else ''} "
-                f"(gave up after {S3FS_ATTEMPTS * MAX_ATTEMPTS} attempts: "
-                f"{type(chain[-1]).__name__})")
+                f"({type(chain[-1]).__name__}, still failing after the client's retries)")
     if "FileNotFoundError" in names:
         return "not found"
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
