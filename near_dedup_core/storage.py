@@ -37,6 +37,7 @@ import re
 import secrets
 import socket
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,7 +63,7 @@ EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
 
 # Bounded waits for S3 (botocore): an unreachable or hung endpoint fails in seconds, not in
 # botocore's default minutes. Worst case for a hung endpoint: S3FS_ATTEMPTS * MAX_ATTEMPTS
-# * READ_TIMEOUT.
+# * READ_TIMEOUT plus botocore's backoff, about half a minute.
 CONNECT_TIMEOUT = 3.0
 READ_TIMEOUT = 5.0
 #: botocore attempts per request, the first included (standard retry mode: throttling,
@@ -557,6 +558,13 @@ def _file_info(info: dict) -> FileInfo:
     return FileInfo(int(info.get("size") or 0), None if tag is None else str(tag))
 
 
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of a request URL: no path, query or user info."""
+    parts = urllib.parse.urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}"
+
+
 def _host() -> str:
     return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
 
@@ -632,8 +640,9 @@ def describe(exc: BaseException) -> str:
     if names & _CHANGED or "PreconditionFailed" in codes:
         return "changed while being read (its version is no longer the one listed)"
     if names & _UNREACHABLE:
-        endpoint = next((getattr(e, "kwargs", {}).get("endpoint_url") for e in chain
-                         if getattr(e, "kwargs", {}).get("endpoint_url")), None)
+        urls = [getattr(e, "kwargs", {}).get("endpoint_url") for e in chain
+                if isinstance(getattr(e, "kwargs", None), dict)]
+        endpoint = next((_origin(u) for u in urls if isinstance(u, str) and u), None)
         return (f"cannot reach the storage endpoint{' ' + endpoint if endpoint else ''} "
                 f"({type(chain[-1]).__name__}, still failing after the client's retries)")
     if "FileNotFoundError" in names:
