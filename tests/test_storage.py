@@ -15,7 +15,6 @@ import pickle
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -493,4 +492,3 @@ def test_docs_name_the_rules() -> None:
                    "changed since it was listed", "changed while being read",
                    "already exists; choose a new directory", "AWS_ENDPOINT_URL"):
         assert phrase in text, phrase
-    assert textwrap.dedent(storage.__doc__ or "").strip()
