@@ -290,6 +290,7 @@ class RemoteLocation(Location):
         self._cls = _filesystem_class(url, protocol)
         self.root = self._cls._strip_protocol(self.url).rstrip("/")
         self._fs: AbstractFileSystem | None = None
+        self._fs_pid = 0
 
     @property
     def is_local(self) -> bool:
@@ -297,7 +298,9 @@ class RemoteLocation(Location):
 
     @property
     def fs(self) -> AbstractFileSystem:
-        if self._fs is None:
+        """The fsspec filesystem, made on first use in each process (an async filesystem's
+        event loop does not survive a fork)."""
+        if self._fs is None or self._fs_pid != os.getpid():
             options: dict[str, Any] = {"skip_instance_cache": True,
                                        "use_listings_cache": False}
             if self.protocol in ("s3", "s3a"):
@@ -308,7 +311,7 @@ class RemoteLocation(Location):
                 fs = self._cls(**options)
             if self.protocol in ("s3", "s3a"):
                 fs.retries = S3FS_ATTEMPTS
-            self._fs = fs
+            self._fs, self._fs_pid = fs, os.getpid()
         return self._fs
 
     def child(self, rel: str) -> RemoteLocation:
@@ -335,7 +338,10 @@ class RemoteLocation(Location):
 
     def _bucket_must_exist(self) -> None:
         with _errors(self.url):
-            self.fs.ls(self._bucket())
+            try:
+                self.fs.info(self._bucket())
+            except FileNotFoundError:
+                raise NearDedupError(f"{self.url}: no such bucket") from None
 
     def info(self, rel: str = "") -> FileInfo:
         with _errors(self._url(rel)):

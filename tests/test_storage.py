@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import importlib.util
+import multiprocessing
 import pickle
 import socket
 import subprocess
@@ -164,6 +165,36 @@ def test_s3_listing_and_streamed_reads_match_local(s3: S3Server, tmp_path: Path)
     assert remote.info("manifest.json") == files["manifest.json"]
     assert remote.exists("manifest.json") and not remote.exists("nothing.json")
     assert remote.verify("package") == local.verify("package")
+
+
+_INHERITED: list[storage.Location] = []
+
+
+def _read_inherited(conn: object) -> None:
+    conn.send(_INHERITED[0].read_bytes("manifest.json"))  # type: ignore[attr-defined]
+
+
+def test_s3_location_works_in_a_forked_worker(s3: S3Server, tmp_path: Path) -> None:
+    """A location used before a fork is usable in the child (its filesystem is made anew)."""
+    folder = make_folder(tmp_path)
+    upload(s3, folder, "snapshots/cpt-v9")
+    remote = parse_location(s3.url("snapshots/cpt-v9"))
+    assert remote.list_files()
+    _INHERITED[:] = [remote]
+    ctx = multiprocessing.get_context("fork")
+    parent, child = ctx.Pipe()
+    proc = ctx.Process(target=_read_inherited, args=(child,))
+    proc.start()
+    try:
+        assert parent.poll(30)
+        assert parent.recv() == (folder / "manifest.json").read_bytes()
+    finally:
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+        _INHERITED.clear()
+    assert proc.exitcode == 0
 
 
 def test_s3_reads_stream_block_by_block(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
