@@ -251,10 +251,11 @@ class LocalLocation(Location):
             fh = open(path, "rb")
         except FileNotFoundError:
             raise NearDedupError(f"{path}: file not found") from None
-        if expect is not None and os.fstat(fh.fileno()).st_size != expect.size:
+        size = os.fstat(fh.fileno()).st_size
+        if expect is not None and size != expect.size:
             fh.close()
             raise NearDedupError(f"{path}: changed since it was listed (size "
-                                 f"{expect.size} then, now different)")
+                                 f"{expect.size} then, {size} now)")
         if start == 0 and end is None:
             return fh
         fh.seek(start)
@@ -324,7 +325,7 @@ class RemoteLocation(Location):
         return f"{self.url}/{rel}" if rel else self.url
 
     def _bucket(self) -> str:
-        return self.root.split("/", 1)[0]
+        return self.root.lstrip("/").split("/", 1)[0]
 
     def list_files(self) -> dict[str, FileInfo]:
         with _errors(self.url):
@@ -408,7 +409,7 @@ class RemoteLocation(Location):
         return listed
 
     def require_new_output(self) -> None:
-        if "/" not in self.root:
+        if "/" not in self.root.strip("/"):
             raise NearDedupError(f"output {self.url}: name a prefix inside the bucket "
                                  f"(s3://bucket/reports/name), not the bucket itself")
         with _errors(self.url):

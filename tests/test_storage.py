@@ -137,6 +137,32 @@ def test_local_location_uses_the_project_code_paths(tmp_path: Path) -> None:
         out.require_new_output()
 
 
+def test_other_fsspec_protocols_publish_by_the_same_rule() -> None:
+    """``memory://`` (no conditional write): the marker is written after checking it is
+    absent, and the rest of the rule is the same."""
+    out = parse_location(f"memory://near-dedup-test/reports/{time.monotonic_ns()}")
+    assert isinstance(out, RemoteLocation)
+    with pytest.raises(NearDedupError) as exc:
+        out.require_new_output()
+    refusal(exc, out.url, "no such bucket")
+    out.fs.mkdir("/near-dedup-test")  # the "bucket"
+    try:
+        with out.publish() as folder:
+            fill(folder)
+            expected = verify_checksums(folder, "report")
+        assert out.verify("report") == expected
+        assert not [p for p in out.fs.find("/near-dedup-test") if "/." in p]  # no staging
+        with pytest.raises(NearDedupError) as exc:
+            out.require_new_output()
+        refusal(exc, out.url, "already exists; choose a new directory")
+        out.fs.rm_file(f"{out.root}/{CHECKSUMS}")
+        with pytest.raises(NearDedupError) as exc:
+            out.verify("report")
+        refusal(exc, out.url, f"{CHECKSUMS} is missing")
+    finally:
+        out.fs.rm("/near-dedup-test", recursive=True)
+
+
 # --------------------------------------------------------------------------- S3 reads
 
 
