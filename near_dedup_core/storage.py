@@ -414,7 +414,7 @@ class RemoteLocation(Location):
                                  f"(s3://bucket/reports/name), not the bucket itself")
         with _errors(self.url):
             self._bucket_must_exist()
-            present = self.fs.exists(self.root) or bool(self.fs.find(self.root))
+            present = self.fs.exists(self.root)
             complete = present and self.fs.exists(self._key(CHECKSUMS))
         if complete:
             raise NearDedupError(f"output {self.url} already exists; choose a new directory")

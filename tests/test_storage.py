@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import http.server
+import importlib
 import importlib.util
 import multiprocessing
 import pickle
@@ -97,10 +98,20 @@ def test_parse_location_picks_the_backend_once(tmp_path: Path) -> None:
     assert parse_location(remote) is remote
 
 
-def test_unknown_protocol_and_missing_package_are_one_line() -> None:
+def test_unknown_protocol_and_missing_package_are_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(NearDedupError) as exc:
         parse_location("nosuchproto://bucket/x")
     refusal(exc, "nosuchproto://bucket/x", "unknown storage protocol")
+    # s3fs not importable (as without the s3 extra), and not yet loaded by fsspec
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    registered = importlib.import_module("fsspec.registry")._registry
+    monkeypatch.delitem(registered, "s3", raising=False)
+    with pytest.raises(NearDedupError) as exc:
+        parse_location("s3://bucket/snapshots/cpt-v9")
+    refusal(exc, "s3://bucket/snapshots/cpt-v9", "pip install 'near-dedup[s3]'")
+    monkeypatch.undo()
+    assert isinstance(parse_location("s3://bucket/snapshots/cpt-v9"), RemoteLocation)
     if importlib.util.find_spec("gcsfs") is not None:
         pytest.skip("gcsfs is installed here; the missing-package case needs it absent")
     with pytest.raises(NearDedupError) as exc:
