@@ -14,6 +14,7 @@ import importlib
 import importlib.util
 import multiprocessing
 import pickle
+import select
 import socket
 import subprocess
 import sys
@@ -326,8 +327,13 @@ def test_killed_publish_leaves_nothing_that_verifies(s3: S3Server) -> None:
     proc = subprocess.Popen([sys.executable, "-c", KILLED_PUBLISH, url], cwd=REPO,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline() == b"copied\n", proc.stderr.read() if proc.stderr else ""
+        assert proc.stdout is not None and proc.stderr is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready, "the publishing process did not reach its first copy within 60 s"
+        line = proc.stdout.readline()
+        if line != b"copied\n":
+            proc.wait(10)
+            pytest.fail(proc.stderr.read().decode(errors="replace"))
     finally:
         proc.kill()
         proc.wait()
