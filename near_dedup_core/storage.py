@@ -474,7 +474,10 @@ class RemoteLocation(Location):
                 for rel in data:
                     self.fs.copy(f"{staging}/{rel}", self._key(rel))
                     copied.append(rel)
-                self._write_marker(folder / CHECKSUMS)
+                if not self._write_marker(folder / CHECKSUMS):
+                    copied = []  # the output is the other run's now: leave its files be
+                    raise NearDedupError(f"output {self.url} was published by another run "
+                                         f"meanwhile; nothing of this run was published")
                 committed = True
         except BaseException:
             if not committed:
@@ -483,20 +486,20 @@ class RemoteLocation(Location):
         with contextlib.suppress(Exception):  # the output is complete; this is tidying
             self.fs.rm(staging, recursive=True)
 
-    def _write_marker(self, local: Path) -> None:
+    def _write_marker(self, local: Path) -> bool:
         """Write ``checksums.sha256`` only if it does not exist yet (conditional write where
-        the storage has one: S3's ``If-None-Match: *``)."""
+        the storage has one: S3's ``If-None-Match: *``); False if it already existed."""
         key = self._key(CHECKSUMS)
         try:
             if self.protocol in ("s3", "s3a"):
                 self.fs.put_file(str(local), key, mode="create")
             else:
                 if self.fs.exists(key):
-                    raise FileExistsError(key)
+                    return False
                 self.fs.put_file(str(local), key)
         except FileExistsError:
-            raise NearDedupError(f"output {self.url} was published by another run meanwhile; "
-                                 f"nothing of this run was published") from None
+            return False
+        return True
 
     def _discard(self, staging: str, copied: list[str]) -> None:
         """Remove what a failed publication wrote: its staging prefix and the files it

@@ -276,7 +276,7 @@ def test_publish_then_verify_and_never_replace(s3: S3Server) -> None:
 def test_publish_failure_leaves_nothing(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     out = parse_location(s3.url("reports/r2"))
 
-    def failing_marker(self: RemoteLocation, local: Path) -> None:
+    def failing_marker(self: RemoteLocation, local: Path) -> bool:
         raise ConnectionResetError("connection lost while writing the marker")
 
     monkeypatch.setattr(RemoteLocation, "_write_marker", failing_marker)
@@ -363,7 +363,7 @@ def test_killed_publish_leaves_nothing_that_verifies(s3: S3Server) -> None:
 def test_concurrent_publication_loses_on_the_conditional_marker(
         s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another run's ``checksums.sha256`` lands while this one copies: the conditional write
-    (If-None-Match: *) refuses ours and leaves theirs as it was."""
+    (If-None-Match: *) refuses ours and leaves their output as it was."""
     out = parse_location(s3.url("reports/r5"))
     theirs = b"0" * 64 + b"  pairs.jsonl\n"
     fs = out.fs
@@ -382,6 +382,9 @@ def test_concurrent_publication_loses_on_the_conditional_marker(
     refusal(exc, out.url, "published by another run meanwhile")
     got = s3.client().get_object(Bucket=s3.bucket, Key="reports/r5/checksums.sha256")
     assert got["Body"].read() == theirs
+    # the winner's output is left as it is (its files are not deleted); our staging is gone
+    assert s3.keys("reports/") == ["reports/r5/checksums.sha256", "reports/r5/pairs.jsonl",
+                                   "reports/r5/sub/summary.json"]
 
 
 # --------------------------------------------------------------------------- bad states
