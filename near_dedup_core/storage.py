@@ -1,0 +1,674 @@
+"""Where packages, reports and mixtures live: a local folder or an object-storage URL.
+
+`parse_location` reads a location once — a local path, ``file://…``, or an fsspec URL such
+as ``s3://bucket/prefix`` or ``gs://bucket/prefix`` — into one `Location` that lists, reads,
+verifies and publishes folders there. A local location calls the same functions as the rest
+of the project (`open`, `gzip.open`, `fsutil.atomic_dir`, `fsutil.verify_checksums`), so the
+local path stays as fast as it is; only a URL goes through fsspec.
+
+Publishing on object storage (see ``docs/storage.md``): object storage has no rename, so a
+published folder is complete when, and only when, its ``checksums.sha256`` exists.
+
+1. The output prefix must hold nothing (an existing output is never replaced; a prefix that
+   holds files without ``checksums.sha256`` is an interrupted publication and is refused too).
+2. The caller writes the folder locally (a temporary folder, as `fsutil.atomic_dir` gives).
+3. Every file but ``checksums.sha256`` is uploaded under a private staging prefix
+   ``.<name>.tmp-<host>-<pid>-<token>`` beside the output, then copied server-side to the
+   output prefix.
+4. ``checksums.sha256`` is written last, straight to the output, as a conditional write
+   (``If-None-Match: *`` on S3): of two runs publishing to one output, one wins.
+5. The staging prefix is removed. Staging prefixes of runs killed on this host (their process
+   is gone) are removed by the next publication beside them.
+
+A reader (`Location.verify`) refuses a folder without ``checksums.sha256``, so a run killed
+at any step leaves nothing that verifies. Every failure is one `NearDedupError` line naming
+the URL; credentials come only from the storage client's own chain and are never printed.
+"""
+
+from __future__ import annotations
+
+import abc
+import contextlib
+import gzip
+import hashlib
+import io
+import os
+import re
+import secrets
+import socket
+import tempfile
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.fsutil import (
+    CHECKSUMS,
+    _parse_checksums,
+    atomic_dir,
+    checksum_order,
+    require_new_output,
+    verify_checksums,
+)
+
+if TYPE_CHECKING:
+    from fsspec import AbstractFileSystem
+
+#: ``scheme://`` at the start of a location: a URL, not a local path.
+_URL_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+#: Protocols with an install extra of near-dedup, protocol -> extra.
+EXTRAS = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs"}
+
+# Bounded waits for S3 (botocore): an unreachable or hung endpoint fails in seconds, not in
+# botocore's default minutes. Worst case for a hung endpoint: S3FS_ATTEMPTS * MAX_ATTEMPTS
+# * READ_TIMEOUT plus botocore's backoff, about half a minute.
+CONNECT_TIMEOUT = 3.0
+READ_TIMEOUT = 5.0
+#: botocore attempts per request, the first included (standard retry mode: throttling,
+#: 5xx and connection errors are retried with exponential backoff).
+MAX_ATTEMPTS = 3
+#: s3fs's own attempts around botocore's (it also retries a body read cut short).
+S3FS_ATTEMPTS = 2
+#: Bytes fetched per request while streaming an object.
+BLOCK_SIZE = 8 << 20
+_CHUNK = 1 << 20
+
+_BUCKET_MISSING = {"NoSuchBucket"}
+_EXPIRED = {"ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired", "RequestExpired"}
+_BAD_CREDENTIALS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+                    "InvalidClientTokenId", "UnrecognizedClientException"}
+_DENIED = {"AccessDenied", "AllAccessDisabled", "AccountProblem", "Forbidden", "403"}
+_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
+              "TooManyRequests", "TooManyRequestsException", "429", "503",
+              "ServiceUnavailable", "RequestThrottled"}
+_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError",
+                   "CredentialRetrievalError", "DefaultCredentialsError"}
+_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
+                "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
+                "ConnectionError", "TimeoutError", "FSTimeoutError"}
+_CHANGED = {"FileExpired"}
+
+
+@dataclass(frozen=True, slots=True)
+class FileInfo:
+    """What a listing says of one file: its size, and on object storage its version tag
+    (S3 ``ETag``, GCS ``generation``/``etag``). A read checks the object against it, so a
+    file replaced between listing and reading is refused, not read."""
+
+    size: int
+    etag: str | None = None
+
+
+class Location(abc.ABC):
+    """A folder (or file) given once as a local path or URL. Paths passed to its methods
+    are relative POSIX paths inside it (``data/train/part-00000.jsonl``); ``""`` is the
+    location itself."""
+
+    url: str
+
+    @property
+    @abc.abstractmethod
+    def is_local(self) -> bool:
+        ...
+
+    @property
+    def name(self) -> str:
+        """The last component (``cpt-v9`` of ``s3://bucket/snapshots/cpt-v9``)."""
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    @abc.abstractmethod
+    def child(self, rel: str) -> Location:
+        """The location ``rel`` below this one."""
+
+    @abc.abstractmethod
+    def list_files(self) -> dict[str, FileInfo]:
+        """Every file below, relative path -> `FileInfo`, sorted as ``checksums.sha256`` is.
+        Nothing there (no such folder or prefix) is an error naming the URL."""
+
+    @abc.abstractmethod
+    def info(self, rel: str = "") -> FileInfo:
+        """Size and version tag of one file; a missing file is an error naming it."""
+
+    @abc.abstractmethod
+    def exists(self, rel: str = "") -> bool:
+        ...
+
+    @abc.abstractmethod
+    def open(self, rel: str, expect: FileInfo | None = None, start: int = 0,
+             end: int | None = None) -> io.BufferedIOBase:
+        """Stream the bytes ``start:end`` of a file (all of it by default) without reading
+        the rest. With ``expect`` (from `list_files`), a file whose size or version tag no
+        longer matches is refused; on object storage every request of the stream is tied to
+        the version opened, so the file cannot change under the reader either."""
+
+    @abc.abstractmethod
+    def open_shard(self, rel: str, expect: FileInfo | None = None) -> io.BufferedIOBase:
+        """`open` a whole shard, decompressed when its name ends with ``.gz``."""
+
+    def read_bytes(self, rel: str, expect: FileInfo | None = None) -> bytes:
+        with self.open(rel, expect) as fh:
+            return fh.read()
+
+    @abc.abstractmethod
+    def verify(self, label: str) -> dict[str, str]:
+        """Check the folder against its ``checksums.sha256`` as `fsutil.verify_checksums`
+        does; return path -> sha256 of every listed file. A folder without the file is
+        refused: it is not (or not yet) a published folder."""
+
+    @abc.abstractmethod
+    def require_new_output(self) -> None:
+        """Refuse an output that already exists: outputs are never replaced."""
+
+    @abc.abstractmethod
+    def publish(self) -> contextlib.AbstractContextManager[Path]:
+        """Yield a local folder to write the output into; on success it appears at this
+        location as a whole, ``checksums.sha256`` last (which the folder must hold). On any
+        exception nothing is published."""
+
+    def __str__(self) -> str:
+        return self.url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Location) and other.url == self.url
+
+    def __hash__(self) -> int:
+        return hash(self.url)
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:  # travels to worker processes as its URL
+        return parse_location, (self.url,)
+
+
+def parse_location(text: str | Path | Location) -> Location:
+    """A local path (or ``file://`` URL) -> `LocalLocation`; any other ``scheme://`` URL
+    -> `RemoteLocation`, whose storage package is checked here: a missing one is one line
+    with the install command."""
+    if isinstance(text, Location):
+        return text
+    if isinstance(text, Path):
+        return LocalLocation(text)
+    m = _URL_RE.match(text)
+    if m is None:
+        return LocalLocation(Path(text))
+    protocol = m.group(1).lower()
+    if protocol == "file":
+        return LocalLocation(Path(text[m.end():]))
+    return RemoteLocation(text, protocol)
+
+
+# --------------------------------------------------------------------------- local
+
+
+class LocalLocation(Location):
+    """A folder on this machine: the project's own local code paths."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.url = str(path)
+
+    @property
+    def is_local(self) -> bool:
+        return True
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def child(self, rel: str) -> LocalLocation:
+        return LocalLocation(self.path / rel)
+
+    def _file(self, rel: str) -> Path:
+        return self.path / rel if rel else self.path
+
+    def list_files(self) -> dict[str, FileInfo]:
+        if not self.path.is_dir():
+            raise NearDedupError(f"{self.url}: no such directory")
+        found: dict[str, FileInfo] = {}
+        for root, _dirs, files in os.walk(self.path):
+            for fname in files:
+                full = Path(root, fname)
+                found[full.relative_to(self.path).as_posix()] = FileInfo(full.stat().st_size)
+        return dict(sorted(found.items(), key=lambda kv: checksum_order(kv[0])))
+
+    def info(self, rel: str = "") -> FileInfo:
+        try:
+            return FileInfo(self._file(rel).stat().st_size)
+        except FileNotFoundError:
+            raise NearDedupError(f"{self._file(rel)}: file not found") from None
+
+    def exists(self, rel: str = "") -> bool:
+        path = self._file(rel)
+        return path.exists() or path.is_symlink()
+
+    def open(self, rel: str, expect: FileInfo | None = None, start: int = 0,
+             end: int | None = None) -> io.BufferedIOBase:
+        path = self._file(rel)
+        try:
+            fh = open(path, "rb")
+        except FileNotFoundError:
+            raise NearDedupError(f"{path}: file not found") from None
+        size = os.fstat(fh.fileno()).st_size
+        if expect is not None and size != expect.size:
+            fh.close()
+            raise NearDedupError(f"{path}: changed since it was listed (size "
+                                 f"{expect.size} then, {size} now)")
+        if start == 0 and end is None:
+            return fh
+        fh.seek(start)
+        return io.BufferedReader(_Window(fh, None if end is None else end - start))
+
+    def open_shard(self, rel: str, expect: FileInfo | None = None) -> io.BufferedIOBase:
+        if rel.endswith(".gz"):
+            fh = self.open(rel, expect)
+            return _OwningGzip(fh)
+        return self.open(rel, expect)
+
+    def verify(self, label: str) -> dict[str, str]:
+        return verify_checksums(self.path, label)
+
+    def require_new_output(self) -> None:
+        require_new_output(self.path)
+
+    def publish(self) -> contextlib.AbstractContextManager[Path]:
+        return atomic_dir(self.path)
+
+
+# --------------------------------------------------------------------------- remote
+
+
+class RemoteLocation(Location):
+    """A folder on object storage, through fsspec (s3fs for ``s3://``). The filesystem is
+    made on first use and not shared with other locations, so each one reads the
+    environment (credentials, ``AWS_ENDPOINT_URL``) as it is then."""
+
+    def __init__(self, url: str, protocol: str) -> None:
+        self.url = url.rstrip("/")
+        self.protocol = protocol
+        self._cls = _filesystem_class(url, protocol)
+        self.root = self._cls._strip_protocol(self.url).rstrip("/")
+        self._fs: AbstractFileSystem | None = None
+        self._fs_pid = 0
+
+    @property
+    def is_local(self) -> bool:
+        return False
+
+    @property
+    def fs(self) -> AbstractFileSystem:
+        """The fsspec filesystem, made on first use in each process (an async filesystem's
+        event loop does not survive a fork)."""
+        if self._fs is None or self._fs_pid != os.getpid():
+            options: dict[str, Any] = {"skip_instance_cache": True,
+                                       "use_listings_cache": False}
+            if self.protocol in ("s3", "s3a"):
+                options["config_kwargs"] = {
+                    "connect_timeout": CONNECT_TIMEOUT, "read_timeout": READ_TIMEOUT,
+                    "retries": {"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"}}
+            with _errors(self.url):
+                fs = self._cls(**options)
+            if self.protocol in ("s3", "s3a"):
+                fs.retries = S3FS_ATTEMPTS
+            self._fs, self._fs_pid = fs, os.getpid()
+        return self._fs
+
+    def child(self, rel: str) -> RemoteLocation:
+        return RemoteLocation(f"{self.url}/{rel}", self.protocol)
+
+    def _key(self, rel: str) -> str:
+        return f"{self.root}/{rel}" if rel else self.root
+
+    def _url(self, rel: str) -> str:
+        return f"{self.url}/{rel}" if rel else self.url
+
+    def _bucket(self) -> str:
+        return self.root.lstrip("/").split("/", 1)[0]
+
+    def list_files(self) -> dict[str, FileInfo]:
+        with _errors(self.url):
+            found = self.fs.find(self.root, detail=True)
+        files = {name[len(self.root) + 1:]: _file_info(info) for name, info in found.items()
+                 if info.get("type") == "file" and name.startswith(self.root + "/")}
+        if not files:
+            self._bucket_must_exist()
+            raise NearDedupError(f"{self.url}: no such prefix (nothing is stored under it)")
+        return dict(sorted(files.items(), key=lambda kv: checksum_order(kv[0])))
+
+    def _bucket_must_exist(self) -> None:
+        with _errors(self.url):
+            try:
+                self.fs.info(self._bucket())
+            except FileNotFoundError:
+                raise NearDedupError(f"{self.url}: no such bucket") from None
+
+    def info(self, rel: str = "") -> FileInfo:
+        with _errors(self._url(rel)):
+            found = self.fs.info(self._key(rel))
+        if found.get("type") != "file":
+            raise NearDedupError(f"{self._url(rel)}: not a file")
+        return _file_info(found)
+
+    def exists(self, rel: str = "") -> bool:
+        with _errors(self._url(rel)):
+            self._bucket_must_exist()
+            return bool(self.fs.exists(self._key(rel)))
+
+    def open(self, rel: str, expect: FileInfo | None = None, start: int = 0,
+             end: int | None = None) -> io.BufferedIOBase:
+        url = self._url(rel)
+        size = None if end is None else end - start
+        with _errors(url):
+            block = BLOCK_SIZE if size is None else max(1, min(BLOCK_SIZE, size))
+            fh = self.fs.open(self._key(rel), "rb", block_size=block, cache_type="readahead")
+        details = getattr(fh, "details", None) or {}
+        if expect is not None:
+            now = _file_info(details) if details else self.info(rel)
+            if now.size != expect.size or (expect.etag is not None and now.etag is not None
+                                           and now.etag != expect.etag):
+                fh.close()
+                raise NearDedupError(f"{url}: changed since it was listed (size "
+                                     f"{expect.size}, version {expect.etag} then; size "
+                                     f"{now.size}, version {now.etag} now)")
+        if start:
+            with _errors(url):
+                fh.seek(start)
+        return io.BufferedReader(_Window(fh, size, url), _CHUNK)
+
+    def open_shard(self, rel: str, expect: FileInfo | None = None) -> io.BufferedIOBase:
+        fh = self.open(rel, expect)
+        return _OwningGzip(fh) if rel.endswith(".gz") else fh
+
+    def verify(self, label: str) -> dict[str, str]:
+        where = f"{label} {self.url}"
+        files = self.list_files()
+        if CHECKSUMS not in files:
+            raise NearDedupError(f"{where}: {CHECKSUMS} is missing (not a published folder, "
+                                 f"or its publication was interrupted)")
+        try:
+            text = self.read_bytes(CHECKSUMS, files[CHECKSUMS]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise NearDedupError(f"{where}: {CHECKSUMS} is not UTF-8 text") from None
+        listed = _parse_checksums(text, where)
+        for rel in listed:
+            if rel not in files:
+                raise NearDedupError(f"{where}: {rel} is listed in {CHECKSUMS} but missing")
+        for rel in files:
+            if rel != CHECKSUMS and rel not in listed:
+                raise NearDedupError(f"{where}: {rel} is not listed in {CHECKSUMS}")
+        for rel, digest in listed.items():
+            h = hashlib.sha256()
+            with self.open(rel, files[rel]) as fh:
+                while chunk := fh.read(_CHUNK):
+                    h.update(chunk)
+            if h.hexdigest() != digest:
+                raise NearDedupError(f"{where}: {rel} does not match its sha256 in "
+                                     f"{CHECKSUMS} (file changed)")
+        return listed
+
+    def require_new_output(self) -> None:
+        if "/" not in self.root.strip("/"):
+            raise NearDedupError(f"output {self.url}: name a prefix inside the bucket "
+                                 f"(s3://bucket/reports/name), not the bucket itself")
+        with _errors(self.url):
+            self._bucket_must_exist()
+            present = self.fs.exists(self.root)
+            complete = present and self.fs.exists(self._key(CHECKSUMS))
+        if complete:
+            raise NearDedupError(f"output {self.url} already exists; choose a new directory")
+        if present:
+            raise NearDedupError(f"output {self.url} already exists and holds no {CHECKSUMS} "
+                                 f"(an interrupted or concurrent publication); remove it or "
+                                 f"choose a new directory")
+
+    @contextlib.contextmanager
+    def publish(self) -> Iterator[Path]:
+        self.require_new_output()
+        with tempfile.TemporaryDirectory(prefix="near-dedup-publish-") as tmp:
+            folder = Path(tmp) / self.name
+            folder.mkdir()
+            yield folder
+            self._commit(folder)
+
+    def _staging_prefix(self) -> str:
+        parent, _, name = self.root.rpartition("/")
+        token = f"{_host()}-{os.getpid()}-{secrets.token_hex(4)}"
+        return f"{parent}/.{name}.tmp-{token}"
+
+    def _remove_stale_staging(self) -> None:
+        """Remove staging prefixes beside this output left by dead processes of this host
+        (as `fsutil.remove_stale_temporaries` does locally)."""
+        parent, _, name = self.root.rpartition("/")
+        stem = f"{parent}/.{name}.tmp-{_host()}-"
+        with _errors(self.url):
+            try:
+                siblings = self.fs.ls(parent, detail=False)
+            except FileNotFoundError:  # nothing beside the output yet
+                return
+        for sibling in siblings:
+            pid = sibling.rstrip("/")[len(stem):].partition("-")[0]
+            if (sibling.startswith(stem) and pid.isdigit() and int(pid) != os.getpid()
+                    and not _pid_alive(int(pid))):
+                with _errors(self.url), contextlib.suppress(FileNotFoundError):
+                    self.fs.rm(sibling, recursive=True)
+
+    def _commit(self, folder: Path) -> None:
+        rels = sorted((p.relative_to(folder).as_posix() for p in folder.rglob("*")
+                       if p.is_file()), key=checksum_order)
+        if CHECKSUMS not in rels:
+            raise NearDedupError(f"output {self.url}: the folder to publish has no "
+                                 f"{CHECKSUMS}; nothing was published")
+        data = [rel for rel in rels if rel != CHECKSUMS]
+        self._remove_stale_staging()
+        staging = self._staging_prefix()
+        copied: list[str] = []
+        committed = False
+        try:
+            with _errors(self.url, "nothing was published"):
+                if data:
+                    self.fs.put([str(folder / rel) for rel in data],
+                                [f"{staging}/{rel}" for rel in data])
+                self.require_new_output()  # nobody published meanwhile
+                for rel in data:
+                    self.fs.copy(f"{staging}/{rel}", self._key(rel))
+                    copied.append(rel)
+                if not self._write_marker(folder / CHECKSUMS):
+                    copied = []  # the output is the other run's now: leave its files be
+                    raise NearDedupError(f"output {self.url} was published by another run "
+                                         f"meanwhile; nothing of this run was published")
+                committed = True
+        except BaseException:
+            if not committed:
+                self._discard(staging, copied)
+            raise
+        with contextlib.suppress(Exception):  # the output is complete; this is tidying
+            self.fs.rm(staging, recursive=True)
+
+    def _write_marker(self, local: Path) -> bool:
+        """Write ``checksums.sha256`` only if it does not exist yet (conditional write where
+        the storage has one: S3's ``If-None-Match: *``); False if it already existed."""
+        key = self._key(CHECKSUMS)
+        try:
+            if self.protocol in ("s3", "s3a"):
+                self.fs.put_file(str(local), key, mode="create")
+            else:
+                if self.fs.exists(key):
+                    return False
+                self.fs.put_file(str(local), key)
+        except FileExistsError:
+            return False
+        return True
+
+    def _discard(self, staging: str, copied: list[str]) -> None:
+        """Remove what a failed publication wrote: its staging prefix and the files it
+        copied to the output (which holds no ``checksums.sha256``, so no reader took them)."""
+        with contextlib.suppress(Exception):
+            self.fs.rm(staging, recursive=True)
+        for rel in copied:
+            with contextlib.suppress(Exception):
+                self.fs.rm_file(self._key(rel))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class _Window(io.RawIOBase):
+    """At most ``limit`` bytes of ``fh`` from where it stands (all of it with None); on
+    object storage each read failure is one line naming the URL."""
+
+    def __init__(self, fh: IO[bytes], limit: int | None, url: str | None = None) -> None:
+        super().__init__()
+        self._fh = fh
+        self._left = limit
+        self._url = url
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._left is not None:
+            view = view[:self._left]
+        if not len(view):
+            return 0
+        if self._url is None:
+            n = self._fh.readinto(view)  # type: ignore[attr-defined]
+        else:
+            with _errors(self._url):
+                n = self._fh.readinto(view)  # type: ignore[attr-defined]
+        if self._left is not None:
+            self._left -= n
+        return n
+
+    def close(self) -> None:
+        try:
+            self._fh.close()
+        finally:
+            super().close()
+
+
+class _OwningGzip(gzip.GzipFile):
+    """A gzip stream that closes the stream it reads from."""
+
+    def __init__(self, fh: io.BufferedIOBase) -> None:
+        super().__init__(fileobj=fh, mode="rb")
+        self._owned = fh
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._owned.close()
+
+
+def _file_info(info: dict) -> FileInfo:
+    tag = info.get("ETag") or info.get("etag") or info.get("generation")
+    return FileInfo(int(info.get("size") or 0), None if tag is None else str(tag))
+
+
+def _origin(url: str) -> str:
+    """``scheme://host:port`` of a request URL: no path, query or user info."""
+    parts = urllib.parse.urlsplit(url)
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}"
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _filesystem_class(url: str, protocol: str) -> Any:
+    """fsspec's filesystem class for ``protocol``; a missing package is one line saying
+    what to install."""
+    extra = EXTRAS.get(protocol)
+    install = f"pip install 'near-dedup[{extra}]'" if extra else None
+    try:
+        import fsspec
+    except ImportError:
+        raise NearDedupError(f"{url}: URLs need fsspec and the storage's package: "
+                             f"{install or 'pip install fsspec'}") from None
+    try:
+        return fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:
+        hint = install or str(exc).strip().splitlines()[0]
+        raise NearDedupError(f"{url}: {protocol}:// URLs need a package that is not "
+                             f"installed: {hint}") from None
+    except ValueError:
+        raise NearDedupError(f"{url}: unknown storage protocol {protocol}://") from None
+
+
+def _chain(exc: BaseException) -> Iterator[BaseException]:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _names(exc: BaseException) -> set[str]:
+    return {cls.__name__ for cls in type(exc).__mro__}
+
+
+def describe(exc: BaseException) -> str:
+    """What went wrong with a storage request, in a few words that name no credential."""
+    chain = list(_chain(exc))
+    codes: list[str] = []
+    for e in chain:
+        response = getattr(e, "response", None)
+        if isinstance(response, dict):
+            err = response.get("Error") or {}
+            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
+            codes += [str(c) for c in (err.get("Code"), status) if c]
+    names = set().union(*(_names(e) for e in chain))
+    if _BUCKET_MISSING & set(codes):
+        return "no such bucket"
+    if names & _NO_CREDENTIALS:
+        return ("no credentials found (looked in the environment, the shared credentials "
+                "and config files, and the instance role)")
+    if _EXPIRED & set(codes):
+        return "the credentials have expired"
+    if _BAD_CREDENTIALS & set(codes):
+        return "the credentials were refused (unknown access key, or wrong secret or token)"
+    if _DENIED & set(codes) or "PermissionError" in names:
+        return "access denied"
+    if _THROTTLED & set(codes):
+        return (f"throttled by the storage ({codes[0]}), still failing after the client's "
+                f"retries")
+    if names & _CHANGED or "PreconditionFailed" in codes:
+        return "changed while being read (its version is no longer the one listed)"
+    if names & _UNREACHABLE:
+        urls = [getattr(e, "kwargs", {}).get("endpoint_url") for e in chain
+                if isinstance(getattr(e, "kwargs", None), dict)]
+        endpoint = next((_origin(u) for u in urls if isinstance(u, str) and u), None)
+        return (f"cannot reach the storage endpoint{' ' + endpoint if endpoint else ''} "
+                f"({type(chain[-1]).__name__}, still failing after the client's retries)")
+    if "FileNotFoundError" in names:
+        return "not found"
+    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"storage error ({detail})"
+
+
+@contextlib.contextmanager
+def _errors(url: str, consequence: str | None = None) -> Iterator[None]:
+    """Turn a storage client's exception into one `NearDedupError` line naming ``url``."""
+    try:
+        yield
+    except NearDedupError:
+        raise
+    except Exception as exc:  # the client's exceptions have no common base but Exception
+        tail = f"; {consequence}" if consequence else ""
+        raise NearDedupError(f"{url}: {describe(exc)}{tail}") from None
+
