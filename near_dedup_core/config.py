@@ -11,11 +11,10 @@ recall but flood verification with templated pairs at J 0.6–0.8; more rows (e.
 recall at 0.9 below 99.9 %.
 
 ``max_candidates`` bounds the LSH candidate set of one sample (pool and history together).
-Real templated text is candidate-heavy: on 20,000 real documents (man pages, copyright
-files, docstrings; bench/) the distinct candidates per document had median 10, p99 994,
-p99.9 1,211 and maximum 1,404 at 16 × 8, so the shipped limit is 10,000: it stops
-pathological pools (one template repeated tens of thousands of times) without refusing real
-ones.
+Real templated text is candidate-heavy (man pages, generated CLI pages), so the shipped limit
+sits several times above the largest candidate set measured on real documents
+(docs/benchmarks.md, "Recall and precision"): it stops pathological pools (one template
+repeated tens of thousands of times) without refusing real ones.
 
 Contamination (``near-dedup contamination``, see contamination.py): ``contamination_threshold``
 is the containment at or above which an evaluation item counts as leaked into a training
