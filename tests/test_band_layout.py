@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from conftest import (
+from helpers import (
     make_package,
     reverse_every,
     run_cli,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import run_cli
 
 from near_dedup_core.config import NearDedupConfig, load_config
 from near_dedup_core.mixture import load_mixture_config

@@ -21,7 +21,7 @@ import numpy as np
 import orjson
 import pytest
 import zstandard
-from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
+from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 from near_dedup_core import contamination
 from near_dedup_core.config import NearDedupConfig

@@ -12,7 +12,7 @@ import sys
 from functools import lru_cache
 
 import pytest
-from conftest import REPO, make_package, run_cli
+from helpers import REPO, make_package, run_cli
 
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core import guard as guard_module

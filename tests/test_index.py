@@ -21,9 +21,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import helpers
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     REPO,
     SAMPLES,
     drop_every,
@@ -86,14 +87,7 @@ def index_ok(index: Path, *inputs: Path, config: Path | None = None, workers: in
 
 def refused(argv: list, code: int, *fragments: str) -> str:
     """The command exits ``code`` with exactly one stderr line holding every fragment."""
-    rc, out, err = run_cli(*argv)
-    assert rc == code, (rc, out, err)
-    assert out == ""
-    assert err.startswith("near-dedup: error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
+    return helpers.refused(argv, *fragments, code=code)
 
 
 def digest(path: Path) -> str | None:

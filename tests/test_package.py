@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import make_package, run_cli, tree_bytes, update_manifest
+from helpers import make_package, refused, run_cli, tree_bytes, update_manifest
 
 from near_dedup_core import package as pkgmod
 
@@ -40,15 +40,10 @@ def cpt_package(tmp_path, package_id="cpt-v1", **kwargs):
 
 
 def assert_refused(argv, package: str, *fragments: str) -> str:
-    """Exit 1, exactly one stderr line, naming ``package`` first and every fragment."""
-    code, out, err = run_cli(*argv)
-    assert code == 1, (code, out, err)
-    assert err.endswith("\n") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert err.startswith(f"near-dedup: error: package {package}"), err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
+    """Refused in one line (`helpers.refused`) that names ``package`` first."""
+    line = refused(argv, *fragments)
+    assert line.startswith(f"near-dedup: error: package {package}"), line
+    return line
 
 
 def assert_invalid(paths, package: str, *fragments: str) -> str:

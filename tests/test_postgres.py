@@ -18,11 +18,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import (
+from helpers import (
     REPO,
     SAMPLES,
     drop_every,
     make_package,
+    refused,
     reverse_every,
     run_cli,
     sigkill_in_the_fold,
@@ -112,14 +113,6 @@ def ok(index: str | Path, *inputs: Path, workers: int = 1) -> str:
                              "--workers", workers)
     assert (code, err) == (0, ""), err
     return out
-
-
-def refused(argv: list, fragment: str) -> str:
-    code, out, err = run_cli(*argv)
-    assert code == 1, (code, out, err)
-    assert err.count("\n") == 1 and fragment in err, err
-    assert "Traceback" not in err
-    return err
 
 
 def table_names(url: str) -> list[str]:

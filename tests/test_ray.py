@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SAMPLES, run_cli
+from helpers import REPO, SAMPLES, run_cli
 
 CASES = REPO / "tests" / "ray_cases.py"
 

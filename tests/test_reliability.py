@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     REPO,
     drop_every,
     make_package,
+    refused,
     reverse_every,
     run_cli,
     stdlib_paragraphs,
@@ -94,12 +95,7 @@ def cli_ok(*argv: object) -> str:
 
 
 def one_line_error(argv: list, code: int, *fragments: str) -> str:
-    got, out, err = run_cli("--quiet", *argv)
-    assert got == code, (got, out, err)
-    assert err.count("\n") == 1 and err.startswith("near-dedup: error: "), err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
+    return refused(["--quiet", *argv], *fragments, code=code)
 
 
 def listing(folder: Path) -> dict[str, str]:

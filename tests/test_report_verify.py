@@ -14,8 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_package, tree_bytes
-from test_scan import THRESHOLD, cli_fail, cli_ok, cpt, index, jaccard, near_copy, plain_prose, scan
+from helpers import (
+    REPO,
+    THRESHOLD,
+    cli_ok,
+    cpt,
+    index,
+    jaccard,
+    make_package,
+    near_copy,
+    plain_prose,
+    refused,
+    scan,
+    tree_bytes,
+)
 
 from near_dedup_core.fsutil import json_line, write_checksums
 
@@ -261,7 +273,7 @@ def test_tampered_report_fails_with_one_line_naming_the_file(copy, edit, fix_che
     if fix_checksums:
         write_checksums(copy)
     before = tree_bytes(copy)
-    message = cli_fail(1, "report", "verify", copy)
+    message = refused(["--quiet", "report", "verify", copy])
     assert message.startswith(f"near-dedup: error: report {copy}: "), message
     for part in (fragment,) if isinstance(fragment, str) else fragment:
         assert part in message, message
@@ -269,9 +281,9 @@ def test_tampered_report_fails_with_one_line_naming_the_file(copy, edit, fix_che
 
 
 def test_verify_refuses_a_path_that_is_not_a_report(tmp_path):
-    assert "not a directory" in cli_fail(1, "report", "verify", tmp_path / "missing")
+    assert "not a directory" in refused(["--quiet", "report", "verify", tmp_path / "missing"])
     pkg = make_package(tmp_path, "p", {"train": [cpt("a", plain_prose()[0])]})
-    assert "checksums.sha256 is missing" in cli_fail(1, "report", "verify", pkg)
+    assert "checksums.sha256 is missing" in refused(["--quiet", "report", "verify", pkg])
 
 
 def test_verify_as_a_process_exit_codes_and_one_line(copy):

@@ -15,7 +15,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import REPO, SAMPLES, make_package, run_cli
+from helpers import REPO, SAMPLES, make_package, run_cli
 
 from near_dedup_core import cli, collector, workers
 
