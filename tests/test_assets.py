@@ -52,6 +52,9 @@ from near_dedup_assets.resources import (
     settings_from_env,
 )
 
+# Materializes the Dagster release graph, day by day.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 DAYS = ["2026-11-25", "2026-11-26", "2026-11-27"]
 GRAPH = [*RELEASE_ASSETS, *RELEASE_CHECKS]

@@ -211,6 +211,7 @@ def rows(path: Path) -> dict[str, list]:
                 for t in ("meta", "batches", "bands", "bands_recent")}
 
 
+@pytest.mark.slow
 def test_a_sigkill_in_the_fold_leaves_the_index_as_before(packages, tmp_path):
     path = tmp_path / "index.sqlite"
     index(path, packages["day1"])

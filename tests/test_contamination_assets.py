@@ -27,6 +27,9 @@ from near_dedup_assets.contamination import (
 )
 from near_dedup_assets.definitions import build_defs
 
+# Materializes the Dagster release graph with its contamination step.
+pytestmark = pytest.mark.slow
+
 DAY = "2026-11-25"
 
 

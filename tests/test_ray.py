@@ -17,6 +17,9 @@ import sys
 import pytest
 from helpers import REPO, SAMPLES, run_cli
 
+# Starts a two-node Ray cluster.
+pytestmark = pytest.mark.slow
+
 CASES = REPO / "tests" / "ray_cases.py"
 
 

@@ -120,6 +120,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 # --------------------------------------------------------------------------- one snapshot
 
 
+@pytest.mark.slow
 def test_a_scan_overlapping_an_append_reads_one_snapshot(corpus, index, tmp_path):
     before = tmp_path / "before"
     cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", before)
@@ -190,6 +191,7 @@ def test_a_missing_content_row_of_the_pool_is_damage(corpus, index, tmp_path, wh
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_random_damaged_pages_never_give_a_traceback(corpus, index, tmp_path, seed):
     """A few garbage pages anywhere in the middle: SQLite may notice them (malformed) or read
@@ -375,6 +377,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("command, sig", [("index", signal.SIGKILL), ("scan", signal.SIGKILL),
                                           ("index", signal.SIGTERM),

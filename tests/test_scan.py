@@ -581,6 +581,7 @@ def _pool(tmp_path: Path) -> list[Path]:
     return [v1, v2]
 
 
+@pytest.mark.slow
 def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, monkeypatch):
     from near_dedup_core.scan import run as scan_run
     from near_dedup_core.scan import verify as verify_stage

@@ -19,6 +19,10 @@ from tamper import Case, files_of, mixture_cases, report_cases
 
 from near_dedup_core.fsutil import CHECKSUMS
 
+# The whole tamper catalogue (about 200 cases); test_report_verify.py and test_mixture.py
+# keep tampering cases of both verifiers in the fast run.
+pytestmark = pytest.mark.slow
+
 CONFIG = REPO / "config" / "near-dedup.json"
 INPUTS = [SAMPLES / "cpt/2026-11-25/cpt-v1", SAMPLES / "cpt/2026-11-26/cpt-v2"]
 REPORT_CASES = report_cases()
