@@ -13,6 +13,7 @@ import pytest
 from helpers import make_package, refused, run_cli, tree_bytes, update_manifest
 
 from near_dedup_core import package as pkgmod
+from near_dedup_core.package import blocks as pkgblocks
 
 IMG = "ab" * 32
 
@@ -607,11 +608,11 @@ def test_blocks_in_shared_memory_are_the_blocks_read_as_bytes(tmp_path, monkeypa
 
     shared = pkgmod.SharedBlocks(3, 1024)
     try:
-        monkeypatch.setattr(pkgmod, "_attached", shared.map)
+        monkeypatch.setattr(pkgblocks, "_attached", shared.map)
         got = events(shared)
         assert sorted(shared.take() for _ in range(3)) == [0, 1, 2]  # all given back
     finally:
-        monkeypatch.setattr(pkgmod, "_attached", None)
+        monkeypatch.setattr(pkgblocks, "_attached", None)
         shared.close()
     plain = events(None)
     assert [e[:4] + e[5:] for e in got] == [e[:4] + e[5:] for e in plain]
