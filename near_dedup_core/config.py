@@ -4,7 +4,8 @@ An index is bound to the fingerprint of the whole configuration plus the algorit
 (`fingerprint`), so any change of threshold, shingling, banding, limits or guard rules needs
 a new index path.
 
-Banding: with ``bands`` × ``rows`` the probability that a pair with Jaccard ``s`` becomes an
+Banding: ``bands`` × ``rows`` must equal ``num_perm`` (every permutation in exactly one band).
+With ``bands`` × ``rows`` the probability that a pair with Jaccard ``s`` becomes an
 LSH candidate is ``1 - (1 - s**rows) ** bands``. The shipped 16 × 8 over 128 permutations gives
 0.99988 at s = 0.9 (≥ 99.9 % recall by the S-curve) and 0.947 at s = 0.8. Fewer rows raise
 recall but flood verification with templated pairs at J 0.6–0.8; more rows (e.g. 14 × 9) drop
@@ -78,9 +79,13 @@ class NearDedupConfig(BaseModel):
 
     @model_validator(mode="after")
     def _banding_fits(self) -> "NearDedupConfig":
-        if self.bands * self.rows > self.num_perm:
+        # LSH bands use every permutation exactly once: fewer leave signature values that no
+        # band reads (a silent misconfiguration), more cannot be built.
+        if self.bands * self.rows != self.num_perm:
+            relation = "exceeds" if self.bands * self.rows > self.num_perm else "is less than"
             raise ValueError(
-                f"bands × rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}"
+                f"bands × rows = {self.bands} × {self.rows} = {self.bands * self.rows} "
+                f"{relation} num_perm = {self.num_perm}; they must be equal"
             )
         return self
 

@@ -472,6 +472,15 @@ def test_failed_build_leaves_nothing(pool, capsys):
     assert not [p for p in pool["root"].iterdir() if p.name.startswith(".nothing")]
 
 
+def test_build_refuses_an_output_inside_the_report(pool):
+    before = tree_bytes(pool["report"])
+    out = pool["report"] / "mix"
+    line = refused(["--quiet", "mixture", "build", _config(pool), "--output", out])
+    assert f"output {out} is inside report {pool['report'].resolve()}; a report is immutable" \
+        in line
+    assert tree_bytes(pool["report"]) == before
+
+
 def test_plan_output_is_written_only_on_success(pool, capsys):
     plan_json = pool["root"] / "plans" / "plan.json"
     code, _, _ = _run(capsys, "mixture", "plan", _config(pool, target_records=100),

@@ -7,6 +7,8 @@ import hashlib
 import json
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -561,6 +563,64 @@ def test_create_refuses_missing_and_empty_input(tmp_path):
                         "--tokenizer", "a@b", "--split", f"train={src}",
                         "--output", tmp_path / "p"], "p", str(src), fragment)
         assert not (tmp_path / "p").exists()
+
+
+def _create_argv(src: Path, out: Path, package_id: str = "cpt-v2") -> list:
+    return ["snapshot", "create", "--kind", "cpt", "--package-id", package_id, "--tokenizer",
+            "qwen2-tok@r3", "--split", f"train={src}", "--output", out]
+
+
+@pytest.mark.parametrize("inside", ["data/new", "data/train/new", "new", "data/x/y/new"])
+def test_create_refuses_an_output_inside_an_existing_package(tmp_path, inside):
+    """A folder created inside a package would be an unlisted file of it: that package would
+    then fail `snapshot validate`."""
+    pkg = cpt_package(tmp_path)
+    src = write_lines(tmp_path / "new.jsonl", cpt_records("n", 2))
+    before = tree_bytes(pkg)
+    line = refused(_create_argv(src, pkg / inside))
+    assert f"output {pkg / inside} is inside package {pkg.resolve()}; a package is immutable" \
+        in line
+    assert tree_bytes(pkg) == before and not (pkg / "data" / "x").exists()
+    assert run_cli("snapshot", "validate", pkg)[0] == 0
+
+
+def test_create_refuses_while_another_run_writes_the_same_output(tmp_path):
+    src = write_lines(tmp_path / "new.jsonl", cpt_records("n", 2))
+    out = tmp_path / "out"
+    other = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"],
+                             stdin=subprocess.PIPE)
+    try:
+        theirs = tmp_path / f".out.tmp-{other.pid}"
+        theirs.mkdir()
+        line = refused(_create_argv(src, out))
+        assert line == (f"near-dedup: error: output {out}: another run (pid {other.pid}) is "
+                        f"writing this output; choose a new directory")
+        assert theirs.is_dir() and not out.exists()
+    finally:
+        other.communicate(b"")
+    # once that run is gone its temporary is stale: removed, and the output is written
+    assert run_cli(*_create_argv(src, out))[0] == 0
+    assert not theirs.exists() and (out / "manifest.json").is_file()
+
+
+def test_create_refuses_when_another_run_published_the_output_first(tmp_path, monkeypatch):
+    from near_dedup_core.package import create as create_mod
+
+    src = write_lines(tmp_path / "new.jsonl", cpt_records("n", 2))
+    out = tmp_path / "out"
+    load = create_mod.load_package
+
+    def published_meanwhile(path):
+        if not out.exists():  # the other run renames its folder into place first
+            (out / "data").mkdir(parents=True)
+        return load(path)
+
+    monkeypatch.setattr(create_mod, "load_package", published_meanwhile)
+    line = refused(_create_argv(src, out))
+    assert line == (f"near-dedup: error: output {out} already exists: another run published "
+                    f"it while this one was writing; nothing was written")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.jsonl", "out"]
+    assert [p.name for p in out.iterdir()] == ["data"]
 
 
 @pytest.mark.parametrize("item", ["train", "=a.jsonl", "train=", "bad split=a.jsonl"])
