@@ -2,9 +2,9 @@
 its counts, reading it back, and `verify_report` (``report verify``).
 
 The report is written by the scan (`near_dedup_core.scan.write`) after its greedy decisions
-(`near_dedup_core.scan.decide`, SPEC §4 scan): a node's first sample is excluded iff it
-directly matches, without a guard block, an earlier node whose first sample was kept; no
-transitivity; history-only matches are relations and never exclude.
+(`near_dedup_core.scan.decide`, docs/contract.md §4, scan): a node's first sample is
+excluded iff it directly matches, without a guard block, an earlier node whose first sample
+was kept; no transitivity; history-only matches are relations and never exclude.
 
 ``relations.jsonl`` lists each verified pair once, from the later sample's side. For matches
 inside the pool, ``match`` names the matched node's first sample; ``match_sources`` lists the
@@ -335,8 +335,9 @@ class _NearState:
 class _ReportCheck:
     """The cross-checks of `verify_report`, one streaming pass per file.
 
-    Decision order (SPEC §4) is first-ingest order of contents; the batch that first ingested a
-    content is not in the report, so the order of nodes is not re-derivable from the files.
+    Decision order (docs/contract.md §4, scan) is first-ingest order of contents; the batch
+    that first ingested a content is not in the report, so the order of nodes is not
+    re-derivable from the files.
     What is: within a node (one content_id within one split) the first sample is the least
     (batch of its package, input position, sample id); relations.jsonl lists the nodes in
     decision order, so a pool match must belong to a node listed before the matching one or

@@ -1,5 +1,5 @@
-"""Stage 5, decide: the greedy rule (SPEC §4 scan), applied to nodes (one content within one
-split) in first-ingest order; all samples of a node are exact duplicates of each other:
+"""Stage 5, decide: the greedy rule (docs/contract.md §4, scan), applied to nodes (one content
+within one split) in first-ingest order; all samples of a node are exact duplicates of each other:
 
 - samples of retained splits are kept (``retained_split``);
 - a node's first sample is excluded (``near_duplicate``) iff it directly matches, without a
