@@ -177,6 +177,9 @@ def test_manifest_not_an_object(tmp_path):
     ("lineage", {"parents": ["a b"], "depends_on": []}, "lineage.parents entry 'a b'"),
     ("lineage", {"parents": [], "depends_on": ["cpt-v1"]}, "depends_on names the package itself"),
     ("files", {}, "files must be a list"),
+    ("colour", "red", "colour is not a field of the manifest (unknown key)"),
+    ("tokenizer", {"name": "t", "revision": "r", "vocab": 3},
+     "tokenizer.vocab is not a field of the manifest (unknown key)"),
 ])
 def test_manifest_fields(tmp_path, field, value, fragment):
     pkg = cpt_package(tmp_path)
@@ -217,6 +220,7 @@ def test_sft_needs_no_tokenizer(tmp_path):
     ("records", -1, "files[0].records"),
     ("bytes", "12", "files[0].bytes"),
     ("sha256", "AB" * 32, "files[0].sha256"),
+    ("colour", "red", "files[0].colour is not a field of the manifest (unknown key)"),
 ])
 def test_file_entry_fields(tmp_path, key, value, fragment):
     pkg = cpt_package(tmp_path)

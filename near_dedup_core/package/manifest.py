@@ -7,8 +7,7 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import TypeGuard
+from pathlib import Path
 
 import orjson
 
@@ -66,14 +65,6 @@ class Package:
 # --------------------------------------------------------------------------- checks
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return type(value) is int
-
-
-def _string_list(value: object) -> bool:
-    return type(value) is list and all(type(item) is str for item in value)
-
-
 def check_package_ids(loc: str, field: str, ids: list[str]) -> None:
     for item in ids:
         if not ID_RE.fullmatch(item):
@@ -81,52 +72,6 @@ def check_package_ids(loc: str, field: str, ids: list[str]) -> None:
                                  f"({ID_PATTERN})")
     if len(set(ids)) != len(ids):
         raise NearDedupError(f"{loc}: {field} lists a package twice")
-
-
-def _canonical_shard_path(loc: str, index: int, path: object) -> str:
-    """A listed shard path must be a plain relative path below data/ ending in .jsonl[.gz]."""
-    if type(path) is not str or not path:
-        raise NearDedupError(f"{loc}: files[{index}].path must be a non-empty string")
-    pure = PurePosixPath(path)
-    if ("\\" in path or pure.is_absolute() or pure.as_posix() != path
-            or any(part in ("..", ".") for part in pure.parts)
-            or len(pure.parts) < 2 or pure.parts[0] != DATA_DIR):
-        raise NearDedupError(f"{loc}: files[{index}].path {path!r} must be a relative path "
-                             f"inside {DATA_DIR}/")
-    if not path.endswith(SHARD_SUFFIXES):
-        raise NearDedupError(f"{loc}: files[{index}].path {path!r} must end with .jsonl "
-                             f"or .jsonl.gz")
-    return path
-
-
-def _file_entry(loc: str, index: int, item: object) -> FileEntry:
-    if type(item) is not dict:
-        raise NearDedupError(f"{loc}: files[{index}] must be an object")
-    path = _canonical_shard_path(loc, index, item.get("path"))
-    split = item.get("split")
-    if type(split) is not str or not split:
-        raise NearDedupError(f"{loc}: files[{index}].split must be a non-empty string")
-    for key in ("records", "bytes"):
-        value = item.get(key)
-        if not _is_int(value) or value < 0:
-            raise NearDedupError(f"{loc}: files[{index}].{key} must be a non-negative integer, "
-                                 f"found {value!r}")
-    sha = item.get("sha256")
-    if type(sha) is not str or not SHA256_RE.fullmatch(sha):
-        raise NearDedupError(f"{loc}: files[{index}].sha256 must be 64 lowercase hex digits")
-    return FileEntry(path=path, split=split, records=item["records"], bytes=item["bytes"],
-                     sha256=sha)
-
-
-def _tokenizer(loc: str, kind: str, value: object) -> dict | None:
-    if value is None and kind != "cpt":
-        return None
-    if (type(value) is not dict or type(value.get("name")) is not str or not value["name"]
-            or type(value.get("revision")) is not str or not value["revision"]):
-        need = "required for cpt: " if kind == "cpt" else ""
-        raise NearDedupError(f"{loc}: tokenizer is {need}an object with non-empty string "
-                             f"name and revision, found {value!r}")
-    return {"name": value["name"], "revision": value["revision"]}
 
 
 def _read_manifest(path: Path) -> tuple[dict, str]:
@@ -151,47 +96,31 @@ def _read_manifest(path: Path) -> tuple[dict, str]:
 
 
 def load_package(path: str | Path) -> Package:
-    """Open one package: manifest checks and a stat of every listed file, no data read."""
+    """Open one package: the manifest validated by its model (`model.Manifest`) and a stat of
+    every listed file, no data read."""
+    from near_dedup_core.package.model import ManifestProblem, parse_manifest
+
     path = Path(path)
-    manifest, manifest_sha256 = _read_manifest(path)
-    package_id = manifest.get("package_id")
-    if type(package_id) is not str or not ID_RE.fullmatch(package_id):
-        raise NearDedupError(f"{where(str(path), MANIFEST)}: package_id must match "
-                             f"{ID_PATTERN}, found {package_id!r}")
-    loc = where(package_id, MANIFEST)
-    if manifest.get("format") != FORMAT:
-        raise NearDedupError(f"{loc}: format must be {FORMAT!r}, found "
-                             f"{manifest.get('format')!r}")
-    version = manifest.get("format_version")
-    if not _is_int(version) or version != FORMAT_VERSION:
-        raise NearDedupError(f"{loc}: format_version must be {FORMAT_VERSION}, found {version!r}")
-    kind = manifest.get("kind")
-    if kind not in KINDS:
-        raise NearDedupError(f"{loc}: kind must be one of {', '.join(KINDS)}, found {kind!r}")
-    created_at = manifest.get("created_at")
-    if type(created_at) is not str or not created_at:
-        raise NearDedupError(f"{loc}: created_at must be a non-empty string")
-    tokenizer = _tokenizer(loc, kind, manifest.get("tokenizer"))
-    lineage = manifest.get("lineage")
-    if (type(lineage) is not dict or not _string_list(lineage.get("parents"))
-            or not _string_list(lineage.get("depends_on"))):
-        raise NearDedupError(f"{loc}: lineage must be an object with lists of package ids "
-                             f"'parents' and 'depends_on'")
-    check_package_ids(loc, "lineage.parents", lineage["parents"])
-    check_package_ids(loc, "lineage.depends_on", lineage["depends_on"])
-    if package_id in lineage["depends_on"]:
-        raise NearDedupError(f"{loc}: lineage.depends_on names the package itself")
-    files = manifest.get("files")
-    if type(files) is not list:
-        raise NearDedupError(f"{loc}: files must be a list")
-    entries = [_file_entry(loc, i, item) for i, item in enumerate(files)]
+    raw, manifest_sha256 = _read_manifest(path)
+    try:
+        manifest = parse_manifest(raw)
+    except ManifestProblem as problem:
+        label = str(path) if problem.of_package_id else raw["package_id"]
+        raise NearDedupError(f"{where(label, MANIFEST)}: {problem}") from None
+    package_id = manifest.package_id
+    entries = [FileEntry(path=f.path, split=f.split, records=f.records, bytes=f.bytes,
+                         sha256=f.sha256) for f in manifest.files]
     _check_files_on_disk(path, package_id, entries)
-    package = Package(path=path, package_id=package_id, kind=kind, created_at=created_at,
-                      manifest=manifest, manifest_sha256=manifest_sha256, files=entries,
-                      tokenizer=tokenizer, depends_on=list(lineage["depends_on"]),
-                      parents=list(lineage["parents"]))
+    package = Package(path=path, package_id=package_id, kind=manifest.kind,
+                      created_at=manifest.created_at, manifest=raw,
+                      manifest_sha256=manifest_sha256, files=entries,
+                      tokenizer=None if manifest.tokenizer is None
+                      else manifest.tokenizer.model_dump(),
+                      depends_on=list(manifest.lineage.depends_on),
+                      parents=list(manifest.lineage.parents))
     if package.record_count == 0:
-        raise NearDedupError(f"{loc}: the package is empty (files list no records)")
+        raise NearDedupError(f"{where(package_id, MANIFEST)}: the package is empty (files list "
+                             f"no records)")
     return package
 
 
