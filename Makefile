@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(MAKE) --no-print-directory lint
 
 # Everything but the web-UI test (needs Chromium) and the tests marked slow: PostgreSQL, Ray and
-# Dagster runs, the whole tamper catalogue, kills of running commands.
+# Dagster runs, start-up tests, the whole tamper catalogue, kills of running commands.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not webserver and not slow"
 
