@@ -388,9 +388,9 @@ def test_build_and_verify(pool, capsys):
 def test_plan_and_build_collect_rarely_and_the_thresholds_come_back(pool, capsys,
                                                                      monkeypatch):
     """A 1M pool's plan holds millions of keys and sets that no collection frees: the plan and
-    the build run with the bulk threshold of `near_dedup_core.collector` (on a 1M pool,
-    130 full collections took 21.5 s of a 106 s build before, docs/benchmarks.md), and the
-    caller's thresholds are back after either."""
+    the build run with the bulk threshold of `near_dedup_core.collector` (where full
+    collections would walk them again and again for nothing), and the caller's thresholds
+    are back after either."""
     import gc
 
     from near_dedup_core import collector
