@@ -238,19 +238,16 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     """Yield a fresh temporary sibling ``.<name>.tmp-<pid>`` of ``target``; rename it to
     ``target`` on success.
 
-    Stale temporaries of dead processes are removed first; a live process's temporary means
-    another run is writing the same output, which is refused. On any exception the temporary
-    folder is removed and ``target`` is never created; a full disk or file-size limit, or
-    another run that published ``target`` first, is one line naming the output.
+    Stale temporaries of dead processes are removed first (a live process's is left alone:
+    its pid may have been reused). On any exception the temporary folder is removed and
+    ``target`` is never created; a full disk or file-size limit, or another run writing the
+    same output that published it first, is one line naming the output.
     """
     require_new_output(target)
     parent = target.parent
     if not parent.is_dir():
         parent.mkdir(parents=True, exist_ok=True)
     remove_stale_temporaries(target)
-    for _tmp, pid in _temporaries(target):
-        raise NearDedupError(f"output {target}: another run (pid {pid}) is writing this "
-                             f"output; choose a new directory")
     tmp = parent / f".{target.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -261,8 +258,9 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         if exc.errno in (errno.EEXIST, errno.ENOTEMPTY) and target.exists():
-            raise NearDedupError(f"output {target} already exists: another run published it "
-                                 f"while this one was writing; nothing was written") from None
+            raise NearDedupError(f"output {target} already exists: another run writing this "
+                                 f"output published it first; nothing was written by this "
+                                 f"one") from None
         if exc.errno in _NO_SPACE:
             raise NearDedupError(f"output {target}: cannot write ({exc.strerror}: out of disk "
                                  f"space or over the file-size limit); nothing was "
