@@ -24,7 +24,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 	$(MAKE) --no-print-directory lint
 
-# Everything but the web-UI test (needs Chromium) and the larger end-to-end cases.
+# Everything but the web-UI test (needs Chromium) and the tests marked slow: PostgreSQL, Ray and
+# Dagster runs, start-up tests, the whole tamper catalogue, kills of running commands.
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not webserver and not slow"
 

@@ -3,7 +3,7 @@
 process (pin it to one core with ``taskset``), after two untimed blocks.
 
 The box is shared and its CPU speed moves by a third between hours with the same code
-(docs/benchmarks.md, round twelve), without any stall that `bench.measure.BoxStalls` would
+(round twelve in `git log -p docs/benchmarks.md`), without any stall that `bench.measure.BoxStalls` would
 count. A probe run beside a benchmark says which kind of hour its figures come from; compare
 probes of the same code only (the work is the code's own).
 

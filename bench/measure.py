@@ -230,7 +230,7 @@ def copy_index(src: Path, dst: Path) -> None:
     An index that a daily batch appends to was written on an earlier day: its pages are on
     disk. A fresh copy is not: the kernel writes its dirty pages back while the measured
     command runs, and the command runs slower meanwhile. On the benchmark box, a 2.3 GB copy
-    left dirty added 2–6 s to a 25 s append (`docs/benchmarks.md`, round fourteen)."""
+    left dirty added 2–6 s to a 25 s append (round fourteen in `git log -p docs/benchmarks.md`)."""
     for suffix in ("", "-wal", "-shm"):
         Path(f"{dst}{suffix}").unlink(missing_ok=True)
     for suffix in ("", "-wal"):

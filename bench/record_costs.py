@@ -17,7 +17,7 @@ Stages:
   signing and compression of the texts the index did not know.
 
 Each round times every stage over all blocks, one stage after the other; the figure kept is
-the best round, so that the box's slower minutes (docs/benchmarks.md, round twelve) count
+the best round, so that the box's slower minutes (round twelve in `git log -p docs/benchmarks.md`) count
 as little as they can.
 
 Usage::

@@ -38,7 +38,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from conftest import (  # noqa: E402 (tests/ on the path first)
+from helpers import (  # noqa: E402 (tests/ on the path first)
     drop_every,
     make_package,
     reverse_every,

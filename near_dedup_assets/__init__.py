@@ -1,4 +1,4 @@
-"""Dagster asset graph of the near-dedup daily release (SPEC §6).
+"""Dagster asset graph of the near-dedup daily release (docs/contract.md §6).
 
 One partition per release day: snapshot validation → index append → frozen scan report →
 mixture build, with checks on the report and the mixture, a daily schedule and settings read

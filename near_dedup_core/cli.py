@@ -365,9 +365,9 @@ def run(args: argparse.Namespace) -> None:
 
         if args.mixture_command == "plan":
             plan = mixture.plan_mixture(mixture.load_mixture_config(args.config), progress=progress)
-            print(plan.table())
-            if args.output:
+            if args.output:  # a refused output prints no plan
                 plan.write(args.output)
+            print(plan.table())
         elif args.mixture_command == "build":
             print(mixture.build_mixture(mixture.load_mixture_config(args.config),
                                         args.output, progress=progress).summary())

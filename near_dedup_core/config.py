@@ -4,18 +4,18 @@ An index is bound to the fingerprint of the whole configuration plus the algorit
 (`fingerprint`), so any change of threshold, shingling, banding, limits or guard rules needs
 a new index path.
 
-Banding: with ``bands`` × ``rows`` the probability that a pair with Jaccard ``s`` becomes an
+Banding: ``bands`` × ``rows`` must equal ``num_perm`` (every permutation in exactly one band).
+With ``bands`` × ``rows`` the probability that a pair with Jaccard ``s`` becomes an
 LSH candidate is ``1 - (1 - s**rows) ** bands``. The shipped 16 × 8 over 128 permutations gives
 0.99988 at s = 0.9 (≥ 99.9 % recall by the S-curve) and 0.947 at s = 0.8. Fewer rows raise
 recall but flood verification with templated pairs at J 0.6–0.8; more rows (e.g. 14 × 9) drop
 recall at 0.9 below 99.9 %.
 
 ``max_candidates`` bounds the LSH candidate set of one sample (pool and history together).
-Real templated text is candidate-heavy: on 20,000 real documents (man pages, copyright
-files, docstrings; bench/) the distinct candidates per document had median 10, p99 994,
-p99.9 1,211 and maximum 1,404 at 16 × 8, so the shipped limit is 10,000: it stops
-pathological pools (one template repeated tens of thousands of times) without refusing real
-ones.
+Real templated text is candidate-heavy (man pages, generated CLI pages), so the shipped limit
+sits several times above the largest candidate set measured on real documents
+(docs/benchmarks.md, "Recall and precision"): it stops pathological pools (one template
+repeated tens of thousands of times) without refusing real ones.
 
 Contamination (``near-dedup contamination``, see contamination.py): ``contamination_threshold``
 is the containment at or above which an evaluation item counts as leaked into a training
@@ -79,9 +79,13 @@ class NearDedupConfig(BaseModel):
 
     @model_validator(mode="after")
     def _banding_fits(self) -> "NearDedupConfig":
-        if self.bands * self.rows > self.num_perm:
+        # LSH bands use every permutation exactly once: fewer leave signature values that no
+        # band reads (a silent misconfiguration), more cannot be built.
+        if self.bands * self.rows != self.num_perm:
+            relation = "exceeds" if self.bands * self.rows > self.num_perm else "is less than"
             raise ValueError(
-                f"bands × rows = {self.bands * self.rows} exceeds num_perm = {self.num_perm}"
+                f"bands × rows = {self.bands} × {self.rows} = {self.bands * self.rows} "
+                f"{relation} num_perm = {self.num_perm}; they must be equal"
             )
         return self
 

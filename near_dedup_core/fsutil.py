@@ -145,19 +145,55 @@ def is_within(path: Path, folder: Path) -> bool:
     return True
 
 
-def require_new_output(target: Path) -> None:
-    """Outputs are never replaced: ``target`` must not exist, not even as a broken symlink."""
+#: The ``format`` of each frozen folder's ``manifest.json`` (snapshot package, mixture package,
+#: near-dedup report, contamination report), as what an output inside one is refused as: a
+#: file added below it would make it fail its own validation.
+FROZEN_FORMATS = {"training-snapshot": "package", "mixture-package": "mixture package",
+                  "near-dedup-report": "report", "near-dedup-contamination":
+                  "contamination report"}
+
+
+def _frozen_folder_around(target: Path) -> tuple[Path, str] | None:
+    """The nearest folder at or above ``target`` whose ``manifest.json`` names a frozen
+    format, with what it is; None if there is none (an unreadable manifest names nothing)."""
+    for folder in (target.resolve(), *target.resolve().parents):
+        try:
+            manifest = orjson.loads((folder / "manifest.json").read_bytes())
+        except (OSError, orjson.JSONDecodeError):
+            continue
+        if isinstance(manifest, dict) and manifest.get("format") in FROZEN_FORMATS:
+            return folder, FROZEN_FORMATS[manifest["format"]]
+    return None
+
+
+def _require_absent(target: Path) -> None:
     if target.exists() or target.is_symlink():
         raise NearDedupError(f"output {target} already exists; choose a new directory")
 
 
+def _require_outside_frozen_folders(target: Path) -> None:
+    found = _frozen_folder_around(target)
+    if found is not None:
+        folder, what = found
+        raise NearDedupError(f"output {target} is inside {what} {folder}; a {what} is "
+                             f"immutable, choose a directory outside it")
+
+
+def require_new_output(target: Path) -> None:
+    """Outputs are never replaced: ``target`` must not exist, not even as a broken symlink,
+    nor lie inside a package, mixture or report (any folder `FROZEN_FORMATS` names)."""
+    _require_absent(target)
+    _require_outside_frozen_folders(target)
+
+
 def require_new_output_outside(target: Path, packages: Sequence[str | Path]) -> None:
-    """`require_new_output`, and ``target`` must not lie inside any input package."""
-    require_new_output(target)
+    """`require_new_output`, naming an input package that holds ``target`` as such."""
+    _require_absent(target)
     for package in packages:
         if is_within(target, Path(package)):
             raise NearDedupError(f"output {target} is inside input package {package}; "
                                  f"packages are immutable")
+    _require_outside_frozen_folders(target)
 
 
 _NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
@@ -173,14 +209,21 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+def _temporaries(target: Path) -> Iterator[tuple[Path, int]]:
+    """The ``.<name>.tmp-<pid>`` siblings of ``target`` of other processes, with their pid."""
+    for tmp in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
+        pid = tmp.name.rpartition(".tmp-")[2]
+        if pid.isdigit() and int(pid) != os.getpid():
+            yield tmp, int(pid)
+
+
 def remove_stale_temporaries(target: Path) -> list[Path]:
     """Remove ``.<name>.tmp-<pid>`` siblings of ``target`` left by processes that no longer
     run (killed while writing); a temporary of a live process is left alone (if the pid has
     been reused, the folder stays until that process is gone too). Returns the removed paths."""
     removed = []
-    for tmp in target.parent.glob(f".{glob.escape(target.name)}.tmp-*"):
-        pid = tmp.name.rpartition(".tmp-")[2]
-        if not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
+    for tmp, pid in _temporaries(target):
+        if _pid_alive(pid):
             continue
         if tmp.is_dir() and not tmp.is_symlink():
             shutil.rmtree(tmp, ignore_errors=True)
@@ -195,9 +238,10 @@ def atomic_dir(target: Path) -> Iterator[Path]:
     """Yield a fresh temporary sibling ``.<name>.tmp-<pid>`` of ``target``; rename it to
     ``target`` on success.
 
-    Stale temporaries of dead processes are removed first. On any exception the temporary
-    folder is removed and ``target`` is never created; a full disk or file-size limit is one
-    line naming the output.
+    Stale temporaries of dead processes are removed first (a live process's is left alone:
+    its pid may have been reused). On any exception the temporary folder is removed and
+    ``target`` is never created; a full disk or file-size limit, or another run writing the
+    same output that published it first, is one line naming the output.
     """
     require_new_output(target)
     parent = target.parent
@@ -213,6 +257,10 @@ def atomic_dir(target: Path) -> Iterator[Path]:
         os.rename(tmp, target)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY) and target.exists():
+            raise NearDedupError(f"output {target} already exists: another run writing this "
+                                 f"output published it first; nothing was written by this "
+                                 f"one") from None
         if exc.errno in _NO_SPACE:
             raise NearDedupError(f"output {target}: cannot write ({exc.strerror}: out of disk "
                                  f"space or over the file-size limit); nothing was "

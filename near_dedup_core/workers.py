@@ -132,9 +132,10 @@ def _preload(extra: Sequence[str] = ()) -> list[str]:
     return ["near_dedup_core._pool_guard", *wanted, *(["near_dedup_core._pool_warm"] * warm)]
 
 
-#: Modules the forkserver must not import: the entry point runs the CLI when imported.
+#: Modules the forkserver must not import: the entry point runs the CLI when imported; the
+#: package manifest's model loads pydantic, and workers parse line blocks, never a manifest.
 _NOT_PRELOADED = {"near_dedup_core.__main__", "near_dedup_core._pool_guard",
-                  "near_dedup_core._pool_warm"}
+                  "near_dedup_core._pool_warm", "near_dedup_core.package.model"}
 
 
 @contextmanager

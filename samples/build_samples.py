@@ -90,7 +90,8 @@ UNIT = re.compile(r"%|‰|\b(?:kg|km|ms|usd|cny|bp)\b|[元万亿]")
 
 
 def normalize(text: str) -> str:
-    """SPEC §3 normalization: NFKC, casefold, whitespace runs to one space, trimmed."""
+    """Normalization (docs/contract.md §3): NFKC, casefold, whitespace runs to one space,
+    trimmed."""
     return " ".join(unicodedata.normalize("NFKC", text).casefold().split())
 
 

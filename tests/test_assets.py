@@ -21,13 +21,21 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import make_package, tree_bytes
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.remote_origin import InProcessCodeLocationOrigin
 from dagster._core.test_utils import create_test_daemon_workspace_context
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
 from dagster._daemon.backfill import execute_backfill_iteration
+from helpers import (
+    check_results,
+    executed_steps,
+    make_package,
+    metadata,
+    settings_for,
+    template,
+    tree_bytes,
+)
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.mixture import verify_mixture
@@ -43,6 +51,9 @@ from near_dedup_assets.resources import (
     release_settings_at_run_start,
     settings_from_env,
 )
+
+# Materializes the Dagster release graph, day by day.
+pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
 DAYS = ["2026-11-25", "2026-11-26", "2026-11-27"]
@@ -111,27 +122,6 @@ def snapshots(tmp_path_factory) -> Path:
     return release_days_on_disk(tmp_path_factory.mktemp("snapshots"))
 
 
-def template(path: Path, **overrides) -> Path:
-    data = {"kind": "cpt", "target_records": 8, "group_by": "domain",
-            "strategy": {"type": "temperature", "temperature": 2.0},
-            "quality": {"min_chars": 0}, "allow_shortfall": False, "redistribute": True,
-            "seed": 7, **overrides}
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return path
-
-
-def settings_for(out: Path, snapshots: Path, **overrides) -> ReleaseSettings:
-    out.mkdir(parents=True, exist_ok=True)
-    values = dict(snapshot_root=str(snapshots), index=str(out / "index" / "cpt-near.sqlite"),
-                  config=str(REPO / "config" / "near-dedup.json"),
-                  report_root=str(out / "reports"), mixture_root=str(out / "mixtures"),
-                  release_root=str(out / "releases"),
-                  mixture_template=str(template(out / "mixture-template.json")),
-                  workers=1)
-    values.update(overrides)
-    return ReleaseSettings(**values)
-
-
 @pytest.fixture
 def instance():
     with dg.instance_for_test() as inst:
@@ -141,12 +131,6 @@ def instance():
 def release(day: str, settings: ReleaseSettings, instance, selection=None):
     return dg.materialize(GRAPH, partition_key=day, resources={"release": settings},
                           instance=instance, raise_on_error=False, selection=selection)
-
-
-def metadata(result, key: dg.AssetKey) -> dict:
-    [event] = [e for e in result.get_asset_materialization_events()
-               if e.asset_key == key]
-    return {k: v.value for k, v in event.materialization.metadata.items()}
 
 
 def failure_message(result) -> str:
@@ -169,15 +153,6 @@ def assert_reason_shown_once(result, instance) -> None:
     assert failure.error.message.strip().endswith(f"ReleaseDayFailed: {reason}")
     assert failure.error.cause is None and failure.error.context is None
     assert failure.user_failure_data.metadata["reason"].value == reason
-
-
-def executed_steps(result) -> set[str]:
-    return {e.step_key for e in result.all_events
-            if e.event_type == dg.DagsterEventType.STEP_START}
-
-
-def check_results(result) -> dict[str, dg.AssetCheckEvaluation]:
-    return {e.check_name: e for e in result.get_asset_check_evaluations()}
 
 
 def outputs(settings: ReleaseSettings, day: str) -> dict[str, dict[str, bytes]]:

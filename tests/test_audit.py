@@ -14,7 +14,15 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import SAMPLES, drop_every, make_package, run_cli, stdlib_paragraphs, tree_bytes
+from helpers import (
+    SAMPLES,
+    drop_every,
+    make_package,
+    refused,
+    run_cli,
+    stdlib_paragraphs,
+    tree_bytes,
+)
 
 from near_dedup_core.audit import count_report, explain_sample, rate_problems
 from near_dedup_core.audit.textdiff import changed_spans
@@ -36,11 +44,7 @@ def cli_ok(*argv: object) -> tuple[str, str]:
 
 
 def cli_fail(*argv: object) -> str:
-    code, out, err = run_cli("--quiet", *argv)
-    lines = err.strip().splitlines()
-    assert code == 1 and out == "", (code, out, err)
-    assert len(lines) == 1 and lines[0].startswith("near-dedup: error: "), err
-    return lines[0]
+    return refused(["--quiet", *argv])
 
 
 def explain_json(report: Path, package_id: str, sample_id: str) -> tuple[dict, str]:
@@ -723,7 +727,7 @@ def test_diff_json_into_a_closed_pipe_closes_quietly(sample_days):
     import subprocess
     import sys
 
-    from conftest import REPO
+    from helpers import REPO
 
     cmd = [sys.executable, "-m", "near_dedup_core", "report", "diff",
            sample_days["2026-11-25"], sample_days["2026-11-27"], "--json"]

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import pytest
-from conftest import (
+from helpers import (
     make_package,
     reverse_every,
     run_cli,
@@ -211,6 +211,7 @@ def rows(path: Path) -> dict[str, list]:
                 for t in ("meta", "batches", "bands", "bands_recent")}
 
 
+@pytest.mark.slow
 def test_a_sigkill_in_the_fold_leaves_the_index_as_before(packages, tmp_path):
     path = tmp_path / "index.sqlite"
     index(path, packages["day1"])

@@ -7,7 +7,7 @@ import contextlib
 import io
 
 import pytest
-from conftest import SAMPLES, run_cli
+from helpers import SAMPLES, run_cli
 
 from near_dedup_core import cli
 

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_cli
+from helpers import refused, run_cli
 
 from near_dedup_core.config import NearDedupConfig, load_config
 from near_dedup_core.mixture import load_mixture_config
@@ -73,3 +73,14 @@ def test_mixture_integers_are_valid_floats(tmp_path):
     cfg = load_mixture_config(_write(tmp_path, "mix.json", MIXTURE | {
         "strategy": {"type": "fixed", "weights": {"web": 3, "code": 1}}}))
     assert cfg.strategy.weights == {"web": 3.0, "code": 1.0}
+
+
+@pytest.mark.parametrize("bands, rows, relation", [(10, 8, "is less than"), (16, 9, "exceeds")])
+def test_banding_must_use_every_permutation_once(tmp_path, bands, rows, relation):
+    """10 × 8 bands over 128 permutations would leave 48 signature values that no band reads."""
+    path = _write(tmp_path, "near-dedup.json", {"num_perm": 128, "bands": bands, "rows": rows})
+    line = refused(["--config", path, "--index", tmp_path / "i.sqlite", "index",
+                    "--inputs", tmp_path / "missing"])
+    assert line == (f"near-dedup: error: config {path}: bands × rows = {bands} × {rows} = "
+                    f"{bands * rows} {relation} num_perm = 128; they must be equal")
+    assert not (tmp_path / "i.sqlite").exists()

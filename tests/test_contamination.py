@@ -20,7 +20,7 @@ import numpy as np
 import orjson
 import pytest
 import zstandard
-from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
+from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 from zh_sample import zh_sample_text
 
 from near_dedup_core import contamination

@@ -6,8 +6,14 @@ from __future__ import annotations
 import dagster as dg
 import orjson
 import pytest
-from conftest import make_package, stdlib_paragraphs
-from test_assets import check_results, executed_steps, metadata, settings_for
+from helpers import (
+    check_results,
+    executed_steps,
+    make_package,
+    metadata,
+    settings_for,
+    stdlib_paragraphs,
+)
 
 from near_dedup_core.contamination import verify_contamination
 from near_dedup_core.mixture import verify_mixture
@@ -20,6 +26,9 @@ from near_dedup_assets.contamination import (
     with_contamination,
 )
 from near_dedup_assets.definitions import build_defs
+
+# Materializes the Dagster release graph with its contamination step.
+pytestmark = pytest.mark.slow
 
 DAY = "2026-11-25"
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 import pytest
-from conftest import make_package, run_cli, stdlib_paragraphs, tree_bytes
+from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 from near_dedup_core.contamination.report import PairLine, Summary, counts_of, summarize
 from near_dedup_core.fsutil import write_checksums

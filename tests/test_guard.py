@@ -13,7 +13,7 @@ import sys
 from functools import lru_cache
 
 import pytest
-from conftest import REPO, make_package, run_cli
+from helpers import REPO, make_package, run_cli
 from zh_sample import zh_sample_text
 
 from near_dedup_core import ALGORITHM_VERSION

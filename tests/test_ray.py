@@ -15,7 +15,10 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, SAMPLES, run_cli
+from helpers import REPO, SAMPLES, run_cli
+
+# Starts a two-node Ray cluster.
+pytestmark = pytest.mark.slow
 
 CASES = REPO / "tests" / "ray_cases.py"
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import REPO, run_cli
+from helpers import REPO, run_cli
 
 from near_dedup_core.report import REASONS
 

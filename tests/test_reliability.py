@@ -21,10 +21,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import (
+from helpers import (
     REPO,
     drop_every,
     make_package,
+    refused,
     reverse_every,
     run_cli,
     stdlib_paragraphs,
@@ -94,12 +95,7 @@ def cli_ok(*argv: object) -> str:
 
 
 def one_line_error(argv: list, code: int, *fragments: str) -> str:
-    got, out, err = run_cli("--quiet", *argv)
-    assert got == code, (got, out, err)
-    assert err.count("\n") == 1 and err.startswith("near-dedup: error: "), err
-    for fragment in fragments:
-        assert fragment in err, (fragment, err)
-    return err
+    return refused(["--quiet", *argv], *fragments, code=code)
 
 
 def listing(folder: Path) -> dict[str, str]:
@@ -124,6 +120,7 @@ def wait_for(path: Path, proc: subprocess.Popen, timeout: float = 120) -> None:
 # --------------------------------------------------------------------------- one snapshot
 
 
+@pytest.mark.slow
 def test_a_scan_overlapping_an_append_reads_one_snapshot(corpus, index, tmp_path):
     before = tmp_path / "before"
     cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", before)
@@ -194,6 +191,7 @@ def test_a_missing_content_row_of_the_pool_is_damage(corpus, index, tmp_path, wh
     assert not (tmp_path / "rep").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(6))
 def test_random_damaged_pages_never_give_a_traceback(corpus, index, tmp_path, seed):
     """A few garbage pages anywhere in the middle: SQLite may notice them (malformed) or read
@@ -379,6 +377,7 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("command, sig", [("index", signal.SIGKILL), ("scan", signal.SIGKILL),
                                           ("index", signal.SIGTERM),

@@ -14,8 +14,20 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from conftest import REPO, make_package, tree_bytes
-from test_scan import THRESHOLD, cli_fail, cli_ok, cpt, index, jaccard, near_copy, plain_prose, scan
+from helpers import (
+    REPO,
+    THRESHOLD,
+    cli_ok,
+    cpt,
+    index,
+    jaccard,
+    make_package,
+    near_copy,
+    plain_prose,
+    refused,
+    scan,
+    tree_bytes,
+)
 
 from near_dedup_core.fsutil import json_line, write_checksums
 
@@ -261,7 +273,7 @@ def test_tampered_report_fails_with_one_line_naming_the_file(copy, edit, fix_che
     if fix_checksums:
         write_checksums(copy)
     before = tree_bytes(copy)
-    message = cli_fail(1, "report", "verify", copy)
+    message = refused(["--quiet", "report", "verify", copy])
     assert message.startswith(f"near-dedup: error: report {copy}: "), message
     for part in (fragment,) if isinstance(fragment, str) else fragment:
         assert part in message, message
@@ -269,9 +281,9 @@ def test_tampered_report_fails_with_one_line_naming_the_file(copy, edit, fix_che
 
 
 def test_verify_refuses_a_path_that_is_not_a_report(tmp_path):
-    assert "not a directory" in cli_fail(1, "report", "verify", tmp_path / "missing")
+    assert "not a directory" in refused(["--quiet", "report", "verify", tmp_path / "missing"])
     pkg = make_package(tmp_path, "p", {"train": [cpt("a", plain_prose()[0])]})
-    assert "checksums.sha256 is missing" in cli_fail(1, "report", "verify", pkg)
+    assert "checksums.sha256 is missing" in refused(["--quiet", "report", "verify", pkg])
 
 
 def test_verify_as_a_process_exit_codes_and_one_line(copy):
@@ -371,21 +383,21 @@ def test_verify_with_inputs_catches_resealed_edits_the_files_cannot(copy, name, 
     _edit_jsonl(name, edit)(copy)
     write_checksums(copy)
     cli_ok("report", "verify", copy)  # the documented limit of the files alone
-    message = cli_fail(1, "report", "verify", copy, "--inputs", *_inputs(copy))
+    message = refused(["report", "verify", copy, "--inputs", *_inputs(copy)])
     assert fragment in message, message
 
 
 def test_verify_with_inputs_needs_exactly_the_reports_inputs(report, tmp_path):
     inputs = _inputs(report)
     assert "input package v2 of the report is not among --inputs" in \
-        cli_fail(1, "report", "verify", report, "--inputs", inputs[0])
+        refused(["report", "verify", report, "--inputs", inputs[0]])
     v0 = inputs[0].parent / "v0"
-    assert "package v0" in cli_fail(1, "report", "verify", report, "--inputs", *inputs, v0)
+    assert "package v0" in refused(["report", "verify", report, "--inputs", *inputs, v0])
     changed = tmp_path / "v1"
     shutil.copytree(inputs[0], changed)
     (changed / "manifest.json").write_text((changed / "manifest.json").read_text() + "\n")
     assert "is not the report's input (manifest sha256" in \
-        cli_fail(1, "report", "verify", report, "--inputs", changed, inputs[1])
+        refused(["report", "verify", report, "--inputs", changed, inputs[1]])
 
 
 # --------------------------------------------------------------------------- the models
@@ -419,7 +431,7 @@ def test_rows_are_validated_line_by_line_even_in_batches(copy, line, problem):
     lines[2] = line
     (copy / "origins.jsonl").write_bytes(b"".join(lines))
     write_checksums(copy)
-    assert f"origins.jsonl:3: {problem}" in cli_fail(1, "report", "verify", copy)
+    assert f"origins.jsonl:3: {problem}" in refused(["report", "verify", copy])
 
 
 def test_verified_report_has_the_shared_result_shape(report):

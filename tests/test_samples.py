@@ -10,7 +10,7 @@ import sys
 from collections import Counter
 
 import pytest
-from conftest import REPO, SAMPLES, run_cli, tree_bytes
+from helpers import REPO, SAMPLES, run_cli, tree_bytes
 
 from near_dedup_core import package as pkgmod
 

@@ -8,36 +8,45 @@ product's own shingle hashing, so each assertion states which side of the thresh
 
 from __future__ import annotations
 
-import ast
-import functools
 import hashlib
 import itertools
 import json
 import re
 import shutil
 import subprocess
-import sysconfig
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import orjson
 import pytest
-from conftest import make_package, run_cli, tree_bytes
+from helpers import (
+    DEFAULTS,
+    HASHER,
+    THRESHOLD,
+    cli_ok,
+    cpt,
+    index,
+    jaccard,
+    load_report,
+    make_package,
+    near_copy,
+    plain_prose,
+    refused,
+    replace_words,
+    scan,
+    stdlib_docstrings,
+    tree_bytes,
+)
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.compare import qa_text
-from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import json_line
-from near_dedup_core.guard import SYMBOL_UNITS, guard_for
+from near_dedup_core.guard import guard_for
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import open_packages
-from near_dedup_core.signature import MinHasher, exact_jaccard
+from near_dedup_core.signature import exact_jaccard
 
-DEFAULTS = NearDedupConfig()
-THRESHOLD = DEFAULTS.threshold
-HASHER = MinHasher(1, DEFAULTS.seed, DEFAULTS.shingle_size)
 REPORT_FILES = ["checksums.sha256", "decisions.jsonl", "manifest.json", "origins.jsonl",
                 "relations.jsonl"]
 DECISION_KEYS = {"package_id", "sample_id", "split", "scope", "content_id", "text_sha256",
@@ -48,68 +57,6 @@ ORIGIN_KEYS = {"package_id", "sample_id", "split", "file", "line", "source"}
 
 
 # --------------------------------------------------------------------------- real prose
-
-
-@functools.lru_cache(maxsize=1)
-def stdlib_docstrings() -> tuple[str, ...]:
-    """Docstrings over 500 characters of the interpreter's top-level stdlib modules (module,
-    class and function docstrings, in file then source order), each normalized text once."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    seen: set[str] = set()
-    docs = []
-    for path in sorted(root.glob("*.py")):
-        try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-                doc = ast.get_docstring(node)
-                if doc and len(doc) > 500 and normalize(doc) not in seen:
-                    seen.add(normalize(doc))
-                    docs.append(doc)
-    return tuple(docs)
-
-
-@functools.lru_cache(maxsize=1)
-def plain_prose() -> tuple[str, ...]:
-    """Docstrings of 600–1600 characters with no digits and no unit symbols, each far from
-    the others (J < 0.5; the stdlib repeats some docstrings nearly verbatim): the numeric/unit
-    guard sees nothing in them, so the edits of a test alone decide what is similar and what
-    the guard sees."""
-    docs: list[str] = []
-    sets: list = []
-    for doc in stdlib_docstrings():
-        if (600 <= len(doc) <= 1600 and not re.search(r"\d", doc)
-                and not any(unit in doc for unit in SYMBOL_UNITS)):
-            shingles = HASHER.shingle_set(normalize(doc))
-            if all(exact_jaccard(shingles, other) < 0.5 for other in sets):
-                docs.append(doc)
-                sets.append(shingles)
-    assert len(docs) >= 40, "the stdlib should offer enough plain prose"
-    return tuple(docs)
-
-
-def jaccard(a: str, b: str) -> float:
-    """Exact Jaccard of the hashed shingle sets of two texts, as scan computes it."""
-    sa, sb = HASHER.shingle_sets([normalize(a), normalize(b)])
-    return exact_jaccard(sa, sb)
-
-
-def replace_words(text: str, start: int, donor: str, count: int) -> str:
-    """``text`` with ``count`` words from ``start`` (negative: from the end) replaced by the
-    first words of ``donor``: a reprint whose opening or closing was rewritten."""
-    words, new = text.split(), donor.split()[:count]
-    if start < 0:
-        start = len(words) + start
-    return " ".join(words[:start] + new + words[start + count:])
-
-
-def near_copy(text: str, donor: str) -> str:
-    """A reprint with two words in the middle replaced: J well above the threshold."""
-    copy = replace_words(text, len(text.split()) // 2, donor, 2)
-    assert THRESHOLD <= jaccard(text, copy) < 1.0
-    return copy
 
 
 def chain(base: str, donor: str) -> tuple[str, str, str]:
@@ -126,89 +73,6 @@ def chain(base: str, donor: str) -> tuple[str, str, str]:
 
 
 # --------------------------------------------------------------------------- CLI helpers
-
-
-def cli_ok(*argv: object) -> str:
-    code, out, err = run_cli("--quiet", *argv)
-    assert code == 0, err
-    return out
-
-
-def cli_fail(expected_code: int, *argv: object) -> str:
-    """Run a command that must fail: the exit code, and exactly one error line on stderr."""
-    code, out, err = run_cli("--quiet", *argv)
-    assert code == expected_code, (code, out, err)
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("near-dedup: error: "), err
-    assert "Traceback" not in err
-    return lines[0]
-
-
-def index(idx: Path, *packages: Path, config: Path | None = None, workers: int = 1) -> str:
-    cfg = ("--config", config) if config else ()
-    return cli_ok("--index", idx, *cfg, "index", "--inputs", *packages, "--workers", workers)
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    # lines end at "\n" only (str.splitlines would also split at U+2028 inside a string)
-    return [json.loads(line) for line in path.read_bytes().split(b"\n") if line]
-
-
-@dataclass
-class Report:
-    path: Path
-    manifest: dict
-    decisions: list[dict]
-    relations: list[dict]
-    origins: list[dict]
-
-    def decision(self, package_id: str, sample_id: str) -> dict:
-        found = [d for d in self.decisions
-                 if (d["package_id"], d["sample_id"]) == (package_id, sample_id)]
-        assert len(found) == 1, (package_id, sample_id)
-        return found[0]
-
-    def outcome(self, package_id: str, sample_id: str) -> tuple:
-        """(decision, reason, kept as "package/sample" or None)."""
-        d = self.decision(package_id, sample_id)
-        kept = f"{d['kept']['package_id']}/{d['kept']['sample_id']}" if d["kept"] else None
-        return d["decision"], d["reason"], kept
-
-    def pairs(self) -> set[tuple]:
-        """Relations as (sample "pkg/id", match "pkg/id" or content_id, kind, history_only,
-        blocked_by)."""
-        out = set()
-        for r in self.relations:
-            m = r["match"]
-            match = (f"{m['package_id']}/{m['sample_id']}" if m["package_id"] is not None
-                     else m["content_id"])
-            out.add((f"{r['sample']['package_id']}/{r['sample']['sample_id']}", match,
-                     r["kind"], r["history_only"], r["blocked_by"]))
-        return out
-
-    def involving(self, package_id: str, sample_id: str) -> list[dict]:
-        ref = {"package_id": package_id, "sample_id": sample_id}
-        return [r for r in self.relations
-                if r["sample"] == ref or {k: r["match"][k] for k in ref} == ref]
-
-
-def load_report(path: Path) -> Report:
-    return Report(path, json.loads((path / "manifest.json").read_text(encoding="utf-8")),
-                  read_jsonl(path / "decisions.jsonl"), read_jsonl(path / "relations.jsonl"),
-                  read_jsonl(path / "origins.jsonl"))
-
-
-def scan(idx: Path, packages: list[Path], out: Path, *, config: Path | None = None,
-         workers: int = 1) -> Report:
-    cfg = ("--config", config) if config else ()
-    cli_ok("--index", idx, *cfg, "scan", "--inputs", *packages, "--output", out,
-           "--workers", workers)
-    return load_report(out)
-
-
-def cpt(sample_id: str, text: str, domain: str = "docs", **extra) -> dict:
-    return {"id": sample_id, "text": text, "domain": domain,
-            "source": {"dataset": "stdlib-docs", "row": sample_id}, **extra}
 
 
 def file_sha256(path: Path) -> str:
@@ -717,6 +581,7 @@ def _pool(tmp_path: Path) -> list[Path]:
     return [v1, v2]
 
 
+@pytest.mark.slow
 def test_same_inputs_give_byte_identical_reports_whatever_the_workers(tmp_path, monkeypatch):
     from near_dedup_core.scan import run as scan_run
     from near_dedup_core.scan import verify as verify_stage
@@ -763,7 +628,8 @@ def test_a_scan_asks_the_kernel_to_read_the_index_ahead(tmp_path, monkeypatch):
     index(idx, pkgs[0])
     index(idx, pkgs[1])
     other = make_package(tmp_path, "d3", {"train": [cpt("z", stdlib_docstrings()[50])]})
-    cli_fail(1, "--index", idx, "scan", "--inputs", other, "--output", tmp_path / "refused")
+    refused(["--quiet", "--index", idx, "scan", "--inputs", other,
+             "--output", tmp_path / "refused"])
     assert asked == []
     before = (file_sha256(idx), idx.stat().st_mtime_ns)
     scan(idx, pkgs, tmp_path / "report")
@@ -839,7 +705,7 @@ def test_scan_leaves_the_index_file_unchanged(tmp_path):
     before = file_sha256(idx)
     scan(idx, pkgs, tmp_path / "report")
     assert file_sha256(idx) == before
-    cli_fail(1, "--index", idx, "scan", "--inputs", *pkgs, "--output", tmp_path / "report")
+    refused(["--quiet", "--index", idx, "scan", "--inputs", *pkgs, "--output", tmp_path / "report"])
     assert file_sha256(idx) == before
 
 
@@ -856,8 +722,8 @@ def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
 
     monkeypatch.setattr(write_stage, "write_checksums", fail_after_writing)
     out = tmp_path / "reports" / "near"
-    assert "simulated write failure" in cli_fail(
-        1, "--index", idx, "scan", "--inputs", *pkgs, "--output", out)
+    assert "simulated write failure" in refused(["--quiet", "--index", idx, "scan",
+                                                 "--inputs", *pkgs, "--output", out])
     assert not out.exists()
     assert leftovers(out.parent) == []
 
@@ -932,7 +798,7 @@ def test_scan_refusals_exit_1_and_publish_nothing(indexed, case):
     before_pkgs = {k: tree_bytes(indexed[k]) for k in ("v1", "v2")}
     out = argv[argv.index("--output") + 1]
     existed = out.exists()
-    message = cli_fail(1, *argv)
+    message = refused(["--quiet", *argv])
     assert fragment in message, message
     assert file_sha256(indexed["index"]) == before_index
     if case != "data changed":
@@ -956,7 +822,7 @@ def test_a_pooled_scan_reports_a_changed_file_and_its_side_work_stops_there(inde
     monkeypatch.setattr(scan_run, "POOL_RECORDS", 0)
     argv, fragment = _refusal(indexed, "data changed")
     out = argv[argv.index("--output") + 1]
-    assert fragment in cli_fail(1, *argv, "--workers", 2)
+    assert fragment in refused(["--quiet", *argv, "--workers", 2])
     assert not out.exists() and leftovers(out.parent) == []
 
     pkgs = open_packages([indexed["v1"]])
@@ -1002,8 +868,8 @@ def test_max_candidates_exceeded_exits_2_without_report(tmp_path):
 
     for pkgs, name in (([six], "six-report"), ([single], "single-report")):
         out = tmp_path / name
-        message = cli_fail(2, "--index", idx, "--config", config, "scan", "--inputs", *pkgs,
-                           "--output", out)
+        message = refused(["--quiet", "--index", idx, "--config", config, "scan",
+                           "--inputs", *pkgs, "--output", out], code=2)
         assert "over max_candidates 3" in message and "no report written" in message
         assert re.search(r"package (six|single), data/train/part-00000\.jsonl:\d+", message)
         assert not out.exists()
@@ -1083,8 +949,8 @@ def test_max_pool_records_exceeded_exits_2_without_report(tmp_path):
     index(idx, a, config=config)
     index(idx, b, config=config)
     out = tmp_path / "report"
-    message = cli_fail(2, "--index", idx, "--config", config, "scan", "--inputs", a, b,
-                       "--output", out)
+    message = refused(["--quiet", "--index", idx, "--config", config, "scan",
+                       "--inputs", a, b, "--output", out], code=2)
     assert "input pool has 4 records, over max_pool_records 3" in message
     assert not out.exists() and leftovers(tmp_path) == []
     scan(idx, [a], tmp_path / "a-report", config=config)  # under the limit: fine
@@ -1099,13 +965,14 @@ def test_sample_over_max_chars_exits_2_and_nothing_is_indexed_or_reported(tmp_pa
     idx = tmp_path / "chars.sqlite"
     index(idx, ok, config=config)
     before = file_sha256(idx)
-    message = cli_fail(2, "--index", idx, "--config", config, "index", "--inputs", big)
+    message = refused(["--quiet", "--index", idx, "--config", config, "index", "--inputs", big],
+                      code=2)
     assert "package big, data/train/part-00000.jsonl:2" in message
     assert "over max_chars 1,000" in message
     assert file_sha256(idx) == before
     out = tmp_path / "report"
-    assert "index it first" in cli_fail(1, "--index", idx, "--config", config, "scan",
-                                        "--inputs", ok, big, "--output", out)
+    assert "index it first" in refused(["--quiet", "--index", idx, "--config", config, "scan",
+                                        "--inputs", ok, big, "--output", out])
     assert not out.exists() and leftovers(tmp_path) == []
 
 

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs
 from datasketch import MinHash
+from helpers import REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs
 
 from near_dedup_core import ALGORITHM_VERSION, ingest
 from near_dedup_core.config import NearDedupConfig

@@ -15,9 +15,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from conftest import REPO, SAMPLES, make_package, run_cli
+from helpers import REPO, SAMPLES, make_package, run_cli
 
 from near_dedup_core import cli, collector, workers
+
+# Each test starts fresh interpreters (imports, numba's CPU target, worker pools).
+pytestmark = pytest.mark.slow
 
 CPT_DAYS = sorted((SAMPLES / "cpt").glob("*/cpt-*"))
 

@@ -54,7 +54,7 @@ def is_sqlite_file(path: Path) -> bool:
 
 
 def check_index_path(path: Path, input_dirs: list[Path]) -> None:
-    """Refuse paths that are not a dedicated index file (SPEC §4 index)."""
+    """Refuse paths that are not a dedicated index file (docs/contract.md §4, index)."""
     if path.name == "pipeline.db":
         raise NearDedupError(f"index {path}: refusing pipeline.db; the index must be a dedicated file")
     resolved = path.resolve()

@@ -1,5 +1,5 @@
 """Mixture plan, build and verify: a per-domain sample of snapshot packages, optionally
-filtered by a frozen near-dedup report (SPEC §5).
+filtered by a frozen near-dedup report (docs/contract.md §5).
 
 Config. A JSON object validated by `MixtureConfig` (unknown keys refused). Relative paths in
 ``inputs`` and ``near_dedup_report`` are relative to the current working directory, and are

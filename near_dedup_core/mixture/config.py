@@ -1,5 +1,5 @@
 """Mixture stage 0, the config: `MixtureConfig` with its weighting strategies and quality
-filter, read and validated by `load_mixture_config` (SPEC §5)."""
+filter, read and validated by `load_mixture_config` (docs/contract.md §5)."""
 
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ class QualityFilter(BaseModel):
 
 
 class MixtureConfig(BaseModel):
-    """A mixture config file (SPEC §5)."""
+    """A mixture config file (docs/contract.md §5)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 

@@ -82,9 +82,9 @@ def first_ingest_rank(contents: db.ContentColumns) -> np.ndarray:
 
 
 def decision_order(pool: Pool) -> np.ndarray:
-    """Sample indexes in decision order (SPEC §4 scan): first-ingest order of the sample's
-    content, then the batch that indexed the sample's package, then input position, then
-    sample id (then report order, which the sort keeps)."""
+    """Sample indexes in decision order (docs/contract.md §4, scan): first-ingest order of the
+    sample's content, then the batch that indexed the sample's package, then input position,
+    then sample id (then report order, which the sort keeps)."""
     s = pool.samples
     n = len(s)
     if n == 0:
