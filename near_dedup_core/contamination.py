@@ -1080,11 +1080,10 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     config.check_pool_records(sum(p.record_count for p in pool))
     digests = None
     if index is not None:  # imported before the forkserver starts: the workers have it
-        from near_dedup_core.index_store import postgres_url
+        from near_dedup_core.index_store import open_index
         from near_dedup_core.scan.pool import data_files
 
-        if postgres_url(index) is None:
-            index = Path(index)
+        open_index(index)  # an unknown URL scheme is refused before any work
         digests = _digests_aside(data_files(pool))
     if workers > 1:
         start_forkserver(PRELOAD)  # its start overlaps reading the items below

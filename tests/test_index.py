@@ -35,11 +35,14 @@ from conftest import (
     update_manifest,
 )
 
-from near_dedup_core import ALGORITHM_VERSION, index_store, ingest
+from near_dedup_core import ALGORITHM_VERSION, index_store
 from near_dedup_core import normalize as normalize_module
 from near_dedup_core.compare import content_id, cpt_scope
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import sha256_file
+from near_dedup_core.ingest import batch as ingest_batch
+from near_dedup_core.ingest import run as ingest_run
+from near_dedup_core.ingest import work as ingest_work
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import MinHasher, exact_jaccard
 
@@ -330,7 +333,7 @@ def test_a_batch_skips_already_indexed_packages_and_says_so(world, index):
 def test_known_content_gains_sources_without_being_signed_again(index, tmp_path, monkeypatch):
     signed: list[str] = []
     normalized: list[str] = []
-    real_sign, real_normalize = ingest.work.sign, normalize_module.normalize_spans
+    real_sign, real_normalize = ingest_work.sign, normalize_module.normalize_spans
 
     def spy(params, texts, *rest):
         signed.extend(texts)
@@ -340,7 +343,7 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
         normalized.extend(texts)
         return real_normalize(texts)
 
-    monkeypatch.setattr(ingest.work, "sign", spy)
+    monkeypatch.setattr(ingest_work, "sign", spy)
     monkeypatch.setattr(normalize_module, "normalize_spans", normalize_spy)  # as work calls it
     new = list(P[60:63])
     records = (docs("c", P[:4])                 # contents of cpt-v1 (batch 1)
@@ -391,9 +394,9 @@ def test_each_later_dictionary_group_uses_a_dictionary_trained_ahead(tmp_path, m
     block 0 trains the first group's dictionary, block 1 the second's, block 3 the third's;
     block 5 trains one for a group that never starts, which is not stored. One or two workers
     write the same rows, every text reads back, and the index passes its check."""
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
-    monkeypatch.setattr(ingest.batch, "DICT_GROUP", 2)
-    monkeypatch.setattr(ingest.batch, "DICT_LEAD", 1)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 150)
+    monkeypatch.setattr(ingest_batch, "DICT_GROUP", 2)
+    monkeypatch.setattr(ingest_batch, "DICT_LEAD", 1)
     texts = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(900)]
     pkg = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", texts)})
     trained = [index_store.train_text_dictionary([normalize(t).encode()
@@ -438,7 +441,7 @@ def test_a_batch_too_small_to_train_a_dictionary_compresses_with_the_newest(tmp_
         index = tmp_path / f"workers-{workers}.sqlite"
         index_ok(index, a, workers=workers)  # one block: it trains the dictionary
         with monkeypatch.context() as m:
-            m.setattr(ingest.batch, "BLOCK_LINES", 40)
+            m.setattr(ingest_batch, "BLOCK_LINES", 40)
             assert "20 new contents" in index_ok(index, b, workers=workers)
         con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
         try:
@@ -464,7 +467,7 @@ def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
     from concurrent.futures import Executor, Future
     from contextlib import contextmanager
 
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 150)
     texts = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(1500)]
     pkg = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", texts)})
     events: list[tuple] = []
@@ -493,17 +496,17 @@ def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
     def recording_pool(executor, workers, initializer=None, initargs=(), preload=()):
         yield Recording()
 
-    monkeypatch.setattr(ingest.run, "work_pool", recording_pool)
-    monkeypatch.setattr(ingest.batch, "shared_blocks", lambda workers: None)  # blocks by value
+    monkeypatch.setattr(ingest_run, "work_pool", recording_pool)
+    monkeypatch.setattr(ingest_batch, "shared_blocks", lambda workers: None)  # blocks by value
     pooled = tmp_path / "pooled.sqlite"
-    ingest.index_packages(pooled, NearDedupConfig(), [pkg], workers=2)
+    ingest_run.index_packages(pooled, NearDedupConfig(), [pkg], workers=2)
     monkeypatch.undo()
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 150)
     assert events[:8] == [("sent", 0, True), *(("sent", b, False) for b in range(1, 7)),
                           ("read", 0)]
     assert [e for e in events if e[0] == "sent"][7:] == [("sent", b, True) for b in range(7, 10)]
     alone = tmp_path / "alone.sqlite"
-    ingest.index_packages(alone, NearDedupConfig(), [pkg], workers=1)
+    ingest_run.index_packages(alone, NearDedupConfig(), [pkg], workers=1)
     rows = []
     for index in (pooled, alone):
         con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
@@ -750,15 +753,15 @@ def test_a_bad_line_in_the_last_package_rolls_back_the_whole_batch(
         world, index, new_index, tmp_path, monkeypatch, existing):
     target = index if existing else new_index
     # blocks of 4 lines: earlier packages are written before the bad line
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 4)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 4)
     writes = []
-    real_write = ingest.batch.BatchWriter._write_contents
+    real_write = ingest_batch.BatchWriter._write_contents
 
     def counting_write(self, rows, *rest):
         writes.append(len(rows))
         return real_write(self, rows, *rest)
 
-    monkeypatch.setattr(ingest.batch.BatchWriter, "_write_contents", counting_write)
+    monkeypatch.setattr(ingest_batch.BatchWriter, "_write_contents", counting_write)
     v3 = make_package(tmp_path, "cpt-v3", {"train": docs("c", P[100:110])})
     records = docs("d", P[110:118])
     records[6] = b'{"id": "d6", "text": "an unterminated'
@@ -942,7 +945,7 @@ def test_a_sample_over_max_chars_exits_2(world, tmp_path, existing):
 _HOLD_LOCK = """
 import sys
 from pathlib import Path
-from near_dedup_core.index_store import writer_lock
+from near_dedup_core.index_store.sqlite_write import writer_lock
 with writer_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     sys.stdin.read()
@@ -1012,9 +1015,10 @@ def big_package(tmp_path_factory) -> Path:
 
 _PAUSE_AFTER_WRITES = """
 import os, sys, time
-from near_dedup_core import cli, ingest
+from near_dedup_core import cli
+from near_dedup_core.ingest import batch
 
-write_contents = ingest.batch.BatchWriter._write_contents
+write_contents = batch.BatchWriter._write_contents
 
 
 def write_then_pause(self, rows, *rest):
@@ -1024,7 +1028,7 @@ def write_then_pause(self, rows, *rest):
         time.sleep(600)
 
 
-ingest.batch.BatchWriter._write_contents = write_then_pause
+batch.BatchWriter._write_contents = write_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 

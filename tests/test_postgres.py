@@ -36,6 +36,7 @@ from sqlalchemy.pool import NullPool
 from near_dedup_core import index_store
 from near_dedup_core.index_store import TextReader
 from near_dedup_core.index_store import postgres as index_postgres
+from near_dedup_core.index_store import schema
 
 BINDIR = find_bindir()
 if BINDIR is None:
@@ -74,7 +75,7 @@ def _engine(index: str | Path):
 def index_rows(index: str | Path) -> dict:
     """Every row of the index that reports depend on, with backend-assigned ids (sources,
     dictionaries, scopes) replaced by what they stand for and texts decompressed."""
-    t = index_store
+    t = schema
     with _engine(index).connect() as conn:
         meta = {k: v for k, v in conn.execute(select(t.meta.c.key, t.meta.c.value))
                 if k != "created_at"}
@@ -198,13 +199,13 @@ def test_the_history_join_leaves_bands_recent_out_when_it_holds_only_the_pool(
         {"id": f"p{i}", "text": reverse_every(t, 40)}
         for i, t in enumerate((*paras[:3], *paras[160:164], *paras[190:193]))]})
     joins: list[str] = []
-    probe = index_store._probe_band_tables
+    probe = index_postgres._probe_band_tables
 
     def traced(raw, keys, pool_contents, sql):
         joins.append(sql)
         return probe(raw, keys, pool_contents, sql)
 
-    monkeypatch.setattr(index_store.store, "_probe_band_tables", traced)
+    monkeypatch.setattr(index_postgres, "_probe_band_tables", traced)
     for days, recent in (((day1,), False), ((day1, day2), True)):
         url, lite = server.create_database(), tmp_path / f"{len(days)}.sqlite"
         for index in (url, lite):
@@ -371,8 +372,8 @@ def test_the_history_probes_on_two_connections_read_the_scan_snapshot(url, tmp_p
     ok(url, pool)
     one = scan_ok(url, tmp_path / "one", pool)
     assert b'"package_id":"cpt-h"' in one["relations.jsonl"]
-    code = ("import sys; from near_dedup_core import index_store, cli; "
-            "index_store.store.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
+    code = ("import sys; from near_dedup_core import cli; from near_dedup_core.index_store import "
+            "postgres; postgres.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
     appended = scan_with_an_append_meanwhile(
         ["-c", code], ["--index", url, "scan", "--inputs", str(pool), "--output",
                        str(tmp_path / "two")],
@@ -537,13 +538,14 @@ def test_index_check_of_an_empty_a_foreign_or_an_unreachable_database_is_one_lin
 
 _PAUSE = """
 import os, sys, time
-from near_dedup_core import cli, ingest
-write_contents = ingest.batch.BatchWriter._write_contents
+from near_dedup_core import cli
+from near_dedup_core.ingest import batch
+write_contents = batch.BatchWriter._write_contents
 def write_then_pause(self, rows, *rest):
     write_contents(self, rows, *rest)
     print("paused in the transaction", file=sys.stderr, flush=True)
     time.sleep(float(os.environ.get("PAUSE_SECONDS", "600")))
-ingest.batch.BatchWriter._write_contents = write_then_pause
+batch.BatchWriter._write_contents = write_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -669,15 +671,15 @@ def test_the_history_join_probes_the_band_index_whatever_the_statistics(url, rec
             return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql))
 
         assert "Seq Scan on bands " in plan(plain)  # the planner's own choice: all of bands
-        unpinned = plan(index_store.HISTORY_JOIN_SQL)  # LATERAL … OFFSET 0 alone: probes
+        unpinned = plan(index_postgres.HISTORY_JOIN_SQL)  # LATERAL … OFFSET 0 alone: probes
         assert "Seq Scan on bands " not in unpinned and "bands_pkey" in unpinned, unpinned
         conn.execute("SET LOCAL enable_seqscan = off")  # as history_band_hits runs it
-        probing = plan(index_store.HISTORY_JOIN_SQL)
+        probing = plan(index_postgres.HISTORY_JOIN_SQL)
         assert "Seq Scan on bands" not in probing, probing
         for table in index_store.BAND_TABLES:
             assert re.search(rf"Index (Only )?Scan using {table}_pkey on {table}", probing), \
                 probing
-        rows = conn.execute(index_store.HISTORY_JOIN_SQL).fetchall()
+        rows = conn.execute(index_postgres.HISTORY_JOIN_SQL).fetchall()
         conn.execute("SET LOCAL enable_seqscan = on")
         assert sorted(rows) == sorted(conn.execute(plain).fetchall()) and rows
         assert all(content != pool_content for _, content in rows)
@@ -706,9 +708,9 @@ def test_the_pool_splits_probe_the_sources_index(url):
             return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql))
 
         assert "Seq Scan on sources" in plan(plain)  # the planner's own choice
-        probing = plan(index_store.POOL_SPLITS_SQL)
+        probing = plan(index_postgres.POOL_SPLITS_SQL)
         assert "Seq Scan on sources" not in probing and "ix_sources_content" in probing, probing
-        assert sorted(conn.execute(index_store.POOL_SPLITS_SQL).fetchall()) == \
+        assert sorted(conn.execute(index_postgres.POOL_SPLITS_SQL).fetchall()) == \
             sorted(conn.execute(plain).fetchall())
     finally:
         conn.rollback()

@@ -1,12 +1,11 @@
-"""Every read of a scan, from one state of the index (`IndexSnapshot`, `open_snapshot`),
-on a plain ``sqlite3`` connection: what `scan` needs of the index, without SQLAlchemy.
+"""Every read of a scan, from one state of the index (`IndexSnapshot`), on a plain
+``sqlite3`` connection: what `scan` needs of the index, without SQLAlchemy.
 
 Also here, because a scan and a batch both use them: the format's constants, the checks of
 an index file and of its binding to a config (`check_index_path`, `check_schema`,
 `check_binding`), the connection that reads and writes nothing (`connect_reader`), the
-one-line errors of the database (`database_errors`) and the named records the snapshot
-returns. The PostgreSQL snapshot (`store.PostgresSnapshot`) is loaded with `store` when an
-index is a URL.
+one-line errors of SQLite (`sqlite_errors`) and the named records the snapshot returns.
+The PostgreSQL snapshot (`postgres.PostgresSnapshot`) subclasses `IndexSnapshot`.
 """
 
 from __future__ import annotations
@@ -18,22 +17,23 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 import numpy as np
 import orjson
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.texts import (
     SQL_IN,
     IndexTexts,
     _uri_path,
     damaged,
-    postgres_url,
     rows_in,
 )
+
+if TYPE_CHECKING:  # a scan's reads need only the config's values
+    from near_dedup_core.config import NearDedupConfig
 
 FORMAT = "near-dedup-index"
 SCHEMA_VERSION = "3"
@@ -54,7 +54,7 @@ def is_sqlite_file(path: Path) -> bool:
 
 
 def check_index_path(path: Path, input_dirs: list[Path]) -> None:
-    """Refuse paths that are not a dedicated index file (SPEC §4 index)."""
+    """Refuse paths that are not a dedicated index file (docs/contract.md, the index)."""
     if path.name == "pipeline.db":
         raise NearDedupError(f"index {path}: refusing pipeline.db; the index must be a dedicated file")
     resolved = path.resolve()
@@ -238,19 +238,9 @@ def raise_if_damaged(path: Path, exc: BaseException) -> None:
 
 
 @contextmanager
-def database_errors(path: Path | str) -> Iterator[None]:
+def sqlite_errors(path: Path) -> Iterator[None]:
     """Turn SQLite errors (raw, or wrapped by SQLAlchemy) inside the block into one line
-    naming the index ``path``; for a PostgreSQL URL, the server's and driver's errors."""
-    url = postgres_url(path)
-    if url is not None:
-        from near_dedup_core.index_store import postgres as pg
-
-        try:
-            yield
-        except pg.driver_errors() as exc:
-            raise pg.connect_error(url, exc) from None
-        return
-    path = Path(path)
+    naming the index ``path``."""
     try:
         yield
     except sqlite3.Error as exc:
@@ -281,32 +271,6 @@ class IndexedPackage(NamedTuple):
     kind: str
     manifest_sha256: str
     batch: int
-
-
-class SourceRow(NamedTuple):
-    """One indexed sample of a package, in package order (``position``)."""
-
-    sample_id: str
-    split: str
-    file: str
-    line: int
-    position: int
-    text_sha256: bytes
-    domain: str | None
-    source: str | None  # the original ``source`` object as JSON text
-    content: int  # the content row id
-
-
-class ContentRow(NamedTuple):
-    """What the scan needs of a content: its first-ingest batch, sizes and signature (None
-    for texts under ``min_chars``)."""
-
-    content_id: bytes
-    scope: int
-    batch: int
-    norm_chars: int
-    shingles: int | None
-    signature: bytes | None
 
 
 class ContentColumns(NamedTuple):
@@ -374,7 +338,7 @@ class IndexSnapshot(IndexTexts):
         and pin its current state."""
         if not path.is_file():
             raise NearDedupError(f"index {path}: not found; index the inputs first")
-        with database_errors(path):
+        with sqlite_errors(path):
             values = _read_foreign(path)
             if config is not None:
                 check_binding(path, values, config)
@@ -417,12 +381,6 @@ class IndexSnapshot(IndexTexts):
         return dict(self._con.execute("SELECT id, label FROM scopes"))
 
     # -- the pool
-    def package_sources(self, package: IndexedPackage) -> list[SourceRow]:
-        """The samples of one indexed package in package order."""
-        return [SourceRow(*row) for row in self._con.execute(
-            "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
-            "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
-
     def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
                      ) -> Iterator[list[tuple]]:
         """(sample_id, split, content) of one package's samples in package order, as plain
@@ -453,8 +411,9 @@ class IndexSnapshot(IndexTexts):
             "OFFSET ?", (package.rowid, nth)).fetchone()
 
     def content_columns(self, ids: np.ndarray) -> ContentColumns:
-        """`content_rows` of these ids as columns, by ascending row id, with the same checks:
-        every id exists and every signature has ``num_perm`` values. A slice of consecutive
+        """Content rows of these ids as columns, by ascending row id. The ids come from
+        sources or bands, so every one exists and every signature has ``num_perm`` values;
+        otherwise the index is damaged (pages that SQLite reads without noticing the damage). A slice of consecutive
         ids (the contents a batch added, as most of a pool's are) is read as one range, the
         others by their id lists (1.1–1.8 s against 1.4–2.9 s for 976,001 ids)."""
         ids = np.sort(np.asarray(ids, dtype=np.int64))
@@ -501,21 +460,6 @@ class IndexSnapshot(IndexTexts):
             signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
         return ContentColumns(ids, [bytes(c) for c in content_id], scope, batch, shingles,
                               signatures, has_signature)
-
-    def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
-        """Content rows by row id. The ids come from sources or bands, so every one exists and
-        every signature has ``num_perm`` values; otherwise the index is damaged (pages that
-        SQLite reads without noticing the damage)."""
-        rows = {row[0]: ContentRow(*row[1:]) for row in rows_in(
-            self._con, "SELECT id, content_id, scope, batch, norm_chars, shingles, signature "
-                       "FROM contents WHERE id IN ({})", ids)}
-        if len(rows) != len(set(ids)):
-            raise damaged(self.path, f"{len(set(ids)) - len(rows):,} content rows are missing")
-        width = self._signature_bytes
-        if width is not None and any(r.signature is not None and len(r.signature) != width
-                                     for r in rows.values()):
-            raise damaged(self.path, "a content signature has the wrong length")
-        return rows
 
     def content_splits(self, ids: list[int]) -> list[ContentSplit]:
         """The distinct (content, split) pairs the index holds sources of, for these ids."""
@@ -626,7 +570,7 @@ def longest_run(ids: np.ndarray) -> tuple[int, int]:
 READ_AHEAD_SHARE = 0.5
 
 
-def read_ahead(index: str | Path) -> bool:
+def read_ahead(index: Path) -> bool:
     """Ask the kernel to read a SQLite index file into its page cache in the background
     (``posix_fadvise`` WILLNEED), when the file takes at most `READ_AHEAD_SHARE` of the
     memory available; whether it asked. Nothing waits for it.
@@ -640,7 +584,7 @@ def read_ahead(index: str | Path) -> bool:
     (``bench.cold_index``). The verify workers' texts come from the same cache. A batch
     appended to the index reads a small part of it (raw-text and content-id keys), so `index`
     does not ask: a cumulative snapshot took 29.0 s with the hint, 25.8 s without."""
-    if postgres_url(index) is not None or not hasattr(os, "posix_fadvise"):
+    if not hasattr(os, "posix_fadvise"):
         return False
     try:
         fd = os.open(index, os.O_RDONLY)
@@ -669,13 +613,3 @@ def _available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def open_snapshot(index: str | Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
-    """The scan's one snapshot of the index at a SQLite path or a PostgreSQL URL."""
-    url = postgres_url(index)
-    if url is not None:
-        from near_dedup_core.index_store.store import PostgresSnapshot
-
-        return PostgresSnapshot.open_url(url, config)
-    return IndexSnapshot.open(Path(index), config)
