@@ -34,9 +34,8 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core import index_store
-from near_dedup_core.index_store import TextReader
+from near_dedup_core.index_store import TextReader, schema
 from near_dedup_core.index_store import postgres as index_postgres
-from near_dedup_core.index_store import schema
 
 BINDIR = find_bindir()
 if BINDIR is None:
