@@ -131,7 +131,7 @@ class BatchTransaction:
     def indexed_packages(self) -> dict[str, IndexedPackage]:
         p = packages.c
         return {row.package_id: IndexedPackage(*row) for row in self.conn.execute(
-            select(p.id, p.package_id, p.kind, p.manifest_sha256, p.batch))}
+            select(p.id, p.package_id, p.kind, p.manifest_sha256, p.batch, p.records))}
 
     def add_batch(self, created_at: str, tool_version: str, package_ids: list[str]) -> int:
         """A new batch row; returns its sequence number (one more than the last)."""

@@ -13,19 +13,20 @@ import zstandard
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.invariants import check_meta_keys, quick_check
 from near_dedup_core.index_store.snapshot import (
     BANDS_MERGED_THROUGH,
     FORMAT,
+    MISSING_SCOPE,
     SCHEMA_VERSION,
+    SIGNATURE_MISMATCH,
     _read_foreign,
     check_schema,
     connect_reader,
+    package_sources_error,
     sqlite_errors,
 )
-from near_dedup_core.index_store.texts import TextReader
-
-REQUIRED_META = ("format", "schema_version", "algorithm_version", "config_fingerprint",
-                 "config", "created_at", BANDS_MERGED_THROUGH)
+from near_dedup_core.index_store.texts import TextReader, damaged
 
 
 class IndexCheck(NamedTuple):
@@ -78,10 +79,7 @@ def check_meta(path: Path | str, values: dict[str, str]) -> NearDedupConfig:
     """The binding rows: present, ours, readable by this tool, the config its fingerprint."""
     if values.get("format") == FORMAT:
         check_schema(path, values.get("schema_version"))
-    missing = [k for k in REQUIRED_META if k not in values]
-    if missing:
-        raise NearDedupError(f"index {path}: meta lacks {', '.join(missing)}; restore it from "
-                             f"a backup")
+    check_meta_keys(path, values)
     if values.get("format") != FORMAT:
         raise NearDedupError(f"index {path}: not a near-dedup index")
     if values["schema_version"] != SCHEMA_VERSION or values["algorithm_version"] != ALGORITHM_VERSION:
@@ -107,11 +105,24 @@ def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedu
     def bad(what: str) -> NearDedupError:
         return NearDedupError(f"index {path}: {what}; restore it from a backup")
 
+    quick_check(path, con.execute)  # what every scan and append verifies, in their words
     max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
     (merged,) = con.execute("SELECT value FROM meta WHERE key = ?",
                             (BANDS_MERGED_THROUGH,)).fetchone()
-    if not merged.isdigit():
-        raise bad(f"meta {BANDS_MERGED_THROUGH} is not a row id")
+    for package_id, records, sources in con.execute(
+            "SELECT p.package_id, p.records, (SELECT COUNT(*) FROM sources s "
+            "WHERE s.package = p.id) FROM packages p ORDER BY p.id").fetchall():
+        if sources != records:
+            raise package_sources_error(path, package_id, sources, records)
+    for detail, sql in [
+        (MISSING_SCOPE, "SELECT COUNT(*) FROM contents c LEFT JOIN scopes s ON s.id = c.scope "
+                        "WHERE s.id IS NULL"),
+        (SIGNATURE_MISMATCH, f"SELECT COUNT(*) FROM contents WHERE (signature IS NULL AND "
+                             f"norm_chars >= {config.min_chars}) OR (signature IS NOT NULL "
+                             f"AND norm_chars < {config.min_chars})")]:
+        (n,) = con.execute(sql).fetchone()
+        if n:
+            raise damaged(path, detail)  # as a scan that reads such a content says
     queries = [
         ("a band row names a missing content or one without a signature",
          ("SELECT COUNT(*) FROM (SELECT content FROM bands UNION ALL "
@@ -126,6 +137,9 @@ def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedu
         ("a source names a missing content",
          ("SELECT COUNT(*) FROM sources s LEFT JOIN contents c ON c.id = s.content "
           "WHERE c.id IS NULL")),
+        ("a raw text names a missing scope",
+         ("SELECT COUNT(*) FROM raw_texts r LEFT JOIN scopes s ON s.id = r.scope "
+          "WHERE s.id IS NULL")),
         ("a raw text names a missing content",
          ("SELECT COUNT(*) FROM raw_texts r LEFT JOIN contents c ON c.id = r.content "
           "WHERE c.id IS NULL")),

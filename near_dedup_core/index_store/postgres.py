@@ -45,6 +45,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.backends import label
 from near_dedup_core.index_store.batch import BatchTransaction
 from near_dedup_core.index_store.check import IndexCheck, check_invariants, check_meta
+from near_dedup_core.index_store.invariants import quick_check
 from near_dedup_core.index_store.schema import binding_rows, contents, meta, metadata, sources
 from near_dedup_core.index_store.snapshot import (
     BAND_TABLES,
@@ -270,11 +271,11 @@ class PostgresSnapshot(IndexSnapshot):
                                      f"inputs first")
             if config is not None:
                 check_binding(label(url), values, config)
+            quick_check(label(url), QmarkConnection(raw).execute)
         except BaseException:
             raw.close()
             raise
-        snap = cls(label(url), QmarkConnection(raw),  # type: ignore[arg-type]
-                   None if config is None else config.num_perm)
+        snap = cls(label(url), QmarkConnection(raw), config)  # type: ignore[arg-type]
         snap.location = url
         return snap
 
@@ -422,6 +423,7 @@ def postgres_batch(url: str, config: NearDedupConfig, created_at: str) -> Iterat
                 create_schema(conn, config, created_at)
             else:
                 check_binding(label(url), values, config, writing=True)
+                quick_check(label(url), QmarkConnection(raw(conn)).execute)
             yield PostgresBatch(conn, url)
     except driver_errors() as exc:
         raise connect_error(url, exc) from None

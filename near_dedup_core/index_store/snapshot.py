@@ -24,6 +24,13 @@ import orjson
 
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.invariants import (
+    BANDS_MERGED_THROUGH,
+    UPGRADABLE_SCHEMA,
+    PageCheck,
+    quick_check,
+    restore,
+)
 from near_dedup_core.index_store.texts import (
     SQL_IN,
     IndexTexts,
@@ -37,11 +44,6 @@ if TYPE_CHECKING:  # a scan's reads need only the config's values
 
 FORMAT = "near-dedup-index"
 SCHEMA_VERSION = "3"
-#: The schema before ``bands_recent``: not read by this tool, but upgraded in place by the
-#: next batch (`BatchTransaction.upgrade_schema`), inside that batch's transaction.
-UPGRADABLE_SCHEMA = "2"
-#: meta key: the content row id up to which band rows are in ``bands`` (see `write_bands`).
-BANDS_MERGED_THROUGH = "bands_merged_through"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
 #: The two band tables that every band lookup reads.
@@ -263,6 +265,20 @@ def _sqlalchemy_dbapi_error() -> type[Exception] | None:
 # --------------------------------------------------------------------------- reading
 
 
+#: The damage `IndexSnapshot.content_columns` and `index check` name when a content row names
+#: a scope that does not exist.
+MISSING_SCOPE = "a content names a missing scope"
+#: … when a content has a signature although its text is under ``min_chars``, or none although
+#: it is not.
+SIGNATURE_MISMATCH = "a content's signature does not match its length (min_chars)"
+
+
+def package_sources_error(label: Path | str, package_id: str, sources: int,
+                          records: int) -> NearDedupError:
+    return restore(label, f"package {package_id} has {sources:,} sources and {records:,} "
+                          f"records")
+
+
 class IndexedPackage(NamedTuple):
     """A package of the index: ``rowid`` is its key in the snapshot's other answers."""
 
@@ -271,6 +287,7 @@ class IndexedPackage(NamedTuple):
     kind: str
     manifest_sha256: str
     batch: int
+    records: int  # its samples, each one ``sources`` row
 
 
 class ContentColumns(NamedTuple):
@@ -328,9 +345,14 @@ class IndexSnapshot(IndexTexts):
     The methods take and return plain values and named records, not SQL or connections, so
     another backend can implement the same reads."""
 
-    def __init__(self, path: Path, con: sqlite3.Connection, num_perm: int | None) -> None:
+    def __init__(self, path: Path, con: sqlite3.Connection,
+                 config: NearDedupConfig | None = None) -> None:
         super().__init__(path, con)
-        self._signature_bytes = None if num_perm is None else 2 * num_perm
+        self._signature_bytes = None if config is None else 2 * config.num_perm
+        self._min_chars = None if config is None else config.min_chars
+        self._scope_ids: np.ndarray | None = None
+        #: SQLite's page check, beside the scan (`verify_pages`)
+        self._pages: PageCheck | None = None
 
     @classmethod
     def open(cls, path: Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
@@ -348,12 +370,25 @@ class IndexSnapshot(IndexTexts):
                 con.execute("PRAGMA cache_size = -262144")  # 256 MiB page cache
                 con.execute("BEGIN")
                 con.execute("SELECT COUNT(*) FROM meta").fetchone()  # pins the snapshot
+                quick_check(path, con.execute)
             except BaseException:
                 con.close()
                 raise
-        return cls(path, con, None if config is None else config.num_perm)
+        snap = cls(path, con, config)
+        snap._pages = PageCheck(path, connect_reader)
+        return snap
+
+    def verify_pages(self) -> None:
+        """Wait for the check of the index's pages that runs beside the scan
+        (`invariants.PageCheck`): the damage line if one is damaged. Called before anything
+        read from the snapshot is published."""
+        if self._pages is not None:
+            pages, self._pages = self._pages, None
+            pages.result()
 
     def close(self) -> None:
+        if self._pages is not None:
+            self._pages.close()
         self._con.close()
 
     def __enter__(self) -> Self:
@@ -369,7 +404,7 @@ class IndexSnapshot(IndexTexts):
     def indexed_packages(self) -> list[IndexedPackage]:
         """Every indexed package in (batch, package_id) order."""
         return [IndexedPackage(*row) for row in self._con.execute(
-            "SELECT id, package_id, kind, manifest_sha256, batch FROM packages "
+            "SELECT id, package_id, kind, manifest_sha256, batch, records FROM packages "
             "ORDER BY batch, package_id")]
 
     def counts(self) -> IndexCounts:
@@ -386,12 +421,17 @@ class IndexSnapshot(IndexTexts):
         """(sample_id, split, content) of one package's samples in package order, as plain
         tuples in lists of up to ``batch``: the least a scan needs before it can compare, so
         that a million samples load without a million records (`package_column` reads any
-        other column in the same order)."""
+        other column in the same order). Fewer or more rows than the package's records: the
+        index is damaged."""
         cur = self._con.execute(
             "SELECT sample_id, split, content FROM sources WHERE package = ? ORDER BY position",
             (package.rowid,))
+        count = 0
         while rows := cur.fetchmany(batch):
+            count += len(rows)
             yield rows
+        if count != package.records:
+            raise package_sources_error(self.path, package.package_id, count, package.records)
 
     def sample_rows(self, package: IndexedPackage, batch: int = 1 << 16
                     ) -> Iterator[list[tuple]]:
@@ -413,8 +453,9 @@ class IndexSnapshot(IndexTexts):
     def content_columns(self, ids: np.ndarray) -> ContentColumns:
         """Content rows of these ids as columns, by ascending row id. The ids come from
         sources or bands, so every one exists and every signature has ``num_perm`` values;
-        otherwise the index is damaged (pages that SQLite reads without noticing the damage). A slice of consecutive
-        ids (the contents a batch added, as most of a pool's are) is read as one range, the
+        otherwise the index is damaged (pages that SQLite reads without noticing the damage).
+        So it is when a content names a scope that does not exist, or has a signature when
+        its text is under ``min_chars`` or none when it is not. A slice of consecutive ids (the contents a batch added, as most of a pool's are) is read as one range, the
         others by their id lists (1.1–1.8 s against 1.4–2.9 s for 976,001 ids)."""
         ids = np.sort(np.asarray(ids, dtype=np.int64))
         ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
@@ -426,7 +467,9 @@ class IndexSnapshot(IndexTexts):
         shingles = np.full(n, -1, dtype=np.int64)
         has_signature = np.zeros(n, dtype=bool)
         signatures: np.ndarray | None = None
-        columns = "SELECT content_id, scope, batch, shingles, signature FROM contents WHERE"
+        long = np.zeros(n, dtype=bool)  # norm_chars >= min_chars
+        columns = ("SELECT content_id, scope, batch, shingles, signature, norm_chars "
+                   "FROM contents WHERE")
         for i in range(0, n, SQL_IN):
             part = ids[i:i + SQL_IN].tolist()
             if part[-1] - part[0] + 1 == len(part):  # consecutive row ids: one range read
@@ -437,9 +480,11 @@ class IndexSnapshot(IndexTexts):
                                          f"ORDER BY id", part).fetchall()
             if len(rows) != len(part):
                 raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
-            cid, sc, bt, sh, sig = zip(*rows)
+            cid, sc, bt, sh, sig, chars = zip(*rows)
             content_id.extend(cid)
             end = i + len(part)
+            if self._min_chars is not None:
+                long[i:end] = np.asarray(chars, dtype=np.int64) >= self._min_chars
             scope[i:end] = sc
             batch[i:end] = bt
             shingles[i:end] = [-1 if x is None else x for x in sh]
@@ -458,8 +503,20 @@ class IndexSnapshot(IndexTexts):
                 b"".join(found), dtype=np.uint16).reshape(len(found), width // 2)
         if signatures is None:
             signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
+        self._check_columns(scope, has_signature, long)
         return ContentColumns(ids, [bytes(c) for c in content_id], scope, batch, shingles,
                               signatures, has_signature)
+
+    def _check_columns(self, scope: np.ndarray, has_signature: np.ndarray,
+                       long: np.ndarray) -> None:
+        """`content_columns`' checks of what its rows name and hold (see `index check`)."""
+        if self._scope_ids is None:
+            self._scope_ids = np.fromiter((i for (i,) in self._con.execute(
+                "SELECT id FROM scopes")), dtype=np.int64)
+        if not np.isin(scope, self._scope_ids).all():
+            raise damaged(self.path, MISSING_SCOPE)
+        if self._min_chars is not None and not np.array_equal(has_signature, long):
+            raise damaged(self.path, SIGNATURE_MISMATCH)
 
     def content_splits(self, ids: list[int]) -> list[ContentSplit]:
         """The distinct (content, split) pairs the index holds sources of, for these ids."""

@@ -19,12 +19,14 @@ from sqlalchemy.pool import NullPool
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.batch import BatchTransaction
+from near_dedup_core.index_store.invariants import PageCheck, quick_check
 from near_dedup_core.index_store.schema import create_schema
 from near_dedup_core.index_store.snapshot import (
     BUSY_TIMEOUT_ENV,
     DEFAULT_BUSY_TIMEOUT,
     _read_foreign,
     check_binding,
+    connect_reader,
     raise_if_damaged,
     sqlite_errors,
 )
@@ -201,10 +203,18 @@ def _existing_batch(path: Path, config: NearDedupConfig) -> Iterator[BatchTransa
     values = _read_foreign(path)
     check_binding(path, values, config, writing=True)
     engine = open_writable(path)
+    pages = None
     try:
         with engine.begin() as conn:  # BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error
+            dbapi = conn.connection.dbapi_connection
+            assert dbapi is not None
+            quick_check(path, dbapi.execute)  # the index the batch extends is sound …
+            pages = PageCheck(path, connect_reader)  # … up to its pages, checked meanwhile
             yield BatchTransaction(conn, str(path.resolve()))
+            pages.result()
     finally:
+        if pages is not None:
+            pages.close()
         engine.dispose()
 
 

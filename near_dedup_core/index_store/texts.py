@@ -247,7 +247,7 @@ class ShippedTexts:
         return out
 
 
-def damaged(path: Path, detail: str) -> NearDedupError:
+def damaged(path: Path | str, detail: str) -> NearDedupError:
     """The one-line error for an index whose data contradicts itself."""
     return NearDedupError(f"index {path}: damaged ({detail}); restore it from a backup or run "
                           f"`near-dedup --index {path} index check`")

@@ -179,4 +179,5 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
                               columns, origins, pool_outside)
+        snap.verify_pages()  # nothing is published from a damaged index
     return ScanResult(output, counts)
