@@ -13,20 +13,22 @@ import zstandard
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.index_store.invariants import check_meta_keys, quick_check
+from near_dedup_core.index_store.invariants import (
+    check_content_rows,
+    check_meta_keys,
+    quick_check,
+)
 from near_dedup_core.index_store.snapshot import (
     BANDS_MERGED_THROUGH,
     FORMAT,
-    MISSING_SCOPE,
     SCHEMA_VERSION,
-    SIGNATURE_MISMATCH,
     _read_foreign,
     check_schema,
     connect_reader,
     package_sources_error,
     sqlite_errors,
 )
-from near_dedup_core.index_store.texts import TextReader, damaged
+from near_dedup_core.index_store.texts import TextReader
 
 
 class IndexCheck(NamedTuple):
@@ -109,20 +111,6 @@ def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedu
     max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
     (merged,) = con.execute("SELECT value FROM meta WHERE key = ?",
                             (BANDS_MERGED_THROUGH,)).fetchone()
-    for package_id, records, sources in con.execute(
-            "SELECT p.package_id, p.records, (SELECT COUNT(*) FROM sources s "
-            "WHERE s.package = p.id) FROM packages p ORDER BY p.id").fetchall():
-        if sources != records:
-            raise package_sources_error(path, package_id, sources, records)
-    for detail, sql in [
-        (MISSING_SCOPE, "SELECT COUNT(*) FROM contents c LEFT JOIN scopes s ON s.id = c.scope "
-                        "WHERE s.id IS NULL"),
-        (SIGNATURE_MISMATCH, f"SELECT COUNT(*) FROM contents WHERE (signature IS NULL AND "
-                             f"norm_chars >= {config.min_chars}) OR (signature IS NOT NULL "
-                             f"AND norm_chars < {config.min_chars})")]:
-        (n,) = con.execute(sql).fetchone()
-        if n:
-            raise damaged(path, detail)  # as a scan that reads such a content says
     queries = [
         ("a band row names a missing content or one without a signature",
          ("SELECT COUNT(*) FROM (SELECT content FROM bands UNION ALL "
@@ -162,6 +150,12 @@ def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedu
         (n,) = con.execute(sql).fetchone()
         if n:
             raise bad(f"{what} ({n:,} rows)")
+    for package_id, records, sources in con.execute(
+            "SELECT p.package_id, p.records, (SELECT COUNT(*) FROM sources s "
+            "WHERE s.package = p.id) FROM packages p ORDER BY p.id").fetchall():
+        if sources != records:
+            raise package_sources_error(path, package_id, sources, records)
+    check_content_rows(path, con.execute, config.min_chars)  # as a scan or append says
     reader = TextReader(con)
     for cid, blob, dictionary, chars in stream(
             "SELECT id, text_z, dictionary, norm_chars FROM contents"):

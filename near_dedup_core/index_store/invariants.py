@@ -15,8 +15,9 @@ What a scan or an append relies on, and how it is verified cheaply:
 - every content a scan reads names an existing scope and has a signature exactly when its
   text has ``min_chars`` characters or more: checked on the rows the scan reads
   (`IndexSnapshot.content_columns`);
-- SQLite's pages: ``PRAGMA quick_check`` beside the scan or the batch (`PageCheck`), waited
-  for before a report is published or a batch committed.
+- SQLite's pages: ``PRAGMA quick_check`` beside the scan or the batch, and beside a batch
+  the scopes and signatures of all contents (`BackgroundCheck`), waited for before a report
+  is published or a batch committed.
 
 Plain ``sqlite3`` or `postgres.QmarkConnection` statements: no SQLAlchemy, no pydantic.
 """
@@ -103,41 +104,81 @@ def quick_check(label: Path | str, execute: Callable[..., Any]) -> None:
         raise damaged(label, f"{(top or 0) - count:,} content rows are missing")
 
 
-class PageCheck:
-    """SQLite's ``PRAGMA quick_check`` of the index at ``path``, run in a thread on a
-    connection of its own while the caller works (the pragma leaves the GIL while it reads
-    pages); `result` waits for it and raises the damage line if a page is damaged.
+def check_pages(path: Path, con: sqlite3.Connection) -> None:
+    """SQLite's ``PRAGMA quick_check`` of the whole file: the damage line for a bad page."""
+    problems = [row[0] for row in con.execute("PRAGMA quick_check(1)")]
+    if problems != ["ok"]:
+        raise damaged(path, f"SQLite quick_check: {' '.join(problems[0].split())}")
 
-    A scan or an append reads only some pages of the file, and SQLite may read garbage in
-    them without noticing: the check reads every page, about 0.25 s for an index of
-    10^5 records (94 MB) on a warm cache, and runs beside the work."""
 
-    def __init__(self, path: Path, connect: Callable[[Path], sqlite3.Connection]) -> None:
-        self.path = path
-        self._con = connect(path)
-        self._problems: list[str] = []
-        self._error: sqlite3.Error | None = None
-        self._thread = threading.Thread(target=self._run, name="index-page-check", daemon=True)
+#: The damage lines of content rows that name a missing scope, or whose signature does not
+#: match their length (a signature exactly when ``norm_chars`` ≥ ``min_chars``).
+MISSING_SCOPE = "a content names a missing scope"
+SIGNATURE_MISMATCH = "a content's signature does not match its length (min_chars)"
+
+
+def check_content_rows(label: Path | str, execute: Callable[..., Any], min_chars: int) -> None:
+    """Every content names an existing scope and has a signature exactly when its text has
+    ``min_chars`` characters or more: one pass over ``contents`` (`index check` and, beside
+    its work, an append)."""
+    scopes = ",".join(str(i) for (i,) in execute("SELECT id FROM scopes").fetchall()) or "0"
+    mismatched, unscoped = execute(
+        f"SELECT COALESCE(SUM(CASE WHEN (signature IS NULL) = (norm_chars >= {int(min_chars)}) "
+        f"THEN 1 ELSE 0 END), 0), COALESCE(SUM(CASE WHEN scope NOT IN ({scopes}) THEN 1 "
+        f"ELSE 0 END), 0) FROM contents").fetchone()
+    if unscoped:
+        raise damaged(label, MISSING_SCOPE)
+    if mismatched:
+        raise damaged(label, SIGNATURE_MISMATCH)
+
+
+class BackgroundCheck:
+    """Checks of a whole index that run in a thread on a connection of their own while the
+    caller works (SQLite and psycopg leave the GIL while they read), so that a scan or an
+    append pays for them in time only where they outlast its work; `result` waits for them
+    and raises the line of the first broken invariant.
+
+    A scan or an append reads only some pages of a SQLite file, and SQLite may read garbage in
+    them without noticing: `check_pages` reads every page, about 0.25 s for an index of 10^5
+    records (94 MB) on a warm cache."""
+
+    def __init__(self, con: Any, checks: list[Callable[[Any], None]],
+                 interrupt: Callable[[], None]) -> None:
+        self._con = con
+        self._checks = checks
+        self._interrupt = interrupt
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="index-check", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
         try:
-            self._problems = [row[0] for row in self._con.execute("PRAGMA quick_check(1)")]
-        except sqlite3.Error as exc:
+            for check in self._checks:
+                check(self._con)
+        except BaseException as exc:  # handed to the caller's thread by `result`
             self._error = exc
 
     def result(self) -> None:
-        """Wait for the check; the damage line if it found any."""
+        """Wait for the checks; the one-line error of the first that failed."""
         self._thread.join()
         self.close()
-        if self._error is not None and "interrupted" not in str(self._error):
-            raise damaged(self.path, " ".join(str(self._error).split()))
-        if self._problems and self._problems != ["ok"]:
-            raise damaged(self.path, f"SQLite quick_check: {' '.join(self._problems[0].split())}")
+        if self._error is not None:
+            raise self._error
 
     def close(self) -> None:
-        """Stop the check if it still runs, and close its connection."""
+        """Stop the checks if they still run, and close their connection."""
         if self._thread.is_alive():
-            self._con.interrupt()
+            self._interrupt()
             self._thread.join()
         self._con.close()
+
+
+def sqlite_background_check(path: Path, connect: Callable[[Path], sqlite3.Connection],
+                            min_chars: int | None = None) -> BackgroundCheck:
+    """`BackgroundCheck` of the SQLite index at ``path``: its pages, and with ``min_chars``
+    (an append's) its content rows (`check_content_rows`)."""
+    con = connect(path)
+    checks: list[Callable[[Any], None]] = [lambda c: check_pages(path, c)]
+    if min_chars is not None:
+        checks.append(lambda c: check_content_rows(path, c.execute, min_chars))
+    return BackgroundCheck(con, checks, con.interrupt)

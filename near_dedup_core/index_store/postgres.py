@@ -45,7 +45,11 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.backends import label
 from near_dedup_core.index_store.batch import BatchTransaction
 from near_dedup_core.index_store.check import IndexCheck, check_invariants, check_meta
-from near_dedup_core.index_store.invariants import quick_check
+from near_dedup_core.index_store.invariants import (
+    BackgroundCheck,
+    check_content_rows,
+    quick_check,
+)
 from near_dedup_core.index_store.schema import binding_rows, contents, meta, metadata, sources
 from near_dedup_core.index_store.snapshot import (
     BAND_TABLES,
@@ -415,6 +419,7 @@ def postgres_batch(url: str, config: NearDedupConfig, created_at: str) -> Iterat
     """One batch on a PostgreSQL index: lock, initialise an empty database and append, all in
     one transaction, so a failure or a killed client leaves the database as it was."""
     engine_ = engine(url)
+    rows = None
     try:
         with engine_.begin() as conn:
             lock_writer(conn, url)
@@ -424,11 +429,24 @@ def postgres_batch(url: str, config: NearDedupConfig, created_at: str) -> Iterat
             else:
                 check_binding(label(url), values, config, writing=True)
                 quick_check(label(url), QmarkConnection(raw(conn)).execute)
+                rows = _content_rows_check(url, config.min_chars)  # beside the batch
             yield PostgresBatch(conn, url)
+            if rows is not None:
+                rows.result()
     except driver_errors() as exc:
         raise connect_error(url, exc) from None
     finally:
+        if rows is not None:
+            rows.close()
         engine_.dispose()
+
+
+def _content_rows_check(url: str, min_chars: int) -> BackgroundCheck:
+    """`invariants.check_content_rows` of the committed index on a connection of its own."""
+    checker = connect(url, snapshot=False)
+    return BackgroundCheck(
+        checker, [lambda c: check_content_rows(label(url), QmarkConnection(c).execute,
+                                               min_chars)], checker.cancel)
 
 
 # --------------------------------------------------------------------------- index check

@@ -26,10 +26,13 @@ from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
+    MISSING_SCOPE,
+    SIGNATURE_MISMATCH,
     UPGRADABLE_SCHEMA,
-    PageCheck,
+    BackgroundCheck,
     quick_check,
     restore,
+    sqlite_background_check,
 )
 from near_dedup_core.index_store.texts import (
     SQL_IN,
@@ -265,14 +268,6 @@ def _sqlalchemy_dbapi_error() -> type[Exception] | None:
 # --------------------------------------------------------------------------- reading
 
 
-#: The damage `IndexSnapshot.content_columns` and `index check` name when a content row names
-#: a scope that does not exist.
-MISSING_SCOPE = "a content names a missing scope"
-#: … when a content has a signature although its text is under ``min_chars``, or none although
-#: it is not.
-SIGNATURE_MISMATCH = "a content's signature does not match its length (min_chars)"
-
-
 def package_sources_error(label: Path | str, package_id: str, sources: int,
                           records: int) -> NearDedupError:
     return restore(label, f"package {package_id} has {sources:,} sources and {records:,} "
@@ -352,7 +347,7 @@ class IndexSnapshot(IndexTexts):
         self._min_chars = None if config is None else config.min_chars
         self._scope_ids: np.ndarray | None = None
         #: SQLite's page check, beside the scan (`verify_pages`)
-        self._pages: PageCheck | None = None
+        self._pages: BackgroundCheck | None = None
 
     @classmethod
     def open(cls, path: Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
@@ -375,12 +370,12 @@ class IndexSnapshot(IndexTexts):
                 con.close()
                 raise
         snap = cls(path, con, config)
-        snap._pages = PageCheck(path, connect_reader)
+        snap._pages = sqlite_background_check(path, connect_reader)
         return snap
 
     def verify_pages(self) -> None:
         """Wait for the check of the index's pages that runs beside the scan
-        (`invariants.PageCheck`): the damage line if one is damaged. Called before anything
+        (`invariants.BackgroundCheck`): the damage line if one is damaged. Called before anything
         read from the snapshot is published."""
         if self._pages is not None:
             pages, self._pages = self._pages, None

@@ -19,7 +19,7 @@ from sqlalchemy.pool import NullPool
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.batch import BatchTransaction
-from near_dedup_core.index_store.invariants import PageCheck, quick_check
+from near_dedup_core.index_store.invariants import quick_check, sqlite_background_check
 from near_dedup_core.index_store.schema import create_schema
 from near_dedup_core.index_store.snapshot import (
     BUSY_TIMEOUT_ENV,
@@ -209,7 +209,8 @@ def _existing_batch(path: Path, config: NearDedupConfig) -> Iterator[BatchTransa
             dbapi = conn.connection.dbapi_connection
             assert dbapi is not None
             quick_check(path, dbapi.execute)  # the index the batch extends is sound …
-            pages = PageCheck(path, connect_reader)  # … up to its pages, checked meanwhile
+            # … up to its pages and content rows, checked meanwhile
+            pages = sqlite_background_check(path, connect_reader, config.min_chars)
             yield BatchTransaction(conn, str(path.resolve()))
             pages.result()
     finally:
