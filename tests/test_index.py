@@ -116,8 +116,9 @@ def temp_siblings(index: Path) -> list[str]:
 
 
 def index_state(index: Path) -> dict:
-    """What a reader of the index sees: integrity, row counts, packages and batches."""
-    con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+    """What a reader of the index sees: integrity, row counts, packages and batches (read as
+    the tool reads, leaving no -wal/-shm file behind)."""
+    con = index_store.connect_reader(index)
     try:
         return {
             "integrity": con.execute("PRAGMA integrity_check").fetchone()[0],
@@ -135,7 +136,7 @@ def index_state(index: Path) -> dict:
 def contents_by_id(index: Path) -> dict[bytes, tuple]:
     """content_id -> (first batch, normalized length, shingle-set size, signature, stored
     normalized text). Texts are decompressed: their bytes depend on the batch's dictionary."""
-    con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+    con = index_store.connect_reader(index)
     try:
         reader = index_store.TextReader(con)
         return {cid: (batch, chars, shingles, sig, reader.text(blob, dictionary))
@@ -937,6 +938,74 @@ def test_a_sample_over_max_chars_exits_2(world, tmp_path, existing):
             f"package cpt-long, data/train/part-00000.jsonl:3: sample l2 has "
             f"{len(long_text):,} characters, over max_chars 1,200")
     before.check()
+
+
+# --------------------------------------------------------------------------- damage
+
+
+#: Rows deleted or changed behind the tool's back, each breaking an invariant that a scan or
+#: an append relies on, and the words of the one line that `index check`, `scan` and `index`
+#: all print for it.
+DAMAGES = {
+    "source": ("DELETE FROM sources WHERE id = 5",
+               "the index holds 25 sources, its packages 26 records"),
+    "package": ("DELETE FROM packages WHERE package_id = 'cpt-v1'",
+                "no packages row for cpt-v1, which batch 1 added"),
+    "scope": ("DELETE FROM scopes", "damaged (a content names a missing scope)"),
+    "bands_merged_through": ("DELETE FROM meta WHERE key = 'bands_merged_through'",
+                             "meta lacks bands_merged_through"),
+    "kind": ("DELETE FROM meta WHERE key = 'kind'", "meta lacks kind"),
+    "signature": ("UPDATE contents SET signature = NULL WHERE id = (SELECT MIN(content) "
+                  "FROM bands)",
+                  "damaged (a content's signature does not match its length (min_chars))"),
+    "content": ("DELETE FROM contents WHERE id = 3", "damaged (1 content rows are missing)"),
+}
+
+
+def damage(index: Path, sql: str) -> None:
+    con = sqlite3.connect(index)
+    con.execute(sql)
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("what", list(DAMAGES))
+def test_check_scan_and_append_stop_at_the_same_broken_invariant(world, index, tmp_path, what):
+    """`index check` names each damage in one line (exit 1); `scan` publishes nothing and
+    `index` appends nothing, each stopping with that same line; nothing changes on disk, and
+    no -wal/-shm file is left."""
+    sql, fragment = DAMAGES[what]
+    damage(index, sql)
+    before = Unchanged(index)
+    files = leftovers(index)
+    line = refused(["--quiet", "--index", index, "index", "check"], 1, f"index {index}: ",
+                   fragment)
+    assert refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+                    tmp_path / "rep"], 1) == line
+    assert not (tmp_path / "rep").exists()
+    assert refused(index_args(index, world.v1, world.v2), 1) == line
+    before.check()
+    assert leftovers(index) == files == [index.name]
+
+
+def test_random_bytes_in_the_file_stop_check_scan_and_append(world, index, tmp_path):
+    """16 KiB of random bytes at 35 % of the file, where neither the scan nor the append
+    reads: SQLite's page check, which runs beside them, stops both before anything is
+    published or committed."""
+    size = index.stat().st_size
+    with open(index, "r+b") as fh:
+        fh.seek(int(size * 0.35))
+        fh.write(np.random.default_rng(3).integers(0, 256, 16384, dtype=np.uint8).tobytes())
+    before = Unchanged.__new__(Unchanged)
+    before.index, before.digest, before.files = index, digest(index), leftovers(index)
+    damaged = f"index {index}: damaged ("
+    refused(["--quiet", "--index", index, "index", "check"], 1, damaged)
+    refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+             tmp_path / "rep"], 1, damaged)
+    assert not (tmp_path / "rep").exists()
+    refused(index_args(index, world.v1, world.v2), 1, damaged)
+    assert digest(index) == before.digest
+    assert leftovers(index) == before.files == [index.name]
 
 
 # --------------------------------------------------------------------------- concurrency

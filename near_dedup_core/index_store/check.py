@@ -108,6 +108,7 @@ def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedu
         return NearDedupError(f"index {path}: {what}; restore it from a backup")
 
     quick_check(path, con.execute)  # what every scan and append verifies, in their words
+    check_content_rows(path, con.execute, config.min_chars)  # as a scan or append says
     max_batch = con.execute("SELECT MAX(seq) FROM batches").fetchone()[0] or 0
     (merged,) = con.execute("SELECT value FROM meta WHERE key = ?",
                             (BANDS_MERGED_THROUGH,)).fetchone()
@@ -155,7 +156,6 @@ def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedu
             "WHERE s.package = p.id) FROM packages p ORDER BY p.id").fetchall():
         if sources != records:
             raise package_sources_error(path, package_id, sources, records)
-    check_content_rows(path, con.execute, config.min_chars)  # as a scan or append says
     reader = TextReader(con)
     for cid, blob, dictionary, chars in stream(
             "SELECT id, text_z, dictionary, norm_chars FROM contents"):

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,19 @@ class BackgroundCheck:
         self.close()
         if self._error is not None:
             raise self._error
+
+    @contextmanager
+    def explains_failures(self) -> Iterator[None]:
+        """A failure of the block other than a one-line error (a constraint that the damaged
+        rows break, a value they lack) waits for the checks: the damage they find is the
+        error to report."""
+        try:
+            yield
+        except NearDedupError:
+            raise
+        except Exception:
+            self.result()
+            raise
 
     def close(self) -> None:
         """Stop the checks if they still run, and close their connection."""

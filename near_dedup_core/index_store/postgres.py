@@ -430,8 +430,11 @@ def postgres_batch(url: str, config: NearDedupConfig, created_at: str) -> Iterat
                 check_binding(label(url), values, config, writing=True)
                 quick_check(label(url), QmarkConnection(raw(conn)).execute)
                 rows = _content_rows_check(url, config.min_chars)  # beside the batch
-            yield PostgresBatch(conn, url)
-            if rows is not None:
+            if rows is None:
+                yield PostgresBatch(conn, url)
+            else:
+                with rows.explains_failures():
+                    yield PostgresBatch(conn, url)
                 rows.result()
     except driver_errors() as exc:
         raise connect_error(url, exc) from None

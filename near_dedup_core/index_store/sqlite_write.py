@@ -211,7 +211,8 @@ def _existing_batch(path: Path, config: NearDedupConfig) -> Iterator[BatchTransa
             quick_check(path, dbapi.execute)  # the index the batch extends is sound …
             # … up to its pages and content rows, checked meanwhile
             pages = sqlite_background_check(path, connect_reader, config.min_chars)
-            yield BatchTransaction(conn, str(path.resolve()))
+            with pages.explains_failures():
+                yield BatchTransaction(conn, str(path.resolve()))
             pages.result()
     finally:
         if pages is not None:
