@@ -522,6 +522,41 @@ def test_index_check_names_the_first_broken_invariant_in_one_line(server, url, s
     assert table_digests(url) == before
 
 
+#: Rows deleted or changed behind the tool's back, each breaking an invariant that a scan or an
+#: append relies on, and the words of the one line that `index check`, `scan` and `index` all
+#: print for it (as on SQLite, `test_index.DAMAGES`).
+DAMAGES = {
+    "source": ("DELETE FROM sources WHERE id = (SELECT MIN(id) FROM sources)",
+               "the index holds 48 sources, its packages 49 records"),
+    "truncate": ("TRUNCATE sources", "the index holds 0 sources, its packages 49 records"),
+    "package": ("DELETE FROM packages WHERE package_id = 'cpt-v1'",
+                "no packages row for cpt-v1, which batch 1 added"),
+    "scope": ("DELETE FROM scopes", "damaged (a content names a missing scope)"),
+    "bands_merged_through": ("DELETE FROM meta WHERE key = 'bands_merged_through'",
+                             "meta lacks bands_merged_through"),
+    "kind": ("DELETE FROM meta WHERE key = 'kind'", "meta lacks kind"),
+    "signature": ("UPDATE contents SET signature = NULL WHERE id = (SELECT MIN(content) "
+                  "FROM bands)",
+                  "damaged (a content's signature does not match its length (min_chars))"),
+    "content": ("DELETE FROM contents WHERE id = 3", "damaged (1 content rows are missing)"),
+}
+
+
+@pytest.mark.parametrize("what", list(DAMAGES))
+def test_check_scan_and_append_stop_at_the_same_broken_invariant(server, url, tmp_path, what):
+    sql, fragment = DAMAGES[what]
+    ok(url, V1)
+    server.execute(sql, url.rsplit("/", 1)[1])
+    before = table_digests(url)
+    line = refused(["--quiet", "--index", url, "index", "check"], fragment)
+    assert line.startswith(f"near-dedup: error: index {index_postgres.label(url)}: ")
+    assert refused(["--quiet", "--index", url, "scan", "--inputs", V1, "--output",
+                    tmp_path / "rep"], fragment) == line
+    assert not (tmp_path / "rep").exists()
+    assert refused(["--quiet", "--index", url, "index", "--inputs", V1, V2], fragment) == line
+    assert table_digests(url) == before
+
+
 def test_index_check_of_an_empty_a_foreign_or_an_unreachable_database_is_one_line(server, url):
     refused(["--index", url, "index", "check"], "empty database; not a near-dedup index")
     other = server.create_database()
