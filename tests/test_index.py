@@ -1008,6 +1008,42 @@ def test_random_bytes_in_the_file_stop_check_scan_and_append(world, index, tmp_p
     assert leftovers(index) == before.files == [index.name]
 
 
+@pytest.mark.parametrize("how", ["truncated", "overwritten"])
+def test_refusals_of_a_broken_file_change_nothing_and_leave_no_side_files(world, index, tmp_path,
+                                                                          how):
+    """A truncated file, or one whose header page is overwritten: `index check`, `scan` and
+    `index` each refuse in one line naming the damage, and leave the folder as it was (no
+    -wal/-shm file: the connections that met the damage are closed)."""
+    size = index.stat().st_size
+    if how == "truncated":
+        os.truncate(index, size // 2)
+    else:
+        with open(index, "r+b") as fh:
+            fh.seek(100)
+            fh.write(np.random.default_rng(5).integers(0, 256, 16284, dtype=np.uint8).tobytes())
+    before = digest(index)
+    damaged = f"index {index}: damaged ("
+    refused(["--quiet", "--index", index, "index", "check"], 1, damaged)
+    assert leftovers(index) == [index.name]
+    refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+             tmp_path / "rep"], 1, damaged)
+    assert leftovers(index) == [index.name] and not (tmp_path / "rep").exists()
+    refused(index_args(index, world.v2), 1, damaged)
+    assert leftovers(index) == [index.name] and digest(index) == before
+
+
+def test_a_check_and_a_scan_refused_for_its_output_leave_no_side_files(world, index, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n", encoding="utf-8")
+    before = digest(index)
+    refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+             blocker / "rep"], 1, str(blocker))
+    assert leftovers(index) == [index.name]
+    code, out, err = run_cli("--quiet", "--index", index, "index", "check")
+    assert (code, err) == (0, "") and out.startswith(f"index {index}: OK (1 batches"), err
+    assert leftovers(index) == [index.name] and digest(index) == before
+
+
 # --------------------------------------------------------------------------- concurrency
 
 
