@@ -14,7 +14,6 @@ import json
 import os
 import sqlite3
 import sys
-import traceback
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -172,7 +171,7 @@ def connect_reader(path: Path) -> sqlite3.Connection:
         con.execute("SELECT 1 FROM json_each('[]')").fetchall()
         con.set_authorizer(_no_writes_to_main)
         con.execute("PRAGMA busy_timeout = 60000")
-    except BaseException:
+    except BaseException:  # a damaged file: only a closed connection removes its side files
         con.close()
         raise
     return con
@@ -197,7 +196,6 @@ def _read_foreign(path: Path) -> dict[str, str]:
         finally:
             con.close()
     except sqlite3.Error as exc:
-        release(exc)
         raise database_error(path, exc) from None
     return dict(rows)
 
@@ -243,9 +241,7 @@ def raise_if_damaged(path: Path, exc: BaseException) -> None:
         finally:
             con.close()
     except sqlite3.Error as err:
-        release(err)
         raise damaged(path, " ".join(str(err).split())) from None
-    release(exc)
     if problems != ["ok"]:
         raise damaged(path, f"{type(exc).__name__} while reading it; SQLite quick_check: "
                             f"{' '.join(problems[0].split())}") from None
@@ -258,32 +254,13 @@ def sqlite_errors(path: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        release(exc)
         raise database_error(path, exc) from None
     except Exception as exc:
-        release(exc)
         wrapped = _sqlalchemy_dbapi_error()
         if wrapped is None or not isinstance(exc, wrapped):
             raise
         orig = exc.orig  # type: ignore[attr-defined]
         raise database_error(path, orig if isinstance(orig, sqlite3.Error) else exc) from None
-
-
-def release(exc: BaseException) -> None:
-    """Drop the local variables of the finished frames that ``exc`` (and the exceptions it
-    chains) passed through. A cursor whose statement failed keeps its connection open after
-    ``close`` until the cursor is gone (SQLite closes such a connection when its last
-    statement is finalized), and only that close removes the index's -wal and -shm files: a
-    refused command must not leave them behind for an error line that names the failure."""
-    seen: set[int] = set()
-    stack: list[BaseException | None] = [exc]
-    while stack:
-        current = stack.pop()
-        if current is None or id(current) in seen:
-            continue
-        seen.add(id(current))
-        traceback.clear_frames(current.__traceback__)
-        stack += [current.__context__, current.__cause__]
 
 
 def _sqlalchemy_dbapi_error() -> type[Exception] | None:
