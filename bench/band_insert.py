@@ -21,7 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from near_dedup_core.index_store import store as db
+from near_dedup_core.index_store import batch as db
+from near_dedup_core.index_store.schema import bands_recent
+from near_dedup_core.index_store.sqlite_write import open_writable
 
 
 def band_rows(index: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -41,10 +43,10 @@ def write(path: Path, keys: np.ndarray, contents: np.ndarray, per: int, call_row
     ``call_rows`` per call, into a staged file (as a first batch writes it)."""
     db.BAND_ROWS_PER_INSERT = per  # read by BatchTransaction and add_bands when they run
     db.BAND_ROWS_PER_CALL = call_rows
-    engine = db.open_writable(path, staged=True)
+    engine = open_writable(path, staged=True)
     try:
         with engine.begin() as conn:
-            db.bands_recent.create(conn)
+            bands_recent.create(conn)
             db.BatchTransaction(conn).add_bands("bands_recent", keys, contents)
     finally:
         engine.dispose()

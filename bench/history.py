@@ -589,7 +589,7 @@ def plan(args: argparse.Namespace, state: State, server: PostgresServer) -> None
     table's primary key per key), alternating; the two must find the same rows."""
     import psycopg
 
-    from near_dedup_core.index_store import HISTORY_JOIN_SQL
+    from near_dedup_core.index_store.postgres import HISTORY_JOIN_SQL
 
     done: dict[str, Any] = state.data.setdefault("plan", {})
     url = server.url(HISTORY_DB)

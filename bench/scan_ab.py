@@ -32,8 +32,7 @@ from pathlib import Path
 import orjson
 
 from near_dedup_core.fsutil import sha256_file
-from near_dedup_core.index_store import postgres_url
-from near_dedup_core.index_store.postgres import label as pg_label
+from near_dedup_core.index_store import open_index
 
 from bench.measure import Measurement, code_version, run, wall_clock
 
@@ -61,13 +60,12 @@ def scan_once(code: Path, index: str, inputs: list[Path], output: Path, workers:
 def _location(index: str) -> str:
     """A PostgreSQL URL as given, a SQLite path made absolute (each scan runs in its
     checkout's folder)."""
-    return index if postgres_url(index) is not None else str(Path(index).resolve())
+    return open_index(index).location
 
 
 def _label(index: str) -> str:
     """What the json keeps of an index: a URL without its password."""
-    url = postgres_url(index)
-    return index if url is None else pg_label(url)
+    return open_index(index).label
 
 
 def main(argv: list[str] | None = None) -> None:

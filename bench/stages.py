@@ -30,7 +30,7 @@ import time
 #: The main process's stages of `index` and `scan`.
 DEFAULT_STAGES = (
     "near_dedup_core.ingest.batch:BatchWriter._write_tail",
-    "near_dedup_core.ingest.run:_append_batch",
+    "near_dedup_core.ingest.run:_append_in",
     "near_dedup_core.scan.run:load_pool",
     "near_dedup_core.scan.run:build_nodes",
     "near_dedup_core.scan.run:pool_candidates",

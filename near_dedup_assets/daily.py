@@ -35,7 +35,7 @@ from near_dedup_core.fsutil import (
     write_checksums,
     write_json,
 )
-from near_dedup_core.ingest import IndexResult, index_packages
+from near_dedup_core.ingest.run import IndexResult, index_packages
 from near_dedup_core.mixture import MixtureConfig, build_mixture, verify_mixture
 from near_dedup_core.package import Package, open_packages, validate_packages
 from near_dedup_core.report import load_manifest, verify_report

@@ -125,18 +125,17 @@ class ReleaseSettings(dg.ConfigurableResource):
     @property
     def index_path(self) -> Path | str:
         """The index: an absolute SQLite path, or a ``postgresql://`` URL as given."""
-        if self.index.strip().startswith(("postgresql://", "postgres://")):
-            return self.index.strip()
-        return _path(self.index)
+        from near_dedup_core.index_store import open_index
+
+        index = open_index(self.index.strip())
+        return _path(self.index) if index.file is not None else index.location
 
     @property
     def index_label(self) -> str:
         """The index for messages and release records: a PostgreSQL URL without password."""
-        from near_dedup_core.index_store.postgres import label
-        from near_dedup_core.index_store.texts import is_url
+        from near_dedup_core.index_store import open_index
 
-        value = str(self.index_path)
-        return label(value) if is_url(value) else value
+        return open_index(self.index_path).label
 
     @property
     def template_path(self) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 import dagster as dg
 import orjson
 
-from near_dedup_core.ingest import IndexResult
+from near_dedup_core.ingest.run import IndexResult
 from near_dedup_core.package import Package, open_packages, stream_records
 from near_dedup_core.report import bin_labels, iter_decisions, jaccard_bin, jaccard_edges
 

@@ -13,11 +13,15 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from near_dedup_core import __version__
 from near_dedup_core.collector import use_bulk_threshold
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.workers import EXECUTORS, POOL_RECORDS, start_forkserver
+
+if TYPE_CHECKING:
+    from near_dedup_core.index_store import Index
 
 
 class _Parser(argparse.ArgumentParser):
@@ -209,10 +213,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _need_index(args: argparse.Namespace) -> Path:
+def _need_index(args: argparse.Namespace) -> Index:
+    """The ``--index`` of a command that needs one, parsed into its backend."""
     if args.index is None:
         raise NearDedupError(f"usage: {args.command} needs --index PATH before the command")
-    return args.index
+    from near_dedup_core.index_store import open_index
+
+    return open_index(args.index)
 
 
 def _report_audit(args: argparse.Namespace) -> None:
@@ -315,13 +322,11 @@ def run(args: argparse.Namespace) -> None:
 
     progress = not args.quiet
     if args.command == "index" and args.action == "check":
-        from near_dedup_core.index_store import check_index
-
         if args.inputs:
             raise NearDedupError("usage: index check takes no --inputs (see near-dedup --help)")
-        print(check_index(_need_index(args)).summary())
+        print(_need_index(args).check().summary())
     elif args.command == "index":
-        from near_dedup_core.ingest import index_packages
+        from near_dedup_core.ingest.run import index_packages
 
         if not args.inputs:
             raise NearDedupError("usage: index needs --inputs PACKAGE... (see near-dedup --help)")

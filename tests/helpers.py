@@ -359,14 +359,15 @@ def check_results(result) -> dict[str, dg.AssetCheckEvaluation]:
 
 _PAUSE_IN_FOLD = """
 import sys, time
-from near_dedup_core import cli, index_store
-fold = index_store.BatchTransaction.fold_recent_bands
+from near_dedup_core import cli
+from near_dedup_core.index_store.batch import BatchTransaction
+fold = BatchTransaction.fold_recent_bands
 def fold_then_pause(self):
     moved = fold(self)
     print("paused in the fold", file=sys.stderr, flush=True)
     time.sleep(600)
     return moved
-index_store.BatchTransaction.fold_recent_bands = fold_then_pause
+BatchTransaction.fold_recent_bands = fold_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -22,6 +22,10 @@ from helpers import (
 )
 
 from near_dedup_core import index_store
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.index_store import batch as index_batch
+from near_dedup_core.index_store import schema
+from near_dedup_core.index_store.sqlite_write import open_writable
 from near_dedup_core.ingest import batch
 from near_dedup_core.ingest.batch import ordered_key_ranges, stable_argsort
 
@@ -83,7 +87,7 @@ def max_content(path: Path) -> int:
 
 def test_small_batches_go_to_bands_recent_and_a_larger_one_folds_them(packages, tmp_path):
     path = tmp_path / "index.sqlite"
-    bands = index_store.NearDedupConfig().bands
+    bands = NearDedupConfig().bands
     index(path, packages["day1"])
     assert layout(path) == (bands * len(FIRST), 0, len(FIRST))
     out = index(path, packages["day2"])
@@ -106,7 +110,7 @@ def test_a_scan_reads_both_tables_and_reports_as_if_all_were_in_bands(packages, 
     index(split, packages["day2"])
     index(split, packages["pool"])
     assert layout(split)[1] > 0  # day2 and the pool in bands_recent
-    monkeypatch.setattr(index_store.store, "RECENT_SHARE", 0.0)  # every batch writes bands
+    monkeypatch.setattr(index_batch, "RECENT_SHARE", 0.0)  # every batch writes bands
     whole = tmp_path / "whole.sqlite"
     for name in ("day1", "day2", "pool"):
         index(whole, packages[name])
@@ -125,7 +129,7 @@ def test_a_scan_of_the_newest_batch_leaves_bands_recent_unprobed_when_it_holds_o
     path = tmp_path / "index.sqlite"
     index(path, packages["day1"])
     index(path, packages["pool"])
-    assert layout(path)[1:] == (index_store.NearDedupConfig().bands * 10, len(FIRST))
+    assert layout(path)[1:] == (NearDedupConfig().bands * 10, len(FIRST))
     statements: list[str] = []
     reader = index_store.connect_reader
 
@@ -138,7 +142,7 @@ def test_a_scan_of_the_newest_batch_leaves_bands_recent_unprobed_when_it_holds_o
     a = scan(path, packages["pool"], tmp_path / "a")
     probes = [s for s in statements if "json_each" in s]
     assert probes and all("main.bands b" in s and "bands_recent" not in s for s in probes)
-    monkeypatch.setattr(index_store.store, "RECENT_SHARE", 0.0)  # every batch writes bands
+    monkeypatch.setattr(index_batch, "RECENT_SHARE", 0.0)  # every batch writes bands
     whole = tmp_path / "whole.sqlite"
     for name in ("day1", "pool"):
         index(whole, packages[name])
@@ -184,7 +188,7 @@ def test_an_index_of_schema_2_is_read_by_nothing_and_upgraded_by_the_next_batch(
     with sqlite3.connect(path) as con:
         assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'"
                            ).fetchone() == (index_store.SCHEMA_VERSION,)
-    bands = index_store.NearDedupConfig().bands
+    bands = NearDedupConfig().bands
     assert layout(path) == (bands * len(FIRST), bands * len(SECOND), len(FIRST))
     check(path)
 
@@ -273,15 +277,15 @@ def test_add_sources_writes_every_row_once_in_order_across_statements(rows, tmp_
                                                                      monkeypatch):
     """Source rows go in ``SOURCE_ROWS_PER_INSERT`` to a statement, then the rest one by one:
     every row lands once, with its id in the rows' order, whatever the count's remainder."""
-    monkeypatch.setattr(index_store.store, "SOURCE_ROWS_PER_INSERT", 7)
+    monkeypatch.setattr(index_batch, "SOURCE_ROWS_PER_INSERT", 7)
     given = [(None, 100 + k, 1, f"s{k}", "train", "data/a.jsonl", k + 1, k, bytes([k]) * 32,
               None if k % 3 else "web", None if k % 2 else '{"url":"u"}') for k in range(rows)]
     path = tmp_path / "sources.sqlite"
-    engine = index_store.open_writable(path, staged=True)
+    engine = open_writable(path, staged=True)
     try:
         with engine.begin() as conn:
-            index_store.sources.create(conn)
-            store = index_store.BatchTransaction(conn)
+            schema.sources.create(conn)
+            store = index_batch.BatchTransaction(conn)
             store.add_sources(given[:rows // 2])  # two calls: ids go on from the first
             store.add_sources(given[rows // 2:])
     finally:
@@ -297,17 +301,17 @@ def test_add_bands_writes_every_row_once_across_statements_and_calls(rows, tmp_p
     """Band rows go in by statements of ``BAND_ROWS_PER_INSERT`` rows, several statements
     per call of the driver, then the rest one by one: every row lands once, whatever the
     count's remainder against either size."""
-    monkeypatch.setattr(index_store.store, "BAND_ROWS_PER_INSERT", 7)
-    monkeypatch.setattr(index_store.store, "BAND_ROWS_PER_CALL", 50)
+    monkeypatch.setattr(index_batch, "BAND_ROWS_PER_INSERT", 7)
+    monkeypatch.setattr(index_batch, "BAND_ROWS_PER_CALL", 50)
     rng = np.random.default_rng(5)
     keys = np.sort(rng.integers(-2**63, 2**63 - 1, size=rows, dtype=np.int64))
     contents = rng.integers(1, 10**6, size=rows, dtype=np.int64)
     path = tmp_path / "bands.sqlite"
-    engine = index_store.open_writable(path, staged=True)
+    engine = open_writable(path, staged=True)
     try:
         with engine.begin() as conn:
-            index_store.bands_recent.create(conn)
-            index_store.BatchTransaction(conn).add_bands("bands_recent", keys, contents)
+            schema.bands_recent.create(conn)
+            index_batch.BatchTransaction(conn).add_bands("bands_recent", keys, contents)
     finally:
         engine.dispose()
     with sqlite3.connect(path) as con:

@@ -36,11 +36,14 @@ from helpers import (
     update_manifest,
 )
 
-from near_dedup_core import ALGORITHM_VERSION, index_store, ingest
+from near_dedup_core import ALGORITHM_VERSION, index_store
 from near_dedup_core import normalize as normalize_module
 from near_dedup_core.compare import content_id, cpt_scope
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import sha256_file
+from near_dedup_core.ingest import batch as ingest_batch
+from near_dedup_core.ingest import run as ingest_run
+from near_dedup_core.ingest import work as ingest_work
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import MinHasher, exact_jaccard
 
@@ -107,8 +110,9 @@ def temp_siblings(index: Path) -> list[str]:
 
 
 def index_state(index: Path) -> dict:
-    """What a reader of the index sees: integrity, row counts, packages and batches."""
-    con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+    """What a reader of the index sees: integrity, row counts, packages and batches (read as
+    the tool reads, leaving no -wal/-shm file behind)."""
+    con = index_store.connect_reader(index)
     try:
         return {
             "integrity": con.execute("PRAGMA integrity_check").fetchone()[0],
@@ -126,7 +130,7 @@ def index_state(index: Path) -> dict:
 def contents_by_id(index: Path) -> dict[bytes, tuple]:
     """content_id -> (first batch, normalized length, shingle-set size, signature, stored
     normalized text). Texts are decompressed: their bytes depend on the batch's dictionary."""
-    con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
+    con = index_store.connect_reader(index)
     try:
         reader = index_store.TextReader(con)
         return {cid: (batch, chars, shingles, sig, reader.text(blob, dictionary))
@@ -324,7 +328,7 @@ def test_a_batch_skips_already_indexed_packages_and_says_so(world, index):
 def test_known_content_gains_sources_without_being_signed_again(index, tmp_path, monkeypatch):
     signed: list[str] = []
     normalized: list[str] = []
-    real_sign, real_normalize = ingest.work.sign, normalize_module.normalize_spans
+    real_sign, real_normalize = ingest_work.sign, normalize_module.normalize_spans
 
     def spy(params, texts, *rest):
         signed.extend(texts)
@@ -334,7 +338,7 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
         normalized.extend(texts)
         return real_normalize(texts)
 
-    monkeypatch.setattr(ingest.work, "sign", spy)
+    monkeypatch.setattr(ingest_work, "sign", spy)
     monkeypatch.setattr(normalize_module, "normalize_spans", normalize_spy)  # as work calls it
     new = list(P[60:63])
     records = (docs("c", P[:4])                 # contents of cpt-v1 (batch 1)
@@ -385,9 +389,9 @@ def test_each_later_dictionary_group_uses_a_dictionary_trained_ahead(tmp_path, m
     block 0 trains the first group's dictionary, block 1 the second's, block 3 the third's;
     block 5 trains one for a group that never starts, which is not stored. One or two workers
     write the same rows, every text reads back, and the index passes its check."""
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
-    monkeypatch.setattr(ingest.batch, "DICT_GROUP", 2)
-    monkeypatch.setattr(ingest.batch, "DICT_LEAD", 1)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 150)
+    monkeypatch.setattr(ingest_batch, "DICT_GROUP", 2)
+    monkeypatch.setattr(ingest_batch, "DICT_LEAD", 1)
     texts = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(900)]
     pkg = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", texts)})
     trained = [index_store.train_text_dictionary([normalize(t).encode()
@@ -432,7 +436,7 @@ def test_a_batch_too_small_to_train_a_dictionary_compresses_with_the_newest(tmp_
         index = tmp_path / f"workers-{workers}.sqlite"
         index_ok(index, a, workers=workers)  # one block: it trains the dictionary
         with monkeypatch.context() as m:
-            m.setattr(ingest.batch, "BLOCK_LINES", 40)
+            m.setattr(ingest_batch, "BLOCK_LINES", 40)
             assert "20 new contents" in index_ok(index, b, workers=workers)
         con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
         try:
@@ -458,7 +462,7 @@ def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
     from concurrent.futures import Executor, Future
     from contextlib import contextmanager
 
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 150)
     texts = [f"Record {i}. {P[i % len(P)]} {P[(i * 7 + 1) % len(P)]}" for i in range(1500)]
     pkg = make_package(tmp_path / "pkgs", "cpt-a", {"train": docs("a", texts)})
     events: list[tuple] = []
@@ -487,17 +491,17 @@ def test_no_block_waits_for_the_first_dictionary(tmp_path, monkeypatch):
     def recording_pool(executor, workers, initializer=None, initargs=(), preload=()):
         yield Recording()
 
-    monkeypatch.setattr(ingest.run, "work_pool", recording_pool)
-    monkeypatch.setattr(ingest.batch, "shared_blocks", lambda workers: None)  # blocks by value
+    monkeypatch.setattr(ingest_run, "work_pool", recording_pool)
+    monkeypatch.setattr(ingest_batch, "shared_blocks", lambda workers: None)  # blocks by value
     pooled = tmp_path / "pooled.sqlite"
-    ingest.index_packages(pooled, NearDedupConfig(), [pkg], workers=2)
+    ingest_run.index_packages(pooled, NearDedupConfig(), [pkg], workers=2)
     monkeypatch.undo()
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 150)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 150)
     assert events[:8] == [("sent", 0, True), *(("sent", b, False) for b in range(1, 7)),
                           ("read", 0)]
     assert [e for e in events if e[0] == "sent"][7:] == [("sent", b, True) for b in range(7, 10)]
     alone = tmp_path / "alone.sqlite"
-    ingest.index_packages(alone, NearDedupConfig(), [pkg], workers=1)
+    ingest_run.index_packages(alone, NearDedupConfig(), [pkg], workers=1)
     rows = []
     for index in (pooled, alone):
         con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
@@ -744,15 +748,15 @@ def test_a_bad_line_in_the_last_package_rolls_back_the_whole_batch(
         world, index, new_index, tmp_path, monkeypatch, existing):
     target = index if existing else new_index
     # blocks of 4 lines: earlier packages are written before the bad line
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 4)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 4)
     writes = []
-    real_write = ingest.batch.BatchWriter._write_contents
+    real_write = ingest_batch.BatchWriter._write_contents
 
     def counting_write(self, rows, *rest):
         writes.append(len(rows))
         return real_write(self, rows, *rest)
 
-    monkeypatch.setattr(ingest.batch.BatchWriter, "_write_contents", counting_write)
+    monkeypatch.setattr(ingest_batch.BatchWriter, "_write_contents", counting_write)
     v3 = make_package(tmp_path, "cpt-v3", {"train": docs("c", P[100:110])})
     records = docs("d", P[110:118])
     records[6] = b'{"id": "d6", "text": "an unterminated'
@@ -930,13 +934,117 @@ def test_a_sample_over_max_chars_exits_2(world, tmp_path, existing):
     before.check()
 
 
+# --------------------------------------------------------------------------- damage
+
+
+#: Rows deleted or changed behind the tool's back, each breaking an invariant that a scan or
+#: an append relies on, and the words of the one line that `index check`, `scan` and `index`
+#: all print for it.
+DAMAGES = {
+    "source": ("DELETE FROM sources WHERE id = 5",
+               "the index holds 25 sources, its packages 26 records"),
+    "package": ("DELETE FROM packages WHERE package_id = 'cpt-v1'",
+                "no packages row for cpt-v1, which batch 1 added"),
+    "scope": ("DELETE FROM scopes", "damaged (a content names a missing scope)"),
+    "bands_merged_through": ("DELETE FROM meta WHERE key = 'bands_merged_through'",
+                             "meta lacks bands_merged_through"),
+    "kind": ("DELETE FROM meta WHERE key = 'kind'", "meta lacks kind"),
+    "signature": ("UPDATE contents SET signature = NULL WHERE id = (SELECT MIN(content) "
+                  "FROM bands)",
+                  "damaged (a content's signature does not match its length (min_chars))"),
+    "content": ("DELETE FROM contents WHERE id = 3", "damaged (1 content rows are missing)"),
+}
+
+
+def damage(index: Path, sql: str) -> None:
+    con = sqlite3.connect(index)
+    con.execute(sql)
+    con.commit()
+    con.close()
+
+
+@pytest.mark.parametrize("what", list(DAMAGES))
+def test_check_scan_and_append_stop_at_the_same_broken_invariant(world, index, tmp_path, what):
+    """`index check` names each damage in one line (exit 1); `scan` publishes nothing and
+    `index` appends nothing, each stopping with that same line; nothing changes on disk, and
+    no -wal/-shm file is left."""
+    sql, fragment = DAMAGES[what]
+    damage(index, sql)
+    before = Unchanged(index)
+    files = leftovers(index)
+    line = refused(["--quiet", "--index", index, "index", "check"], 1, f"index {index}: ",
+                   fragment)
+    assert refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+                    tmp_path / "rep"], 1) == line
+    assert not (tmp_path / "rep").exists()
+    assert refused(index_args(index, world.v1, world.v2), 1) == line
+    before.check()
+    assert leftovers(index) == files == [index.name]
+
+
+def test_random_bytes_in_the_file_stop_check_scan_and_append(world, index, tmp_path):
+    """16 KiB of random bytes at 35 % of the file, where neither the scan nor the append
+    reads: SQLite's page check, which runs beside them, stops both before anything is
+    published or committed."""
+    size = index.stat().st_size
+    with open(index, "r+b") as fh:
+        fh.seek(int(size * 0.35))
+        fh.write(np.random.default_rng(3).integers(0, 256, 16384, dtype=np.uint8).tobytes())
+    before = Unchanged.__new__(Unchanged)
+    before.index, before.digest, before.files = index, digest(index), leftovers(index)
+    damaged = f"index {index}: damaged ("
+    refused(["--quiet", "--index", index, "index", "check"], 1, damaged)
+    refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+             tmp_path / "rep"], 1, damaged)
+    assert not (tmp_path / "rep").exists()
+    refused(index_args(index, world.v1, world.v2), 1, damaged)
+    assert digest(index) == before.digest
+    assert leftovers(index) == before.files == [index.name]
+
+
+@pytest.mark.parametrize("how", ["truncated", "overwritten"])
+def test_refusals_of_a_broken_file_change_nothing_and_leave_no_side_files(world, index, tmp_path,
+                                                                          how):
+    """A truncated file, or one whose header page is overwritten: `index check`, `scan` and
+    `index` each refuse in one line naming the damage, and leave the folder as it was (no
+    -wal/-shm file: the connections that met the damage are closed)."""
+    size = index.stat().st_size
+    if how == "truncated":
+        os.truncate(index, size // 2)
+    else:
+        with open(index, "r+b") as fh:
+            fh.seek(100)
+            fh.write(np.random.default_rng(5).integers(0, 256, 16284, dtype=np.uint8).tobytes())
+    before = digest(index)
+    damaged = f"index {index}: damaged ("
+    refused(["--quiet", "--index", index, "index", "check"], 1, damaged)
+    assert leftovers(index) == [index.name]
+    refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+             tmp_path / "rep"], 1, damaged)
+    assert leftovers(index) == [index.name] and not (tmp_path / "rep").exists()
+    refused(index_args(index, world.v2), 1, damaged)
+    assert leftovers(index) == [index.name] and digest(index) == before
+
+
+def test_a_check_and_a_scan_refused_for_its_output_leave_no_side_files(world, index, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n", encoding="utf-8")
+    before = digest(index)
+    refused(["--quiet", "--index", index, "scan", "--inputs", world.v1, "--output",
+             blocker / "rep"], 1, str(blocker))
+    assert leftovers(index) == [index.name]
+    code, out, err = run_cli("--quiet", "--index", index, "index", "check")
+    assert (code, err) == (0, "") and out.startswith(f"index {index}: OK (1 batches"), err
+    assert leftovers(index) == [index.name] and digest(index) == before
+
+
 # --------------------------------------------------------------------------- concurrency
 
 
 _HOLD_LOCK = """
 import sys
 from pathlib import Path
-from near_dedup_core.index_store import writer_lock
+from near_dedup_core.index_store.sqlite_write import writer_lock
 with writer_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     sys.stdin.read()
@@ -1006,9 +1114,10 @@ def big_package(tmp_path_factory) -> Path:
 
 _PAUSE_AFTER_WRITES = """
 import os, sys, time
-from near_dedup_core import cli, ingest
+from near_dedup_core import cli
+from near_dedup_core.ingest import batch
 
-write_contents = ingest.batch.BatchWriter._write_contents
+write_contents = batch.BatchWriter._write_contents
 
 
 def write_then_pause(self, rows, *rest):
@@ -1018,7 +1127,7 @@ def write_then_pause(self, rows, *rest):
         time.sleep(600)
 
 
-ingest.batch.BatchWriter._write_contents = write_then_pause
+batch.BatchWriter._write_contents = write_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -35,7 +35,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core import index_store
-from near_dedup_core.index_store import TextReader
+from near_dedup_core.index_store import TextReader, schema
 from near_dedup_core.index_store import postgres as index_postgres
 
 # Each test starts from a fresh database of a PostgreSQL server that the module starts.
@@ -78,7 +78,7 @@ def _engine(index: str | Path):
 def index_rows(index: str | Path) -> dict:
     """Every row of the index that reports depend on, with backend-assigned ids (sources,
     dictionaries, scopes) replaced by what they stand for and texts decompressed."""
-    t = index_store
+    t = schema
     with _engine(index).connect() as conn:
         meta = {k: v for k, v in conn.execute(select(t.meta.c.key, t.meta.c.value))
                 if k != "created_at"}
@@ -207,13 +207,13 @@ def test_the_history_join_leaves_bands_recent_out_when_it_holds_only_the_pool(
         {"id": f"p{i}", "text": reverse_every(t, 40)}
         for i, t in enumerate((*paras[:3], *paras[160:164], *paras[190:193]))]})
     joins: list[str] = []
-    probe = index_store._probe_band_tables
+    probe = index_postgres._probe_band_tables
 
     def traced(raw, keys, pool_contents, sql):
         joins.append(sql)
         return probe(raw, keys, pool_contents, sql)
 
-    monkeypatch.setattr(index_store.store, "_probe_band_tables", traced)
+    monkeypatch.setattr(index_postgres, "_probe_band_tables", traced)
     for days, recent in (((day1,), False), ((day1, day2), True)):
         url, lite = server.create_database(), tmp_path / f"{len(days)}.sqlite"
         for index in (url, lite):
@@ -380,8 +380,8 @@ def test_the_history_probes_on_two_connections_read_the_scan_snapshot(url, tmp_p
     ok(url, pool)
     one = scan_ok(url, tmp_path / "one", pool)
     assert b'"package_id":"cpt-h"' in one["relations.jsonl"]
-    code = ("import sys; from near_dedup_core import index_store, cli; "
-            "index_store.store.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
+    code = ("import sys; from near_dedup_core import cli; from near_dedup_core.index_store import "
+            "postgres; postgres.HISTORY_PROBE_MIN_KEYS = 1; sys.exit(cli.main(sys.argv[1:]))")
     appended = scan_with_an_append_meanwhile(
         ["-c", code], ["--index", url, "scan", "--inputs", str(pool), "--output",
                        str(tmp_path / "two")],
@@ -531,6 +531,41 @@ def test_index_check_names_the_first_broken_invariant_in_one_line(server, url, s
     assert table_digests(url) == before
 
 
+#: Rows deleted or changed behind the tool's back, each breaking an invariant that a scan or an
+#: append relies on, and the words of the one line that `index check`, `scan` and `index` all
+#: print for it (as on SQLite, `test_index.DAMAGES`).
+DAMAGES = {
+    "source": ("DELETE FROM sources WHERE id = (SELECT MIN(id) FROM sources)",
+               "the index holds 48 sources, its packages 49 records"),
+    "truncate": ("TRUNCATE sources", "the index holds 0 sources, its packages 49 records"),
+    "package": ("DELETE FROM packages WHERE package_id = 'cpt-v1'",
+                "no packages row for cpt-v1, which batch 1 added"),
+    "scope": ("DELETE FROM scopes", "damaged (a content names a missing scope)"),
+    "bands_merged_through": ("DELETE FROM meta WHERE key = 'bands_merged_through'",
+                             "meta lacks bands_merged_through"),
+    "kind": ("DELETE FROM meta WHERE key = 'kind'", "meta lacks kind"),
+    "signature": ("UPDATE contents SET signature = NULL WHERE id = (SELECT MIN(content) "
+                  "FROM bands)",
+                  "damaged (a content's signature does not match its length (min_chars))"),
+    "content": ("DELETE FROM contents WHERE id = 3", "damaged (1 content rows are missing)"),
+}
+
+
+@pytest.mark.parametrize("what", list(DAMAGES))
+def test_check_scan_and_append_stop_at_the_same_broken_invariant(server, url, tmp_path, what):
+    sql, fragment = DAMAGES[what]
+    ok(url, V1)
+    server.execute(sql, url.rsplit("/", 1)[1])
+    before = table_digests(url)
+    line = refused(["--quiet", "--index", url, "index", "check"], fragment)
+    assert line.startswith(f"near-dedup: error: index {index_postgres.label(url)}: ")
+    assert refused(["--quiet", "--index", url, "scan", "--inputs", V1, "--output",
+                    tmp_path / "rep"], fragment) == line
+    assert not (tmp_path / "rep").exists()
+    assert refused(["--quiet", "--index", url, "index", "--inputs", V1, V2], fragment) == line
+    assert table_digests(url) == before
+
+
 def test_index_check_of_an_empty_a_foreign_or_an_unreachable_database_is_one_line(server, url):
     refused(["--index", url, "index", "check"], "empty database; not a near-dedup index")
     other = server.create_database()
@@ -546,13 +581,14 @@ def test_index_check_of_an_empty_a_foreign_or_an_unreachable_database_is_one_lin
 
 _PAUSE = """
 import os, sys, time
-from near_dedup_core import cli, ingest
-write_contents = ingest.batch.BatchWriter._write_contents
+from near_dedup_core import cli
+from near_dedup_core.ingest import batch
+write_contents = batch.BatchWriter._write_contents
 def write_then_pause(self, rows, *rest):
     write_contents(self, rows, *rest)
     print("paused in the transaction", file=sys.stderr, flush=True)
     time.sleep(float(os.environ.get("PAUSE_SECONDS", "600")))
-ingest.batch.BatchWriter._write_contents = write_then_pause
+batch.BatchWriter._write_contents = write_then_pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -676,15 +712,15 @@ def test_the_history_join_probes_the_band_index_whatever_the_statistics(url, rec
             return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql))
 
         assert "Seq Scan on bands " in plan(plain)  # the planner's own choice: all of bands
-        unpinned = plan(index_store.HISTORY_JOIN_SQL)  # LATERAL … OFFSET 0 alone: probes
+        unpinned = plan(index_postgres.HISTORY_JOIN_SQL)  # LATERAL … OFFSET 0 alone: probes
         assert "Seq Scan on bands " not in unpinned and "bands_pkey" in unpinned, unpinned
         conn.execute("SET LOCAL enable_seqscan = off")  # as history_band_hits runs it
-        probing = plan(index_store.HISTORY_JOIN_SQL)
+        probing = plan(index_postgres.HISTORY_JOIN_SQL)
         assert "Seq Scan on bands" not in probing, probing
         for table in index_store.BAND_TABLES:
             assert re.search(rf"Index (Only )?Scan using {table}_pkey on {table}", probing), \
                 probing
-        rows = conn.execute(index_store.HISTORY_JOIN_SQL).fetchall()
+        rows = conn.execute(index_postgres.HISTORY_JOIN_SQL).fetchall()
         conn.execute("SET LOCAL enable_seqscan = on")
         assert sorted(rows) == sorted(conn.execute(plain).fetchall()) and rows
         assert all(content != pool_content for _, content in rows)
@@ -713,9 +749,9 @@ def test_the_pool_splits_probe_the_sources_index(url):
             return "\n".join(r[0] for r in conn.execute("EXPLAIN " + sql))
 
         assert "Seq Scan on sources" in plan(plain)  # the planner's own choice
-        probing = plan(index_store.POOL_SPLITS_SQL)
+        probing = plan(index_postgres.POOL_SPLITS_SQL)
         assert "Seq Scan on sources" not in probing and "ix_sources_content" in probing, probing
-        assert sorted(conn.execute(index_store.POOL_SPLITS_SQL).fetchall()) == \
+        assert sorted(conn.execute(index_postgres.POOL_SPLITS_SQL).fetchall()) == \
             sorted(conn.execute(plain).fetchall())
     finally:
         conn.rollback()

@@ -32,8 +32,9 @@ from helpers import (
     tree_bytes,
 )
 
-from near_dedup_core import fsutil, index_store, ingest, normalize
+from near_dedup_core import fsutil, index_store, normalize
 from near_dedup_core.fsutil import atomic_dir, sha256_file
+from near_dedup_core.ingest import work as ingest_work
 from near_dedup_core.scan import candidates as candidates_stage
 
 P = stdlib_paragraphs()
@@ -327,7 +328,7 @@ def test_an_extension_failing_without_an_error_under_memory_pressure_is_one_line
     def silent_failure(*args, **kwargs):
         raise SystemError("error return without exception set")
 
-    monkeypatch.setattr(ingest.work, "sign", silent_failure)
+    monkeypatch.setattr(ingest_work, "sign", silent_failure)
     folder = listing(index.parent)
     one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
                    "as happens when memory runs out; nothing was changed")
@@ -338,7 +339,7 @@ def test_any_unexpected_error_is_one_line_and_changes_nothing(corpus, index, mon
     def unexpected(*args, **kwargs):
         raise ImportError("cmath.so: failed to map segment from shared object")
 
-    monkeypatch.setattr(ingest.work, "sign", unexpected)
+    monkeypatch.setattr(ingest_work, "sign", unexpected)
     before = listing(index.parent)
     one_line_error(["--index", index, "index", "--inputs", corpus.v2, "--workers", 1], 1,
                    "unexpected ImportError: cmath.so: failed to map segment",

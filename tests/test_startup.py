@@ -120,7 +120,7 @@ def test_a_worker_that_died_is_one_line(monkeypatch):
 def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
     done = _python("""
         import near_dedup_core.jit
-        from near_dedup_core.ingest import index_packages
+        from near_dedup_core.ingest.run import index_packages
         from near_dedup_core import workers
         print(" ".join(workers._preload()))
         """, tmp_path)
@@ -142,7 +142,7 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
     # although its own process has not loaded them
     done = _python("""
         import sys
-        from near_dedup_core.ingest import index_packages, work
+        from near_dedup_core.ingest import run, work
         from near_dedup_core import workers
         print("numba" in sys.modules, " ".join(workers._preload(work.WORKER_MODULES)))
         """, tmp_path)
@@ -155,26 +155,34 @@ def test_the_forkserver_preloads_the_package_modules_of_the_command(tmp_path):
 
 
 @pytest.mark.parametrize("module", ["near_dedup_core.ingest.batch", "near_dedup_core.ingest.work",
-                                    "near_dedup_core.ingest.run", "near_dedup_core.index_store.store",
+                                    "near_dedup_core.ingest.run",
+                                    "near_dedup_core.index_store.backends",
+                                    "near_dedup_core.index_store.batch",
+                                    "near_dedup_core.index_store.check",
+                                    "near_dedup_core.index_store.invariants",
+                                    "near_dedup_core.index_store.schema",
                                     "near_dedup_core.index_store.snapshot",
+                                    "near_dedup_core.index_store.sqlite_write",
                                     "near_dedup_core.index_store.texts",
                                     "near_dedup_core.index_store.postgres"])
-def test_any_module_of_the_lazy_packages_imports_first(tmp_path, module):
-    """`index_store` and `ingest` load their entry modules on the first use of one of their
-    names; whichever of their modules a process imports first, every name is there after."""
+def test_any_module_of_index_store_and_ingest_imports_first(tmp_path, module):
+    """Whichever module of `index_store` and `ingest` a process imports first, the others
+    import after it (no import cycle) and name what they name."""
     done = _python(f"""
         import {module}
-        from near_dedup_core import index_store, ingest
-        print(ingest.index_packages.__module__, ingest.batch.BatchWriter.__name__,
-              index_store.IndexSnapshot.__module__, index_store.BatchTransaction.__module__,
-              index_store.KnownTexts.__module__,
-              index_store.postgres.label("postgresql://u:p@h/d"))
+        from near_dedup_core.index_store import batch, open_index, postgres, snapshot, texts
+        from near_dedup_core.ingest import batch as ingest_batch, run
+        print(run.index_packages.__module__, ingest_batch.BatchWriter.__name__,
+              snapshot.IndexSnapshot.__module__, batch.BatchTransaction.__module__,
+              texts.KnownTexts.__module__, open_index("postgresql://u:p@h/d").label,
+              postgres.PostgresSnapshot.__module__)
         """, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["near_dedup_core.ingest.run", "BatchWriter",
                                    "near_dedup_core.index_store.snapshot",
-                                   "near_dedup_core.index_store.store",
-                                   "near_dedup_core.index_store.texts", "postgresql://u@h/d"]
+                                   "near_dedup_core.index_store.batch",
+                                   "near_dedup_core.index_store.texts", "postgresql://u@h/d",
+                                   "near_dedup_core.index_store.postgres"]
 
 
 def test_the_index_workers_import_neither_sqlalchemy_nor_pydantic(tmp_path):
@@ -194,7 +202,7 @@ def test_the_index_workers_import_neither_sqlalchemy_nor_pydantic(tmp_path):
         code = cli.main(["--quiet", "--index", {str(idx)!r}, "index", "--inputs", {str(pkg)!r},
                          "--workers", "2"])
         heavy = ("sqlalchemy", "pydantic", "pydantic_core", "near_dedup_core.config",
-                 "near_dedup_core.index_store.store", "near_dedup_core.ingest.run")
+                 "near_dedup_core.index_store.batch", "near_dedup_core.ingest.run")
         with workers.process_pool(2) as ex:
             loaded = ex.submit(eval, "sorted(__import__('sys').modules)").result()
         import sys

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -59,6 +60,9 @@ from near_dedup_core.package import (
     read_blocks,
 )
 from near_dedup_core.progress import Progress, pause_point
+
+if TYPE_CHECKING:
+    from near_dedup_core.index_store import Index
 
 #: lines per block of the pool handed to a worker (`package.read_blocks`)
 BLOCK_LINES = 1_024
@@ -145,7 +149,7 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
 CONTENT_CHUNK = 1_024
 
 
-def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
+def _probe_index(index: Index, pool: list[Package], state: ProbeState,
                  config: NearDedupConfig, workers: int, progress: bool,
                  digests: Future, executor: str = "local") -> tuple[list[Pair], int, int]:
     """`_probe_pool` over an indexed pool: its samples and their contents as one snapshot of
@@ -196,6 +200,7 @@ def _probe_index(index: str | Path, pool: list[Package], state: ProbeState,
             pause_point("contamination-pool")
         bar.finish()
         check_files(pool, digests.result())
+        snap.verify_pages()  # nothing is published from a damaged index
     of_sample = np.asarray(ranks, dtype=np.int64)
     with_hits = np.zeros(len(at), dtype=bool)
     with_hits[[at[c] for c in found]] = True
@@ -313,18 +318,18 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
     digests = None
+    backend: Index | None = None
     if index is not None:  # imported before the forkserver starts: the workers have it
-        from near_dedup_core.index_store import postgres_url
+        from near_dedup_core.index_store import open_index
         from near_dedup_core.inputs import data_files
 
-        if postgres_url(index) is None:
-            index = Path(index)
+        backend = open_index(index)  # an unknown URL scheme is refused before any work
         digests = _digests_aside(data_files(pool))
     start_early(executor, workers)  # a local pool's start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
-    if index is not None and digests is not None:
-        pairs, candidates, samples = _probe_index(index, pool, state, config, workers, progress,
+    if backend is not None and digests is not None:
+        pairs, candidates, samples = _probe_index(backend, pool, state, config, workers, progress,
                                                   digests, executor)
     else:
         pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress,

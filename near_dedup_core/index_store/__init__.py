@@ -25,36 +25,53 @@ Tables
 
 First-ingest order of a content is (contents.batch, contents.content_id).
 
-Modules
+Modules (plain imports: a reader, mypy and a code walker follow every name)
+- `backends`: ``--index`` parsed once (`open_index`) into `SqliteIndex` or `PostgresIndex`,
+  which a command asks for its snapshot, batch, workers' readers and check;
 - `texts`: the texts' codec (zstd, batch dictionaries) and the readers a worker opens on its
   own (`KnownTexts`, `IndexTexts`), on plain ``sqlite3`` or psycopg connections;
 - `snapshot`: every read of a scan from one state of the index (`IndexSnapshot`), the
-  format's constants and checks, the one-line database errors;
-- `store`: the tables, `BatchTransaction`, `check_index`, the PostgreSQL snapshot and batch;
-- `postgres`: connections, locks and bulk copies of the PostgreSQL backend.
+  format's constants and checks, the one-line SQLite errors;
+- `schema`: the tables (SQLAlchemy Core) and the binding rows;
+- `batch`: `BatchTransaction`, every write of one appended batch;
+- `sqlite_write`: the writer's lock, a batch's connections, a new index's staged file;
+- `check`: `index check`;
+- `postgres`: everything that differs on PostgreSQL (connections, locks, bulk copies, its
+  snapshot, batch and check).
 
-Every name of `texts`, `snapshot` and `store` is read here (``index_store.IndexSnapshot``).
-Importing this package loads `texts` only; `snapshot`, with the config's pydantic models
-(about 0.1 s of CPU), and `store`, with SQLAlchemy (about 0.2 s more), load at the first use
-of one of their names. So a worker process that only reads or compresses texts (an `index`
-worker forked from the pool's forkserver) imports neither, and a scan never imports
-SQLAlchemy for a SQLite index.
+This package imports `backends`, `texts` and `snapshot` only, which need neither SQLAlchemy
+nor the config's pydantic models: a worker process (an `index` worker forked from the pool's
+forkserver, a scan's verify worker) and a scan of a SQLite index never load them. The other
+modules are imported by name where they are used (``from near_dedup_core.index_store.batch
+import BatchTransaction``); the backends import them inside the methods that need them.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from near_dedup_core.index_store.backends import (
+    Index,
+    PostgresIndex,
+    SqliteIndex,
+    database_errors,
+    open_index,
+    open_known_texts,
+    open_snapshot,
+    open_texts,
+)
+from near_dedup_core.index_store.snapshot import (
+    BAND_TABLES,
+    BANDS_MERGED_THROUGH,
+    FORMAT,
+    SCHEMA_VERSION,
+    BandHits,
+    ContentColumns,
+    IndexedPackage,
+    IndexSnapshot,
+    OutsideSource,
+    connect_reader,
+    longest_run,
+)
 from near_dedup_core.index_store.texts import (
-    CACHE_SIZE,
-    DICT_DMER,
-    DICT_MAX_BYTES,
-    DICT_MIN_BYTES,
-    DICT_MIN_SAMPLES,
-    DICT_SEGMENT,
-    SCHEMES,
-    SQL_IN,
-    ZSTD_LEVEL,
     IndexTexts,
     KnownTexts,
     ShippedTexts,
@@ -62,28 +79,13 @@ from near_dedup_core.index_store.texts import (
     compress_texts,
     damaged,
     is_url,
-    open_known_texts,
-    open_texts,
-    postgres_url,
-    rows_in,
     train_text_dictionary,
 )
-from near_dedup_core.lazy import lazy_names
-
-if TYPE_CHECKING:
-    from near_dedup_core.index_store.snapshot import *  # noqa: F403
-    from near_dedup_core.index_store.store import *  # noqa: F403
 
 __all__ = [
-    "CACHE_SIZE", "DICT_DMER", "DICT_MAX_BYTES", "DICT_MIN_BYTES", "DICT_MIN_SAMPLES",
-    "DICT_SEGMENT", "SCHEMES", "SQL_IN", "ZSTD_LEVEL", "IndexTexts", "KnownTexts",
-    "ShippedTexts", "TextReader", "compress_texts", "damaged", "is_url", "open_known_texts",
-    "open_texts", "postgres_url", "rows_in", "train_text_dictionary",
+    "BANDS_MERGED_THROUGH", "BAND_TABLES", "FORMAT", "SCHEMA_VERSION", "BandHits",
+    "ContentColumns", "Index", "IndexSnapshot", "IndexTexts", "IndexedPackage", "KnownTexts",
+    "OutsideSource", "PostgresIndex", "ShippedTexts", "SqliteIndex", "TextReader",
+    "compress_texts", "connect_reader", "damaged", "database_errors", "is_url", "longest_run",
+    "open_index", "open_known_texts", "open_snapshot", "open_texts", "train_text_dictionary",
 ]
-
-
-if not TYPE_CHECKING:  # mypy reads the names above, and flags any other
-    # a scan finds every name it uses in `snapshot`, and never loads `store`
-    __getattr__ = lazy_names(__name__, ("postgres", "snapshot", "store", "texts"),
-                             ("near_dedup_core.index_store.snapshot",
-                              "near_dedup_core.index_store.store"))

@@ -1,12 +1,11 @@
-"""Every read of a scan, from one state of the index (`IndexSnapshot`, `open_snapshot`),
-on a plain ``sqlite3`` connection: what `scan` needs of the index, without SQLAlchemy.
+"""Every read of a scan, from one state of the index (`IndexSnapshot`), on a plain
+``sqlite3`` connection: what `scan` needs of the index, without SQLAlchemy.
 
 Also here, because a scan and a batch both use them: the format's constants, the checks of
 an index file and of its binding to a config (`check_index_path`, `check_schema`,
 `check_binding`), the connection that reads and writes nothing (`connect_reader`), the
-one-line errors of the database (`database_errors`) and the named records the snapshot
-returns. The PostgreSQL snapshot (`store.PostgresSnapshot`) is loaded with `store` when an
-index is a URL.
+one-line errors of SQLite (`sqlite_errors`) and the named records the snapshot returns.
+The PostgreSQL snapshot (`postgres.PostgresSnapshot`) subclasses `IndexSnapshot`.
 """
 
 from __future__ import annotations
@@ -18,30 +17,36 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple, Self
+from typing import TYPE_CHECKING, NamedTuple, Self
 
 import numpy as np
 import orjson
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.invariants import (
+    BANDS_MERGED_THROUGH,
+    MISSING_SCOPE,
+    SIGNATURE_MISMATCH,
+    UPGRADABLE_SCHEMA,
+    BackgroundCheck,
+    quick_check,
+    restore,
+    sqlite_background_check,
+)
 from near_dedup_core.index_store.texts import (
     SQL_IN,
     IndexTexts,
     _uri_path,
     damaged,
-    postgres_url,
     rows_in,
 )
 
+if TYPE_CHECKING:  # a scan's reads need only the config's values
+    from near_dedup_core.config import NearDedupConfig
+
 FORMAT = "near-dedup-index"
 SCHEMA_VERSION = "3"
-#: The schema before ``bands_recent``: not read by this tool, but upgraded in place by the
-#: next batch (`BatchTransaction.upgrade_schema`), inside that batch's transaction.
-UPGRADABLE_SCHEMA = "2"
-#: meta key: the content row id up to which band rows are in ``bands`` (see `write_bands`).
-BANDS_MERGED_THROUGH = "bands_merged_through"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
 #: The two band tables that every band lookup reads.
@@ -159,11 +164,16 @@ def connect_reader(path: Path) -> sqlite3.Connection:
     else:
         uri = f"file:{_uri_path(path)}?mode=rw"
     con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
-    # the first use of SQLite's `json_each` on a connection declares its columns, which SQLite
-    # authorizes as writes to `sqlite_master`: done before the authorizer, it stays connected
-    con.execute("SELECT 1 FROM json_each('[]')").fetchall()
-    con.set_authorizer(_no_writes_to_main)
-    con.execute("PRAGMA busy_timeout = 60000")
+    try:
+        # the first use of SQLite's `json_each` on a connection declares its columns, which
+        # SQLite authorizes as writes to `sqlite_master`: done before the authorizer, it stays
+        # connected
+        con.execute("SELECT 1 FROM json_each('[]')").fetchall()
+        con.set_authorizer(_no_writes_to_main)
+        con.execute("PRAGMA busy_timeout = 60000")
+    except BaseException:  # a damaged file: only a closed connection removes its side files
+        con.close()
+        raise
     return con
 
 
@@ -238,19 +248,9 @@ def raise_if_damaged(path: Path, exc: BaseException) -> None:
 
 
 @contextmanager
-def database_errors(path: Path | str) -> Iterator[None]:
+def sqlite_errors(path: Path) -> Iterator[None]:
     """Turn SQLite errors (raw, or wrapped by SQLAlchemy) inside the block into one line
-    naming the index ``path``; for a PostgreSQL URL, the server's and driver's errors."""
-    url = postgres_url(path)
-    if url is not None:
-        from near_dedup_core.index_store import postgres as pg
-
-        try:
-            yield
-        except pg.driver_errors() as exc:
-            raise pg.connect_error(url, exc) from None
-        return
-    path = Path(path)
+    naming the index ``path``."""
     try:
         yield
     except sqlite3.Error as exc:
@@ -273,6 +273,12 @@ def _sqlalchemy_dbapi_error() -> type[Exception] | None:
 # --------------------------------------------------------------------------- reading
 
 
+def package_sources_error(label: Path | str, package_id: str, sources: int,
+                          records: int) -> NearDedupError:
+    return restore(label, f"package {package_id} has {sources:,} sources and {records:,} "
+                          f"records")
+
+
 class IndexedPackage(NamedTuple):
     """A package of the index: ``rowid`` is its key in the snapshot's other answers."""
 
@@ -281,32 +287,7 @@ class IndexedPackage(NamedTuple):
     kind: str
     manifest_sha256: str
     batch: int
-
-
-class SourceRow(NamedTuple):
-    """One indexed sample of a package, in package order (``position``)."""
-
-    sample_id: str
-    split: str
-    file: str
-    line: int
-    position: int
-    text_sha256: bytes
-    domain: str | None
-    source: str | None  # the original ``source`` object as JSON text
-    content: int  # the content row id
-
-
-class ContentRow(NamedTuple):
-    """What the scan needs of a content: its first-ingest batch, sizes and signature (None
-    for texts under ``min_chars``)."""
-
-    content_id: bytes
-    scope: int
-    batch: int
-    norm_chars: int
-    shingles: int | None
-    signature: bytes | None
+    records: int  # its samples, each one ``sources`` row
 
 
 class ContentColumns(NamedTuple):
@@ -364,9 +345,14 @@ class IndexSnapshot(IndexTexts):
     The methods take and return plain values and named records, not SQL or connections, so
     another backend can implement the same reads."""
 
-    def __init__(self, path: Path, con: sqlite3.Connection, num_perm: int | None) -> None:
+    def __init__(self, path: Path, con: sqlite3.Connection,
+                 config: NearDedupConfig | None = None) -> None:
         super().__init__(path, con)
-        self._signature_bytes = None if num_perm is None else 2 * num_perm
+        self._signature_bytes = None if config is None else 2 * config.num_perm
+        self._min_chars = None if config is None else config.min_chars
+        self._scope_ids: np.ndarray | None = None
+        #: SQLite's page check, beside the scan (`verify_pages`)
+        self._pages: BackgroundCheck | None = None
 
     @classmethod
     def open(cls, path: Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
@@ -374,7 +360,7 @@ class IndexSnapshot(IndexTexts):
         and pin its current state."""
         if not path.is_file():
             raise NearDedupError(f"index {path}: not found; index the inputs first")
-        with database_errors(path):
+        with sqlite_errors(path):
             values = _read_foreign(path)
             if config is not None:
                 check_binding(path, values, config)
@@ -384,12 +370,25 @@ class IndexSnapshot(IndexTexts):
                 con.execute("PRAGMA cache_size = -262144")  # 256 MiB page cache
                 con.execute("BEGIN")
                 con.execute("SELECT COUNT(*) FROM meta").fetchone()  # pins the snapshot
+                quick_check(path, con.execute)
             except BaseException:
                 con.close()
                 raise
-        return cls(path, con, None if config is None else config.num_perm)
+        snap = cls(path, con, config)
+        snap._pages = sqlite_background_check(path, connect_reader)
+        return snap
+
+    def verify_pages(self) -> None:
+        """Wait for the check of the index's pages that runs beside the scan
+        (`invariants.BackgroundCheck`): the damage line if one is damaged. Called before anything
+        read from the snapshot is published."""
+        if self._pages is not None:
+            pages, self._pages = self._pages, None
+            pages.result()
 
     def close(self) -> None:
+        if self._pages is not None:
+            self._pages.close()
         self._con.close()
 
     def __enter__(self) -> Self:
@@ -405,7 +404,7 @@ class IndexSnapshot(IndexTexts):
     def indexed_packages(self) -> list[IndexedPackage]:
         """Every indexed package in (batch, package_id) order."""
         return [IndexedPackage(*row) for row in self._con.execute(
-            "SELECT id, package_id, kind, manifest_sha256, batch FROM packages "
+            "SELECT id, package_id, kind, manifest_sha256, batch, records FROM packages "
             "ORDER BY batch, package_id")]
 
     def counts(self) -> IndexCounts:
@@ -417,23 +416,22 @@ class IndexSnapshot(IndexTexts):
         return dict(self._con.execute("SELECT id, label FROM scopes"))
 
     # -- the pool
-    def package_sources(self, package: IndexedPackage) -> list[SourceRow]:
-        """The samples of one indexed package in package order."""
-        return [SourceRow(*row) for row in self._con.execute(
-            "SELECT sample_id, split, file, line, position, text_sha256, domain, source, "
-            "content FROM sources WHERE package = ? ORDER BY position", (package.rowid,))]
-
     def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
                      ) -> Iterator[list[tuple]]:
         """(sample_id, split, content) of one package's samples in package order, as plain
         tuples in lists of up to ``batch``: the least a scan needs before it can compare, so
         that a million samples load without a million records (`package_column` reads any
-        other column in the same order)."""
+        other column in the same order). Fewer or more rows than the package's records: the
+        index is damaged."""
         cur = self._con.execute(
             "SELECT sample_id, split, content FROM sources WHERE package = ? ORDER BY position",
             (package.rowid,))
+        count = 0
         while rows := cur.fetchmany(batch):
+            count += len(rows)
             yield rows
+        if count != package.records:
+            raise package_sources_error(self.path, package.package_id, count, package.records)
 
     def sample_rows(self, package: IndexedPackage, batch: int = 1 << 16
                     ) -> Iterator[list[tuple]]:
@@ -453,9 +451,11 @@ class IndexSnapshot(IndexTexts):
             "OFFSET ?", (package.rowid, nth)).fetchone()
 
     def content_columns(self, ids: np.ndarray) -> ContentColumns:
-        """`content_rows` of these ids as columns, by ascending row id, with the same checks:
-        every id exists and every signature has ``num_perm`` values. A slice of consecutive
-        ids (the contents a batch added, as most of a pool's are) is read as one range, the
+        """Content rows of these ids as columns, by ascending row id. The ids come from
+        sources or bands, so every one exists and every signature has ``num_perm`` values;
+        otherwise the index is damaged (pages that SQLite reads without noticing the damage).
+        So it is when a content names a scope that does not exist, or has a signature when
+        its text is under ``min_chars`` or none when it is not. A slice of consecutive ids (the contents a batch added, as most of a pool's are) is read as one range, the
         others by their id lists (1.1–1.8 s against 1.4–2.9 s for 976,001 ids)."""
         ids = np.sort(np.asarray(ids, dtype=np.int64))
         ids = ids[np.concatenate(([True], ids[1:] != ids[:-1]))] if len(ids) else ids
@@ -467,7 +467,9 @@ class IndexSnapshot(IndexTexts):
         shingles = np.full(n, -1, dtype=np.int64)
         has_signature = np.zeros(n, dtype=bool)
         signatures: np.ndarray | None = None
-        columns = "SELECT content_id, scope, batch, shingles, signature FROM contents WHERE"
+        long = np.zeros(n, dtype=bool)  # norm_chars >= min_chars
+        columns = ("SELECT content_id, scope, batch, shingles, signature, norm_chars "
+                   "FROM contents WHERE")
         for i in range(0, n, SQL_IN):
             part = ids[i:i + SQL_IN].tolist()
             if part[-1] - part[0] + 1 == len(part):  # consecutive row ids: one range read
@@ -478,9 +480,11 @@ class IndexSnapshot(IndexTexts):
                                          f"ORDER BY id", part).fetchall()
             if len(rows) != len(part):
                 raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
-            cid, sc, bt, sh, sig = zip(*rows)
+            cid, sc, bt, sh, sig, chars = zip(*rows)
             content_id.extend(cid)
             end = i + len(part)
+            if self._min_chars is not None:
+                long[i:end] = np.asarray(chars, dtype=np.int64) >= self._min_chars
             scope[i:end] = sc
             batch[i:end] = bt
             shingles[i:end] = [-1 if x is None else x for x in sh]
@@ -499,23 +503,20 @@ class IndexSnapshot(IndexTexts):
                 b"".join(found), dtype=np.uint16).reshape(len(found), width // 2)
         if signatures is None:
             signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
+        self._check_columns(scope, has_signature, long)
         return ContentColumns(ids, [bytes(c) for c in content_id], scope, batch, shingles,
                               signatures, has_signature)
 
-    def content_rows(self, ids: list[int]) -> dict[int, ContentRow]:
-        """Content rows by row id. The ids come from sources or bands, so every one exists and
-        every signature has ``num_perm`` values; otherwise the index is damaged (pages that
-        SQLite reads without noticing the damage)."""
-        rows = {row[0]: ContentRow(*row[1:]) for row in rows_in(
-            self._con, "SELECT id, content_id, scope, batch, norm_chars, shingles, signature "
-                       "FROM contents WHERE id IN ({})", ids)}
-        if len(rows) != len(set(ids)):
-            raise damaged(self.path, f"{len(set(ids)) - len(rows):,} content rows are missing")
-        width = self._signature_bytes
-        if width is not None and any(r.signature is not None and len(r.signature) != width
-                                     for r in rows.values()):
-            raise damaged(self.path, "a content signature has the wrong length")
-        return rows
+    def _check_columns(self, scope: np.ndarray, has_signature: np.ndarray,
+                       long: np.ndarray) -> None:
+        """`content_columns`' checks of what its rows name and hold (see `index check`)."""
+        if self._scope_ids is None:
+            self._scope_ids = np.fromiter((i for (i,) in self._con.execute(
+                "SELECT id FROM scopes")), dtype=np.int64)
+        if not np.isin(scope, self._scope_ids).all():
+            raise damaged(self.path, MISSING_SCOPE)
+        if self._min_chars is not None and not np.array_equal(has_signature, long):
+            raise damaged(self.path, SIGNATURE_MISMATCH)
 
     def content_splits(self, ids: list[int]) -> list[ContentSplit]:
         """The distinct (content, split) pairs the index holds sources of, for these ids."""
@@ -626,7 +627,7 @@ def longest_run(ids: np.ndarray) -> tuple[int, int]:
 READ_AHEAD_SHARE = 0.5
 
 
-def read_ahead(index: str | Path) -> bool:
+def read_ahead(index: Path) -> bool:
     """Ask the kernel to read a SQLite index file into its page cache in the background
     (``posix_fadvise`` WILLNEED), when the file takes at most `READ_AHEAD_SHARE` of the
     memory available; whether it asked. Nothing waits for it.
@@ -640,7 +641,7 @@ def read_ahead(index: str | Path) -> bool:
     (``bench.cold_index``). The verify workers' texts come from the same cache. A batch
     appended to the index reads a small part of it (raw-text and content-id keys), so `index`
     does not ask: a cumulative snapshot took 29.0 s with the hint, 25.8 s without."""
-    if postgres_url(index) is not None or not hasattr(os, "posix_fadvise"):
+    if not hasattr(os, "posix_fadvise"):
         return False
     try:
         fd = os.open(index, os.O_RDONLY)
@@ -669,13 +670,3 @@ def _available_memory() -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
-
-
-def open_snapshot(index: str | Path, config: NearDedupConfig | None = None) -> IndexSnapshot:
-    """The scan's one snapshot of the index at a SQLite path or a PostgreSQL URL."""
-    url = postgres_url(index)
-    if url is not None:
-        from near_dedup_core.index_store.store import PostgresSnapshot
-
-        return PostgresSnapshot.open_url(url, config)
-    return IndexSnapshot.open(Path(index), config)

@@ -4,10 +4,9 @@ A worker of `index` compresses the texts it normalizes (`compress_texts`, with a
 that `train_text_dictionary` trains on a batch's new texts) and looks raw texts up among the
 committed batches (`KnownTexts`); a verify worker of `scan` reads the normalized texts of
 content rows (`IndexTexts`, or `ShippedTexts` on another machine). Each opens its own plain
-``sqlite3`` connection (or psycopg's, for a PostgreSQL index), so this module imports neither
-SQLAlchemy nor the config's pydantic models: a worker forked from the pool's forkserver
-starts with only what it uses (`near_dedup_core.index_store` loads `snapshot` and `store` at
-the first use of one of their names).
+``sqlite3`` connection (or psycopg's, for a PostgreSQL index; opened by the index's backend,
+`backends.SqliteIndex.texts`), so this module imports neither SQLAlchemy nor the config's
+pydantic models: a worker forked from the pool's forkserver starts with only what it uses.
 
 Texts are zstd frames of the normalized text's UTF-8, each compressed on its own, with the
 batch's dictionary when it has one (``contents.dictionary``).
@@ -116,21 +115,17 @@ def rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int | bytes]) -> It
 CACHE_SIZE = -262144  # page cache of a connection that writes (or reads a lot): 256 MiB
 
 
-def postgres_url(index: str | Path) -> str | None:
-    """The URL when ``index`` names a PostgreSQL database, None for a SQLite path; any other
-    URL scheme is refused."""
-    value = str(index)
-    if is_url(value):
-        return value
-    scheme, sep, _rest = value.partition("://")
-    if sep and scheme.replace("+", "").isalnum():
-        raise NearDedupError(f"index {value.split('@')[-1]}: unknown scheme {scheme}://; give a "
-                             f"SQLite file path or postgresql://user@host:port/dbname")
-    return None
-
-
 def _uri_path(path: Path) -> str:
     return urllib.parse.quote(str(path.resolve()))
+
+
+def connect_read_only(path: Path, cached: bool = False) -> sqlite3.Connection:
+    """A worker's own ``mode=ro`` connection to the SQLite index at ``path``; ``cached``: kept
+    for many lookups, with the writer's page cache size."""
+    con = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, check_same_thread=False)
+    if cached:
+        con.execute(f"PRAGMA cache_size = {CACHE_SIZE}")
+    return con
 
 
 class IndexTexts:
@@ -153,8 +148,7 @@ class IndexTexts:
     def open(cls, path: Path) -> IndexTexts:
         """Texts on a fresh read-only connection (``mode=ro``: while a scan holds its snapshot
         open, the index's side files exist and this connection creates nothing)."""
-        return cls(path, sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True,
-                                         check_same_thread=False))
+        return cls(path, connect_read_only(path))
 
     def close(self) -> None:
         self._con.close()
@@ -253,21 +247,10 @@ class ShippedTexts:
         return out
 
 
-def damaged(path: Path, detail: str) -> NearDedupError:
+def damaged(path: Path | str, detail: str) -> NearDedupError:
     """The one-line error for an index whose data contradicts itself."""
     return NearDedupError(f"index {path}: damaged ({detail}); restore it from a backup or run "
                           f"`near-dedup --index {path} index check`")
-
-
-def open_texts(index: str | Path) -> IndexTexts:
-    """A verify worker's own reader of content texts (see `IndexTexts`)."""
-    url = postgres_url(index)
-    if url is not None:
-        from near_dedup_core.index_store import postgres as pg
-
-        return IndexTexts(pg.label(url), pg.QmarkConnection(  # type: ignore[arg-type]
-            pg.connect(url, snapshot=False)))
-    return IndexTexts.open(Path(index))
 
 
 _RAW_TEXTS_SQL = ("SELECT r.text_sha256, s.scope_key, r.content FROM raw_texts r "
@@ -289,18 +272,3 @@ class KnownTexts:
 
     def close(self) -> None:
         self._con.close()
-
-
-def open_known_texts(index: str, cached: bool = False) -> KnownTexts:
-    """`KnownTexts` of a SQLite path (read-only) or a ``postgresql://`` URL; ``cached``: a
-    SQLite connection kept for many lookups, with the writer's page cache size."""
-    url = postgres_url(index)
-    if url is not None:
-        from near_dedup_core.index_store import postgres as pg
-
-        return KnownTexts(pg.QmarkConnection(pg.connect(url, snapshot=False)))
-    con = sqlite3.connect(f"file:{_uri_path(Path(index))}?mode=ro", uri=True,
-                          check_same_thread=False)
-    if cached:
-        con.execute(f"PRAGMA cache_size = {CACHE_SIZE}")
-    return KnownTexts(con)

@@ -16,22 +16,7 @@ is built in a temporary sibling file that is renamed into place after the commit
 Results do not depend on the number of workers.
 
 Modules: `work` (the workers' side, step 2), `batch` (the main process's side, steps 1
-and 3) and `run` (`index_packages`). Importing this package loads none of them: `work`
-imports neither SQLAlchemy nor pydantic, so the pool's workers, which import it, start
-without them; `index_packages` and `IndexResult` load `run` at their first use.
+and 3) and `run` (the entry point, ``from near_dedup_core.ingest.run import
+index_packages``). This package imports none of them: `work` imports neither SQLAlchemy nor
+pydantic, so the pool's workers, which import it, start without them.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING
-
-from near_dedup_core.lazy import lazy_names
-
-if TYPE_CHECKING:
-    from near_dedup_core.ingest.run import IndexResult, index_packages
-
-__all__ = ["IndexResult", "index_packages"]
-
-
-if not TYPE_CHECKING:  # mypy reads the names above, and flags any other
-    __getattr__ = lazy_names(__name__, ("batch", "run", "work"), ("near_dedup_core.ingest.run",))

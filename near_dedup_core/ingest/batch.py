@@ -42,6 +42,7 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.index_store.batch import BandWrite, BatchTransaction, RefTarget
 from near_dedup_core.ingest import work
 from near_dedup_core.package import (
     BLOCK_BYTES,
@@ -93,7 +94,7 @@ class _InFlight(NamedTuple):
 class BatchWriter:
     """Holds the open transaction's state: id maps, blocks in flight, counters."""
 
-    def __init__(self, store: db.BatchTransaction, config: NearDedupConfig, batch: int,
+    def __init__(self, store: BatchTransaction, config: NearDedupConfig, batch: int,
                  executor: Executor, parallelism: int, known_texts: str | None,
                  progress: Progress, shared: SharedBlocks | None = None) -> None:
         self.store = store
@@ -109,12 +110,12 @@ class BatchWriter:
         self.next_content = store.max_content_rowid() + 1
         self.first_content = self.next_content
         self.batch_contents: dict[bytes, int] = {}
-        self.ref_targets: dict[str, dict[str, db.RefTarget]] = {}
+        self.ref_targets: dict[str, dict[str, RefTarget]] = {}
         self.in_flight: collections.deque[_InFlight | ShardEnd] = collections.deque()
         self.band_keys: list[np.ndarray] = []
         self.band_contents: list[np.ndarray] = []
         self.raw_texts: set[tuple[bytes, int]] = set()  # (text_sha256, scope) written
-        self.bands: db.BandWrite | None = None
+        self.bands: BandWrite | None = None
         self.new_contents = 0
         self.new_sources = 0
         # until the batch trains its own: the index's newest (a cumulative snapshot's blocks
@@ -270,7 +271,7 @@ class BatchWriter:
             rowids[k] = rowid
         if targets is not None:
             for sample_id, rowid, sha, domain in zip(res.sample_ids, rowids, shas, domains):
-                targets[sample_id] = db.RefTarget(rowid, sha, domain)  # type: ignore[arg-type]
+                targets[sample_id] = RefTarget(rowid, sha, domain)  # type: ignore[arg-type]
         n = len(rowids)
         source_rows = list(zip(repeat(None, n), rowids, repeat(pkg_rowid, n), res.sample_ids,
                                repeat(block.split, n), repeat(block.file, n),

@@ -1,11 +1,10 @@
 """`index_packages`, the entry point of `index`: checks the inputs against the index, opens
-the batch's transaction (a staged file for a brand-new SQLite index, the writer's lock
-otherwise) and runs the pipeline of `near_dedup_core.ingest` in it."""
+the batch's transaction through the index's backend (`index_store.backends`: the writer's
+lock, a staged file for a brand-new SQLite index) and runs the pipeline of
+`near_dedup_core.ingest` in it."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -18,7 +17,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
-from near_dedup_core.index_store import postgres as pg
+from near_dedup_core.index_store.batch import BandWrite, BatchTransaction
 from near_dedup_core.ingest import batch, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
@@ -37,7 +36,7 @@ class IndexResult:
     records: int = 0
     new_contents: int = 0
     new_sources: int = 0
-    bands: db.BandWrite | None = None  # where the batch's band rows went
+    bands: BandWrite | None = None  # where the batch's band rows went
 
     @property
     def known_contents(self) -> int:
@@ -77,18 +76,11 @@ def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage])
                 f"packages are immutable: publish a new package id")
 
 
-def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
-                  workers: int, executor: str, progress: bool, known_texts: str | None) -> None:
-    with engine.begin() as conn:  # BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error
-        _append_in(conn, config, pkgs, result, workers, executor, progress, known_texts)
-
-
-def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
-               workers: int, executor: str, progress: bool, known_texts: str | None) -> None:
-    """The batch inside the open transaction of ``conn``; ``known_texts`` is where workers
-    can read the committed index (None: they cannot, and sign every text)."""
+def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Package],
+               result: IndexResult, workers: int, executor: str, progress: bool) -> None:
+    """The batch inside the open transaction of ``store``; its ``reader_location`` is where
+    workers can read the committed index (None: they cannot, and sign every text)."""
     kind = pkgs[0].kind
-    store = db.BatchTransaction.on(conn)
     values = store.meta()
     if values.get("kind", kind) != kind:
         raise NearDedupError(f"index {result.index}: holds {values['kind']} packages; "
@@ -118,6 +110,8 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     bar = Progress("index: records", new_records, enabled=progress)
     if new_records <= 2 * batch.BLOCK_LINES and executor == "local":  # too little work for processes
         workers = 1
+    # where workers read the committed index: local processes, or any machine for a server
+    known_texts = store.reader_location if executor == "local" or store.served else None
     if store.max_content_rowid() == 0:  # nothing to look up
         known_texts = None
     # local worker processes parse the lines from memory shared with this process
@@ -140,104 +134,19 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     result.bands = writer.bands
 
 
-def index_packages(index_path: str | Path, config: NearDedupConfig,
+def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
                    executor: str = "local", progress: bool = False) -> IndexResult:
     """Validate the packages and append them to the index as one batch (see module doc).
-    ``index_path`` is a SQLite file or a ``postgresql://`` URL."""
+    ``index`` is a backend (`index_store.open_index`), a SQLite path or a ``postgresql://``
+    URL."""
+    index = db.open_index(index)
     paths = [Path(p) for p in package_paths]
-    url = db.postgres_url(index_path)
-    if url is None:
-        db.check_index_path(Path(index_path), paths)
+    index.check_target(paths)
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs),
                               "; split it into several batches")
-    if url is not None:
-        with rare_collections():
-            return _index_postgres(url, config, pkgs, workers, executor, progress)
-    index_path = Path(index_path)
-    result = IndexResult(index=index_path, batch=None)
-    created = _missing_dirs(index_path.parent)
-    try:
-        with db.writer_lock(index_path), db.database_errors(index_path), rare_collections():
-            try:
-                _index_locked(index_path, config, pkgs, result, workers, executor, progress)
-            except (LookupError, ValueError, TypeError, AttributeError) as exc:
-                if index_path.is_file():
-                    db.raise_if_damaged(index_path, exc)
-                raise
-    except BaseException:
-        for folder in created:  # made for this batch, which failed: leave no trace of it
-            with contextlib.suppress(OSError):
-                folder.rmdir()
-        raise
+    result = IndexResult(index=index.file or index.label, batch=None)
+    with rare_collections(), index.batch(config, _now()) as store:
+        _append_in(store, config, pkgs, result, workers, executor, progress)
     return result
-
-
-def _missing_dirs(folder: Path) -> list[Path]:
-    """``folder`` and its ancestors that do not exist yet, deepest first."""
-    missing = []
-    while not folder.exists() and folder != folder.parent:
-        missing.append(folder)
-        folder = folder.parent
-    return missing
-
-
-def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package],
-                  result: IndexResult, workers: int, executor: str,
-                  progress: bool) -> None:
-    values = db.existing_meta(index_path)
-    if values is not None:
-        db.check_binding(index_path, values, config, writing=True)
-        engine = db.open_writable(index_path)
-        # local workers read the committed index on connections of their own
-        known_texts = str(index_path.resolve()) if executor == "local" else None
-        try:
-            _append_batch(engine, config, pkgs, result, workers, executor, progress,
-                          known_texts)
-        finally:
-            engine.dispose()
-        return
-    # under the writer lock any temporary sibling is left over from a killed first batch
-    for stale in index_path.parent.glob(f".{index_path.name}.tmp-*"):
-        stale.unlink()
-    tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
-    engine = db.open_writable(tmp, staged=True)  # no journal: on any failure it is deleted
-    try:
-        db.create_schema(engine, config, _now())
-        _append_batch(engine, config, pkgs, result, workers, executor, progress, None)
-        engine.dispose()
-        if result.batch is not None:
-            db.publish_staged(tmp, index_path)
-    finally:
-        engine.dispose()
-        _remove_db_files(tmp)
-
-
-def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], workers: int,
-                    executor: str, progress: bool) -> IndexResult:
-    """The batch on a PostgreSQL index: lock, initialise an empty database and append, all in
-    one transaction, so a failure or a killed client leaves the database as it was."""
-    result = IndexResult(index=pg.label(url), batch=None)
-    engine = pg.engine(url)
-    try:
-        with engine.begin() as conn:
-            pg.lock_writer(conn, url)
-            values = pg.read_meta_or_none(conn, url)
-            if values is None:
-                pg.create_schema(conn, config, _now())
-            else:
-                db.check_binding(pg.label(url), values, config, writing=True)
-            _append_in(conn, config, pkgs, result, workers, executor, progress, url)
-    except pg.driver_errors() as exc:
-        raise pg.connect_error(url, exc) from None
-    finally:
-        engine.dispose()
-    return result
-
-
-def _remove_db_files(path: Path) -> None:
-    for suffix in ("", "-wal", "-shm", "-journal"):
-        p = path.with_name(path.name + suffix)
-        if p.exists():
-            p.unlink()

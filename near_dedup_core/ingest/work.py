@@ -119,14 +119,8 @@ def _hasher(num_perm: int, seed: int, shingle_size: int) -> MinHasher:
     return MinHasher(num_perm, seed, shingle_size)
 
 
-@lru_cache(maxsize=2)
-def _server_known_texts(url: str) -> db.KnownTexts:
-    """A worker's own PostgreSQL connection for raw-text lookups, kept for its life."""
-    return db.open_known_texts(url)
-
-
 _in_pool = False  # this process is a worker of a local pool (`init_worker` ran)
-_pool_known_texts: dict[str, db.KnownTexts] = {}
+_kept_known_texts: dict[str, db.KnownTexts] = {}
 
 
 def init_worker(shared_fd: int | None, shared_size: int) -> None:
@@ -139,18 +133,18 @@ def init_worker(shared_fd: int | None, shared_size: int) -> None:
 
 
 def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
-    """Raw-text lookups on a read connection of this worker. A pool worker keeps its SQLite
+    """Raw-text lookups on a read connection of this worker. A pool worker keeps its
     connection (and its page cache) for its life, which ends before the writer closes the
-    index; inline, in the writer's own process, a connection lives for one block only. Either
-    way the writer closes last and removes the index's -wal and -shm files."""
-    if db.postgres_url(location) is not None:
-        return _server_known_texts(location).contents(shas)
-    if _in_pool:
-        known = _pool_known_texts.get(location)
+    index; inline, in the writer's own process, a SQLite connection lives for one block only
+    (`SqliteIndex.inline_readers_close`): the writer closes last and removes the index's -wal
+    and -shm files."""
+    index = db.open_index(location)
+    if _in_pool or not index.inline_readers_close:
+        known = _kept_known_texts.get(location)
         if known is None:
-            known = _pool_known_texts[location] = db.open_known_texts(location, cached=True)
+            known = _kept_known_texts[location] = index.known_texts(cached=True)
         return known.contents(shas)
-    known = db.open_known_texts(location)
+    known = index.known_texts()
     try:
         return known.contents(shas)
     finally:

@@ -67,25 +67,23 @@ class ScanResult:
                 f"blocked by the numeric/unit guard")
 
 
-def scan_pool(index_path: str | Path, config: NearDedupConfig,
+def scan_pool(index: str | Path | db.Index, config: NearDedupConfig,
               package_paths: Sequence[str | Path], output_dir: str | Path, *,
               workers: int = 1, executor: str = "local",
               progress: bool = False) -> ScanResult:
     """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see the package
     doc)."""
     output = Path(output_dir)
-    if db.postgres_url(index_path) is None:
-        index_path = Path(index_path)
+    index = db.open_index(index)
     paths = [Path(p) for p in package_paths]
     require_new_output_outside(output, paths)
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
         with rare_collections():
-            return _scan(index_path, config, pkgs, output, workers, executor, progress)
+            return _scan(index, config, pkgs, output, workers, executor, progress)
     except (LookupError, ValueError, TypeError, AttributeError) as exc:
-        if isinstance(index_path, Path):
-            db.raise_if_damaged(index_path, exc)
+        index.raise_if_damaged(exc)
         raise
 
 
@@ -132,15 +130,15 @@ def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Exec
             yield ex, False
 
 
-def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], output: Path,
+def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output: Path,
           workers: int, executor: str, progress: bool) -> ScanResult:
-    with db.database_errors(index_path), db.open_snapshot(index_path, config) as snap, \
+    with index.errors(), index.snapshot(config) as snap, \
             atomic_dir(output) as folder, \
             _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         indexed_rows = snap.indexed_packages()
         indexed = indexed_inputs(indexed_rows, snap.path, pkgs)
-        db.read_ahead(index_path)  # an index of this config, holding every input
+        index.read_ahead()  # an index of this config, holding every input
         rowids = [indexed[p.package_id].rowid for p in pkgs]
         origins_args = (rowids, [p.package_id for p in pkgs], folder / "origins.jsonl")
         side_origins: Future | None = None  # inline: written after the candidates (below)
@@ -181,4 +179,5 @@ def _scan(index_path: Path | str, config: NearDedupConfig, pkgs: list[Package], 
         decisions = decide(nodes, near, config)
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
                               columns, origins, pool_outside)
+        snap.verify_pages()  # nothing is published from a damaged index
     return ScanResult(output, counts)
