@@ -32,9 +32,19 @@ from near_dedup_core.errors import NearDedupError
 
 from near_dedup_assets import audit, daily, summaries
 from near_dedup_assets.partitions import PREVIOUS_DAY, RELEASE_DAYS
-from near_dedup_assets.resources import ReleaseSettings
+from near_dedup_assets.resources import (
+    ReleaseSettings,
+    current_environment,
+    env_name,
+    index_backend,
+)
 
 GROUP = "release"
+#: The index's backend as the UI badges ``index_append`` (from ``NEAR_DEDUP_INDEX`` when the
+#: code location loads, like the partitions).
+INDEX_KIND = index_backend(
+    current_environment().get(env_name("index"), ReleaseSettings.model_fields["index"].default)
+).kind
 INDEX_WRITER_POOL = "sqlite_index_writer"
 VALIDATED_SNAPSHOT = dg.AssetKey("validated_snapshot")
 INDEX_APPEND = dg.AssetKey("index_append")
@@ -81,7 +91,7 @@ def validated_snapshot(context: dg.AssetExecutionContext,
 @dg.multi_asset(
     partitions_def=RELEASE_DAYS, group_name=GROUP, pool=INDEX_WRITER_POOL,
     specs=[
-        dg.AssetSpec(INDEX_APPEND, kinds={"sqlite"},
+        dg.AssetSpec(INDEX_APPEND, kinds={INDEX_KIND},
                      deps=[VALIDATED_SNAPSHOT,
                            dg.AssetDep(INDEX_APPEND, partition_mapping=PREVIOUS_DAY)],
                      description="The day's packages appended to the persistent index as one "
