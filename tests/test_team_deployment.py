@@ -118,6 +118,9 @@ def test_the_team_deployment_comes_up_and_releases_two_days(server, tmp_path):
         with running_webserver(env, cwd, tmp_path / "webserver.log") as base, \
                 chromium() as driver:
             backfill = launch_backfill(base, DAYS)  # the daemon works while the page loads
+            nodes = graphql(base, "{ assetNodes { assetKey { path } kinds } }")["assetNodes"]
+            kinds = {"/".join(n["assetKey"]["path"]): n["kinds"] for n in nodes}
+            assert kinds["index_append"] == ["postgres"]  # badged by the index's backend
             wait_for_page(driver, f"{base}/assets/scan_report", "scan_report",
                           "Latest materialization")
             deadline = time.monotonic() + BACKFILL_TIMEOUT

@@ -46,8 +46,13 @@ def graphql(base: str, query: str, variables: dict | None = None) -> dict:
         payload["variables"] = variables
     request = urllib.request.Request(f"{base}/graphql", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        body = json.load(response)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 400:
+            raise
+        body = json.load(exc)  # GraphQL's own errors
     assert "errors" not in body, body
     return body["data"]
 
@@ -192,22 +197,66 @@ def wait_for_page(driver: Any, url: str, *texts: str, absent: tuple[str, ...] = 
     assert "Internal Server Error" not in driver.page_source
 
 
-@pytest.fixture
-def webserver(tmp_path):
-    """dagster-webserver with the project's own dagster_home/dagster.yaml (SQLite storage)."""
-    env, cwd = release_env(tmp_path, REPO / "dagster_home" / "dagster.yaml")
+def location_name(base: str) -> str:
+    data = graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }")
+    [entry] = data["workspaceOrError"]["locationEntries"]
+    return entry["name"]
+
+
+def launch_run(base: str, assets: list[str], checks: list[tuple[str, str]],
+               day: str | None) -> str:
+    """Launch a run of ``assets`` and ``checks`` ((asset, check name) pairs) for ``day`` (None:
+    without a partition), as the UI's Materialize and Execute buttons do; returns its id."""
+    params = {"selector": {"repositoryLocationName": location_name(base),
+                           "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
+                           "assetSelection": [{"path": [a]} for a in assets],
+                           "assetCheckSelection": [{"assetKey": {"path": [a]}, "name": name}
+                                                   for a, name in checks]},
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": day}]
+                                    if day is not None else []}}
+    data = graphql(base, """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+        ... on InvalidSubsetError { message } } }""", {"p": params})
+    launched = data["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    return launched["run"]["runId"]
+
+
+def run_status(base: str, run_id: str, timeout: float = 300) -> str:
+    """The run's final status (SUCCESS, FAILURE, CANCELED)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = graphql(base, 'query($id: ID!) { runOrError(runId: $id) { ... on Run { status } '
+                               '} }', {"id": run_id})["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            return status
+        time.sleep(1)
+    pytest.fail(f"run {run_id} did not finish in {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def webserver(tmp_path_factory):
+    """dagster-webserver with the project's own dagster_home/dagster.yaml (SQLite storage),
+    launching runs at once (no daemon: the default run coordinator)."""
+    tmp_path = tmp_path_factory.mktemp("webserver")
+    yaml = tmp_path / "dagster.yaml"
+    yaml.write_text((REPO / "dagster_home" / "dagster.yaml").read_text(encoding="utf-8")
+                    + "\nrun_coordinator:\n  module: dagster.core.run_coordinator\n"
+                      "  class: DefaultRunCoordinator\n", encoding="utf-8")
+    env, cwd = release_env(tmp_path, yaml)
     with running_webserver(env, cwd, tmp_path / "webserver.log") as base:
         yield base
 
 
 def test_webserver_serves_the_asset_graph(webserver, tmp_path):
     nodes = graphql(webserver, """{ assetNodes { assetKey { path } isPartitioned
-                                    hasAssetChecks pools groupName } }""")["assetNodes"]
+                                    hasAssetChecks pools groupName kinds } }""")["assetNodes"]
     by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
     assert set(by_key) == set(ASSETS)
     assert all(n["isPartitioned"] and n["groupName"] == "release" for n in nodes)
     assert by_key["scan_report"]["hasAssetChecks"] and by_key["mixture"]["hasAssetChecks"]
     assert by_key["index_append"]["pools"] == ["sqlite_index_writer"]
+    assert by_key["index_append"]["kinds"] == ["sqlite"]  # the index's backend
 
     with chromium() as driver:
         wait_for_page(driver, f"{webserver}/asset-groups", *ASSETS)
@@ -216,3 +265,54 @@ def test_webserver_serves_the_asset_graph(webserver, tmp_path):
         driver.save_screenshot(str(screenshot))
         assert screenshot.stat().st_size > 10_000
         assert "Global asset lineage" in driver.title or "asset" in driver.title.lower()
+
+
+CHECK_EXECUTIONS = """query($check: String!) {
+    assetCheckExecutions(assetKey: {path: ["scan_report"]}, checkName: $check, limit: 10) {
+        runId status partition evaluation { success metadataEntries { label
+            ... on FloatMetadataEntry { floatValue } ... on TextMetadataEntry { text } } } } }"""
+
+
+def test_a_check_executed_for_a_day_reports_that_days_rates_and_without_a_day_fails(
+        webserver):
+    node = graphql(webserver, """{ assetNodeOrError(assetKey: {path: ["scan_report"]}) {
+        ... on AssetNode { assetChecksOrError { ... on AssetChecks {
+            checks { name blocking partitionDefinition { type } } } } } } }""")
+    checks = node["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    by_name = {c["name"]: c for c in checks}
+    # warns by default: not badged blocking; partitioned by release day like its asset
+    assert by_name["exclusion_rates"]["blocking"] is False
+    assert by_name["report_checksums"]["blocking"] is True
+    assert by_name["exclusion_rates"]["partitionDefinition"]["type"] == "TIME_WINDOW"
+
+    day = "2026-11-25"
+    every_check = [("scan_report", "report_checksums"), ("scan_report", "exclusion_rates"),
+                   ("mixture", "mixture_verify")]
+    released = launch_run(webserver, list(ASSETS), every_check, day)
+    assert run_status(webserver, released) == "SUCCESS"
+
+    # "Execute" of the check for one day: that day's rates
+    alone = launch_run(webserver, [], [("scan_report", "exclusion_rates")], day)
+    assert run_status(webserver, alone) == "SUCCESS"
+    executions = graphql(webserver, CHECK_EXECUTIONS,
+                         {"check": "exclusion_rates"})["assetCheckExecutions"]
+    latest = executions[0]
+    assert (latest["runId"], latest["status"], latest["partition"]) == \
+        (alone, "SUCCEEDED", day)
+    entries = {e["label"]: e.get("floatValue", e.get("text"))
+               for e in latest["evaluation"]["metadataEntries"]}
+    assert entries["day"] == day and latest["evaluation"]["success"] is True
+    rates = {k: v for k, v in entries.items() if k.startswith("exclusion_rate_")}
+    assert set(rates) == {"exclusion_rate_books", "exclusion_rate_code_docs",
+                          "exclusion_rate_news", "exclusion_rate_web"}
+    assert all(isinstance(v, float) and 0 <= v <= 1 for v in rates.values())
+
+    # "Execute" without a day: the run fails, no result, nothing passes
+    nothing = launch_run(webserver, [], [("scan_report", "exclusion_rates")], None)
+    assert run_status(webserver, nothing) == "FAILURE"
+    executions = graphql(webserver, CHECK_EXECUTIONS,
+                         {"check": "exclusion_rates"})["assetCheckExecutions"]
+    assert (executions[0]["runId"], executions[0]["status"], executions[0]["evaluation"]) == \
+        (nothing, "EXECUTION_FAILED", None)
+    # the day's own result is still there, for its day
+    assert any(e["partition"] == day and e["status"] == "SUCCEEDED" for e in executions[1:])
