@@ -20,11 +20,15 @@ Near-dedup switched off (``NEAR_DEDUP_ENABLED=false``): the graph stays the same
 index, and ``mixture`` is built from the snapshot alone, without a report.
 
 Any `NearDedupError` of the core fails the partition with its one-line message; nothing
-downstream runs for that day.
+downstream runs for that day. A re-run of a released day that is refused (e.g. its report is
+not found under a changed report root, and later days are already in the index) fails the
+run the same way, but first re-asserts the day's earlier report if it still verifies: a valid
+day stays materialized with it instead of turning failed.
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 
@@ -137,15 +141,52 @@ def index_and_report(context: dg.AssetExecutionContext,
         pool = daily.open_day(release, day)
         index = daily.index_day(release, pool)
         context.log.info(index.summary())
-        report = daily.freeze_report(release, pool)
+        refused: str | None = None
+        try:
+            report = daily.freeze_report(release, pool)
+        except NearDedupError as exc:
+            earlier = _earlier_valid_report(context, release, pool)
+            if earlier is None:
+                raise
+            report, refused = earlier, str(exc)
         context.log.info(f"report {'already frozen' if report.reused else 'frozen'}: "
                          f"{report.path}")
         report_metadata = summaries.report_metadata(report, pool)
         report_metadata.update(audit.comparison_metadata(report.path, audit.previous_report(
             release, day, RELEASE_DAYS.get_partition_keys())))
-    yield dg.MaterializeResult(asset_key=INDEX_APPEND,
-                               metadata=summaries.index_metadata(index, report))
+    index_metadata = summaries.index_metadata(index, report)
+    if refused is not None:
+        stands = dg.MetadataValue.text(f"refused: {refused}; the day's earlier report "
+                                       f"{report.path} stands (verified again)")
+        index_metadata["rerun"] = report_metadata["rerun"] = stands
+    yield dg.MaterializeResult(asset_key=INDEX_APPEND, metadata=index_metadata)
     yield dg.MaterializeResult(asset_key=SCAN_REPORT, metadata=report_metadata)
+    if refused is not None:
+        with partition_failure():
+            raise NearDedupError(f"{refused} (the day's earlier report {report.path} stands)")
+
+
+def _earlier_valid_report(context: dg.AssetExecutionContext, release: ReleaseSettings,
+                          pool: daily.DayPool) -> daily.ReportOutcome | None:
+    """The report of the day's latest materialization, if it still verifies and still fits
+    the day's inputs and config; None otherwise.
+
+    A re-run that is refused (e.g. after the report root was changed, a rescan of a day that
+    later days were appended after) then re-asserts that report before failing: the day
+    stays materialized with its valid report, and the run still fails with the refusal."""
+    [record] = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=SCAN_REPORT, asset_partitions=[pool.day]),
+        limit=1).records or [None]
+    if record is None or record.asset_materialization is None:
+        return None
+    entry = record.asset_materialization.metadata.get("report")
+    if entry is None:
+        return None
+    path = Path(str(entry.value))
+    try:
+        return daily.reuse_report(path, pool, release.dedup_config())
+    except NearDedupError:
+        return None
 
 
 @dg.asset(partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"}, deps=[SCAN_REPORT])

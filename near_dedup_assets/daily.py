@@ -173,12 +173,18 @@ def _reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> dict:
     return manifest
 
 
+def reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> ReportOutcome:
+    """The frozen report at ``target`` if it was made from the day's inputs and config and
+    still verifies (an error otherwise)."""
+    return ReportOutcome(target, _reuse_report(target, pool, config), reused=True)
+
+
 def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     """The day's frozen report: the existing one if it matches, else a new scan."""
     target = settings.report_dir(pool.day)
     config = settings.dedup_config()
     if target.exists():
-        return ReportOutcome(target, _reuse_report(target, pool, config), reused=True)
+        return reuse_report(target, pool, config)
     staging = _staging(target)
     _remove(staging)
     try:

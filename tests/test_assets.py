@@ -414,6 +414,37 @@ def test_a_lost_report_is_not_rescanned_against_later_days(tmp_path, snapshots, 
         f"near-cpt-{DAYS[1]}"]  # no staging folder left behind
 
 
+def test_a_refused_rerun_after_a_root_change_leaves_the_day_valid(tmp_path, snapshots,
+                                                                   instance):
+    """The report root changed, a day that later days depend on re-run: the rescan is refused
+    (the run fails with the reason), but the day's earlier report still verifies, so the day
+    stays materialized with it instead of turning failed."""
+    settings = settings_for(tmp_path, snapshots)
+    for day in DAYS[:2]:
+        assert release(day, settings, instance).success
+    moved = settings_for(tmp_path, snapshots, report_root=str(tmp_path / "new-reports"))
+    result = release(DAYS[0], moved, instance)
+    assert not result.success
+    reason = failure_message(result)
+    assert reason.startswith(f"release day {DAYS[0]}: index {settings.index_path} already "
+                             f"holds packages appended after this day (cpt-v2)")
+    assert reason.endswith(f"(the day's earlier report {settings.report_dir(DAYS[0])} stands)")
+    assert "mixture" not in executed_steps(result)
+    scan = metadata(result, SCAN_REPORT)
+    assert scan["report"] == str(settings.report_dir(DAYS[0]))
+    assert scan["rerun"].startswith("refused: ")
+    for key in (INDEX_APPEND, SCAN_REPORT):  # materialized, not failed
+        failed = instance.event_log_storage.\
+            get_latest_asset_partition_materialization_attempts_without_materializations(key)
+        assert DAYS[0] not in failed, key
+    assert not (tmp_path / "new-reports" / f"near-cpt-{DAYS[0]}").exists()
+
+    # without a valid earlier report there is nothing to keep: the day fails
+    shutil.rmtree(settings.report_dir(DAYS[0]))
+    result = release(DAYS[0], moved, instance)
+    assert not result.success and "stands" not in failure_message(result)
+
+
 def test_days_out_of_order_are_refused(tmp_path, snapshots, instance):
     settings = settings_for(tmp_path, snapshots)
     result = release(DAYS[1], settings, instance)

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from conftest import SAMPLES, run_cli, tree_bytes
 
+pytestmark = pytest.mark.slow  # a Ray head and node start (about a minute)
+
 CPT = SAMPLES / "cpt"
 V1, V2 = CPT / "2026-11-25" / "cpt-v1", CPT / "2026-11-26" / "cpt-v2"
 
