@@ -145,10 +145,10 @@ def index_and_report(context: dg.AssetExecutionContext,
         try:
             report = daily.freeze_report(release, pool)
         except NearDedupError as exc:
-            earlier = _earlier_valid_report(context, release, pool)
-            if earlier is None:
+            kept = _earlier_valid_report(context, release, pool)
+            if kept is None:
                 raise
-            report, refused = earlier, str(exc)
+            report, refused = kept, str(exc)
         context.log.info(f"report {'already frozen' if report.reused else 'frozen'}: "
                          f"{report.path}")
         report_metadata = summaries.report_metadata(report, pool)
