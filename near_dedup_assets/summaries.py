@@ -252,7 +252,8 @@ def mixture_metadata(outcome: MixtureOutcome, release: Path, reused_release: boo
     report = outcome.config.near_dedup_report
     return {
         "selected": dg.MetadataValue.int(counts["selected"]),
-        "target_records": dg.MetadataValue.int(counts["target_records"]),
+        # a setting, not a measurement: text, so it is not plotted as a flat line
+        "target_records": dg.MetadataValue.text(f"{counts['target_records']:,}"),
         "shortfall": dg.MetadataValue.int(counts["shortfall"]),
         "retained_records": dg.MetadataValue.int(counts["retained"]),
         "excluded_by_report": dg.MetadataValue.int(counts["excluded_by_report"]),
