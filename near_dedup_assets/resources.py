@@ -114,9 +114,8 @@ class ReleaseSettings(dg.ConfigurableResource):
     @property
     def index_path(self) -> Path | str:
         """The index: an absolute SQLite path, or a ``postgresql://`` URL as given."""
-        if self.index.strip().startswith(("postgresql://", "postgres://")):
-            return self.index.strip()
-        return resolve_path(self.index)
+        backend = index_backend(self.index)
+        return resolve_path(self.index) if backend.file is not None else self.index.strip()
 
     @property
     def index_label(self) -> str:
