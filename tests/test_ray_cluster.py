@@ -27,14 +27,21 @@ CPT = SAMPLES / "cpt"
 V1, V2 = CPT / "2026-11-25" / "cpt-v1", CPT / "2026-11-26" / "cpt-v2"
 
 # docs/ray.md, "Starting a cluster", with this machine's loopback address for the head
-# and one CPU per node, so that the scan's tasks spread over both nodes.
-RECIPE = """
+# and one CPU per node, so that the scan's tasks spread over both nodes; START, then RUN.
+START = """
 export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(ray get-auth-token --generate)
 ray start --head --port 6379 --num-cpus 1
 ray start --address 127.0.0.1:6379 --num-cpus 1
+"""
+RUN = """
 RAY_ADDRESS=127.0.0.1:6379 near-dedup --quiet --index "$INDEX" \\
   scan --inputs "$V1" "$V2" --output "$OUTPUT" --executor ray
 ray stop
+"""
+#: Between the two: the cluster has two live nodes (a driver with the same token).
+NODES = """
+python -c 'import ray; ray.init(address="127.0.0.1:6379", logging_level="ERROR"); \\
+print("live nodes:", sum(n["Alive"] for n in ray.nodes()))'
 """
 
 
@@ -55,7 +62,7 @@ def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
     home.mkdir()
     script = tmp_path / "cluster.sh"
     script.write_text("set -eux\nip link set lo up\nmkdir -p /tmp/ray\n"
-                      "mount -t tmpfs tmpfs /tmp/ray\n" + RECIPE
+                      "mount -t tmpfs tmpfs /tmp/ray\n" + START + NODES + RUN
                       + "! pgrep -f raylet\n", encoding="utf-8")
     bindir = str(Path(sys.executable).parent)
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
@@ -65,6 +72,6 @@ def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
     run = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "sh",
                           str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
-    assert "Ray runtime started" in run.stdout
+    assert "Ray runtime started" in run.stdout and "live nodes: 2" in run.stdout
     assert (home / ".ray" / "auth_token").is_file()  # the token the nodes shared
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
