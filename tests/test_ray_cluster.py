@@ -45,11 +45,50 @@ print("live nodes:", sum(n["Alive"] for n in ray.nodes()))'
 """
 
 
-def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
+def _need_namespaces() -> None:
     pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
     if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("ip")):
         pytest.skip("needs root and unshare (util-linux): `ray stop` must not reach other "
                     "Ray clusters of this machine")
+
+
+def _in_namespaces(tmp_path: Path, commands: str, **variables: str) -> subprocess.CompletedProcess:
+    """``commands`` (sh) in private network, PID and mount namespaces with their own /tmp/ray,
+    HOME under ``tmp_path``, this venv first on PATH and no RAY_* variable of ours."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    script = tmp_path / "cluster.sh"
+    script.write_text("set -eux\nip link set lo up\nmkdir -p /tmp/ray\n"
+                      "mount -t tmpfs tmpfs /tmp/ray\n" + commands
+                      + "! pgrep -f raylet\n", encoding="utf-8")
+    bindir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update({"HOME": str(home), "PATH": os.pathsep.join([bindir, env.get("PATH", "")]),
+                **variables})
+    return subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "sh",
+                           str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_node_joins_a_token_cluster_only_in_token_mode(tmp_path):
+    """As docs/ray.md says: with a token in ~/.ray/auth_token, `ray start --head` turns token
+    authentication on by itself, `ray start --address` does not, and is refused; with
+    RAY_AUTH_MODE=token (and the token) it joins."""
+    _need_namespaces()
+    run = _in_namespaces(tmp_path, """
+ray get-auth-token --generate >/dev/null
+ray start --head --port 6379 --num-cpus 1
+if ray start --address 127.0.0.1:6379 --num-cpus 1 > refused.log 2>&1; then exit 3; fi
+grep -q "InvalidAuthToken" refused.log
+RAY_AUTH_MODE=token ray start --address 127.0.0.1:6379 --num-cpus 1
+ray stop
+""")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
+    assert "Token authentication is enabled for this Ray cluster" in run.stdout + run.stderr
+
+
+def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
+    _need_namespaces()
     index = tmp_path / "cpt.sqlite"
     for day in (V1, V2):
         code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", day)
@@ -58,20 +97,9 @@ def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
                            "--output", tmp_path / "local", "--workers", 1)
     assert (code, err) == (0, ""), err
 
-    home = tmp_path / "home"
-    home.mkdir()
-    script = tmp_path / "cluster.sh"
-    script.write_text("set -eux\nip link set lo up\nmkdir -p /tmp/ray\n"
-                      "mount -t tmpfs tmpfs /tmp/ray\n" + START + NODES + RUN
-                      + "! pgrep -f raylet\n", encoding="utf-8")
-    bindir = str(Path(sys.executable).parent)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
-    env.update({"HOME": str(home), "PATH": os.pathsep.join([bindir, env.get("PATH", "")]),
-                "INDEX": str(index), "V1": str(V1), "V2": str(V2),
-                "OUTPUT": str(tmp_path / "ray")})
-    run = subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "sh",
-                          str(script)], env=env, capture_output=True, text=True, timeout=600)
+    run = _in_namespaces(tmp_path, START + NODES + RUN, INDEX=str(index), V1=str(V1),
+                         V2=str(V2), OUTPUT=str(tmp_path / "ray"))
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
     assert "Ray runtime started" in run.stdout and "live nodes: 2" in run.stdout
-    assert (home / ".ray" / "auth_token").is_file()  # the token the nodes shared
+    assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # the nodes' token
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
