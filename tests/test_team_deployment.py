@@ -20,6 +20,7 @@ import pytest
 from conftest import tree_bytes
 from pg_server import INSTALL, PASSWORD, PostgresServer, find_bindir
 from test_webserver import (
+    CHECK_EXECUTIONS,
     REPO,
     chromium,
     graphql,
@@ -133,6 +134,11 @@ def test_the_team_deployment_comes_up_and_releases_two_days(server, tmp_path):
                 (status, daemon_log.read_text(errors="replace")[-3000:])
             wait_for_page(driver, f"{base}/assets/scan_report", "Latest materialization",
                           "records_in", absent=("Never materialized",))
+            # the check's history: one row per day, each with its day, no "Skipped" rows
+            history = graphql(base, CHECK_EXECUTIONS,
+                              {"check": "exclusion_rates"})["assetCheckExecutions"]
+            assert sorted((e["partition"], e["status"]) for e in history) == \
+                [(day, "SUCCEEDED") for day in DAYS]
     finally:
         stop(daemon)
 
