@@ -20,21 +20,35 @@ Near-dedup switched off (``NEAR_DEDUP_ENABLED=false``): the graph stays the same
 index, and ``mixture`` is built from the snapshot alone, without a report.
 
 Any `NearDedupError` of the core fails the partition with its one-line message; nothing
-downstream runs for that day.
+downstream runs for that day. A re-run of a released day that is refused (e.g. its report is
+not found under a changed report root, and later days are already in the index) fails the
+run the same way, but first re-asserts the day's earlier report if it still verifies: a valid
+day stays materialized with it instead of turning failed.
 """
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store import open_index
 
 from near_dedup_assets import audit, daily, summaries
 from near_dedup_assets.partitions import PREVIOUS_DAY, RELEASE_DAYS
-from near_dedup_assets.resources import ReleaseSettings
+from near_dedup_assets.resources import (
+    ReleaseSettings,
+    current_environment,
+    env_name,
+)
 
 GROUP = "release"
+#: The index's backend as the UI badges ``index_append`` (from ``NEAR_DEDUP_INDEX`` when the
+#: code location loads, like the partitions).
+INDEX_KIND = open_index(
+    current_environment().get(env_name("index"), ReleaseSettings.model_fields["index"].default)
+).kind
 INDEX_WRITER_POOL = "sqlite_index_writer"
 VALIDATED_SNAPSHOT = dg.AssetKey("validated_snapshot")
 INDEX_APPEND = dg.AssetKey("index_append")
@@ -81,7 +95,7 @@ def validated_snapshot(context: dg.AssetExecutionContext,
 @dg.multi_asset(
     partitions_def=RELEASE_DAYS, group_name=GROUP, pool=INDEX_WRITER_POOL,
     specs=[
-        dg.AssetSpec(INDEX_APPEND, kinds={"sqlite"},
+        dg.AssetSpec(INDEX_APPEND, kinds={INDEX_KIND},
                      deps=[VALIDATED_SNAPSHOT,
                            dg.AssetDep(INDEX_APPEND, partition_mapping=PREVIOUS_DAY)],
                      description="The day's packages appended to the persistent index as one "
@@ -127,15 +141,52 @@ def index_and_report(context: dg.AssetExecutionContext,
         pool = daily.open_day(release, day)
         index = daily.index_day(release, pool)
         context.log.info(index.summary())
-        report = daily.freeze_report(release, pool)
+        refused: str | None = None
+        try:
+            report = daily.freeze_report(release, pool)
+        except NearDedupError as exc:
+            kept = _earlier_valid_report(context, release, pool)
+            if kept is None:
+                raise
+            report, refused = kept, str(exc)
         context.log.info(f"report {'already frozen' if report.reused else 'frozen'}: "
                          f"{report.path}")
         report_metadata = summaries.report_metadata(report, pool)
         report_metadata.update(audit.comparison_metadata(report.path, audit.previous_report(
             release, day, RELEASE_DAYS.get_partition_keys())))
-    yield dg.MaterializeResult(asset_key=INDEX_APPEND,
-                               metadata=summaries.index_metadata(index, report))
+    index_metadata = summaries.index_metadata(index, report)
+    if refused is not None:
+        stands = dg.MetadataValue.text(f"refused: {refused}; the day's earlier report "
+                                       f"{report.path} stands (verified again)")
+        index_metadata["rerun"] = report_metadata["rerun"] = stands
+    yield dg.MaterializeResult(asset_key=INDEX_APPEND, metadata=index_metadata)
     yield dg.MaterializeResult(asset_key=SCAN_REPORT, metadata=report_metadata)
+    if refused is not None:
+        with partition_failure():
+            raise NearDedupError(f"{refused} (the day's earlier report {report.path} stands)")
+
+
+def _earlier_valid_report(context: dg.AssetExecutionContext, release: ReleaseSettings,
+                          pool: daily.DayPool) -> daily.ReportOutcome | None:
+    """The report of the day's latest materialization, if it still verifies and still fits
+    the day's inputs and config; None otherwise.
+
+    A re-run that is refused (e.g. after the report root was changed, a rescan of a day that
+    later days were appended after) then re-asserts that report before failing: the day
+    stays materialized with its valid report, and the run still fails with the refusal."""
+    [record] = context.instance.fetch_materializations(
+        dg.AssetRecordsFilter(asset_key=SCAN_REPORT, asset_partitions=[pool.day]),
+        limit=1).records or [None]
+    if record is None or record.asset_materialization is None:
+        return None
+    entry = record.asset_materialization.metadata.get("report")
+    if entry is None:
+        return None
+    path = Path(str(entry.value))
+    try:
+        return daily.reuse_report(path, pool, release.dedup_config())
+    except NearDedupError:
+        return None
 
 
 @dg.asset(partitions_def=RELEASE_DAYS, group_name=GROUP, kinds={"json"}, deps=[SCAN_REPORT])

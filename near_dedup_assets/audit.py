@@ -16,7 +16,7 @@ from near_dedup_core import audit
 from near_dedup_core.errors import NearDedupError
 
 from near_dedup_assets.resources import ReleaseSettings
-from near_dedup_assets.summaries import md_table
+from near_dedup_assets.summaries import md_table, rate_key
 
 
 def previous_report(release: ReleaseSettings, day: str, days: Sequence[str]) -> Path | None:
@@ -56,12 +56,13 @@ def comparison_metadata(report: Path, previous: Path | None) -> dict:
     }
 
 
-def exclusion_rate_result(release: ReleaseSettings, day: str,
-                          days: Sequence[str]) -> dg.AssetCheckResult:
+def exclusion_rate_result(release: ReleaseSettings, day: str, days: Sequence[str],
+                          severity: dg.AssetCheckSeverity) -> dg.AssetCheckResult:
     """Domains and packages that lost too much of their samples, or domains whose rate
-    jumped since the previous release day (`audit.rate_problems`)."""
-    severity = (dg.AssetCheckSeverity.ERROR if release.rate_checks_are_blocking
-                else dg.AssetCheckSeverity.WARN)
+    jumped since the previous release day (`audit.rate_problems`).
+
+    Each domain's rate of the day is a float under `rate_key`, so the check's history plots
+    it over the days; the limits are text (they are settings, not measurements)."""
     max_rate, max_jump = release.exclusion_rate_limit, release.rate_jump_limit
     report = release.report_dir(day)
     previous = previous_report(release, day, days)
@@ -73,10 +74,13 @@ def exclusion_rate_result(release: ReleaseSettings, day: str,
              f"{100 * before.by_domain[name].rate:.1f}%"
              if before is not None and name in before.by_domain else "-"]
             for name, t in sorted(current.by_domain.items(), key=lambda kv: str(kv[0]))]
-    metadata = {
+    metadata: dict[str, dg.MetadataValue] = {
+        rate_key(name): dg.MetadataValue.float(round(t.rate, 6))
+        for name, t in sorted(current.by_domain.items(), key=lambda kv: str(kv[0]))}
+    metadata |= {
         "day": dg.MetadataValue.text(day),
-        "max_exclusion_rate": dg.MetadataValue.float(max_rate),
-        "max_rate_jump": dg.MetadataValue.float(max_jump),
+        "max_exclusion_rate": dg.MetadataValue.text(f"{100 * max_rate:g}%"),
+        "max_rate_jump": dg.MetadataValue.text(f"{100 * max_jump:g} points"),
         "previous_day": dg.MetadataValue.text(str(previous) if previous else "none"),
         "domains": dg.MetadataValue.md(md_table(
             ["domain", "samples", "excluded", "excluded %", "the day before"], rows)),

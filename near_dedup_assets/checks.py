@@ -1,19 +1,28 @@
-"""Asset checks: the published report and mixture of a day still verify.
+"""Asset checks: the published report and mixture of a day still verify, and the day's
+exclusion rates stay within bounds.
 
-Both are blocking: a failing report check stops the day's mixture from being built, a
-failing mixture check fails the run. They are thin wrappers around the core's `report
-verify` and `mixture verify` (checksums and consistency, no SQLite index needed); the failure
-description is the core's one-line message.
+Every check is partitioned by release day, like its asset: it runs for one day and its result
+is recorded for that day, so the check history has a partition per row and the UI's "Execute"
+asks for the day. A check run without a day (nothing to check) fails with that reason: a
+check that ran nothing never passes, and never replaces a day's real result. Partitioned
+checks are a preview feature of Dagster 1.13 (it warns so once, here, when they are defined);
+the webserver's execute path, the daily runs and backfills record them per partition
+(tests/test_webserver.py, tests/test_assets.py).
 
-The day comes from the run's partition. A check executed on its own (the "Execute" button of
-the UI launches a run without a partition) verifies the latest materialized day of its asset,
-and passes with "nothing to verify" while no day is materialized.
+`report_checksums` and `mixture_verify` are blocking: a failing report check stops the day's
+mixture from being built, a failing mixture check fails the run. They are thin wrappers
+around the core's `report verify` and `mixture verify` (checksums and consistency, no index
+needed); the failure description is the core's one-line message.
 
 `exclusion_rates` (docs/audit.md) watches the report's exclusion rates by domain and package,
-also against the previous release day; it warns, and blocks only when configured to.
+also against the previous release day. It warns; with ``NEAR_DEDUP_RATE_CHECKS_BLOCKING=true``
+(read when the code location loads, like the graph itself) it is an error and blocking, and
+the UI's badge says which.
 """
 
-from collections.abc import Callable
+import os
+import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import dagster as dg
@@ -26,21 +35,31 @@ from near_dedup_core.report import verify_report
 from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
 from near_dedup_assets.audit import exclusion_rate_result
 from near_dedup_assets.partitions import RELEASE_DAYS
-from near_dedup_assets.resources import ReleaseSettings
+from near_dedup_assets.resources import ReleaseSettings, current_environment, parse_flag
+
+RATE_CHECKS_BLOCKING_VAR = "NEAR_DEDUP_RATE_CHECKS_BLOCKING"
 
 
-def _check_day(context: dg.AssetCheckExecutionContext, asset: dg.AssetKey) -> str | None:
-    """The run's release day; without a partition, the latest materialized day (or None)."""
-    if context.has_partition_key:
-        return context.partition_key
-    return max(context.instance.get_materialized_partitions(asset), default=None)
+class NoReleaseDay(dg.Failure):
+    """A check run without a release day: nothing was checked, so it does not pass."""
 
 
-def _nothing_to_verify(asset: dg.AssetKey) -> dg.AssetCheckResult:
-    what = asset.to_user_string()
-    return dg.AssetCheckResult(
-        passed=True, description=f"no day of {what} is materialized yet: nothing to verify",
-        metadata={"day": dg.MetadataValue.text("none")})
+def release_day(context: dg.AssetCheckExecutionContext) -> str:
+    if not context.has_partition_key:
+        raise NoReleaseDay(description="no release day chosen: nothing was checked. A check "
+                                       "of the release verifies one day: execute it for a "
+                                       "day (partition), or materialize the day",
+                           allow_retries=False)
+    return context.partition_key
+
+
+def release_day_check(**kwargs) -> Callable:
+    """``dg.asset_check`` partitioned by release day (its PreviewWarning silenced: known)."""
+    def decorate(fn: Callable) -> dg.AssetChecksDefinition:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", dg.PreviewWarning)
+            return dg.asset_check(partitions_def=RELEASE_DAYS, **kwargs)(fn)
+    return decorate
 
 
 def _verified(day: str, label: str, path: Path,
@@ -56,13 +75,11 @@ def _verified(day: str, label: str, path: Path,
                                metadata={**metadata, "summary": dg.MetadataValue.text(summary)})
 
 
-@dg.asset_check(asset=SCAN_REPORT, blocking=True)
+@release_day_check(asset=SCAN_REPORT, blocking=True)
 def report_checksums(context: dg.AssetCheckExecutionContext,
                      release: ReleaseSettings) -> dg.AssetCheckResult:
     """The day's report matches its checksums.sha256 and is internally consistent."""
-    day = _check_day(context, SCAN_REPORT)
-    if day is None:
-        return _nothing_to_verify(SCAN_REPORT)
+    day = release_day(context)
     if not release.near_dedup_enabled:
         return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
                                    metadata={"day": dg.MetadataValue.text(day),
@@ -71,13 +88,11 @@ def report_checksums(context: dg.AssetCheckExecutionContext,
     return _verified(day, "report", path, lambda: verify_report(path).summary())
 
 
-@dg.asset_check(asset=MIXTURE, blocking=True)
+@release_day_check(asset=MIXTURE, blocking=True)
 def mixture_verify(context: dg.AssetCheckExecutionContext,
                    release: ReleaseSettings) -> dg.AssetCheckResult:
     """The day's mixture passes `mixture verify` and its release record its checksums."""
-    day = _check_day(context, MIXTURE)
-    if day is None:
-        return _nothing_to_verify(MIXTURE)
+    day = release_day(context)
     path = release.mixture_dir(day)
     record = release.release_dir(day)
 
@@ -91,25 +106,46 @@ def mixture_verify(context: dg.AssetCheckExecutionContext,
     return _verified(day, "mixture", path, verify)
 
 
-@dg.asset_check(asset=SCAN_REPORT, blocking=True)
-def exclusion_rates(context: dg.AssetCheckExecutionContext,
-                    release: ReleaseSettings) -> dg.AssetCheckResult:
-    """No domain or package lost more than NEAR_DEDUP_MAX_EXCLUSION_RATE of its samples, and
-    no domain's exclusion rate rose by more than NEAR_DEDUP_MAX_RATE_JUMP since the previous
-    release day. A failure warns; with NEAR_DEDUP_RATE_CHECKS_BLOCKING=true it is an error
-    that stops the day's mixture."""
-    if not context.has_partition_key:
-        return dg.AssetCheckResult(passed=True, description="no release day: run it with a "
-                                   "day's scan_report", severity=dg.AssetCheckSeverity.WARN)
-    day = context.partition_key
-    if not release.near_dedup_enabled:
-        return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
-                                   metadata={"day": dg.MetadataValue.text(day)})
-    try:
-        return exclusion_rate_result(release, day, RELEASE_DAYS.get_partition_keys())
-    except NearDedupError as exc:
-        return dg.AssetCheckResult(passed=False, description=str(exc),
-                                   metadata={"day": dg.MetadataValue.text(day)})
+def exclusion_rates_check(blocking: bool) -> dg.AssetChecksDefinition:
+    """The exclusion-rate check; ``blocking``: an ERROR that stops the day's mixture, else a
+    WARN that does not (the definition's badge and the result's severity agree)."""
+    severity = dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN
+
+    @release_day_check(
+        asset=SCAN_REPORT, name="exclusion_rates", blocking=blocking,
+        description="No domain or package lost more than NEAR_DEDUP_MAX_EXCLUSION_RATE of its "
+                    "samples, and no domain's exclusion rate rose by more than "
+                    "NEAR_DEDUP_MAX_RATE_JUMP since the previous release day. "
+                    + ("Blocking: a failure is an error that stops the day's mixture "
+                       f"({RATE_CHECKS_BLOCKING_VAR}=true)." if blocking else
+                       "A failure warns; the mixture is still built "
+                       f"({RATE_CHECKS_BLOCKING_VAR}=true makes it blocking)."))
+    def exclusion_rates(context: dg.AssetCheckExecutionContext,
+                        release: ReleaseSettings) -> dg.AssetCheckResult:
+        day = release_day(context)
+        if not release.near_dedup_enabled:
+            return dg.AssetCheckResult(passed=True, severity=severity,
+                                       description="near-dedup is off: no report",
+                                       metadata={"day": dg.MetadataValue.text(day)})
+        try:
+            return exclusion_rate_result(release, day, RELEASE_DAYS.get_partition_keys(),
+                                         severity)
+        except NearDedupError as exc:
+            return dg.AssetCheckResult(passed=False, severity=severity, description=str(exc),
+                                       metadata={"day": dg.MetadataValue.text(day)})
+
+    return exclusion_rates
 
 
-RELEASE_CHECKS = [report_checksums, mixture_verify, exclusion_rates]
+def rate_checks_blocking(environ: Mapping[str, str] | None = None) -> bool:
+    """``NEAR_DEDUP_RATE_CHECKS_BLOCKING`` (default false), read when the code location loads."""
+    environ = os.environ if environ is None else environ
+    return parse_flag(RATE_CHECKS_BLOCKING_VAR, environ.get(RATE_CHECKS_BLOCKING_VAR, "false"))
+
+
+def release_checks(rates_blocking: bool = False) -> list[dg.AssetChecksDefinition]:
+    return [report_checksums, mixture_verify, exclusion_rates_check(rates_blocking)]
+
+
+#: The checks of the code location, with the blocking setting it loaded with.
+RELEASE_CHECKS = release_checks(rate_checks_blocking(current_environment()))

@@ -37,6 +37,7 @@ from near_dedup_assets.assets import (
     mixture_for_day,
     partition_failure,
 )
+from near_dedup_assets.checks import release_day, release_day_check
 from near_dedup_assets.partitions import RELEASE_DAYS
 from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, parse_flag
 
@@ -137,12 +138,12 @@ def contamination_report(context: dg.AssetExecutionContext,
 def build_check(blocking: bool) -> dg.AssetChecksDefinition:
     severity = dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN
 
-    @dg.asset_check(asset=CONTAMINATION_REPORT, blocking=blocking,
+    @release_day_check(asset=CONTAMINATION_REPORT, blocking=blocking,
                     description="The day's pool contains no eval item (WARN; ERROR and "
                                 "blocking with NEAR_DEDUP_CONTAMINATION_BLOCKING=true).")
     def no_new_contamination(context: dg.AssetCheckExecutionContext,
                              release: ReleaseSettings) -> dg.AssetCheckResult:
-        day = context.partition_key
+        day = release_day(context)
         path = release.contamination_dir(day)
         meta = {"day": dg.MetadataValue.text(day), "report": dg.MetadataValue.path(str(path))}
         try:

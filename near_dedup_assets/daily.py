@@ -41,10 +41,13 @@ from near_dedup_core.package import Package, open_packages, validate_packages
 from near_dedup_core.report import load_manifest, verify_report
 from near_dedup_core.scan import scan_pool
 
-from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings
+from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, resolve_path
 
 RELEASE_FORMAT = "near-dedup-release"
-RELEASE_FORMAT_VERSION = 1
+#: 2: every path is relative to its root (``NEAR_DEDUP_SNAPSHOT_ROOT``, ``..._REPORT_ROOT``,
+#: ``..._MIXTURE_ROOT``, ``..._CONTAMINATION_ROOT``), so a record does not depend on where
+#: the roots are mounted and a rebuild after they moved is byte-identical.
+RELEASE_FORMAT_VERSION = 2
 #: Mixture fields that the release fills in per day; a template must not set them.
 PER_DAY_MIXTURE_FIELDS = ("name", "inputs", "near_dedup_report", "contamination_report")
 
@@ -170,12 +173,18 @@ def _reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> dict:
     return manifest
 
 
+def reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> ReportOutcome:
+    """The frozen report at ``target`` if it was made from the day's inputs and config and
+    still verifies (an error otherwise)."""
+    return ReportOutcome(target, _reuse_report(target, pool, config), reused=True)
+
+
 def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     """The day's frozen report: the existing one if it matches, else a new scan."""
     target = settings.report_dir(pool.day)
     config = settings.dedup_config()
     if target.exists():
-        return ReportOutcome(target, _reuse_report(target, pool, config), reused=True)
+        return reuse_report(target, pool, config)
     staging = _staging(target)
     _remove(staging)
     try:
@@ -279,38 +288,58 @@ def release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None
         "kind": settings.release_kind,
         "near_dedup": report is not None,
         "inputs": [{"package_id": p.package_id, "manifest_sha256": p.manifest_sha256,
-                    "records": p.record_count, "path": str(p.path)} for p in pool.packages],
+                    "records": p.record_count,
+                    "path": _relative(p.path, settings.snapshot_root)} for p in pool.packages],
         "index": None,
         "report": None,
-        "mixture": {"name": mixture.config.name, "path": str(mixture.path),
+        "mixture": {"name": mixture.config.name,
+                    "path": _relative(mixture.path, settings.mixture_root),
                     "manifest_sha256": sha256_file(mixture.path / "manifest.json"),
                     "counts": mixture.manifest["counts"]},
     }
     if report is not None:
         manifest = load_manifest(report)
         record["index"] = settings.index_label
-        record["report"] = {"path": str(report),
+        record["report"] = {"path": _relative(report, settings.report_root),
                             "manifest_sha256": sha256_file(report / "manifest.json"),
                             "config_fingerprint": manifest["config_fingerprint"],
                             "counts": manifest["counts"]}
     if mixture.config.contamination_report is not None:  # only then: older records unchanged
         folder = Path(mixture.config.contamination_report)
         contamination = read_json_object(folder / "manifest.json", "contamination report")
-        record["contamination"] = {"path": str(folder),
+        record["contamination"] = {"path": _relative(folder, settings.contamination_root),
                                    "manifest_sha256": sha256_file(folder / "manifest.json"),
                                    "counts": contamination.get("counts")}
     return record
 
 
+def portable_mixture_config(settings: ReleaseSettings, cfg: MixtureConfig) -> dict:
+    """The day's mixture config as the release record keeps it: its paths relative to their
+    roots, as in release.json."""
+    raw = cfg.model_dump(mode="json")
+    raw["inputs"] = [_relative(Path(p), settings.snapshot_root) for p in cfg.inputs]
+    for key, root in (("near_dedup_report", settings.report_root),
+                      ("contamination_report", settings.contamination_root)):
+        if raw.get(key) is not None:
+            raw[key] = _relative(Path(raw[key]), root)
+    return raw
+
+
+def _relative(path: Path, root: str) -> str:
+    """``path`` relative to the release root ``root`` (as a POSIX path)."""
+    return Path(os.path.relpath(path, resolve_path(root))).as_posix()
+
+
 def write_release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None,
                          mixture: MixtureOutcome) -> tuple[Path, bool]:
-    """``<release_root>/<kind>-<day>/``: release.json, the day's mixture.json, checksums."""
+    """``<release_root>/<kind>-<day>/``: release.json, the day's mixture.json (paths relative to
+    their roots), checksums."""
     record = release_record(settings, pool, report, mixture)
 
     def build(out: Path) -> None:
         with atomic_dir(out) as tmp:
             write_json(tmp / "release.json", record)
-            write_json(tmp / "mixture.json", mixture.config.model_dump(mode="json"))
+            write_json(tmp / "mixture.json", portable_mixture_config(settings, mixture.config))
             write_checksums(tmp)
 
     target = settings.release_dir(pool.day)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dagster as dg
 
 from near_dedup_assets.assets import RELEASE_ASSETS
-from near_dedup_assets.checks import RELEASE_CHECKS
+from near_dedup_assets.checks import rate_checks_blocking, release_checks
 from near_dedup_assets.contamination import contamination_settings_from_env, with_contamination
 from near_dedup_assets.jobs import daily_release, schedule_from_env
 from near_dedup_assets.resources import (
@@ -27,11 +27,12 @@ from near_dedup_assets.resources import (
 
 def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
                schedule: dg.ScheduleDefinition | None = None,
-               contamination: tuple[bool, bool] = (False, False)) -> dg.Definitions:
+               contamination: tuple[bool, bool] = (False, False),
+               rates_blocking: bool = False) -> dg.Definitions:
     """The release graph with the given settings or settings resource (and schedule, if any);
     ``contamination`` = (enabled, blocking) adds the contamination step
-    (``NEAR_DEDUP_EVALS``)."""
-    assets, checks = list(RELEASE_ASSETS), list(RELEASE_CHECKS)
+    (``NEAR_DEDUP_EVALS``); ``rates_blocking`` makes the exclusion-rate check blocking."""
+    assets, checks = list(RELEASE_ASSETS), release_checks(rates_blocking)
     if contamination[0]:
         assets, checks = with_contamination(assets, checks, blocking=contamination[1])
     return dg.Definitions(
@@ -46,4 +47,5 @@ def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
 
 settings_from_env(current_environment())  # validated when the code location loads
 defs = build_defs(release_settings_at_run_start, schedule_from_env(current_environment()),
-                  contamination_settings_from_env(current_environment()))
+                  contamination_settings_from_env(current_environment()),
+                  rate_checks_blocking(current_environment()))

@@ -26,11 +26,11 @@ import os
 from collections.abc import Mapping
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 from dotenv import dotenv_values
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
 from near_dedup_core.config import NearDedupConfig, load_config
 from near_dedup_core.errors import NearDedupError
@@ -38,87 +38,75 @@ from near_dedup_core.errors import NearDedupError
 ENV_PREFIX = "NEAR_DEDUP_"
 #: The settings file read at the start of every run, relative to the working directory.
 ENV_FILE = ".env"
-KINDS = ("cpt", "sft")
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
 class ReleaseSettings(dg.ConfigurableResource):
-    """Where the daily release reads snapshots and writes index, reports, mixtures, records."""
+    """Where the daily release reads snapshots and writes index, reports, mixtures, records.
+
+    Typed fields: a value of the environment (a string) is parsed by pydantic as the field's
+    type, and a bad one is a `NearDedupError` naming its variable (`settings_from_env`).
+    """
 
     snapshot_root: str = "samples/cpt"
     snapshot_day_format: str = "%Y-%m-%d"
-    kind: str = "cpt"
+    kind: Literal["cpt", "sft"] = "cpt"
     index: str = "data/release/index/cpt-near.sqlite"
     config: str = "config/near-dedup.json"
     report_root: str = "data/release/reports"
     mixture_root: str = "data/release/mixtures"
     release_root: str = "data/release/releases"
     mixture_template: str = "config/mixture-template.json"
-    enabled: str = "true"
-    workers: int = 0
-    executor: str = "local"
-    max_exclusion_rate: str = "0.5"
-    max_rate_jump: str = "0.2"
-    rate_checks_blocking: str = "false"
+    #: true/false (also 1/0, yes/no, on/off).
+    enabled: bool = True
+    #: Worker processes for index and scan; 0: one per CPU core.
+    workers: int = Field(default=0, ge=0)
+    executor: Literal["local", "ray"] = "local"
+    #: Largest share (0–1) of a domain's or package's samples a day may exclude.
+    max_exclusion_rate: float = Field(default=0.5, ge=0.0, le=1.0)
+    #: Largest rise (0–1, absolute) of a domain's exclusion rate over the previous day.
+    max_rate_jump: float = Field(default=0.2, ge=0.0, le=1.0)
     evals: str = ""
     contamination_root: str = "data/release/contamination"
 
     # ----------------------------------------------------------------- parsed values
 
     def validate_values(self) -> None:
-        """Every value parses: the switch, the kind, the worker count, the near-dedup config."""
-        _ = self.near_dedup_enabled, self.release_kind, self.worker_count, self.executor_kind
+        """Every value parses, the near-dedup config file included."""
         self.dedup_config()
 
     @property
     def near_dedup_enabled(self) -> bool:
         """The near-dedup switch: off → no index append, no scan, mixtures without a report."""
-        return parse_flag(env_name("enabled"), self.enabled)
+        return self.enabled
 
     @property
     def release_kind(self) -> str:
-        if self.kind not in KINDS:
-            raise NearDedupError(f"{ENV_PREFIX}KIND={self.kind!r}: expected cpt or sft")
         return self.kind
 
     @property
     def executor_kind(self) -> str:
         """Where index and scan run their parallel work: local processes or a Ray cluster
         (``RAY_ADDRESS``, read by Ray itself)."""
-        from near_dedup_core.workers import EXECUTORS
-
-        if self.executor not in EXECUTORS:
-            raise NearDedupError(f"{ENV_PREFIX}EXECUTOR={self.executor!r}: expected "
-                                 f"{' or '.join(EXECUTORS)}")
         return self.executor
 
     @property
     def worker_count(self) -> int:
         """Worker processes for index and scan; 0 means one per CPU core."""
-        if self.workers < 0:
-            raise NearDedupError(f"{ENV_PREFIX}WORKERS={self.workers}: must be 0 (all cores) "
-                                 f"or more")
         return self.workers or os.cpu_count() or 1
 
     @property
     def exclusion_rate_limit(self) -> float:
-        """Largest share of a domain's or package's samples a day may exclude (0–1)."""
-        return _share("MAX_EXCLUSION_RATE", self.max_exclusion_rate)
+        return self.max_exclusion_rate
 
     @property
     def rate_jump_limit(self) -> float:
-        """Largest rise of a domain's exclusion rate over the previous day (0–1, absolute)."""
-        return _share("MAX_RATE_JUMP", self.max_rate_jump)
-
-    @property
-    def rate_checks_are_blocking(self) -> bool:
-        """True: a failed exclusion-rate check is an error and stops the day's mixture."""
-        return parse_flag(env_name("rate_checks_blocking"), self.rate_checks_blocking)
+        return self.max_rate_jump
 
     def dedup_config(self) -> NearDedupConfig:
         """The near-dedup config file (empty setting: the shipped defaults)."""
-        return load_config(_path(self.config) if self.config.strip() else None)
+        return load_config(resolve_path(self.config) if self.config.strip() else None)
 
     # ----------------------------------------------------------------- locations
 
@@ -128,7 +116,7 @@ class ReleaseSettings(dg.ConfigurableResource):
         from near_dedup_core.index_store import open_index
 
         index = open_index(self.index.strip())
-        return _path(self.index) if index.file is not None else index.location
+        return resolve_path(self.index) if index.file is not None else index.location
 
     @property
     def index_label(self) -> str:
@@ -139,7 +127,7 @@ class ReleaseSettings(dg.ConfigurableResource):
 
     @property
     def template_path(self) -> Path:
-        return _path(self.mixture_template)
+        return resolve_path(self.mixture_template)
 
     def snapshot_dir(self, day: str) -> Path:
         """The folder whose package subfolders form the input pool of ``day``."""
@@ -147,42 +135,32 @@ class ReleaseSettings(dg.ConfigurableResource):
             name = date.fromisoformat(day).strftime(self.snapshot_day_format)
         except ValueError as exc:
             raise NearDedupError(f"release day {day!r}: {exc}") from None
-        return _path(self.snapshot_root) / name
+        return resolve_path(self.snapshot_root) / name
 
     def report_dir(self, day: str) -> Path:
-        return _path(self.report_root) / f"near-{self.release_kind}-{day}"
+        return resolve_path(self.report_root) / f"near-{self.release_kind}-{day}"
 
     def mixture_dir(self, day: str) -> Path:
-        return _path(self.mixture_root) / f"{self.release_kind}-mix-{day}"
+        return resolve_path(self.mixture_root) / f"{self.release_kind}-mix-{day}"
 
     def release_dir(self, day: str) -> Path:
-        return _path(self.release_root) / f"{self.release_kind}-{day}"
+        return resolve_path(self.release_root) / f"{self.release_kind}-{day}"
 
     @property
     def evals_dir(self) -> Path | None:
         """The folder of eval packages (``NEAR_DEDUP_EVALS``); None: no contamination step."""
-        return _path(self.evals) if self.evals.strip() else None
+        return resolve_path(self.evals) if self.evals.strip() else None
 
     def contamination_dir(self, day: str) -> Path:
-        return _path(self.contamination_root) / f"contamination-{self.release_kind}-{day}"
+        return resolve_path(self.contamination_root) / f"contamination-{self.release_kind}-{day}"
 
     def mixture_name(self, day: str) -> str:
         return self.mixture_dir(day).name
 
 
-def _path(value: str) -> Path:
+def resolve_path(value: str) -> Path:
     """An absolute path: relative settings are taken from the current working directory."""
     return Path(os.path.abspath(Path(value).expanduser()))
-
-
-def _share(name: str, value: str) -> float:
-    try:
-        share = float(value)
-    except ValueError:
-        share = -1.0
-    if not 0.0 <= share <= 1.0:
-        raise NearDedupError(f"{ENV_PREFIX}{name}={value!r}: expected a number from 0 to 1")
-    return share
 
 
 def parse_flag(variable: str, value: str) -> bool:

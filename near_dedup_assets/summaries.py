@@ -1,12 +1,14 @@
 """Materialization metadata a release manager reads in the UI, built from the frozen outputs.
 
 Numbers that are worth plotting across days (records in, kept, excluded, history-only
-relations, selected) are plain ints; breakdowns are small markdown tables: by split, by
+relations, selected; each domain's exclusion rate as a float under a stable key,
+``exclusion_rate_<domain>``) are plain numbers; breakdowns are small markdown tables: by split, by
 reason, by domain, the similarity histogram of the report's relations and the mixture plan.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 import orjson
 
+from near_dedup_core.index_store import open_index
 from near_dedup_core.ingest.run import IndexResult
 from near_dedup_core.package import Package, open_packages, stream_records
 from near_dedup_core.report import bin_labels, iter_decisions, jaccard_bin, jaccard_edges
@@ -75,10 +78,12 @@ def snapshot_metadata(pool: DayPool) -> dict:
 
 
 def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
-    index = result.index
-    local = isinstance(index, Path)
-    size = index.stat().st_size if isinstance(index, Path) and index.exists() else 0
+    backend = open_index(result.index)
+    size = ({"index_bytes": dg.MetadataValue.int(backend.file.stat().st_size)}
+            if backend.file is not None and backend.file.exists() else {})
     return {
+        "backend": dg.MetadataValue.text("PostgreSQL" if backend.kind == "postgres"
+                                         else "SQLite"),
         "batch": dg.MetadataValue.text("none: already indexed" if result.batch is None
                                        else str(result.batch)),
         "packages_added": dg.MetadataValue.text(", ".join(result.packages_added) or "none"),
@@ -91,9 +96,9 @@ def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
             "none" if result.bands is None else result.bands.table),
         "band_rows_folded": dg.MetadataValue.int(0 if result.bands is None
                                                  else result.bands.folded),
-        "index_bytes": dg.MetadataValue.int(size),
-        "index": (dg.MetadataValue.path(str(result.index)) if local
-                  else dg.MetadataValue.text(str(result.index))),
+        **size,
+        "index": (dg.MetadataValue.path(str(backend.file)) if backend.file is not None
+                  else dg.MetadataValue.text(backend.label)),
         "summary": dg.MetadataValue.text(result.summary()),
         "report": dg.MetadataValue.path(str(report.path)),
         "report_was_already_frozen": dg.MetadataValue.bool(report.reused),
@@ -114,6 +119,13 @@ def sample_domains(packages: Sequence[Package]) -> dict[tuple[str, str], str]:
         domain = NO_DOMAIN if domain is None else str(domain)
         domains[(rec.package_id, rec.sample_id)] = interned.setdefault(domain, domain)
     return domains
+
+
+def rate_key(domain: str | None) -> str:
+    """The stable metadata key of a domain's exclusion rate: ``exclusion_rate_<domain>``,
+    lower case, anything but letters and digits as ``_`` (no domain: ``(none)``)."""
+    name = re.sub(r"[^a-z0-9]+", "_", (domain or "(none)").lower()).strip("_") or "none"
+    return f"exclusion_rate_{name}"
 
 
 def domain_rows(decisions: Iterable[dict], domains: dict[tuple[str, str], str]) -> list[list]:
@@ -194,7 +206,11 @@ def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
     reason_rows = sorted(counts["by_reason"].items())
     domains = sample_domains(open_packages(pool.paths))
     threshold = float(manifest["config"]["threshold"])
+    by_domain = domain_rows(iter_decisions(outcome.path), domains)
+    rates = {rate_key(None if row[0] == NO_DOMAIN else row[0]):
+             dg.MetadataValue.float(round(row[3] / row[1], 6)) for row in by_domain if row[1]}
     return {
+        **rates,
         "records_in": dg.MetadataValue.int(counts["samples"]),
         "kept": dg.MetadataValue.int(counts["keep"]),
         "excluded": dg.MetadataValue.int(counts["exclude"]),
@@ -206,7 +222,7 @@ def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
         "by_reason": dg.MetadataValue.md(md_table(["reason", "samples"], reason_rows)),
         "by_domain": dg.MetadataValue.md(md_table(
             ["domain", "records", "kept", "excluded", "exact dup.", "near dup.", "excluded %"],
-            domain_rows(iter_decisions(outcome.path), domains))),
+            by_domain)),
         "similarity_histogram": dg.MetadataValue.md(text_table(
             ["jaccard", "pool", "history-only", "guard-blocked", ""],
             similarity_histogram(iter_relations(outcome.path), threshold))),
@@ -236,7 +252,8 @@ def mixture_metadata(outcome: MixtureOutcome, release: Path, reused_release: boo
     report = outcome.config.near_dedup_report
     return {
         "selected": dg.MetadataValue.int(counts["selected"]),
-        "target_records": dg.MetadataValue.int(counts["target_records"]),
+        # a setting, not a measurement: text, so it is not plotted as a flat line
+        "target_records": dg.MetadataValue.text(f"{counts['target_records']:,}"),
         "shortfall": dg.MetadataValue.int(counts["shortfall"]),
         "retained_records": dg.MetadataValue.int(counts["retained"]),
         "excluded_by_report": dg.MetadataValue.int(counts["excluded_by_report"]),

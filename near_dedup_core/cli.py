@@ -47,9 +47,10 @@ inside training samples; `mixture build` builds a mixture on the frozen reports,
 verify` and `mixture verify` check later without the index."""
 
 EPILOG = """\
-global options (--index, --config, --quiet) go before the command:
+global options (--index, --config, --quiet) go before or after the command:
   near-dedup --index data/indexes/cpt-near.sqlite --config config/near-dedup.json \\
     index --inputs samples/cpt/2026-11-25/cpt-v1
+  near-dedup scan --index data/indexes/cpt-near.sqlite --inputs PACKAGE... --output DIR
 
 exit codes:
   0  success
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     ix = sub.add_parser("index", help="append one batch of snapshot packages to the index; "
                                       "`index check` verifies the index",
+                        usage="near-dedup index --inputs PACKAGE... [--workers N] "
+                              "[--executor {local,ray}] [global options]\n"
+                              "       near-dedup index check [global options]",
                         description="Append the packages to the index as one batch, in one "
                                     "transaction. Packages already indexed are skipped; index "
                                     "each version in its own batch, oldest first. "
@@ -89,8 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
                                     "index's own invariants instead (a SQLite file after "
                                     "its integrity check; a PostgreSQL database in one "
                                     "read-only snapshot, its pages left to pg_amcheck).")
-    ix.add_argument("action", nargs="?", choices=["check"],
-                    help="check: the index's own invariants (and SQLite's integrity_check)")
+    ixs = ix.add_subparsers(dest="action", required=False, parser_class=_Parser,
+                            title="commands", metavar="COMMAND")
+    ixs.add_parser("check", help="check the index's own invariants (and SQLite's "
+                                 "integrity_check) instead of appending",
+                   description="Check the index's own invariants: a SQLite file after its "
+                               "integrity check; a PostgreSQL database in one read-only "
+                               "snapshot, its pages left to pg_amcheck.")
     ix.add_argument("--inputs", nargs="+", type=Path, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
@@ -210,13 +219,38 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Check a mixture folder's checksums, its records and the "
                                     "near-dedup report embedded in it.")
     mv.add_argument("mixture", type=Path, metavar="MIXTURE", help="the mixture folder")
+    _accept_global_options_after_commands(p)
     return p
+
+
+def _accept_global_options_after_commands(parser: argparse.ArgumentParser) -> None:
+    """Let every command take --index, --config and --quiet after its name as well
+    (``near-dedup scan --index X …``). An option given after the command wins; one not given
+    there leaves the value given before it (``argparse.SUPPRESS`` as the default)."""
+    options = [a for a in parser._actions if a.dest in ("index", "config", "quiet")]
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        for command in dict.fromkeys(action.choices.values()):
+            for option in options:
+                if option.dest in {a.dest for a in command._actions}:
+                    continue
+                if option.nargs == 0:  # a flag
+                    command.add_argument(*option.option_strings, dest=option.dest,
+                                         action="store_true", default=argparse.SUPPRESS,
+                                         help=option.help)
+                else:
+                    command.add_argument(*option.option_strings, dest=option.dest,
+                                         type=option.type, metavar=option.metavar,
+                                         default=argparse.SUPPRESS, help=option.help)
+            _accept_global_options_after_commands(command)
 
 
 def _need_index(args: argparse.Namespace) -> Index:
     """The ``--index`` of a command that needs one, parsed into its backend."""
     if args.index is None:
-        raise NearDedupError(f"usage: {args.command} needs --index PATH before the command")
+        raise NearDedupError(f"usage: {args.command} needs --index PATH|URL (before or after "
+                             f"the command)")
     from near_dedup_core.index_store import open_index
 
     return open_index(args.index)

@@ -187,13 +187,39 @@ def test_settings_come_from_environment_variables_and_are_validated():
                                   "NEAR_DEDUP_CONFIG": config})
     assert (settings.snapshot_root, settings.workers) == ("/x", 3)
     assert settings.kind == "cpt"  # unset: the default
+    typed = settings_from_env({"NEAR_DEDUP_CONFIG": config, "NEAR_DEDUP_ENABLED": "off",
+                               "NEAR_DEDUP_KIND": "sft", "NEAR_DEDUP_EXECUTOR": "ray",
+                               "NEAR_DEDUP_MAX_EXCLUSION_RATE": "0.25",
+                               "NEAR_DEDUP_MAX_RATE_JUMP": "1"})
+    assert (typed.enabled, typed.kind, typed.executor, typed.max_exclusion_rate,
+            typed.max_rate_jump) == (False, "sft", "ray", 0.25, 1.0)
     for name, value, message in [
-            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid"),
-            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': expected cpt or sft"),
-            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': expected true or"),
+            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid "
+                                          "integer"),
+            ("NEAR_DEDUP_WORKERS", "-1", "NEAR_DEDUP_WORKERS='-1': Input should be greater "
+                                         "than or equal to 0"),
+            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': Input should be 'cpt' "
+                                            "or 'sft'"),
+            ("NEAR_DEDUP_EXECUTOR", "gpu", "NEAR_DEDUP_EXECUTOR='gpu': Input should be 'local' "
+                                           "or 'ray'"),
+            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': Input should be a "
+                                            "valid boolean"),
+            ("NEAR_DEDUP_MAX_EXCLUSION_RATE", "1.5", "NEAR_DEDUP_MAX_EXCLUSION_RATE='1.5': Input "
+                                                     "should be less than or equal to 1"),
+            ("NEAR_DEDUP_MAX_RATE_JUMP", "a lot", "NEAR_DEDUP_MAX_RATE_JUMP='a lot': Input "
+                                                  "should be a valid number"),
             ("NEAR_DEDUP_CONFIG", "/nowhere/near-dedup.json", "/nowhere/near-dedup.json")]:
-        with pytest.raises(NearDedupError, match=re.escape(message)):
+        with pytest.raises(NearDedupError, match=re.escape(message)) as raised:
             settings_from_env({"NEAR_DEDUP_CONFIG": config, name: value})
+        assert "\n" not in str(raised.value)
+
+
+def test_the_executor_choices_are_the_cores():
+    from typing import get_args
+
+    from near_dedup_core.workers import EXECUTORS
+
+    assert get_args(ReleaseSettings.model_fields["executor"].annotation) == tuple(EXECUTORS)
 
 
 def test_a_bad_setting_stops_the_code_location_from_loading(tmp_path):
@@ -205,7 +231,8 @@ def test_a_bad_setting_stops_the_code_location_from_loading(tmp_path):
                          check=False)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == (
-        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': expected cpt or sft")
+        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': Input should be "
+        "'cpt' or 'sft'")
 
 
 def test_an_edited_env_file_counts_from_the_next_run(tmp_path, snapshots, instance,
@@ -255,19 +282,31 @@ def test_materialize_one_day_freezes_report_builds_mixture_and_passes_checks(
     assert verify_mixture(settings.mixture_dir(DAYS[0])).report_decisions == 14
     record = json.loads((settings.release_dir(DAYS[0]) / "release.json").read_text())
     assert record["near_dedup"] is True
-    assert record["report"]["path"] == str(report)
-    assert [i["package_id"] for i in record["inputs"]] == ["cpt-v1"]
+    assert record["format_version"] == 2  # paths relative to their roots
+    assert record["report"]["path"] == report.name == "near-cpt-2026-11-25"
+    assert record["mixture"]["path"] == "cpt-mix-2026-11-25"
+    assert [(i["package_id"], i["path"]) for i in record["inputs"]] == \
+        [("cpt-v1", "2026-11-25/cpt-v1")]
 
     snap = metadata(result, dg.AssetKey("validated_snapshot"))
     assert snap["records"] == 14
     index = metadata(result, INDEX_APPEND)
     assert index["batch"] == "1" and index["packages_added"] == "cpt-v1"
     assert (index["band_rows_to"], index["band_rows_folded"]) == ("bands", 0)  # a first batch
+    assert index["backend"] == "SQLite" and index["index_bytes"] > 0
     scan = metadata(result, SCAN_REPORT)
     assert (scan["records_in"], scan["history_only_relations"]) == (14, 0)
     assert scan["kept"] + scan["excluded"] == 14
     assert "| web |" in scan["by_domain"] and "| validation |" in scan["by_split"]
     assert "1.000 (exact)" in scan["similarity_histogram"]
+    # each domain's exclusion rate, a number under a stable key (plotted over the days)
+    rates = {k: v for k, v in scan.items() if k.startswith("exclusion_rate_")}
+    assert set(rates) == {"exclusion_rate_web", "exclusion_rate_books", "exclusion_rate_news"}
+    assert all(isinstance(v, float) and 0 <= v <= 1 for v in rates.values())
+    check = checks["exclusion_rates"]
+    assert check.partition == DAYS[0] and check.metadata["day"].value == DAYS[0]
+    assert {k: v.value for k, v in check.metadata.items() if k in rates} == rates
+    assert check.metadata["max_exclusion_rate"].value == "50%"  # a setting: text, not plotted
     assert scan["report"] == str(report)
     mix = metadata(result, MIXTURE)
     assert mix["selected"] == 8 and mix["near_dedup_report"] == str(report)
@@ -312,6 +351,30 @@ def test_rematerialized_day_is_a_no_op_append_with_the_same_outputs(day_by_day):
     assert settings.index_path.read_bytes() == index_before
 
 
+def test_moved_output_roots_rebuild_byte_identical_outputs(tmp_path, snapshots, instance):
+    """Frozen outputs do not depend on where the roots are mounted: after moving the report,
+    mixture and release roots (and pointing the settings at them), the day materializes
+    again, keeping the published mixture and release record (identical checksums)."""
+    first = settings_for(tmp_path / "a", snapshots)
+    assert release(DAYS[0], first, instance).success
+    before = outputs(first, DAYS[0])
+    moved = tmp_path / "mounted-elsewhere"
+    moved.mkdir()
+    for name in ("reports", "mixtures", "releases"):
+        shutil.move(tmp_path / "a" / name, moved / name)
+    second = settings_for(tmp_path / "a", snapshots, report_root=str(moved / "reports"),
+                          mixture_root=str(moved / "mixtures"),
+                          release_root=str(moved / "releases"))
+    result = release(DAYS[0], second, instance)
+    assert result.success
+    assert metadata(result, MIXTURE)["reused_published_mixture"] is True
+    assert outputs(second, DAYS[0]) == before
+    plan = json.loads((second.mixture_dir(DAYS[0]) / "plan.json").read_text())
+    assert plan["near_dedup_report"]["path"] == "near-cpt-2026-11-25"
+    record = (second.release_dir(DAYS[0]) / "release.json").read_text()
+    assert str(moved) not in record and str(tmp_path / "a" / "reports") not in record
+
+
 def test_a_lost_report_is_not_rescanned_against_later_days(tmp_path, snapshots, instance):
     settings = settings_for(tmp_path, snapshots)
     for day in DAYS[:2]:
@@ -324,6 +387,37 @@ def test_a_lost_report_is_not_rescanned_against_later_days(tmp_path, snapshots, 
         f"after this day (cpt-v2)")
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
         f"near-cpt-{DAYS[1]}"]  # no staging folder left behind
+
+
+def test_a_refused_rerun_after_a_root_change_leaves_the_day_valid(tmp_path, snapshots,
+                                                                   instance):
+    """The report root changed, a day that later days depend on re-run: the rescan is refused
+    (the run fails with the reason), but the day's earlier report still verifies, so the day
+    stays materialized with it instead of turning failed."""
+    settings = settings_for(tmp_path, snapshots)
+    for day in DAYS[:2]:
+        assert release(day, settings, instance).success
+    moved = settings_for(tmp_path, snapshots, report_root=str(tmp_path / "new-reports"))
+    result = release(DAYS[0], moved, instance)
+    assert not result.success
+    reason = failure_message(result)
+    assert reason.startswith(f"release day {DAYS[0]}: index {settings.index_path} already "
+                             f"holds packages appended after this day (cpt-v2)")
+    assert reason.endswith(f"(the day's earlier report {settings.report_dir(DAYS[0])} stands)")
+    assert "mixture" not in executed_steps(result)
+    scan = metadata(result, SCAN_REPORT)
+    assert scan["report"] == str(settings.report_dir(DAYS[0]))
+    assert scan["rerun"].startswith("refused: ")
+    for key in (INDEX_APPEND, SCAN_REPORT):  # materialized, not failed
+        failed = instance.event_log_storage.\
+            get_latest_asset_partition_materialization_attempts_without_materializations(key)
+        assert DAYS[0] not in failed, key
+    assert not (tmp_path / "new-reports" / f"near-cpt-{DAYS[0]}").exists()
+
+    # without a valid earlier report there is nothing to keep: the day fails
+    shutil.rmtree(settings.report_dir(DAYS[0]))
+    result = release(DAYS[0], moved, instance)
+    assert not result.success and "stands" not in failure_message(result)
 
 
 def test_days_out_of_order_are_refused(tmp_path, snapshots, instance):
@@ -441,40 +535,31 @@ def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance
     assert "data/train/part-00000.jsonl" in check.description
 
 
-def test_checks_executed_alone_without_a_partition_verify_the_latest_day(
-        tmp_path, snapshots, instance):
-    """The UI's "Execute" button on a check launches a run without a partition."""
+def test_checks_executed_without_a_day_fail_and_check_nothing(tmp_path, snapshots, instance):
+    """A run of the checks without a release day (no partition) checks nothing: it fails with
+    that reason and records no result, so the day's real results stay the latest. (The UI's
+    execution of a check for a day: tests/test_webserver.py.)"""
     settings = settings_for(tmp_path, snapshots)
-
-    def execute_checks_alone():
-        result = dg.materialize(GRAPH, resources={"release": settings}, instance=instance,
-                                raise_on_error=False, selection=dg.AssetSelection.checks(
-                                    *RELEASE_CHECKS))
-        return result, check_results(result)
-
-    result, checks = execute_checks_alone()
-    assert result.success
-    assert checks["report_checksums"].passed and checks["mixture_verify"].passed
-    assert "nothing to verify" in checks["report_checksums"].description
-
     assert release(DAYS[0], settings, instance).success
-    result, checks = execute_checks_alone()
-    assert result.success
-    assert checks["report_checksums"].passed
-    assert checks["report_checksums"].metadata["day"].value == DAYS[0]
-    assert checks["report_checksums"].description.startswith(
-        f"report {settings.report_dir(DAYS[0])}: OK")
 
-    decisions = settings.report_dir(DAYS[0]) / "decisions.jsonl"
-    decisions.write_bytes(decisions.read_bytes() + b"\n")
-    result, checks = execute_checks_alone()
-    assert not checks["report_checksums"].passed
-    assert "decisions.jsonl does not match its sha256" in checks["report_checksums"].description
-    assert checks["mixture_verify"].passed
-
-
-# --------------------------------------------------------------------------- near-dedup off
-
+    result = dg.materialize(GRAPH, resources={"release": settings}, instance=instance,
+                            raise_on_error=False,
+                            selection=dg.AssetSelection.checks(*RELEASE_CHECKS))
+    assert not result.success
+    assert result.get_asset_check_evaluations() == []
+    failures = [e for e in result.all_events
+                if e.event_type == dg.DagsterEventType.STEP_FAILURE]
+    assert len(failures) == len(RELEASE_CHECKS)
+    for event in failures:
+        assert event.step_failure_data.user_failure_data.description.startswith(
+            "no release day chosen: nothing was checked")
+    for check in RELEASE_CHECKS:  # the no-day run is a failed execution, never a pass
+        [key] = check.check_keys
+        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=5)
+        assert [r.partition for r in history] == [None, DAYS[0]]
+        assert history[0].status.value != "SUCCEEDED" and history[0].run_id == result.run_id
+        assert history[1].status.value == "SUCCEEDED"
+        assert history[1].event.dagster_event.event_specific_data.passed
 
 def test_near_dedup_off_builds_mixtures_without_report_or_index(tmp_path, snapshots, instance):
     settings = settings_for(tmp_path, snapshots, enabled="false")

@@ -420,9 +420,13 @@ def test_exclusion_rate_check_fires_on_a_day_of_copies(tmp_path):
         assert meta["vs_previous_only_new"] == 18 and "forum" in meta["vs_previous"]
 
         # the same day again, with the check blocking and a looser rate limit
-        settings = settings_for(tmp_path / "warn", snapshots, rate_checks_blocking="true",
-                                max_exclusion_rate="0.7")
-        result = release("2026-11-26", settings, instance)
+        from near_dedup_assets.assets import RELEASE_ASSETS
+        from near_dedup_assets.checks import release_checks
+
+        settings = settings_for(tmp_path / "warn", snapshots, max_exclusion_rate=0.7)
+        result = dg.materialize([*RELEASE_ASSETS, *release_checks(rates_blocking=True)],
+                                partition_key="2026-11-26", resources={"release": settings},
+                                instance=instance, raise_on_error=False)
         check = check_results(result)["exclusion_rates"]
         assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
         assert "max_rate_jump" in check.metadata["offending"].value  # 62.5 % < 70 %, jump only
@@ -452,15 +456,17 @@ def test_exclusion_rate_check_stays_green_on_the_demo_days(tmp_path):
 def test_rate_settings_are_validated():
     from near_dedup_core.errors import NearDedupError
 
-    from near_dedup_assets.resources import ReleaseSettings
+    from near_dedup_assets.checks import rate_checks_blocking
+    from near_dedup_assets.resources import settings_from_env
 
-    s = ReleaseSettings(max_exclusion_rate="0.3", max_rate_jump="0.1", rate_checks_blocking="on")
-    assert (s.exclusion_rate_limit, s.rate_jump_limit, s.rate_checks_are_blocking) == \
-        (0.3, 0.1, True)
+    s = settings_from_env({"NEAR_DEDUP_MAX_EXCLUSION_RATE": "0.3",
+                           "NEAR_DEDUP_MAX_RATE_JUMP": "0.1"})
+    assert (s.exclusion_rate_limit, s.rate_jump_limit) == (0.3, 0.1)
+    assert rate_checks_blocking({"NEAR_DEDUP_RATE_CHECKS_BLOCKING": "on"}) is True
     with pytest.raises(NearDedupError, match="NEAR_DEDUP_MAX_EXCLUSION_RATE='1.5'"):
-        _ = ReleaseSettings(max_exclusion_rate="1.5").exclusion_rate_limit
+        settings_from_env({"NEAR_DEDUP_MAX_EXCLUSION_RATE": "1.5"})
     with pytest.raises(NearDedupError, match="NEAR_DEDUP_RATE_CHECKS_BLOCKING"):
-        _ = ReleaseSettings(rate_checks_blocking="maybe").rate_checks_are_blocking
+        rate_checks_blocking({"NEAR_DEDUP_RATE_CHECKS_BLOCKING": "maybe"})
 
 
 def test_explain_guard_uses_the_domain_units_of_the_report_config(tmp_path):

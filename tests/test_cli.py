@@ -54,7 +54,7 @@ def test_help_describes_the_tool_exit_codes_and_where_global_options_go():
     assert stop.value.code == 0
     text = out.getvalue()
     assert "Find near-duplicate training samples" in text
-    assert "global options (--index, --config, --quiet) go before the command" in text
+    assert "global options (--index, --config, --quiet) go before or after the command" in text
     for line in ("0  success", "1  invalid input, usage or state", "2  a configured limit"):
         assert line in text
     assert "argument parsing" not in text  # not the module's developer docstring

@@ -1,8 +1,12 @@
 """The Dagster UI really serves the release graph: dagster-webserver + headless Chromium.
 
 Marked ``webserver`` (about 30 s: webserver cold start, code location load, page render).
-Needs Debian's ``chromium`` and ``chromium-driver``; ``.ci/run`` installs them.
+Needs Debian's ``chromium`` and ``chromium-driver``; ``.ci/run`` installs them. The helpers
+here (a release's Dagster environment, a running webserver, GraphQL, Chromium) also serve
+the team deployment test (test_team_deployment.py).
 """
+
+from __future__ import annotations
 
 import json
 import os
@@ -14,7 +18,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,21 +40,30 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def graphql(base: str, query: str) -> dict:
-    request = urllib.request.Request(f"{base}/graphql", data=json.dumps({"query": query}).encode(),
+def graphql(base: str, query: str, variables: dict | None = None) -> dict:
+    payload: dict[str, Any] = {"query": query}
+    if variables is not None:
+        payload["variables"] = variables
+    request = urllib.request.Request(f"{base}/graphql", data=json.dumps(payload).encode(),
                                      headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=30) as response:
-        body = json.load(response)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            body = json.load(response)
+    except urllib.error.HTTPError as exc:
+        if exc.code != 400:
+            raise
+        body = json.load(exc)  # GraphQL's own errors
     assert "errors" not in body, body
     return body["data"]
 
 
-def wait_until(what: str, probe, server: subprocess.Popen, log: Path,
-               timeout: float = START_TIMEOUT):
+def wait_until(what: str, probe: Callable[[], Any], server: subprocess.Popen, log: Path,
+               timeout: float = START_TIMEOUT) -> Any:
+    """Poll ``probe`` until it returns a true value; fail if ``server`` exits first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            pytest.fail(f"dagster-webserver exited with {server.returncode} while waiting for "
+            pytest.fail(f"{server.args[0]} exited with {server.returncode} while waiting for "
                         f"{what}:\n{log.read_text(errors='replace')[-3000:]}")
         try:
             value = probe()
@@ -59,13 +75,14 @@ def wait_until(what: str, probe, server: subprocess.Popen, log: Path,
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text(errors='replace')[-3000:]}")
 
 
-@pytest.fixture
-def webserver(tmp_path):
-    """dagster-webserver on a free local port, run from an empty folder (so no project .env
-    overrides the environment), with a throwaway DAGSTER_HOME; yields its base URL."""
+def release_env(tmp_path: Path, dagster_yaml: Path, **settings: str) -> tuple[dict, Path]:
+    """The environment and working directory of a Dagster process of the release: an empty
+    folder (so no project .env overrides the environment), a throwaway DAGSTER_HOME holding
+    ``dagster_yaml``, the bundled CPT days as snapshots and outputs under ``tmp_path/out``;
+    ``settings`` are further variables (e.g. ``NEAR_DEDUP_INDEX``)."""
     home = tmp_path / "dagster_home"
     home.mkdir()
-    shutil.copy(REPO / "dagster_home" / "dagster.yaml", home / "dagster.yaml")
+    shutil.copy(dagster_yaml, home / "dagster.yaml")
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     env = {k: v for k, v in os.environ.items() if not k.startswith("NEAR_DEDUP_")}
@@ -79,23 +96,33 @@ def webserver(tmp_path):
         "NEAR_DEDUP_RELEASE_ROOT": str(tmp_path / "out" / "releases"),
         "NEAR_DEDUP_CONFIG": str(REPO / "config" / "near-dedup.json"),
         "NEAR_DEDUP_MIXTURE_TEMPLATE": str(REPO / "config" / "mixture-template.json"),
+        "NEAR_DEDUP_WORKERS": "1",
+        **settings,
     })
-    port = free_port()
-    log = tmp_path / "webserver.log"
-    executable = Path(sys.executable).with_name("dagster-webserver")
+    return env, cwd
+
+
+def start(tool: str, args: list[str], env: dict, cwd: Path, log: Path) -> subprocess.Popen:
+    """``tool`` (an executable of this venv) in its own process group, output to ``log``."""
+    executable = Path(sys.executable).with_name(tool)
     with open(log, "wb") as out:
-        server = subprocess.Popen(
-            [str(executable), "-h", "127.0.0.1", "-p", str(port),
-             "-m", "near_dedup_assets.definitions"],
-            cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+        return subprocess.Popen([str(executable), *args], cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(server: subprocess.Popen) -> None:
+    """Stop a process's whole group: SIGINT, then SIGKILL after a grace period."""
+    if server.poll() is None:
+        os.killpg(server.pid, signal.SIGINT)
+        try:
+            server.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
     try:
-        wait_until("/server_info", lambda: urllib.request.urlopen(
-            f"{base}/server_info", timeout=5).status == 200, server, log)
-        wait_until("the code location", lambda: _loaded(base), server, log)
-        yield base
-    finally:
-        _stop(server)
+        os.killpg(server.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    server.wait(timeout=10)
 
 
 def _loaded(base: str) -> bool:
@@ -111,36 +138,31 @@ def _loaded(base: str) -> bool:
                                  for e in entries)
 
 
-def _stop(server: subprocess.Popen) -> None:
-    """Stop the webserver's whole process group: SIGINT, then SIGKILL after a grace period."""
-    if server.poll() is None:
-        os.killpg(server.pid, signal.SIGINT)
-        try:
-            server.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
+@contextmanager
+def running_webserver(env: dict, cwd: Path, log: Path) -> Iterator[str]:
+    """dagster-webserver of the release on a free local port, until its code location has
+    loaded; yields its base URL and stops it afterwards."""
+    port = free_port()
+    server = start("dagster-webserver", ["-h", "127.0.0.1", "-p", str(port),
+                                         "-m", "near_dedup_assets.definitions"], env, cwd, log)
+    base = f"http://127.0.0.1:{port}"
     try:
-        os.killpg(server.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    server.wait(timeout=10)
+        wait_until("/server_info", lambda: urllib.request.urlopen(
+            f"{base}/server_info", timeout=5).status == 200, server, log)
+        wait_until("the code location", lambda: _loaded(base), server, log)
+        graphql(base, "mutation { setNuxSeen }")  # no "join the community" modal
+        yield base
+    finally:
+        stop(server)
 
 
-def test_webserver_serves_the_asset_graph(webserver, tmp_path):
-    nodes = graphql(webserver, """{ assetNodes { assetKey { path } isPartitioned
-                                    hasAssetChecks pools groupName } }""")["assetNodes"]
-    by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
-    assert set(by_key) == set(ASSETS)
-    assert all(n["isPartitioned"] and n["groupName"] == "release" for n in nodes)
-    assert by_key["scan_report"]["hasAssetChecks"] and by_key["mixture"]["hasAssetChecks"]
-    assert by_key["index_append"]["pools"] == ["sqlite_index_writer"]
-    graphql(webserver, "mutation { setNuxSeen }")  # no "join the community" modal
-
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Headless Chromium through Selenium (skips without Debian's chromium)."""
     if not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)):
         pytest.skip("Debian chromium and chromium-driver are not installed (.ci/run installs them)")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.support.ui import WebDriverWait
 
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
@@ -149,13 +171,148 @@ def test_webserver_serves_the_asset_graph(webserver, tmp_path):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     try:
-        driver.get(f"{webserver}/asset-groups")
-        WebDriverWait(driver, 60, poll_frequency=0.5).until(
-            lambda d: all(name in d.page_source for name in ASSETS))
+        yield driver
+    finally:
+        driver.quit()
+
+
+def wait_for_page(driver: Any, url: str, *texts: str, absent: tuple[str, ...] = (),
+                  timeout: float = 60) -> None:
+    """Open ``url`` and wait until every one of ``texts`` is on the page and none of
+    ``absent`` (e.g. what the page shows while it loads its data)."""
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.get(url)
+    try:
+        WebDriverWait(driver, timeout, poll_frequency=0.5).until(
+            lambda d: all(text in d.page_source for text in texts)
+            and not any(text in d.page_source for text in absent))
+    except TimeoutException:
+        shown = driver.find_element(By.TAG_NAME, "body").text
+        pytest.fail(f"{url} did not show {[t for t in texts if t not in driver.page_source]} "
+                    f"(or still shows {[t for t in absent if t in driver.page_source]}) "
+                    f"within {timeout} s; it shows:\n{shown[:3000]}")
+    assert "Internal Server Error" not in driver.page_source
+
+
+def location_name(base: str) -> str:
+    data = graphql(base, "{ workspaceOrError { ... on Workspace { locationEntries { name } } } }")
+    [entry] = data["workspaceOrError"]["locationEntries"]
+    return entry["name"]
+
+
+def launch_run(base: str, assets: list[str], checks: list[tuple[str, str]],
+               day: str | None) -> str:
+    """Launch a run of ``assets`` and ``checks`` ((asset, check name) pairs) for ``day`` (None:
+    without a partition), as the UI's Materialize and Execute buttons do; returns its id."""
+    params = {"selector": {"repositoryLocationName": location_name(base),
+                           "repositoryName": "__repository__", "jobName": "__ASSET_JOB",
+                           "assetSelection": [{"path": [a]} for a in assets],
+                           "assetCheckSelection": [{"assetKey": {"path": [a]}, "name": name}
+                                                   for a, name in checks]},
+              "executionMetadata": {"tags": [{"key": "dagster/partition", "value": day}]
+                                    if day is not None else []}}
+    data = graphql(base, """mutation($p: ExecutionParams!) { launchRun(executionParams: $p) {
+        __typename ... on LaunchRunSuccess { run { runId } } ... on PythonError { message }
+        ... on InvalidSubsetError { message } } }""", {"p": params})
+    launched = data["launchRun"]
+    assert launched["__typename"] == "LaunchRunSuccess", launched
+    return launched["run"]["runId"]
+
+
+def run_status(base: str, run_id: str, timeout: float = 300) -> str:
+    """The run's final status (SUCCESS, FAILURE, CANCELED)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = graphql(base, 'query($id: ID!) { runOrError(runId: $id) { ... on Run { status } '
+                               '} }', {"id": run_id})["runOrError"]["status"]
+        if status in ("SUCCESS", "FAILURE", "CANCELED"):
+            return status
+        time.sleep(1)
+    pytest.fail(f"run {run_id} did not finish in {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def webserver(tmp_path_factory):
+    """dagster-webserver with the project's own dagster_home/dagster.yaml (SQLite storage),
+    launching runs at once (no daemon: the default run coordinator)."""
+    tmp_path = tmp_path_factory.mktemp("webserver")
+    yaml = tmp_path / "dagster.yaml"
+    yaml.write_text((REPO / "dagster_home" / "dagster.yaml").read_text(encoding="utf-8")
+                    + "\nrun_coordinator:\n  module: dagster.core.run_coordinator\n"
+                      "  class: DefaultRunCoordinator\n", encoding="utf-8")
+    env, cwd = release_env(tmp_path, yaml)
+    with running_webserver(env, cwd, tmp_path / "webserver.log") as base:
+        yield base
+
+
+def test_webserver_serves_the_asset_graph(webserver, tmp_path):
+    nodes = graphql(webserver, """{ assetNodes { assetKey { path } isPartitioned
+                                    hasAssetChecks pools groupName kinds } }""")["assetNodes"]
+    by_key = {"/".join(n["assetKey"]["path"]): n for n in nodes}
+    assert set(by_key) == set(ASSETS)
+    assert all(n["isPartitioned"] and n["groupName"] == "release" for n in nodes)
+    assert by_key["scan_report"]["hasAssetChecks"] and by_key["mixture"]["hasAssetChecks"]
+    assert by_key["index_append"]["pools"] == ["sqlite_index_writer"]
+    assert by_key["index_append"]["kinds"] == ["sqlite"]  # the index's backend
+
+    with chromium() as driver:
+        wait_for_page(driver, f"{webserver}/asset-groups", *ASSETS)
         time.sleep(1.0)  # let the graph layout settle for the screenshot
         screenshot = tmp_path / "asset-graph.png"
         driver.save_screenshot(str(screenshot))
         assert screenshot.stat().st_size > 10_000
         assert "Global asset lineage" in driver.title or "asset" in driver.title.lower()
-    finally:
-        driver.quit()
+
+
+CHECK_EXECUTIONS = """query($check: String!) {
+    assetCheckExecutions(assetKey: {path: ["scan_report"]}, checkName: $check, limit: 10) {
+        runId status partition evaluation { success metadataEntries { label
+            ... on FloatMetadataEntry { floatValue } ... on TextMetadataEntry { text } } } } }"""
+
+
+def test_a_check_executed_for_a_day_reports_that_days_rates_and_without_a_day_fails(
+        webserver):
+    node = graphql(webserver, """{ assetNodeOrError(assetKey: {path: ["scan_report"]}) {
+        ... on AssetNode { assetChecksOrError { ... on AssetChecks {
+            checks { name blocking partitionDefinition { type } } } } } } }""")
+    checks = node["assetNodeOrError"]["assetChecksOrError"]["checks"]
+    by_name = {c["name"]: c for c in checks}
+    # warns by default: not badged blocking; partitioned by release day like its asset
+    assert by_name["exclusion_rates"]["blocking"] is False
+    assert by_name["report_checksums"]["blocking"] is True
+    assert by_name["exclusion_rates"]["partitionDefinition"]["type"] == "TIME_WINDOW"
+
+    day = "2026-11-25"
+    every_check = [("scan_report", "report_checksums"), ("scan_report", "exclusion_rates"),
+                   ("mixture", "mixture_verify")]
+    released = launch_run(webserver, list(ASSETS), every_check, day)
+    assert run_status(webserver, released) == "SUCCESS"
+
+    # "Execute" of the check for one day: that day's rates
+    alone = launch_run(webserver, [], [("scan_report", "exclusion_rates")], day)
+    assert run_status(webserver, alone) == "SUCCESS"
+    executions = graphql(webserver, CHECK_EXECUTIONS,
+                         {"check": "exclusion_rates"})["assetCheckExecutions"]
+    latest = executions[0]
+    assert (latest["runId"], latest["status"], latest["partition"]) == \
+        (alone, "SUCCEEDED", day)
+    entries = {e["label"]: e.get("floatValue", e.get("text"))
+               for e in latest["evaluation"]["metadataEntries"]}
+    assert entries["day"] == day and latest["evaluation"]["success"] is True
+    rates = {k: v for k, v in entries.items() if k.startswith("exclusion_rate_")}
+    assert set(rates) == {"exclusion_rate_books", "exclusion_rate_code_docs",
+                          "exclusion_rate_news", "exclusion_rate_web"}
+    assert all(isinstance(v, float) and 0 <= v <= 1 for v in rates.values())
+
+    # "Execute" without a day: the run fails, no result, nothing passes
+    nothing = launch_run(webserver, [], [("scan_report", "exclusion_rates")], None)
+    assert run_status(webserver, nothing) == "FAILURE"
+    executions = graphql(webserver, CHECK_EXECUTIONS,
+                         {"check": "exclusion_rates"})["assetCheckExecutions"]
+    assert (executions[0]["runId"], executions[0]["status"], executions[0]["evaluation"]) == \
+        (nothing, "EXECUTION_FAILED", None)
+    # the day's own result is still there, for its day
+    assert any(e["partition"] == day and e["status"] == "SUCCEEDED" for e in executions[1:])

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store import snapshot as sq
@@ -43,6 +43,8 @@ class SqliteIndex:
 
     path: Path
 
+    #: The backend's name, as the release's UI badges it.
+    kind: ClassVar[str] = "sqlite"
     #: A reader in the writer's own process closes after each use: SQLite removes the
     #: index's -wal and -shm files when the last connection closes, which must be the
     #: writer's.
@@ -113,6 +115,8 @@ class PostgresIndex:
 
     url: str
 
+    #: The backend's name, as the release's UI badges it.
+    kind: ClassVar[str] = "postgres"
     #: A reader's server connection is kept for the process's life.
     inline_readers_close = False
 

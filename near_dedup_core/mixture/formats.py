@@ -106,7 +106,7 @@ class PlanRow(StrictModel):
 
 
 class PlanReport(StrictModel):
-    """The report a plan was made with: the path as written in the config, its identity."""
+    """The report a plan was made with: its folder's name, its identity."""
 
     path: str
     manifest_sha256: str

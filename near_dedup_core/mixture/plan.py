@@ -79,8 +79,11 @@ class Plan:
             "allow_shortfall": cfg.allow_shortfall,
             "redistribute": cfg.redistribute,
             "retained_splits": self.retained_splits,
+            # The report by its folder's name and its manifest's digest, never by where its
+            # root is mounted: a rebuild after the roots moved is byte-identical.
             "near_dedup_report": None if self.report is None else {
-                "path": cfg.near_dedup_report, "manifest_sha256": self.report.manifest_sha256,
+                "path": Path(cfg.near_dedup_report or "").name,
+                "manifest_sha256": self.report.manifest_sha256,
                 "excluded_pool_samples": self.excluded_by_report},
             **({} if self.contamination is None else {"contamination_report": {
                 "path": cfg.contamination_report,

@@ -1,0 +1,105 @@
+"""The cluster recipe of docs/ray.md, run as written: a head and a second node started with
+`ray start` on this machine, token authentication on, `near-dedup scan --executor ray` with
+``RAY_ADDRESS`` naming the head, a report byte-identical to the local executor's, `ray stop`.
+
+`ray stop` stops every Ray process it can see, and Ray binds to the machine's address. The
+commands therefore run in private namespaces (``unshare``, as root, as in CI): a network
+namespace holding only the loopback interface, a PID namespace in which `ray stop` sees only
+this cluster (and whose processes all end with it), and a mount namespace with its own
+``/tmp/ray``. Without root or ``unshare`` the test is skipped: outside them `ray stop` would
+stop other Ray clusters of the machine.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import SAMPLES, run_cli, tree_bytes
+
+pytestmark = pytest.mark.slow  # a Ray head and node start (about a minute)
+
+CPT = SAMPLES / "cpt"
+V1, V2 = CPT / "2026-11-25" / "cpt-v1", CPT / "2026-11-26" / "cpt-v2"
+
+# docs/ray.md, "Starting a cluster", with this machine's loopback address for the head
+# and one CPU per node, so that the scan's tasks spread over both nodes; START, then RUN.
+START = """
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(ray get-auth-token --generate)
+ray start --head --port 6379 --num-cpus 1
+ray start --address 127.0.0.1:6379 --num-cpus 1
+"""
+RUN = """
+RAY_ADDRESS=127.0.0.1:6379 near-dedup --quiet --index "$INDEX" \\
+  scan --inputs "$V1" "$V2" --output "$OUTPUT" --executor ray
+ray stop
+"""
+#: Between the two: the cluster has two live nodes (a driver with the same token).
+NODES = """
+python -c 'import ray; ray.init(address="127.0.0.1:6379", logging_level="ERROR"); \\
+print("live nodes:", sum(n["Alive"] for n in ray.nodes()))'
+"""
+
+
+def _need_namespaces() -> None:
+    pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
+    if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("ip")):
+        pytest.skip("needs root and unshare (util-linux): `ray stop` must not reach other "
+                    "Ray clusters of this machine")
+
+
+def _in_namespaces(tmp_path: Path, commands: str, **variables: str) -> subprocess.CompletedProcess:
+    """``commands`` (sh) in private network, PID and mount namespaces with their own /tmp/ray,
+    HOME under ``tmp_path``, this venv first on PATH and no RAY_* variable of ours."""
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    script = tmp_path / "cluster.sh"
+    script.write_text("set -eux\nip link set lo up\nmkdir -p /tmp/ray\n"
+                      "mount -t tmpfs tmpfs /tmp/ray\n" + commands
+                      + "! pgrep -f raylet\n", encoding="utf-8")
+    bindir = str(Path(sys.executable).parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    env.update({"HOME": str(home), "PATH": os.pathsep.join([bindir, env.get("PATH", "")]),
+                **variables})
+    return subprocess.run(["unshare", "--net", "--pid", "--fork", "--mount-proc", "sh",
+                           str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_a_node_joins_a_token_cluster_only_in_token_mode(tmp_path):
+    """As docs/ray.md says: with a token in ~/.ray/auth_token, `ray start --head` turns token
+    authentication on by itself, `ray start --address` does not, and is refused; with
+    RAY_AUTH_MODE=token (and the token) it joins."""
+    _need_namespaces()
+    run = _in_namespaces(tmp_path, """
+ray get-auth-token --generate >/dev/null
+ray start --head --port 6379 --num-cpus 1
+if ray start --address 127.0.0.1:6379 --num-cpus 1 > refused.log 2>&1; then exit 3; fi
+grep -q "InvalidAuthToken" refused.log
+RAY_AUTH_MODE=token ray start --address 127.0.0.1:6379 --num-cpus 1
+ray stop
+""")
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
+    assert "Token authentication is enabled for this Ray cluster" in run.stdout + run.stderr
+
+
+def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
+    _need_namespaces()
+    index = tmp_path / "cpt.sqlite"
+    for day in (V1, V2):
+        code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", day)
+        assert (code, err) == (0, ""), err
+    code, _, err = run_cli("--quiet", "--index", index, "scan", "--inputs", V1, V2,
+                           "--output", tmp_path / "local", "--workers", 1)
+    assert (code, err) == (0, ""), err
+
+    run = _in_namespaces(tmp_path, START + NODES + RUN, INDEX=str(index), V1=str(V1),
+                         V2=str(V2), OUTPUT=str(tmp_path / "ray"))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
+    assert "Ray runtime started" in run.stdout and "live nodes: 2" in run.stdout
+    assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # the nodes' token
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
