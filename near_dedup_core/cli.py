@@ -357,10 +357,37 @@ class Terminated(BaseException):
     folders are removed and worker pools are stopped, as for Ctrl-C."""
 
 
+#: Seconds a terminated command has to unwind (roll its batch back, remove its temporary
+#: files, stop its workers) before it leaves regardless.
+TERM_GRACE = 5.0
+
+
 def _terminate(signum, _frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    deadline = threading.Timer(TERM_GRACE, _leave, (143, "near-dedup: terminated\n"))
+    deadline.daemon = True
+    deadline.start()
     raise Terminated(signum)
 
 
+def _leave(code: int, line: str = "") -> None:
+    """End the process now, without joining its threads: after a SIGTERM or Ctrl-C a pool's
+    result thread can wait forever on a pipe that a killed worker left half-written (the
+    process itself holds its other end). Everything that must be undone was undone by the
+    unwinding (or, past `TERM_GRACE`, is undone by the database's own recovery: a batch
+    that was not committed is not in the index); the pool's server and workers die with
+    this process (`workers.die_with_parent`)."""
+    if line:
+        os.write(2, line.encode())
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            continue
+    os._exit(code)
+
+
+_INTERRUPTED, _TERMINATED = 130, 143
 _NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 
@@ -400,7 +427,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{where_}{exc.strerror or exc}")
     except KeyboardInterrupt:
         print("near-dedup: interrupted", file=sys.stderr)
-        return 130
+        return _INTERRUPTED
     except Exception as exc:  # the last resort: still one line, still nothing published
         if _broken_pool(exc):
             return _fail("a worker process died (killed, or out of memory); nothing was "
@@ -414,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"happened)")
     except Terminated:
         print("near-dedup: terminated", file=sys.stderr)
-        return 143
+        return _TERMINATED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -457,6 +484,8 @@ def console_main() -> None:
     the Dagster assets) call `main`, which freezes nothing."""
     use_bulk_threshold()
     code = main()
+    if code in (_INTERRUPTED, _TERMINATED):
+        _leave(code)
     gc.freeze()
     raise SystemExit(code)
 

@@ -28,8 +28,11 @@ from near_dedup_core.collector import use_bulk_threshold
 
 if TYPE_CHECKING:
     import multiprocessing.context
+    import multiprocessing.process
 
 PARENT_ENV = "NEAR_DEDUP_POOL_PARENT"
+#: Set by the forkserver in its own environment: its pid, which its workers inherit.
+SERVER_ENV = "NEAR_DEDUP_POOL_SERVER"
 #: `scan` runs a pool of at most this many records inline, in its own process (no start-up
 #: to pay); `index` does so up to two blocks of lines, the same number by default.
 POOL_RECORDS = 2048
@@ -52,12 +55,31 @@ def die_with_parent(expected_parent: int | None = None) -> None:
         os._exit(1)
 
 
-def _worker_init(forkserver_pid: int, initializer: Callable | None = None,
-                 initargs: tuple = ()) -> None:
-    die_with_parent(forkserver_pid)
+def guard_forkserver() -> None:
+    """In the pool's forkserver (`near_dedup_core._pool_guard`, its first import): die with
+    the command that started it (at once if that command is already gone, so that a
+    command killed while its server starts leaves nothing behind), record its own pid for
+    the workers it forks (`_worker_init`), and use the bulk collector threshold."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit():
+        return
+    die_with_parent(int(parent))
+    os.environ[SERVER_ENV] = str(os.getpid())
+    use_bulk_threshold()
+
+
+def _worker_init(initializer: Callable | None = None, initargs: tuple = ()) -> None:
+    server = os.environ.get(SERVER_ENV, "")
+    die_with_parent(int(server) if server.isdigit() else None)
     use_bulk_threshold()  # a worker only ever does bulk work
-    if initializer is not None:
+    if initializer is None:
+        return
+    try:
         initializer(*initargs)
+    except BaseException:  # noqa: BLE001 (the command reports the broken pool in one line)
+        # concurrent.futures would log this worker's traceback on the command's stderr and
+        # mark the pool broken; leaving at once marks it broken without the traceback.
+        os._exit(1)
 
 
 class InlineExecutor(Executor):
@@ -99,22 +121,42 @@ def submit_in_turn(executor: Executor, calls: Sequence[tuple]) -> list[Future]:
 
 
 def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
-    """The forkserver context; its server (started once per process, on first use) imports
-    ``near_dedup_core._pool_guard``, which ties it to this process's life, then the modules
-    `_preload` lists for ``preload`` (if it is not running yet): every worker then has them
-    from the fork."""
+    """The forkserver context, its server running: started once per process, on first
+    use, it imports ``near_dedup_core._pool_guard``, which ties it to this process's life,
+    then the modules `_preload` lists for ``preload`` (if it is not running yet): every
+    worker then has them from the fork."""
     import multiprocessing
     import multiprocessing.forkserver
 
+    _quiet_resource_tracker()
     os.environ[PARENT_ENV] = str(os.getpid())
     multiprocessing.forkserver.set_forkserver_preload(_preload(preload))
+    multiprocessing.forkserver.ensure_running()
     return multiprocessing.get_context("forkserver")
+
+
+#: What multiprocessing's resource tracker must not print: it cleans up the semaphores of a
+#: command that was killed (``SIGKILL`` leaves no chance to release them) and warns about
+#: each kind of them on stderr, after the command is gone.
+_TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (once per process) with its warnings
+    ignored: the tracker still removes what a killed command leaves, without a word."""
+    from multiprocessing import resource_tracker
+
+    sys.warnoptions.append(_TRACKER_QUIET)  # the tracker's interpreter gets them as -W
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(_TRACKER_QUIET)
 
 
 def start_forkserver(preload: Sequence[str] = ()) -> None:
     """Start the forkserver now, without waiting for it: its start-up (and the import of
     ``preload``) overlaps the caller's own work until the first worker forks from it."""
-    _forkserver_pid(_context(preload))
+    _context(preload)
 
 
 def _preload(extra: Sequence[str] = ()) -> list[str]:
@@ -143,64 +185,44 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     """An executor of ``workers`` processes (inline for 1, where ``initializer`` is the
     caller's business); each worker runs ``initializer(*initargs)`` first. On an exception
     (including KeyboardInterrupt and the CLI's SIGTERM) pending work is cancelled and the
-    workers are stopped at once instead of finishing their current task."""
+    workers are killed at once instead of finishing their current task."""
     if workers <= 1:
         with InlineExecutor() as inline:
             yield inline
         return
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = _context(preload)
+    before = set(multiprocessing.active_children())
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(_forkserver_pid(ctx), initializer, initargs))
-    _widen_pipes(ex)
+                             initargs=(initializer, initargs))
     try:
         yield ex
     except BaseException:
-        # a worker being started (by `submit_in_turn`'s thread) is listed once the lock is free
-        with ex._shutdown_lock:
-            processes = list((getattr(ex, "_processes", None) or {}).values())
+        # after shutdown no submit starts a worker any more: the list below is complete
         ex.shutdown(wait=False, cancel_futures=True)
-        for proc in processes:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in processes:
-            proc.join(timeout=5)
+        stop_processes([p for p in multiprocessing.active_children() if p not in before])
         raise
     ex.shutdown(wait=True)
 
 
-#: Bytes a pool's pipes hold (Linux's default is 64 KiB; 1 MiB is the most an unprivileged
-#: process may ask for by default, ``/proc/sys/fs/pipe-max-size``).
-PIPE_BYTES = 1 << 20
+def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess],
+                   timeout: float = 2.0) -> None:
+    """Kill ``processes`` and reap them, waiting at most ``timeout`` seconds in all."""
+    import time
 
-
-def _widen_pipes(ex) -> None:
-    """Let the pool's two pipes (tasks to the workers, results back) hold a whole task or
-    most of a result. With the default 64 KiB, a worker sending a result of a few MB, or
-    reading a task that carries a text dictionary, waits for the thread at the other end,
-    which needs this process's GIL for every 64 KiB it moves. Where the size cannot be set
-    (not Linux, or a lower limit), the pipes keep theirs."""
-    import fcntl
-
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if set_size is None:
-        return
-    for queue in (ex._call_queue, ex._result_queue):
+    for proc in processes:
         try:
-            fcntl.fcntl(queue._reader.fileno(), set_size, PIPE_BYTES)
-        except (OSError, AttributeError):
+            proc.kill()
+        except (OSError, ValueError, AttributeError):  # already gone, or never started
             continue
-
-
-def _forkserver_pid(ctx) -> int:
-    """Start the forkserver now and return its pid (the workers' parent)."""
-    import multiprocessing.forkserver
-
-    server = multiprocessing.forkserver._forkserver
-    server.ensure_running()
-    # typeshed declares the ForkServer class without its private pid attribute.
-    return server._forkserver_pid  # type: ignore[attr-defined]
+    deadline = time.monotonic() + timeout
+    for proc in processes:
+        try:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        except (OSError, ValueError, AssertionError):
+            continue
 
 
 #: Where the parallel stages of `index` and `scan` run (``--executor``).

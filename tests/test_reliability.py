@@ -433,6 +433,94 @@ def test_no_process_survives_a_killed_run(corpus, index, tmp_path, command, sig)
         assert not (tmp_path / "rep").exists()
 
 
+def stop_session(proc: subprocess.Popen) -> None:
+    for pid in session_processes(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def session_empties(proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while session_processes(proc.pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture(scope="module")
+def large_append(corpus, tmp_path_factory) -> tuple[Path, Path]:
+    """An index of v1 and a second version of many records (near copies and new texts):
+    an append that keeps two workers busy for seconds."""
+    root = tmp_path_factory.mktemp("large-append")
+    more = texts(3, 5000)
+    v3 = make_package(root, "cpt-v3", {"train": docs("c", corpus.v1_texts + more)},
+                      shard_records=2000, created_at="2026-11-27T00:00:00Z")
+    return corpus.base, v3
+
+
+#: SIGTERM tries during a large append (a run by hand did more, see the module docstring).
+TERM_TRIES = 4
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_during_a_large_append_exits_within_seconds(large_append, tmp_path):
+    base, package = large_append
+    for attempt in range(TERM_TRIES):
+        index = tmp_path / f"idx{attempt}" / "cpt.sqlite"
+        index.parent.mkdir()
+        shutil.copyfile(base, index)
+        before = listing(index.parent)
+        proc = subprocess.Popen([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+                                 str(index), "index", "--inputs", str(package), "--workers",
+                                 "2"], env=env_with(), stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            time.sleep(0.6 + 0.5 * attempt)  # from the start-up to the middle of the batch
+            os.kill(proc.pid, signal.SIGTERM)
+            started = time.monotonic()
+            proc.wait(timeout=10)
+            assert time.monotonic() - started < 10
+            assert session_empties(proc, 5), session_processes(proc.pid)
+        finally:
+            stop_session(proc)
+            err = proc.stderr.read()
+            proc.stderr.close()
+        if proc.returncode == 0:  # finished before the signal: the batch is complete
+            assert "Traceback" not in err, err
+            continue
+        assert proc.returncode == 143, (proc.returncode, err)
+        assert err == "near-dedup: terminated\n", err
+        assert listing(index.parent) == before  # rolled back, nothing left behind
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("at", [0.05, 0.3, 0.65, 1.2])
+def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, tmp_path, at):
+    """Killed while the pool's server starts, while it imports, or while the workers run:
+    every process of the command is gone soon after, and none prints anything."""
+    proc = subprocess.Popen([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+                             str(index), "scan", "--inputs", str(corpus.v1), "--output",
+                             str(tmp_path / "rep"), "--workers", "2"], env=env_with(),
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(at)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert session_empties(proc, 3), session_processes(proc.pid)
+    finally:
+        stop_session(proc)
+        err = proc.stderr.read()  # every writer of the pipe is gone: this is all of it
+        proc.stderr.close()
+    assert err == "", err
+    assert not (tmp_path / "rep").exists()
+
+
 # --------------------------------------------------------------------------- leftovers
 
 
