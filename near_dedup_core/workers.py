@@ -21,7 +21,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
 from near_dedup_core.collector import use_bulk_threshold
@@ -84,6 +84,8 @@ def _worker_init(initializer: Callable | None = None, initargs: tuple = ()) -> N
 
 class InlineExecutor(Executor):
     """Runs submitted work at once in this process (workers=1)."""
+
+    parallelism = 1
 
     def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
         fut: Future = Future()
@@ -198,13 +200,34 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                              initargs=(initializer, initargs))
     try:
-        yield ex
+        yield _LocalPool(ex, workers)
     except BaseException:
         # after shutdown no submit starts a worker any more: the list below is complete
         ex.shutdown(wait=False, cancel_futures=True)
         stop_processes([p for p in multiprocessing.active_children() if p not in before])
         raise
     ex.shutdown(wait=True)
+
+
+class _LocalPool(Executor):
+    """A process pool that says how many tasks it runs at once, and whose workers failing to
+    start (their server gone: killed, or out of memory) is a broken pool, as a worker dying
+    is."""
+
+    def __init__(self, ex: Executor, workers: int) -> None:
+        self._ex = ex
+        self.parallelism = workers
+
+    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            return self._ex.submit(fn, *args, **kwargs)
+        except (EOFError, ConnectionError) as exc:
+            raise BrokenProcessPool(f"the worker pool's server is gone ({exc})") from None
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._ex.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess],
@@ -225,32 +248,107 @@ def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess],
             continue
 
 
-#: Where the parallel stages of `index` and `scan` run (``--executor``).
+#: Where the parallel stages of `index`, `scan` and `contamination` run (``--executor``).
 EXECUTORS = ("local", "ray")
 
 
-@contextmanager
-def work_pool(executor: str, workers: int, initializer: Callable | None = None,
-              initargs: tuple = (), preload: Sequence[str] = ()) -> Iterator[Executor]:
-    """The executor of ``--executor``: ``local`` is this machine's `process_pool` of
-    ``workers`` processes (each forked with the modules of ``preload`` imported, and running
-    ``initializer(*initargs)`` first, when there are processes); ``ray`` is a Ray cluster
-    (`ray_executor.RayExecutor`: the one ``RAY_ADDRESS`` names, or a local Ray of
-    ``workers`` CPUs started for the run). Its ``parallelism`` attribute (or ``workers``)
-    says how much work to keep in flight."""
-    if executor == "ray":
+class Executors:
+    """Where a command's parallel work runs, chosen once from ``--executor`` and
+    ``--workers`` (`choose_executor`). The stages ask it what they need to know, never which
+    one it is:
+
+    - ``in_process``: the work runs inline, in the command's own process (one worker);
+    - ``workers_read_index``: a worker may open the index (and the packages) itself, on this
+      machine; otherwise the stage ships it what it reads;
+    - ``shares_memory``: workers are processes of this machine that can attach shared memory;
+    - `start` (a context manager): the running executor, with ``submit`` and
+      ``parallelism`` (how many tasks it runs at once);
+    - `for_work`: the executor for a given amount of work (a local pool runs little work
+      inline rather than paying for processes)."""
+
+    name: str = ""
+    in_process: bool = False
+    workers_read_index: bool = False
+    shares_memory: bool = False
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+
+    def start(self, initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+        raise TypeError(f"{type(self).__name__} does not start")
+
+    def for_work(self, records: int, inline_at_most: int) -> Executors:
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(workers={self.workers})"
+
+
+class LocalExecutors(Executors):
+    """This machine's worker processes (`process_pool`), each forked with the modules of
+    ``preload`` imported and running ``initializer(*initargs)`` first; inline for one
+    worker."""
+
+    name = "local"
+    workers_read_index = True
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.in_process = self.workers <= 1
+        self.shares_memory = not self.in_process
+
+    def start(self, initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+        return process_pool(self.workers, initializer, initargs, preload)
+
+    def for_work(self, records: int, inline_at_most: int) -> Executors:
+        return LocalExecutors(1) if records <= inline_at_most else self
+
+
+class RayExecutors(Executors):
+    """A Ray cluster (`ray_executor.RayExecutor`): the one ``RAY_ADDRESS`` names, or a local
+    Ray of ``workers`` CPUs started for the run. Its tasks never open the index."""
+
+    name = "ray"
+
+    @contextmanager
+    def _started(self) -> Iterator[Executor]:
         from near_dedup_core.ray_executor import RayExecutor
 
-        ray_ex = RayExecutor(local_cpus=workers)
+        ray_ex = RayExecutor(local_cpus=self.workers)
         try:
             yield ray_ex
         finally:
             ray_ex.shutdown()
-        return
-    if executor != "local":
-        raise ValueError(f"unknown executor {executor!r}")
-    with process_pool(workers, initializer, initargs, preload) as ex:
-        yield ex
+
+    def start(self, initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+        return self._started()
+
+
+_CHOICES: dict[str, type[Executors]] = {"local": LocalExecutors, "ray": RayExecutors}
+
+
+def choose_executor(executor: str | Executors, workers: int = 1) -> Executors:
+    """The executor of ``--executor`` (one of `EXECUTORS`) and ``--workers``; an
+    `Executors` is returned as it is."""
+    if isinstance(executor, Executors):
+        return executor
+    try:
+        return _CHOICES[executor](workers)
+    except KeyError:
+        raise ValueError(f"unknown executor {executor!r}; expected one of "
+                         f"{', '.join(EXECUTORS)}") from None
+
+
+def work_pool(executor: str | Executors, workers: int = 1,
+              initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+    """The running executor of ``--executor`` and ``--workers`` (`choose_executor`), as a
+    context manager: ``with work_pool("local", 4, init, (state,), modules) as ex:``. Its
+    ``parallelism`` attribute says how much work to keep in flight."""
+    return choose_executor(executor, workers).start(initializer, initargs, preload)
 
 
 def parallelism(ex: Executor, workers: int) -> int:

@@ -23,7 +23,7 @@ from near_dedup_core.ingest import batch, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress
-from near_dedup_core.workers import parallelism, work_pool
+from near_dedup_core.workers import Executors, choose_executor, parallelism, work_pool
 
 __all__ = ["IndexResult", "batch", "index_packages", "work"]
 
@@ -78,13 +78,13 @@ def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage])
 
 
 def _append_batch(engine, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
-                  workers: int, executor: str, progress: bool, known_texts: str | None) -> None:
+                  executor: Executors, progress: bool, known_texts: str | None) -> None:
     with engine.begin() as conn:  # BEGIN IMMEDIATE … COMMIT, or ROLLBACK on any error
-        _append_in(conn, config, pkgs, result, workers, executor, progress, known_texts)
+        _append_in(conn, config, pkgs, result, executor, progress, known_texts)
 
 
 def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: IndexResult,
-               workers: int, executor: str, progress: bool, known_texts: str | None) -> None:
+               executor: Executors, progress: bool, known_texts: str | None) -> None:
     """The batch inside the open transaction of ``conn``; ``known_texts`` is where workers
     can read the committed index (None: they cannot, and sign every text)."""
     kind = pkgs[0].kind
@@ -116,17 +116,16 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     result.batch = seq
     new_records = sum(p.record_count for p in new)
     bar = Progress("index: records", new_records, enabled=progress)
-    if new_records <= 2 * batch.BLOCK_LINES and executor == "local":  # too little work for processes
-        workers = 1
+    executor = executor.for_work(new_records, 2 * batch.BLOCK_LINES)  # little: no processes
     if store.max_content_rowid() == 0:  # nothing to look up
         known_texts = None
     # local worker processes parse the lines from memory shared with this process
-    shared = batch.shared_blocks(workers) if executor == "local" and workers > 1 else None
+    shared = batch.shared_blocks(executor.workers) if executor.shares_memory else None
     try:
         init, initargs = ((work.init_worker, shared.worker_args()) if shared is not None
                           else (None, ()))
-        with work_pool(executor, workers, init, initargs, work.WORKER_MODULES) as pool:
-            writer = BatchWriter(store, config, seq, pool, parallelism(pool, workers),
+        with work_pool(executor, executor.workers, init, initargs, work.WORKER_MODULES) as pool:
+            writer = BatchWriter(store, config, seq, pool, parallelism(pool, executor.workers),
                                  known_texts, bar, shared)
             writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
             writer.run(pkgs, rowids)
@@ -142,9 +141,11 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
 
 def index_packages(index_path: str | Path, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
-                   executor: str = "local", progress: bool = False) -> IndexResult:
+                   executor: str | Executors = "local", progress: bool = False) -> IndexResult:
     """Validate the packages and append them to the index as one batch (see module doc).
-    ``index_path`` is a SQLite file or a ``postgresql://`` URL."""
+    ``index_path`` is a SQLite file or a ``postgresql://`` URL; ``executor`` and ``workers``
+    say where the signing runs (`workers.choose_executor`)."""
+    chosen = choose_executor(executor, workers)
     paths = [Path(p) for p in package_paths]
     url = db.postgres_url(index_path)
     if url is None:
@@ -154,14 +155,14 @@ def index_packages(index_path: str | Path, config: NearDedupConfig,
                               "; split it into several batches")
     if url is not None:
         with rare_collections():
-            return _index_postgres(url, config, pkgs, workers, executor, progress)
+            return _index_postgres(url, config, pkgs, chosen, progress)
     index_path = Path(index_path)
     result = IndexResult(index=index_path, batch=None)
     created = _missing_dirs(index_path.parent)
     try:
         with db.writer_lock(index_path), db.database_errors(index_path), rare_collections():
             try:
-                _index_locked(index_path, config, pkgs, result, workers, executor, progress)
+                _index_locked(index_path, config, pkgs, result, chosen, progress)
             except (LookupError, ValueError, TypeError, AttributeError) as exc:
                 if index_path.is_file():
                     db.raise_if_damaged(index_path, exc)
@@ -184,16 +185,16 @@ def _missing_dirs(folder: Path) -> list[Path]:
 
 
 def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package],
-                  result: IndexResult, workers: int, executor: str,
+                  result: IndexResult, executor: Executors,
                   progress: bool) -> None:
     values = db.existing_meta(index_path)
     if values is not None:
         db.check_binding(index_path, values, config, writing=True)
         engine = db.open_writable(index_path)
         # local workers read the committed index on connections of their own
-        known_texts = str(index_path.resolve()) if executor == "local" else None
+        known_texts = str(index_path.resolve()) if executor.workers_read_index else None
         try:
-            _append_batch(engine, config, pkgs, result, workers, executor, progress,
+            _append_batch(engine, config, pkgs, result, executor, progress,
                           known_texts)
         finally:
             engine.dispose()
@@ -205,7 +206,7 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
     engine = db.open_writable(tmp, staged=True)  # no journal: on any failure it is deleted
     try:
         db.create_schema(engine, config, _now())
-        _append_batch(engine, config, pkgs, result, workers, executor, progress, None)
+        _append_batch(engine, config, pkgs, result, executor, progress, None)
         engine.dispose()
         if result.batch is not None:
             db.publish_staged(tmp, index_path)
@@ -214,8 +215,8 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
         _remove_db_files(tmp)
 
 
-def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], workers: int,
-                    executor: str, progress: bool) -> IndexResult:
+def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package],
+                    executor: Executors, progress: bool) -> IndexResult:
     """The batch on a PostgreSQL index: lock, initialise an empty database and append, all in
     one transaction, so a failure or a killed client leaves the database as it was."""
     result = IndexResult(index=pg.label(url), batch=None)
@@ -228,7 +229,7 @@ def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package], work
                 pg.create_schema(conn, config, _now())
             else:
                 db.check_binding(pg.label(url), values, config, writing=True)
-            _append_in(conn, config, pkgs, result, workers, executor, progress, url)
+            _append_in(conn, config, pkgs, result, executor, progress, url)
     except pg.driver_errors() as exc:
         raise pg.connect_error(url, exc) from None
     finally:
