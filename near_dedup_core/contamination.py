@@ -112,7 +112,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import numba
 import numpy as np
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
@@ -132,6 +131,7 @@ from near_dedup_core.fsutil import (
     write_jsonl,
 )
 from near_dedup_core.guard import guard_for
+from near_dedup_core.jit import numba
 from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
 from near_dedup_core.package import (
     LineBlock,

@@ -34,12 +34,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from near_dedup_core.jit import numba
+from near_dedup_core.jit import njit
 
 _POLY = np.uint64(0x100000001B3)  # FNV-64 prime: spreads code points across the word
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _fmix64(h):
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
@@ -49,7 +49,7 @@ def _fmix64(h):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _shingle_hashes(cps, start, end, k, seed, out):
     """Hash every k-window of cps[start:end] into out; returns the count written.
 
@@ -85,7 +85,7 @@ def _shingle_hashes(cps, start, end, k, seed, out):
     return m
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _distinct_tops(hashes, m, table, xs):
     """The distinct values among hashes[:m], found by open addressing (table: power-of-two
     size > 2m, zero = empty slot; the value 0 is kept apart), written to xs as their upper 32
@@ -116,7 +116,7 @@ def _distinct_tops(hashes, m, table, xs):
     return distinct
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _minhash_batch(cps, starts, ends, rows, k, seed, a, b, sigs, distinct):
     """Signature of the text cps[starts[i]:ends[i]] into sigs[rows[i]], and the size of its
     hashed shingle set into distinct[rows[i]].
@@ -155,7 +155,7 @@ def _minhash_batch(cps, starts, ends, rows, k, seed, a, b, sigs, distinct):
         distinct[row] = d
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _sorted_unique(values, m, buf, counts):
     """Sort values[:m] (uniformly distributed 64-bit hashes) and drop repeats, in place;
     returns the number kept. Bucket sort on the top bits, then insertion sort inside each
@@ -196,7 +196,7 @@ def _sorted_unique(values, m, buf, counts):
     return u
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _shingle_set_batch(cps, offsets, k, seed, flat, counts):
     """Hashed shingle sets of a batch, each sorted and deduplicated, concatenated into flat."""
     longest = 1
@@ -213,7 +213,7 @@ def _shingle_set_batch(cps, offsets, k, seed, flat, counts):
     return pos
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _intersection_size(x, y):
     i = 0
     j = 0
@@ -238,7 +238,7 @@ def exact_jaccard(x: np.ndarray, y: np.ndarray) -> float:
     return common / (x.shape[0] + y.shape[0] - common)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _utf8_decode(buf, start, end, out):
     """Code points of the UTF-8 bytes buf[start:end] into out; returns their count, or -1
     when the bytes are not valid UTF-8 by the rules of Python's strict decoder (no overlong
@@ -289,7 +289,7 @@ def _utf8_decode(buf, start, end, out):
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def components(left, right, n):
     """Connected component of each of n items joined by the pairs (left[p], right[p]), as
     the smallest item of the component (union-find)."""
@@ -313,7 +313,7 @@ def components(left, right, n):
     return parent
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_pair,
                       adj_other, common, sizes):
     """Sizes of the hashed shingle sets of the UTF-8 texts buf[offsets[t]:offsets[t+1]], and
@@ -409,7 +409,7 @@ def utf8_batch(texts: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
     return b"".join(texts), offsets
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _utf8_code_points(data, offsets, cps, cp_offsets):
     """Decode each text data[offsets[i]:offsets[i+1]] into cps, its code points starting at
     cp_offsets[i]; returns -1, or the index of the first text that is not valid UTF-8."""
@@ -614,7 +614,7 @@ def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return (keys >> np.uint64(1)).astype(np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def band_keys_into(sigs, bands, rows, out):
     """`band_keys` of ``sigs`` into ``out`` ((n, bands) int64), in one compiled pass: the
     same mixing, step by step, without numpy's (n, bands, rows) uint64 temporaries."""

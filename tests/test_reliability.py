@@ -521,6 +521,46 @@ def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, t
     assert not (tmp_path / "rep").exists()
 
 
+def read_only_run(read_only: list[Path], argv: list, env: dict[str, str]
+                  ) -> subprocess.CompletedProcess:
+    """``python argv`` with the folders of ``read_only`` mounted read-only (a private mount
+    namespace, as root)."""
+    mounts = " && ".join(f"mount --bind -o ro '{p}' '{p}'" for p in read_only)
+    return subprocess.run(["unshare", "-m", "sh", "-c", f'{mounts} && exec "$@"', "sh",
+                           sys.executable, *map(str, argv)], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="mounts read-only folders in a namespace of its own (root)")
+@pytest.mark.parametrize("cache_setting", ["home", "numba-cache-dir"])
+def test_index_and_scan_work_where_no_numba_cache_can_be_written(corpus, tmp_path,
+                                                                 cache_setting):
+    """The package's own ``__pycache__`` folders, the home folder and (for the second case)
+    a configured ``NUMBA_CACHE_DIR`` are read-only: the kernels are cached in a private
+    folder of the user's in the temporary directory instead, never "cannot cache"."""
+    home, temp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    temp.mkdir()
+    env = {k: v for k, v in env_with().items() if k not in ("XDG_CACHE_HOME", "NUMBA_CACHE_DIR")}
+    env.update(HOME=str(home), TMPDIR=str(temp))
+    read_only = [REPO / "near_dedup_core", home]
+    if cache_setting == "numba-cache-dir":
+        configured = tmp_path / "numba-cache"
+        configured.mkdir()
+        env["NUMBA_CACHE_DIR"] = str(configured)
+        read_only.append(configured)
+    index = tmp_path / "idx" / "cpt.sqlite"
+    for argv in (["index", "--inputs", corpus.v1, "--workers", 2],
+                 ["scan", "--inputs", corpus.v1, "--output", tmp_path / "rep", "--workers", 2]):
+        done = read_only_run(read_only, ["-m", "near_dedup_core", "--quiet", "--index", index,
+                                         *argv], env)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "rep" / "manifest.json").is_file()
+    cache = temp / f"near-dedup-numba-{os.getuid()}"
+    assert any(cache.rglob("*.nbi")), "the kernels were cached in the user's private folder"
+
+
 # --------------------------------------------------------------------------- leftovers
 
 

@@ -17,12 +17,12 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.jit import njit
 from near_dedup_core.progress import pause_point
 from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
 from near_dedup_core.signature import band_keys_into
@@ -59,7 +59,7 @@ class HistoryCandidates(NamedTuple):
     contents: db.ContentColumns
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _band_runs(band_keys, groups, table, run_of):
     """Number the distinct (group, band key) values of the slots in order of first
     appearance; run_of[i] is slot i's number. ``table`` is an open-addressing table of
@@ -89,7 +89,7 @@ def _band_runs(band_keys, groups, table, run_of):
     return runs
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
     """Every pair (i, j), i < j, of slots in the same run, into the open-addressing set
     ``pairs`` (keys i * n + j + 1; 0 is empty; the caller keeps it at most half full); adds
@@ -129,7 +129,7 @@ def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
     return added
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _rehash(old, new):
     mask = new.shape[0] - 1
     for k in range(old.shape[0]):
@@ -143,7 +143,7 @@ def _rehash(old, new):
         new[slot] = key
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _filter_pairs(left, right, sigs_l, sizes_l, sigs_r, sizes_r, threshold, agree_min):
     """Mask of pairs (sigs_l[left[k]], sigs_r[right[k]]) that pass the set-size ratio bound and
     the signature-agreement bound."""

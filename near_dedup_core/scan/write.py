@@ -21,7 +21,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-import numba
 import numpy as np
 import orjson
 
@@ -29,6 +28,7 @@ from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import json_line, write_checksums, write_json, write_lines
+from near_dedup_core.jit import numba
 from near_dedup_core.report import FORMAT, FORMAT_VERSION, Tally
 from near_dedup_core.scan.records import (
     BLOCKED_BY,
