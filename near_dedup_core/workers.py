@@ -59,13 +59,22 @@ def guard_forkserver() -> None:
     """In the pool's forkserver (`near_dedup_core._pool_guard`, its first import): die with
     the command that started it (at once if that command is already gone, so that a
     command killed while its server starts leaves nothing behind), record its own pid for
-    the workers it forks (`_worker_init`), and use the bulk collector threshold."""
+    the workers it forks (`_worker_init`), end quietly on an error (`_leave_quietly`), and
+    use the bulk collector threshold."""
     parent = os.environ.get(PARENT_ENV, "")
     if not parent.isdigit():
         return
     die_with_parent(int(parent))
     os.environ[SERVER_ENV] = str(os.getpid())
+    sys.excepthook = _leave_quietly
     use_bulk_threshold()
+
+
+def _leave_quietly(*_exc_info: object) -> None:
+    """The forkserver's (and its workers') last resort: a module it preloads that fails
+    (out of memory, say) ends it without a traceback on the command's stderr; the command
+    learns of it as a broken pool and says so in one line."""
+    os._exit(1)
 
 
 def _worker_init(initializer: Callable | None = None, initargs: tuple = ()) -> None:

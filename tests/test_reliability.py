@@ -521,6 +521,33 @@ def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, t
     assert not (tmp_path / "rep").exists()
 
 
+def run_with_address_space(limit_mib: int, *argv: object) -> subprocess.CompletedProcess:
+    def cap() -> None:
+        limit = limit_mib << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet",
+                           *map(str, argv)], preexec_fn=cap, env=env_with(),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("limit_mib", [300, 400])
+def test_index_under_an_address_space_cap_is_one_line(corpus, large_append, index, tmp_path,
+                                                      limit_mib):
+    """Whatever fails first under the cap (the pool's server importing its modules, a
+    worker attaching the shared blocks, the command itself): one line, nothing changed."""
+    before = listing(index.parent)
+    for target in (index, tmp_path / "new" / "cpt.sqlite"):
+        inputs = [large_append[1]] if target == index else [corpus.v1]
+        done = run_with_address_space(limit_mib, "--index", target, "index", "--inputs",
+                                      *inputs, "--workers", 2)
+        assert done.returncode in (1, 2), (done.returncode, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("near-dedup: error: "), done.stderr
+    assert listing(index.parent) == before
+    assert not (tmp_path / "new").exists()
+
+
 def read_only_run(read_only: list[Path], argv: list, env: dict[str, str]
                   ) -> subprocess.CompletedProcess:
     """``python argv`` with the folders of ``read_only`` mounted read-only (a private mount
