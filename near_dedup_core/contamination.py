@@ -170,7 +170,7 @@ MAX_ANCHOR_BITS = 1 << 24
 #: lines per block of the pool handed to a worker (`package.read_blocks`)
 BLOCK_LINES = 1_024
 #: imported by the worker pool's forkserver: `warm_up`
-PRELOAD = ("near_dedup_core._contamination_preload",)
+PRELOAD = ("near_dedup_core.contamination",)
 LINE_FIELDS = ("eval", "training", "containment", "item_shingles", "common_shingles", "span",
                "numbers_differ")
 

@@ -165,6 +165,10 @@ def build_table() -> None:
     _tables()
 
 
+#: The worker pool's forkserver runs it (`near_dedup_core._forkserver`).
+warm_up = build_table
+
+
 def _offsets(texts: list[str]) -> np.ndarray:
     offsets = np.zeros(len(texts) + 1, dtype=np.int64)
     np.cumsum([len(t) for t in texts], out=offsets[1:])

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import multiprocessing.process
 
 PARENT_ENV = "NEAR_DEDUP_POOL_PARENT"
+#: The modules the forkserver imports (`_preload`), comma-separated.
+PRELOAD_ENV = "NEAR_DEDUP_POOL_PRELOAD"
 #: Set by the forkserver in its own environment: its pid, which its workers inherit.
 SERVER_ENV = "NEAR_DEDUP_POOL_SERVER"
 #: `scan` runs a pool of at most this many records inline, in its own process (no start-up
@@ -56,7 +58,7 @@ def die_with_parent(expected_parent: int | None = None) -> None:
 
 
 def guard_forkserver() -> None:
-    """In the pool's forkserver (`near_dedup_core._pool_guard`, its first import): die with
+    """In the pool's forkserver (`near_dedup_core._forkserver`, its first import): die with
     the command that started it (at once if that command is already gone, so that a
     command killed while its server starts leaves nothing behind), record its own pid for
     the workers it forks (`_worker_init`), end quietly on an error (`_leave_quietly`), and
@@ -133,7 +135,7 @@ def submit_in_turn(executor: Executor, calls: Sequence[tuple]) -> list[Future]:
 
 def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
     """The forkserver context, its server running: started once per process, on first
-    use, it imports ``near_dedup_core._pool_guard``, which ties it to this process's life,
+    use, it imports ``near_dedup_core._forkserver``, which ties it to this process's life,
     then the modules `_preload` lists for ``preload`` (if it is not running yet): every
     worker then has them from the fork."""
     import multiprocessing
@@ -141,7 +143,8 @@ def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext
 
     _quiet_resource_tracker()
     os.environ[PARENT_ENV] = str(os.getpid())
-    multiprocessing.forkserver.set_forkserver_preload(_preload(preload))
+    os.environ[PRELOAD_ENV] = ",".join(_preload(preload))  # read by the server as it starts
+    multiprocessing.forkserver.set_forkserver_preload(["near_dedup_core._forkserver"])
     multiprocessing.forkserver.ensure_running()
     return multiprocessing.get_context("forkserver")
 
@@ -171,23 +174,19 @@ def start_forkserver(preload: Sequence[str] = ()) -> None:
 
 
 def _preload(extra: Sequence[str] = ()) -> list[str]:
-    """What the forkserver imports before it forks a worker: its guard, every module of
-    this package that this process has imported (the functions handed to workers live in
-    them) and those of ``extra`` (the modules the workers run), then
-    `near_dedup_core._pool_warm` if this process runs kernels or ``extra`` names it (numba's
-    CPU target, and the normalization table if those modules normalize text), last.
-    Each worker is forked with all of it loaded, where it would otherwise import it again
-    (about 1 s of CPU per worker for `index` or `scan`)."""
+    """What the forkserver imports before it forks a worker (`near_dedup_core._forkserver`):
+    every module of this package that this process has imported (the functions handed to
+    workers live in them), then those of ``extra`` (the modules the workers run, whose
+    ``warm_up`` the server runs). Each worker is forked with all of it loaded, where it
+    would otherwise import it again (about 1 s of CPU per worker for `index` or `scan`)."""
     ours = sorted(name for name in sys.modules
                   if name.startswith("near_dedup_core.") and name not in _NOT_PRELOADED)
-    wanted = dict.fromkeys([*ours, *(m for m in extra if m not in _NOT_PRELOADED)])
-    warm = "near_dedup_core.jit" in sys.modules or "near_dedup_core._pool_warm" in extra
-    return ["near_dedup_core._pool_guard", *wanted, *(["near_dedup_core._pool_warm"] * warm)]
+    return list(dict.fromkeys([*ours, *(m for m in extra if m not in _NOT_PRELOADED)]))
 
 
-#: Modules the forkserver must not import: the entry point runs the CLI when imported.
-_NOT_PRELOADED = {"near_dedup_core.__main__", "near_dedup_core._pool_guard",
-                  "near_dedup_core._pool_warm"}
+#: Modules the forkserver must not import again: the entry point runs the CLI when
+#: imported, the server's own module is imported first.
+_NOT_PRELOADED = {"near_dedup_core.__main__", "near_dedup_core._forkserver"}
 
 
 @contextmanager

@@ -99,7 +99,7 @@ def warm_up() -> None:
     """Run `verify_pairs` once in this process, on three texts of a sentence that differ in
     one number: its compiled kernels are loaded (from numba's cache, or compiled) and the
     guard without extra units is built, its patterns compiled. Run in the forkserver of the
-    scan's worker pool (`near_dedup_core._pool_warm`), while the scan's own process loads the
+    scan's worker pool (`near_dedup_core._forkserver`), while the scan's own process loads the
     pool and finds its candidates: each worker forked from it then starts its first chunk at
     once (on the 20k set, 0.13 s of CPU over the two workers, the guard's patterns most of
     it)."""
