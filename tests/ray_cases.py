@@ -11,9 +11,11 @@ stops the command with exit 1, nothing written.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -187,6 +189,8 @@ def test_a_local_ray_dies_with_its_killed_driver(packages, tmp_path, when):
     index = tmp_path / "cpt.sqlite"
     _run(index, "local", "index", "--inputs", v1)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # a Ray of its own (this module's cluster is the machine's current one), at a short path
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray", dir="/tmp")
     proc = subprocess.Popen([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
                              str(index), "index", "--inputs", str(v2), "--executor", "ray",
                              "--workers", "2"], env={**env, "PYTHONPATH": str(REPO)},
@@ -210,3 +214,4 @@ def test_a_local_ray_dies_with_its_killed_driver(packages, tmp_path, when):
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)
