@@ -581,7 +581,7 @@ class MinHasher:
         counts = np.empty(len(texts), dtype=np.int64)
         _shingle_set_batch(cps, offsets, self.shingle_size, self.shingle_seed, flat, counts)
         ends = np.cumsum(counts)
-        return [flat[e - c:e] for e, c in zip(ends.tolist(), counts.tolist())]
+        return [flat[e - c:e] for e, c in zip(ends.tolist(), counts.tolist(), strict=True)]
 
     def shingle_set(self, text: str) -> np.ndarray:
         return self.shingle_sets([text])[0]

@@ -53,7 +53,7 @@ def cluster():
 def packages(tmp_path_factory) -> tuple[Path, Path]:
     """About 6,000 real-text documents over two versions, with near and exact copies."""
     root = tmp_path_factory.mktemp("ray-packages")
-    texts = [f"{a} {b}" for a, b in zip(P, P[1:] + P[:1])] * 3
+    texts = [f"{a} {b}" for a, b in zip(P, P[1:] + P[:1], strict=True)] * 3
     texts = [t if i < len(P) else f"{t} {P[i % len(P)][:200]}" for i, t in enumerate(texts)]
     v1 = make_package(root, "cpt-v1", {"train": [
         {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:3000])]},

@@ -240,7 +240,7 @@ def copy_rows(conn: Connection, table: str, columns: tuple[str, ...], rows: Any)
 
 
 def copy_bands(conn: Connection, table: str, keys: np.ndarray, contents: np.ndarray) -> None:
-    copy_rows(conn, table, ("key", "content"), zip(keys.tolist(), contents.tolist()))
+    copy_rows(conn, table, ("key", "content"), zip(keys.tolist(), contents.tolist(), strict=True))
 
 
 def known_contents(conn: Connection, content_ids: list[bytes]) -> dict[bytes, int]:

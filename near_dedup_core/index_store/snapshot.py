@@ -478,7 +478,7 @@ class IndexSnapshot(IndexTexts):
                                          f"ORDER BY id", part).fetchall()
             if len(rows) != len(part):
                 raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
-            cid, sc, bt, sh, sig = zip(*rows)
+            cid, sc, bt, sh, sig = zip(*rows, strict=True)
             content_id.extend(cid)
             end = i + len(part)
             scope[i:end] = sc

@@ -356,7 +356,7 @@ class PostgresSnapshot(IndexSnapshot):
         sql = history_join_sql(self._band_tables_to_probe(pool_contents, mixed)[0])
         parts = HISTORY_PROBE_CONNECTIONS if len(keys) >= HISTORY_PROBE_MIN_KEYS else 1
         bounds = np.linspace(0, len(keys), parts + 1).astype(int)
-        slices = [keys[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+        slices = [keys[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         conns = [raw]
         try:
             if parts > 1:
@@ -852,7 +852,7 @@ class BatchTransaction:
             dbapi.executemany(self._sql_bands_many[table], flat.reshape(-1, 2 * per).tolist())
         if full < len(keys):
             self.conn.exec_driver_sql(self._sql_bands[table], list(zip(
-                keys[full:].tolist(), content_rowids[full:].tolist())))
+                keys[full:].tolist(), content_rowids[full:].tolist(), strict=True)))
 
     def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
         """``raw_texts`` rows (text_sha256, scope, content), given sorted."""

@@ -269,14 +269,14 @@ class BatchWriter:
                     domains[k] = target.domain
             rowids[k] = rowid
         if targets is not None:
-            for sample_id, rowid, sha, domain in zip(res.sample_ids, rowids, shas, domains):
+            for sample_id, rowid, sha, domain in zip(res.sample_ids, rowids, shas, domains, strict=True):
                 targets[sample_id] = db.RefTarget(rowid, sha, domain)  # type: ignore[arg-type]
         n = len(rowids)
         source_rows = list(zip(repeat(None, n), rowids, repeat(pkg_rowid, n), res.sample_ids,
                                repeat(block.split, n), repeat(block.file, n),
                                range(block.first_line, block.first_line + n),
                                range(block.first_position, block.first_position + n),
-                               shas, domains, res.sources))
+                               shas, domains, res.sources, strict=True))
         self.store.add_sources(source_rows)
         self.new_sources += len(source_rows)
         if raw_rows:

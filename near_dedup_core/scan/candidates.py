@@ -269,7 +269,7 @@ def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: 
                                  snap.content_columns(np.zeros(0, dtype=np.int64)))
     labels = nodes.split_labels
     pool_nodes = set(zip(pool.contents.rowid[nodes.content].tolist(),
-                         [labels[x] for x in nodes.split.tolist()]))
+                         [labels[x] for x in nodes.split.tolist()], strict=True))
     hits = _history_hits(snap, slots.keys, pool, nodes, pool_nodes)
     if not len(hits):
         return HistoryCandidates(np.zeros((0, 2), dtype=np.int64),

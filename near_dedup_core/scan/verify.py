@@ -87,7 +87,7 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     out = []
     passed = np.flatnonzero(jaccards >= params.threshold)
     for k, (x, y), j in zip(passed.tolist(), dense[passed].tolist(),
-                            jaccards[passed].tolist()):
+                            jaccards[passed].tolist(), strict=True):
         a, b = id_list[x], id_list[y]
         doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
         guard = guard_for(config, doms)

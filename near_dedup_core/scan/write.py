@@ -70,7 +70,7 @@ def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
             json_line({"package_id": package_id, "sample_id": sample_id, "split": split,
                        "file": file, "line": line,
                        "source": orjson.loads(src) if src is not None else None})
-            for rowid, package_id in zip(package_rowids, package_ids)
+            for rowid, package_id in zip(package_rowids, package_ids, strict=True)
             for sample_id, split, file, line, src in reader.package_origins(rowid)))
 
 
@@ -385,7 +385,7 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
     busy = (np.diff(nodes.start) > 1) | (np.diff(near_bounds) > 0) | (np.diff(hist_bounds) > 0)
     if outside:
         busy |= np.fromiter(((c, split_labels[sp]) in outside
-                             for c, sp in zip(node_rowid.tolist(), nodes.split.tolist())),
+                             for c, sp in zip(node_rowid.tolist(), nodes.split.tolist(), strict=True)),
                             dtype=bool, count=len(nodes))
     # Python values of the busy nodes only (a node with one sample and no relation writes
     # nothing), and of each near match's node: its first sample and content
