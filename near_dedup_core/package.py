@@ -35,7 +35,7 @@ from typing import NamedTuple, TypeGuard
 import orjson
 
 from near_dedup_core.errors import NearDedupError, where
-from near_dedup_core.fsutil import atomic_dir, is_within, require_new_output
+from near_dedup_core.fsutil import atomic_dir, is_within, require_new_output, utc_now
 
 FORMAT = "training-snapshot"
 FORMAT_VERSION = 2
@@ -949,7 +949,7 @@ def _parse_tokenizer(package_id: str, kind: str, tokenizer: str | None) -> dict 
 
 def _created_at(package_id: str, created_at: str | None) -> str:
     if created_at is None:
-        return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return utc_now()
     try:
         dt.datetime.fromisoformat(created_at)
     except ValueError:

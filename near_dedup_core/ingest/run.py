@@ -8,7 +8,6 @@ import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
@@ -18,6 +17,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store import postgres as pg
 from near_dedup_core.ingest import batch, work
 from near_dedup_core.ingest.batch import BatchWriter
@@ -62,10 +62,6 @@ class IndexResult:
 # --------------------------------------------------------------------------- entry point
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage]) -> None:
     for pkg in pkgs:
         known = indexed.get(pkg.package_id)
@@ -106,7 +102,7 @@ def _append_in(conn, config: NearDedupConfig, pkgs: list[Package], result: Index
     store.upgrade_schema(values)
     if "kind" not in values:
         store.set_kind(kind)
-    seq = store.add_batch(_now(), __version__, [p.package_id for p in new])
+    seq = store.add_batch(utc_now(), __version__, [p.package_id for p in new])
     indexed_rowids = {pid: known.rowid for pid, known in indexed.items()}
     rowids = {}
     for pkg in new:
@@ -205,7 +201,7 @@ def _index_locked(index_path: Path, config: NearDedupConfig, pkgs: list[Package]
     tmp = index_path.with_name(f".{index_path.name}.tmp-{os.getpid()}")
     engine = db.open_writable(tmp, staged=True)  # no journal: on any failure it is deleted
     try:
-        db.create_schema(engine, config, _now())
+        db.create_schema(engine, config, utc_now())
         _append_batch(engine, config, pkgs, result, executor, progress, None)
         engine.dispose()
         if result.batch is not None:
@@ -226,7 +222,7 @@ def _index_postgres(url: str, config: NearDedupConfig, pkgs: list[Package],
             pg.lock_writer(conn, url)
             values = pg.read_meta_or_none(conn, url)
             if values is None:
-                pg.create_schema(conn, config, _now())
+                pg.create_schema(conn, config, utc_now())
             else:
                 db.check_binding(pg.label(url), values, config, writing=True)
             _append_in(conn, config, pkgs, result, executor, progress, url)
