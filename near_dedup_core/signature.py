@@ -40,6 +40,33 @@ _POLY = np.uint64(0x100000001B3)  # FNV-64 prime: spreads code points across the
 
 
 @njit(inline="always")
+def set_insert(table, key, slot, mask):
+    """Put ``key`` (not zero) in the open-addressing set ``table``, where zero marks an empty
+    slot: linear probing from ``slot`` (``mask`` is the table's size − 1, a power of two
+    − 1). True if the key was not there. The caller keeps the table at most half full."""
+    while True:
+        v = table[slot]
+        if v == 0:
+            table[slot] = key
+            return True
+        if v == key:
+            return False
+        slot = (slot + 1) & mask
+
+
+@njit(inline="always")
+def set_contains(table, key, slot, mask):
+    """Whether ``key`` (not zero) is in the open-addressing set ``table`` (`set_insert`)."""
+    while True:
+        v = table[slot]
+        if v == key:
+            return True
+        if v == 0:
+            return False
+        slot = (slot + 1) & mask
+
+
+@njit(inline="always")
 def _fmix64(h):
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
@@ -102,17 +129,9 @@ def _distinct_tops(hashes, m, table, xs):
                 xs[distinct] = np.uint32(0)
                 distinct += 1
             continue
-        slot = np.int64(h & np.uint64(mask))
-        while True:
-            v = table[slot]
-            if v == 0:
-                table[slot] = h
-                xs[distinct] = np.uint32(h >> np.uint64(32))
-                distinct += 1
-                break
-            if v == h:
-                break
-            slot = (slot + 1) & mask
+        if set_insert(table, h, np.int64(h & np.uint64(mask)), mask):
+            xs[distinct] = np.uint32(h >> np.uint64(32))
+            distinct += 1
     return distinct
 
 
@@ -355,7 +374,7 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
         tsize = 2
         while tsize < 2 * m:
             tsize *= 2
-        mask = np.uint64(tsize - 1)
+        mask = np.int64(tsize - 1)
         starts[t] = pos
         zero_seen = False
         for j in range(m):
@@ -364,20 +383,8 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
                 if zero_seen:
                     continue
                 zero_seen = True
-            else:
-                slot = np.int64(h & mask)
-                new = True
-                while True:
-                    v = table[slot]
-                    if v == 0:
-                        table[slot] = h
-                        break
-                    if v == h:
-                        new = False
-                        break
-                    slot = (slot + 1) & mask
-                if not new:
-                    continue
+            elif not set_insert(table, h, np.int64(h & np.uint64(mask)), mask):
+                continue
             flat[pos] = h
             pos += 1
         sizes[t] = pos - starts[t]
@@ -389,15 +396,7 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
                 if h == 0:
                     found += zero_seen
                     continue
-                slot = np.int64(h & mask)
-                while True:
-                    v = table[slot]
-                    if v == h:
-                        found += 1
-                        break
-                    if v == 0:
-                        break
-                    slot = (slot + 1) & mask
+                found += set_contains(table, h, np.int64(h & np.uint64(mask)), mask)
             common[adj_pair[q]] = found
     return -1
 

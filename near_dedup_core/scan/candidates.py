@@ -25,7 +25,7 @@ from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.jit import njit
 from near_dedup_core.progress import pause_point
 from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
-from near_dedup_core.signature import band_keys_into
+from near_dedup_core.signature import band_keys_into, set_insert
 
 
 def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
@@ -117,15 +117,7 @@ def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
                 key = a * n + members[y] + 1
                 h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
                 slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
-                while True:
-                    v = pairs[slot]
-                    if v == 0:
-                        pairs[slot] = key
-                        added += 1
-                        break
-                    if v == key:
-                        break
-                    slot = (slot + 1) & mask
+                added += set_insert(pairs, key, slot, mask)
     return added
 
 
@@ -137,10 +129,7 @@ def _rehash(old, new):
         if key == 0:
             continue
         h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-        slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
-        while new[slot] != 0:
-            slot = (slot + 1) & mask
-        new[slot] = key
+        set_insert(new, key, np.int64((h >> np.uint64(20)) & np.uint64(mask)), mask)
 
 
 @njit(cache=True)
