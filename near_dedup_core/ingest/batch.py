@@ -52,6 +52,7 @@ from near_dedup_core.package import (
     SharedBlocks,
     read_blocks,
 )
+from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress, pause_point
 
 #: Lines per block (about 4 MB of web documents; `package.BLOCK_BYTES` caps the bytes).
@@ -104,7 +105,7 @@ class BatchWriter:
         self.shared = shared  # from `shared_blocks(parallelism)`, or None
         self.known_texts = known_texts
         self.progress = progress
-        self.params = work.SignParams.of(config)
+        self.params = WorkerParams.of(config)
         self.scope_ids = store.scope_ids()
         self.next_content = store.max_content_rowid() + 1
         self.first_content = self.next_content

@@ -17,6 +17,7 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.guard import Guard, Sequences, compare, guard_for
+from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import (
     BLOCKED_BY,
@@ -24,7 +25,6 @@ from near_dedup_core.scan.records import (
     Nodes,
     Pool,
     Verified,
-    VerifyParams,
     distinct,
 )
 from near_dedup_core.signature import MinHasher, components, pair_jaccards, utf8_batch
@@ -48,7 +48,7 @@ def _worker_texts(index_path: str) -> db.IndexTexts:
     return db.open_texts(index_path)
 
 
-def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyParams,
+def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: WorkerParams,
                  pairs: np.ndarray, domains: dict[int, frozenset[str]] | None
                  ) -> list[Verified]:
     """Exact Jaccard of (content, content) pairs (an (n, 2) array); returns the pairs at or
@@ -59,7 +59,6 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     `signature.pair_jaccards` in one call; only the texts of pairs at or above the threshold
     are decoded to strings, one at a time, for the numeric/unit guard (whose sequences are
     kept per text and guard)."""
-    config = NearDedupConfig.model_validate_json(params.config_json)
     reader = _worker_texts(source) if isinstance(source, str) else source
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     ids, dense = np.unique(pairs, return_inverse=True)
@@ -90,7 +89,7 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
                             jaccards[passed].tolist(), strict=True):
         a, b = id_list[x], id_list[y]
         doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
-        guard = guard_for(config, doms)
+        guard = guard_for(params, doms)
         out.append(Verified(k, j, compare(sequences(guard, x), sequences(guard, y))))
     return out
 
@@ -111,7 +110,7 @@ def warm_up() -> None:
     texts = db.ShippedTexts("warm-up", {k: (blob, None) for k, blob in
                                          enumerate(db.compress_texts(utf8, None))}, {})
     pairs = np.array([[0, 1], [0, 2], [1, 2]], dtype=np.int64)
-    verify_pairs(texts, VerifyParams.of(NearDedupConfig()), pairs, None)
+    verify_pairs(texts, WorkerParams.of(NearDedupConfig()), pairs, None)
 
 
 def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarray]:
@@ -218,7 +217,7 @@ class VerifyJob:
         self._eager = self._reads_index and not self._in_process
         self._progress = progress
         self._domains = _domains(pool, config)
-        self._params = VerifyParams.of(config)
+        self._params = WorkerParams.of(config)
         self._batches: list[_Batch] = []
 
     def add_pool(self, pairs: np.ndarray) -> None:
