@@ -1,14 +1,17 @@
-"""The worker pool of `index`, `scan` and `contamination`: one place that starts processes,
-and makes them die with the command.
+"""Where the parallel work of `index`, `scan` and `contamination` runs: the executor chosen
+once from ``--executor`` and ``--workers`` (`choose_executor`, `work_pool`), and this
+machine's worker pool, which makes its processes die with the command.
 
 Workers come from a ``forkserver`` (a clean process started once, without the parent's
 threads, open connections or large arrays; each worker is forked from it). On Linux every
 process of the pool asks the kernel for ``SIGKILL`` when its parent dies
-(``prctl(PR_SET_PDEATHSIG)``): the forkserver when the command's process dies, a worker when
-the forkserver dies. So a command killed with ``SIGKILL`` (which no handler can catch) leaves
-no worker, forkserver or resource tracker behind: the tracker exits once the last process
-holding its pipe is gone. ``SIGTERM`` is turned into an exception by the CLI, which unwinds the
-open transaction or temporary folder and shuts the pool down without waiting for its work.
+(``prctl(PR_SET_PDEATHSIG)``): the forkserver when the command's process dies (or at once, if
+the command died while the server started), a worker when the forkserver dies. So a command
+killed with ``SIGKILL`` (which no handler can catch) leaves no worker, forkserver or resource
+tracker behind: the tracker exits once the last process holding its pipe is gone, and removes
+the pool's semaphores without a word (`_quiet_resource_tracker`). ``SIGTERM`` is turned into
+an exception by the CLI, which unwinds the open transaction or temporary folder, kills the
+pool's workers without waiting for their work, and leaves without joining the pool's threads.
 
 ``workers=1`` runs everything inline in the calling process (no pool, no start-up cost);
 multiprocessing itself is imported only when a pool starts.
