@@ -481,7 +481,11 @@ def test_sigterm_during_a_large_append_exits_within_seconds(large_append, tmp_pa
                                  "2"], env=env_with(), stderr=subprocess.PIPE, text=True,
                                 start_new_session=True)
         try:
-            time.sleep(0.6 + 0.5 * attempt)  # from the start-up to the middle of the batch
+            deadline = time.monotonic() + 60
+            while len(session_processes(proc.pid)) < 3 and proc.poll() is None:  # pool started
+                assert time.monotonic() < deadline, "the pool never started"
+                time.sleep(0.02)
+            time.sleep(0.4 * attempt)  # from the pool's start to the middle of the batch
             os.kill(proc.pid, signal.SIGTERM)
             started = time.monotonic()
             proc.wait(timeout=10)
