@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import NamedTuple
 
 from near_dedup_core import index_store as db
-from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
 from near_dedup_core.package import Package, open_packages
@@ -84,8 +83,7 @@ def scan_pool(index_path: str | Path, config: NearDedupConfig,
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
-        with rare_collections():
-            return _scan(index_path, config, pkgs, output, chosen, progress)
+        return _scan(index_path, config, pkgs, output, chosen, progress)
     except (LookupError, ValueError, TypeError, AttributeError) as exc:
         if isinstance(index_path, Path):
             db.raise_if_damaged(index_path, exc)
