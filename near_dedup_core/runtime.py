@@ -1,6 +1,7 @@
 """How a command's process is set up and ended, per command, in one table (`PROFILES`),
 applied by the two entry points: the CLI (`cli.run`, `cli.console_main`) and the Dagster
-assets (``near_dedup_assets``). The library's functions never do any of it themselves.
+assets (``near_dedup_assets``). (Some bulk stages also raise the collector's threshold for
+their own duration, `collector.rare_collections`, for callers that use neither.)
 
 What a profile asks for:
 
