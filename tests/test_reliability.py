@@ -464,7 +464,7 @@ def large_append(corpus, tmp_path_factory) -> tuple[Path, Path]:
     return corpus.base, v3
 
 
-#: SIGTERM tries during a large append (a run by hand did more, see the module docstring).
+#: SIGTERM tries during a large append (more, on a larger corpus, are a run by hand).
 TERM_TRIES = 4
 
 
