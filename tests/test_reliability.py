@@ -503,6 +503,48 @@ def test_sigterm_during_a_large_append_exits_within_seconds(large_append, tmp_pa
         assert listing(index.parent) == before  # rolled back, nothing left behind
 
 
+_LARGE_RESULTS = """
+import os, signal, sys, threading
+from near_dedup_core import cli, workers
+
+def large(n):
+    return b"x" * n
+
+def command(args):
+    with workers.process_pool(2) as ex:
+        while True:  # results of 64 MiB: a worker is nearly always writing one
+            for fut in [ex.submit(large, 64 << 20) for _ in range(4)]:
+                fut.result()
+
+if __name__ == "__main__":
+    cli.run = command
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", "unused"]
+    threading.Timer(float(os.environ["DELAY"]), os.kill,
+                    (os.getpid(), signal.SIGTERM)).start()
+    cli.console_main()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("delay", [1.0, 1.3])
+def test_sigterm_while_a_worker_writes_a_result_exits_at_once(tmp_path, delay):
+    """Killed mid-write, a worker leaves a half-written result in the pool's pipe, which the
+    pool's result thread then waits on forever (the command holds the pipe's other end): the
+    terminated command must not join that thread."""
+    script = tmp_path / "large_results.py"
+    script.write_text(_LARGE_RESULTS)
+    proc = subprocess.Popen([sys.executable, str(script)], env=env_with(DELAY=str(delay)),
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        proc.wait(timeout=delay + 10)
+        assert session_empties(proc, 5), session_processes(proc.pid)
+    finally:
+        stop_session(proc)
+        err = proc.stderr.read()
+        proc.stderr.close()
+    assert (proc.returncode, err) == (143, "near-dedup: terminated\n")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("at", [0.05, 0.3, 0.65, 1.2])
 def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, tmp_path, at):
