@@ -30,7 +30,7 @@ def candidate_counts(keys: np.ndarray) -> np.ndarray:
     starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
     ends = np.r_[starts[1:], sorted_keys.shape[0]]
     neighbours: list[set[int]] = [set() for _ in range(n)]
-    for s, e in zip(starts.tolist(), ends.tolist()):
+    for s, e in zip(starts.tolist(), ends.tolist(), strict=True):
         if e - s > 1:
             group = docs[s:e].tolist()
             for d in group:

@@ -22,6 +22,7 @@ from near_dedup_core.config import load_config
 from near_dedup_core.ingest import work
 from near_dedup_core.normalize import build_table
 from near_dedup_core.package import LineBlock, Package, open_packages, read_blocks
+from near_dedup_core.params import WorkerParams
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,7 +44,7 @@ def probe(package: Path, blocks: int, config: Path) -> float:
     (each compressed with the dictionary trained on the first, as a batch does)."""
     cfg = load_config(config)
     pkg, found = first_blocks(package, blocks)
-    params = work.SignParams.of(cfg)
+    params = WorkerParams.of(cfg)
     build_table()
 
     def job(block: LineBlock, dictionary: bytes | None, train: bool = False) -> work.BlockJob:

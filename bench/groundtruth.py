@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
+
+from near_dedup_core.jit import numba
 
 
 def flatten(sets: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -327,7 +327,7 @@ def preserving_pairs(paragraphs: list[str], rng: random.Random, chinese_text: bo
 def near_only(pairs: list[tuple[str, str, str]], hasher: MinHasher, threshold: float,
               ) -> list[tuple[str, str, str]]:
     texts = sorted({t for _c, a, b in pairs for t in (a, b)})
-    sets = dict(zip(texts, hasher.shingle_sets(texts)))
+    sets = dict(zip(texts, hasher.shingle_sets(texts), strict=True))
     return [(c, a, b) for c, a, b in pairs if exact_jaccard(sets[a], sets[b]) >= threshold]
 
 

@@ -89,7 +89,7 @@ def check_identical_shingles(hasher, texts: list[str]) -> int:
     """Number of documents whose hashed shingle set size differs from the string set size
     (0 expected: a 64-bit collision inside one document is ~never)."""
     _, sizes = hasher.signatures_and_sizes(texts)
-    return sum(int(s) != len(shingles(t)) for s, t in zip(sizes.tolist(), texts))
+    return sum(int(s) != len(shingles(t)) for s, t in zip(sizes.tolist(), texts, strict=True))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -155,9 +155,9 @@ def main(argv: list[str] | None = None) -> None:
         rows.append({
             "method": name,
             "docs_per_s": med([docs_per_round / s for s in seconds[name]]),
-            "mb_per_s": med([mb / s for mb, s in zip(mb_per_round, seconds[name])]),
-            "x_datasketch": med([d / s for d, s in zip(seconds["datasketch"], seconds[name])]),
-            "x_rensa": med([q / s for q, s in zip(seconds["rensa"], seconds[name])]),
+            "mb_per_s": med([mb / s for mb, s in zip(mb_per_round, seconds[name], strict=True)]),
+            "x_datasketch": med([d / s for d, s in zip(seconds["datasketch"], seconds[name], strict=True)]),
+            "x_rensa": med([q / s for q, s in zip(seconds["rensa"], seconds[name], strict=True)]),
             "round_seconds": seconds[name],
         })
     result = {

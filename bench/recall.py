@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.monotonic()
     left, right, jac, candidates = gt.all_pairs(flat, offsets, t_thr)
     gt_seconds = time.monotonic() - t0
-    truth = set(zip(left.tolist(), right.tolist()))
+    truth = set(zip(left.tolist(), right.tolist(), strict=True))
     print(f"ground truth: {len(truth):,} pairs with J ≥ {t_thr} "
           f"({candidates:,} prefix-filter candidates, {gt_seconds:.0f} s)", file=sys.stderr)
 
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.monotonic()
     bl, br, _ = gt.brute_force(sflat, soffsets, t_thr)
     brute_seconds = time.monotonic() - t0
-    brute = {(sample[a], sample[b]) for a, b in zip(bl.tolist(), br.tolist())}
+    brute = {(sample[a], sample[b]) for a, b in zip(bl.tolist(), br.tolist(), strict=True)}
     in_sample = set(sample)
     truth_sample = {(a, b) for a, b in truth if a in in_sample and b in in_sample}
     agree = brute == truth_sample

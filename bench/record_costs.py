@@ -40,6 +40,7 @@ from near_dedup_core.config import load_config
 from near_dedup_core.ingest import work
 from near_dedup_core.normalize import build_table
 from near_dedup_core.package import LineBlock, parse_block
+from near_dedup_core.params import WorkerParams
 
 from bench.cpu_probe import first_blocks
 
@@ -53,7 +54,7 @@ def costs(package: Path, blocks: int, index: Path | None, config: Path,
     cfg = load_config(config)
     pkg, found = first_blocks(package, blocks + 2)
     warm, timed = found[:2], found[2:]
-    params = work.SignParams.of(cfg)
+    params = WorkerParams.of(cfg)
     build_table()
     known_texts = str(index.resolve()) if index is not None else None
     work.init_worker(None, 0)  # lookups on one connection kept for the run, as a pool worker's

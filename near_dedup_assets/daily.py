@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from near_dedup_core import runtime
 from near_dedup_core.config import NearDedupConfig, validate_model
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
@@ -120,6 +121,8 @@ def unindexed_earlier_days(settings: ReleaseSettings, day: str, days: Sequence[s
 
 
 def index_day(settings: ReleaseSettings, pool: DayPool) -> IndexResult:
+    runtime.prepare("index", inputs=pool.paths, workers=settings.worker_count,
+                    executor=settings.executor_kind, index=settings.index_path)
     return index_packages(settings.index_path, settings.dedup_config(), pool.paths,
                           workers=settings.worker_count,
                           executor=settings.executor_kind, progress=False)
@@ -188,6 +191,8 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     staging = _staging(target)
     _remove(staging)
     try:
+        runtime.prepare("scan", inputs=pool.paths, workers=settings.worker_count,
+                        executor=settings.executor_kind, index=settings.index_path)
         scan_pool(settings.index_path, config, pool.paths, staging,
                   workers=settings.worker_count, executor=settings.executor_kind,
                   progress=False)

@@ -193,7 +193,7 @@ def text_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
 
     def line(cells: Sequence[str]) -> str:
         return "  ".join(c.rjust(w) if n else c.ljust(w)
-                         for c, w, n in zip(cells, widths, numeric)).rstrip()
+                         for c, w, n in zip(cells, widths, numeric, strict=False)).rstrip()
 
     return "\n".join(["```", line(headers), *(line(r) for r in cells), "```"])
 

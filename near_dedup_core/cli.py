@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import gc
 import os
 import signal
 import sys
@@ -15,10 +14,9 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from near_dedup_core import __version__
-from near_dedup_core.collector import use_bulk_threshold
+from near_dedup_core import __version__, runtime
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.workers import EXECUTORS, POOL_RECORDS, start_forkserver
+from near_dedup_core.workers import EXECUTORS
 
 if TYPE_CHECKING:
     from near_dedup_core.index_store import Index
@@ -304,54 +302,11 @@ def verify_any_report(path: Path, inputs: list[Path] | None = None) -> str:
     return verify_report(path).summary()
 
 
-#: Commands whose own process runs compiled kernels: numba is loaded for them first
-#: (`near_dedup_core.jit`). `index` runs them only on blocks it keeps in its own process (one
-#: worker, or few records), and then loads them through `near_dedup_core.normalize`.
-_KERNEL_COMMANDS = ("scan", "contamination")
-
-
-def _pool_modules(command: str) -> tuple[str, ...]:
-    """What the forkserver of ``index``'s or ``scan``'s worker pool imports when
-    `_start_pool_early` starts it: the modules its workers run, then the kernels and tables
-    (`near_dedup_core._pool_warm`). An `index` worker's modules
-    (`near_dedup_core.ingest.work.WORKER_MODULES`) import neither SQLAlchemy nor pydantic:
-    the server is ready about 0.5 s of CPU sooner than with the whole package."""
-    if command == "index":
-        from near_dedup_core.ingest.work import WORKER_MODULES
-
-        return WORKER_MODULES
-    return ("near_dedup_core.scan", "near_dedup_core._pool_warm")
-
-
-def _start_pool_early(args: argparse.Namespace) -> None:
-    """Start the forkserver of the worker pool that ``index`` or ``scan`` is about to need
-    (local executor, ``--workers`` ≥ 2, more than `workers.POOL_RECORDS` records in the
-    inputs' manifests) before this process imports its own modules: the server's imports
-    (about 0.7 s of one core) then overlap this process's instead of delaying the first
-    worker. Whatever is wrong with the inputs is left to the command to report; an index
-    whose inputs turn out to be indexed already leaves the server unused."""
-    if (args.command not in ("index", "scan") or getattr(args, "action", None) == "check"
-            or args.workers < 2 or args.executor != "local" or not args.inputs):
-        return
-    from near_dedup_core.index_store.texts import is_url
-    from near_dedup_core.package import load_package
-
-    try:
-        records = sum(load_package(path).record_count for path in args.inputs)
-    except (NearDedupError, OSError, ValueError):
-        return
-    if records > POOL_RECORDS:
-        modules = _pool_modules(args.command)
-        if args.index is not None and is_url(str(args.index)):  # the workers' own connections
-            modules = ("near_dedup_core.index_store.postgres", *modules)
-        start_forkserver(modules)
-
-
 def run(args: argparse.Namespace) -> None:
-    _start_pool_early(args)
-    if args.command in _KERNEL_COMMANDS and getattr(args, "action", None) != "check":
-        import near_dedup_core.jit  # noqa: F401
-
+    if getattr(args, "action", None) != "check":
+        runtime.prepare(args.command, inputs=getattr(args, "inputs", None) or (),
+                        workers=getattr(args, "workers", 1),
+                        executor=getattr(args, "executor", "local"), index=args.index)
     from near_dedup_core.config import load_config
 
     progress = not args.quiet
@@ -419,10 +374,37 @@ class Terminated(BaseException):
     folders are removed and worker pools are stopped, as for Ctrl-C."""
 
 
+#: Seconds a terminated command has to unwind (roll its batch back, remove its temporary
+#: files, stop its workers) before it leaves regardless.
+TERM_GRACE = 5.0
+
+
 def _terminate(signum, _frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+    deadline = threading.Timer(TERM_GRACE, _leave, (143, "near-dedup: terminated\n"))
+    deadline.daemon = True
+    deadline.start()
     raise Terminated(signum)
 
 
+def _leave(code: int, line: str = "") -> None:
+    """End the process now, without joining its threads: after a SIGTERM or Ctrl-C a pool's
+    result thread can wait forever on a pipe that a killed worker left half-written (the
+    process itself holds its other end). Everything that must be undone was undone by the
+    unwinding (or, past `TERM_GRACE`, is undone by the database's own recovery: a batch
+    that was not committed is not in the index); the pool's server and workers die with
+    this process (`workers.die_with_parent`)."""
+    if line:
+        os.write(2, line.encode())
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            continue
+    os._exit(code)
+
+
+_INTERRUPTED, _TERMINATED = 130, 143
 _NO_SPACE = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT}
 
 
@@ -462,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"{where_}{exc.strerror or exc}")
     except KeyboardInterrupt:
         print("near-dedup: interrupted", file=sys.stderr)
-        return 130
+        return _INTERRUPTED
     except Exception as exc:  # the last resort: still one line, still nothing published
         if _broken_pool(exc):
             return _fail("a worker process died (killed, or out of memory); nothing was "
@@ -476,7 +458,7 @@ def main(argv: list[str] | None = None) -> int:
                      f"happened)")
     except Terminated:
         print("near-dedup: terminated", file=sys.stderr)
-        return 143
+        return _TERMINATED
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -501,25 +483,13 @@ def _fail(message: str, code: int = 1) -> int:
 
 
 def console_main() -> None:
-    """The process entry point (``near-dedup``, ``python -m near_dedup_core``): `main`, exit.
-
-    The process collects garbage rarely from its start (`collector.use_bulk_threshold`): a
-    command imports numba, SQLAlchemy and pydantic, about 135,000 objects that live as long as
-    the process, and with CPython's default threshold their imports alone set off a full
-    collection or two (about 0.1 s of the 0.7–0.9 s they take). The bulk stages raise the
-    same threshold anyway (`collector.rare_collections`).
-
-    Before the exit every object still alive is frozen (``gc.freeze``), so the interpreter's
-    final garbage collections skip them. After `index` or `scan` those are the objects of
-    numba and its LLVM bindings, SQLAlchemy and pydantic, and walking them took about 0.25 s
-    of CPU, a quarter of a command on a small input. Exit handlers still run and modules are
-    still torn down as usual; only garbage in reference cycles at exit is left to the end of
-    the process, which releases it anyway (every output is complete and closed, every
-    transaction finished, before `main` returns). Callers in a process that goes on (tests,
-    the Dagster assets) call `main`, which freezes nothing."""
-    use_bulk_threshold()
+    """The process entry point (``near-dedup``, ``python -m near_dedup_core``): `main`, then
+    `runtime.finish` and exit; a terminated or interrupted command leaves at once (`_leave`).
+    Callers in a process that goes on (tests, the Dagster assets) call `main`."""
     code = main()
-    gc.freeze()
+    if code in (_INTERRUPTED, _TERMINATED):
+        _leave(code)
+    runtime.finish()
     raise SystemExit(code)
 
 

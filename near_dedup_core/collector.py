@@ -13,8 +13,8 @@ of main-process CPU (31 full collections that freed 41 objects).
 `scan`, `contamination`, and a mixture's plan and build): young collections come after
 100,000 net allocations instead of 700, and full ones (ten middle ones later, with the
 quarter rule unchanged) after about ten million. Garbage in cycles (a caught
-exception's traceback, say) is still collected, a little later. The CLI's process
-(`cli.console_main`), the pool's forkserver (`near_dedup_core._pool_guard`) and its worker
+exception's traceback, say) is still collected, a little later. A bulk command's process
+(`runtime.PROFILES`), the pool's forkserver (`workers.guard_forkserver`) and its worker
 processes (`near_dedup_core.workers`) run with the same threshold for their whole life.
 """
 

@@ -7,6 +7,7 @@ place, so a reader sees either nothing or the complete folder.
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import errno
 import glob
 import hashlib
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 CHECKSUMS = "checksums.sha256"
 M = TypeVar("M", bound="BaseModel")
 _CHUNK = 1 << 20
+
+
+def utc_now() -> str:
+    """Now, in UTC, as the timestamps of manifests and index batches write it
+    (``2026-11-25T00:00:00Z``)."""
+    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def sha256_file(path: Path) -> str:

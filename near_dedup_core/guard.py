@@ -49,13 +49,12 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
+from typing import Protocol
 
 import numpy as np
-
-from near_dedup_core.config import NearDedupConfig
 
 #: Digit characters and their values (〇/零 are zero; 两 and the capitals are digits too).
 DIGITS = {"〇": 0, "零": 0, "一": 1, "二": 2, "两": 2, "兩": 2, "三": 3, "四": 4, "五": 5,
@@ -422,9 +421,23 @@ def _guard(extra: frozenset[str]) -> Guard:
     return Guard(extra)
 
 
-def guard_for(config: NearDedupConfig, domains: frozenset[str]) -> Guard:
+class _UnitRule(Protocol):
+    @property
+    def tokens(self) -> Sequence[str]: ...
+
+    @property
+    def domains(self) -> Sequence[str]: ...
+
+
+class _HasUnits(Protocol):
+    @property
+    def extra_units(self) -> Sequence[_UnitRule]: ...
+
+
+def guard_for(config: _HasUnits, domains: frozenset[str]) -> Guard:
     """The guard for a pair whose samples carry these domains: built-in units plus every
-    configured extra that is global or names one of the domains."""
+    configured extra that is global or names one of the domains. ``config`` is the config or
+    a worker's `params.WorkerParams`."""
     extra: set[str] = set()
     for rule in config.extra_units:
         if not rule.domains or domains.intersection(rule.domains):

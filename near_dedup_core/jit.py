@@ -22,11 +22,80 @@ kernels: the worker pool's forkserver, whose forked workers inherit it.
 
 from __future__ import annotations
 
+import os
 import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
-import numba
+#: numba's own setting of its cache folder (read when numba is imported).
+CACHE_ENV = "NUMBA_CACHE_DIR"
 
-__all__ = ["numba", "warm"]
+
+def _writable(folder: Path) -> bool:
+    """Whether this process can create files in ``folder`` (created if missing)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            return True
+    except OSError:
+        return False
+
+
+def _own_folder(folder: Path) -> bool:
+    """``folder`` exists or is created, private to this user, and writable."""
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+    except OSError:
+        return False
+    return info.st_uid == os.getuid() and folder.is_dir() and not folder.is_symlink() \
+        and _writable(folder)
+
+
+def _choose_cache() -> bool:
+    """Where numba keeps the compiled kernels, decided before numba is imported; False when
+    no folder at all can be written (the kernels are then compiled in each process).
+
+    numba writes next to the sources (``__pycache__``), else in the user's cache folder
+    (``$XDG_CACHE_HOME`` or ``~/.cache``), and fails with "cannot cache function" when
+    neither is writable: a package installed by another user, ``HOME`` unset or read-only.
+    Then this process uses a private folder of its user in the temporary directory instead
+    (``NUMBA_CACHE_DIR``, which a user may also set)."""
+    configured = os.environ.get(CACHE_ENV)
+    if configured and _writable(Path(configured)):
+        return True
+    package = Path(__file__).resolve().parent
+    sources = [package, *(p for p in package.iterdir() if (p / "__init__.py").is_file())]
+    if all(_writable(p / "__pycache__") for p in sources):
+        return True
+    home = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if _writable(Path(home) / "numba"):
+        return True
+    folder = Path(tempfile.gettempdir()) / f"near-dedup-numba-{os.getuid()}"
+    if _own_folder(folder):
+        os.environ[CACHE_ENV] = str(folder)
+        return True
+    try:  # the user's folder is taken (by another user): one of this process
+        os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="near-dedup-numba-")
+    except OSError:
+        return False
+    return True
+
+
+CACHE = _choose_cache()
+
+import numba  # noqa: E402 (after the cache folder is chosen)
+
+__all__ = ["CACHE", "njit", "numba", "warm"]
+
+
+def njit(*args: Any, **kwargs: Any) -> Callable:
+    """``numba.njit``, caching compiled kernels on disk where `CACHE` allows it."""
+    if not CACHE:
+        kwargs["cache"] = False
+    return numba.njit(*args, **kwargs)
 
 _BLAS = "scipy.linalg.cython_blas"
 

@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from near_dedup_core.jit import numba
+from near_dedup_core.jit import njit
 from near_dedup_core.signature import Spans
 
 #: Non-ASCII characters a batch must hold before the table is worth building.
@@ -89,7 +89,7 @@ def _tables() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarra
     return start, length, folds, space, single
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _fold_collapse(cps, offsets, start, length, flat, space, single, out, out_offsets, ok):
     """Fold each text ``cps[offsets[i]:offsets[i + 1]]`` character by character and collapse
     its whitespace into ``out``; ``ok[i]`` is False for a text that must take `normalize`."""
@@ -134,7 +134,7 @@ def _fold_collapse(cps, offsets, start, length, flat, space, single, out, out_of
     return pos
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _ascii_collapse(cps, offsets, out, out_offsets):
     """Lower-case ASCII texts and collapse their whitespace (tab … CR, FS … US, space)."""
     pos = 0
@@ -163,6 +163,10 @@ def build_table() -> None:
     every batch, however little non-ASCII text the batch holds. For a process that will
     normalize many small batches, or a forkserver whose workers should inherit it."""
     _tables()
+
+
+#: The worker pool's forkserver runs it (`near_dedup_core._forkserver`).
+warm_up = build_table
 
 
 def _offsets(texts: list[str]) -> np.ndarray:

@@ -30,7 +30,11 @@ from __future__ import annotations
 
 import logging
 import os
+import select
+import signal
 import socket
+import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -65,15 +69,19 @@ class RayExecutor(Executor):
         ray = import_ray()
         self._ray = ray
         self._started = False
+        self._watchdog: subprocess.Popen | None = None
         address = address or os.environ.get("RAY_ADDRESS") or None
         if not ray.is_initialized():
             if address:
                 _reachable(address)
+            else:  # before Ray starts: a command killed while it starts leaves nothing
+                self._watchdog = start_watchdog()
             try:
                 ray.init(address=address, num_cpus=None if address else local_cpus,
                          include_dashboard=False, log_to_driver=False,
                          logging_level=logging.ERROR, configure_logging=False)
             except (ConnectionError, RuntimeError, ValueError) as exc:
+                self.shutdown()
                 where = f"cluster {address}" if address else "a local Ray"
                 raise NearDedupError(f"ray: cannot start or reach {where}: "
                                      f"{_first_line(exc)}") from None
@@ -99,6 +107,9 @@ class RayExecutor(Executor):
         if self._started:
             self._ray.shutdown()
             self._started = False
+        if self._watchdog is not None:  # its input closed: it stops what is left, and ends
+            stop_watchdog(self._watchdog)
+            self._watchdog = None
 
 
 #: Seconds to wait for a cluster's port before giving up (Ray itself retries for minutes).
@@ -144,3 +155,113 @@ def _settle(out: Future, done: Future, ray: Any) -> None:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+# ------------------------------------------------------------------ a local Ray dies with us
+#: How often the watchdog lists the command's descendants (seconds).
+WATCH_EVERY = 0.5
+
+
+def start_watchdog() -> subprocess.Popen:
+    """Start the watchdog of a local Ray started by this process: a small process of its
+    own session (so that neither Ctrl-C nor the end of this process reaches it) that lists
+    this process's descendants that are Ray's (servers, agents and workers) every
+    `WATCH_EVERY` seconds and, once this process is gone or done with Ray (its input pipe
+    closed, even by ``SIGKILL``), kills those still alive and what they started. Ray's
+    agents otherwise outlive a killed driver."""
+    return subprocess.Popen(
+        [sys.executable, "-c", "from near_dedup_core.ray_executor import watch; watch()",
+         str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+
+
+def stop_watchdog(watchdog: subprocess.Popen, timeout: float = 10.0) -> None:
+    if watchdog.stdin is not None:
+        watchdog.stdin.close()
+    try:
+        watchdog.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        watchdog.kill()
+        watchdog.wait()
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """Every process: pid → (parent pid, start time)."""
+    found = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        found[int(entry.name)] = (int(fields[1]), fields[19].decode())
+    return found
+
+
+def _descendants(root: int, table: dict[int, tuple[int, str]]) -> dict[int, str]:
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out: dict[int, str] = {}
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out[pid] = table[pid][1]
+            todo.extend(children.get(pid, []))
+    return out
+
+
+def watch() -> None:
+    """The watchdog's body (`start_watchdog`): ``argv[1]`` is the command's pid."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    root = int(sys.argv[1])
+    seen: dict[int, str] = {}
+    others: set[tuple[int, str]] = set()
+    while True:
+        for pid, started in _descendants(root, _processes()).items():
+            if pid not in seen and (pid, started) not in others:
+                if _is_ray(pid):
+                    seen[pid] = started
+                else:
+                    others.add((pid, started))
+        ready, _, _ = select.select([sys.stdin], [], [], WATCH_EVERY)
+        if ready and not os.read(sys.stdin.fileno(), 4096):
+            break
+    # freeze them first, so that none starts another (Ray's servers restart their agents),
+    # then take in what they started meanwhile, and kill them all
+    table = _processes()
+    doomed = {pid: started for pid, started in seen.items()
+              if table.get(pid, (0, ""))[1] == started}  # the same process, not a reused pid
+    while True:
+        for pid in doomed:
+            _signal(pid, signal.SIGSTOP)
+        table = _processes()
+        more = {child: started for pid in doomed
+                for child, started in _descendants(pid, table).items()
+                if child not in doomed and child != os.getpid()}
+        if not more:
+            break
+        doomed.update(more)
+    for pid in doomed:
+        _signal(pid, signal.SIGKILL)
+
+
+def _is_ray(pid: int) -> bool:
+    """Whether process ``pid`` is one of Ray's (its servers, agents and workers), not some
+    other child of the command (its worker pool's server, a database server of a test)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmdline = f.read()
+    except OSError:
+        return False
+    return cmdline.startswith(b"ray::") or b"/ray/" in cmdline
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except OSError:
+        return

@@ -34,12 +34,39 @@ from typing import NamedTuple
 
 import numpy as np
 
-from near_dedup_core.jit import numba
+from near_dedup_core.jit import njit
 
 _POLY = np.uint64(0x100000001B3)  # FNV-64 prime: spreads code points across the word
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
+def set_insert(table, key, slot, mask):
+    """Put ``key`` (not zero) in the open-addressing set ``table``, where zero marks an empty
+    slot: linear probing from ``slot`` (``mask`` is the table's size − 1, a power of two
+    − 1). True if the key was not there. The caller keeps the table at most half full."""
+    while True:
+        v = table[slot]
+        if v == 0:
+            table[slot] = key
+            return True
+        if v == key:
+            return False
+        slot = (slot + 1) & mask
+
+
+@njit(inline="always")
+def set_contains(table, key, slot, mask):
+    """Whether ``key`` (not zero) is in the open-addressing set ``table`` (`set_insert`)."""
+    while True:
+        v = table[slot]
+        if v == key:
+            return True
+        if v == 0:
+            return False
+        slot = (slot + 1) & mask
+
+
+@njit(inline="always")
 def _fmix64(h):
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
@@ -49,7 +76,7 @@ def _fmix64(h):
     return h
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _shingle_hashes(cps, start, end, k, seed, out):
     """Hash every k-window of cps[start:end] into out; returns the count written.
 
@@ -85,7 +112,7 @@ def _shingle_hashes(cps, start, end, k, seed, out):
     return m
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _distinct_tops(hashes, m, table, xs):
     """The distinct values among hashes[:m], found by open addressing (table: power-of-two
     size > 2m, zero = empty slot; the value 0 is kept apart), written to xs as their upper 32
@@ -102,21 +129,13 @@ def _distinct_tops(hashes, m, table, xs):
                 xs[distinct] = np.uint32(0)
                 distinct += 1
             continue
-        slot = np.int64(h & np.uint64(mask))
-        while True:
-            v = table[slot]
-            if v == 0:
-                table[slot] = h
-                xs[distinct] = np.uint32(h >> np.uint64(32))
-                distinct += 1
-                break
-            if v == h:
-                break
-            slot = (slot + 1) & mask
+        if set_insert(table, h, np.int64(h & np.uint64(mask)), mask):
+            xs[distinct] = np.uint32(h >> np.uint64(32))
+            distinct += 1
     return distinct
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _minhash_batch(cps, starts, ends, rows, k, seed, a, b, sigs, distinct):
     """Signature of the text cps[starts[i]:ends[i]] into sigs[rows[i]], and the size of its
     hashed shingle set into distinct[rows[i]].
@@ -155,7 +174,7 @@ def _minhash_batch(cps, starts, ends, rows, k, seed, a, b, sigs, distinct):
         distinct[row] = d
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _sorted_unique(values, m, buf, counts):
     """Sort values[:m] (uniformly distributed 64-bit hashes) and drop repeats, in place;
     returns the number kept. Bucket sort on the top bits, then insertion sort inside each
@@ -196,7 +215,7 @@ def _sorted_unique(values, m, buf, counts):
     return u
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _shingle_set_batch(cps, offsets, k, seed, flat, counts):
     """Hashed shingle sets of a batch, each sorted and deduplicated, concatenated into flat."""
     longest = 1
@@ -213,7 +232,7 @@ def _shingle_set_batch(cps, offsets, k, seed, flat, counts):
     return pos
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _intersection_size(x, y):
     i = 0
     j = 0
@@ -238,7 +257,7 @@ def exact_jaccard(x: np.ndarray, y: np.ndarray) -> float:
     return common / (x.shape[0] + y.shape[0] - common)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _utf8_decode(buf, start, end, out):
     """Code points of the UTF-8 bytes buf[start:end] into out; returns their count, or -1
     when the bytes are not valid UTF-8 by the rules of Python's strict decoder (no overlong
@@ -289,7 +308,7 @@ def _utf8_decode(buf, start, end, out):
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def components(left, right, n):
     """Connected component of each of n items joined by the pairs (left[p], right[p]), as
     the smallest item of the component (union-find)."""
@@ -313,7 +332,7 @@ def components(left, right, n):
     return parent
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_pair,
                       adj_other, common, sizes):
     """Sizes of the hashed shingle sets of the UTF-8 texts buf[offsets[t]:offsets[t+1]], and
@@ -355,7 +374,7 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
         tsize = 2
         while tsize < 2 * m:
             tsize *= 2
-        mask = np.uint64(tsize - 1)
+        mask = np.int64(tsize - 1)
         starts[t] = pos
         zero_seen = False
         for j in range(m):
@@ -364,20 +383,8 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
                 if zero_seen:
                     continue
                 zero_seen = True
-            else:
-                slot = np.int64(h & mask)
-                new = True
-                while True:
-                    v = table[slot]
-                    if v == 0:
-                        table[slot] = h
-                        break
-                    if v == h:
-                        new = False
-                        break
-                    slot = (slot + 1) & mask
-                if not new:
-                    continue
+            elif not set_insert(table, h, np.int64(h & np.uint64(mask)), mask):
+                continue
             flat[pos] = h
             pos += 1
         sizes[t] = pos - starts[t]
@@ -389,15 +396,7 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
                 if h == 0:
                     found += zero_seen
                     continue
-                slot = np.int64(h & mask)
-                while True:
-                    v = table[slot]
-                    if v == h:
-                        found += 1
-                        break
-                    if v == 0:
-                        break
-                    slot = (slot + 1) & mask
+                found += set_contains(table, h, np.int64(h & np.uint64(mask)), mask)
             common[adj_pair[q]] = found
     return -1
 
@@ -409,7 +408,7 @@ def utf8_batch(texts: Sequence[bytes]) -> tuple[bytes, np.ndarray]:
     return b"".join(texts), offsets
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _utf8_code_points(data, offsets, cps, cp_offsets):
     """Decode each text data[offsets[i]:offsets[i+1]] into cps, its code points starting at
     cp_offsets[i]; returns -1, or the index of the first text that is not valid UTF-8."""
@@ -581,7 +580,7 @@ class MinHasher:
         counts = np.empty(len(texts), dtype=np.int64)
         _shingle_set_batch(cps, offsets, self.shingle_size, self.shingle_seed, flat, counts)
         ends = np.cumsum(counts)
-        return [flat[e - c:e] for e, c in zip(ends.tolist(), counts.tolist())]
+        return [flat[e - c:e] for e, c in zip(ends.tolist(), counts.tolist(), strict=True)]
 
     def shingle_set(self, text: str) -> np.ndarray:
         return self.shingle_sets([text])[0]
@@ -614,7 +613,7 @@ def band_keys(sigs: np.ndarray, bands: int, rows: int) -> np.ndarray:
     return (keys >> np.uint64(1)).astype(np.int64)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def band_keys_into(sigs, bands, rows, out):
     """`band_keys` of ``sigs`` into ``out`` ((n, bands) int64), in one compiled pass: the
     same mixing, step by step, without numpy's (n, bands, rows) uint64 temporaries."""

@@ -1,14 +1,17 @@
-"""The worker pool of `index`, `scan` and `contamination`: one place that starts processes,
-and makes them die with the command.
+"""Where the parallel work of `index`, `scan` and `contamination` runs: the executor chosen
+once from ``--executor`` and ``--workers`` (`choose_executor`, `work_pool`), and this
+machine's worker pool, which makes its processes die with the command.
 
 Workers come from a ``forkserver`` (a clean process started once, without the parent's
 threads, open connections or large arrays; each worker is forked from it). On Linux every
 process of the pool asks the kernel for ``SIGKILL`` when its parent dies
-(``prctl(PR_SET_PDEATHSIG)``): the forkserver when the command's process dies, a worker when
-the forkserver dies. So a command killed with ``SIGKILL`` (which no handler can catch) leaves
-no worker, forkserver or resource tracker behind: the tracker exits once the last process
-holding its pipe is gone. ``SIGTERM`` is turned into an exception by the CLI, which unwinds the
-open transaction or temporary folder and shuts the pool down without waiting for its work.
+(``prctl(PR_SET_PDEATHSIG)``): the forkserver when the command's process dies (or at once, if
+the command died while the server started), a worker when the forkserver dies. So a command
+killed with ``SIGKILL`` (which no handler can catch) leaves no worker, forkserver or resource
+tracker behind: the tracker exits once the last process holding its pipe is gone, and removes
+the pool's semaphores without a word (`_quiet_resource_tracker`). ``SIGTERM`` is turned into
+an exception by the CLI, which unwinds the open transaction or temporary folder, kills the
+pool's workers without waiting for their work, and leaves without joining the pool's threads.
 
 ``workers=1`` runs everything inline in the calling process (no pool, no start-up cost);
 multiprocessing itself is imported only when a pool starts.
@@ -21,15 +24,20 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
 from near_dedup_core.collector import use_bulk_threshold
 
 if TYPE_CHECKING:
     import multiprocessing.context
+    import multiprocessing.process
 
 PARENT_ENV = "NEAR_DEDUP_POOL_PARENT"
+#: The modules the forkserver imports (`_preload`), comma-separated.
+PRELOAD_ENV = "NEAR_DEDUP_POOL_PRELOAD"
+#: Set by the forkserver in its own environment: its pid, which its workers inherit.
+SERVER_ENV = "NEAR_DEDUP_POOL_SERVER"
 #: `scan` runs a pool of at most this many records inline, in its own process (no start-up
 #: to pay); `index` does so up to two blocks of lines, the same number by default.
 POOL_RECORDS = 2048
@@ -52,16 +60,46 @@ def die_with_parent(expected_parent: int | None = None) -> None:
         os._exit(1)
 
 
-def _worker_init(forkserver_pid: int, initializer: Callable | None = None,
-                 initargs: tuple = ()) -> None:
-    die_with_parent(forkserver_pid)
+def guard_forkserver() -> None:
+    """In the pool's forkserver (`near_dedup_core._forkserver`, its first import): die with
+    the command that started it (at once if that command is already gone, so that a
+    command killed while its server starts leaves nothing behind), record its own pid for
+    the workers it forks (`_worker_init`), end quietly on an error (`_leave_quietly`), and
+    use the bulk collector threshold."""
+    parent = os.environ.get(PARENT_ENV, "")
+    if not parent.isdigit():
+        return
+    die_with_parent(int(parent))
+    os.environ[SERVER_ENV] = str(os.getpid())
+    sys.excepthook = _leave_quietly
+    use_bulk_threshold()
+
+
+def _leave_quietly(*_exc_info: object) -> None:
+    """The forkserver's (and its workers') last resort: a module it preloads that fails
+    (out of memory, say) ends it without a traceback on the command's stderr; the command
+    learns of it as a broken pool and says so in one line."""
+    os._exit(1)
+
+
+def _worker_init(initializer: Callable | None = None, initargs: tuple = ()) -> None:
+    server = os.environ.get(SERVER_ENV, "")
+    die_with_parent(int(server) if server.isdigit() else None)
     use_bulk_threshold()  # a worker only ever does bulk work
-    if initializer is not None:
+    if initializer is None:
+        return
+    try:
         initializer(*initargs)
+    except BaseException:  # noqa: BLE001 (the command reports the broken pool in one line)
+        # concurrent.futures would log this worker's traceback on the command's stderr and
+        # mark the pool broken; leaving at once marks it broken without the traceback.
+        os._exit(1)
 
 
 class InlineExecutor(Executor):
     """Runs submitted work at once in this process (workers=1)."""
+
+    parallelism = 1
 
     def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
         fut: Future = Future()
@@ -99,43 +137,61 @@ def submit_in_turn(executor: Executor, calls: Sequence[tuple]) -> list[Future]:
 
 
 def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext:
-    """The forkserver context; its server (started once per process, on first use) imports
-    ``near_dedup_core._pool_guard``, which ties it to this process's life, then the modules
-    `_preload` lists for ``preload`` (if it is not running yet): every worker then has them
-    from the fork."""
+    """The forkserver context, its server running: started once per process, on first
+    use, it imports ``near_dedup_core._forkserver``, which ties it to this process's life,
+    then the modules `_preload` lists for ``preload`` (if it is not running yet): every
+    worker then has them from the fork."""
     import multiprocessing
     import multiprocessing.forkserver
 
+    _quiet_resource_tracker()
     os.environ[PARENT_ENV] = str(os.getpid())
-    multiprocessing.forkserver.set_forkserver_preload(_preload(preload))
+    os.environ[PRELOAD_ENV] = ",".join(_preload(preload))  # read by the server as it starts
+    multiprocessing.forkserver.set_forkserver_preload(["near_dedup_core._forkserver"])
+    multiprocessing.forkserver.ensure_running()
     return multiprocessing.get_context("forkserver")
+
+
+#: What multiprocessing's resource tracker must not print: it cleans up the semaphores of a
+#: command that was killed (``SIGKILL`` leaves no chance to release them) and warns about
+#: each kind of them on stderr, after the command is gone.
+_TRACKER_QUIET = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (once per process) with its warnings
+    ignored: the tracker still removes what a killed command leaves, without a word."""
+    from multiprocessing import resource_tracker
+
+    sys.warnoptions.append(_TRACKER_QUIET)  # the tracker's interpreter gets them as -W
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(_TRACKER_QUIET)
 
 
 def start_forkserver(preload: Sequence[str] = ()) -> None:
     """Start the forkserver now, without waiting for it: its start-up (and the import of
     ``preload``) overlaps the caller's own work until the first worker forks from it."""
-    _forkserver_pid(_context(preload))
+    _context(preload)
 
 
 def _preload(extra: Sequence[str] = ()) -> list[str]:
-    """What the forkserver imports before it forks a worker: its guard, every module of
-    this package that this process has imported (the functions handed to workers live in
-    them) and those of ``extra`` (the modules the workers run), then
-    `near_dedup_core._pool_warm` if this process runs kernels or ``extra`` names it (numba's
-    CPU target, and the normalization table if those modules normalize text), last.
-    Each worker is forked with all of it loaded, where it would otherwise import it again
-    (about 1 s of CPU per worker for `index` or `scan`)."""
+    """What the forkserver imports before it forks a worker (`near_dedup_core._forkserver`):
+    every module of this package that this process has imported (the functions handed to
+    workers live in them), then those of ``extra`` (the modules the workers run, whose
+    ``warm_up`` the server runs). Each worker is forked with all of it loaded, where it
+    would otherwise import it again (about 1 s of CPU per worker for `index` or `scan`)."""
     ours = sorted(name for name in sys.modules
                   if name.startswith("near_dedup_core.") and name not in _NOT_PRELOADED)
-    wanted = dict.fromkeys([*ours, *(m for m in extra if m not in _NOT_PRELOADED)])
-    warm = "near_dedup_core.jit" in sys.modules or "near_dedup_core._pool_warm" in extra
-    return ["near_dedup_core._pool_guard", *wanted, *(["near_dedup_core._pool_warm"] * warm)]
+    return list(dict.fromkeys([*ours, *(m for m in extra if m not in _NOT_PRELOADED)]))
 
 
-#: Modules the forkserver must not import: the entry point runs the CLI when imported; the
-#: package manifest's model loads pydantic, and workers parse line blocks, never a manifest.
-_NOT_PRELOADED = {"near_dedup_core.__main__", "near_dedup_core._pool_guard",
-                  "near_dedup_core._pool_warm", "near_dedup_core.package.model"}
+#: Modules the forkserver must not import again: the entry point runs the CLI when
+#: imported, the server's own module is imported first; the package manifest's model loads
+#: pydantic, and workers parse line blocks, never a manifest.
+_NOT_PRELOADED = {"near_dedup_core.__main__", "near_dedup_core._forkserver",
+                  "near_dedup_core.package.model"}
 
 
 @contextmanager
@@ -144,92 +200,168 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     """An executor of ``workers`` processes (inline for 1, where ``initializer`` is the
     caller's business); each worker runs ``initializer(*initargs)`` first. On an exception
     (including KeyboardInterrupt and the CLI's SIGTERM) pending work is cancelled and the
-    workers are stopped at once instead of finishing their current task."""
+    workers are killed at once instead of finishing their current task."""
     if workers <= 1:
         with InlineExecutor() as inline:
             yield inline
         return
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     ctx = _context(preload)
+    before = set(multiprocessing.active_children())
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
-                             initargs=(_forkserver_pid(ctx), initializer, initargs))
-    _widen_pipes(ex)
+                             initargs=(initializer, initargs))
     try:
-        yield ex
+        yield _LocalPool(ex, workers)
     except BaseException:
-        # a worker being started (by `submit_in_turn`'s thread) is listed once the lock is free
-        with ex._shutdown_lock:
-            processes = list((getattr(ex, "_processes", None) or {}).values())
+        # after shutdown no submit starts a worker any more: the list below is complete
         ex.shutdown(wait=False, cancel_futures=True)
-        for proc in processes:
-            if proc.is_alive():
-                proc.terminate()
-        for proc in processes:
-            proc.join(timeout=5)
+        stop_processes([p for p in multiprocessing.active_children() if p not in before])
         raise
     ex.shutdown(wait=True)
 
 
-#: Bytes a pool's pipes hold (Linux's default is 64 KiB; 1 MiB is the most an unprivileged
-#: process may ask for by default, ``/proc/sys/fs/pipe-max-size``).
-PIPE_BYTES = 1 << 20
+class _LocalPool(Executor):
+    """A process pool that says how many tasks it runs at once, and whose workers failing to
+    start (their server gone: killed, or out of memory) is a broken pool, as a worker dying
+    is."""
 
+    def __init__(self, ex: Executor, workers: int) -> None:
+        self._ex = ex
+        self.parallelism = workers
 
-def _widen_pipes(ex) -> None:
-    """Let the pool's two pipes (tasks to the workers, results back) hold a whole task or
-    most of a result. With the default 64 KiB, a worker sending a result of a few MB, or
-    reading a task that carries a text dictionary, waits for the thread at the other end,
-    which needs this process's GIL for every 64 KiB it moves. Where the size cannot be set
-    (not Linux, or a lower limit), the pipes keep theirs."""
-    import fcntl
+    def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
+        from concurrent.futures.process import BrokenProcessPool
 
-    set_size = getattr(fcntl, "F_SETPIPE_SZ", None)
-    if set_size is None:
-        return
-    for queue in (ex._call_queue, ex._result_queue):
         try:
-            fcntl.fcntl(queue._reader.fileno(), set_size, PIPE_BYTES)
-        except (OSError, AttributeError):
+            return self._ex.submit(fn, *args, **kwargs)
+        except (EOFError, ConnectionError) as exc:
+            raise BrokenProcessPool(f"the worker pool's server is gone ({exc})") from None
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self._ex.shutdown(wait=wait, cancel_futures=cancel_futures)
+
+
+def stop_processes(processes: Sequence[multiprocessing.process.BaseProcess],
+                   timeout: float = 2.0) -> None:
+    """Kill ``processes`` and reap them, waiting at most ``timeout`` seconds in all."""
+    import time
+
+    for proc in processes:
+        try:
+            proc.kill()
+        except (OSError, ValueError, AttributeError):  # already gone, or never started
+            continue
+    deadline = time.monotonic() + timeout
+    for proc in processes:
+        try:
+            proc.join(timeout=max(0.0, deadline - time.monotonic()))
+        except (OSError, ValueError, AssertionError):
             continue
 
 
-def _forkserver_pid(ctx) -> int:
-    """Start the forkserver now and return its pid (the workers' parent)."""
-    import multiprocessing.forkserver
-
-    server = multiprocessing.forkserver._forkserver
-    server.ensure_running()
-    # typeshed declares the ForkServer class without its private pid attribute.
-    return server._forkserver_pid  # type: ignore[attr-defined]
-
-
-#: Where the parallel stages of `index` and `scan` run (``--executor``).
+#: Where the parallel stages of `index`, `scan` and `contamination` run (``--executor``).
 EXECUTORS = ("local", "ray")
 
 
-@contextmanager
-def work_pool(executor: str, workers: int, initializer: Callable | None = None,
-              initargs: tuple = (), preload: Sequence[str] = ()) -> Iterator[Executor]:
-    """The executor of ``--executor``: ``local`` is this machine's `process_pool` of
-    ``workers`` processes (each forked with the modules of ``preload`` imported, and running
-    ``initializer(*initargs)`` first, when there are processes); ``ray`` is a Ray cluster
-    (`ray_executor.RayExecutor`: the one ``RAY_ADDRESS`` names, or a local Ray of
-    ``workers`` CPUs started for the run). Its ``parallelism`` attribute (or ``workers``)
-    says how much work to keep in flight."""
-    if executor == "ray":
+class Executors:
+    """Where a command's parallel work runs, chosen once from ``--executor`` and
+    ``--workers`` (`choose_executor`). The stages ask it what they need to know, never which
+    one it is:
+
+    - ``in_process``: the work runs inline, in the command's own process (one worker);
+    - ``workers_read_index``: a worker may open the index (and the packages) itself, on this
+      machine; otherwise the stage ships it what it reads;
+    - ``shares_memory``: workers are processes of this machine that can attach shared memory;
+    - `start` (a context manager): the running executor, with ``submit`` and
+      ``parallelism`` (how many tasks it runs at once);
+    - `for_work`: the executor for a given amount of work (a local pool runs little work
+      inline rather than paying for processes)."""
+
+    name: str = ""
+    in_process: bool = False
+    workers_read_index: bool = False
+    shares_memory: bool = False
+
+    def __init__(self, workers: int) -> None:
+        self.workers = max(1, workers)
+
+    def start(self, initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+        raise TypeError(f"{type(self).__name__} does not start")
+
+    def for_work(self, records: int, inline_at_most: int) -> Executors:
+        return self
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(workers={self.workers})"
+
+
+class LocalExecutors(Executors):
+    """This machine's worker processes (`process_pool`), each forked with the modules of
+    ``preload`` imported and running ``initializer(*initargs)`` first; inline for one
+    worker."""
+
+    name = "local"
+    workers_read_index = True
+
+    def __init__(self, workers: int) -> None:
+        super().__init__(workers)
+        self.in_process = self.workers <= 1
+        self.shares_memory = not self.in_process
+
+    def start(self, initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+        return process_pool(self.workers, initializer, initargs, preload)
+
+    def for_work(self, records: int, inline_at_most: int) -> Executors:
+        return LocalExecutors(1) if records <= inline_at_most else self
+
+
+class RayExecutors(Executors):
+    """A Ray cluster (`ray_executor.RayExecutor`): the one ``RAY_ADDRESS`` names, or a local
+    Ray of ``workers`` CPUs started for the run. Its tasks never open the index."""
+
+    name = "ray"
+
+    @contextmanager
+    def _started(self) -> Iterator[Executor]:
         from near_dedup_core.ray_executor import RayExecutor
 
-        ray_ex = RayExecutor(local_cpus=workers)
+        ray_ex = RayExecutor(local_cpus=self.workers)
         try:
             yield ray_ex
         finally:
             ray_ex.shutdown()
-        return
-    if executor != "local":
-        raise ValueError(f"unknown executor {executor!r}")
-    with process_pool(workers, initializer, initargs, preload) as ex:
-        yield ex
+
+    def start(self, initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+        return self._started()
+
+
+_CHOICES: dict[str, type[Executors]] = {"local": LocalExecutors, "ray": RayExecutors}
+
+
+def choose_executor(executor: str | Executors, workers: int = 1) -> Executors:
+    """The executor of ``--executor`` (one of `EXECUTORS`) and ``--workers``; an
+    `Executors` is returned as it is."""
+    if isinstance(executor, Executors):
+        return executor
+    try:
+        return _CHOICES[executor](workers)
+    except KeyError:
+        raise ValueError(f"unknown executor {executor!r}; expected one of "
+                         f"{', '.join(EXECUTORS)}") from None
+
+
+def work_pool(executor: str | Executors, workers: int = 1,
+              initializer: Callable | None = None, initargs: tuple = (),
+              preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
+    """The running executor of ``--executor`` and ``--workers`` (`choose_executor`), as a
+    context manager: ``with work_pool("local", 4, init, (state,), modules) as ex:``. Its
+    ``parallelism`` attribute says how much work to keep in flight."""
+    return choose_executor(executor, workers).start(initializer, initargs, preload)
 
 
 def parallelism(ex: Executor, workers: int) -> int:

@@ -11,8 +11,12 @@ stops the command with exit 1, nothing written.
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -49,7 +53,7 @@ def cluster():
 def packages(tmp_path_factory) -> tuple[Path, Path]:
     """About 6,000 real-text documents over two versions, with near and exact copies."""
     root = tmp_path_factory.mktemp("ray-packages")
-    texts = [f"{a} {b}" for a, b in zip(P, P[1:] + P[:1])] * 3
+    texts = [f"{a} {b}" for a, b in zip(P, P[1:] + P[:1], strict=True)] * 3
     texts = [t if i < len(P) else f"{t} {P[i % len(P)][:200]}" for i, t in enumerate(texts)]
     v1 = make_package(root, "cpt-v1", {"train": [
         {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:3000])]},
@@ -180,3 +184,56 @@ def test_a_cluster_that_cannot_be_reached_is_one_line(packages, tmp_path):
     assert run.returncode == 1, run.stderr
     assert run.stderr.strip().splitlines()[-1].startswith("near-dedup: error: ray: cannot")
     assert not (tmp_path / "x.sqlite").exists()
+
+
+def _session(sid: int) -> dict[int, bytes]:
+    """Live processes of session ``sid``: pid → command line."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+            if int(fields[3]) == sid and fields[0] != "Z":
+                found[int(entry.name)] = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_a_local_ray_dies_with_its_killed_driver(packages, tmp_path, when):
+    """A local Ray started by `index --executor ray` (no RAY_ADDRESS): its servers, agents
+    (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) and workers are gone soon after the
+    command is killed with SIGKILL, whether Ray was still starting or running tasks."""
+    v1, v2 = packages
+    index = tmp_path / "cpt.sqlite"
+    _run(index, "local", "index", "--inputs", v1)
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    # a Ray of its own (this module's cluster is the machine's current one), at a short path
+    env["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="ray", dir="/tmp")
+    proc = subprocess.Popen([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+                             str(index), "index", "--inputs", str(v2), "--executor", "ray",
+                             "--workers", "2"], env={**env, "PYTHONPATH": str(REPO)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        wanted = b"raylet" if when == "starting" else b"ray::process_block"
+        while not any(wanted in cmd for cmd in _session(proc.pid).values()):
+            assert proc.poll() is None and time.monotonic() < deadline, "Ray never started"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 30
+        while _session(proc.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _session(proc.pid) == {}
+    finally:
+        for pid in _session(proc.pid):
+            os.kill(pid, signal.SIGKILL)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(env["RAY_TMPDIR"], ignore_errors=True)

@@ -92,12 +92,12 @@ def release_days_on_disk(root: Path) -> Path:
         return {"id": sid, "text": text, "domain": domain,
                 "source": {"dataset": "test-days", "row": sid}}
 
-    v1 = [rec(f"a{i}", t, d) for i, (t, d) in enumerate(zip(base, domains))]
+    v1 = [rec(f"a{i}", t, d) for i, (t, d) in enumerate(zip(base, domains, strict=False))]
     v1 += [rec("n1", numbered, "news"), rec("s1", "Short note.", "news")]
     val1 = [rec("val0", paragraph(rng), "web"), rec("val1", base[0], "web")]
     make_package(root / DAYS[0], "cpt-v1", {"train": v1, "validation": val1})
 
-    v2 = [rec(f"b{i}", t, d) for i, (t, d) in enumerate(zip(base[:8], domains))]
+    v2 = [rec(f"b{i}", t, d) for i, (t, d) in enumerate(zip(base[:8], domains, strict=False))]
     v2 += [rec("b8", edit_word(base[8], 5), domains[8]),
            rec("n1", numbered.replace("4200", "4300"), "news"),
            rec("c0", fresh2[0], "news"), rec("c1", fresh2[1], "web"),
@@ -107,7 +107,7 @@ def release_days_on_disk(root: Path) -> Path:
     make_package(root / DAYS[1], "cpt-v2", {"train": v2, "validation": val1},
                  parents=["cpt-v1"], created_at="2026-11-26T00:00:00Z")
 
-    v3 = [rec(f"d{i}", t, d) for i, (t, d) in enumerate(zip(base[:6], domains))]
+    v3 = [rec(f"d{i}", t, d) for i, (t, d) in enumerate(zip(base[:6], domains, strict=False))]
     v3 += [rec("d8", edit_word(base[8], 12, "quartz"), domains[8]),
            rec("e0", fresh2[0], "news"), rec("e1", edit_word(fresh2[2], 3), "books"),
            rec("f0", fresh3[0], "web"), rec("f1", fresh3[1], "web"), rec("f2", fresh3[2], "books"),

@@ -263,7 +263,7 @@ def test_key_ranges_give_the_stable_order_range_after_range(keys_are, monkeypatc
     contents = np.repeat(np.arange(1, n // 16 + 1, dtype=np.int64), 16)
     ranges = list(ordered_key_ranges(keys, contents))
     assert len(ranges) == batch.MAX_KEY_RANGES
-    for (low, _), (high, _) in zip(ranges, ranges[1:]):
+    for (low, _), (high, _) in zip(ranges, ranges[1:], strict=False):
         assert len(low) == 0 or len(high) == 0 or low.max() < high.min()
     order = np.argsort(keys, kind="stable")
     assert np.array_equal(np.concatenate([k for k, _ in ranges]), keys[order])
@@ -316,4 +316,4 @@ def test_add_bands_writes_every_row_once_across_statements_and_calls(rows, tmp_p
         engine.dispose()
     with sqlite3.connect(path) as con:
         written = con.execute("SELECT key, content FROM bands_recent").fetchall()
-    assert written == sorted(zip(keys.tolist(), contents.tolist()))
+    assert written == sorted(zip(keys.tolist(), contents.tolist(), strict=True))

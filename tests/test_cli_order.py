@@ -7,7 +7,7 @@ import contextlib
 import io
 
 import pytest
-from conftest import REPO, SAMPLES, run_cli, tree_bytes
+from helpers import REPO, SAMPLES, run_cli, tree_bytes
 
 from near_dedup_core import cli
 

@@ -145,8 +145,8 @@ def planted(tmp_path_factory):
     doc_sets = HASHER.shingle_sets([normalize(d["text"]) for d in docs])
     item_sets = HASHER.shingle_sets([t for _, _, t in all_items])
     truth = {}
-    for (pid, sid, _), s in zip(all_items, item_sets):
-        for d, ds in zip(docs, doc_sets):
+    for (pid, sid, _), s in zip(all_items, item_sets, strict=True):
+        for d, ds in zip(docs, doc_sets, strict=True):
             c = containment(s, ds)
             if c >= 0.5:
                 truth[(pid, sid, d["id"])] = c

@@ -192,7 +192,7 @@ def world(tmp_path_factory) -> World:
     v1 = make_package(pkgs, "cpt-v1", {"train": docs("a", P[:24]),
                                        "validation": docs("va", P[24:26])})
     near = [drop_every(p, 30) for p in P[7:13]]
-    assert all(0.9 <= jaccard(p, q) < 1 for p, q in zip(P[7:13], near))
+    assert all(0.9 <= jaccard(p, q) < 1 for p, q in zip(P[7:13], near, strict=False))
     v2 = make_package(pkgs, "cpt-v2", {
         "train": docs("b", P[:6]) + docs("b", near, 6)
         + docs("b", P[30:40], 12),

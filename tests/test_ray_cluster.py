@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, run_cli, tree_bytes
+from helpers import SAMPLES, run_cli, tree_bytes
 
 pytestmark = pytest.mark.slow  # a Ray head and node start (about a minute)
 

@@ -433,6 +433,207 @@ def test_no_process_survives_a_killed_run(corpus, index, tmp_path, command, sig)
         assert not (tmp_path / "rep").exists()
 
 
+def stop_session(proc: subprocess.Popen) -> None:
+    for pid in session_processes(proc.pid):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def session_empties(proc: subprocess.Popen, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while session_processes(proc.pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture(scope="module")
+def large_append(corpus, tmp_path_factory) -> tuple[Path, Path]:
+    """An index of v1 and a second version of many records (near copies and new texts):
+    an append that keeps two workers busy for seconds."""
+    root = tmp_path_factory.mktemp("large-append")
+    more = texts(3, 5000)
+    v3 = make_package(root, "cpt-v3", {"train": docs("c", corpus.v1_texts + more)},
+                      shard_records=2000, created_at="2026-11-27T00:00:00Z")
+    return corpus.base, v3
+
+
+#: SIGTERM tries during a large append (more, on a larger corpus, are a run by hand).
+TERM_TRIES = 4
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_sigterm_during_a_large_append_exits_within_seconds(large_append, tmp_path):
+    base, package = large_append
+    for attempt in range(TERM_TRIES):
+        index = tmp_path / f"idx{attempt}" / "cpt.sqlite"
+        index.parent.mkdir()
+        shutil.copyfile(base, index)
+        before = listing(index.parent)
+        proc = subprocess.Popen([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+                                 str(index), "index", "--inputs", str(package), "--workers",
+                                 "2"], env=env_with(), stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        try:
+            deadline = time.monotonic() + 60
+            while len(session_processes(proc.pid)) < 3 and proc.poll() is None:  # pool started
+                assert time.monotonic() < deadline, "the pool never started"
+                time.sleep(0.02)
+            time.sleep(0.4 * attempt)  # from the pool's start to the middle of the batch
+            os.kill(proc.pid, signal.SIGTERM)
+            started = time.monotonic()
+            proc.wait(timeout=10)
+            assert time.monotonic() - started < 10
+            assert session_empties(proc, 5), session_processes(proc.pid)
+        finally:
+            stop_session(proc)
+            err = proc.stderr.read()
+            proc.stderr.close()
+        if proc.returncode == 0:  # finished before the signal: the batch is complete
+            assert "Traceback" not in err, err
+            continue
+        assert proc.returncode == 143, (proc.returncode, err)
+        assert err == "near-dedup: terminated\n", err
+        assert listing(index.parent) == before  # rolled back, nothing left behind
+
+
+_LARGE_RESULTS = """
+import os, signal, sys, threading
+from near_dedup_core import cli, workers
+
+def large(n):
+    return b"x" * n
+
+def command(args):
+    with workers.process_pool(2) as ex:
+        while True:  # results of 64 MiB: a worker is nearly always writing one
+            for fut in [ex.submit(large, 64 << 20) for _ in range(4)]:
+                fut.result()
+
+if __name__ == "__main__":
+    cli.run = command
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", "unused"]
+    threading.Timer(float(os.environ["DELAY"]), os.kill,
+                    (os.getpid(), signal.SIGTERM)).start()
+    cli.console_main()
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("delay", [1.0, 1.3])
+def test_sigterm_while_a_worker_writes_a_result_exits_at_once(tmp_path, delay):
+    """Killed mid-write, a worker leaves a half-written result in the pool's pipe, which the
+    pool's result thread then waits on forever (the command holds the pipe's other end): the
+    terminated command must not join that thread."""
+    script = tmp_path / "large_results.py"
+    script.write_text(_LARGE_RESULTS)
+    proc = subprocess.Popen([sys.executable, str(script)], env=env_with(DELAY=str(delay)),
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        proc.wait(timeout=delay + 10)
+        assert session_empties(proc, 5), session_processes(proc.pid)
+    finally:
+        stop_session(proc)
+        err = proc.stderr.read()
+        proc.stderr.close()
+    assert (proc.returncode, err) == (143, "near-dedup: terminated\n")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("at", [0.05, 0.3, 0.65, 1.2])
+def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, tmp_path, at):
+    """Killed while the pool's server starts, while it imports, or while the workers run:
+    every process of the command is gone soon after, and none prints anything."""
+    proc = subprocess.Popen([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+                             str(index), "scan", "--inputs", str(corpus.v1), "--output",
+                             str(tmp_path / "rep"), "--workers", "2"], env=env_with(),
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        time.sleep(at)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        assert session_empties(proc, 3), session_processes(proc.pid)
+    finally:
+        stop_session(proc)
+        err = proc.stderr.read()  # every writer of the pipe is gone: this is all of it
+        proc.stderr.close()
+    assert err == "", err
+    assert not (tmp_path / "rep").exists()
+
+
+def run_with_address_space(limit_mib: int, *argv: object) -> subprocess.CompletedProcess:
+    def cap() -> None:
+        limit = limit_mib << 20
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet",
+                           *map(str, argv)], preexec_fn=cap, env=env_with(),
+                          capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize("limit_mib", [300, 400])
+def test_index_under_an_address_space_cap_is_one_line(corpus, large_append, index, tmp_path,
+                                                      limit_mib):
+    """Whatever fails first under the cap (the pool's server importing its modules, a
+    worker attaching the shared blocks, the command itself): one line, nothing changed."""
+    before = listing(index.parent)
+    for target in (index, tmp_path / "new" / "cpt.sqlite"):
+        inputs = [large_append[1]] if target == index else [corpus.v1]
+        done = run_with_address_space(limit_mib, "--index", target, "index", "--inputs",
+                                      *inputs, "--workers", 2)
+        assert done.returncode in (1, 2), (done.returncode, done.stderr)
+        assert done.stderr.count("\n") == 1, done.stderr
+        assert done.stderr.startswith("near-dedup: error: "), done.stderr
+    assert listing(index.parent) == before
+    assert not (tmp_path / "new").exists()
+
+
+def read_only_run(read_only: list[Path], argv: list, env: dict[str, str]
+                  ) -> subprocess.CompletedProcess:
+    """``python argv`` with the folders of ``read_only`` mounted read-only (a private mount
+    namespace, as root)."""
+    mounts = " && ".join(f"mount --bind -o ro '{p}' '{p}'" for p in read_only)
+    return subprocess.run(["unshare", "-m", "sh", "-c", f'{mounts} && exec "$@"', "sh",
+                           sys.executable, *map(str, argv)], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="mounts read-only folders in a namespace of its own (root)")
+@pytest.mark.parametrize("cache_setting", ["home", "numba-cache-dir"])
+def test_index_and_scan_work_where_no_numba_cache_can_be_written(corpus, tmp_path,
+                                                                 cache_setting):
+    """The package's own ``__pycache__`` folders, the home folder and (for the second case)
+    a configured ``NUMBA_CACHE_DIR`` are read-only: the kernels are cached in a private
+    folder of the user's in the temporary directory instead, never "cannot cache"."""
+    home, temp = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    temp.mkdir()
+    env = {k: v for k, v in env_with().items() if k not in ("XDG_CACHE_HOME", "NUMBA_CACHE_DIR")}
+    env.update(HOME=str(home), TMPDIR=str(temp))
+    read_only = [REPO / "near_dedup_core", home]
+    if cache_setting == "numba-cache-dir":
+        configured = tmp_path / "numba-cache"
+        configured.mkdir()
+        env["NUMBA_CACHE_DIR"] = str(configured)
+        read_only.append(configured)
+    index = tmp_path / "idx" / "cpt.sqlite"
+    for argv in (["index", "--inputs", corpus.v1, "--workers", 2],
+                 ["scan", "--inputs", corpus.v1, "--output", tmp_path / "rep", "--workers", 2]):
+        done = read_only_run(read_only, ["-m", "near_dedup_core", "--quiet", "--index", index,
+                                         *argv], env)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert (tmp_path / "rep" / "manifest.json").is_file()
+    cache = temp / f"near-dedup-numba-{os.getuid()}"
+    assert any(cache.rglob("*.nbi")), "the kernels were cached in the user's private folder"
+
+
 # --------------------------------------------------------------------------- leftovers
 
 

@@ -668,7 +668,7 @@ def test_verify_chunks_shrink_towards_the_end():
         assert min(got[:-1]) >= smallest and got[-1] <= smallest + 100
         # each chunk is at least a sixteenth of what was left (rounded up to whole components)
         left = m - np.cumsum([0, *got[:-1]])
-        assert all(n >= min(full, -(-rest // 16), rest) for n, rest in zip(got, left.tolist()))
+        assert all(n >= min(full, -(-rest // 16), rest) for n, rest in zip(got, left.tolist(), strict=False))
     # full chunks until 16 × 20,000 pairs remain, and one of those
     assert sizes(1_000_000, 2)[:36] == [full] * 35 + [18_800]
 
@@ -689,7 +689,7 @@ def test_verify_chunks_run_costliest_first():
     size_of.update({200: 1_000, 201: 1_000})
     sizes = np.vectorize(size_of.__getitem__)(content_pairs)
     bounds = np.cumsum([0, 40, 10, 3, 1, 1])
-    chunks = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    chunks = [np.arange(a, b) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
     assert verify_stage._chunk_cost(content_pairs[chunks[2]], sizes[chunks[2]]) == \
         2_000 + verify_stage.PAIR_COST * 3_000
     assert verify_stage._chunk_cost(content_pairs[chunks[0]], sizes[chunks[0]]) == \
@@ -1017,7 +1017,7 @@ def test_quality_on_real_prose_recall_and_no_false_exclusions(tmp_path):
     for key, cid in content_of.items():
         norm.setdefault(cid, normalize(text_of[key]))
     cids = sorted(norm)
-    sets = dict(zip(cids, HASHER.shingle_sets([norm[c] for c in cids])))
+    sets = dict(zip(cids, HASHER.shingle_sets([norm[c] for c in cids]), strict=True))
     guard = guard_for(DEFAULTS, frozenset({"docs"}))
 
     # ground truth: exact Jaccard of every pair of distinct contents (all in one split)

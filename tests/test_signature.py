@@ -213,7 +213,7 @@ def test_pair_jaccards_are_exact_jaccard_of_the_shingle_sets():
                              hasher.shingle_seed)
     assert bad == -1
     sets = hasher.shingle_sets(texts)
-    expected = [exact_jaccard(sets[a], sets[b]) for a, b in zip(left.tolist(), right.tolist())]
+    expected = [exact_jaccard(sets[a], sets[b]) for a, b in zip(left.tolist(), right.tolist(), strict=True)]
     assert got.tolist() == expected
     assert 0.0 in expected and 1.0 in expected and any(0.3 < j < 0.99 for j in expected)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-from conftest import tree_bytes
+from helpers import tree_bytes
 from pg_server import INSTALL, PASSWORD, PostgresServer, find_bindir
 from test_webserver import (
     CHECK_EXECUTIONS,

@@ -98,13 +98,14 @@ def _sample_record(d: DecisionRow, o: OriginRow, text: SampleText | None) -> dic
 
 
 def _first_difference(a: tuple, b: tuple) -> int | None:
-    for i, (x, y) in enumerate(zip(a, b)):
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
 
 
-def explain_sample(report: str | Path, package_id: str, sample_id: str) -> Explanation:
+def explain_sample(  # noqa: C901 (the explanation's parts in the order it prints them)
+        report: str | Path, package_id: str, sample_id: str) -> Explanation:
     """Explain one sample's decision from the report and its input packages (no index).
 
     The report is verified first (`report.verify_report`): a report whose files do not

@@ -31,7 +31,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
 
     def line(values: Sequence[str]) -> str:
         return indent + "  ".join(v.rjust(w) if n else v.ljust(w)
-                                  for v, w, n in zip(values, widths, numeric)).rstrip()
+                                  for v, w, n in zip(values, widths, numeric, strict=False)).rstrip()
 
     return "\n".join([line(list(headers)), *(line(r) for r in cells)])
 

@@ -76,7 +76,7 @@ def open_evals(paths: Sequence[Path]) -> list[Package]:
     by_path: dict[Path, Package] = {}
     for kind in dict.fromkeys(kind_of.values()):
         group = [p for p in paths if kind_of[p] == kind]
-        by_path.update(zip(group, open_packages(group)))
+        by_path.update(zip(group, open_packages(group), strict=True))
     packages = [by_path[p] for p in paths]
     seen: dict[str, Package] = {}
     for pkg in packages:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 
+from near_dedup_core.jit import numba
 from near_dedup_core.signature import MinHasher, _intersection_size, _shingle_hashes, code_points
 
 #: anchor hits an item needs beyond the least overlap (the prefix filter's ``r``)

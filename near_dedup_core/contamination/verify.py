@@ -313,7 +313,7 @@ def _first_difference(mine: list[bytes], theirs: list[bytes]) -> str:
     extra = sorted(n for key, n in have.items() if key not in set(want))
     if extra:
         return f":{extra[0]}: a pair that is not re-derived from its packages"
-    n = next(n for n, (a, b) in enumerate(zip(mine, theirs), 1) if a != b)
+    n = next(n for n, (a, b) in enumerate(zip(mine, theirs, strict=False), 1) if a != b)
     return (f":{n}: differs from the pair re-derived from its packages "
             f"({_pair_name(_pair_key(theirs[n - 1]))})")
 

@@ -283,7 +283,7 @@ class BatchTransaction:
             dbapi.executemany(self._sql_bands_many[table], flat.reshape(-1, 2 * per).tolist())
         if full < len(keys):
             self.conn.exec_driver_sql(self._sql_bands[table], list(zip(
-                keys[full:].tolist(), content_rowids[full:].tolist())))
+                keys[full:].tolist(), content_rowids[full:].tolist(), strict=True)))
 
     def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
         """``raw_texts`` rows (text_sha256, scope, content), given sorted."""

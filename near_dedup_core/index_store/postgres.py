@@ -246,7 +246,7 @@ def copy_rows(conn: Connection, table: str, columns: tuple[str, ...], rows: Any)
 
 
 def copy_bands(conn: Connection, table: str, keys: np.ndarray, contents: np.ndarray) -> None:
-    copy_rows(conn, table, ("key", "content"), zip(keys.tolist(), contents.tolist()))
+    copy_rows(conn, table, ("key", "content"), zip(keys.tolist(), contents.tolist(), strict=True))
 
 
 def known_contents(conn: Connection, content_ids: list[bytes]) -> dict[bytes, int]:
@@ -304,7 +304,7 @@ class PostgresSnapshot(IndexSnapshot):
         sql = history_join_sql(self._band_tables_to_probe(pool_contents, mixed)[0])
         parts = HISTORY_PROBE_CONNECTIONS if len(keys) >= HISTORY_PROBE_MIN_KEYS else 1
         bounds = np.linspace(0, len(keys), parts + 1).astype(int)
-        slices = [keys[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:])]
+        slices = [keys[a:b].tolist() for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
         conns = [raw]
         try:
             if parts > 1:

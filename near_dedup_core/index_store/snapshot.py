@@ -480,7 +480,7 @@ class IndexSnapshot(IndexTexts):
                                          f"ORDER BY id", part).fetchall()
             if len(rows) != len(part):
                 raise damaged(self.path, f"{len(part) - len(rows):,} content rows are missing")
-            cid, sc, bt, sh, sig, chars = zip(*rows)
+            cid, sc, bt, sh, sig, chars = zip(*rows, strict=True)
             content_id.extend(cid)
             end = i + len(part)
             if self._min_chars is not None:

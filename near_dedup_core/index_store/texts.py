@@ -232,7 +232,7 @@ class ShippedTexts:
         self.dictionaries = dictionaries
 
     def texts(self, ids: list[int]) -> dict[int, str]:
-        return {cid: text.decode() for cid, text in zip(ids, self.utf8_texts(ids))}
+        return {cid: text.decode() for cid, text in zip(ids, self.utf8_texts(ids), strict=True)}
 
     def utf8_texts(self, ids: list[int]) -> list[bytes]:
         """The texts of these content ids, in the order given, as UTF-8 bytes (see

@@ -53,6 +53,7 @@ from near_dedup_core.package import (
     SharedBlocks,
     read_blocks,
 )
+from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress, pause_point
 
 #: Lines per block (about 4 MB of web documents; `package.BLOCK_BYTES` caps the bytes).
@@ -105,7 +106,7 @@ class BatchWriter:
         self.shared = shared  # from `shared_blocks(parallelism)`, or None
         self.known_texts = known_texts
         self.progress = progress
-        self.params = work.SignParams.of(config)
+        self.params = WorkerParams.of(config)
         self.scope_ids = store.scope_ids()
         self.next_content = store.max_content_rowid() + 1
         self.first_content = self.next_content
@@ -270,14 +271,15 @@ class BatchWriter:
                     domains[k] = target.domain
             rowids[k] = rowid
         if targets is not None:
-            for sample_id, rowid, sha, domain in zip(res.sample_ids, rowids, shas, domains):
+            for sample_id, rowid, sha, domain in zip(res.sample_ids, rowids, shas, domains,
+                                                     strict=True):
                 targets[sample_id] = RefTarget(rowid, sha, domain)  # type: ignore[arg-type]
         n = len(rowids)
         source_rows = list(zip(repeat(None, n), rowids, repeat(pkg_rowid, n), res.sample_ids,
                                repeat(block.split, n), repeat(block.file, n),
                                range(block.first_line, block.first_line + n),
                                range(block.first_position, block.first_position + n),
-                               shas, domains, res.sources))
+                               shas, domains, res.sources, strict=True))
         self.store.add_sources(source_rows)
         self.new_sources += len(source_rows)
         if raw_rows:

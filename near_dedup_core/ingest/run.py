@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 
 import orjson
@@ -17,12 +16,13 @@ from near_dedup_core import index_store as db
 from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.batch import BandWrite, BatchTransaction
 from near_dedup_core.ingest import batch, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress
-from near_dedup_core.workers import parallelism, work_pool
+from near_dedup_core.workers import Executors, choose_executor, parallelism, work_pool
 
 __all__ = ["IndexResult", "batch", "index_packages", "work"]
 
@@ -61,10 +61,6 @@ class IndexResult:
 # --------------------------------------------------------------------------- entry point
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage]) -> None:
     for pkg in pkgs:
         known = indexed.get(pkg.package_id)
@@ -77,7 +73,7 @@ def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage])
 
 
 def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Package],
-               result: IndexResult, workers: int, executor: str, progress: bool) -> None:
+               result: IndexResult, executor: Executors, progress: bool) -> None:
     """The batch inside the open transaction of ``store``; its ``reader_location`` is where
     workers can read the committed index (None: they cannot, and sign every text)."""
     kind = pkgs[0].kind
@@ -98,7 +94,7 @@ def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Pack
     store.upgrade_schema(values)
     if "kind" not in values:
         store.set_kind(kind)
-    seq = store.add_batch(_now(), __version__, [p.package_id for p in new])
+    seq = store.add_batch(utc_now(), __version__, [p.package_id for p in new])
     indexed_rowids = {pid: known.rowid for pid, known in indexed.items()}
     rowids = {}
     for pkg in new:
@@ -108,19 +104,20 @@ def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Pack
     result.batch = seq
     new_records = sum(p.record_count for p in new)
     bar = Progress("index: records", new_records, enabled=progress)
-    if new_records <= 2 * batch.BLOCK_LINES and executor == "local":  # too little work for processes
-        workers = 1
-    # where workers read the committed index: local processes, or any machine for a server
-    known_texts = store.reader_location if executor == "local" or store.served else None
+    executor = executor.for_work(new_records, 2 * batch.BLOCK_LINES)  # little: no processes
+    # where workers read the committed index: processes of this machine, or any machine
+    # for a server
+    known_texts = (store.reader_location if executor.workers_read_index or store.served
+                   else None)
     if store.max_content_rowid() == 0:  # nothing to look up
         known_texts = None
     # local worker processes parse the lines from memory shared with this process
-    shared = batch.shared_blocks(workers) if executor == "local" and workers > 1 else None
+    shared = batch.shared_blocks(executor.workers) if executor.shares_memory else None
     try:
         init, initargs = ((work.init_worker, shared.worker_args()) if shared is not None
                           else (None, ()))
-        with work_pool(executor, workers, init, initargs, work.WORKER_MODULES) as pool:
-            writer = BatchWriter(store, config, seq, pool, parallelism(pool, workers),
+        with work_pool(executor, executor.workers, init, initargs, work.WORKER_MODULES) as pool:
+            writer = BatchWriter(store, config, seq, pool, parallelism(pool, executor.workers),
                                  known_texts, bar, shared)
             writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
             writer.run(pkgs, rowids)
@@ -136,10 +133,12 @@ def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Pack
 
 def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
-                   executor: str = "local", progress: bool = False) -> IndexResult:
+                   executor: str | Executors = "local", progress: bool = False) -> IndexResult:
     """Validate the packages and append them to the index as one batch (see module doc).
     ``index`` is a backend (`index_store.open_index`), a SQLite path or a ``postgresql://``
-    URL."""
+    URL; ``executor`` and ``workers`` say where the signing runs
+    (`workers.choose_executor`)."""
+    chosen = choose_executor(executor, workers)
     index = db.open_index(index)
     paths = [Path(p) for p in package_paths]
     index.check_target(paths)
@@ -147,6 +146,6 @@ def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
     config.check_pool_records(sum(p.record_count for p in pkgs),
                               "; split it into several batches")
     result = IndexResult(index=index.file or index.label, batch=None)
-    with rare_collections(), index.batch(config, _now()) as store:
-        _append_in(store, config, pkgs, result, workers, executor, progress)
+    with rare_collections(), index.batch(config, utc_now()) as store:
+        _append_in(store, config, pkgs, result, chosen, progress)
     return result

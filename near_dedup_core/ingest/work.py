@@ -37,40 +37,22 @@ import orjson
 from near_dedup_core import index_store as db
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.package import LineBlock, attach_shared, parse_block
+from near_dedup_core.params import WorkerParams
 
 if TYPE_CHECKING:
-    from near_dedup_core.config import NearDedupConfig
     from near_dedup_core.signature import MinHasher, Spans
 
 #: What a worker runs, for the pool's forkserver to import before it forks one (the main
 #: process of a pooled `index` imports this module for its records alone, and never the
 #: kernels: numba, about 0.3 s of CPU): this module, the kernels' modules, then their
-#: warm-up (numba's CPU target and the normalization table, `near_dedup_core._pool_warm`).
+#: warm-up (numba's CPU target and the normalization table, `near_dedup_core._forkserver`).
 WORKER_MODULES = ("near_dedup_core.ingest.work", "near_dedup_core.compare",
-                  "near_dedup_core.normalize", "near_dedup_core.signature",
-                  "near_dedup_core._pool_warm")
-
-
-class SignParams(NamedTuple):
-    """What a worker needs of the config."""
-
-    num_perm: int
-    seed: int
-    shingle_size: int
-    bands: int
-    rows: int
-    min_chars: int
-    max_chars: int
-
-    @classmethod
-    def of(cls, config: NearDedupConfig) -> SignParams:
-        return cls(config.num_perm, config.seed, config.shingle_size, config.bands,
-                   config.rows, config.min_chars, config.max_chars)
+                  "near_dedup_core.normalize", "near_dedup_core.signature")
 
 
 class BlockJob(NamedTuple):
     block: LineBlock
-    params: SignParams
+    params: WorkerParams
     tokenizer: dict | None  # the package's (cpt scope)
     known_texts: str | None  # where to look raw texts up (SQLite path, PostgreSQL URL), or None
     dictionary: bytes | None  # zstd dictionary to compress with
@@ -151,7 +133,7 @@ def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str],
         known.close()
 
 
-def sign(params: SignParams, texts: list[str], utf8: list[bytes], spans: list[Spans],
+def sign(params: WorkerParams, texts: list[str], utf8: list[bytes], spans: list[Spans],
          dictionary: bytes | None, compress: bool = True
          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[bytes]]:
     """Stored (16-bit) signatures, shingle-set sizes, band keys and compressed texts (their

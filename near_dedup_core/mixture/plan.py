@@ -70,7 +70,7 @@ class Plan:
             "name": cfg.name,
             "kind": cfg.kind,
             "inputs": [{"package_id": p.package_id, "manifest_sha256": p.manifest_sha256,
-                        "path": path} for p, path in zip(self.packages, cfg.inputs)],
+                        "path": path} for p, path in zip(self.packages, cfg.inputs, strict=True)],
             "strategy": cfg.strategy.model_dump(mode="json"),
             "seed": cfg.seed,
             "target_records": cfg.target_records,
@@ -147,7 +147,7 @@ class Plan:
 
         def fmt(row: list[str]) -> str:
             return "  ".join(c.ljust(w) if i == 0 else c.rjust(w)
-                             for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+                             for i, (c, w) in enumerate(zip(row, widths, strict=False))).rstrip()
 
         lines = [head, rep, fmt(cols), fmt(["-" * w for w in widths])]
         lines += [fmt(r) for r in body]

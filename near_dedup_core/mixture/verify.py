@@ -207,7 +207,7 @@ def _check_text(obj: dict, kind: str, d: SampleDecision, loc: str) -> None:
                              f"sample in the embedded report (record edited)")
 
 
-def verify_mixture(path: Path) -> VerifyResult:
+def verify_mixture(path: Path) -> VerifyResult:  # noqa: C901 (its documented checks, in order)
     """Re-check a mixture package from its own files alone (no inputs, no SQLite index).
 
     - ``checksums.sha256`` in canonical form over plain files (`fsutil.verify_checksums`);

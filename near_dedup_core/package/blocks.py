@@ -294,7 +294,8 @@ def _fill(reader: HashingReader, view: memoryview) -> int:
     return got
 
 
-def shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: int,
+def shard_blocks(  # noqa: C901 (one pass over a shard: plain, gzip and shared-memory reads)
+        pkg: Package, entry: FileEntry, position: int, block_lines: int,
                   block_bytes: int, shared: SharedBlocks | None = None
                   ) -> Iterator[LineBlock | ShardEnd]:
     depends_on = tuple(pkg.depends_on)

@@ -274,7 +274,7 @@ class _ReportCheck:
             previous = here
         return bool(sources)
 
-    def relations(self) -> None:
+    def relations(self) -> None:  # noqa: C901 (one pass, one message per broken rule)
         blocks: dict[int, int] = {}
         matched_unlisted: set[int] = set()
         samples_seen: set[SampleKey] = set()

@@ -39,13 +39,12 @@ from near_dedup_core.scan.records import (
     Pool,
     Samples,
     Verified,
-    VerifyParams,
 )
 from near_dedup_core.scan.run import ScanResult, scan_pool
 from near_dedup_core.scan.verify import VERIFY_CHUNK, verify_pairs
 
 __all__ = [
     "VERIFY_CHUNK", "Candidates", "Decisions", "Matches", "Nodes", "Pool", "Samples",
-    "ScanResult", "Verified", "VerifyParams", "build_nodes", "decision_order",
+    "ScanResult", "Verified", "build_nodes", "decision_order",
     "find_candidates", "load_pool", "min_agreement", "scan_pool", "verify_pairs",
 ]

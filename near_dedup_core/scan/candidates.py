@@ -17,15 +17,15 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import NamedTuple
 
-import numba
 import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
+from near_dedup_core.jit import njit
 from near_dedup_core.progress import pause_point
 from near_dedup_core.scan.records import Candidates, Nodes, Pool, distinct
-from near_dedup_core.signature import band_keys_into
+from near_dedup_core.signature import band_keys_into, set_insert
 
 
 def min_agreement(num_perm: int, threshold: float, tail: float = 1e-6) -> int:
@@ -59,7 +59,7 @@ class HistoryCandidates(NamedTuple):
     contents: db.ContentColumns
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _band_runs(band_keys, groups, table, run_of):
     """Number the distinct (group, band key) values of the slots in order of first
     appearance; run_of[i] is slot i's number. ``table`` is an open-addressing table of
@@ -89,7 +89,7 @@ def _band_runs(band_keys, groups, table, run_of):
     return runs
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
     """Every pair (i, j), i < j, of slots in the same run, into the open-addressing set
     ``pairs`` (keys i * n + j + 1; 0 is empty; the caller keeps it at most half full); adds
@@ -117,19 +117,11 @@ def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
                 key = a * n + members[y] + 1
                 h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
                 slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
-                while True:
-                    v = pairs[slot]
-                    if v == 0:
-                        pairs[slot] = key
-                        added += 1
-                        break
-                    if v == key:
-                        break
-                    slot = (slot + 1) & mask
+                added += set_insert(pairs, key, slot, mask)
     return added
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _rehash(old, new):
     mask = new.shape[0] - 1
     for k in range(old.shape[0]):
@@ -137,13 +129,10 @@ def _rehash(old, new):
         if key == 0:
             continue
         h = np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)
-        slot = np.int64((h >> np.uint64(20)) & np.uint64(mask))
-        while new[slot] != 0:
-            slot = (slot + 1) & mask
-        new[slot] = key
+        set_insert(new, key, np.int64((h >> np.uint64(20)) & np.uint64(mask)), mask)
 
 
-@numba.njit(cache=True)
+@njit(cache=True)
 def _filter_pairs(left, right, sigs_l, sizes_l, sigs_r, sizes_r, threshold, agree_min):
     """Mask of pairs (sigs_l[left[k]], sigs_r[right[k]]) that pass the set-size ratio bound and
     the signature-agreement bound."""
@@ -269,7 +258,7 @@ def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: 
                                  snap.content_columns(np.zeros(0, dtype=np.int64)))
     labels = nodes.split_labels
     pool_nodes = set(zip(pool.contents.rowid[nodes.content].tolist(),
-                         [labels[x] for x in nodes.split.tolist()]))
+                         [labels[x] for x in nodes.split.tolist()], strict=True))
     hits = _history_hits(snap, slots.keys, pool, nodes, pool_nodes)
     if not len(hits):
         return HistoryCandidates(np.zeros((0, 2), dtype=np.int64),

@@ -18,10 +18,10 @@ matches (sorted by the earlier node) and the outcomes of earlier nodes.
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.jit import numba
 from near_dedup_core.scan.records import (
     GUARD_BLOCKED,
     MATCH_NOT_KEPT,

@@ -32,7 +32,7 @@ def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
     sample_start = [0]
     for package in pool_rows:
         for rows in snap.pool_samples(package):
-            ids, split_col, content_col = zip(*rows)
+            ids, split_col, content_col = zip(*rows, strict=True)
             sample_id.extend(ids)
             split.extend([splits.setdefault(x, len(splits)) for x in split_col])
             content.append(np.asarray(content_col, dtype=np.int64))
@@ -99,7 +99,7 @@ def decision_order(pool: Pool) -> np.ndarray:
     if same.any():
         edges = np.flatnonzero(np.diff(np.concatenate(([0], same.astype(np.int8), [0]))))
         ids = s.sample_id
-        for lo, hi in zip(edges[0::2].tolist(), (edges[1::2] + 1).tolist()):
+        for lo, hi in zip(edges[0::2].tolist(), (edges[1::2] + 1).tolist(), strict=True):
             order[lo:hi] = sorted(order[lo:hi].tolist(), key=lambda i: ids[i])
     return order
 

@@ -5,8 +5,8 @@ Python object per sample or content: ``Samples`` and ``Pool`` come out of stage 
 ``Nodes`` groups a pool's samples, ``Candidates`` is what stages 2–3 (candidates, filters)
 hand to stage 4 (verify), ``Matches`` are its verified relations and ``Decisions`` the
 outcome of stage 5 (decide); ``ReportColumns`` is what stage 6 (write) prepares while the
-workers verify. ``VerifyParams`` and ``Verified`` travel to and from the verify workers (both
-picklable).
+workers verify. ``Verified`` travels back from the verify workers (picklable; what they
+need of the config is `params.WorkerParams`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from typing import NamedTuple
 import numpy as np
 
 from near_dedup_core import index_store as db
-from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.package import Package
 
 
@@ -135,22 +134,6 @@ class Verified(NamedTuple):
     pair: int
     jaccard: float
     blocked_by: str | None
-
-
-@dataclass(frozen=True)
-class VerifyParams:
-    """What a verify worker needs of the config; the config travels as canonical JSON."""
-
-    num_perm: int
-    seed: int
-    shingle_size: int
-    threshold: float
-    config_json: str
-
-    @classmethod
-    def of(cls, config: NearDedupConfig) -> VerifyParams:
-        return cls(config.num_perm, config.seed, config.shingle_size, config.threshold,
-                   config.canonical_json())
 
 
 #: ``Decisions.reason`` codes, and the decision each one stands for.

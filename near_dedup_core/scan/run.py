@@ -23,9 +23,9 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from near_dedup_core import index_store as db
-from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
 from near_dedup_core.package import Package, open_packages
@@ -51,7 +51,7 @@ from near_dedup_core.scan.write import (
     write_origins,
     write_report,
 )
-from near_dedup_core.workers import POOL_RECORDS, InlineExecutor, process_pool, submit_in_turn
+from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, submit_in_turn
 
 
 @dataclass
@@ -69,10 +69,12 @@ class ScanResult:
 
 def scan_pool(index: str | Path | db.Index, config: NearDedupConfig,
               package_paths: Sequence[str | Path], output_dir: str | Path, *,
-              workers: int = 1, executor: str = "local",
+              workers: int = 1, executor: str | Executors = "local",
               progress: bool = False) -> ScanResult:
     """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see the package
-    doc)."""
+    doc); ``executor`` and ``workers`` say where the verification runs
+    (`workers.choose_executor`)."""
+    chosen = choose_executor(executor, workers)
     output = Path(output_dir)
     index = db.open_index(index)
     paths = [Path(p) for p in package_paths]
@@ -80,8 +82,7 @@ def scan_pool(index: str | Path | db.Index, config: NearDedupConfig,
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
-        with rare_collections():
-            return _scan(index, config, pkgs, output, workers, executor, progress)
+        return _scan(index, config, pkgs, output, chosen, progress)
     except (LookupError, ValueError, TypeError, AttributeError) as exc:
         index.raise_if_damaged(exc)
         raise
@@ -116,25 +117,37 @@ def _part(whole: Future, k: int) -> Future:
     return part
 
 
+class _Pools(NamedTuple):
+    """Where a scan's verify chunks and its side work run."""
+
+    executor: Executors  # the executor for this much work
+    verify: Executor
+    side: Executor
+    side_remote: bool  # the side work runs in a worker process (reading the index itself)
+    side_thread: bool  # the side work runs in a thread of this process
+
+
 @contextmanager
-def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Executor, bool]]:
-    """Where side work and (local) verify chunks run, and whether it is another process."""
-    if executor == "ray":
-        with ThreadPoolExecutor(max_workers=1) as ex:
-            yield ex, False
-    elif workers > 1 and records > POOL_RECORDS:
-        with process_pool(workers) as ex:
-            yield ex, True
-    else:
-        with InlineExecutor() as ex:
-            yield ex, False
+def _pools(executor: Executors, records: int) -> Iterator[_Pools]:
+    """The running executor for ``records`` samples, and where the side work runs beside
+    it: in the pool when its workers read the index, in a thread of this process when
+    they cannot, inline when the pool itself is."""
+    executor = executor.for_work(records, POOL_RECORDS)
+    with executor.start() as ex:
+        if executor.in_process:
+            yield _Pools(executor, ex, ex, False, False)
+        elif executor.workers_read_index:
+            yield _Pools(executor, ex, ex, True, False)
+        else:
+            with ThreadPoolExecutor(max_workers=1) as thread:
+                yield _Pools(executor, ex, thread, False, True)
 
 
 def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output: Path,
-          workers: int, executor: str, progress: bool) -> ScanResult:
+          executor: Executors, progress: bool) -> ScanResult:
     with index.errors(), index.snapshot(config) as snap, \
             atomic_dir(output) as folder, \
-            _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
+            _pools(executor, sum(p.record_count for p in pkgs)) as pools:
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         indexed_rows = snap.indexed_packages()
         indexed = indexed_inputs(indexed_rows, snap.path, pkgs)
@@ -143,7 +156,8 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         origins_args = (rowids, [p.package_id for p in pkgs], folder / "origins.jsonl")
         side_origins: Future | None = None  # inline: written after the candidates (below)
         side_digests: Future | None = None
-        if remote:
+        side = pools.side
+        if pools.side_remote:
             # one worker re-hashes the data files, then writes origins.jsonl and reads the
             # samples' text digests on a connection of its own, while this process loads the
             # pool and finds candidates: one task, so that no part of it can be queued behind
@@ -154,14 +168,13 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
             side_origins, side_digests = _part(done, 1), _part(done, 2)
         else:
             digests = side.submit(file_digests, data_files(pkgs))
-            if executor == "ray":  # in the side thread, on a connection of its own
+            if pools.side_thread:  # on a connection of its own
                 side_origins = side.submit(write_origins, snap.location, *origins_args)
         pool = load_pool(snap, indexed_rows, pkgs, domains=bool(config.extra_units))
         try:
             nodes = build_nodes(pool)
             found = pool_candidates(snap, pool, nodes, config)
-            job = VerifyJob(snap, pool, nodes, config, side if remote else None, workers,
-                            progress, executor)
+            job = VerifyJob(snap, pool, nodes, config, pools.verify, pools.executor, progress)
             job.add_pool(found.pairs)  # the workers verify while the history is looked up
             cand = history_and_limits(snap, pool, nodes, config, found)
         except Exception:

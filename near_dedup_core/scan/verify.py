@@ -6,6 +6,7 @@ apart (``blocked_by``)."""
 from __future__ import annotations
 
 from collections import defaultdict, deque
+from collections.abc import Iterator
 from concurrent.futures import Executor, Future
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +17,7 @@ import numpy as np
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.guard import Guard, Sequences, compare, guard_for
+from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.scan.records import (
     BLOCKED_BY,
@@ -23,11 +25,10 @@ from near_dedup_core.scan.records import (
     Nodes,
     Pool,
     Verified,
-    VerifyParams,
     distinct,
 )
 from near_dedup_core.signature import MinHasher, components, pair_jaccards, utf8_batch
-from near_dedup_core.workers import parallelism, work_pool
+from near_dedup_core.workers import Executors, parallelism
 
 #: pairs per work chunk (a connected component is kept whole up to four times this)
 VERIFY_CHUNK = 20_000
@@ -47,7 +48,7 @@ def _worker_texts(index_path: str) -> db.IndexTexts:
     return db.open_texts(index_path)
 
 
-def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyParams,
+def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: WorkerParams,
                  pairs: np.ndarray, domains: dict[int, frozenset[str]] | None
                  ) -> list[Verified]:
     """Exact Jaccard of (content, content) pairs (an (n, 2) array); returns the pairs at or
@@ -58,7 +59,6 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     `signature.pair_jaccards` in one call; only the texts of pairs at or above the threshold
     are decoded to strings, one at a time, for the numeric/unit guard (whose sequences are
     kept per text and guard)."""
-    config = NearDedupConfig.model_validate_json(params.config_json)
     reader = _worker_texts(source) if isinstance(source, str) else source
     pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
     ids, dense = np.unique(pairs, return_inverse=True)
@@ -86,10 +86,10 @@ def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: VerifyPa
     out = []
     passed = np.flatnonzero(jaccards >= params.threshold)
     for k, (x, y), j in zip(passed.tolist(), dense[passed].tolist(),
-                            jaccards[passed].tolist()):
+                            jaccards[passed].tolist(), strict=True):
         a, b = id_list[x], id_list[y]
         doms = (domains.get(a, frozenset()) | domains.get(b, frozenset())) if domains else frozenset()
-        guard = guard_for(config, doms)
+        guard = guard_for(params, doms)
         out.append(Verified(k, j, compare(sequences(guard, x), sequences(guard, y))))
     return out
 
@@ -98,7 +98,7 @@ def warm_up() -> None:
     """Run `verify_pairs` once in this process, on three texts of a sentence that differ in
     one number: its compiled kernels are loaded (from numba's cache, or compiled) and the
     guard without extra units is built, its patterns compiled. Run in the forkserver of the
-    scan's worker pool (`near_dedup_core._pool_warm`), while the scan's own process loads the
+    scan's worker pool (`near_dedup_core._forkserver`), while the scan's own process loads the
     pool and finds its candidates: each worker forked from it then starts its first chunk at
     once (on the 20k set, 0.13 s of CPU over the two workers, the guard's patterns most of
     it)."""
@@ -110,7 +110,7 @@ def warm_up() -> None:
     texts = db.ShippedTexts("warm-up", {k: (blob, None) for k, blob in
                                          enumerate(db.compress_texts(utf8, None))}, {})
     pairs = np.array([[0, 1], [0, 2], [1, 2]], dtype=np.int64)
-    verify_pairs(texts, VerifyParams.of(NearDedupConfig()), pairs, None)
+    verify_pairs(texts, WorkerParams.of(NearDedupConfig()), pairs, None)
 
 
 def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarray]:
@@ -186,34 +186,38 @@ def _domains(pool: Pool, config: NearDedupConfig) -> dict[int, frozenset[str]] |
 
 class _Batch(NamedTuple):
     """Pairs handed to the workers together: node pairs (pool) or (node, history content)
-    pairs, their chunks (pair indexes) and, with a process pool, the futures of the chunks."""
+    pairs, their chunks (pair indexes) and the futures of the chunks submitted so far."""
 
     history: bool
     pairs: np.ndarray
     chunks: list[np.ndarray]
     args: list[np.ndarray]
-    futures: list[Future] | None
+    futures: deque[Future]
 
 
 class VerifyJob:
     """The verify stage under way. Pool pairs and history pairs are added separately (the
-    pool's as soon as they are known, while the main process still looks up the history);
-    with a process pool their chunks start at once, inline or on Ray they are computed when
-    collected. Between `add_pool` and `collect` the main process is free for other work."""
+    pool's as soon as they are known, while the main process still looks up the history).
+    Where the workers read the index themselves (a local pool), every chunk is submitted
+    when added, and they verify while the main process goes on; otherwise (inline, or Ray,
+    whose tasks are shipped their texts read from the scan's snapshot) chunks are submitted
+    when collected, at most two per worker ahead. Results are taken in submission order."""
 
     def __init__(self, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
-                 config: NearDedupConfig, ex: Executor | None, workers: int, progress: bool,
-                 executor: str) -> None:
+                 config: NearDedupConfig, ex: Executor, executor: Executors,
+                 progress: bool) -> None:
         self._snap = snap
         self._rowid = pool.contents.rowid
         self._shingles = np.maximum(pool.contents.shingles, 1)
         self._node_content = nodes.content
-        self._ex = ex if executor != "ray" else None
-        self._workers = workers
-        self._executor = executor
+        self._ex = ex
+        self._workers = executor.workers
+        self._in_process = executor.in_process
+        self._reads_index = executor.workers_read_index
+        self._eager = self._reads_index and not self._in_process
         self._progress = progress
         self._domains = _domains(pool, config)
-        self._params = VerifyParams.of(config)
+        self._params = WorkerParams.of(config)
         self._batches: list[_Batch] = []
 
     def add_pool(self, pairs: np.ndarray) -> None:
@@ -239,16 +243,39 @@ class VerifyJob:
         chunks = costliest_first(_local_chunks(content_pairs, self._workers), content_pairs,
                                  sizes)
         args = [content_pairs[c] for c in chunks]
-        futures = None
-        if self._ex is not None:
-            futures = [self._ex.submit(verify_pairs, self._snap.location, self._params, arg,
-                                       self._chunk_domains(arg)) for arg in args]
+        futures: deque[Future] = deque()
+        if self._eager:
+            futures.extend(self._submit(arg) for arg in args)
         self._batches.append(_Batch(history, pairs, chunks, args, futures))
+
+    def _submit(self, arg: np.ndarray) -> Future:
+        """One chunk's task: it reads its texts from the scan's snapshot (inline), from the
+        index itself (a local worker), or from the texts shipped with it."""
+        source: str | db.IndexSnapshot | db.ShippedTexts
+        if self._in_process:
+            source = self._snap
+        elif self._reads_index:
+            source = self._snap.location
+        else:
+            source = self._snap.shipped(distinct(arg).tolist())
+        return self._ex.submit(verify_pairs, source, self._params, arg,
+                               self._chunk_domains(arg))
 
     def _chunk_domains(self, arg: np.ndarray) -> dict[int, frozenset[str]] | None:
         if self._domains is None:
             return None
         return {c: self._domains[c] for c in distinct(arg).tolist() if c in self._domains}
+
+    def _results(self, batch: _Batch, bar: Progress) -> Iterator[list[Verified]]:
+        pending = batch.futures
+        todo = iter(batch.args[len(pending):])
+        window = 2 * parallelism(self._ex, self._workers)
+        for c in batch.chunks:
+            while len(pending) < window and (arg := next(todo, None)) is not None:
+                pending.append(self._submit(arg))
+            yield pending.popleft().result()
+            bar.advance(len(c))
+            pause_point("scan-verify-pool")
 
     def collect(self) -> tuple[Matches, Matches]:
         """Pool matches (``later`` the later node, ``other`` the earlier one) and history
@@ -259,23 +286,9 @@ class VerifyJob:
                                                                               True: []}
         code = {b: i for i, b in enumerate(BLOCKED_BY)}
         for batch in self._batches:
-            results: list[list[Verified]] = []
-            if self._executor == "ray":
-                results = _verify_on_ray(self._snap, batch.chunks, batch.args, self._params,
-                                         self._domains, self._workers, bar)
-            elif batch.futures is not None:
-                for c, fut in zip(batch.chunks, batch.futures):
-                    results.append(fut.result())
-                    bar.advance(len(c))
-                    pause_point("scan-verify-pool")
-            else:
-                for c, arg in zip(batch.chunks, batch.args):
-                    results.append(verify_pairs(self._snap, self._params, arg,
-                                                self._chunk_domains(arg)))
-                    bar.advance(len(c))
-            for c, res in zip(batch.chunks, results):
+            for c, res in zip(batch.chunks, self._results(batch, bar), strict=True):
                 if res:
-                    k, j, b = zip(*res)
+                    k, j, b = zip(*res, strict=True)
                     found[batch.history].append((
                         batch.pairs[c[np.asarray(k, dtype=np.int64)]],
                         np.asarray(j, dtype=np.float64),
@@ -300,28 +313,3 @@ def _matches(later: np.ndarray, other: np.ndarray, jaccard: np.ndarray,
              blocked: np.ndarray) -> Matches:
     order = np.lexsort((other, later))
     return Matches(later[order], other[order], jaccard[order], blocked[order])
-
-
-def _verify_on_ray(snap: db.IndexSnapshot, chunks: list[np.ndarray],
-                   args: list[np.ndarray], params: VerifyParams,
-                   domains: dict[int, frozenset[str]] | None, workers: int,
-                   bar: Progress) -> list[list[Verified]]:
-    """The chunks as Ray tasks, each shipped with its contents' compressed texts read from the
-    scan's snapshot (`index_store.ShippedTexts`): a task never opens the index. At most two
-    tasks per cluster CPU are in flight, and results are taken in submission order."""
-    results: list[list[Verified]] = []
-    pending: deque[tuple[int, Future]] = deque()
-    with work_pool("ray", workers) as ex:
-        window = 2 * parallelism(ex, workers)
-        for c, arg in zip(chunks, args):
-            texts = snap.shipped(distinct(arg).tolist())
-            pending.append((len(c), ex.submit(verify_pairs, texts, params, arg, domains)))
-            while len(pending) > window:
-                n, fut = pending.popleft()
-                results.append(fut.result())
-                bar.advance(n)
-        while pending:
-            n, fut = pending.popleft()
-            results.append(fut.result())
-            bar.advance(n)
-    return results

@@ -23,7 +23,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
-import numba
 import numpy as np
 import orjson
 
@@ -31,6 +30,7 @@ from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import json_line, write_checksums, write_json, write_lines
+from near_dedup_core.jit import numba
 from near_dedup_core.report import FORMAT, FORMAT_VERSION, Tally
 from near_dedup_core.scan.records import (
     BLOCKED_BY,
@@ -72,7 +72,7 @@ def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
             json_line({"package_id": package_id, "sample_id": sample_id, "split": split,
                        "file": file, "line": line,
                        "source": orjson.loads(src) if src is not None else None})
-            for rowid, package_id in zip(package_rowids, package_ids)
+            for rowid, package_id in zip(package_rowids, package_ids, strict=True)
             for sample_id, split, file, line, src in reader.package_origins(rowid)))
 
 
@@ -387,7 +387,7 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
     busy = (np.diff(nodes.start) > 1) | (np.diff(near_bounds) > 0) | (np.diff(hist_bounds) > 0)
     if outside:
         busy |= np.fromiter(((c, split_labels[sp]) in outside
-                             for c, sp in zip(node_rowid.tolist(), nodes.split.tolist())),
+                             for c, sp in zip(node_rowid.tolist(), nodes.split.tolist(), strict=True)),
                             dtype=bool, count=len(nodes))
     # Python values of the busy nodes only (a node with one sample and no relation writes
     # nothing), and of each near match's node: its first sample and content

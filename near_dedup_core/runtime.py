@@ -1,0 +1,93 @@
+"""How a command's process is set up and ended, per command, in one table (`PROFILES`),
+applied by the two entry points: the CLI (`cli.run`, `cli.console_main`) and the Dagster
+assets (``near_dedup_assets``). (Some bulk stages also raise the collector's threshold for
+their own duration, `collector.rare_collections`, for callers that use neither.)
+
+What a profile asks for:
+
+- ``bulk``: rare garbage collections for the whole process (`collector.use_bulk_threshold`):
+  a bulk command builds millions of containers, none of them garbage;
+- ``kernels``: load numba first (`jit`), for a command whose own process runs compiled
+  kernels;
+- ``pool``: the modules the workers of a local pool run: their forkserver is started before
+  the command imports its own modules, when the inputs hold enough records to use the pool
+  (`workers.POOL_RECORDS`), so that the server's imports overlap the command's.
+
+`finish` ends a CLI process: every object still alive is frozen (``gc.freeze``), so that the
+interpreter's last collections skip numba's, SQLAlchemy's and pydantic's objects; exit
+handlers still run.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from near_dedup_core.collector import use_bulk_threshold
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, start_forkserver
+
+
+@dataclass(frozen=True)
+class Profile:
+    bulk: bool = False
+    kernels: bool = False
+    pool: tuple[str, ...] = ()
+
+
+#: `index` workers run `ingest.work.WORKER_MODULES` (kept there, beside the work they do).
+_INDEX_POOL = ("near_dedup_core.ingest.work",)
+
+PROFILES: dict[str, Profile] = {
+    "index": Profile(bulk=True, pool=_INDEX_POOL),
+    "scan": Profile(bulk=True, kernels=True,
+                    pool=("near_dedup_core.scan", "near_dedup_core.normalize",
+                          "near_dedup_core.scan.verify")),
+    "contamination": Profile(bulk=True, kernels=True),
+    "mixture": Profile(bulk=True),
+    "report": Profile(bulk=True),
+}
+
+
+def prepare(command: str, *, inputs: Sequence[Path] = (), workers: int = 1,
+            executor: str | Executors = "local", index: str | Path | None = None) -> None:
+    """Set this process up for ``command`` (a key of `PROFILES`; others need nothing)."""
+    profile = PROFILES.get(command)
+    if profile is None:
+        return
+    if profile.bulk:
+        use_bulk_threshold()
+    if profile.pool and inputs and choose_executor(executor, workers).shares_memory:
+        _start_pool_early(profile.pool, inputs, index)
+    if profile.kernels:
+        import near_dedup_core.jit  # noqa: F401
+
+
+def _start_pool_early(pool: tuple[str, ...], inputs: Sequence[Path],
+                      index: str | Path | None) -> None:
+    """Start the forkserver of the pool the command is about to need, if its inputs hold
+    more than `workers.POOL_RECORDS` records. Whatever is wrong with the inputs is left to
+    the command to report; an index whose inputs are indexed already leaves it unused."""
+    from near_dedup_core.index_store.texts import is_url
+    from near_dedup_core.package import load_package
+
+    try:
+        records = sum(load_package(path).record_count for path in inputs)
+    except (NearDedupError, OSError, ValueError):
+        return
+    if records <= POOL_RECORDS:
+        return
+    if pool == _INDEX_POOL:  # an index worker's modules import neither SQLAlchemy nor pydantic
+        from near_dedup_core.ingest.work import WORKER_MODULES
+
+        pool = WORKER_MODULES
+    if index is not None and is_url(str(index)):  # the workers' own connections
+        pool = ("near_dedup_core.index_store.postgres", *pool)
+    start_forkserver(pool)
+
+
+def finish() -> None:
+    """The end of a CLI process (see the module doc)."""
+    gc.freeze()
