@@ -35,7 +35,7 @@ from near_dedup_core.audit.sources import (
     report_inputs,
     sample_domains,
 )
-from near_dedup_core.audit.textdiff import changed_spans
+from near_dedup_core.audit.textdiff import changed_spans, merge_close
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import atomic_dir, require_new_output_outside, write_checksums
@@ -260,7 +260,8 @@ def _diffs(pairs: list[tuple[Key, Key]], texts: dict[Key, SampleText]) -> dict[K
         if a is None or b is None:
             continue
         spans = changed_spans(a.normalized, b.normalized)
-        left, right = views.diff_segments(a.normalized, b.normalized, spans)
+        left, right = views.diff_segments(a.normalized, b.normalized,
+                                          merge_close(a.normalized, b.normalized, spans))
         out[sample] = {"partner": kept, "spans": spans, "left": left, "right": right,
                        "lines": views.span_lines(a.normalized, b.normalized, spans)}
     return out

@@ -87,8 +87,11 @@ def _collapse(text: str, first: bool, last: bool) -> list[tuple[str, str]]:
     """An unchanged run: whole if short, else its ends around a ("gap", count) marker."""
     if len(text) <= 2 * CONTEXT or (first and last and len(text) <= 4 * CONTEXT):
         return [("same", text)]
-    head = "" if first else text[:CONTEXT]
-    tail = "" if last else text[-CONTEXT:]
+    if first and last:  # nothing changed: its beginning
+        head, tail = text[:4 * CONTEXT], ""
+    else:
+        head = "" if first else text[:CONTEXT]
+        tail = "" if last else text[-CONTEXT:]
     out = []
     if head:
         out.append(("same", head))

@@ -63,6 +63,8 @@
     return String(v);
   }
 
+  function jac(v) { return v === null || v === undefined ? "-" : v.toFixed(4); }
+
   function table(headers, rows) {
     var t = el("table"), head = el("tr");
     headers.forEach(function (h) { head.appendChild(el("th", null, h)); });
@@ -109,7 +111,7 @@
     if (rec.kept) {
       var k = row("kept", link(rec.kept.package_id, rec.kept.sample_id));
       k.id = "kept";
-      k.appendChild(document.createTextNode(", jaccard " + fmt(rec.jaccard)));
+      k.appendChild(document.createTextNode(", jaccard " + jac(rec.jaccard)));
     }
     if (rec.cluster) {
       var c = rec.cluster_page ? el("a", null, "#" + rec.cluster) : el("span", null, "#" + rec.cluster + " (no page of its own)");
@@ -121,7 +123,7 @@
     if (rels.length) {
       box.appendChild(table(["listed as", "partner", "kind", "jaccard", "history-only", "blocked by", "partner decision", "sources"],
         rels.map(function (r) {
-          return [r.listed_as, partner(r.partner), r.kind, r.jaccard, r.history_only, r.blocked_by, r.partner_decision,
+          return [r.listed_as, partner(r.partner), r.kind, jac(r.jaccard), r.history_only, r.blocked_by, r.partner_decision,
             r.match_sources.slice(0, 3).map(function (m) { return m.package_id + "/" + m.sample_id; }).join(", ") + (r.match_sources.length > 3 ? " …" : "")];
         })));
       if (rec.relations_total > rels.length) box.appendChild(el("p", "src", "First " + rels.length + " of " + rec.relations_total + "."));
@@ -131,7 +133,7 @@
       box.appendChild(table(["partner", "blocked by", "jaccard", "numbers (this / partner)", "units (this / partner)"],
         rec.guard.map(function (g) {
           var a = g.sequences.sample, b = g.sequences.partner;
-          return [partner(g.partner), g.blocked_by, g.jaccard, (a.numbers.join(" ") || "(none)") + "  /  " + (b.numbers.join(" ") || "(none)"),
+          return [partner(g.partner), g.blocked_by, jac(g.jaccard), (a.numbers.join(" ") || "(none)") + "  /  " + (b.numbers.join(" ") || "(none)"),
             (a.units.join(" ") || "(none)") + "  /  " + (b.units.join(" ") || "(none)")];
         })));
     }
@@ -139,7 +141,7 @@
     if (ex.length) {
       box.appendChild(el("h3", null, "excluded because of it (" + rec.excluded_total + ")"));
       box.appendChild(table(["sample", "split", "reason", "jaccard"], ex.map(function (x) {
-        return [link(x.package_id, x.sample_id), x.split, x.reason, x.jaccard];
+        return [link(x.package_id, x.sample_id), x.split, x.reason, jac(x.jaccard)];
       })));
     }
     if (rec.diff) {
