@@ -375,7 +375,7 @@ class Guard:
         unit after it; the concatenated numbers and units are exactly `sequences` (for
         showing the numbers in a text; `sequences` stays the fast path)."""
         k = len(self._prefixes)
-        out = []
+        out: list[tuple[int, int, tuple[str, ...], tuple[str, ...]]] = []
         if text.isascii():
             end = 0
             for start in _ascii_digits(text):

@@ -417,3 +417,39 @@ def test_in_chromium_a_script_in_a_sample_is_text(xss_site, browser):
     assert "<b>bold?</b>" in driver.find_element(By.ID, "explanation").text
     assert driver.execute_script("return window.near_dedup_pwned") is None
     assert all(u.startswith("file://") for u in requested_urls(driver))
+
+
+# --------------------------------------------------------------------------- daily release
+
+
+def test_the_daily_release_writes_each_days_site_and_links_it(tmp_path):
+    """scan_report's metadata names the day's site, written next to the report; the second
+    day's site has the changes against the first; a stale site is refused, not replaced."""
+    import dagster as dg
+    from test_assets import (
+        DAYS,
+        SCAN_REPORT,
+        metadata,
+        release,
+        release_days_on_disk,
+        settings_for,
+    )
+
+    from near_dedup_core.site import site_of
+
+    settings = settings_for(tmp_path / "out", release_days_on_disk(tmp_path / "snapshots"))
+    with dg.instance_for_test() as instance:
+        for day in DAYS[:2]:
+            result = release(day, settings, instance)
+            assert result.success, day
+            page = Path(metadata(result, SCAN_REPORT)["site"])
+            report = settings.report_dir(day)
+            assert page == report.with_name(f"{report.name}-site") / "index.html"
+            assert page.is_file() and site_of(page.parent, report)
+            assert (page.parent / "changes" / "index.html").is_file() == (day == DAYS[1])
+        before = tree_bytes(page.parent)
+        again = release(DAYS[1], settings, instance)  # the same report: the site is kept
+        assert again.success and tree_bytes(page.parent) == before
+        first = settings.report_dir(DAYS[0]).with_name(f"{settings.report_dir(DAYS[0]).name}"
+                                                        f"-site")
+        assert not site_of(first, settings.report_dir(DAYS[1]))

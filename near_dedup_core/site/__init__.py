@@ -4,6 +4,6 @@ Templates (Jinja2, autoescaped) and the stylesheet and search script live beside
 `build.build_site` writes the folder. See ``docs/site.md``.
 """
 
-from near_dedup_core.site.build import SiteResult, build_site
+from near_dedup_core.site.build import SiteResult, build_site, site_of
 
-__all__ = ["SiteResult", "build_site"]
+__all__ = ["SiteResult", "build_site", "site_of"]

@@ -23,6 +23,7 @@ from near_dedup_core.audit.rates import (
     DEFAULT_MAX_EXCLUSION_RATE,
     DEFAULT_MAX_RATE_JUMP,
     ReportCounts,
+    Tally,
     count_report,
     rate_problems,
 )
@@ -38,7 +39,14 @@ from near_dedup_core.audit.sources import (
 from near_dedup_core.audit.textdiff import changed_spans, merge_close
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import atomic_dir, require_new_output_outside, write_checksums
+from near_dedup_core.fsutil import (
+    CHECKSUMS,
+    atomic_dir,
+    require_new_output_outside,
+    sha256_file,
+    verify_checksums,
+    write_checksums,
+)
 from near_dedup_core.guard import guard_for
 from near_dedup_core.package import load_package
 from near_dedup_core.report import REASONS, verify_report
@@ -221,6 +229,16 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
                       sum(c.page for c in relations.clusters), len(diffs), notes + shards)
 
 
+def site_of(site: str | Path, report: str | Path) -> bool:
+    """Whether the folder ``site`` is an intact site (its checksums pass) built from this
+    report (the sha256 of the report's checksums.sha256 recorded in ``data/meta.js``)."""
+    site = Path(site)
+    verify_checksums(site, "site")
+    text = (site / "data" / "meta.js").read_text(encoding="utf-8")
+    meta = orjson.loads(text[text.index("{"):text.rindex("}") + 1])
+    return bool(meta.get("report_checksums_sha256") == sha256_file(Path(report) / CHECKSUMS))
+
+
 # --------------------------------------------------------------------------- selection
 
 
@@ -382,7 +400,16 @@ def _matrix(data: SiteData, c: Cluster) -> dict | None:
     jac: dict[tuple[Key, Key], tuple[float, str | None]] = {}
     for e in c.edges:
         jac[(e.a, e.b)] = jac[(e.b, e.a)] = (e.jaccard, e.blocked_by)
-    cells = [[None if a == b else jac.get((a, b), "none") for b in c.members] for a in c.members]
+    node = {k: d.node if (d := data.decision(k)) is not None else None for k in c.members}
+
+    def cell(a: Key, b: Key) -> object:
+        if a == b:
+            return None
+        if (a, b) in jac:
+            return jac[(a, b)]
+        return "same" if node[a] is not None and node[a] == node[b] else "none"
+
+    cells = [[cell(a, b) for b in c.members] for a in c.members]
     return {"members": c.members, "cells": cells}
 
 
@@ -429,17 +456,20 @@ def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
 
 
 def _sources(w: _Writer, data: SiteData, counts: ReportCounts) -> None:
-    groups: dict[tuple[str, object], list] = {}
-    for kind, table in (("package", counts.by_package), ("domain", counts.by_domain)):
+    tables: dict[str, dict[str | None, Tally]] = {
+        "package": {k: v for k, v in counts.by_package.items()},
+        "domain": dict(counts.by_domain)}
+    groups: dict[tuple[str, str | None], list] = {}
+    for kind, table in tables.items():
         for name in sorted(table, key=lambda n: (n is None, n or "")):
             groups[(kind, name)] = []
-    top: dict[tuple[str, object], list[Cluster]] = defaultdict(list)
+    top: dict[tuple[str, str | None], list[Cluster]] = defaultdict(list)
     for c in data.relations.clusters:
         for s in {("package", k[0]) for k in c.members} | \
                 {("domain", data.domain(k)) for k in c.members}:
             if len(top[s]) < 10:
                 top[s].append(c)
-    excluded: dict[tuple[str, object], list] = defaultdict(list)
+    excluded: dict[tuple[str, str | None], list] = defaultdict(list)
     for k, d in data.summary.samples.items():
         if d.decision != "exclude":
             continue
@@ -451,15 +481,14 @@ def _sources(w: _Writer, data: SiteData, counts: ReportCounts) -> None:
         files[(kind, name)] = f"{kind}-{i}.html"
     rows = {kind: [(name, table[name], files[(kind, name)])
                    for (k2, name) in groups if k2 == kind]
-            for kind, table in (("package", counts.by_package), ("domain", counts.by_domain))}
+            for kind, table in tables.items()}
     w.page("sources/index.html", "sources.html", title="Per source", rows=rows,
            charts={kind: views.bar_chart([("(unknown)" if n is None else str(n), t.keep,
                                            t.exclude) for n, t, _ in r])
                    for kind, r in rows.items()})
     for (kind, name), fname in files.items():
-        table = counts.by_package if kind == "package" else counts.by_domain
         w.page(f"sources/{fname}", "source.html", title=f"{kind} {name}", kind=kind,
-               name=name, tally=table[name],  # type: ignore[index]
+               name=name, tally=tables[kind][name],
                clusters=top[(kind, name)], excluded=excluded[(kind, name)],
                limit=SOURCE_EXCLUSIONS, data=data)
 
@@ -544,7 +573,8 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
         w.raw(f"data/samples/{i:05d}.js",
               b"NEAR_DEDUP_SHARD(" + str(i).encode() + b", {\n" + body + b"\n});\n")
     meta = {"shards": n, "packages": [i["package_id"] for i in data.manifest["inputs"]],
-            "report": data.report.name}
+            "report": data.report.name,
+            "report_checksums_sha256": sha256_file(data.report / CHECKSUMS)}
     w.raw("data/meta.js", b"var NEAR_DEDUP_META = " +
           orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) + b";\n")
     w.page("search.html", "search.html", title="Find a sample",
@@ -582,7 +612,7 @@ def _contamination(w: _Writer, path: Path, manifest: dict, report: Path) -> None
     e_texts = _eval_texts(evals, e_orig)
     rows = []
     for i, r in enumerate(lines):
-        row = {"r": r}
+        row: dict[str, object] = {"r": r}
         if i < MAX_CONTAMINATION_TEXTS:
             tk = (r["training"]["package_id"], r["training"]["sample_id"])
             ek = (r["eval"]["package_id"], r["eval"]["sample_id"])
