@@ -453,3 +453,26 @@ def test_the_daily_release_writes_each_days_site_and_links_it(tmp_path):
         first = settings.report_dir(DAYS[0]).with_name(f"{settings.report_dir(DAYS[0]).name}"
                                                         f"-site")
         assert not site_of(first, settings.report_dir(DAYS[1]))
+
+
+def test_contamination_page_highlights_the_items_span(reports, tmp_path):
+    """An eval item cut from a training sample's text: the page shows that sample with the
+    item's span marked, and the item next to it."""
+    pool = SAMPLES / "cpt" / "2026-11-26" / "cpt-v2"
+    shard = sorted((pool / "data" / "train").glob("*.jsonl"))[0]
+    first = json.loads(shard.read_text().splitlines()[0])
+    words = first["text"].split(" ")
+    item = " ".join(words[3:40])
+    evals = make_package(tmp_path, "evals-v1", {"test": [{"id": "q1", "text": item,
+                                                          "domain": "eval"}]})
+    cli_ok("contamination", "--evals", evals, "--inputs", pool, "--output", tmp_path / "contam",
+           "--workers", 1)
+    cli_ok("report", "html", reports["new"], "--contamination", tmp_path / "contam",
+           "--output", tmp_path / "site")
+    html = (tmp_path / "site" / "contamination" / "index.html").read_text()
+    marked = re.findall(r'<mark class="span">([^<]*)</mark>', html)
+    assert marked and any(normalize(item) in m or m in normalize(item) for m in marked)
+    assert f"cpt-v2/{first['id']}</a>" in html
+    line = cli_fail("report", "html", reports["new"], "--contamination", reports["old"],
+                    "--output", tmp_path / "site2")
+    assert "not a contamination report" in line
