@@ -13,9 +13,11 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
 
 from near_dedup_core import __version__
 from near_dedup_core.audit.diff import CHANGES, LISTS, diff_reports
@@ -95,8 +97,19 @@ def _environment() -> Environment:
     env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)
     env.filters["short"] = lambda v: "-" if v is None else f"{str(v)[:12]}…"
     env.globals["anchor"] = views.anchor
+    env.globals["sample_link"] = _sample_link
     env.globals["reasons"] = REASONS
     return env
+
+
+def _sample_link(root: str, key: Key | None) -> Markup:
+    """A link to a sample's explanation on the search page (built here, not by a template
+    macro: the cluster lists hold hundreds of thousands of them)."""
+    if key is None:
+        return Markup("-")
+    pkg, sid = key
+    return Markup(f'<a class="sample" href="{escape(root)}search.html#p={escape(quote(pkg))}'
+                  f'&amp;s={escape(quote(sid))}">{escape(pkg)}/{escape(sid)}</a>')
 
 
 def _override_inputs(manifest: dict, paths: Sequence[Path]) -> dict:
@@ -172,7 +185,7 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
     require_new_output_outside(output, guarded)
 
     domains = sample_domains(packages)
-    counts = count_report(report, domains)
+    counts = _count(summary, domains)
     order = model.decision_order(summary)
     relations = model.read_relations(report, order)
     data = SiteData(report, summary.manifest, summary, packages, domains, relations, order)
@@ -237,6 +250,16 @@ def site_of(site: str | Path, report: str | Path) -> bool:
     text = (site / "data" / "meta.js").read_text(encoding="utf-8")
     meta = orjson.loads(text[text.index("{"):text.rindex("}") + 1])
     return bool(meta.get("report_checksums_sha256") == sha256_file(Path(report) / CHECKSUMS))
+
+
+def _count(summary, domains) -> ReportCounts:
+    """`audit.rates.count_report`'s tallies from the verifier's records (no second read of
+    decisions.jsonl)."""
+    counts = ReportCounts(missing_packages=[p.package_id for p in domains.missing])
+    for k, d in summary.samples.items():
+        counts.add({"split": d.split, "decision": d.decision, "package_id": k[0]},
+                   domains.of(k))
+    return counts
 
 
 # --------------------------------------------------------------------------- selection
@@ -495,14 +518,13 @@ def _sources(w: _Writer, data: SiteData, counts: ReportCounts) -> None:
 
 def _record(d: dict, o: dict, data: SiteData, rels: list[dict], content: dict[Key, str],
             excluded: list[Key], diffs: dict[Key, dict], guard: dict[Key, list[dict]]) -> dict:
+    """A sample's explanation: its decisions.jsonl row (the fields of `report explain`'s
+    ``sample``, ``kept`` and ``jaccard``) with its origin and domain, and its relations,
+    excluded samples, cluster, diff and guard rows where it has any."""
     key = (d["package_id"], d["sample_id"])
-    sample = {"package_id": d["package_id"], "sample_id": d["sample_id"], "split": d["split"],
-              "scope": d.get("scope"), "content_id": d.get("content_id"),
-              "text_sha256": d.get("text_sha256"), "decision": d["decision"],
-              "reason": d["reason"], "file": o.get("file"), "line": o.get("line"),
-              "source": o.get("source"), "domain": data.domain(key)}
-    rec: dict = {"sample": sample, "decision": d["decision"], "reason": d["reason"],
-                 "kept": d.get("kept"), "jaccard": d.get("jaccard")}
+    rec = d
+    rec["file"], rec["line"], rec["source"] = o.get("file"), o.get("line"), o.get("source")
+    rec["domain"] = data.domain(key)
     if rels:
         out = []
         for r in rels[:RECORD_LIST]:

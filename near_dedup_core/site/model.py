@@ -34,8 +34,9 @@ CLUSTER_PAGES = 400
 CLUSTERS_PER_SOURCE = 5
 #: Members listed on a cluster page (a larger cluster lists its first ones, by decision order).
 CLUSTER_MEMBERS = 200
-#: Excluded samples whose text diff against the kept partner is computed (in cluster order).
-MAX_DIFFS = 3_000
+#: Excluded samples whose text diff against the kept partner is computed (in cluster order):
+#: a character diff of two long texts with scattered edits costs milliseconds each.
+MAX_DIFFS = 600
 #: Guard-blocked pool pairs shown with both texts and their numbers highlighted.
 MAX_GUARD_TEXTS = 600
 #: Pairwise Jaccard is shown as a matrix for clusters of at most this many members.

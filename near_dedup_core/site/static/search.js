@@ -92,7 +92,7 @@
   }
 
   function render(rec) {
-    var s = rec.sample, box = el("div", "explanation");
+    var s = rec, box = el("div", "explanation");
     box.id = "explanation";
     box.appendChild(el("h2", null, s.package_id + "/" + s.sample_id));
     var dl = box.appendChild(el("dl"));
