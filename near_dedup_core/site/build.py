@@ -583,17 +583,25 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
                                             "partner": {"numbers": g["numbers"][oside],
                                                         "units": g["units"][oside]}},
                               "recomputed_blocked_by": g["recomputed"]})
-    shards: list[dict[str, bytes]] = [{} for _ in range(n)]
+    # records in decisions.jsonl order (deterministic), appended to their shard's bytes
+    shards = [bytearray(b"NEAR_DEDUP_SHARD(" + str(i).encode() + b", {\n") for i in range(n)]
+    started = [False] * n
     empty: list[dict] = []
     for d, o in model.decision_rows(data.report):
         key = (d["package_id"], d["sample_id"])
         rec = _record(d, o, data, data.relations.by_sample.get(key, empty), content,
                       excluded.get(key, []), diffs, guard)
-        shards[views.shard_of(key[0], key[1], n)][f"{key[0]}\n{key[1]}"] = orjson.dumps(rec)
+        i = views.shard_of(key[0], key[1], n)
+        shard = shards[i]
+        if started[i]:
+            shard += b",\n"
+        started[i] = True
+        shard += orjson.dumps(f"{key[0]}\n{key[1]}")
+        shard += b":"
+        shard += orjson.dumps(rec)
     for i, shard in enumerate(shards):
-        body = b",\n".join(orjson.dumps(k) + b":" + v for k, v in sorted(shard.items()))
-        w.raw(f"data/samples/{i:05d}.js",
-              b"NEAR_DEDUP_SHARD(" + str(i).encode() + b", {\n" + body + b"\n});\n")
+        w.raw(f"data/samples/{i:05d}.js", bytes(shard + b"\n});\n"))
+        shards[i] = bytearray()
     meta = {"shards": n, "packages": [i["package_id"] for i in data.manifest["inputs"]],
             "report": data.report.name,
             "report_checksums_sha256": sha256_file(data.report / CHECKSUMS)}
