@@ -453,6 +453,11 @@ def test_the_daily_release_writes_each_days_site_and_links_it(tmp_path):
         first = settings.report_dir(DAYS[0]).with_name(f"{settings.report_dir(DAYS[0]).name}"
                                                         f"-site")
         assert not site_of(first, settings.report_dir(DAYS[1]))
+        # a site that is not the report's own (here: edited) fails the day, and stays
+        (page.parent / "index.html").write_text("edited", encoding="utf-8")
+        failed = release(DAYS[1], settings, instance)
+        assert not failed.success
+        assert (page.parent / "index.html").read_text() == "edited"
 
 
 def test_contamination_page_highlights_the_items_span(reports, tmp_path):

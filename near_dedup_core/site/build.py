@@ -38,7 +38,9 @@ from near_dedup_core.audit.sources import (
     report_inputs,
     sample_domains,
 )
+from near_dedup_core.audit.sources import _read_lines as read_lines
 from near_dedup_core.audit.textdiff import changed_spans, merge_close
+from near_dedup_core.compare import compared_text
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
@@ -50,6 +52,7 @@ from near_dedup_core.fsutil import (
     write_checksums,
 )
 from near_dedup_core.guard import guard_for
+from near_dedup_core.normalize import normalize
 from near_dedup_core.package import load_package
 from near_dedup_core.report import REASONS, verify_report
 from near_dedup_core.site import model, views
@@ -650,8 +653,8 @@ def _contamination(w: _Writer, path: Path, manifest: dict, report: Path) -> None
             if t is not None:
                 s, e = r["span"]["start"], r["span"]["end"]
                 text = t.normalized
-                row["training"] = (views._collapse(text[:s], True, False) if s else []) + \
-                    [("span", text[s:e])] + (views._collapse(text[e:], False, True)
+                row["training"] = (views.collapse(text[:s], True, False) if s else []) + \
+                    [("span", text[s:e])] + (views.collapse(text[e:], False, True)
                                              if e < len(text) else [])
             item = e_texts.get(ek)
             row["item"] = item.normalized if item is not None else None
@@ -676,12 +679,8 @@ def _eval_texts(evals: dict[str, InputPackage], origins: dict[Key, dict]
         pkg = evals.get(k[0])
         if pkg is not None and pkg.available:
             by_file[(k[0], o["file"])][o["line"]] = k
-    from near_dedup_core.audit.sources import _read_lines
-    from near_dedup_core.compare import compared_text
-    from near_dedup_core.normalize import normalize
-
     for (pid, file), wanted in sorted(by_file.items()):
-        for n, rec in _read_lines(evals[pid], file, set(wanted)).items():
+        for n, rec in read_lines(evals[pid], file, set(wanted)).items():
             if isinstance(rec.get("ref"), dict):
                 continue  # a ref's text is in another package: not shown
             text = compared_text(evals[pid].kind, rec)

@@ -14,8 +14,9 @@ verifier as one small record per sample. Then:
    (`audit.sources.read_samples`): the excluded members of the clusters that get a page of
    their own, their kept partners, and the guard-blocked pairs shown with their numbers.
 
-Counts by split, domain, package and reason are `audit.rates.count_report`; the findings are
-`audit.rates.rate_problems`; text diffs are `audit.textdiff.changed_spans`.
+Counts by split, domain and package are `audit.rates.ReportCounts` tallied from the
+verifier's records (what `audit.rates.count_report` tallies from decisions.jsonl); the
+findings are `audit.rates.rate_problems`; text diffs are `audit.textdiff.changed_spans`.
 """
 
 from __future__ import annotations

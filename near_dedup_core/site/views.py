@@ -83,7 +83,7 @@ def histogram_chart(values: Sequence[float], threshold: float, step: float = 0.0
             "below": below, "total": len(values)}
 
 
-def _collapse(text: str, first: bool, last: bool) -> list[tuple[str, str]]:
+def collapse(text: str, first: bool, last: bool) -> list[tuple[str, str]]:
     """An unchanged run: whole if short, else its ends around a ("gap", count) marker."""
     if len(text) <= 2 * CONTEXT or (first and last and len(text) <= 4 * CONTEXT):
         return [("same", text)]
@@ -109,15 +109,15 @@ def diff_segments(a: str, b: str, spans: Sequence[Span]) -> tuple[list, list]:
     pa = pb = 0
     n = len(spans)
     for i, s in enumerate(spans):
-        left += _collapse(a[pa:s.a_start], i == 0, False) if s.a_start > pa else []
-        right += _collapse(b[pb:s.b_start], i == 0, False) if s.b_start > pb else []
+        left += collapse(a[pa:s.a_start], i == 0, False) if s.a_start > pa else []
+        right += collapse(b[pb:s.b_start], i == 0, False) if s.b_start > pb else []
         if s.a_end > s.a_start:
             left.append(("del", a[s.a_start:s.a_end]))
         if s.b_end > s.b_start:
             right.append(("ins", b[s.b_start:s.b_end]))
         pa, pb = s.a_end, s.b_end
-    left += _collapse(a[pa:], n == 0, True) if pa < len(a) else []
-    right += _collapse(b[pb:], n == 0, True) if pb < len(b) else []
+    left += collapse(a[pa:], n == 0, True) if pa < len(a) else []
+    right += collapse(b[pb:], n == 0, True) if pb < len(b) else []
     return left, right
 
 
@@ -157,11 +157,11 @@ def guard_segments(text: str, tokens: list, numbers_diff: set[int], units_diff: 
         ni += len(numbers)
         ui += len(units)
         if start > pos:
-            out += _collapse(text[pos:start], i == 0, False)
+            out += collapse(text[pos:start], i == 0, False)
         out.append(("numdiff" if differs else "num", text[start:end]))
         pos = end
     if pos < len(text) or not tokens:
-        out += _collapse(text[pos:], not tokens, True)
+        out += collapse(text[pos:], not tokens, True)
     return out
 
 
