@@ -106,7 +106,6 @@ class Relations:
     cluster_of: dict[Key, int]
     blocked: list[dict]  # every guard-blocked relation as in relations.jsonl
     near_jaccards: list[float]  # near relations not blocked by the guard (the manifest's)
-    all_jaccards: list[float]  # every near relation (pool, history-only, blocked)
     total: int = 0
     history_only: int = 0
 
@@ -119,7 +118,6 @@ def read_relations(report: Path, order: dict[Key, int]) -> Relations:
     edges: list[Edge] = []
     blocked: list[dict] = []
     near: list[float] = []
-    every: list[float] = []
     total = hist = 0
     for r in _iter_jsonl(report, "relations.jsonl"):
         total += 1
@@ -137,10 +135,8 @@ def read_relations(report: Path, order: dict[Key, int]) -> Relations:
             hist += 1
         if r["blocked_by"] is not None:
             blocked.append(r)
-        if r["kind"] == "near":
-            every.append(r["jaccard"])
-            if r["blocked_by"] is None:
-                near.append(r["jaccard"])
+        if r["kind"] == "near" and r["blocked_by"] is None:
+            near.append(r["jaccard"])
     groups: dict[Key, list[Key]] = defaultdict(list)
     for key in uf.parent:
         groups[uf.find(key)].append(key)
@@ -158,7 +154,7 @@ def read_relations(report: Path, order: dict[Key, int]) -> Relations:
         clusters.append(Cluster(n, members, es))
         for k in members:
             cluster_of[k] = n
-    return Relations(dict(by_sample), clusters, cluster_of, blocked, near, every, total, hist)
+    return Relations(dict(by_sample), clusters, cluster_of, blocked, near, total, hist)
 
 
 @dataclass
