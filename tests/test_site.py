@@ -481,3 +481,25 @@ def test_contamination_page_highlights_the_items_span(reports, tmp_path):
     line = cli_fail("report", "html", reports["new"], "--contamination", reports["old"],
                     "--output", tmp_path / "site2")
     assert "not a contamination report" in line
+
+
+def test_non_transitive_cases_are_shown_as_such(reports, site):
+    """A sample kept although it matches an excluded one (A≈B, B≈C, A≉C): its cluster page
+    says which match was excluded in favour of what, and that it does not match that."""
+    records = shard_records(site)
+    cases = [d for d in decisions(reports["new"]) if d["reason"] == "match_not_kept"]
+    assert cases, "the sample days have such a case"
+    for d in cases:
+        rec = records[(d["package_id"], d["sample_id"])]
+        page = (site / rec["cluster_page"]).read_text()
+        name = f"{d['package_id']}/{d['sample_id']}"
+        earlier = [r for r in rec["relations"] if r["listed_as"] == "sample"
+                   and r["blocked_by"] is None and r["partner"]["package_id"]]
+        assert earlier and all(r["partner_decision"] == "exclude" for r in earlier)
+        assert page.count(f"{name} is kept although it matches ") == len(earlier)
+        for r in earlier:
+            p = f"{r['partner']['package_id']}/{r['partner']['sample_id']}"
+            kept = records[(r["partner"]["package_id"], r["partner"]["sample_id"])]["kept"]
+            assert (f"{name} is kept although it matches {p}: {p} was itself excluded in "
+                    f"favour of {kept['package_id']}/{kept['sample_id']}, and {name} does not "
+                    f"match") in page

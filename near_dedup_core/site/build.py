@@ -392,9 +392,8 @@ def _member_rows(data: SiteData, c: Cluster) -> list[dict]:
 def _cluster_notes(data: SiteData, c: Cluster) -> list[str]:
     """Why a member that matches another one was kept anyway (no transitivity, the guard)."""
     linked: dict[Key, list[tuple[Key, str | None]]] = defaultdict(list)
-    for e in c.edges:
+    for e in c.edges:  # a sample's matches with earlier samples decide it
         linked[e.a].append((e.b, e.blocked_by))
-        linked[e.b].append((e.a, e.blocked_by))
     out = []
     for k in c.members[:model.CLUSTER_MEMBERS]:
         d = data.decision(k)
