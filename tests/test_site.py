@@ -503,3 +503,27 @@ def test_non_transitive_cases_are_shown_as_such(reports, site):
             assert (f"{name} is kept although it matches {p}: {p} was itself excluded in "
                     f"favour of {kept['package_id']}/{kept['sample_id']}, and {name} does not "
                     f"match") in page
+
+
+def test_a_kept_sample_is_explained_by_its_earlier_matches_only(tmp_path):
+    """a matches b, which was excluded in favour of d (a≉d): a is kept (match_not_kept). e, a
+    copy of a, is excluded in favour of a: that is no reason for a's decision."""
+    from conftest import reverse_every
+
+    a = " ".join(stdlib_paragraphs()[10:13])
+    b = reverse_every(a, 30)
+    c = reverse_every(b, 31)
+    d = reverse_every(c, 32)
+    pkg = make_package(tmp_path, "nt-v1", {"train": [
+        {"id": i, "text": t, "domain": "web"} for i, t in zip("abcde", (a, b, c, d, a))]})
+    idx = tmp_path / "idx.sqlite"
+    cli_ok("--index", idx, "index", "--inputs", pkg, "--workers", 1)
+    cli_ok("--index", idx, "scan", "--inputs", pkg, "--output", tmp_path / "r", "--workers", 1)
+    rows = {x["sample_id"]: x for x in decisions(tmp_path / "r")}
+    assert rows["a"]["reason"] == "match_not_kept" and rows["b"]["kept"]["sample_id"] == "d"
+    assert rows["e"]["kept"]["sample_id"] == "a"
+    cli_ok("report", "html", tmp_path / "r", "--output", tmp_path / "site")
+    page = (tmp_path / "site" / "clusters" / "c-1.html").read_text()
+    assert ("nt-v1/a is kept although it matches nt-v1/b: nt-v1/b was itself excluded in "
+            "favour of nt-v1/d, and nt-v1/a does not match nt-v1/d") in page
+    assert page.count("nt-v1/a is kept although") == 1
