@@ -47,7 +47,9 @@ def bar_chart(rows: Sequence[tuple[str, int, int]], label_width: int = 190,
                       "kx": f"{label_width}", "kw": f"{wk:.1f}",
                       "ex": f"{label_width + wk:.1f}", "ew": f"{we:.1f}",
                       "vx": f"{label_width + wk + we + 6:.1f}",
-                      "kept": kept, "excluded": excluded})
+                      "kept": kept, "excluded": excluded,
+                      "value": (f"{kept:,} / {excluded:,}" if kept and excluded
+                                else f"{kept + excluded:,}")})
     return {"items": items, "width": label_width + bar_width + 120,
             "height": len(rows) * row_height + 8}
 
@@ -67,7 +69,7 @@ def histogram_chart(values: Sequence[float], threshold: float, step: float = 0.0
         counts[min(int(round((v - lo) / step, 9)), n - 1)] += 1
     peak = max(counts) or 1
     left, bottom, plot_h = 44, height - 28, height - 44
-    bw = (width - left - 10) / n
+    bw = (width - left - 30) / n
     bars = []
     for i, c in enumerate(counts):
         h = plot_h * c / peak
@@ -78,7 +80,7 @@ def histogram_chart(values: Sequence[float], threshold: float, step: float = 0.0
     ticks = [{"x": f"{left + i * bw:.1f}", "label": f"{lo + i * step:.2f}"}
              for i in range(0, n + 1, max(1, n // 8))]
     return {"bars": bars, "width": width, "height": height, "bottom": f"{bottom}",
-            "left": f"{left}", "right": f"{width - 10}", "top": f"{bottom - plot_h}",
+            "left": f"{left}", "right": f"{width - 30}", "top": f"{bottom - plot_h}",
             "threshold_x": f"{tx:.1f}", "threshold": threshold, "ticks": ticks, "peak": peak,
             "below": below, "total": len(values)}
 
