@@ -34,6 +34,7 @@ import dagster as dg
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store import open_index
+from near_dedup_core.site import build_site, site_of
 
 from near_dedup_assets import audit, daily, summaries
 from near_dedup_assets.partitions import PREVIOUS_DAY, RELEASE_DAYS
@@ -152,8 +153,17 @@ def index_and_report(context: dg.AssetExecutionContext,
         context.log.info(f"report {'already frozen' if report.reused else 'frozen'}: "
                          f"{report.path}")
         report_metadata = summaries.report_metadata(report, pool)
-        report_metadata.update(audit.comparison_metadata(report.path, audit.previous_report(
-            release, day, RELEASE_DAYS.get_partition_keys())))
+        previous = audit.previous_report(release, day, RELEASE_DAYS.get_partition_keys())
+        report_metadata.update(audit.comparison_metadata(report.path, previous))
+        # the reviewers' static site of the report, next to it (`report html`)
+        site = report.path.with_name(f"{report.path.name}-site")
+        if not site.exists():
+            compared = "vs_previous_config_changed" in report_metadata
+            build_site(report.path, site, against=previous if compared else None)
+        elif not site_of(site, report.path):
+            raise NearDedupError(f"site {site} was built from another report than "
+                                 f"{report.path}; move it away to rebuild it")
+        report_metadata["site"] = dg.MetadataValue.path(str(site / "index.html"))
     index_metadata = summaries.index_metadata(index, report)
     if refused is not None:
         stands = dg.MetadataValue.text(f"refused: {refused}; the day's earlier report "

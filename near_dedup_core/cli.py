@@ -169,6 +169,22 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--limit", type=_workers, default=20, metavar="N",
                     help="samples shown per list (default 20; --json lists all)")
 
+    rh = rps.add_parser("html", help="a report as a static site (HTML, no server needed)",
+                        description="Write a self-contained static site of a verified report "
+                                    "(overview, clusters with text diffs, guard pairs, per "
+                                    "source, find a sample) from the report files and the "
+                                    "input packages (no index needed); open index.html.")
+    rh.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
+    rh.add_argument("--against", type=Path, metavar="OLD_REPORT",
+                    help="also a page of the changes since this report (report diff)")
+    rh.add_argument("--contamination", type=Path, metavar="DIR",
+                    help="also a page of this contamination report's contaminated samples")
+    rh.add_argument("--inputs", nargs="+", type=Path, default=[], metavar="PACKAGE",
+                    help="input packages to read texts from, if they moved since the report "
+                         "was frozen (default: the paths in the report's manifest)")
+    rh.add_argument("--output", type=Path, required=True, metavar="DIR",
+                    help="new site folder (must not exist)")
+
     sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
     sns = sn.add_subparsers(dest="snapshot_command", required=True, parser_class=_Parser,
@@ -339,6 +355,14 @@ def run(args: argparse.Namespace) -> None:
     elif args.command == "report":
         if args.report_command in ("explain", "diff"):
             _report_audit(args)
+        elif args.report_command == "html":
+            from near_dedup_core.site import build_site
+
+            site = build_site(args.report, args.output, against=args.against,
+                              contamination=args.contamination, inputs=args.inputs)
+            for note in site.notes:
+                print(f"near-dedup: note: {note}", file=sys.stderr)
+            print(site.summary())
         else:
             print(verify_any_report(args.report, args.inputs))
     elif args.command == "snapshot":

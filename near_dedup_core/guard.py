@@ -368,6 +368,51 @@ class Guard:
         """"numbers", "units" or None (the pair may merge)."""
         return compare(self.sequences(text_a), self.sequences(text_b))
 
+    def tokens(self, text: str) -> list[tuple[int, int, tuple[str, ...], tuple[str, ...]]]:
+        """Where `sequences` reads each number of the normalized ``text``: (start, end,
+        numbers, units) per match, in order, covering a currency prefix, the number and the
+        unit after it; the concatenated numbers and units are exactly `sequences` (for
+        showing the numbers in a text; `sequences` stays the fast path)."""
+        k = len(self._prefixes)
+        out: list[tuple[int, int, tuple[str, ...], tuple[str, ...]]] = []
+        if text.isascii():
+            end = 0
+            for start in _ascii_digits(text):
+                if start < end:
+                    continue
+                m = self._ascii.match(text, start)
+                if m is None:
+                    continue
+                end = m.end()
+                groups = m.groups("")
+                cur = "".join(groups[1:k + 1])
+                num, after, sign = groups[k + 1:]
+                units = ((cur,) if cur else ()) + ((after or sign,) if after or sign else ())
+                out.append((self._span_start(m, k), m.end("all"), (num,), units))
+            return out
+        for m in self._scan.finditer(text):
+            groups = m.groups("")
+            cur = "".join(groups[1:k + 1])
+            _pre, ordinal, num, frac, after, sign = groups[k + 1:]
+            units_l = [cur] if cur else []
+            if not num:
+                value = _read(ordinal)
+            elif not frac:
+                value = _read(num)
+            else:
+                value, percent = _fraction(num, frac)
+                if percent is not None:
+                    units_l.append(percent)
+            if after or sign:
+                units_l.append(after or sign)
+            out.append((self._span_start(m, k), m.end("all"), (value,), tuple(units_l)))
+        return out
+
+    @staticmethod
+    def _span_start(m: re.Match, k: int) -> int:
+        starts = [m.start("all")] + [m.start(i) for i in range(2, k + 2) if m.start(i) >= 0]
+        return min(starts)
+
 
 def _ascii_digits(text: str) -> list[int]:
     """Positions of the digits 0-9 in the ASCII ``text``."""

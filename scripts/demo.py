@@ -99,6 +99,7 @@ def day_summary(day: str, result) -> list[str]:
         "  checks   " + ", ".join(f"{name} {'passed' if ok else 'FAILED'}"
                                   for name, ok in sorted(checks.items())),
         f"  report   {rel(scan['report'])}",
+        f"  site     {rel(scan['site'])}",
         f"  mixture  {rel(mix['mixture'])}",
         f"  release  {rel(mix['release_record'])}",
     ]
@@ -144,6 +145,10 @@ def main() -> int:
     print("Verify without the index (the CLI is the fallback), from the project root:\n"
           f"  {rel(bin_dir / 'near-dedup')} report verify {rel(report)}\n"
           f"  {rel(bin_dir / 'near-dedup')} mixture verify {rel(mixture)}\n")
+    site = Path(settings["NEAR_DEDUP_REPORT_ROOT"]) / f"near-cpt-{days[-1]}-site" / "index.html"
+    print("Open the reviewers' site of the last day's report in a browser (a static folder, no "
+          "server;\n`near-dedup report html` writes one for any report):\n"
+          f"  {site.as_uri()}\n")
     print("Open the UI on this demo instance (runs, materializations, metadata, checks):\n"
           f"  cd {rel(DEMO)} && {bin_dir / 'dagster'} dev "
           f"-m near_dedup_assets.definitions\n"

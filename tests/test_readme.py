@@ -77,6 +77,7 @@ def test_command_line_block_runs_verbatim_in_bash(tmp_path):
     assert "created cpt-v4 at data/example/snapshots/cpt-v4 (8 records)" in out
     assert "mixture data/example/mixtures/cpt-mix-example OK" in out
     assert (root / "data" / "example" / "plan.json").is_file()
+    assert (root / "data" / "example" / "site" / "near-cpt-v2" / "index.html").is_file()
 
 
 def test_the_release_template_given_to_the_cli_says_what_it_is():

@@ -1,0 +1,689 @@
+"""`report html`: a frozen report as a static site (see ``docs/site.md``).
+
+Built from the report's files and its input packages only, like `report explain`; the report
+must verify (`report.verify_report`) and is only read. The folder is written atomically
+(`fsutil.atomic_dir`) with its own ``checksums.sha256``; the same report, packages and options
+give the same bytes (no timestamps, everything sorted, numbers formatted explicitly).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+import orjson
+from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
+from markupsafe import Markup, escape
+
+from near_dedup_core import __version__
+from near_dedup_core.audit.diff import CHANGES, LISTS, diff_reports
+from near_dedup_core.audit.rates import (
+    DEFAULT_MAX_EXCLUSION_RATE,
+    DEFAULT_MAX_RATE_JUMP,
+    ReportCounts,
+    Tally,
+    count_report,
+    rate_problems,
+)
+from near_dedup_core.audit.sources import (
+    InputPackage,
+    Key,
+    SampleText,
+    locate,
+    read_samples,
+    report_inputs,
+    sample_domains,
+)
+from near_dedup_core.audit.sources import _read_lines as read_lines
+from near_dedup_core.audit.textdiff import changed_spans, merge_close
+from near_dedup_core.compare import compared_text
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.fsutil import (
+    CHECKSUMS,
+    atomic_dir,
+    require_new_output_outside,
+    sha256_file,
+    verify_checksums,
+    write_checksums,
+)
+from near_dedup_core.guard import guard_for
+from near_dedup_core.normalize import normalize
+from near_dedup_core.package import load_package
+from near_dedup_core.report import REASONS, verify_report
+from near_dedup_core.site import model, views
+from near_dedup_core.site.model import Cluster, SiteData
+
+HERE = Path(__file__).parent
+#: Samples per search-data shard (a shard is one ``<script>`` file loaded on demand).
+SHARD_SAMPLES = 2_000
+CLUSTERS_PER_PAGE = 100
+GUARD_PER_PAGE = 50
+CHANGES_PER_PAGE = 500
+CONTAMINATION_PER_PAGE = 50
+#: Contaminated pairs shown with the training text and the item's span highlighted.
+MAX_CONTAMINATION_TEXTS = 500
+#: Excluded samples listed per source page.
+SOURCE_EXCLUSIONS = 50
+#: Relations and excluded samples kept per sample in the search data (counts say how many).
+RECORD_LIST = 200
+
+
+@dataclass
+class SiteResult:
+    output: Path
+    files: int
+    samples: int
+    clusters: int
+    cluster_pages: int
+    diffs: int
+    notes: list[str]
+
+    def summary(self) -> str:
+        return (f"site {self.output}: {self.files:,} files; {self.samples:,} samples "
+                f"searchable, {self.clusters:,} clusters ({self.cluster_pages:,} with a page), "
+                f"{self.diffs:,} text diffs; open {self.output / 'index.html'}")
+
+
+def _environment() -> Environment:
+    env = Environment(loader=FileSystemLoader(HERE / "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True),
+                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                      keep_trailing_newline=True)
+    env.filters["num"] = lambda v: "-" if v is None else f"{v:,}"
+    env.filters["jac"] = lambda v: "-" if v is None else f"{v:.4f}"
+    env.filters["rate"] = lambda v: "-" if v is None else views.fmt_rate(v)
+    env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)
+    env.filters["short"] = lambda v: "-" if v is None else f"{str(v)[:12]}…"
+    env.globals["anchor"] = views.anchor
+    env.globals["sample_link"] = _sample_link
+    env.globals["reasons"] = REASONS
+    return env
+
+
+def _sample_link(root: str, key: Key | None) -> Markup:
+    """A link to a sample's explanation on the search page (built here, not by a template
+    macro: the cluster lists hold hundreds of thousands of them)."""
+    if key is None:
+        return Markup("-")
+    pkg, sid = key
+    return Markup(f'<a class="sample" href="{escape(root)}search.html#p={escape(quote(pkg))}'
+                  f'&amp;s={escape(quote(sid))}">{escape(pkg)}/{escape(sid)}</a>')
+
+
+def _override_inputs(manifest: dict, paths: Sequence[Path]) -> dict:
+    """The manifest with ``inputs[].path`` replaced by the given package folders (matched by
+    package id; the manifest sha256 must be the one the report recorded)."""
+    recorded = {i["package_id"]: i for i in manifest["inputs"]}
+    moved = {}
+    for path in paths:
+        pkg = load_package(path)
+        item = recorded.get(pkg.package_id)
+        if item is None:
+            raise NearDedupError(f"package {pkg.package_id} at {path} is not an input of the "
+                                 f"report (inputs: {', '.join(sorted(recorded))})")
+        if pkg.manifest_sha256 != item["manifest_sha256"]:
+            raise NearDedupError(f"package {pkg.package_id} at {path} has manifest sha256 "
+                                 f"{pkg.manifest_sha256[:12]}…, the report recorded "
+                                 f"{item['manifest_sha256'][:12]}…")
+        moved[pkg.package_id] = str(path)
+    return {**manifest, "inputs": [{**i, "path": moved.get(i["package_id"], i["path"])}
+                                   for i in manifest["inputs"]]}
+
+
+class _Writer:
+    """Renders templates into the temporary output folder."""
+
+    def __init__(self, out: Path, base: dict) -> None:
+        self.out = out
+        self.env = _environment()
+        self.base = base
+        self.count = 0
+
+    def page(self, rel: str, template: str, **ctx) -> None:
+        depth = rel.count("/")
+        html = self.env.get_template(template).render(**self.base, root="../" * depth,
+                                                      here=rel, **ctx)
+        path = self.out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(html, encoding="utf-8")
+        self.count += 1
+
+    def raw(self, rel: str, data: bytes) -> None:
+        path = self.out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+        self.count += 1
+
+
+def _name(key: Key | None) -> str:
+    return "-" if key is None else f"{key[0]}/{key[1]}"
+
+
+def build_site(report: str | Path, output: str | Path, *, against: str | Path | None = None,
+               contamination: str | Path | None = None,
+               inputs: Sequence[str | Path] = ()) -> SiteResult:
+    """Write the static site of ``report`` into the new folder ``output``."""
+    report, output = Path(report), Path(output)
+    summary = verify_report(report)
+    old_summary = verify_report(Path(against)) if against is not None else None
+    contam = None
+    if contamination is not None:
+        from near_dedup_core.contamination import is_contamination_report, verify_contamination
+
+        if not is_contamination_report(Path(contamination)):
+            raise NearDedupError(f"contamination report {contamination}: manifest.json is not "
+                                 f"a contamination report's")
+        contam = verify_contamination(Path(contamination))
+    manifest = summary.manifest
+    if inputs:
+        manifest = _override_inputs(manifest, [Path(p) for p in inputs])
+    packages = report_inputs(manifest)
+    guarded = [report, *(Path(i["path"]) for i in manifest["inputs"])]
+    guarded += [Path(p) for p in (against, contamination) if p is not None]
+    require_new_output_outside(output, guarded)
+
+    domains = sample_domains(packages)
+    counts = _count(summary, domains)
+    order = model.decision_order(summary)
+    relations = model.read_relations(report, order)
+    data = SiteData(report, summary.manifest, summary, packages, domains, relations, order)
+    config = NearDedupConfig.model_validate(manifest["config"])
+    notes = [p.problem for p in packages.values() if p.problem]
+
+    _choose_cluster_pages(data)
+    diff_pairs = _diff_pairs(data)
+    guard_pairs = [r for r in relations.blocked if not r["history_only"]][:model.MAX_GUARD_TEXTS]
+    need: set[Key] = {k for pair in diff_pairs for k in pair}
+    for r in guard_pairs:
+        need.add((r["sample"]["package_id"], r["sample"]["sample_id"]))
+        need.add((r["match"]["package_id"], r["match"]["sample_id"]))
+    texts = read_samples(report, packages, locate(report, need)) if need else {}
+    data.texts = texts
+    diffs = _diffs(diff_pairs, texts)
+    guard_rows = _guard_rows(guard_pairs, texts, config, data)
+
+    previous: ReportCounts | None = None
+    changes = None
+    if against is not None and old_summary is not None:
+        changes = diff_reports(against, report, new_domains=domains)
+        previous = count_report(Path(against))
+        notes += changes.notes
+    findings = rate_problems(counts, previous, DEFAULT_MAX_EXCLUSION_RATE,
+                             DEFAULT_MAX_RATE_JUMP)
+
+    nav = [("index.html", "Overview"), ("clusters/index.html", "Clusters"),
+           ("guard/index.html", "Guard"), ("sources/index.html", "Per source"),
+           ("search.html", "Find a sample")]
+    if changes is not None:
+        nav.append(("changes/index.html", "Changes"))
+    if contam is not None:
+        nav.append(("contamination/index.html", "Contamination"))
+    base = {"nav": nav, "report_name": report.name, "version": __version__,
+            "manifest": manifest, "fingerprint": manifest["config_fingerprint"]}
+
+    with atomic_dir(output) as tmp:
+        w = _Writer(tmp, base)
+        for name in ("site.css", "search.js"):
+            w.raw(f"static/{name}", (HERE / "static" / name).read_bytes())
+        _overview(w, data, counts, findings, previous is not None, notes)
+        _clusters(w, data, diffs)
+        _guard(w, data, guard_rows)
+        _sources(w, data, counts)
+        shards = _search(w, data, diffs, guard_rows)
+        if changes is not None:
+            _changes(w, changes, Path(against))  # type: ignore[arg-type]
+        if contam is not None:
+            _contamination(w, Path(contamination), contam.manifest, report)  # type: ignore
+        write_checksums(tmp)
+        files = sum(1 for p in tmp.rglob("*") if p.is_file())
+    return SiteResult(output, files, len(summary.samples), len(relations.clusters),
+                      sum(c.page for c in relations.clusters), len(diffs), notes + shards)
+
+
+def site_of(site: str | Path, report: str | Path) -> bool:
+    """Whether the folder ``site`` is an intact site (its checksums pass) built from this
+    report (the sha256 of the report's checksums.sha256 recorded in ``data/meta.js``)."""
+    site = Path(site)
+    verify_checksums(site, "site")
+    text = (site / "data" / "meta.js").read_text(encoding="utf-8")
+    meta = orjson.loads(text[text.index("{"):text.rindex("}") + 1])
+    return bool(meta.get("report_checksums_sha256") == sha256_file(Path(report) / CHECKSUMS))
+
+
+def _count(summary, domains) -> ReportCounts:
+    """`audit.rates.count_report`'s tallies from the verifier's records (no second read of
+    decisions.jsonl)."""
+    counts = ReportCounts(missing_packages=[p.package_id for p in domains.missing])
+    for k, d in summary.samples.items():
+        counts.add({"split": d.split, "decision": d.decision, "package_id": k[0]},
+                   domains.of(k))
+    return counts
+
+
+# --------------------------------------------------------------------------- selection
+
+
+def _choose_cluster_pages(data: SiteData) -> None:
+    """The largest clusters get a page, and the largest few of every package and domain."""
+    per_source: dict[tuple[str, object], int] = defaultdict(int)
+    for c in data.relations.clusters:
+        sources = {("package", k[0]) for k in c.members} | \
+            {("domain", data.domain(k)) for k in c.members}
+        wanted = [s for s in sources if per_source[s] < model.CLUSTERS_PER_SOURCE]
+        if c.number <= model.CLUSTER_PAGES or wanted:
+            c.page = True
+            for s in sources:
+                per_source[s] += 1
+
+
+def _diff_pairs(data: SiteData) -> list[tuple[Key, Key]]:
+    """(excluded sample, its kept partner) for the listed excluded members of clusters with a
+    page, in cluster order, at most `model.MAX_DIFFS`."""
+    out = []
+    for c in data.relations.clusters:
+        if not c.page:
+            continue
+        for k in c.members[:model.CLUSTER_MEMBERS]:
+            d = data.decision(k)
+            if d is not None and d.kept is not None:
+                out.append((k, d.kept))
+                if len(out) >= model.MAX_DIFFS:
+                    return out
+    return out
+
+
+def _diffs(pairs: list[tuple[Key, Key]], texts: dict[Key, SampleText]) -> dict[Key, dict]:
+    out = {}
+    for sample, kept in pairs:
+        a, b = texts.get(kept), texts.get(sample)
+        if a is None or b is None:
+            continue
+        spans = changed_spans(a.normalized, b.normalized)
+        left, right = views.diff_segments(a.normalized, b.normalized,
+                                          merge_close(a.normalized, b.normalized, spans))
+        out[sample] = {"partner": kept, "spans": spans, "left": left, "right": right,
+                       "lines": views.span_lines(a.normalized, b.normalized, spans)}
+    return out
+
+
+def _guard_rows(pairs: list[dict], texts: dict[Key, SampleText], config: NearDedupConfig,
+                data: SiteData) -> list[dict]:
+    """Guard-blocked pool pairs with both texts' numbers and units, the differing ones marked."""
+    rows = []
+    for r in pairs:
+        s = (r["sample"]["package_id"], r["sample"]["sample_id"])
+        m = (r["match"]["package_id"], r["match"]["sample_id"])
+        ts, tm = texts.get(s), texts.get(m)
+        row = {"sample": s, "match": m, "jaccard": r["jaccard"], "blocked_by": r["blocked_by"],
+               "kind": r["kind"], "available": ts is not None and tm is not None}
+        if ts is not None and tm is not None:
+            doms = frozenset(x for x in (data.domain(s), data.domain(m)) if x)
+            guard = guard_for(config, doms)
+            tok_s, tok_m = guard.tokens(ts.normalized), guard.tokens(tm.normalized)
+            nums_s = [n for t in tok_s for n in t[2]]
+            nums_m = [n for t in tok_m for n in t[2]]
+            units_s = [u for t in tok_s for u in t[3]]
+            units_m = [u for t in tok_m for u in t[3]]
+            dn_s, dn_m = views.changed_positions(nums_s, nums_m)
+            du_s, du_m = views.changed_positions(units_s, units_m)
+            row.update({
+                "numbers": {"sample": nums_s, "match": nums_m},
+                "units": {"sample": units_s, "match": units_m},
+                "recomputed": guard.blocked_by(ts.normalized, tm.normalized),
+                "seg_sample": views.guard_segments(ts.normalized, tok_s, dn_s, du_s),
+                "seg_match": views.guard_segments(tm.normalized, tok_m, dn_m, du_m)})
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------- pages
+
+
+def _overview(w: _Writer, data: SiteData, counts: ReportCounts, findings, compared: bool,
+              notes: list[str]) -> None:
+    m = data.manifest
+    c = m["counts"]
+    split_rows = [(s, v["keep"], v["exclude"]) for s, v in sorted(c["by_split"].items())]
+    reason_rows = sorted(c["by_reason"].items())
+
+    def tally_rows(table: dict) -> list[tuple[str, int, int, float]]:
+        items = sorted(table.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
+        return [("(unknown)" if k is None else str(k), t.keep, t.exclude, t.rate)
+                for k, t in items]
+
+    domain_rows = tally_rows(counts.by_domain)
+    package_rows = tally_rows(counts.by_package)
+    threshold = float(m["config"]["threshold"])
+    w.page("index.html", "overview.html", title="Overview", counts=c,
+           split_rows=split_rows, split_chart=views.bar_chart(split_rows),
+           reason_rows=reason_rows,
+           reason_chart=views.bar_chart([(r, n if REASONS.get(r, ("keep",))[0] == "keep"
+                                          else 0, n if REASONS.get(r, ("keep",))[0] ==
+                                          "exclude" else 0) for r, n in reason_rows]),
+           domain_rows=domain_rows,
+           domain_chart=views.bar_chart([r[:3] for r in domain_rows]),
+           package_rows=package_rows,
+           package_chart=views.bar_chart([r[:3] for r in package_rows]),
+           hist=views.histogram_chart(data.relations.near_jaccards, threshold),
+           manifest_hist=sorted(c["near_relations_jaccard"].items()),
+           threshold=threshold, findings=findings, compared=compared,
+           max_rate=DEFAULT_MAX_EXCLUSION_RATE, max_jump=DEFAULT_MAX_RATE_JUMP,
+           inputs=data.inputs, config_rows=sorted(m["config"].items()), notes=notes,
+           clusters=len(data.relations.clusters),
+           history_only=data.relations.history_only)
+
+
+def _member_rows(data: SiteData, c: Cluster) -> list[dict]:
+    rows = []
+    for k in c.members[:model.CLUSTER_MEMBERS]:
+        d = data.decision(k)
+        rows.append({"key": k, "split": d.split if d else None,
+                     "domain": data.domain(k), "decision": d.decision if d else None,
+                     "reason": d.reason if d else None, "kept": d.kept if d else None,
+                     "jaccard": d.jaccard if d else None})
+    return rows
+
+
+def _cluster_notes(data: SiteData, c: Cluster) -> list[str]:
+    """Why a member that matches another one was kept anyway (no transitivity, the guard)."""
+    linked: dict[Key, list[tuple[Key, str | None]]] = defaultdict(list)
+    for e in c.edges:  # a sample's matches with earlier samples decide it
+        linked[e.a].append((e.b, e.blocked_by))
+    out = []
+    for k in c.members[:model.CLUSTER_MEMBERS]:
+        d = data.decision(k)
+        if d is None or d.decision != "keep":
+            continue
+        partners = linked[k]
+        if d.reason == "match_not_kept":
+            excluded = [p for p, b in partners if b is None and (pd := data.decision(p))
+                        and pd.decision == "exclude"]
+            for p in excluded:
+                pd = data.decision(p)
+                target = pd.kept if pd else None
+                direct = any(q == target for q, _ in partners)
+                out.append(f"{_name(k)} is kept although it matches {_name(p)}: {_name(p)} "
+                           f"was itself excluded in favour of {_name(target)}, and "
+                           f"{_name(k)} {'also matches' if direct else 'does not match'} "
+                           f"{_name(target)} (matches are not transitive: A≈B, B≈C, "
+                           f"A≉C keeps A and C)")
+        elif d.reason == "guard_blocked":
+            blocked = [p for p, b in partners if b is not None]
+            out.append(f"{_name(k)} is kept: its matches ({', '.join(map(_name, blocked))}) "
+                       f"differ in numbers or units (the guard keeps them apart)")
+    return out
+
+
+def _matrix(data: SiteData, c: Cluster) -> dict | None:
+    if c.size > model.MATRIX_MEMBERS:
+        return None
+    jac: dict[tuple[Key, Key], tuple[float, str | None]] = {}
+    for e in c.edges:
+        jac[(e.a, e.b)] = jac[(e.b, e.a)] = (e.jaccard, e.blocked_by)
+    node = {k: d.node if (d := data.decision(k)) is not None else None for k in c.members}
+
+    def cell(a: Key, b: Key) -> object:
+        if a == b:
+            return None
+        if (a, b) in jac:
+            return jac[(a, b)]
+        return "same" if node[a] is not None and node[a] == node[b] else "none"
+
+    cells = [[cell(a, b) for b in c.members] for a in c.members]
+    return {"members": c.members, "cells": cells}
+
+
+def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
+    clusters = data.relations.clusters
+    total = views.pages(len(clusters), CLUSTERS_PER_PAGE)
+    for p in range(1, total + 1):
+        chunk = clusters[(p - 1) * CLUSTERS_PER_PAGE:p * CLUSTERS_PER_PAGE]
+        rows = []
+        for c in chunk:
+            decided = [data.decision(k) for k in c.members]
+            rows.append({"c": c, "kept": [k for k, d in zip(c.members, decided)
+                                          if d and d.decision == "keep"][:3],
+                         "excluded": sum(1 for d in decided if d and d.decision == "exclude"),
+                         "packages": sorted({k[0] for k in c.members}),
+                         "blocked": sum(1 for e in c.edges if e.blocked_by)})
+        w.page("clusters/index.html" if p == 1 else f"clusters/page-{p}.html", "clusters.html", title="Clusters", rows=rows, page=p, pages=total,
+               clusters=len(clusters), with_page=sum(c.page for c in clusters))
+    for c in clusters:
+        if not c.page:
+            continue
+        members = _member_rows(data, c)
+        shown = [{"row": r, "diff": diffs.get(r["key"])} for r in members
+                 if r["kept"] is not None]
+        w.page(f"clusters/c-{c.number}.html", "cluster.html", title=f"Cluster {c.number}",
+               c=c, members=members, edges=c.edges[:model.CLUSTER_MEMBERS * 2],
+               notes=_cluster_notes(data, c), matrix=_matrix(data, c), shown=shown,
+               texts=data.texts)
+
+
+def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
+    blocked = data.relations.blocked
+    total = views.pages(len(rows), GUARD_PER_PAGE)
+    by_rule: dict[str, int] = defaultdict(int)
+    for r in blocked:
+        by_rule[r["blocked_by"]] += 1
+    for p in range(1, total + 1):
+        w.page("guard/index.html" if p == 1 else f"guard/page-{p}.html", "guard.html",
+               title="Guard", rows=rows[(p - 1) * GUARD_PER_PAGE:p * GUARD_PER_PAGE],
+               page=p, pages=total, blocked=len(blocked), shown=len(rows),
+               history=sum(1 for r in blocked if r["history_only"]),
+               by_rule=sorted(by_rule.items()), cluster_of=data.relations.cluster_of,
+               clusters=data.relations.clusters)
+
+
+def _sources(w: _Writer, data: SiteData, counts: ReportCounts) -> None:
+    tables: dict[str, dict[str | None, Tally]] = {
+        "package": {k: v for k, v in counts.by_package.items()},
+        "domain": dict(counts.by_domain)}
+    groups: dict[tuple[str, str | None], list] = {}
+    for kind, table in tables.items():
+        for name in sorted(table, key=lambda n: (n is None, n or "")):
+            groups[(kind, name)] = []
+    top: dict[tuple[str, str | None], list[Cluster]] = defaultdict(list)
+    for c in data.relations.clusters:
+        for s in {("package", k[0]) for k in c.members} | \
+                {("domain", data.domain(k)) for k in c.members}:
+            if len(top[s]) < 10:
+                top[s].append(c)
+    excluded: dict[tuple[str, str | None], list] = defaultdict(list)
+    for k, d in data.summary.samples.items():
+        if d.decision != "exclude":
+            continue
+        for s in (("package", k[0]), ("domain", data.domain(k))):
+            if len(excluded[s]) < SOURCE_EXCLUSIONS:
+                excluded[s].append((k, d))
+    files = {}
+    for i, (kind, name) in enumerate(groups, 1):
+        files[(kind, name)] = f"{kind}-{i}.html"
+    rows = {kind: [(name, table[name], files[(kind, name)])
+                   for (k2, name) in groups if k2 == kind]
+            for kind, table in tables.items()}
+    w.page("sources/index.html", "sources.html", title="Per source", rows=rows,
+           charts={kind: views.bar_chart([("(unknown)" if n is None else str(n), t.keep,
+                                           t.exclude) for n, t, _ in r])
+                   for kind, r in rows.items()})
+    for (kind, name), fname in files.items():
+        w.page(f"sources/{fname}", "source.html", title=f"{kind} {name}", kind=kind,
+               name=name, tally=tables[kind][name],
+               clusters=top[(kind, name)], excluded=excluded[(kind, name)],
+               limit=SOURCE_EXCLUSIONS, data=data)
+
+
+def _record(d: dict, o: dict, data: SiteData, rels: list[dict], content: dict[Key, str],
+            excluded: list[Key], diffs: dict[Key, dict], guard: dict[Key, list[dict]]) -> dict:
+    """A sample's explanation: its decisions.jsonl row (the fields of `report explain`'s
+    ``sample``, ``kept`` and ``jaccard``) with its origin and domain, and its relations,
+    excluded samples, cluster, diff and guard rows where it has any."""
+    key = (d["package_id"], d["sample_id"])
+    rec = d
+    rec["file"], rec["line"], rec["source"] = o.get("file"), o.get("line"), o.get("source")
+    rec["domain"] = data.domain(key)
+    if rels:
+        out = []
+        for r in rels[:RECORD_LIST]:
+            r = {**r, "partner": dict(r["partner"])}
+            pk = model.rel_ref(r["partner"])
+            if r["listed_as"] == "match" and pk is not None:
+                r["partner"]["content_id"] = content.get(pk)
+            pd = data.decision(pk) if pk is not None else None
+            r["partner_decision"] = pd.decision if pd is not None else None
+            out.append(r)
+        rec["relations"] = out
+        rec["relations_total"] = len(rels)
+    if excluded:
+        rec["excluded_because_of_it"] = []
+        for k in excluded[:RECORD_LIST]:
+            x = data.decision(k)
+            rec["excluded_because_of_it"].append(
+                {"package_id": k[0], "sample_id": k[1], "split": x.split, "reason": x.reason,
+                 "jaccard": x.jaccard})
+        rec["excluded_total"] = len(excluded)
+    c = data.relations.cluster_of.get(key)
+    if c is not None:
+        rec["cluster"] = c
+        if data.relations.clusters[c - 1].page:
+            rec["cluster_page"] = f"clusters/c-{c}.html"
+    diff = diffs.get(key)
+    if diff is not None:
+        p = diff["partner"]
+        rec["diff"] = {"partner": {"package_id": p[0], "sample_id": p[1]},
+                       "spans": len(diff["spans"]), "lines": diff["lines"],
+                       "page": f"clusters/c-{c}.html#{views.anchor(key)}"}
+    if key in guard:
+        rec["guard"] = guard[key]
+    return rec
+
+
+def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list[dict]
+            ) -> list[str]:
+    """Search data: one ``<script>`` file per shard of samples, loaded on demand."""
+    n = max(1, -(-len(data.summary.samples) // SHARD_SAMPLES))
+    wanted = {(r["partner"]["package_id"], r["partner"]["sample_id"])
+              for rels in data.relations.by_sample.values() for r in rels
+              if r["listed_as"] == "match"}
+    content = model.content_ids(data.report, wanted)
+    excluded = model.excluded_by(data.summary)
+    guard: dict[Key, list[dict]] = defaultdict(list)
+    for g in guard_rows:
+        if not g["available"]:
+            continue
+        for me, other, side, oside in ((g["sample"], g["match"], "sample", "match"),
+                                       (g["match"], g["sample"], "match", "sample")):
+            guard[me].append({"partner": {"package_id": other[0], "sample_id": other[1]},
+                              "blocked_by": g["blocked_by"], "jaccard": g["jaccard"],
+                              "sequences": {"sample": {"numbers": g["numbers"][side],
+                                                       "units": g["units"][side]},
+                                            "partner": {"numbers": g["numbers"][oside],
+                                                        "units": g["units"][oside]}},
+                              "recomputed_blocked_by": g["recomputed"]})
+    # records in decisions.jsonl order (deterministic), appended to their shard's bytes
+    shards = [bytearray(b"NEAR_DEDUP_SHARD(" + str(i).encode() + b", {\n") for i in range(n)]
+    started = [False] * n
+    empty: list[dict] = []
+    for d, o in model.decision_rows(data.report):
+        key = (d["package_id"], d["sample_id"])
+        rec = _record(d, o, data, data.relations.by_sample.get(key, empty), content,
+                      excluded.get(key, []), diffs, guard)
+        i = views.shard_of(key[0], key[1], n)
+        shard = shards[i]
+        if started[i]:
+            shard += b",\n"
+        started[i] = True
+        shard += orjson.dumps(f"{key[0]}\n{key[1]}")
+        shard += b":"
+        shard += orjson.dumps(rec)
+    for i, shard in enumerate(shards):
+        w.raw(f"data/samples/{i:05d}.js", bytes(shard + b"\n});\n"))
+        shards[i] = bytearray()
+    meta = {"shards": n, "packages": [i["package_id"] for i in data.manifest["inputs"]],
+            "report": data.report.name,
+            "report_checksums_sha256": sha256_file(data.report / CHECKSUMS)}
+    w.raw("data/meta.js", b"var NEAR_DEDUP_META = " +
+          orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) + b";\n")
+    w.page("search.html", "search.html", title="Find a sample",
+           packages=meta["packages"], shards=n)
+    return []
+
+
+def _changes(w: _Writer, diff, old: Path) -> None:
+    lists = {}
+    for name in LISTS:
+        items = diff.lists[name]
+        total = views.pages(len(items), CHANGES_PER_PAGE)
+        lists[name] = {"count": len(items), "pages": total}
+        for p in range(2, total + 1):
+            w.page(f"changes/{name}-{p}.html", "change_list.html", title=name.replace("_", " "),
+                   name=name, items=items[(p - 1) * CHANGES_PER_PAGE:p * CHANGES_PER_PAGE],
+                   page=p, pages=total)
+    w.page("changes/index.html", "changes.html", title="Changes", d=diff, old_name=old.name,
+           lists=lists, first={n: diff.lists[n][:CHANGES_PER_PAGE] for n in LISTS},
+           list_names=LISTS, change_names=CHANGES)
+
+
+def _contamination(w: _Writer, path: Path, manifest: dict, report: Path) -> None:
+    from near_dedup_core.contamination import iter_lines
+
+    lines = [row for _, row in iter_lines(path)]
+    summary = orjson.loads((path / "summary.json").read_bytes())
+    pool = report_inputs(manifest)
+    evals = report_inputs({"inputs": manifest["evals"]})
+    shown = lines[:MAX_CONTAMINATION_TEXTS]
+    t_orig = {(r["training"]["package_id"], r["training"]["sample_id"]): r["training"]
+              for r in shown}
+    e_orig = {(r["eval"]["package_id"], r["eval"]["sample_id"]): r["eval"] for r in shown}
+    t_texts = read_samples(report, pool, t_orig) if t_orig else {}
+    e_texts = _eval_texts(evals, e_orig)
+    rows = []
+    for i, r in enumerate(lines):
+        row: dict[str, object] = {"r": r}
+        if i < MAX_CONTAMINATION_TEXTS:
+            tk = (r["training"]["package_id"], r["training"]["sample_id"])
+            ek = (r["eval"]["package_id"], r["eval"]["sample_id"])
+            t = t_texts.get(tk)
+            if t is not None:
+                s, e = r["span"]["start"], r["span"]["end"]
+                text = t.normalized
+                row["training"] = (views.collapse(text[:s], True, False) if s else []) + \
+                    [("span", text[s:e])] + (views.collapse(text[e:], False, True)
+                                             if e < len(text) else [])
+            item = e_texts.get(ek)
+            row["item"] = item.normalized if item is not None else None
+        rows.append(row)
+    total = views.pages(len(rows), CONTAMINATION_PER_PAGE)
+    notes = [p.problem for p in (*pool.values(), *evals.values()) if p.problem]
+    for p in range(1, total + 1):
+        w.page("contamination/index.html" if p == 1 else f"contamination/page-{p}.html",
+               "contamination.html", title="Contamination", name=path.name,
+               summary=summary, counts=manifest["counts"], page=p, pages=total,
+               rows=rows[(p - 1) * CONTAMINATION_PER_PAGE:p * CONTAMINATION_PER_PAGE],
+               threshold=manifest["config"].get("contamination_threshold"), notes=notes,
+               limit=MAX_CONTAMINATION_TEXTS)
+
+
+def _eval_texts(evals: dict[str, InputPackage], origins: dict[Key, dict]
+                ) -> dict[Key, SampleText]:
+    """Eval items' compared texts, read from their packages at the reported file and line."""
+    out: dict[Key, SampleText] = {}
+    by_file: dict[tuple[str, str], dict[int, Key]] = defaultdict(dict)
+    for k, o in origins.items():
+        pkg = evals.get(k[0])
+        if pkg is not None and pkg.available:
+            by_file[(k[0], o["file"])][o["line"]] = k
+    for (pid, file), wanted in sorted(by_file.items()):
+        for n, rec in read_lines(evals[pid], file, set(wanted)).items():
+            if isinstance(rec.get("ref"), dict):
+                continue  # a ref's text is in another package: not shown
+            text = compared_text(evals[pid].kind, rec)
+            out[wanted[n]] = SampleText(wanted[n], file, n, text, normalize(text),
+                                        rec.get("domain"))
+    return out
+
