@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import AbstractContextManager, contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from near_dedup_core.collector import use_bulk_threshold
 
@@ -291,6 +291,14 @@ class Executors:
               preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
         raise TypeError(f"{type(self).__name__} does not start")
 
+    def start_early(self, preload: Sequence[str] = ()) -> None:
+        """Begin now what `start` needs, so that it overlaps the caller's own work."""
+
+    def carry(self, state: Any) -> Any | None:
+        """What each task carries instead of the ``state`` its workers were started with
+        (``initializer(*initargs)`` of `start`); None where they run the initializer."""
+        return None
+
     def for_work(self, records: int, inline_at_most: int) -> Executors:
         return self
 
@@ -318,6 +326,11 @@ class LocalExecutors(Executors):
     def for_work(self, records: int, inline_at_most: int) -> Executors:
         return LocalExecutors(1) if records <= inline_at_most else self
 
+    def start_early(self, preload: Sequence[str] = ()) -> None:
+        """Start the pool's forkserver now (`start_forkserver`)."""
+        if not self.in_process:
+            start_forkserver(preload)
+
 
 class RayExecutors(Executors):
     """A Ray cluster (`ray_executor.RayExecutor`): the one ``RAY_ADDRESS`` names, or a local
@@ -338,6 +351,12 @@ class RayExecutors(Executors):
     def start(self, initializer: Callable | None = None, initargs: tuple = (),
               preload: Sequence[str] = ()) -> AbstractContextManager[Executor]:
         return self._started()
+
+    def carry(self, state: Any) -> Any:
+        """``state`` put once in the cluster's object store: a task on any node reads it."""
+        from near_dedup_core.ray_executor import import_ray
+
+        return import_ray().put(state)
 
 
 _CHOICES: dict[str, type[Executors]] = {"local": LocalExecutors, "ray": RayExecutors}

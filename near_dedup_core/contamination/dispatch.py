@@ -1,5 +1,5 @@
 """Where the probe runs (``--executor``): the one place the contamination command opens its
-work pool (`near_dedup_core.workers.work_pool`), and how a task reaches the probe state there.
+work pool (`near_dedup_core.workers.choose_executor`), and how a task reaches the probe state there.
 A local pool's workers get the state once, when they start (`probe._init_worker`); a Ray task
 carries it as one object put in Ray's object store, and gets the texts of an indexed pool
 from the driver, which reads them from its snapshot (a Ray node need not reach the index)."""
@@ -22,7 +22,7 @@ from near_dedup_core.contamination.probe import (
     probe_utf8_carrying,
 )
 from near_dedup_core.package import LineBlock
-from near_dedup_core.workers import parallelism, start_forkserver, work_pool
+from near_dedup_core.workers import Executors, choose_executor, parallelism
 
 
 @dataclass(frozen=True)
@@ -49,23 +49,21 @@ class Probes:
                            str(snap.path))
 
 
-def start_early(executor: str, workers: int) -> None:
-    """Start the local pool's forkserver now, so that its start overlaps reading the items."""
-    if executor == "local" and workers > 1:
-        start_forkserver(PRELOAD)
+def start_early(executor: str | Executors, workers: int) -> None:
+    """Begin starting the pool now (a local pool's forkserver), so that its start overlaps
+    reading the items."""
+    choose_executor(executor, workers).start_early(PRELOAD)
 
 
 @contextmanager
-def probe_workers(executor: str, workers: int, state: ProbeState) -> Iterator[Probes]:
-    """The work pool of ``--executor`` with ``workers`` (`work_pool`), ready to probe with
-    ``state``."""
-    from near_dedup_core.ray_executor import RayExecutor, import_ray
-
-    with work_pool(executor, workers, _init_worker, (state,), PRELOAD) as ex:
-        carried = None
-        if isinstance(ex, RayExecutor):
-            carried = import_ray().put(state)
-        elif workers <= 1:
+def probe_workers(executor: str | Executors, workers: int,
+                  state: ProbeState) -> Iterator[Probes]:
+    """The work pool of ``--executor`` with ``workers`` (`workers.choose_executor`), ready to
+    probe with ``state``: its workers start with it, or each task carries it."""
+    chosen = choose_executor(executor, workers)
+    with chosen.start(_init_worker, (state,), PRELOAD) as ex:
+        carried = chosen.carry(state)
+        if chosen.in_process:
             _init_worker(state)
-        yield Probes(ex.submit, parallelism(ex, workers), carried,
-                     inline=carried is None and workers <= 1)
+        yield Probes(ex.submit, parallelism(ex, chosen.workers), carried,
+                     inline=chosen.in_process)
