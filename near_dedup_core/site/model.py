@@ -3,20 +3,23 @@
 The report is verified first (`report.verify_report`); its decisions come back from the
 verifier as one small record per sample. Then:
 
+Every file is read through its typed rows (`report.relation_rows`, `report.decision_rows`,
+`report.origin_rows`).
+
 1. ``relations.jsonl``, once: each sample's relations as `report explain` lists them
    (``listed_as`` sample/match), the connected groups of pool relations (*clusters*,
    union-find over the samples; history-only relations join nothing), the guard-blocked
    pairs, and the exact Jaccard of the near relations for the histogram;
-2. ``decisions.jsonl`` with ``origins.jsonl``, streamed: the per-sample records of the
-   search data (`sample_records`), written shard by shard by the caller;
+2. ``decisions.jsonl`` with ``origins.jsonl``, streamed (`report_rows`): the per-sample
+   records of the search data, with `report explain`'s ``why`` and each partner's own
+   decision, written shard by shard by the caller;
 3. the input packages: every sample's domain (`audit.sources.sample_domains`, one pass, as
    the exclusion-rate check reads them) and the texts of a bounded set of samples
    (`audit.sources.read_samples`): the excluded members of the clusters that get a page of
    their own, their kept partners, and the guard-blocked pairs shown with their numbers.
 
-Counts by split, domain and package are `audit.rates.ReportCounts` tallied from the
-verifier's records (what `audit.rates.count_report` tallies from decisions.jsonl); the
-findings are `audit.rates.rate_problems`; text diffs are `audit.textdiff.changed_spans`.
+Counts by split, domain and package are `audit.rates.count_report`'s, over the domains read
+once; the findings are `audit.rates.rate_problems`; text diffs are `audit.textdiff.changed_spans`.
 """
 
 from __future__ import annotations
