@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SAMPLES, make_package, run_cli, stdlib_paragraphs, tree_bytes
+from helpers import SAMPLES, make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 from near_dedup_core.audit import explain_sample
 from near_dedup_core.audit.textdiff import Span, merge_close
@@ -144,7 +144,7 @@ def test_every_sample_has_the_explanation_of_report_explain(reports, site):
         e = explain_sample(reports["new"], *key)
         j = e.to_json()
         assert rec["decision"] == j["decision"] and rec["reason"] == j["reason"]
-        assert rec["jaccard"] == j["jaccard"]
+        assert rec["jaccard"] == j["jaccard"] and rec["why"] == j["why"]
         assert rec["kept"] == (None if j["kept"] is None else
                                {"package_id": j["kept"]["package_id"],
                                 "sample_id": j["kept"]["sample_id"]})
@@ -159,7 +159,7 @@ def test_every_sample_has_the_explanation_of_report_explain(reports, site):
             assert [line[1:3] for line in rec["diff"]["lines"]] == \
                 [[s.a_text, s.b_text] for s in spans]
             assert all(line[0].endswith(a[max(0, s.a_start - LINE_CONTEXT):s.a_start])
-                       for line, s in zip(rec["diff"]["lines"], spans))
+                       for line, s in zip(rec["diff"]["lines"], spans, strict=True))
             compared += 1
     excluded = sum(d["decision"] == "exclude" for d in rows)
     assert compared == excluded  # the sample report is small: every exclusion has its diff
@@ -173,6 +173,15 @@ def test_the_changes_page_is_report_diff(reports, site):
         assert f'id="n-{name}">{len(out[name]):,}</td>' in html
         for item in out[name][:20]:
             assert f"{item['package_id']}/{item['sample_id']}</a>" in html
+    # the contents matched across the days, by content id within a split
+    contents = out["contents"]
+    assert contents["new"] and contents["counts"]["in_both"]
+    for name in ("newly_excluded", "newly_kept", "changed", "gone", "new"):
+        assert f'id="n-contents-{name}">{len(contents[name]):,}</td>' in html
+        for item in contents[name][:20]:
+            assert f'<code title="{item["content_id"]}">' in html
+    for row in contents["counts"]["by_domain"]:
+        assert f"<td>{row['domain'] if row['domain'] is not None else '(unknown)'}</td>" in html
 
 
 def test_a_tampered_report_is_refused_with_one_line(reports, tmp_path):
@@ -379,6 +388,11 @@ def test_in_chromium_overview_cluster_diff_and_search(reports, site, browser, tm
     driver.find_element(By.ID, "go").click()
     wait_for(driver, "#explanation")
     assert driver.find_element(By.ID, "decision").text == f"exclude ({e.reason})"
+    assert driver.find_element(By.ID, "why").text == e.why
+    explanation = driver.find_element(By.ID, "explanation").text
+    for r in e.relations:  # each partner's own decision, as report explain prints it
+        if r["partner_decision"] is not None:
+            assert f"{r['partner_decision']} ({r['partner_reason']}" in explanation
     assert driver.find_element(By.ID, "kept").text.startswith(
         f"{e.kept['package_id']}/{e.kept['sample_id']}, jaccard {e.jaccard:.4f}")
     assert {m.text.strip() for m in driver.find_elements(
@@ -508,14 +522,14 @@ def test_non_transitive_cases_are_shown_as_such(reports, site):
 def test_a_kept_sample_is_explained_by_its_earlier_matches_only(tmp_path):
     """a matches b, which was excluded in favour of d (a≉d): a is kept (match_not_kept). e, a
     copy of a, is excluded in favour of a: that is no reason for a's decision."""
-    from conftest import reverse_every
+    from helpers import reverse_every
 
     a = " ".join(stdlib_paragraphs()[10:13])
     b = reverse_every(a, 30)
     c = reverse_every(b, 31)
     d = reverse_every(c, 32)
     pkg = make_package(tmp_path, "nt-v1", {"train": [
-        {"id": i, "text": t, "domain": "web"} for i, t in zip("abcde", (a, b, c, d, a))]})
+        {"id": i, "text": t, "domain": "web"} for i, t in zip("abcde", (a, b, c, d, a), strict=True)]})
     idx = tmp_path / "idx.sqlite"
     cli_ok("--index", idx, "index", "--inputs", pkg, "--workers", 1)
     cli_ok("--index", idx, "scan", "--inputs", pkg, "--output", tmp_path / "r", "--workers", 1)

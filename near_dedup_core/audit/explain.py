@@ -226,7 +226,7 @@ def explain_sample(  # noqa: C901 (the explanation's parts in the order it print
         notes.append("history-only partners are not among the report's inputs: their texts "
                      "(and guard sequences) are only in the index")
     return Explanation(sample=sample, decision=dec.decision, reason=dec.reason,
-                       why=_why(dec, relations), kept=kept, jaccard=dec.jaccard,
+                       why=explain_why(dec, relations), kept=kept, jaccard=dec.jaccard,
                        relations=relations,
                        guard=guard_rows, excluded_because_of_it=excluded, diff=spans,
                        diff_partner=partner_ref, texts=shown, notes=notes)
@@ -249,10 +249,11 @@ def _outcome(r: dict) -> str:
     return f"{r['partner_decision']} ({_partner_reason(r)})"
 
 
-def _why(dec: DecisionRow, relations: list[dict]) -> str:
+def explain_why(dec: DecisionRow, relations: list[dict]) -> str:
     """Why the decision is what it is, from the greedy rule (docs/contract.md "scan") over the
-    sample's relations and its partners' own decisions: in particular why the kept sample it
-    names is the one, and which earlier matches did not count."""
+    sample's relations (in relations.jsonl order, each with ``partner_decision``,
+    ``partner_reason`` and ``partner_kept``) and its partners' own decisions: in particular
+    why the kept sample it names is the one, and which earlier matches did not count."""
     if dec.reason == "retained_split":
         return f"split {dec.split} is retained: its samples are never deduplicated"
     earlier = [r for r in relations if r["listed_as"] == "sample" and not r["history_only"]]

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 
@@ -32,6 +33,20 @@ from near_dedup_core.normalize import normalize
 from near_dedup_core.package import MANIFEST, FileEntry, load_package
 
 Key = tuple[str, str]  # (package_id, sample_id)
+
+
+class PackageRecord(Protocol):
+    """A package as a report's manifest records it."""
+
+    @property
+    def package_id(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def manifest_sha256(self) -> str: ...
+
 #: Longest chain of refs followed (a ref may point at a sample that is itself a ref).
 MAX_REF_DEPTH = 16
 
@@ -80,8 +95,14 @@ class SampleText:
 def report_inputs(manifest: ReportManifest) -> dict[str, InputPackage]:
     """The report's input packages by id, each checked against the manifest sha256 the report
     recorded (a cheap check: manifest bytes and file sizes, no data read)."""
+    return input_packages(manifest.inputs)
+
+
+def input_packages(items: Iterable[PackageRecord]) -> dict[str, InputPackage]:
+    """`report_inputs` for any list of recorded packages (a contamination report's inputs and
+    evals list them the same way)."""
     out: dict[str, InputPackage] = {}
-    for item in manifest.inputs:
+    for item in items:
         pid, path, sha = item.package_id, Path(item.path), item.manifest_sha256
         problem = None
         depends: tuple[str, ...] = ()
@@ -131,7 +152,7 @@ def check_shard(pkg: InputPackage, file: str) -> Path:
     return path
 
 
-def _read_lines(pkg: InputPackage, file: str, lines: set[int]) -> dict[int, dict]:
+def read_lines(pkg: InputPackage, file: str, lines: set[int]) -> dict[int, dict]:
     """The parsed records at these 1-based line numbers of one shard (checked first)."""
     out: dict[int, dict] = {}
     last = max(lines)
@@ -182,7 +203,7 @@ def read_samples(report: Path, inputs: dict[str, InputPackage], origins: dict[Ke
                 by_file[(key[0], o.file)][o.line] = key
                 located[key] = (o.file, o.line)
         for (pid, file), line_keys in sorted(by_file.items()):
-            for n, data in _read_lines(inputs[pid], file, set(line_keys)).items():
+            for n, data in read_lines(inputs[pid], file, set(line_keys)).items():
                 if not isinstance(data, dict) or data.get("id") != line_keys[n][1]:
                     raise NearDedupError(f"{where(pid, file, n)}: holds no sample "
                                          f"{line_keys[n][1]!r}; origins.jsonl does not match "

@@ -32,6 +32,7 @@ from near_dedup_core.contamination.verify import (
     ContaminationView,
     copy_report,
     is_contamination_report,
+    pair_lines,
     read_contamination,
     recheck_for_mixture,
     rederive,
@@ -42,6 +43,6 @@ __all__ = [
     "EXTRA_HITS", "FILES", "FORMAT", "FORMAT_VERSION", "ContaminationResult",
     "ContaminationSummary", "ContaminationView", "EvalItem", "SampleRef", "build_state",
     "containment", "contamination_report", "copy_report", "is_contamination_report",
-    "least_overlap", "matched_span", "open_evals", "prefix_plan", "read_contamination",
+    "least_overlap", "matched_span", "open_evals", "pair_lines", "prefix_plan", "read_contamination",
     "read_items", "recheck_for_mixture", "rederive", "training_sample", "verify_contamination", "warm_up", "widen",
 ]

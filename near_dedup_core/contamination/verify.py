@@ -77,6 +77,17 @@ def iter_lines(path: Path) -> Iterator[tuple[int, dict]]:
     return iter_json_objects(path, "contamination.jsonl", f"contamination report {path}")
 
 
+def pair_lines(path: Path) -> Iterator[PairLine]:
+    """The pairs of a verified contamination report's ``contamination.jsonl``, in file
+    order."""
+    for n, row in iter_lines(path):
+        try:
+            yield PairLine.model_validate(row)
+        except ValidationError as exc:
+            raise NearDedupError(f"contamination report {path}: contamination.jsonl:{n}: "
+                                 f"{problem(exc)}") from None
+
+
 def _line_problem(line: PairLine, threshold: float, evals: dict[str, int],
                   inputs: dict[str, int]) -> str | None:
     e, t = line.eval, line.training

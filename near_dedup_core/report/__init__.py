@@ -11,7 +11,19 @@ The files are canonical JSON lines (sorted keys): same index, inputs and config 
 byte-identical files. The folder appears atomically.
 """
 
-from near_dedup_core.formats.report import FILES, FORMAT, FORMAT_VERSION, ReportManifest, SampleKey
+from near_dedup_core.formats.report import (
+    FILES,
+    FORMAT,
+    FORMAT_VERSION,
+    DecisionRow,
+    OriginRow,
+    RelationRow,
+    ReportManifest,
+    SampleKey,
+    decision_rows,
+    origin_rows,
+    relation_rows,
+)
 from near_dedup_core.report.counts import (
     HISTOGRAM_BINS,
     REASONS,
@@ -35,7 +47,9 @@ from near_dedup_core.report.verify import (
 )
 
 __all__ = ["EXCLUDE_REASONS", "FILES", "FORMAT", "FORMAT_VERSION", "HISTOGRAM_BINS",
-           "KEEP_REASONS", "REASONS", "ReportManifest", "ReportSummary", "SampleDecision",
-           "SampleKey", "Tally", "bin_labels", "count_decisions", "decision_summary",
+           "KEEP_REASONS", "REASONS", "DecisionRow", "OriginRow", "RelationRow",
+           "ReportManifest", "ReportSummary", "SampleDecision", "SampleKey", "Tally",
+           "bin_labels", "count_decisions", "decision_rows", "decision_summary",
            "iter_decisions", "jaccard_bin", "jaccard_edges", "jaccard_histogram",
-           "load_manifest", "report_manifest", "verify_report"]
+           "load_manifest", "origin_rows", "relation_rows", "report_manifest",
+           "verify_report"]

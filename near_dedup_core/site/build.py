@@ -20,7 +20,8 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoes
 from markupsafe import Markup, escape
 
 from near_dedup_core import __version__
-from near_dedup_core.audit.diff import CHANGES, LISTS, diff_reports
+from near_dedup_core.audit.diff import CHANGES, CONTENT_LISTS, LISTS, ReportDiff, diff_reports
+from near_dedup_core.audit.explain import explain_why
 from near_dedup_core.audit.rates import (
     DEFAULT_MAX_EXCLUSION_RATE,
     DEFAULT_MAX_RATE_JUMP,
@@ -33,15 +34,18 @@ from near_dedup_core.audit.sources import (
     InputPackage,
     Key,
     SampleText,
+    input_packages,
     locate,
+    read_lines,
     read_samples,
     report_inputs,
     sample_domains,
 )
-from near_dedup_core.audit.sources import _read_lines as read_lines
 from near_dedup_core.audit.textdiff import changed_spans, merge_close
 from near_dedup_core.compare import compared_text
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.contamination import ContaminationSummary, pair_lines
+from near_dedup_core.contamination.report import EvalRef, Summary
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
     CHECKSUMS,
@@ -54,7 +58,14 @@ from near_dedup_core.fsutil import (
 from near_dedup_core.guard import guard_for
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import load_package
-from near_dedup_core.report import REASONS, verify_report
+from near_dedup_core.report import (
+    REASONS,
+    DecisionRow,
+    OriginRow,
+    RelationRow,
+    ReportManifest,
+    verify_report,
+)
 from near_dedup_core.site import model, views
 from near_dedup_core.site.model import Cluster, SiteData
 
@@ -115,10 +126,10 @@ def _sample_link(root: str, key: Key | None) -> Markup:
                   f'&amp;s={escape(quote(sid))}">{escape(pkg)}/{escape(sid)}</a>')
 
 
-def _override_inputs(manifest: dict, paths: Sequence[Path]) -> dict:
+def _override_inputs(manifest: ReportManifest, paths: Sequence[Path]) -> ReportManifest:
     """The manifest with ``inputs[].path`` replaced by the given package folders (matched by
     package id; the manifest sha256 must be the one the report recorded)."""
-    recorded = {i["package_id"]: i for i in manifest["inputs"]}
+    recorded = {i.package_id: i for i in manifest.inputs}
     moved = {}
     for path in paths:
         pkg = load_package(path)
@@ -126,13 +137,14 @@ def _override_inputs(manifest: dict, paths: Sequence[Path]) -> dict:
         if item is None:
             raise NearDedupError(f"package {pkg.package_id} at {path} is not an input of the "
                                  f"report (inputs: {', '.join(sorted(recorded))})")
-        if pkg.manifest_sha256 != item["manifest_sha256"]:
+        if pkg.manifest_sha256 != item.manifest_sha256:
             raise NearDedupError(f"package {pkg.package_id} at {path} has manifest sha256 "
                                  f"{pkg.manifest_sha256[:12]}…, the report recorded "
-                                 f"{item['manifest_sha256'][:12]}…")
+                                 f"{item.manifest_sha256[:12]}…")
         moved[pkg.package_id] = str(path)
-    return {**manifest, "inputs": [{**i, "path": moved.get(i["package_id"], i["path"])}
-                                   for i in manifest["inputs"]]}
+    return manifest.model_copy(update={"inputs": [
+        i.model_copy(update={"path": moved.get(i.package_id, i.path)})
+        for i in manifest.inputs]})
 
 
 class _Writer:
@@ -179,29 +191,30 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
             raise NearDedupError(f"contamination report {contamination}: manifest.json is not "
                                  f"a contamination report's")
         contam = verify_contamination(Path(contamination))
-    manifest = summary.manifest
+    manifest = summary.model
     if inputs:
         manifest = _override_inputs(manifest, [Path(p) for p in inputs])
     packages = report_inputs(manifest)
-    guarded = [report, *(Path(i["path"]) for i in manifest["inputs"])]
+    guarded = [report, *(Path(i.path) for i in manifest.inputs)]
     guarded += [Path(p) for p in (against, contamination) if p is not None]
     require_new_output_outside(output, guarded)
 
     domains = sample_domains(packages)
-    counts = _count(summary, domains)
+    counts = count_report(report, domains)
     order = model.decision_order(summary)
     relations = model.read_relations(report, order)
-    data = SiteData(report, summary.manifest, summary, packages, domains, relations, order)
-    config = NearDedupConfig.model_validate(manifest["config"])
+    data = SiteData(report, summary.model, summary, packages, domains, relations, order)
+    config = manifest.config
     notes = [p.problem for p in packages.values() if p.problem]
 
     _choose_cluster_pages(data)
     diff_pairs = _diff_pairs(data)
-    guard_pairs = [r for r in relations.blocked if not r["history_only"]][:model.MAX_GUARD_TEXTS]
+    guard_pairs = [r for r in relations.blocked if not r.history_only][:model.MAX_GUARD_TEXTS]
     need: set[Key] = {k for pair in diff_pairs for k in pair}
     for r in guard_pairs:
-        need.add((r["sample"]["package_id"], r["sample"]["sample_id"]))
-        need.add((r["match"]["package_id"], r["match"]["sample_id"]))
+        need.add(r.sample.key)
+        if r.match.key is not None:
+            need.add(r.match.key)
     texts = read_samples(report, packages, locate(report, need)) if need else {}
     data.texts = texts
     diffs = _diffs(diff_pairs, texts)
@@ -224,7 +237,7 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
     if contam is not None:
         nav.append(("contamination/index.html", "Contamination"))
     base = {"nav": nav, "report_name": report.name, "version": __version__,
-            "manifest": manifest, "fingerprint": manifest["config_fingerprint"]}
+            "manifest": manifest, "fingerprint": manifest.config_fingerprint}
 
     with atomic_dir(output) as tmp:
         w = _Writer(tmp, base)
@@ -238,7 +251,7 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
         if changes is not None:
             _changes(w, changes, Path(against))  # type: ignore[arg-type]
         if contam is not None:
-            _contamination(w, Path(contamination), contam.manifest, report)  # type: ignore
+            _contamination(w, contam, report)
         write_checksums(tmp)
         files = sum(1 for p in tmp.rglob("*") if p.is_file())
     return SiteResult(output, files, len(summary.samples), len(relations.clusters),
@@ -253,16 +266,6 @@ def site_of(site: str | Path, report: str | Path) -> bool:
     text = (site / "data" / "meta.js").read_text(encoding="utf-8")
     meta = orjson.loads(text[text.index("{"):text.rindex("}") + 1])
     return bool(meta.get("report_checksums_sha256") == sha256_file(Path(report) / CHECKSUMS))
-
-
-def _count(summary, domains) -> ReportCounts:
-    """`audit.rates.count_report`'s tallies from the verifier's records (no second read of
-    decisions.jsonl)."""
-    counts = ReportCounts(missing_packages=[p.package_id for p in domains.missing])
-    for k, d in summary.samples.items():
-        counts.add({"split": d.split, "decision": d.decision, "package_id": k[0]},
-                   domains.of(k))
-    return counts
 
 
 # --------------------------------------------------------------------------- selection
@@ -311,17 +314,17 @@ def _diffs(pairs: list[tuple[Key, Key]], texts: dict[Key, SampleText]) -> dict[K
     return out
 
 
-def _guard_rows(pairs: list[dict], texts: dict[Key, SampleText], config: NearDedupConfig,
-                data: SiteData) -> list[dict]:
+def _guard_rows(pairs: list[RelationRow], texts: dict[Key, SampleText],
+                config: NearDedupConfig, data: SiteData) -> list[dict]:
     """Guard-blocked pool pairs with both texts' numbers and units, the differing ones marked."""
     rows = []
     for r in pairs:
-        s = (r["sample"]["package_id"], r["sample"]["sample_id"])
-        m = (r["match"]["package_id"], r["match"]["sample_id"])
-        ts, tm = texts.get(s), texts.get(m)
-        row = {"sample": s, "match": m, "jaccard": r["jaccard"], "blocked_by": r["blocked_by"],
-               "kind": r["kind"], "available": ts is not None and tm is not None}
-        if ts is not None and tm is not None:
+        s, m = r.sample.key, r.match.key
+        ts, tm = texts.get(s), (texts.get(m) if m is not None else None)
+        row: dict[str, object] = {"sample": s, "match": m, "jaccard": r.jaccard,
+                                  "blocked_by": r.blocked_by, "kind": r.kind,
+                                  "available": ts is not None and tm is not None}
+        if ts is not None and tm is not None and m is not None:
             doms = frozenset(x for x in (data.domain(s), data.domain(m)) if x)
             guard = guard_for(config, doms)
             tok_s, tok_m = guard.tokens(ts.normalized), guard.tokens(tm.normalized)
@@ -347,9 +350,9 @@ def _guard_rows(pairs: list[dict], texts: dict[Key, SampleText], config: NearDed
 def _overview(w: _Writer, data: SiteData, counts: ReportCounts, findings, compared: bool,
               notes: list[str]) -> None:
     m = data.manifest
-    c = m["counts"]
-    split_rows = [(s, v["keep"], v["exclude"]) for s, v in sorted(c["by_split"].items())]
-    reason_rows = sorted(c["by_reason"].items())
+    c = m.counts
+    split_rows = [(s, v.keep, v.exclude) for s, v in sorted(c.by_split.items())]
+    reason_rows = sorted(c.by_reason.items())
 
     def tally_rows(table: dict) -> list[tuple[str, int, int, float]]:
         items = sorted(table.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
@@ -358,7 +361,7 @@ def _overview(w: _Writer, data: SiteData, counts: ReportCounts, findings, compar
 
     domain_rows = tally_rows(counts.by_domain)
     package_rows = tally_rows(counts.by_package)
-    threshold = float(m["config"]["threshold"])
+    threshold = m.config.threshold
     w.page("index.html", "overview.html", title="Overview", counts=c,
            split_rows=split_rows, split_chart=views.bar_chart(split_rows),
            reason_rows=reason_rows,
@@ -370,10 +373,11 @@ def _overview(w: _Writer, data: SiteData, counts: ReportCounts, findings, compar
            package_rows=package_rows,
            package_chart=views.bar_chart([r[:3] for r in package_rows]),
            hist=views.histogram_chart(data.relations.near_jaccards, threshold),
-           manifest_hist=sorted(c["near_relations_jaccard"].items()),
+           manifest_hist=sorted(c.near_relations_jaccard.items()),
            threshold=threshold, findings=findings, compared=compared,
            max_rate=DEFAULT_MAX_EXCLUSION_RATE, max_jump=DEFAULT_MAX_RATE_JUMP,
-           inputs=data.inputs, config_rows=sorted(m["config"].items()), notes=notes,
+           inputs=data.inputs,
+           config_rows=sorted(m.config.model_dump(mode="json").items()), notes=notes,
            clusters=len(data.relations.clusters),
            history_only=data.relations.history_only)
 
@@ -446,7 +450,7 @@ def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
         rows = []
         for c in chunk:
             decided = [data.decision(k) for k in c.members]
-            rows.append({"c": c, "kept": [k for k, d in zip(c.members, decided)
+            rows.append({"c": c, "kept": [k for k, d in zip(c.members, decided, strict=True)
                                           if d and d.decision == "keep"][:3],
                          "excluded": sum(1 for d in decided if d and d.decision == "exclude"),
                          "packages": sorted({k[0] for k in c.members}),
@@ -470,12 +474,13 @@ def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
     total = views.pages(len(rows), GUARD_PER_PAGE)
     by_rule: dict[str, int] = defaultdict(int)
     for r in blocked:
-        by_rule[r["blocked_by"]] += 1
+        if r.blocked_by is not None:
+            by_rule[r.blocked_by] += 1
     for p in range(1, total + 1):
         w.page("guard/index.html" if p == 1 else f"guard/page-{p}.html", "guard.html",
                title="Guard", rows=rows[(p - 1) * GUARD_PER_PAGE:p * GUARD_PER_PAGE],
                page=p, pages=total, blocked=len(blocked), shown=len(rows),
-               history=sum(1 for r in blocked if r["history_only"]),
+               history=sum(1 for r in blocked if r.history_only),
                by_rule=sorted(by_rule.items()), cluster_of=data.relations.cluster_of,
                clusters=data.relations.clusters)
 
@@ -518,27 +523,37 @@ def _sources(w: _Writer, data: SiteData, counts: ReportCounts) -> None:
                limit=SOURCE_EXCLUSIONS, data=data)
 
 
-def _record(d: dict, o: dict, data: SiteData, rels: list[dict], content: dict[Key, str],
-            excluded: list[Key], diffs: dict[Key, dict], guard: dict[Key, list[dict]]) -> dict:
+def _partner(r: dict, data: SiteData, content: dict[Key, str]) -> dict:
+    """A relation as `report explain` lists it: the partner's content and its own decision,
+    reason and kept sample."""
+    r = {**r, "partner": dict(r["partner"])}
+    pk = model.rel_ref(r["partner"])
+    if r["listed_as"] == "match" and pk is not None:
+        r["partner"]["content_id"] = content.get(pk)
+    pd = data.decision(pk) if pk is not None else None
+    r["partner_decision"] = pd.decision if pd is not None else None
+    r["partner_reason"] = pd.reason if pd is not None else None
+    r["partner_kept"] = ({"package_id": pd.kept[0], "sample_id": pd.kept[1]}
+                         if pd is not None and pd.kept is not None else None)
+    return r
+
+
+def _record(d: DecisionRow, o: OriginRow, data: SiteData, rels: list[dict],
+            content: dict[Key, str], excluded: list[Key], diffs: dict[Key, dict],
+            guard: dict[Key, list[dict]]) -> dict:
     """A sample's explanation: its decisions.jsonl row (the fields of `report explain`'s
-    ``sample``, ``kept`` and ``jaccard``) with its origin and domain, and its relations,
-    excluded samples, cluster, diff and guard rows where it has any."""
-    key = (d["package_id"], d["sample_id"])
-    rec = d
-    rec["file"], rec["line"], rec["source"] = o.get("file"), o.get("line"), o.get("source")
+    ``sample``, ``kept`` and ``jaccard``) with its origin and domain, ``why`` (as `report
+    explain` says it, from all its relations), and its relations with each partner's own
+    decision, excluded samples, cluster, diff and guard rows where it has any."""
+    key = d.key
+    rec = d.model_dump()
+    rec["file"], rec["line"], rec["source"] = o.file, o.line, o.source
     rec["domain"] = data.domain(key)
-    if rels:
-        out = []
-        for r in rels[:RECORD_LIST]:
-            r = {**r, "partner": dict(r["partner"])}
-            pk = model.rel_ref(r["partner"])
-            if r["listed_as"] == "match" and pk is not None:
-                r["partner"]["content_id"] = content.get(pk)
-            pd = data.decision(pk) if pk is not None else None
-            r["partner_decision"] = pd.decision if pd is not None else None
-            out.append(r)
-        rec["relations"] = out
-        rec["relations_total"] = len(rels)
+    listed = [_partner(r, data, content) for r in rels]
+    rec["why"] = explain_why(d, listed)
+    if listed:
+        rec["relations"] = listed[:RECORD_LIST]
+        rec["relations_total"] = len(listed)
     if excluded:
         rec["excluded_because_of_it"] = []
         for k in excluded[:RECORD_LIST]:
@@ -589,8 +604,8 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
     shards = [bytearray(b"NEAR_DEDUP_SHARD(" + str(i).encode() + b", {\n") for i in range(n)]
     started = [False] * n
     empty: list[dict] = []
-    for d, o in model.decision_rows(data.report):
-        key = (d["package_id"], d["sample_id"])
+    for d, o in model.report_rows(data.report):
+        key = d.key
         rec = _record(d, o, data, data.relations.by_sample.get(key, empty), content,
                       excluded.get(key, []), diffs, guard)
         i = views.shard_of(key[0], key[1], n)
@@ -604,7 +619,7 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
     for i, shard in enumerate(shards):
         w.raw(f"data/samples/{i:05d}.js", bytes(shard + b"\n});\n"))
         shards[i] = bytearray()
-    meta = {"shards": n, "packages": [i["package_id"] for i in data.manifest["inputs"]],
+    meta = {"shards": n, "packages": [i.package_id for i in data.manifest.inputs],
             "report": data.report.name,
             "report_checksums_sha256": sha256_file(data.report / CHECKSUMS)}
     w.raw("data/meta.js", b"var NEAR_DEDUP_META = " +
@@ -614,7 +629,7 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
     return []
 
 
-def _changes(w: _Writer, diff, old: Path) -> None:
+def _changes(w: _Writer, diff: ReportDiff, old: Path) -> None:
     lists = {}
     for name in LISTS:
         items = diff.lists[name]
@@ -624,38 +639,48 @@ def _changes(w: _Writer, diff, old: Path) -> None:
             w.page(f"changes/{name}-{p}.html", "change_list.html", title=name.replace("_", " "),
                    name=name, items=items[(p - 1) * CHANGES_PER_PAGE:p * CHANGES_PER_PAGE],
                    page=p, pages=total)
+    contents = {}
+    for name in CONTENT_LISTS:  # the contents matched across the two days (report diff)
+        items = diff.contents[name]
+        total = views.pages(len(items), CHANGES_PER_PAGE)
+        contents[name] = {"count": len(items), "pages": total}
+        for p in range(2, total + 1):
+            w.page(f"changes/contents-{name}-{p}.html", "contents_list.html",
+                   title=f"{name.replace('_', ' ')} contents", name=name,
+                   items=items[(p - 1) * CHANGES_PER_PAGE:p * CHANGES_PER_PAGE],
+                   page=p, pages=total)
     w.page("changes/index.html", "changes.html", title="Changes", d=diff, old_name=old.name,
            lists=lists, first={n: diff.lists[n][:CHANGES_PER_PAGE] for n in LISTS},
-           list_names=LISTS, change_names=CHANGES)
+           list_names=LISTS, change_names=CHANGES, contents=contents,
+           contents_first={n: diff.contents[n][:CHANGES_PER_PAGE] for n in CONTENT_LISTS},
+           content_names=CONTENT_LISTS)
 
 
-def _contamination(w: _Writer, path: Path, manifest: dict, report: Path) -> None:
-    from near_dedup_core.contamination import iter_lines
-
-    lines = [row for _, row in iter_lines(path)]
-    summary = orjson.loads((path / "summary.json").read_bytes())
-    pool = report_inputs(manifest)
-    evals = report_inputs({"inputs": manifest["evals"]})
+def _contamination(w: _Writer, contam: ContaminationSummary, report: Path) -> None:
+    path, manifest = contam.path, contam.model
+    lines = list(pair_lines(path))
+    summary = Summary.model_validate_json((path / "summary.json").read_bytes())
+    pool = input_packages(manifest.inputs)
+    evals = input_packages(manifest.evals)
     shown = lines[:MAX_CONTAMINATION_TEXTS]
-    t_orig = {(r["training"]["package_id"], r["training"]["sample_id"]): r["training"]
-              for r in shown}
-    e_orig = {(r["eval"]["package_id"], r["eval"]["sample_id"]): r["eval"] for r in shown}
+    t_orig = {(t.package_id, t.sample_id): OriginRow(
+        package_id=t.package_id, sample_id=t.sample_id, split=t.split, file=t.file,
+        line=t.line, source=None) for t in (r.training for r in shown)}
+    e_orig = {(r.eval.package_id, r.eval.sample_id): r.eval for r in shown}
     t_texts = read_samples(report, pool, t_orig) if t_orig else {}
     e_texts = _eval_texts(evals, e_orig)
     rows = []
     for i, r in enumerate(lines):
         row: dict[str, object] = {"r": r}
         if i < MAX_CONTAMINATION_TEXTS:
-            tk = (r["training"]["package_id"], r["training"]["sample_id"])
-            ek = (r["eval"]["package_id"], r["eval"]["sample_id"])
-            t = t_texts.get(tk)
+            t = t_texts.get((r.training.package_id, r.training.sample_id))
             if t is not None:
-                s, e = r["span"]["start"], r["span"]["end"]
+                s, e = r.span.start, r.span.end
                 text = t.normalized
                 row["training"] = (views.collapse(text[:s], True, False) if s else []) + \
                     [("span", text[s:e])] + (views.collapse(text[e:], False, True)
                                              if e < len(text) else [])
-            item = e_texts.get(ek)
+            item = e_texts.get((r.eval.package_id, r.eval.sample_id))
             row["item"] = item.normalized if item is not None else None
         rows.append(row)
     total = views.pages(len(rows), CONTAMINATION_PER_PAGE)
@@ -663,13 +688,13 @@ def _contamination(w: _Writer, path: Path, manifest: dict, report: Path) -> None
     for p in range(1, total + 1):
         w.page("contamination/index.html" if p == 1 else f"contamination/page-{p}.html",
                "contamination.html", title="Contamination", name=path.name,
-               summary=summary, counts=manifest["counts"], page=p, pages=total,
+               summary=summary, counts=manifest.counts, page=p, pages=total,
                rows=rows[(p - 1) * CONTAMINATION_PER_PAGE:p * CONTAMINATION_PER_PAGE],
-               threshold=manifest["config"].get("contamination_threshold"), notes=notes,
+               threshold=manifest.config.get("contamination_threshold"), notes=notes,
                limit=MAX_CONTAMINATION_TEXTS)
 
 
-def _eval_texts(evals: dict[str, InputPackage], origins: dict[Key, dict]
+def _eval_texts(evals: dict[str, InputPackage], origins: dict[Key, EvalRef]
                 ) -> dict[Key, SampleText]:
     """Eval items' compared texts, read from their packages at the reported file and line."""
     out: dict[Key, SampleText] = {}
@@ -677,7 +702,7 @@ def _eval_texts(evals: dict[str, InputPackage], origins: dict[Key, dict]
     for k, o in origins.items():
         pkg = evals.get(k[0])
         if pkg is not None and pkg.available:
-            by_file[(k[0], o["file"])][o["line"]] = k
+            by_file[(k[0], o.file)][o.line] = k
     for (pid, file), wanted in sorted(by_file.items()):
         for n, rec in read_lines(evals[pid], file, set(wanted)).items():
             if isinstance(rec.get("ref"), dict):

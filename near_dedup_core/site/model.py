@@ -3,20 +3,23 @@
 The report is verified first (`report.verify_report`); its decisions come back from the
 verifier as one small record per sample. Then:
 
+Every file is read through its typed rows (`report.relation_rows`, `report.decision_rows`,
+`report.origin_rows`).
+
 1. ``relations.jsonl``, once: each sample's relations as `report explain` lists them
    (``listed_as`` sample/match), the connected groups of pool relations (*clusters*,
    union-find over the samples; history-only relations join nothing), the guard-blocked
    pairs, and the exact Jaccard of the near relations for the histogram;
-2. ``decisions.jsonl`` with ``origins.jsonl``, streamed: the per-sample records of the
-   search data (`sample_records`), written shard by shard by the caller;
+2. ``decisions.jsonl`` with ``origins.jsonl``, streamed (`report_rows`): the per-sample
+   records of the search data, with `report explain`'s ``why`` and each partner's own
+   decision, written shard by shard by the caller;
 3. the input packages: every sample's domain (`audit.sources.sample_domains`, one pass, as
    the exclusion-rate check reads them) and the texts of a bounded set of samples
    (`audit.sources.read_samples`): the excluded members of the clusters that get a page of
    their own, their kept partners, and the guard-blocked pairs shown with their numbers.
 
-Counts by split, domain and package are `audit.rates.ReportCounts` tallied from the
-verifier's records (what `audit.rates.count_report` tallies from decisions.jsonl); the
-findings are `audit.rates.rate_problems`; text diffs are `audit.textdiff.changed_spans`.
+Counts by split, domain and package are `audit.rates.count_report`'s, over the domains read
+once; the findings are `audit.rates.rate_problems`; text diffs are `audit.textdiff.changed_spans`.
 """
 
 from __future__ import annotations
@@ -27,7 +30,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from near_dedup_core.audit.sources import Domains, InputPackage, Key, SampleText
-from near_dedup_core.report import ReportSummary, _iter_jsonl, iter_decisions
+from near_dedup_core.report import (
+    DecisionRow,
+    OriginRow,
+    RelationRow,
+    ReportManifest,
+    ReportSummary,
+    decision_rows,
+    origin_rows,
+    relation_rows,
+)
 
 #: Clusters that get a page of their own (largest first), besides the largest few per source.
 CLUSTER_PAGES = 400
@@ -45,6 +57,7 @@ MATRIX_MEMBERS = 12
 
 
 def rel_ref(ref: dict) -> Key | None:
+    """The (package_id, sample_id) of a relation's partner as listed (None: history)."""
     if ref.get("package_id") is None:
         return None
     return (ref["package_id"], ref["sample_id"])
@@ -104,39 +117,43 @@ class Relations:
     by_sample: dict[Key, list[dict]]
     clusters: list[Cluster]
     cluster_of: dict[Key, int]
-    blocked: list[dict]  # every guard-blocked relation as in relations.jsonl
+    blocked: list[RelationRow]  # every guard-blocked relation of relations.jsonl
     near_jaccards: list[float]  # near relations not blocked by the guard (the manifest's)
     total: int = 0
     history_only: int = 0
 
 
 def read_relations(report: Path, order: dict[Key, int]) -> Relations:
-    """Relations by sample, clusters largest first (ties: earliest member in decision order)."""
-    fields = ("kind", "jaccard", "history_only", "blocked_by", "match_sources")
+    """Relations by sample, clusters largest first (ties: earliest member in decision order).
+
+    A sample's relations are listed in relations.jsonl order, as `report explain` lists them
+    (its ``why`` reads them in that order)."""
     by_sample: dict[Key, list[dict]] = defaultdict(list)
     uf = _UnionFind()
     edges: list[Edge] = []
-    blocked: list[dict] = []
+    blocked: list[RelationRow] = []
     near: list[float] = []
     total = hist = 0
-    for r in _iter_jsonl(report, "relations.jsonl"):
+    for _, r in relation_rows(report):
         total += 1
-        s = (r["sample"]["package_id"], r["sample"]["sample_id"])
-        m = rel_ref(r["match"])
-        common = {k: r[k] for k in fields}
-        by_sample[s].append({"listed_as": "sample", "partner": dict(r["match"]), **common})
+        s = r.sample.key
+        m = r.match.key
+        common = {"kind": r.kind, "jaccard": r.jaccard, "history_only": r.history_only,
+                  "blocked_by": r.blocked_by,
+                  "match_sources": [x.model_dump() for x in r.match_sources]}
+        by_sample[s].append({"listed_as": "sample", "partner": r.match.model_dump(), **common})
         if m is not None:
             by_sample[m].append({"listed_as": "match",
                                  "partner": {"content_id": None, "package_id": s[0],
                                              "sample_id": s[1]}, **common})
             uf.union(s, m)
-            edges.append(Edge(s, m, r["kind"], r["jaccard"], r["blocked_by"]))
-        if r["history_only"]:
+            edges.append(Edge(s, m, r.kind, r.jaccard, r.blocked_by))
+        if r.history_only:
             hist += 1
-        if r["blocked_by"] is not None:
+        if r.blocked_by is not None:
             blocked.append(r)
-        if r["kind"] == "near" and r["blocked_by"] is None:
-            near.append(r["jaccard"])
+        if r.kind == "near" and r.blocked_by is None:
+            near.append(r.jaccard)
     groups: dict[Key, list[Key]] = defaultdict(list)
     for key in uf.parent:
         groups[uf.find(key)].append(key)
@@ -162,7 +179,7 @@ class SiteData:
     """Everything the pages are rendered from."""
 
     report: Path
-    manifest: dict
+    manifest: ReportManifest
     summary: ReportSummary
     inputs: dict[str, InputPackage]
     domains: Domains
@@ -196,13 +213,13 @@ def content_ids(report: Path, wanted: set[Key]) -> dict[Key, str]:
     out: dict[Key, str] = {}
     if not wanted:
         return out
-    for d in iter_decisions(report):
-        k = (d["package_id"], d["sample_id"])
-        if k in wanted:
-            out[k] = d["content_id"]
+    for _, d in decision_rows(report):
+        if d.key in wanted:
+            out[d.key] = d.content_id
     return out
 
 
-def decision_rows(report: Path) -> Iterator[tuple[dict, dict]]:
-    """(decision, origin) of every sample, line by line."""
-    return zip(iter_decisions(report), _iter_jsonl(report, "origins.jsonl"), strict=False)
+def report_rows(report: Path) -> Iterator[tuple[DecisionRow, OriginRow]]:
+    """(decision, origin) of every sample, line by line (a verified report aligns them)."""
+    return zip((d for _, d in decision_rows(report)), (o for _, o in origin_rows(report)),
+               strict=True)

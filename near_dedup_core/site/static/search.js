@@ -91,6 +91,18 @@
     return link(p.package_id, p.sample_id);
   }
 
+  // A partner's own decision as `report explain` prints it: "exclude (near_duplicate of P/S)".
+  function outcome(r) {
+    if (r.partner_decision === null) return "history content (not in the pool)";
+    var span = el("span", null, r.partner_decision + " (" + r.partner_reason);
+    if (r.partner_kept) {
+      span.appendChild(document.createTextNode(" of "));
+      span.appendChild(link(r.partner_kept.package_id, r.partner_kept.sample_id));
+    }
+    span.appendChild(document.createTextNode(")"));
+    return span;
+  }
+
   function render(rec) {
     var s = rec, box = el("div", "explanation");
     box.id = "explanation";
@@ -108,6 +120,7 @@
     dec.appendChild(el("span", "decision-" + rec.decision, rec.decision));
     dec.appendChild(document.createTextNode(" (" + rec.reason + ")"));
     dec.id = "decision";
+    row("why", rec.why).id = "why";
     if (rec.kept) {
       var k = row("kept", link(rec.kept.package_id, rec.kept.sample_id));
       k.id = "kept";
@@ -121,9 +134,9 @@
     var rels = rec.relations || [];
     box.appendChild(el("h3", null, "relations (" + (rec.relations_total || 0) + ")"));
     if (rels.length) {
-      box.appendChild(table(["listed as", "partner", "kind", "jaccard", "history-only", "blocked by", "partner decision", "sources"],
+      box.appendChild(table(["listed as", "partner", "kind", "jaccard", "history-only", "blocked by", "partner's own decision", "sources"],
         rels.map(function (r) {
-          return [r.listed_as, partner(r.partner), r.kind, jac(r.jaccard), r.history_only, r.blocked_by, r.partner_decision,
+          return [r.listed_as, partner(r.partner), r.kind, jac(r.jaccard), r.history_only, r.blocked_by, outcome(r),
             r.match_sources.slice(0, 3).map(function (m) { return m.package_id + "/" + m.sample_id; }).join(", ") + (r.match_sources.length > 3 ? " …" : "")];
         })));
       if (rec.relations_total > rels.length) box.appendChild(el("p", "src", "First " + rels.length + " of " + rec.relations_total + "."));
