@@ -58,7 +58,7 @@ class DayPool:
     packages: list[Package]
 
     @property
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[Path | str]:
         return [p.path for p in self.packages]
 
     @property

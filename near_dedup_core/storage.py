@@ -183,6 +183,14 @@ class Location(abc.ABC):
         return parse_location, (self.url,)
 
 
+def is_url(text: str | Path) -> bool:
+    """Whether a location is a URL of object storage (``file://`` is a local path)."""
+    if isinstance(text, Path):
+        return False
+    m = _URL_RE.match(text)
+    return m is not None and m.group(1).lower() != "file"
+
+
 def parse_location(text: str | Path | Location) -> Location:
     """A local path (or ``file://`` URL) -> `LocalLocation`; any other ``scheme://`` URL
     -> `RemoteLocation`, whose storage package is checked here: a missing one is one line
@@ -509,6 +517,39 @@ class RemoteLocation(Location):
         for rel in copied:
             with contextlib.suppress(Exception):
                 self.fs.rm_file(self._key(rel))
+
+
+@contextlib.contextmanager
+def local_folder(location: str | Path | Location) -> Iterator[Path]:
+    """A published folder (report, contamination report, mixture) as a local folder for the
+    checks that read it: a local folder is itself; a folder on object storage is listed once
+    and every object of the listing is streamed into a temporary folder of the same name
+    (each read tied to the listed size and version tag), which the checks then read as
+    they read a local one. An error that names the temporary folder names the URL instead,
+    and so does a result's text (`in_place`)."""
+    location = parse_location(location)
+    if isinstance(location, LocalLocation):
+        yield location.path
+        return
+    assert isinstance(location, RemoteLocation)
+    files = location.list_files()
+    with tempfile.TemporaryDirectory(prefix="near-dedup-fetch-") as tmp:
+        folder = Path(tmp) / location.name
+        for rel, info in files.items():
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with location.open(rel, info) as src, open(target, "wb") as dst:
+                while chunk := src.read(_CHUNK):
+                    dst.write(chunk)
+        try:
+            yield folder
+        except NearDedupError as exc:
+            raise type(exc)(str(exc).replace(str(folder), location.url)) from None
+
+
+def in_place(text: str, folder: Path, location: str | Path | Location) -> str:
+    """``text`` naming ``location`` where it names its `local_folder` ``folder``."""
+    return text.replace(str(folder), parse_location(location).url)
 
 
 # --------------------------------------------------------------------------- helpers

@@ -96,7 +96,7 @@ class Plan:
         """Write plan.json (key-sorted, stable) through a temporary sibling."""
         path = Path(path)
         for p in self.packages:
-            if is_within(path, p.path):
+            if isinstance(p.path, Path) and is_within(path, p.path):
                 raise NearDedupError(f"plan output {path} is inside input package "
                                      f"{p.package_id}; packages are immutable")
         if self.report is not None and is_within(path, self.report.path):

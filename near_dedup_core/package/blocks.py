@@ -306,7 +306,7 @@ def shard_blocks(pkg: Package, entry: FileEntry, position: int, block_lines: int
                          position + line, depends_on, data, lines)
 
     try:
-        with open(pkg.path / entry.path, "rb", buffering=0) as raw_file:
+        with pkg.open_raw(entry.path) as raw_file:
             counter = HashingReader(raw_file)
             buffered = io.BufferedReader(counter, READ_BUFFER)
             if entry.path.endswith(".gz"):  # line by line, so a failure has its exact line

@@ -27,7 +27,7 @@ from pathlib import Path
 from near_dedup_core import index_store as db
 from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
+from near_dedup_core.fsutil import require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
@@ -51,12 +51,13 @@ from near_dedup_core.scan.write import (
     write_origins,
     write_report,
 )
+from near_dedup_core.storage import LocalLocation, Location, parse_location
 from near_dedup_core.workers import POOL_RECORDS, InlineExecutor, process_pool, submit_in_turn
 
 
 @dataclass
 class ScanResult:
-    output: Path
+    output: Path | str  # a local folder, or a URL
     counts: dict
 
     def summary(self) -> str:
@@ -73,10 +74,14 @@ def scan_pool(index: str | Path | db.Index, config: NearDedupConfig,
               progress: bool = False) -> ScanResult:
     """Freeze the report of the pool ``package_paths`` into ``output_dir`` (see the package
     doc)."""
-    output = Path(output_dir)
+    output = parse_location(output_dir)
     index = db.open_index(index)
-    paths = [Path(p) for p in package_paths]
-    require_new_output_outside(output, paths)
+    paths = [parse_location(p) for p in package_paths]
+    if isinstance(output, LocalLocation):
+        require_new_output_outside(output.path, [p.path for p in paths
+                                                 if isinstance(p, LocalLocation)])
+    else:
+        output.require_new_output()
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
@@ -130,10 +135,10 @@ def _side_pool(executor: str, workers: int, records: int) -> Iterator[tuple[Exec
             yield ex, False
 
 
-def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output: Path,
+def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output: Location,
           workers: int, executor: str, progress: bool) -> ScanResult:
     with index.errors(), index.snapshot(config) as snap, \
-            atomic_dir(output) as folder, \
+            output.publish() as folder, \
             _side_pool(executor, workers, sum(p.record_count for p in pkgs)) as (side, remote):
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         indexed_rows = snap.indexed_packages()
@@ -180,4 +185,4 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
                               columns, origins, pool_outside)
         snap.verify_pages()  # nothing is published from a damaged index
-    return ScanResult(output, counts)
+    return ScanResult(output.path if isinstance(output, LocalLocation) else output.url, counts)
