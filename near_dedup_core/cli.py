@@ -407,7 +407,10 @@ def run(args: argparse.Namespace) -> None:
             print(mixture.build_mixture(mixture.load_mixture_config(args.config),
                                         args.output, progress=progress).summary())
         else:
-            print(mixture.verify_mixture(args.mixture).summary())
+            from near_dedup_core.storage import in_place, local_folder
+
+            with local_folder(args.mixture) as folder:
+                print(in_place(mixture.verify_mixture(folder).summary(), folder, args.mixture))
 
 
 class Terminated(BaseException):

@@ -547,6 +547,27 @@ def local_folder(location: str | Path | Location) -> Iterator[Path]:
             raise type(exc)(str(exc).replace(str(folder), location.url)) from None
 
 
+_FETCHED: dict[str, tuple[tempfile.TemporaryDirectory, Path]] = {}
+
+
+def fetched_folder(location: str | Path | Location) -> Path:
+    """`local_folder` for a reader that keeps the folder for the rest of the command (a
+    mixture build reads its report while planning, then copies it into the mixture): a local
+    folder is itself; a folder on object storage is fetched once per process into a
+    temporary folder that is removed when the process exits (published folders are never
+    replaced, so one fetch stands for the command)."""
+    location = parse_location(location)
+    if isinstance(location, LocalLocation):
+        return location.path
+    if location.url not in _FETCHED:
+        with local_folder(location) as folder:
+            keep = tempfile.TemporaryDirectory(prefix="near-dedup-fetch-")
+            target = Path(keep.name) / location.name
+            os.rename(folder, target)
+        _FETCHED[location.url] = (keep, target)
+    return _FETCHED[location.url][1]
+
+
 def in_place(text: str, folder: Path, location: str | Path | Location) -> str:
     """``text`` naming ``location`` where it names its `local_folder` ``folder``."""
     return text.replace(str(folder), parse_location(location).url)

@@ -6,6 +6,7 @@ nothing written."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,3 +166,51 @@ def test_missing_bucket_and_denied_credentials(s3: S3Server, tmp_path: Path,
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong-" + SECRET_KEY)
     line = refused(["snapshot", "validate", url], url, "credentials were refused")
     assert SECRET_KEY not in line
+
+
+def mixture_config(root: Path, name: str, inputs: list, report: object) -> Path:
+    cfg = {"name": "mix", "kind": "cpt", "inputs": [str(p) for p in inputs],
+           "target_records": 10, "group_by": "domain",
+           "strategy": {"type": "temperature", "temperature": 2.0},
+           "quality": {"min_chars": 0}, "allow_shortfall": False, "redistribute": True,
+           "seed": 7, "near_dedup_report": str(report)}
+    path = root / f"{name}.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    return path
+
+
+def test_mixture_build_and_verify_on_the_bucket(s3: S3Server, pools: dict,
+                                                tmp_path: Path) -> None:
+    local_cfg = mixture_config(tmp_path, "local", [V1, V2], pools["report"])
+    remote_cfg = mixture_config(tmp_path, "remote", pools["urls"], pools["remote_report"])
+    local = tmp_path / "mixture"
+    ok("mixture", "build", local_cfg, "--output", local)
+    url = s3.url("mixtures/mix")
+    assert ok("mixture", "build", remote_cfg, "--output", url).startswith(
+        f"built mixture mix at {url}:")
+    remote_tree = download(s3, "mixtures/mix")
+    local_tree = tree_bytes(local)
+    assert sorted(remote_tree) == sorted(local_tree)
+    # what differs is what records the inputs as given: the mixture's manifest and plan, and
+    # the report embedded in it (with the sha256 of its manifest)
+    recorded = {str(V1): pools["urls"][0], str(V2): pools["urls"][1]}
+    embedded = "near-dedup/"
+    same_report({k[len(embedded):]: v for k, v in local_tree.items() if k.startswith(embedded)},
+                {k[len(embedded):]: v for k, v in remote_tree.items()
+                 if k.startswith(embedded)}, recorded)
+    recorded[str(pools["report"])] = pools["remote_report"]
+    sha = {hashlib.sha256(local_tree[embedded + "manifest.json"]).hexdigest():
+           hashlib.sha256(remote_tree[embedded + "manifest.json"]).hexdigest()}
+    for name, body in local_tree.items():
+        if name in ("manifest.json", "plan.json"):
+            text = remote_tree[name].decode()
+            for given_locally, given in [*recorded.items(), *sha.items()]:
+                text = text.replace(json.dumps(given), json.dumps(given_locally))
+            assert text.encode() == body, name
+        elif not name.startswith(embedded) and name != "checksums.sha256":
+            assert remote_tree[name] == body, name  # the data, byte for byte
+    assert ok("mixture", "verify", url) == ok("mixture", "verify", local).replace(
+        str(local), url)
+    before = download(s3, "mixtures/mix")
+    refused(["mixture", "build", remote_cfg, "--output", url], f"output {url} already exists")
+    assert download(s3, "mixtures/mix") == before

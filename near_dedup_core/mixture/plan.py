@@ -29,6 +29,7 @@ from near_dedup_core.mixture.inputs import (
 )
 from near_dedup_core.package import ID_PATTERN, ID_RE, Package, open_packages, stream_records
 from near_dedup_core.progress import Progress
+from near_dedup_core.storage import fetched_folder
 
 
 @dataclass
@@ -161,7 +162,7 @@ class Plan:
 def _open_inputs(cfg: MixtureConfig) -> list[Package]:
     """Open the input packages; their kind must be the mixture's and every split name must
     be usable as the folder ``data/<split>/`` of the mixture."""
-    packages = open_packages([Path(p) for p in cfg.inputs])
+    packages = open_packages(cfg.inputs)
     for p in packages:
         if p.kind != cfg.kind:
             raise NearDedupError(f"{where(p.package_id)}: kind {p.kind} but the mixture "
@@ -259,7 +260,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     packages = _open_inputs(cfg)
     report = None
     if cfg.near_dedup_report is not None:
-        report = read_report(Path(cfg.near_dedup_report))
+        report = read_report(fetched_folder(cfg.near_dedup_report))
         kinds: set[str] = {i["kind"] for i in report.inputs}  # validated: always present
         if kinds - {cfg.kind}:
             raise NearDedupError(f"near_dedup_report {report.path} covers {sorted(kinds)} "
@@ -267,7 +268,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
         check_inputs_match(packages, report)
     contamination = None
     if cfg.contamination_report is not None:
-        contamination = read_contamination(Path(cfg.contamination_report))
+        contamination = read_contamination(fetched_folder(cfg.contamination_report))
         check_inputs_match(packages, contamination)  # type: ignore[arg-type]
         recheck_for_mixture(contamination, packages, cfg.kind)
     retained = _retained_splits(cfg, report)
