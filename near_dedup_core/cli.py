@@ -121,11 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(every input indexed, as for scan) the pool's normalized "
                                     "texts are read from the index instead of the packages: "
                                     "faster, the same report.")
-    ct.add_argument("--evals", nargs="+", type=Path, required=True, metavar="EVAL_PKG",
+    ct.add_argument("--evals", nargs="+", type=_location, required=True, metavar="EVAL_PKG",
                     help="snapshot packages holding the evaluation items")
-    ct.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="POOL_PKG",
+    ct.add_argument("--inputs", nargs="+", type=_location, required=True, metavar="POOL_PKG",
                     help="package folders of the training pool")
-    ct.add_argument("--output", type=Path, required=True, metavar="DIR",
+    ct.add_argument("--output", type=_location, required=True, metavar="DIR",
                     help="new report folder (must not exist)")
     ct.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)

@@ -214,3 +214,21 @@ def test_mixture_build_and_verify_on_the_bucket(s3: S3Server, pools: dict,
     before = download(s3, "mixtures/mix")
     refused(["mixture", "build", remote_cfg, "--output", url], f"output {url} already exists")
     assert download(s3, "mixtures/mix") == before
+
+
+def test_contamination_on_the_bucket_matches_the_local_run(s3: S3Server,
+                                                          tmp_path: Path) -> None:
+    evals, pool = upload(s3, V2, "evals/cpt-v2"), upload(s3, V1, "snapshots/cpt-v1")
+    local = tmp_path / "contamination"
+    ok("--config", CONFIG, "contamination", "--evals", V2, "--inputs", V1, "--output", local,
+       "--workers", 1)
+    url = s3.url("reports/contamination")
+    assert ok("--config", CONFIG, "contamination", "--evals", evals, "--inputs", pool,
+              "--output", url, "--workers", 1).startswith(f"contamination report {url}")
+    local_tree = tree_bytes(local)
+    assert b'"eval"' in local_tree["contamination.jsonl"]  # v2 repeats texts of v1
+    same_report(local_tree, download(s3, "reports/contamination"), {str(V2): evals, str(V1): pool})
+    assert ok("report", "verify", url, "--inputs", evals, pool) == \
+        ok("report", "verify", local, "--inputs", V2, V1).replace(str(local), url)
+    refused(["--config", CONFIG, "contamination", "--evals", evals, "--inputs", pool,
+             "--output", url, "--workers", 1], f"output {url} already exists")
