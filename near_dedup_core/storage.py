@@ -450,7 +450,7 @@ class RemoteLocation(Location):
         (as `fsutil.remove_stale_temporaries` does locally)."""
         parent, _, name = self.root.rpartition("/")
         stem = f"{parent}/.{name}.tmp-{_host()}-"
-        with _errors(self.url):
+        with _errors(self.url, "nothing was published"):
             try:
                 siblings = self.fs.ls(parent, detail=False)
             except FileNotFoundError:  # nothing beside the output yet
@@ -459,7 +459,8 @@ class RemoteLocation(Location):
             pid = sibling.rstrip("/")[len(stem):].partition("-")[0]
             if (sibling.startswith(stem) and pid.isdigit() and int(pid) != os.getpid()
                     and not _pid_alive(int(pid))):
-                with _errors(self.url), contextlib.suppress(FileNotFoundError):
+                with _errors(self.url, "nothing was published"), \
+                        contextlib.suppress(FileNotFoundError):
                     self.fs.rm(sibling, recursive=True)
 
     def _commit(self, folder: Path) -> None:

@@ -19,6 +19,8 @@ CONFIG = REPO / "config" / "near-dedup.json"
 V1 = SAMPLES / "cpt/2026-11-25/cpt-v1"
 V2 = SAMPLES / "cpt/2026-11-26/cpt-v2"
 
+pytestmark = pytest.mark.slow  # about 45 s: every command twice, against a live S3 server
+
 
 @pytest.fixture
 def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
@@ -232,3 +234,25 @@ def test_contamination_on_the_bucket_matches_the_local_run(s3: S3Server,
         ok("report", "verify", local, "--inputs", V2, V1).replace(str(local), url)
     refused(["--config", CONFIG, "contamination", "--evals", evals, "--inputs", pool,
              "--output", url, "--workers", 1], f"output {url} already exists")
+
+
+def test_an_output_in_a_missing_bucket_and_a_server_stopped_mid_scan(
+        s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from near_dedup_core.scan import run as scan_run
+
+    url = upload(s3, V1, "snapshots/cpt-v1")
+    index = tmp_path / "index.sqlite"
+    ok("--index", index, "--config", CONFIG, "index", "--inputs", url, "--workers", 1)
+    missing = f"s3://{s3.bucket}-missing/reports/cpt"
+    refused(["--quiet", "--index", index, "--config", CONFIG, "scan", "--inputs", url,
+             "--output", missing, "--workers", 1], missing, "no such bucket")
+    # the server goes away after the packages were read, before the report is published
+    monkeypatch.setattr(scan_run, "pause_point", lambda stage: s3.stop())
+    out = s3.url("reports/cpt")
+    started = time.monotonic()
+    line = refused(["--quiet", "--index", index, "--config", CONFIG, "scan", "--inputs", url,
+                    "--output", out, "--workers", 1], out, "cannot reach the storage endpoint",
+                   "nothing was published")
+    assert time.monotonic() - started < 60, line
