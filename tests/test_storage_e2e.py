@@ -256,3 +256,22 @@ def test_an_output_in_a_missing_bucket_and_a_server_stopped_mid_scan(
                     "--output", out, "--workers", 1], out, "cannot reach the storage endpoint",
                    "nothing was published")
     assert time.monotonic() - started < 60, line
+
+
+def test_without_s3fs_a_url_argument_is_one_line_naming_the_extra(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "s3fs", None)  # as without the s3 extra
+    monkeypatch.delitem(importlib.import_module("fsspec.registry")._registry, "s3",
+                        raising=False)
+    url = "s3://bucket/snapshots/cpt-v1"
+    for argv in (["snapshot", "validate", url],
+                 ["--index", tmp_path / "i.sqlite", "index", "--inputs", url],
+                 ["--index", tmp_path / "i.sqlite", "scan", "--inputs", V1, "--output",
+                  "s3://bucket/reports/r"],
+                 ["report", "verify", "s3://bucket/reports/r"],
+                 ["mixture", "verify", "s3://bucket/mixtures/m"]):
+        refused(argv, "s3://bucket/", "pip install 'near-dedup[s3]'")
+    assert not (tmp_path / "i.sqlite").exists()
