@@ -280,3 +280,33 @@ def test_without_s3fs_a_url_argument_is_one_line_naming_the_extra(
                  ["mixture", "verify", "s3://bucket/mixtures/m"]):
         refused(argv, "s3://bucket/", "pip install 'near-dedup[s3]'")
     assert not (tmp_path / "i.sqlite").exists()
+
+
+def test_gzip_packages_and_the_package_rules_on_the_bucket(s3: S3Server, tmp_path: Path) -> None:
+    from helpers import make_package, stdlib_paragraphs
+
+    texts = stdlib_paragraphs()[:40]
+    pkg = make_package(tmp_path, "gz-v1", {"train": [{"id": f"s{i}", "text": t}
+                                                      for i, t in enumerate(texts)]},
+                       shard_records=15, gz=True)
+    url = upload(s3, pkg, "snapshots/gz-v1")
+    assert ok("snapshot", "validate", url) == ok("snapshot", "validate", pkg)
+    local_index, remote_index = tmp_path / "l.sqlite", tmp_path / "r.sqlite"
+    ok("--index", local_index, "index", "--inputs", pkg, "--workers", 1)
+    ok("--index", remote_index, "index", "--inputs", url, "--workers", 1)
+    ok("--index", local_index, "scan", "--inputs", pkg, "--output", tmp_path / "rep",
+       "--workers", 1)
+    ok("--index", remote_index, "scan", "--inputs", url, "--output", s3.url("reports/gz"),
+       "--workers", 1)
+    same_report(tree_bytes(tmp_path / "rep"), download(s3, "reports/gz"), {str(pkg): url})
+    # a file under data/ that the manifest does not list, and a listed shard that is gone
+    client = s3.client()
+    client.put_object(Bucket=s3.bucket, Key="snapshots/gz-v1/data/train/extra.jsonl", Body=b"")
+    refused(["snapshot", "validate", url], "package gz-v1, data/train/extra.jsonl",
+            "not listed in manifest.json")
+    client.delete_object(Bucket=s3.bucket, Key="snapshots/gz-v1/data/train/extra.jsonl")
+    client.delete_object(Bucket=s3.bucket, Key="snapshots/gz-v1/data/train/part-00001.jsonl.gz")
+    refused(["snapshot", "validate", url], "package gz-v1, data/train/part-00001.jsonl.gz",
+            "listed in manifest.json but missing")
+    refused(["snapshot", "validate", s3.url("snapshots/none")], s3.url("snapshots/none"),
+            "no such prefix")
