@@ -310,3 +310,23 @@ def test_gzip_packages_and_the_package_rules_on_the_bucket(s3: S3Server, tmp_pat
             "listed in manifest.json but missing")
     refused(["snapshot", "validate", s3.url("snapshots/none")], s3.url("snapshots/none"),
             "no such prefix")
+
+
+def test_a_shard_replaced_after_the_listing_is_refused(s3: S3Server,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from near_dedup_core.package import stream
+
+    url = upload(s3, V1, "snapshots/cpt-v1")
+    shard = sorted(p for p in (V1 / "data").rglob("*") if p.is_file())[0]
+    rel = shard.relative_to(V1).as_posix()
+    body = bytearray(shard.read_bytes())
+    body[10] = ord("#") if body[10] != ord("#") else ord("%")
+    opened = stream.stream_records
+
+    def replace_then_stream(packages):  # same size, other bytes: another version (ETag)
+        s3.client().put_object(Bucket=s3.bucket, Key=f"snapshots/cpt-v1/{rel}",
+                               Body=bytes(body))
+        return opened(packages)
+
+    monkeypatch.setattr(stream, "stream_records", replace_then_stream)
+    refused(["snapshot", "validate", url], f"{url}/{rel}", "changed since it was listed")
