@@ -11,6 +11,8 @@ import hashlib
 import json
 import re
 import sqlite3
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -266,7 +268,6 @@ def test_an_output_in_a_missing_bucket_and_a_server_stopped_mid_scan(
 def test_without_s3fs_a_url_argument_is_one_line_naming_the_extra(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import importlib
-    import sys
 
     monkeypatch.setitem(sys.modules, "s3fs", None)  # as without the s3 extra
     monkeypatch.delitem(importlib.import_module("fsspec.registry")._registry, "s3",
@@ -330,3 +331,31 @@ def test_a_shard_replaced_after_the_listing_is_refused(s3: S3Server,
 
     monkeypatch.setattr(stream, "stream_records", replace_then_stream)
     refused(["snapshot", "validate", url], f"{url}/{rel}", "changed since it was listed")
+
+
+def test_worker_pools_read_packages_on_the_bucket(s3: S3Server, tmp_path: Path) -> None:
+    """Over `workers.POOL_RECORDS` records and two workers: index's reader streams the shards
+    into the memory it shares with its workers, and scan's worker re-hashes the data files
+    from the bucket; the index and the report are those of the local run."""
+    from helpers import make_package, stdlib_paragraphs
+
+    from near_dedup_core.workers import POOL_RECORDS
+
+    texts = stdlib_paragraphs()
+    records = [{"id": f"s{i}", "text": f"{i} {texts[i % len(texts)]}"}
+               for i in range(POOL_RECORDS + 500)]
+    pkg = make_package(tmp_path, "big-v1", {"train": records}, shard_records=1000)
+    url = upload(s3, pkg, "snapshots/big-v1")
+    local_index, remote_index = tmp_path / "l.sqlite", tmp_path / "r.sqlite"
+    def cli(*argv: object) -> None:  # own process: its workers see this test's server
+        run = subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet",
+                              *map(str, argv)], capture_output=True, text=True, timeout=300)
+        assert run.returncode == 0, run.stderr
+
+    cli("--index", local_index, "index", "--inputs", pkg, "--workers", 2)
+    cli("--index", remote_index, "index", "--inputs", url, "--workers", 2)
+    cli("--index", local_index, "scan", "--inputs", pkg, "--output", tmp_path / "rep",
+        "--workers", 2)
+    cli("--index", remote_index, "scan", "--inputs", url, "--output", s3.url("reports/big"),
+        "--workers", 2)
+    same_report(tree_bytes(tmp_path / "rep"), download(s3, "reports/big"), {str(pkg): url})
