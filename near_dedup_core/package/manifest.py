@@ -9,12 +9,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import is_within
-from near_dedup_core.storage import FileInfo, LocalLocation, Location, parse_location
 
 FORMAT = "training-snapshot"
 FORMAT_VERSION = 2
@@ -26,6 +26,9 @@ SHARD_SUFFIXES = (".jsonl", ".jsonl.gz")
 #: Package ids, split names and mixture names: letters, digits, ".", "_" and "-".
 ID_PATTERN = r"[A-Za-z0-9._-]+"
 ID_RE = re.compile(ID_PATTERN)
+if TYPE_CHECKING:  # imported where a package is opened: a worker that parses never needs it
+    from near_dedup_core.storage import FileInfo, Location
+
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -145,6 +148,7 @@ def load_package(path: str | Path | Location) -> Package:
     every listed file, no data read. A URL (``s3://…``) is read through `storage`: the
     manifest, and one listing of the package's objects (size and version tag of each)."""
     from near_dedup_core.package.model import ManifestProblem, parse_manifest
+    from near_dedup_core.storage import LocalLocation, parse_location
 
     location = parse_location(path)
     listing: dict[str, FileInfo] | None = None

@@ -7,6 +7,7 @@ import collections
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.package.blocks import (
@@ -18,7 +19,9 @@ from near_dedup_core.package.blocks import (
 )
 from near_dedup_core.package.manifest import FileEntry, Package, dependency_order, open_packages
 from near_dedup_core.package.records import LineProblem, Record, parse_line
-from near_dedup_core.storage import Location
+
+if TYPE_CHECKING:
+    from near_dedup_core.storage import Location
 
 
 def stream_package(pkg: Package, ids: set[str],
