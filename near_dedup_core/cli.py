@@ -332,6 +332,8 @@ def _start_pool_early(args: argparse.Namespace) -> None:
     from near_dedup_core.index_store.texts import is_url
     from near_dedup_core.package import load_package
 
+    if not all(location.is_local for location in args.inputs):
+        return  # a package on object storage is opened once, by the command (bounded waits)
     try:
         records = sum(load_package(path).record_count for path in args.inputs)
     except (NearDedupError, OSError, ValueError):
