@@ -62,7 +62,7 @@ class DayPool:
     packages: list[Package]
 
     @property
-    def paths(self) -> list[Path]:
+    def paths(self) -> list[Path | str]:
         return [p.path for p in self.packages]
 
     @property
@@ -330,8 +330,10 @@ def portable_mixture_config(settings: ReleaseSettings, cfg: MixtureConfig) -> di
     return raw
 
 
-def _relative(path: Path, root: str) -> str:
-    """``path`` relative to the release root ``root`` (as a POSIX path)."""
+def _relative(path: Path | str, root: str) -> str:
+    """``path`` relative to the release root ``root`` (as a POSIX path); a URL as it is."""
+    if isinstance(path, str):
+        return path
     return Path(os.path.relpath(path, resolve_path(root))).as_posix()
 
 

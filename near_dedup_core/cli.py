@@ -20,6 +20,7 @@ from near_dedup_core.workers import EXECUTORS
 
 if TYPE_CHECKING:
     from near_dedup_core.index_store import Index
+    from near_dedup_core.storage import Location
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
                    description="Check the index's own invariants: a SQLite file after its "
                                "integrity check; a PostgreSQL database in one read-only "
                                "snapshot, its pages left to pg_amcheck.")
-    ix.add_argument("--inputs", nargs="+", type=Path, metavar="PACKAGE",
+    ix.add_argument("--inputs", nargs="+", type=_location, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
@@ -109,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Decide keep/exclude for every sample of the input pool "
                                     "against the pool and the index's history, and write the "
                                     "report folder atomically.")
-    sc.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="PACKAGE",
+    sc.add_argument("--inputs", nargs="+", type=_location, required=True, metavar="PACKAGE",
                     help="package folders of the input pool (all must be indexed)")
-    sc.add_argument("--output", type=Path, required=True, metavar="DIR",
+    sc.add_argument("--output", type=_location, required=True, metavar="DIR",
                     help="new report folder (must not exist)")
     sc.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
@@ -127,11 +128,11 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(every input indexed, as for scan) the pool's normalized "
                                     "texts are read from the index instead of the packages: "
                                     "faster, the same report.")
-    ct.add_argument("--evals", nargs="+", type=Path, required=True, metavar="EVAL_PKG",
+    ct.add_argument("--evals", nargs="+", type=_location, required=True, metavar="EVAL_PKG",
                     help="snapshot packages holding the evaluation items")
-    ct.add_argument("--inputs", nargs="+", type=Path, required=True, metavar="POOL_PKG",
+    ct.add_argument("--inputs", nargs="+", type=_location, required=True, metavar="POOL_PKG",
                     help="package folders of the training pool")
-    ct.add_argument("--output", type=Path, required=True, metavar="DIR",
+    ct.add_argument("--output", type=_location, required=True, metavar="DIR",
                     help="new report folder (must not exist)")
     ct.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)
@@ -146,8 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "(near-dedup or contamination report)",
                         description="Check a report folder against its checksums.sha256 and "
                                     "its manifest's counts; no index needed.")
-    rv.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
-    rv.add_argument("--inputs", nargs="+", type=Path, metavar="PACKAGE",
+    rv.add_argument("report", type=_location, metavar="REPORT", help="the report folder")
+    rv.add_argument("--inputs", nargs="+", type=_location, metavar="PACKAGE",
                     help="also re-check the report against every package it names: a "
                          "near-dedup report's decisions (text_sha256) and origins must match "
                          "their records; a contamination report's pairs are re-derived from "
@@ -156,15 +157,15 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Explain one sample's decision from the report files and "
                                     "the input packages (no index needed): the kept partner, "
                                     "every relation, guard sequences and a diff of the texts.")
-    rx.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
+    rx.add_argument("report", type=_location, metavar="REPORT", help="the report folder")
     rx.add_argument("package_id", metavar="PACKAGE_ID", help="the sample's package id")
     rx.add_argument("sample_id", metavar="SAMPLE_ID", help="the sample's id")
     rx.add_argument("--json", action="store_true", help="one JSON object on stdout")
     rd = rps.add_parser("diff", help="decisions that changed between two reports",
                         description="Compare two reports: config changes first, then counts "
                                     "and the samples whose decision or kept partner changed.")
-    rd.add_argument("old_report", type=Path, metavar="OLD", help="the older report folder")
-    rd.add_argument("new_report", type=Path, metavar="NEW", help="the newer report folder")
+    rd.add_argument("old_report", type=_location, metavar="OLD", help="the older report folder")
+    rd.add_argument("new_report", type=_location, metavar="NEW", help="the newer report folder")
     rd.add_argument("--json", action="store_true", help="one JSON object on stdout")
     rd.add_argument("--limit", type=_workers, default=20, metavar="N",
                     help="samples shown per list (default 20; --json lists all)")
@@ -211,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     va = sns.add_parser("validate", help="validate packages (together, as one command's inputs)",
                         description="Fully validate packages: manifests, checksums, every "
                                     "line and the references between them.")
-    va.add_argument("packages", nargs="+", type=Path, metavar="PACKAGE",
+    va.add_argument("packages", nargs="+", type=_location, metavar="PACKAGE",
                     help="package folders, validated together")
 
     mx = sub.add_parser("mixture", help="mixtures built on a frozen report",
@@ -227,12 +228,12 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Build the mixture package of a mixture config, "
                                     "atomically.")
     mb.add_argument("config", type=Path, metavar="MIXTURE_JSON", help="the mixture config")
-    mb.add_argument("--output", type=Path, required=True, metavar="DIR",
+    mb.add_argument("--output", type=_location, required=True, metavar="DIR",
                     help="new mixture folder (must not exist)")
     mv = mxs.add_parser("verify", help="verify a mixture package without the index",
                         description="Check a mixture folder's checksums, its records and the "
                                     "near-dedup report embedded in it.")
-    mv.add_argument("mixture", type=Path, metavar="MIXTURE", help="the mixture folder")
+    mv.add_argument("mixture", type=_location, metavar="MIXTURE", help="the mixture folder")
     _accept_global_options_after_commands(p)
     return p
 
@@ -260,6 +261,14 @@ def _accept_global_options_after_commands(parser: argparse.ArgumentParser) -> No
             _accept_global_options_after_commands(command)
 
 
+def _location(text: str) -> Location:
+    """A package, report or mixture argument: a local path or a URL (`storage`), parsed
+    once; a URL whose storage package is missing is one line with its install command."""
+    from near_dedup_core.storage import parse_location
+
+    return parse_location(text)
+
+
 def _need_index(args: argparse.Namespace) -> Index:
     """The ``--index`` of a command that needs one, parsed into its backend."""
     if args.index is None:
@@ -271,22 +280,33 @@ def _need_index(args: argparse.Namespace) -> Index:
 
 
 def _report_audit(args: argparse.Namespace) -> None:
+    import contextlib
+
     import orjson
 
     from near_dedup_core import audit
     from near_dedup_core.audit import render
+    from near_dedup_core.storage import in_place, local_folder
 
     result: audit.Explanation | audit.ReportDiff
-    if args.report_command == "explain":
-        result = audit.explain_sample(args.report, args.package_id, args.sample_id)
-        text = None if args.json else render.explanation_text(result)
-    else:
-        result = audit.diff_reports(args.old_report, args.new_report)
-        text = None if args.json else render.diff_text(result, args.limit)
-    for note in result.notes:
+    with contextlib.ExitStack() as stack:  # reports on object storage: `local_folder`
+        given = [args.report] if args.report_command == "explain" else \
+            [args.old_report, args.new_report]
+        folders = [stack.enter_context(local_folder(where)) for where in given]
+        if args.report_command == "explain":
+            result = audit.explain_sample(folders[0], args.package_id, args.sample_id)
+            text = None if args.json else render.explanation_text(result)
+        else:
+            result = audit.diff_reports(folders[0], folders[1])
+            text = None if args.json else render.diff_text(result, args.limit)
+        if text is None:
+            text = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode()
+        notes = list(result.notes)
+        for folder, where in zip(folders, given, strict=True):
+            text = in_place(text, folder, where)
+            notes = [in_place(note, folder, where) for note in notes]
+    for note in notes:
         print(f"near-dedup: note: {note}", file=sys.stderr)
-    if text is None:
-        text = orjson.dumps(result.to_json(), option=orjson.OPT_INDENT_2).decode()
     _print_to_reader(text)
 
 
@@ -302,15 +322,25 @@ def _print_to_reader(text: str) -> None:
         os.dup2(devnull, sys.stdout.fileno())
 
 
-def verify_any_report(path: Path, inputs: list[Path] | None = None) -> str:
+def verify_any_report(path: Path | Location,
+                      inputs: list[Path] | list[Location] | None = None) -> str:
     """Verify a frozen report of either format (dispatch on its manifest's ``format``);
     returns the one-line summary. With ``inputs``, a near-dedup report is also checked
-    against its input packages (`report.inputs.verify_report_inputs`)."""
+    against its input packages (`report.inputs.verify_report_inputs`). A report on object
+    storage is read through `storage.local_folder`."""
+    from near_dedup_core.storage import in_place, local_folder
+
+    with local_folder(path) as folder:
+        return in_place(_verify_local_report(folder, inputs), folder, path)
+
+
+def _verify_local_report(path: Path, inputs: list[Path] | list[Location] | None) -> str:
     from near_dedup_core.contamination import is_contamination_report, verify_contamination
     from near_dedup_core.report import verify_report
 
     if is_contamination_report(path):
-        return verify_contamination(path, inputs).summary()
+        return verify_contamination(path, None if inputs is None
+                                    else [str(p) for p in inputs]).summary()
     if inputs:
         from near_dedup_core.report.inputs import verify_report_inputs
 
@@ -390,7 +420,10 @@ def run(args: argparse.Namespace) -> None:
             print(mixture.build_mixture(mixture.load_mixture_config(args.config),
                                         args.output, progress=progress).summary())
         else:
-            print(mixture.verify_mixture(args.mixture).summary())
+            from near_dedup_core.storage import in_place, local_folder
+
+            with local_folder(args.mixture) as folder:
+                print(in_place(mixture.verify_mixture(folder).summary(), folder, args.mixture))
 
 
 class Terminated(BaseException):

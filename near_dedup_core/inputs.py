@@ -4,19 +4,21 @@ list."""
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import sha256_file
 from near_dedup_core.package import Package
+from near_dedup_core.storage import is_url, parse_location
 
 if TYPE_CHECKING:
     from near_dedup_core import index_store as db
 
 def data_files(pkgs: list[Package]) -> list[str]:
     """Every data file of ``pkgs``, in the order `check_files` expects their digests."""
-    return [str(pkg.path / entry.path) for pkg in pkgs for entry in pkg.files]
+    return [pkg.file_url(entry.path) for pkg in pkgs for entry in pkg.files]
 
 
 def expected_digests(pkgs: list[Package]) -> list[str]:
@@ -27,7 +29,17 @@ def expected_digests(pkgs: list[Package]) -> list[str]:
 def file_digests(paths: list[str]) -> list[str]:
     """sha256 of each of `data_files`, one after the other (one core: the caller keeps the
     other)."""
-    return [sha256_file(Path(p)) for p in paths]
+    return [sha256_file(Path(p)) if not is_url(p) else _sha256_url(p) for p in paths]
+
+
+def _sha256_url(url: str) -> str:
+    """sha256 of a file on object storage, streamed."""
+    location = parse_location(url)
+    digest = hashlib.sha256()
+    with location.open("") as fh:
+        while chunk := fh.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def check_files(pkgs: list[Package], digests: list[str]) -> None:

@@ -24,10 +24,14 @@ import gc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from near_dedup_core.collector import use_bulk_threshold
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, start_forkserver
+
+if TYPE_CHECKING:
+    from near_dedup_core.storage import Location
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,7 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def prepare(command: str, *, inputs: Sequence[Path] = (), workers: int = 1,
+def prepare(command: str, *, inputs: Sequence[str | Path | Location] = (), workers: int = 1,
             executor: str | Executors = "local", index: str | Path | None = None) -> None:
     """Set this process up for ``command`` (a key of `PROFILES`; others need nothing)."""
     profile = PROFILES.get(command)
@@ -65,15 +69,18 @@ def prepare(command: str, *, inputs: Sequence[Path] = (), workers: int = 1,
         import near_dedup_core.jit  # noqa: F401
 
 
-def _start_pool_early(pool: tuple[str, ...], inputs: Sequence[Path],
+def _start_pool_early(pool: tuple[str, ...], inputs: Sequence[str | Path | Location],
                       index: str | Path | None) -> None:
     """Start the forkserver of the pool the command is about to need, if its inputs hold
     more than `workers.POOL_RECORDS` records. Whatever is wrong with the inputs is left to
     the command to report; an index whose inputs are indexed already leaves it unused."""
     from near_dedup_core.index_store.texts import is_url
     from near_dedup_core.package import load_package
+    from near_dedup_core.storage import parse_location
 
     try:
+        if not all(parse_location(path).is_local for path in inputs):
+            return  # a package on object storage is opened once, by the command
         records = sum(load_package(path).record_count for path in inputs)
     except (NearDedupError, OSError, ValueError):
         return

@@ -183,6 +183,14 @@ class Location(abc.ABC):
         return parse_location, (self.url,)
 
 
+def is_url(text: str | Path) -> bool:
+    """Whether a location is a URL of object storage (``file://`` is a local path)."""
+    if isinstance(text, Path):
+        return False
+    m = _URL_RE.match(text)
+    return m is not None and m.group(1).lower() != "file"
+
+
 def parse_location(text: str | Path | Location) -> Location:
     """A local path (or ``file://`` URL) -> `LocalLocation`; any other ``scheme://`` URL
     -> `RemoteLocation`, whose storage package is checked here: a missing one is one line
@@ -442,7 +450,7 @@ class RemoteLocation(Location):
         (as `fsutil.remove_stale_temporaries` does locally)."""
         parent, _, name = self.root.rpartition("/")
         stem = f"{parent}/.{name}.tmp-{_host()}-"
-        with _errors(self.url):
+        with _errors(self.url, "nothing was published"):
             try:
                 siblings = self.fs.ls(parent, detail=False)
             except FileNotFoundError:  # nothing beside the output yet
@@ -451,7 +459,8 @@ class RemoteLocation(Location):
             pid = sibling.rstrip("/")[len(stem):].partition("-")[0]
             if (sibling.startswith(stem) and pid.isdigit() and int(pid) != os.getpid()
                     and not _pid_alive(int(pid))):
-                with _errors(self.url), contextlib.suppress(FileNotFoundError):
+                with _errors(self.url, "nothing was published"), \
+                        contextlib.suppress(FileNotFoundError):
                     self.fs.rm(sibling, recursive=True)
 
     def _commit(self, folder: Path) -> None:
@@ -509,6 +518,60 @@ class RemoteLocation(Location):
         for rel in copied:
             with contextlib.suppress(Exception):
                 self.fs.rm_file(self._key(rel))
+
+
+@contextlib.contextmanager
+def local_folder(location: str | Path | Location) -> Iterator[Path]:
+    """A published folder (report, contamination report, mixture) as a local folder for the
+    checks that read it: a local folder is itself; a folder on object storage is listed once
+    and every object of the listing is streamed into a temporary folder of the same name
+    (each read tied to the listed size and version tag), which the checks then read as
+    they read a local one. An error that names the temporary folder names the URL instead,
+    and so does a result's text (`in_place`)."""
+    location = parse_location(location)
+    if isinstance(location, LocalLocation):
+        yield location.path
+        return
+    assert isinstance(location, RemoteLocation)
+    files = location.list_files()
+    with tempfile.TemporaryDirectory(prefix="near-dedup-fetch-") as tmp:
+        folder = Path(tmp) / location.name
+        for rel, info in files.items():
+            target = folder / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with location.open(rel, info) as src, open(target, "wb") as dst:
+                while chunk := src.read(_CHUNK):
+                    dst.write(chunk)
+        try:
+            yield folder
+        except NearDedupError as exc:
+            raise type(exc)(str(exc).replace(str(folder), location.url)) from None
+
+
+_FETCHED: dict[str, tuple[tempfile.TemporaryDirectory, Path]] = {}
+
+
+def fetched_folder(location: str | Path | Location) -> Path:
+    """`local_folder` for a reader that keeps the folder for the rest of the command (a
+    mixture build reads its report while planning, then copies it into the mixture): a local
+    folder is itself; a folder on object storage is fetched once per process into a
+    temporary folder that is removed when the process exits (published folders are never
+    replaced, so one fetch stands for the command)."""
+    location = parse_location(location)
+    if isinstance(location, LocalLocation):
+        return location.path
+    if location.url not in _FETCHED:
+        with local_folder(location) as folder:
+            keep = tempfile.TemporaryDirectory(prefix="near-dedup-fetch-")
+            target = Path(keep.name) / location.name
+            os.rename(folder, target)
+        _FETCHED[location.url] = (keep, target)
+    return _FETCHED[location.url][1]
+
+
+def in_place(text: str, folder: Path, location: str | Path | Location) -> str:
+    """``text`` naming ``location`` where it names its `local_folder` ``folder``."""
+    return text.replace(str(folder), parse_location(location).url)
 
 
 # --------------------------------------------------------------------------- helpers

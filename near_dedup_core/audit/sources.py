@@ -31,6 +31,7 @@ from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.formats.report import OriginRow, ReportManifest, origin_rows
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import MANIFEST, FileEntry, load_package
+from near_dedup_core.storage import is_url, parse_location
 
 Key = tuple[str, str]  # (package_id, sample_id)
 
@@ -57,7 +58,7 @@ class InputPackage:
 
     package_id: str
     kind: str
-    path: Path
+    path: Path | str  # a local folder, or a URL (`storage`)
     manifest_sha256: str
     problem: str | None
     depends_on: tuple[str, ...] = ()
@@ -103,7 +104,8 @@ def input_packages(items: Iterable[PackageRecord]) -> dict[str, InputPackage]:
     evals list them the same way)."""
     out: dict[str, InputPackage] = {}
     for item in items:
-        pid, path, sha = item.package_id, Path(item.path), item.manifest_sha256
+        pid, sha = item.package_id, item.manifest_sha256
+        path = item.path if is_url(item.path) else Path(item.path)
         problem = None
         depends: tuple[str, ...] = ()
         entries: tuple[FileEntry, ...] = ()
@@ -125,8 +127,12 @@ def input_packages(items: Iterable[PackageRecord]) -> dict[str, InputPackage]:
     return out
 
 
-def _shard_lines(path: Path) -> Iterator[bytes]:
-    if path.name.endswith(".gz"):
+def _shard_lines(path: Path | str) -> Iterator[bytes]:
+    if isinstance(path, str):  # a URL: streamed through `storage`
+        with parse_location(path).open("") as raw:
+            yield from (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz")
+                        else raw)
+    elif path.name.endswith(".gz"):
         with gzip.open(path, "rb") as fh:
             yield from fh
     else:
@@ -134,15 +140,16 @@ def _shard_lines(path: Path) -> Iterator[bytes]:
             yield from fh
 
 
-def check_shard(pkg: InputPackage, file: str) -> Path:
+def check_shard(pkg: InputPackage, file: str) -> Path | str:
     """The path of one data file of ``pkg`` after checking its bytes against the package's
     manifest (size and sha256): a shard edited since the package was made, even with the
     same size, is one line naming the package and file, never a text shown as the sample's."""
     entry = pkg.shard(file)
-    path = pkg.path / entry.path
+    path = pkg.path / entry.path if isinstance(pkg.path, Path) else f"{pkg.path}/{entry.path}"
     loc = where(pkg.package_id, entry.path)
     try:
-        with open(path, "rb") as fh:
+        with (open(path, "rb") if isinstance(path, Path)
+              else parse_location(path).open("")) as fh:
             digest = hashlib.file_digest(fh, "sha256").hexdigest()
     except OSError as exc:
         raise NearDedupError(f"{loc}: cannot read ({exc.strerror})") from None

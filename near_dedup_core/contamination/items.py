@@ -67,13 +67,13 @@ def _text_reader(item_kind: str, pool_kind: str):
     return lambda data: compared_text(item_kind, data)
 
 
-def open_evals(paths: Sequence[Path]) -> list[Package]:
+def open_evals(paths: Sequence[str | Path]) -> list[Package]:
     """Eval packages in the order given; each kind's packages are checked together like one
     command's inputs (unique ids, depends_on among them)."""
     if not paths:
         raise NearDedupError("no eval packages given")
     kind_of = {p: load_package(p).kind for p in paths}
-    by_path: dict[Path, Package] = {}
+    by_path: dict[str | Path, Package] = {}
     for kind in dict.fromkeys(kind_of.values()):
         group = [p for p in paths if kind_of[p] == kind]
         by_path.update(zip(group, open_packages(group), strict=True))

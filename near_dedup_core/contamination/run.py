@@ -45,7 +45,6 @@ from near_dedup_core.contamination.report import (
 )
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
-    atomic_dir,
     require_new_output_outside,
     write_checksums,
     write_json,
@@ -60,6 +59,7 @@ from near_dedup_core.package import (
     read_blocks,
 )
 from near_dedup_core.progress import Progress, pause_point
+from near_dedup_core.storage import LocalLocation, parse_location
 
 if TYPE_CHECKING:
     from near_dedup_core.index_store import Index
@@ -253,7 +253,7 @@ def _package_entry(p: Package) -> PackageEntry:
 
 @dataclass
 class ContaminationResult:
-    output: Path
+    output: Path | str  # a local folder, or a URL
     counts: dict
 
     def summary(self) -> str:
@@ -283,21 +283,26 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     ``index`` (a SQLite path or a PostgreSQL URL holding every pool package, as for `scan`),
     the pool's normalized texts are read from the index instead of parsed and normalized
     again (`_probe_index`); the report is the same bytes."""
-    output = Path(output_dir)
-    evals_p = [Path(p) for p in eval_paths]
-    pool_p = [Path(p) for p in pool_paths]
-    require_new_output_outside(output, evals_p + pool_p)
+    output = parse_location(output_dir)
+    evals_p = [parse_location(p) for p in eval_paths]
+    pool_p = [parse_location(p) for p in pool_paths]
+    if isinstance(output, LocalLocation):
+        require_new_output_outside(output.path, [p.path for p in evals_p + pool_p
+                                                 if isinstance(p, LocalLocation)])
+    else:
+        output.require_new_output()
     pool = open_packages(pool_p)
-    evals = open_evals(evals_p)
+    evals = open_evals([p.path if isinstance(p, LocalLocation) else p.url for p in evals_p])
     computed = compute(config, evals, pool, workers=workers, progress=progress, index=index,
                        executor=executor)
-    with atomic_dir(output) as tmp:
+    with output.publish() as tmp:
         write_jsonl(tmp / "contamination.jsonl", report_lines(computed.lines))
         write_json(tmp / "summary.json", computed.summary.model_dump(mode="json"))
         write_json(tmp / "manifest.json", computed.manifest.model_dump(mode="json",
                                                                        by_alias=True))
         write_checksums(tmp)
-    return ContaminationResult(output, computed.manifest.counts.model_dump())
+    return ContaminationResult(output.path if isinstance(output, LocalLocation) else output.url,
+                               computed.manifest.counts.model_dump())
 
 
 def report_lines(lines: list[PairLine]) -> list[dict]:

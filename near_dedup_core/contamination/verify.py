@@ -221,7 +221,7 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
     if inputs is not None:
         by_id = {}
         for p in inputs:
-            pkg = load_package(Path(p))
+            pkg = load_package(p)
             if pkg.package_id in by_id:
                 raise NearDedupError(f"{where(pkg.package_id)}: given twice with --inputs")
             by_id[pkg.package_id] = pkg
@@ -372,9 +372,8 @@ def recheck_for_mixture(view: ContaminationView, pool: list[Package], kind: str,
                              f"{kind}")
     packages = {p.package_id: p for p in pool}
     for entry in model.evals:
-        at = Path(entry.path)
         try:
-            pkg = load_package(at)
+            pkg = load_package(entry.path)
         except NearDedupError as exc:
             raise NearDedupError(f"{label}: eval package {entry.package_id} is needed at the "
                                  f"path the report records, to re-derive its pairs: "

@@ -15,7 +15,6 @@ from near_dedup_core.contamination import copy_report as copy_contamination
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
     CHECKSUMS,
-    atomic_dir,
     is_within,
     json_line,
     require_new_output_outside,
@@ -38,13 +37,14 @@ from near_dedup_core.mixture.inputs import SampleKey, resolve_ref
 from near_dedup_core.mixture.plan import Plan, plan_mixture
 from near_dedup_core.package import stream_records
 from near_dedup_core.progress import Progress
+from near_dedup_core.storage import LocalLocation, Location, is_url, parse_location
 
 
 @dataclass(frozen=True)
 class BuildResult:
     """A finished mixture package."""
 
-    output: Path
+    output: Path | str  # a local folder, or a URL
     manifest: dict
 
     def summary(self) -> str:
@@ -148,17 +148,29 @@ def _copy_report(plan: Plan, dest: Path) -> None:
 
 
 @rare_collections()
-def build_mixture(cfg: MixtureConfig, output: Path, *, progress: bool = True) -> BuildResult:
-    """Plan, then write the immutable mixture package atomically at ``output``."""
-    output = Path(output)
-    require_new_output_outside(output, cfg.inputs)
-    if cfg.near_dedup_report is not None and is_within(output, Path(cfg.near_dedup_report)):
+def build_mixture(cfg: MixtureConfig, output: str | Path | Location, *,
+                  progress: bool = True) -> BuildResult:
+    """Plan, then write the immutable mixture package atomically at ``output`` (a local
+    folder, or a URL that `storage` publishes to)."""
+    location = parse_location(output)
+    if not isinstance(location, LocalLocation):
+        location.require_new_output()
+        return _build(cfg, location, location.url, progress)
+    output = location.path
+    require_new_output_outside(output, [p for p in cfg.inputs if not is_url(p)])
+    if cfg.near_dedup_report is not None and not is_url(cfg.near_dedup_report) and \
+            is_within(output, Path(cfg.near_dedup_report)):
         raise NearDedupError(f"output {output} is inside the near-dedup report")
-    if cfg.contamination_report is not None and is_within(output,
-                                                          Path(cfg.contamination_report)):
+    if cfg.contamination_report is not None and not is_url(cfg.contamination_report) and \
+            is_within(output, Path(cfg.contamination_report)):
         raise NearDedupError(f"output {output} is inside the contamination report")
+    return _build(cfg, location, output, progress)
+
+
+def _build(cfg: MixtureConfig, location: Location, output: Path | str,
+           progress: bool) -> BuildResult:
     plan = plan_mixture(cfg, progress=progress)
-    with atomic_dir(output) as tmp:
+    with location.publish() as tmp:
         work = tmp / ".work"
         files = _write_data(plan, work, tmp, progress)
         shutil.rmtree(work, ignore_errors=True)

@@ -29,6 +29,7 @@ from near_dedup_core.mixture.inputs import (
 )
 from near_dedup_core.package import ID_PATTERN, ID_RE, Package, open_packages, stream_records
 from near_dedup_core.progress import Progress
+from near_dedup_core.storage import fetched_folder
 
 
 @dataclass
@@ -99,7 +100,7 @@ class Plan:
         """Write plan.json (key-sorted, stable) through a temporary sibling."""
         path = Path(path)
         for p in self.packages:
-            if is_within(path, p.path):
+            if isinstance(p.path, Path) and is_within(path, p.path):
                 raise NearDedupError(f"plan output {path} is inside input package "
                                      f"{p.package_id}; packages are immutable")
         if self.report is not None and is_within(path, self.report.path):
@@ -164,7 +165,7 @@ class Plan:
 def _open_inputs(cfg: MixtureConfig) -> list[Package]:
     """Open the input packages; their kind must be the mixture's and every split name must
     be usable as the folder ``data/<split>/`` of the mixture."""
-    packages = open_packages([Path(p) for p in cfg.inputs])
+    packages = open_packages(cfg.inputs)
     for p in packages:
         if p.kind != cfg.kind:
             raise NearDedupError(f"{where(p.package_id)}: kind {p.kind} but the mixture "
@@ -262,7 +263,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     packages = _open_inputs(cfg)
     report = None
     if cfg.near_dedup_report is not None:
-        report = read_report(Path(cfg.near_dedup_report))
+        report = read_report(fetched_folder(cfg.near_dedup_report))
         kinds: set[str] = {i["kind"] for i in report.inputs}  # validated: always present
         if kinds - {cfg.kind}:
             raise NearDedupError(f"near_dedup_report {report.path} covers {sorted(kinds)} "
@@ -270,7 +271,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
         check_inputs_match(packages, report)
     contamination = None
     if cfg.contamination_report is not None:
-        contamination = read_contamination(Path(cfg.contamination_report))
+        contamination = read_contamination(fetched_folder(cfg.contamination_report))
         check_inputs_match(packages, contamination)  # type: ignore[arg-type]
         recheck_for_mixture(contamination, packages, cfg.kind)
     retained = _retained_splits(cfg, report)

@@ -307,7 +307,7 @@ def shard_blocks(  # noqa: C901 (one pass over a shard: plain, gzip and shared-m
                          position + line, depends_on, data, lines)
 
     try:
-        with open(pkg.path / entry.path, "rb", buffering=0) as raw_file:
+        with pkg.open_raw(entry.path) as raw_file:
             counter = HashingReader(raw_file)
             buffered = io.BufferedReader(counter, READ_BUFFER)
             if entry.path.endswith(".gz"):  # line by line, so a failure has its exact line

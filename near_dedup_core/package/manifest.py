@@ -4,10 +4,12 @@ across one command's input packages. Nothing here reads a shard's data."""
 from __future__ import annotations
 
 import hashlib
+import io
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -24,6 +26,9 @@ SHARD_SUFFIXES = (".jsonl", ".jsonl.gz")
 #: Package ids, split names and mixture names: letters, digits, ".", "_" and "-".
 ID_PATTERN = r"[A-Za-z0-9._-]+"
 ID_RE = re.compile(ID_PATTERN)
+if TYPE_CHECKING:  # imported where a package is opened: a worker that parses never needs it
+    from near_dedup_core.storage import FileInfo, Location
+
 SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -40,9 +45,14 @@ class FileEntry:
 
 @dataclass(frozen=True, eq=False)
 class Package:
-    """A package whose manifest passed the cheap checks of `open_packages`."""
+    """A package whose manifest passed the cheap checks of `open_packages`.
 
-    path: Path
+    ``path`` is the local folder, or for a package on object storage its URL as given
+    (``s3://bucket/snapshots/cpt-v9``); ``location`` reads it either way, and ``listing``
+    holds what the storage's listing said of each file (size and version tag), so that a
+    shard replaced after the package was opened is refused when it is read."""
+
+    path: Path | str
     package_id: str
     kind: str
     created_at: str
@@ -52,6 +62,28 @@ class Package:
     tokenizer: dict | None
     depends_on: list[str]
     parents: list[str]
+    location: Location
+    listing: dict[str, FileInfo] | None = None
+
+    @property
+    def is_local(self) -> bool:
+        return self.location.is_local
+
+    def open_raw(self, rel: str) -> io.RawIOBase | io.BufferedIOBase:
+        """One file of the package as stored (unbuffered locally, streamed from object
+        storage), for a reader that hashes what it reads."""
+        if self.location.is_local:
+            return open(Path(self.path) / rel, "rb", buffering=0)
+        return self.location.open(rel, None if self.listing is None else self.listing.get(rel))
+
+    def open_file(self, rel: str) -> io.BufferedIOBase:
+        """One file of the package, buffered, decompressed when it ends with ``.gz``."""
+        return self.location.open_shard(rel, None if self.listing is None
+                                        else self.listing.get(rel))
+
+    def file_url(self, rel: str) -> str:
+        """Where one file of the package is: a local path or a URL."""
+        return str(Path(self.path) / rel) if self.location.is_local else f"{self.path}/{rel}"
 
     @property
     def record_count(self) -> int:
@@ -95,13 +127,36 @@ def _read_manifest(path: Path) -> tuple[dict, str]:
     return manifest, hashlib.sha256(raw).hexdigest()
 
 
-def load_package(path: str | Path) -> Package:
-    """Open one package: the manifest validated by its model (`model.Manifest`) and a stat of
-    every listed file, no data read."""
-    from near_dedup_core.package.model import ManifestProblem, parse_manifest
+def _read_remote_manifest(location: Location) -> tuple[dict, str, dict[str, FileInfo]]:
+    """`_read_manifest` for a package on object storage, and the listing of its files."""
+    label = where(location.url)
+    listing = location.list_files()
+    if MANIFEST not in listing:
+        raise NearDedupError(f"{label}: {MANIFEST} is missing")
+    raw = location.read_bytes(MANIFEST, listing[MANIFEST])
+    try:
+        manifest = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise NearDedupError(f"{where(location.url, MANIFEST)}: not valid JSON ({exc})") from None
+    if type(manifest) is not dict:
+        raise NearDedupError(f"{where(location.url, MANIFEST)}: must be a JSON object")
+    return manifest, hashlib.sha256(raw).hexdigest(), listing
 
-    path = Path(path)
-    raw, manifest_sha256 = _read_manifest(path)
+
+def load_package(path: str | Path | Location) -> Package:
+    """Open one package: the manifest validated by its model (`model.Manifest`) and a stat of
+    every listed file, no data read. A URL (``s3://…``) is read through `storage`: the
+    manifest, and one listing of the package's objects (size and version tag of each)."""
+    from near_dedup_core.package.model import ManifestProblem, parse_manifest
+    from near_dedup_core.storage import LocalLocation, parse_location
+
+    location = parse_location(path)
+    listing: dict[str, FileInfo] | None = None
+    path = location.path if isinstance(location, LocalLocation) else location.url
+    if isinstance(path, Path):
+        raw, manifest_sha256 = _read_manifest(path)
+    else:
+        raw, manifest_sha256, listing = _read_remote_manifest(location)
     try:
         manifest = parse_manifest(raw)
     except ManifestProblem as problem:
@@ -110,14 +165,19 @@ def load_package(path: str | Path) -> Package:
     package_id = manifest.package_id
     entries = [FileEntry(path=f.path, split=f.split, records=f.records, bytes=f.bytes,
                          sha256=f.sha256) for f in manifest.files]
-    _check_files_on_disk(path, package_id, entries)
+    if isinstance(path, Path):
+        _check_files_on_disk(path, package_id, entries)
+    else:
+        assert listing is not None
+        _check_listed_files(listing, package_id, entries)
     package = Package(path=path, package_id=package_id, kind=manifest.kind,
                       created_at=manifest.created_at, manifest=raw,
                       manifest_sha256=manifest_sha256, files=entries,
                       tokenizer=None if manifest.tokenizer is None
                       else manifest.tokenizer.model_dump(),
                       depends_on=list(manifest.lineage.depends_on),
-                      parents=list(manifest.lineage.parents))
+                      parents=list(manifest.lineage.parents), location=location,
+                      listing=listing)
     if package.record_count == 0:
         raise NearDedupError(f"{where(package_id, MANIFEST)}: the package is empty (files list "
                              f"no records)")
@@ -154,6 +214,28 @@ def _check_files_on_disk(path: Path, package_id: str, entries: list[FileEntry]) 
                                          f"is not listed in {MANIFEST}")
 
 
+def _check_listed_files(listing: dict[str, FileInfo], package_id: str,
+                        entries: list[FileEntry]) -> None:
+    """`_check_files_on_disk` for a package on object storage, against its listing (object
+    storage has no symlinks, and a key is always inside its prefix)."""
+    listed: set[str] = set()
+    for entry in entries:
+        if entry.path in listed:
+            raise NearDedupError(f"{where(package_id, MANIFEST)}: {entry.path} is listed twice")
+        listed.add(entry.path)
+        loc = where(package_id, entry.path)
+        found = listing.get(entry.path)
+        if found is None:
+            raise NearDedupError(f"{loc}: listed in {MANIFEST} but missing")
+        if found.size != entry.bytes:
+            raise NearDedupError(f"{loc}: size is {found.size} bytes, {MANIFEST} says "
+                                 f"{entry.bytes} (file changed)")
+    for rel in listing:
+        if rel.startswith(DATA_DIR + "/") and rel not in listed:
+            raise NearDedupError(f"{where(package_id, rel)}: file under {DATA_DIR}/ is not "
+                                 f"listed in {MANIFEST}")
+
+
 def dependency_order(packages: Sequence[Package]) -> list[Package]:
     """Packages with each one's depends_on packages first; otherwise in the order given."""
     by_id = {pkg.package_id: pkg for pkg in packages}
@@ -184,7 +266,7 @@ def dependency_order(packages: Sequence[Package]) -> list[Package]:
     return order
 
 
-def open_packages(paths: Iterable[str | Path]) -> list[Package]:
+def open_packages(paths: Iterable[str | Path | Location]) -> list[Package]:
     """Open one command's input packages (cheap checks, no data read), in the order given."""
     packages = [load_package(p) for p in paths]
     if not packages:

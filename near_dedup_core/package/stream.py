@@ -4,10 +4,10 @@ shard's first records (`head_records`), and `validate_packages`."""
 from __future__ import annotations
 
 import collections
-import gzip
 import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.package.blocks import (
@@ -19,6 +19,9 @@ from near_dedup_core.package.blocks import (
 )
 from near_dedup_core.package.manifest import FileEntry, Package, dependency_order, open_packages
 from near_dedup_core.package.records import LineProblem, Record, parse_line
+
+if TYPE_CHECKING:
+    from near_dedup_core.storage import Location
 
 
 def stream_package(pkg: Package, ids: set[str],
@@ -76,9 +79,8 @@ def head_records(pkg: Package, entry: FileEntry, limit: int) -> Iterator[dict]:
     (or at a file that cannot be read), and the command's full pass over the pool reports
     it with its place."""
     taken = 0
-    path = pkg.path / entry.path
     try:
-        with (gzip.open(path, "rb") if entry.path.endswith(".gz") else open(path, "rb")) as fh:
+        with pkg.open_file(entry.path) as fh:
             for raw in fh:
                 if taken == limit:
                     return
@@ -89,11 +91,11 @@ def head_records(pkg: Package, entry: FileEntry, limit: int) -> Iterator[dict]:
                 if ref is None:
                     taken += 1
                     yield data
-    except (OSError, EOFError, zlib.error):  # unreadable, or a damaged gzip stream
+    except (OSError, EOFError, zlib.error, NearDedupError):  # unreadable, or damaged gzip
         return
 
 
-def validate_packages(paths: Iterable[str | Path]) -> list[Package]:
+def validate_packages(paths: Iterable[str | Path | Location]) -> list[Package]:
     """Fully validate packages given together as one command's inputs (`snapshot validate`)."""
     packages = open_packages(paths)
     collections.deque(stream_records(packages), maxlen=0)

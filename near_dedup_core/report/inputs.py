@@ -22,6 +22,7 @@ from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import iter_json_objects
 from near_dedup_core.package import open_packages, stream_records
 from near_dedup_core.report.verify import ReportSummary, SampleKey, verify_report
+from near_dedup_core.storage import Location
 
 
 def _origin_digest(split: str, file: str, line: int, source: object) -> bytes:
@@ -30,7 +31,8 @@ def _origin_digest(split: str, file: str, line: int, source: object) -> bytes:
                                         option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
-def verify_report_inputs(path: str | Path, packages: Sequence[str | Path]) -> ReportSummary:
+def verify_report_inputs(path: str | Path,
+                         packages: Sequence[str | Path | Location]) -> ReportSummary:
     """`verify_report`, then every sample's text and origin re-read from ``packages``, which
     must be exactly the report's inputs (same ids and manifest sha256). Any difference is one
     line naming the report's file and line (or the package, file and line)."""

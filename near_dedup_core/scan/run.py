@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import atomic_dir, require_new_output_outside
+from near_dedup_core.fsutil import require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
@@ -51,12 +51,13 @@ from near_dedup_core.scan.write import (
     write_origins,
     write_report,
 )
+from near_dedup_core.storage import LocalLocation, Location, parse_location
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, submit_in_turn
 
 
 @dataclass
 class ScanResult:
-    output: Path
+    output: Path | str  # a local folder, or a URL
     counts: dict
 
     def summary(self) -> str:
@@ -75,10 +76,14 @@ def scan_pool(index: str | Path | db.Index, config: NearDedupConfig,
     doc); ``executor`` and ``workers`` say where the verification runs
     (`workers.choose_executor`)."""
     chosen = choose_executor(executor, workers)
-    output = Path(output_dir)
+    output = parse_location(output_dir)
     index = db.open_index(index)
-    paths = [Path(p) for p in package_paths]
-    require_new_output_outside(output, paths)
+    paths = [parse_location(p) for p in package_paths]
+    if isinstance(output, LocalLocation):
+        require_new_output_outside(output.path, [p.path for p in paths
+                                                 if isinstance(p, LocalLocation)])
+    else:
+        output.require_new_output()
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
@@ -143,10 +148,10 @@ def _pools(executor: Executors, records: int) -> Iterator[_Pools]:
                 yield _Pools(executor, ex, thread, False, True)
 
 
-def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output: Path,
+def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output: Location,
           executor: Executors, progress: bool) -> ScanResult:
     with index.errors(), index.snapshot(config) as snap, \
-            atomic_dir(output) as folder, \
+            output.publish() as folder, \
             _pools(executor, sum(p.record_count for p in pkgs)) as pools:
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         indexed_rows = snap.indexed_packages()
@@ -193,4 +198,4 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
                               columns, origins, pool_outside)
         snap.verify_pages()  # nothing is published from a damaged index
-    return ScanResult(output, counts)
+    return ScanResult(output.path if isinstance(output, LocalLocation) else output.url, counts)
