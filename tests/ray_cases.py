@@ -115,9 +115,10 @@ def test_contamination_on_ray_is_the_local_report_byte_for_byte(cluster, package
 _DIE_ONCE = """
 import os, sys
 from pathlib import Path
-from near_dedup_core import cli, ingest
+from near_dedup_core import cli
+from near_dedup_core.ingest import work
 
-real_process_block = ingest.work.process_block
+real_process_block = work.process_block
 marker = Path(os.environ["DIE_MARKER"])  # read here: the function runs on Ray's workers
 always = bool(os.environ.get("DIE_ALWAYS"))
 
@@ -128,7 +129,7 @@ def process_block_or_die(*args):
         os.kill(os.getpid(), 9)
     return real_process_block(*args)
 
-ingest.work.process_block = process_block_or_die
+work.process_block = process_block_or_die
 sys.exit(cli.main(sys.argv[1:]))
 """
 
