@@ -192,10 +192,39 @@ def sqlite_batch(path: Path, config: NearDedupConfig, created_at: str
                     raise_if_damaged(path, exc)
                 raise
     except BaseException:
+        if path.is_file():
+            settle_side_files(path)
         for folder in created:  # made for this batch, which failed: leave no trace of it
             with contextlib.suppress(OSError):
                 folder.rmdir()
         raise
+
+
+#: Seconds a failed batch waits for the other processes of its command (killed workers that
+#: read the index) to let go of the index before it removes the -wal and -shm files.
+SETTLE_SECONDS = 2.0
+
+
+def settle_side_files(path: Path, seconds: float = SETTLE_SECONDS) -> None:
+    """Leave the index at ``path`` without its ``-wal`` and ``-shm`` files after a failed
+    batch, as before it: SQLite removes them when the last connection closes, which may be a
+    worker's that dies after this process closed its own (a terminated command kills its
+    pool). Open and close a connection until it is the last one (the -wal file goes), for at
+    most ``seconds``; a live reader of another command keeps them, as it should."""
+    wal = path.with_name(path.name + "-wal")
+    deadline = time.monotonic() + seconds
+    while wal.exists():
+        try:
+            con = sqlite3.connect(str(path), isolation_level=None)
+            try:
+                con.execute("PRAGMA schema_version").fetchone()
+            finally:
+                con.close()
+        except sqlite3.Error:
+            return
+        if not wal.exists() or time.monotonic() >= deadline:
+            return
+        time.sleep(0.05)
 
 
 @contextmanager
