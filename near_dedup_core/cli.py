@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from near_dedup_core import __version__, runtime
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.workers import EXECUTORS
+from near_dedup_core.workers import EXECUTORS, choose_executor
 
 if TYPE_CHECKING:
     from near_dedup_core.index_store import Index
@@ -349,6 +349,8 @@ def _verify_local_report(path: Path, inputs: list[Path] | list[Location] | None)
 
 
 def run(args: argparse.Namespace) -> None:
+    if hasattr(args, "executor"):  # chosen once: the stages ask it, never which one it is
+        args.executor = choose_executor(args.executor, args.workers)
     if getattr(args, "action", None) != "check":
         runtime.prepare(args.command, inputs=getattr(args, "inputs", None) or (),
                         workers=getattr(args, "workers", 1),

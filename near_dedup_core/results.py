@@ -13,7 +13,7 @@ from pathlib import Path
 class FolderResult(ABC):
     """A frozen folder and its manifest's ``counts``; subclasses say it in one line."""
 
-    path: Path
+    path: Path | str  # a local folder, or a URL (`storage`)
     counts: dict
 
     @abstractmethod

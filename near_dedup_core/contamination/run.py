@@ -59,10 +59,12 @@ from near_dedup_core.package import (
     read_blocks,
 )
 from near_dedup_core.progress import Progress, pause_point
+from near_dedup_core.results import FolderResult
 from near_dedup_core.storage import LocalLocation, parse_location
 
 if TYPE_CHECKING:
     from near_dedup_core.index_store import Index
+    from near_dedup_core.workers import Executors
 
 #: lines per block of the pool handed to a worker (`package.read_blocks`)
 BLOCK_LINES = 1_024
@@ -79,7 +81,8 @@ class Pair:
 
 
 def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
-                progress: bool, executor: str = "local") -> tuple[list[Pair], int, int]:
+                progress: bool, executor: str | Executors = "local"
+                ) -> tuple[list[Pair], int, int]:
     """Read the pool once as line blocks, which the workers parse and probe (`probe_block`);
     apply the rules across records in record order here, a ref taking its target's pairs.
     Returns (pairs, candidates, samples)."""
@@ -151,7 +154,8 @@ CONTENT_CHUNK = 1_024
 
 def _probe_index(index: Index, pool: list[Package], state: ProbeState,
                  config: NearDedupConfig, workers: int, progress: bool,
-                 digests: Future, executor: str = "local") -> tuple[list[Pair], int, int]:
+                 digests: Future, executor: str | Executors = "local"
+                 ) -> tuple[list[Pair], int, int]:
     """`_probe_pool` over an indexed pool: its samples and their contents as one snapshot of
     the index holds them, each distinct content's normalized text probed once (by the
     workers, which read the texts on their own connections) and its pairs given to every
@@ -252,13 +256,12 @@ def _package_entry(p: Package) -> PackageEntry:
 
 
 @dataclass
-class ContaminationResult:
-    output: Path | str  # a local folder, or a URL
-    counts: dict
+class ContaminationResult(FolderResult):
+    """The contamination report a run froze."""
 
     def summary(self) -> str:
         c = self.counts
-        return (f"contamination report {self.output}: {c['items_leaked']:,} of "
+        return (f"contamination report {self.path}: {c['items_leaked']:,} of "
                 f"{c['items_checked']:,} eval items leaked ({c['items_skipped_short']:,} "
                 f"skipped as too short) into {c['training_samples_contaminated']:,} of "
                 f"{c['training_samples']:,} training samples; {c['pairs']:,} pairs")
@@ -277,7 +280,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
                          pool_paths: Sequence[str | Path], output_dir: str | Path, *,
                          workers: int = 1, progress: bool = False,
                          index: str | Path | None = None,
-                         executor: str = "local") -> ContaminationResult:
+                         executor: str | Executors = "local") -> ContaminationResult:
     """Check every eval item against every training sample of the pool; freeze the report
     in ``output_dir`` (docs/contamination.md). Nothing is written on any error. With
     ``index`` (a SQLite path or a PostgreSQL URL holding every pool package, as for `scan`),
@@ -313,7 +316,7 @@ def report_lines(lines: list[PairLine]) -> list[dict]:
 @rare_collections()  # the pool's hits and pairs: see near_dedup_core.collector
 def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
             workers: int = 1, progress: bool = False, index: str | Path | None = None,
-            executor: str = "local") -> Computed:
+            executor: str | Executors = "local") -> Computed:
     """The report of these opened eval and pool packages (`contamination_report` without
     the writing; `verify.rederive` runs it again to re-check a report)."""
     pool_ids = {p.package_id for p in pool}

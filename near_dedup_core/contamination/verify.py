@@ -42,6 +42,7 @@ from near_dedup_core.fsutil import (
     verify_checksums,
 )
 from near_dedup_core.package import Package, load_package
+from near_dedup_core.results import FolderResult
 
 
 def is_contamination_report(path: Path) -> bool:
@@ -53,15 +54,14 @@ def is_contamination_report(path: Path) -> bool:
 
 
 @dataclass
-class ContaminationSummary:
+class ContaminationSummary(FolderResult):
+    """A verified contamination report (a local folder): its manifest as read and as its
+    model."""
+
     path: Path
     manifest: dict
     model: Manifest
     rederived: bool = False
-
-    @property
-    def counts(self) -> dict:
-        return self.manifest["counts"]
 
     def summary(self) -> str:
         c = self.counts
@@ -217,7 +217,7 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
     if manifest.counts != counts_of(summary):
         raise NearDedupError(f"{label}: counts in manifest.json do not match "
                              f"contamination.jsonl and summary.json")
-    result = ContaminationSummary(path, raw, manifest)
+    result = ContaminationSummary(path, raw["counts"], raw, manifest)
     if inputs is not None:
         by_id = {}
         for p in inputs:

@@ -31,6 +31,7 @@ from near_dedup_core.fsutil import require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import pause_point
 from near_dedup_core.report import decision_summary
+from near_dedup_core.results import FolderResult
 from near_dedup_core.scan.candidates import history_and_limits, pool_candidates
 from near_dedup_core.scan.decide import decide
 from near_dedup_core.scan.pool import (
@@ -56,13 +57,12 @@ from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, su
 
 
 @dataclass
-class ScanResult:
-    output: Path | str  # a local folder, or a URL
-    counts: dict
+class ScanResult(FolderResult):
+    """The report a scan froze."""
 
     def summary(self) -> str:
         c = self.counts
-        return (f"report {self.output}: {c['samples']:,} samples, {decision_summary(c)}; "
+        return (f"report {self.path}: {c['samples']:,} samples, {decision_summary(c)}; "
                 f"{c['relations']:,} relations, "
                 f"{c['history_only_relations']:,} history-only, {c['blocked_relations']:,} "
                 f"blocked by the numeric/unit guard")
