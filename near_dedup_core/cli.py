@@ -340,7 +340,7 @@ def _verify_local_report(path: Path, inputs: list[Path] | list[Location] | None)
 
     if is_contamination_report(path):
         return verify_contamination(path, None if inputs is None
-                                    else [str(p) for p in inputs]).summary()
+                                    else [str(p) for p in inputs], recorded=True).summary()
     if inputs:
         from near_dedup_core.report.inputs import verify_report_inputs
 

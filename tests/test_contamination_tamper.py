@@ -285,11 +285,19 @@ def _forged(base: dict, name: str, change: Callable[[Path], None]) -> Path:
 
 
 def test_the_report_verifies_with_and_without_its_packages(base):
+    # its packages are at the paths it records: plain `report verify` re-derives the pairs
     code, out, err = run_cli("report", "verify", base["report"])
-    assert code == 0 and "re-derive the pairs with --inputs" in out, err
+    assert code == 0 and "the same pairs re-derived from its packages" in out, err
     code, out, err = run_cli("report", "verify", base["report"], "--inputs",
                              *base["packages"])
     assert code == 0 and "the same pairs re-derived from its packages" in out, err
+    moved = base["packages"][0].with_name("moved-away")
+    base["packages"][0].rename(moved)
+    try:
+        code, out, err = run_cli("report", "verify", base["report"])
+    finally:
+        moved.rename(base["packages"][0])
+    assert code == 0 and "re-derive the pairs with --inputs" in out, err
 
 
 @pytest.mark.parametrize("name,change,file,fragment,needs_inputs", CASES,
@@ -301,10 +309,17 @@ def test_a_resealed_tampering_is_refused_in_one_line(base, name, change, file, f
     code, _, err = run_cli("report", "verify", forged, "--inputs", *base["packages"])
     assert code == 1 and err.count("\n") == 1, err
     assert err.startswith("near-dedup: error:") and file in err and fragment in err, err
+    # the packages are at the paths the report records, so a plain `report verify` re-derives
+    # the pairs as well: the files alone tell only the cases that do not need the packages
     code, out, err = run_cli("report", "verify", forged)
-    if needs_inputs:  # the files agree with each other: only the packages tell
-        assert code == 0 and "re-derive the pairs with --inputs" in out, err
-    else:
+    assert code == 1 and err.count("\n") == 1 and file in err and fragment in err, err
+    if not needs_inputs:  # the report's own files tell, even where its packages are not
+        moved = base["packages"][0].with_name("moved-away")
+        base["packages"][0].rename(moved)
+        try:
+            code, out, err = run_cli("report", "verify", forged)
+        finally:
+            moved.rename(base["packages"][0])
         assert code == 1 and err.count("\n") == 1 and file in err and fragment in err, err
     assert tree_bytes(forged) == before
 

@@ -66,7 +66,8 @@ class ContaminationSummary(FolderResult):
     def summary(self) -> str:
         c = self.counts
         how = (", and the same pairs re-derived from its packages" if self.rederived else
-               " (re-derive the pairs with --inputs)")
+               " (its packages are not at the paths it records: re-derive the pairs with "
+               "--inputs)")
         return (f"contamination report {self.path}: OK — checksums, manifest, summary and "
                 f"{c['pairs']:,} pairs consistent ({c['items_leaked']:,} of "
                 f"{c['items_checked']:,} eval items leaked into "
@@ -153,12 +154,14 @@ def _read_manifest(path: Path, label: str) -> tuple[dict, Manifest, NearDedupCon
 
 
 def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None = None, *,
-                         workers: int = 1) -> ContaminationSummary:
+                         workers: int = 1, recorded: bool = False) -> ContaminationSummary:
     """Check a contamination report folder: checksums, exactly its files, each file against
     its model, every line, and the summary and counts recomputed from the lines. With
     ``inputs`` (paths of every package the manifest names, evals and pool), the pairs are
-    re-derived from them and must be the report's (`rederive`). Raises NearDedupError naming
-    the first problem (file, and line where there is one)."""
+    re-derived from them and must be the report's (`rederive`); with ``recorded`` and no
+    ``inputs``, from the packages at the paths the manifest records, when every one of them
+    is there with the manifest sha256 it records (`report verify`). Raises NearDedupError
+    naming the first problem (file, and line where there is one)."""
     path = Path(path)
     label = f"contamination report {path}"
     if not path.is_dir():
@@ -218,6 +221,8 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
         raise NearDedupError(f"{label}: counts in manifest.json do not match "
                              f"contamination.jsonl and summary.json")
     result = ContaminationSummary(path, raw["counts"], raw, manifest)
+    if inputs is None and recorded:
+        inputs = _recorded_packages(manifest)
     if inputs is not None:
         by_id = {}
         for p in inputs:
@@ -228,6 +233,22 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
         rederive(path, manifest, config, by_id, workers=workers)
         result.rederived = True
     return result
+
+
+def _recorded_packages(manifest: Manifest) -> list[str] | None:
+    """The paths the manifest records for its eval and pool packages, if every one of them
+    opens there with the manifest sha256 the report records; None otherwise (moved, changed,
+    or on another machine: the report's own files are all that can be checked)."""
+    paths = []
+    for entry in [*manifest.evals, *manifest.inputs]:
+        try:
+            pkg = load_package(entry.path)
+        except NearDedupError:
+            return None
+        if pkg.manifest_sha256 != entry.manifest_sha256:
+            return None
+        paths.append(entry.path)
+    return paths
 
 
 def _out_of_order(previous: tuple, key: tuple) -> bool:
