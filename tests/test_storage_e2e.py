@@ -363,11 +363,12 @@ def test_worker_pools_read_packages_on_the_bucket(s3: S3Server, tmp_path: Path) 
 
 def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
                                                                tmp_path: Path) -> None:
-    """Two release days through Dagster with the snapshot, report and mixture roots on the
-    bucket, against the same two days on local disk: each day's report is the local one
-    byte for byte but for the recorded input locations, the mixture's data and the day's
+    """Two release days through Dagster with the snapshot, report, mixture and release roots
+    on the bucket, against the same two days on local disk: each day's report is the local
+    one byte for byte but for the recorded input locations, the mixture's data and the day's
     mixture.json are the same bytes, the site is published next to the report, the checks
-    pass, and the metadata links the bucket's locations as URLs."""
+    pass, the metadata links the bucket's locations as URLs, and a day released again keeps
+    what the bucket holds."""
     import dagster as dg
     from helpers import settings_for
 
@@ -382,13 +383,18 @@ def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
     local = settings_for(tmp_path / "local", snapshots)
     remote = settings_for(tmp_path / "remote", snapshots, snapshot_root=s3.url("snapshots"),
                           report_root=s3.url("release/reports"),
-                          mixture_root=s3.url("release/mixtures"))
+                          mixture_root=s3.url("release/mixtures"),
+                          release_root=s3.url("release/records"))
     graph = [*RELEASE_ASSETS, *RELEASE_CHECKS]
+
+    published: dict[str, bytes] = {}
 
     def release_days(settings: object, rerun: bool = False) -> list[dict]:
         found = []
         with dg.instance_for_test() as instance:
             for day in [*days, *days[-1:]] if rerun else days:
+                if len(found) == len(days):  # what the bucket holds before the day again
+                    published.update(download(s3, "release"))
                 result = dg.materialize(graph, partition_key=day, instance=instance,
                                         resources={"release": settings}, raise_on_error=False)
                 assert result.success, day
@@ -398,7 +404,8 @@ def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
                               for e in result.get_asset_materialization_events()})
         return found
 
-    local_meta, remote_meta = release_days(local), release_days(remote, rerun=True)
+    local_meta = release_days(local)
+    remote_meta = release_days(remote, rerun=True)
     for day, here, there in zip(days, local_meta, remote_meta, strict=False):
         packages = {str(p): s3.url(f"snapshots/{day}/{p.name}")
                     for p in (snapshots / day).iterdir()}
@@ -416,10 +423,10 @@ def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
         for name, body in local_mixture.items():
             if name.startswith("data/"):
                 assert mixture[name] == body, name
-        record = Path(remote.release_dir(day))
-        assert (record / "mixture.json").read_bytes() == \
-            (Path(local.release_dir(day)) / "mixture.json").read_bytes()
-        released = json.loads((record / "release.json").read_text())
+        record = download(s3, f"release/records/cpt-{day}")
+        assert record["mixture.json"] == (Path(local.release_dir(day)) / "mixture.json"
+                                          ).read_bytes()
+        released = json.loads(record["release.json"])
         assert released["report"]["path"] == f"near-cpt-{day}"
         assert [i["path"] for i in released["inputs"]] == [f"{day}/cpt-v{days.index(day) + 1}"]
         # the same figures; the bucket's locations as links, local ones as paths
@@ -441,3 +448,4 @@ def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
     again = remote_meta[2]
     assert again[INDEX_APPEND]["report_was_already_frozen"] == dg.MetadataValue.bool(True)
     assert again[MIXTURE]["reused_published_mixture"] == dg.MetadataValue.bool(True)
+    assert published and download(s3, "release") == published
