@@ -449,3 +449,48 @@ def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
     assert again[INDEX_APPEND]["report_was_already_frozen"] == dg.MetadataValue.bool(True)
     assert again[MIXTURE]["reused_published_mixture"] == dg.MetadataValue.bool(True)
     assert published and download(s3, "release") == published
+
+
+def test_the_release_contamination_step_on_the_bucket_matches_the_local_run(
+        s3: S3Server, tmp_path: Path) -> None:
+    """The release's contamination step with the eval sets and the contamination root on the
+    bucket (as well as the snapshot and mixture roots): the same report as on local disk but
+    for the recorded locations, the same mixture data; released again, it is kept."""
+    import dagster as dg
+    from helpers import settings_for
+
+    from near_dedup_assets.assets import RELEASE_ASSETS
+    from near_dedup_assets.checks import RELEASE_CHECKS
+    from near_dedup_assets.contamination import CONTAMINATION_REPORT, with_contamination
+
+    day = "2026-11-25"
+    pool = upload(s3, V1, f"snapshots/{day}/cpt-v1")
+    evals = upload(s3, V2, "evals/cpt-v2")
+    local = settings_for(tmp_path / "local", SAMPLES / "cpt", evals=str(V2.parent),
+                         contamination_root=str(tmp_path / "local" / "contamination"))
+    remote = settings_for(tmp_path / "remote", SAMPLES / "cpt",
+                          snapshot_root=s3.url("snapshots"), evals=s3.url("evals"),
+                          mixture_root=s3.url("mixtures"),
+                          contamination_root=s3.url("contamination"))
+    assets, checks = with_contamination(list(RELEASE_ASSETS), list(RELEASE_CHECKS), False)
+    with dg.instance_for_test() as instance:
+        runs = [dg.materialize([*assets, *checks], partition_key=day, instance=instance,
+                               resources={"release": settings}, raise_on_error=False)
+                for settings in (local, remote, remote)]
+    assert all(run.success for run in runs)
+    report = f"contamination/contamination-cpt-{day}"
+    local_tree = tree_bytes(Path(local.contamination_dir(day)))
+    assert b'"eval"' in local_tree["contamination.jsonl"]
+    same_report(local_tree, download(s3, report), {str(V1): pool, str(V2): evals})
+    mixture = download(s3, f"mixtures/cpt-mix-{day}")
+    for name, body in tree_bytes(Path(local.mixture_dir(day))).items():
+        if name.startswith("data/"):
+            assert mixture[name] == body, name
+    [first, again] = [{e.asset_key: e.materialization.metadata
+                       for e in run.get_asset_materialization_events()} for run in runs[1:]]
+    assert first[CONTAMINATION_REPORT]["report"] == dg.MetadataValue.url(s3.url(report))
+    assert first[CONTAMINATION_REPORT]["reused"] == dg.MetadataValue.bool(False)
+    assert again[CONTAMINATION_REPORT]["reused"] == dg.MetadataValue.bool(True)
+    checks = [(c.check_name, c.passed) for run in runs for c in run.get_asset_check_evaluations()]
+    assert len(checks) == 3 * 4  # no_new_contamination warns: the eval set is in the pool
+    assert checks == [(name, name != "no_new_contamination") for name, _ in checks]
