@@ -83,7 +83,7 @@ def pools(s3: S3Server, tmp_path: Path) -> dict:
            "--workers", 1)
         ok("--index", remote_index, "--config", CONFIG, "index", "--inputs", url,
            "--workers", 1)
-    report = tmp_path / "report"
+    report = tmp_path / "cpt"  # the folder's name is the report's on the bucket (plan.json)
     ok("--index", local_index, "--config", CONFIG, "scan", "--inputs", V1, V2,
        "--output", report, "--workers", 1)
     remote_report = s3.url("reports/cpt")
