@@ -28,7 +28,6 @@ day stays materialized with it instead of turning failed.
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import dagster as dg
 
@@ -37,6 +36,20 @@ from near_dedup_core.index_store import open_index
 from near_dedup_core.site import build_site, site_of
 
 from near_dedup_assets import audit, daily, summaries
+from near_dedup_assets.locations import (
+    Where,
+    as_where,
+    below,
+    checked,
+    exists,
+    is_folder,
+    local,
+    location_value,
+    name_of,
+    naming,
+    publish_folder,
+    staged,
+)
 from near_dedup_assets.partitions import PREVIOUS_DAY, RELEASE_DAYS
 from near_dedup_assets.resources import (
     ReleaseSettings,
@@ -154,16 +167,10 @@ def index_and_report(context: dg.AssetExecutionContext,
                          f"{report.path}")
         report_metadata = summaries.report_metadata(report, pool)
         previous = audit.previous_report(release, day, RELEASE_DAYS.get_partition_keys())
-        report_metadata.update(audit.comparison_metadata(report.path, previous))
-        # the reviewers' static site of the report, next to it (`report html`)
-        site = report.path.with_name(f"{report.path.name}-site")
-        if not site.exists():
-            compared = "vs_previous_config_changed" in report_metadata
-            build_site(report.path, site, against=previous if compared else None)
-        elif not site_of(site, report.path):
-            raise NearDedupError(f"site {site} was built from another report than "
-                                 f"{report.path}; move it away to rebuild it")
-        report_metadata["site"] = dg.MetadataValue.path(str(site / "index.html"))
+        report_metadata.update(audit.comparison_metadata(report.folder, previous))
+        compared = "vs_previous_config_changed" in report_metadata
+        site = report_site(report, previous if compared else None)
+        report_metadata["site"] = location_value(below(site, "index.html"))
     index_metadata = summaries.index_metadata(index, report)
     if refused is not None:
         stands = dg.MetadataValue.text(f"refused: {refused}; the day's earlier report "
@@ -174,6 +181,34 @@ def index_and_report(context: dg.AssetExecutionContext,
     if refused is not None:
         with partition_failure():
             raise NearDedupError(f"{refused} (the day's earlier report {report.path} stands)")
+
+
+def report_site(report: daily.ReportOutcome, against: Where | None) -> Where:
+    """The reviewers' static site of the report (`report html`), next to it as
+    ``<report>-site``: built once (on object storage: built locally, then published), and
+    an existing site must be the one of this report."""
+    site = _sibling(report.path, f"{name_of(report.path)}-site")
+    if isinstance(site, str):
+        if not exists(site):
+            with staged(site, lambda s: s) as folder, naming(report.path, report.folder):
+                build_site(report.folder, folder,
+                           against=None if against is None else local(against))
+                publish_folder(folder, site)
+        elif not checked(site, lambda folder: site_of(folder, report.folder)):
+            raise NearDedupError(f"site {site} was built from another report than "
+                                 f"{report.path}; move it away to rebuild it")
+        return site
+    if not site.exists():
+        build_site(report.path, site, against=against)
+    elif not site_of(site, report.path):
+        raise NearDedupError(f"site {site} was built from another report than "
+                             f"{report.path}; move it away to rebuild it")
+    return site
+
+
+def _sibling(where: Where, name: str) -> Where:
+    return where.with_name(name) if not isinstance(where, str) else \
+        f"{where.rsplit('/', 1)[0]}/{name}"
 
 
 def _earlier_valid_report(context: dg.AssetExecutionContext, release: ReleaseSettings,
@@ -192,7 +227,7 @@ def _earlier_valid_report(context: dg.AssetExecutionContext, release: ReleaseSet
     entry = record.asset_materialization.metadata.get("report")
     if entry is None:
         return None
-    path = Path(str(entry.value))
+    path = as_where(str(entry.value))
     try:
         return daily.reuse_report(path, pool, release.dedup_config())
     except NearDedupError:
@@ -213,7 +248,7 @@ def mixture_for_day(context: dg.AssetExecutionContext,
     with partition_failure():
         pool = daily.open_day(release, day)
         report = release.report_dir(day) if release.near_dedup_enabled else None
-        if report is not None and not report.is_dir():
+        if report is not None and not is_folder(report):
             raise NearDedupError(f"release day {day}: no frozen report at {report}; "
                                  f"materialize scan_report for this day first")
         outcome = daily.build_day_mixture(release, pool, report)

@@ -15,26 +15,28 @@ import dagster as dg
 from near_dedup_core import audit
 from near_dedup_core.errors import NearDedupError
 
+from near_dedup_assets.locations import Where, checked, exists, location_value
 from near_dedup_assets.resources import ReleaseSettings
 from near_dedup_assets.summaries import md_table, rate_key
 
 
-def previous_report(release: ReleaseSettings, day: str, days: Sequence[str]) -> Path | None:
+def previous_report(release: ReleaseSettings, day: str, days: Sequence[str]) -> Where | None:
     for earlier in sorted((d for d in days if d < day), reverse=True):
         path = release.report_dir(earlier)
-        if (path / "manifest.json").is_file():
+        if exists(path, "manifest.json"):
             return path
     return None
 
 
-def comparison_metadata(report: Path, previous: Path | None) -> dict:
-    """`report diff` against the previous day's report: counts and a small table."""
+def comparison_metadata(report: Path, previous: Where | None) -> dict:
+    """`report diff` of the local folder ``report`` against the previous day's report:
+    counts and a small table."""
     if previous is None:
         return {"previous_day": dg.MetadataValue.text("none: first release day")}
     try:
-        diff = audit.diff_reports(previous, report)
+        diff = checked(previous, lambda folder: audit.diff_reports(folder, report))
     except NearDedupError as exc:  # yesterday's report is unreadable: today's is still fine
-        return {"previous_day": dg.MetadataValue.path(str(previous)),
+        return {"previous_day": location_value(previous),
                 "vs_previous": dg.MetadataValue.text(f"no comparison: {exc}")}
     total = diff.counts["total"]
     rows = [[r["domain"] if r["domain"] is not None else "(unknown)",
@@ -42,7 +44,7 @@ def comparison_metadata(report: Path, previous: Path | None) -> dict:
              r["newly_excluded"], r["newly_kept"], r["changed_kept"]]
             for r in diff.counts["by_domain"]]
     return {
-        "previous_day": dg.MetadataValue.path(str(previous)),
+        "previous_day": location_value(previous),
         "vs_previous_config_changed": dg.MetadataValue.bool(diff.config_changed["changed"]),
         "vs_previous_newly_excluded": dg.MetadataValue.int(total["newly_excluded"]),
         "vs_previous_newly_kept": dg.MetadataValue.int(total["newly_kept"]),
@@ -66,8 +68,8 @@ def exclusion_rate_result(release: ReleaseSettings, day: str, days: Sequence[str
     max_rate, max_jump = release.exclusion_rate_limit, release.rate_jump_limit
     report = release.report_dir(day)
     previous = previous_report(release, day, days)
-    current = audit.count_report(report)
-    before = audit.count_report(previous) if previous is not None else None
+    current = checked(report, audit.count_report)
+    before = checked(previous, audit.count_report) if previous is not None else None
     problems = audit.rate_problems(current, before, max_rate, max_jump)
     rows = [[name if name is not None else "(unknown)", t.samples, t.exclude,
              f"{100 * t.rate:.1f}%",

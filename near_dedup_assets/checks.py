@@ -23,7 +23,6 @@ the UI's badge says which.
 import os
 import warnings
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 import dagster as dg
 
@@ -31,9 +30,11 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import verify_checksums
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.report import verify_report
+from near_dedup_core.storage import in_place
 
 from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
 from near_dedup_assets.audit import exclusion_rate_result
+from near_dedup_assets.locations import Where, checked, is_folder, location_value
 from near_dedup_assets.partitions import RELEASE_DAYS
 from near_dedup_assets.resources import ReleaseSettings, current_environment, parse_flag
 
@@ -62,9 +63,9 @@ def release_day_check(**kwargs) -> Callable:
     return decorate
 
 
-def _verified(day: str, label: str, path: Path,
+def _verified(day: str, label: str, path: Where,
               verify: Callable[[], str]) -> dg.AssetCheckResult:
-    metadata = {"day": dg.MetadataValue.text(day), label: dg.MetadataValue.path(str(path))}
+    metadata = {"day": dg.MetadataValue.text(day), label: location_value(path)}
     try:
         summary = verify()
     except NearDedupError as exc:
@@ -85,7 +86,8 @@ def report_checksums(context: dg.AssetCheckExecutionContext,
                                    metadata={"day": dg.MetadataValue.text(day),
                                              "near_dedup": dg.MetadataValue.text("off")})
     path = release.report_dir(day)
-    return _verified(day, "report", path, lambda: verify_report(path).summary())
+    return _verified(day, "report", path, lambda: checked(
+        path, lambda folder: in_place(verify_report(folder).summary(), folder, path)))
 
 
 @release_day_check(asset=MIXTURE, blocking=True)
@@ -97,10 +99,11 @@ def mixture_verify(context: dg.AssetCheckExecutionContext,
     record = release.release_dir(day)
 
     def verify() -> str:
-        if not path.is_dir():
+        if not is_folder(path):
             raise NearDedupError(f"mixture {path}: does not exist")
-        summary = verify_mixture(path).summary()
-        verify_checksums(record, "release record")
+        summary = checked(path, lambda folder: in_place(verify_mixture(folder).summary(),
+                                                        folder, path))
+        checked(record, lambda folder: verify_checksums(folder, "release record"))
         return summary
 
     return _verified(day, "mixture", path, verify)

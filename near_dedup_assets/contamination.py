@@ -18,7 +18,6 @@ import os
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 
 import dagster as dg
 
@@ -38,6 +37,16 @@ from near_dedup_assets.assets import (
     partition_failure,
 )
 from near_dedup_assets.checks import release_day, release_day_check
+from near_dedup_assets.locations import (
+    Where,
+    checked,
+    exists,
+    is_folder,
+    local,
+    location_value,
+    naming,
+    package_folders,
+)
 from near_dedup_assets.partitions import RELEASE_DAYS
 from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, parse_flag
 
@@ -48,17 +57,17 @@ BLOCKING_VAR = f"{ENV_PREFIX}CONTAMINATION_BLOCKING"
 
 @dataclass(frozen=True)
 class ContaminationOutcome:
-    path: Path
+    path: Where
     manifest: dict
     summary: dict
     reused: bool
 
 
-def eval_package_paths(settings: ReleaseSettings) -> list[Path]:
+def eval_package_paths(settings: ReleaseSettings) -> list[Where]:
     folder = settings.evals_dir
-    if folder is None or not folder.is_dir():
+    if folder is None or not is_folder(folder):
         raise NearDedupError(f"{EVALS_VAR}={settings.evals!r}: not a folder of eval packages")
-    paths = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    paths = package_folders(folder)
     if not paths:
         raise NearDedupError(f"{EVALS_VAR} {folder}: holds no package folders")
     return paths
@@ -70,25 +79,33 @@ def _identities(entries: list[dict]) -> list[tuple[str, str]]:
 
 def freeze_contamination(settings: ReleaseSettings, pool: daily.DayPool) -> ContaminationOutcome:
     """The day's frozen contamination report: the existing one if it matches, else a new run
-    into a staging folder renamed into place."""
+    into a staging folder renamed into place (on object storage: published by the run)."""
     target = settings.contamination_dir(pool.day)
     config = settings.dedup_config()
     evals = eval_package_paths(settings)
-    reused = target.exists()
+    reused = exists(target)
     if reused:
         hint = f"frozen reports are never replaced: move {target} away to recheck day {pool.day}"
+        folder = local(target, fresh=True)
         try:
-            verify_contamination(target)
+            with naming(target, folder):
+                verify_contamination(folder)
         except NearDedupError as exc:
             raise NearDedupError(f"{exc}; {hint}") from None
-        manifest = read_json_object(target / "manifest.json", "contamination report")
+        manifest = read_json_object(folder / "manifest.json", "contamination report")
         now_evals = [(p.package_id, p.manifest_sha256) for p in map(load_package, evals)]
         if (_identities(manifest["inputs"]) != pool.identities
                 or _identities(manifest["evals"]) != now_evals
                 or manifest["config"] != config.model_dump(mode="json")):
             raise NearDedupError(f"contamination report {target} was made from other inputs, "
                                  f"eval packages or config than day {pool.day} has now; {hint}")
+    elif isinstance(target, str):
+        run_contamination(config, evals, pool.paths, target, workers=settings.worker_count,
+                          progress=False)
+        folder = local(target)
+        manifest = read_json_object(folder / "manifest.json", "contamination report")
     else:
+        folder = target
         staging = target.with_name(f".{target.name}.staging-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         try:
@@ -98,7 +115,7 @@ def freeze_contamination(settings: ReleaseSettings, pool: daily.DayPool) -> Cont
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         manifest = read_json_object(target / "manifest.json", "contamination report")
-    summary = read_json_object(target / "summary.json", "contamination report")
+    summary = read_json_object(folder / "summary.json", "contamination report")
     return ContaminationOutcome(target, manifest, summary, reused)
 
 
@@ -109,7 +126,7 @@ def contamination_metadata(outcome: ContaminationOutcome) -> dict:
     rows = [[e["package_id"], e["items_checked"], e["items_skipped_short"], e["items_leaked"],
              e["training_samples_affected"]] for e in outcome.summary["evals"]]
     metadata: dict = {
-        "report": dg.MetadataValue.path(str(outcome.path)),
+        "report": location_value(outcome.path),
         "reused": outcome.reused,
         "pairs": counts["pairs"],
         "items_leaked": counts["items_leaked"],
@@ -145,9 +162,9 @@ def build_check(blocking: bool) -> dg.AssetChecksDefinition:
                              release: ReleaseSettings) -> dg.AssetCheckResult:
         day = release_day(context)
         path = release.contamination_dir(day)
-        meta = {"day": dg.MetadataValue.text(day), "report": dg.MetadataValue.path(str(path))}
+        meta = {"day": dg.MetadataValue.text(day), "report": location_value(path)}
         try:
-            counts = verify_contamination(path).counts
+            counts = checked(path, verify_contamination).counts
         except NearDedupError as exc:
             return dg.AssetCheckResult(passed=False, severity=severity, description=str(exc),
                                        metadata=meta)

@@ -14,12 +14,13 @@ where its outputs go and what happens when a day is materialized again:
 * Mixtures and release records are deterministic. A day whose mixture or record exists is
   rebuilt into a staging folder: identical checksums → the published one stays (same
   package); different → the step fails and nothing is replaced.
+* Any root may be a URL of object storage (`locations`): the staging folder is then a local
+  temporary folder, published by the storage layer's rule instead of renamed.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +43,19 @@ from near_dedup_core.package import Package, open_packages, validate_packages
 from near_dedup_core.report import load_manifest, verify_report
 from near_dedup_core.scan import scan_pool
 
-from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, resolve_path
+from near_dedup_assets.locations import (
+    Where,
+    as_where,
+    checked,
+    exists,
+    is_folder,
+    local,
+    naming,
+    package_folders,
+    publish_folder,
+    staged,
+)
+from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, resolve_location
 
 RELEASE_FORMAT = "near-dedup-release"
 #: 2: every path is relative to its root (``NEAR_DEDUP_SNAPSHOT_ROOT``, ``..._REPORT_ROOT``,
@@ -58,7 +71,7 @@ class DayPool:
     """The input pool of one release day: its packages in name order."""
 
     day: str
-    folder: Path
+    folder: Where
     packages: list[Package]
 
     @property
@@ -74,12 +87,12 @@ class DayPool:
         return sum(p.record_count for p in self.packages)
 
 
-def day_package_paths(settings: ReleaseSettings, day: str) -> list[Path]:
+def day_package_paths(settings: ReleaseSettings, day: str) -> list[Where]:
     """Package folders of ``day``; a missing or empty snapshot folder is an error."""
     folder = settings.snapshot_dir(day)
-    if not folder.is_dir():
+    if not is_folder(folder):
         raise NearDedupError(f"release day {day}: snapshot folder {folder} does not exist")
-    paths = sorted(p for p in folder.iterdir() if p.is_dir() and not p.name.startswith("."))
+    paths = package_folders(folder)
     if not paths:
         raise NearDedupError(f"release day {day}: snapshot folder {folder} holds no package "
                              f"folders")
@@ -117,7 +130,7 @@ def unindexed_earlier_days(settings: ReleaseSettings, day: str, days: Sequence[s
     Appends run in day order; a day whose snapshot never arrived does not block later days.
     """
     return [d for d in days if d < day and d not in indexed
-            and settings.snapshot_dir(d).is_dir()]
+            and is_folder(settings.snapshot_dir(d))]
 
 
 def index_day(settings: ReleaseSettings, pool: DayPool) -> IndexResult:
@@ -133,18 +146,18 @@ def index_day(settings: ReleaseSettings, pool: DayPool) -> IndexResult:
 
 @dataclass(frozen=True)
 class ReportOutcome:
-    path: Path
+    path: Where
     manifest: dict
     reused: bool
+
+    @property
+    def folder(self) -> Path:
+        """The report as a local folder (on object storage: fetched once)."""
+        return local(self.path)
 
 
 def _staging(target: Path) -> Path:
     return target.with_name(f".{target.name}.staging-{os.getpid()}")
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir():
-        shutil.rmtree(path)
 
 
 def _label(identities: Sequence[tuple[str, str]]) -> str:
@@ -158,8 +171,14 @@ def later_batch_packages(manifest: dict, pool: DayPool) -> list[str]:
     return sorted(pid for pid, batch in batches.items() if batch > day_batch)
 
 
-def _reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> dict:
-    manifest = load_manifest(target)
+def _reuse_report(target: Where, pool: DayPool, config: NearDedupConfig) -> dict:
+    folder = local(target, fresh=True)
+    with naming(target, folder):
+        return _reuse_folder(target, folder, pool, config)
+
+
+def _reuse_folder(target: Where, folder: Path, pool: DayPool, config: NearDedupConfig) -> dict:
+    manifest = load_manifest(folder)
     frozen = [(i["package_id"], i["manifest_sha256"]) for i in manifest["inputs"]]
     hint = f"frozen reports are never replaced: move {target} away to rescan day {pool.day}"
     if frozen != pool.identities:
@@ -170,13 +189,13 @@ def _reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> dict:
                              f"(fingerprint {str(manifest.get('config_fingerprint'))[:12]}…, "
                              f"now {config.fingerprint()[:12]}…); {hint}")
     try:
-        verify_report(target)
+        verify_report(folder)
     except NearDedupError as exc:
         raise NearDedupError(f"{exc}; {hint}") from None
     return manifest
 
 
-def reuse_report(target: Path, pool: DayPool, config: NearDedupConfig) -> ReportOutcome:
+def reuse_report(target: Where, pool: DayPool, config: NearDedupConfig) -> ReportOutcome:
     """The frozen report at ``target`` if it was made from the day's inputs and config and
     still verifies (an error otherwise)."""
     return ReportOutcome(target, _reuse_report(target, pool, config), reused=True)
@@ -186,11 +205,9 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     """The day's frozen report: the existing one if it matches, else a new scan."""
     target = settings.report_dir(pool.day)
     config = settings.dedup_config()
-    if target.exists():
+    if exists(target):
         return reuse_report(target, pool, config)
-    staging = _staging(target)
-    _remove(staging)
-    try:
+    with staged(target, _staging) as staging:
         runtime.prepare("scan", inputs=pool.paths, workers=settings.worker_count,
                         executor=settings.executor_kind, index=settings.index_path)
         scan_pool(settings.index_path, config, pool.paths, staging,
@@ -203,17 +220,24 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
                 f"release day {pool.day}: index {settings.index_label} already holds packages "
                 f"appended after this day ({', '.join(later)}); its report would count them as "
                 f"history. Release days in order (a backfill does), or rebuild the index")
-        os.rename(staging, target)
-    finally:
-        _remove(staging)
+        _put(staging, target)
     return ReportOutcome(target, manifest, reused=False)
+
+
+def _put(staging: Path, target: Where) -> None:
+    """Publish the complete ``staging`` folder at ``target``: a rename on this machine, the
+    storage layer's publication on object storage."""
+    if isinstance(target, Path):
+        os.rename(staging, target)
+    else:
+        publish_folder(staging, target)
 
 
 # --------------------------------------------------------------------------- mixture
 
 
 def mixture_config(settings: ReleaseSettings, pool: DayPool,
-                   report: Path | None) -> MixtureConfig:
+                   report: Where | None) -> MixtureConfig:
     """The day's mixture: the template's fields plus name, inputs and (near-dedup on) report."""
     path = settings.template_path
     raw = read_json_object(path, "mixture template")
@@ -230,59 +254,66 @@ def mixture_config(settings: ReleaseSettings, pool: DayPool,
     raw["near_dedup_report"] = None if report is None else str(report)
     if settings.evals_dir is not None:  # the contamination step runs: its report filters
         contamination = settings.contamination_dir(pool.day)
-        if not contamination.is_dir():
+        if not is_folder(contamination):
             raise NearDedupError(f"release day {pool.day}: no contamination report at "
                                  f"{contamination}; materialize contamination_report first")
         raw["contamination_report"] = str(contamination)
     return validate_model(MixtureConfig, raw, f"mixture template {path}")
 
 
-def publish(target: Path, build: Callable[[Path], object], verify: Callable[[Path], object],
+def publish(target: Where, build: Callable[[Path], object], verify: Callable[[Path], object],
             label: str) -> bool:
-    """Build into a staging sibling and rename it to ``target``; True if ``target`` existed
-    with identical content (checksums) and was kept, an error if it differs."""
-    staging = _staging(target)
-    _remove(staging)
-    try:
+    """Build into a staging folder and publish it at ``target`` (`_put`); True if ``target``
+    existed with identical content (checksums) and was kept, an error if it differs."""
+    with staged(target, _staging) as staging:
         build(staging)
-        if not target.exists():
-            os.rename(staging, target)
+        if not exists(target):
+            _put(staging, target)
             return False
-        verify(target)
-        if (staging / CHECKSUMS).read_bytes() != (target / CHECKSUMS).read_bytes():
+        def published_checksums(folder: Path) -> bytes:
+            verify(folder)
+            return (folder / CHECKSUMS).read_bytes()
+
+        if (staging / CHECKSUMS).read_bytes() != checked(target, published_checksums):
             raise NearDedupError(f"{label} {target} already exists with other content than "
                                  f"this build (checksums differ); published outputs are never "
                                  f"replaced: move it away to rebuild")
         return True
-    finally:
-        _remove(staging)
 
 
 @dataclass(frozen=True)
 class MixtureOutcome:
-    path: Path
+    path: Where
     config: MixtureConfig
     manifest: dict
     plan: dict
     reused: bool
+    manifest_sha256: str
 
 
 def build_day_mixture(settings: ReleaseSettings, pool: DayPool,
-                      report: Path | None) -> MixtureOutcome:
-    """Build (or keep the identical published) mixture of the day."""
+                      report: Where | None) -> MixtureOutcome:
+    """Build (or keep the identical published) mixture of the day. Its manifest and plan are
+    read from the build (the published mixture holds the same bytes: same checksums)."""
     cfg = mixture_config(settings, pool, report)
     target = settings.mixture_dir(pool.day)
-    reused = publish(target, lambda out: build_mixture(cfg, out, progress=False),
-                     verify_mixture, "mixture")
-    manifest = read_json_object(target / "manifest.json", "mixture")
-    plan = read_json_object(target / "plan.json", "mixture")
-    return MixtureOutcome(target, cfg, manifest, plan, reused)
+    built: dict = {}
+
+    def build(out: Path) -> None:
+        build_mixture(cfg, out, progress=False)
+        built["manifest"] = read_json_object(out / "manifest.json", "mixture")
+        built["plan"] = read_json_object(out / "plan.json", "mixture")
+        built["sha256"] = sha256_file(out / "manifest.json")
+
+    reused = publish(target, build, verify_mixture, "mixture")
+    return MixtureOutcome(target, cfg, built["manifest"], built["plan"], reused,
+                          built["sha256"])
 
 
 # --------------------------------------------------------------------------- release record
 
 
-def release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None,
+def release_record(settings: ReleaseSettings, pool: DayPool, report: Where | None,
                    mixture: MixtureOutcome) -> dict:
     """What was released on the day: inputs, report, contamination report (when the mixture
     used one) and mixture, with their manifest hashes."""
@@ -299,20 +330,22 @@ def release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None
         "report": None,
         "mixture": {"name": mixture.config.name,
                     "path": _relative(mixture.path, settings.mixture_root),
-                    "manifest_sha256": sha256_file(mixture.path / "manifest.json"),
+                    "manifest_sha256": mixture.manifest_sha256,
                     "counts": mixture.manifest["counts"]},
     }
     if report is not None:
-        manifest = load_manifest(report)
+        folder = local(report)
+        manifest = load_manifest(folder)
         record["index"] = settings.index_label
         record["report"] = {"path": _relative(report, settings.report_root),
-                            "manifest_sha256": sha256_file(report / "manifest.json"),
+                            "manifest_sha256": sha256_file(folder / "manifest.json"),
                             "config_fingerprint": manifest["config_fingerprint"],
                             "counts": manifest["counts"]}
     if mixture.config.contamination_report is not None:  # only then: older records unchanged
-        folder = Path(mixture.config.contamination_report)
+        where = as_where(mixture.config.contamination_report)
+        folder = local(where)
         contamination = read_json_object(folder / "manifest.json", "contamination report")
-        record["contamination"] = {"path": _relative(folder, settings.contamination_root),
+        record["contamination"] = {"path": _relative(where, settings.contamination_root),
                                    "manifest_sha256": sha256_file(folder / "manifest.json"),
                                    "counts": contamination.get("counts")}
     return record
@@ -322,23 +355,27 @@ def portable_mixture_config(settings: ReleaseSettings, cfg: MixtureConfig) -> di
     """The day's mixture config as the release record keeps it: its paths relative to their
     roots, as in release.json."""
     raw = cfg.model_dump(mode="json")
-    raw["inputs"] = [_relative(Path(p), settings.snapshot_root) for p in cfg.inputs]
+    raw["inputs"] = [_relative(as_where(p), settings.snapshot_root) for p in cfg.inputs]
     for key, root in (("near_dedup_report", settings.report_root),
                       ("contamination_report", settings.contamination_root)):
         if raw.get(key) is not None:
-            raw[key] = _relative(Path(raw[key]), root)
+            raw[key] = _relative(as_where(raw[key]), root)
     return raw
 
 
-def _relative(path: Path | str, root: str) -> str:
-    """``path`` relative to the release root ``root`` (as a POSIX path); a URL as it is."""
-    if isinstance(path, str):
-        return path
-    return Path(os.path.relpath(path, resolve_path(root))).as_posix()
+def _relative(path: Where, root: str) -> str:
+    """``path`` relative to the release root ``root`` (as a POSIX path), on this machine or
+    below a URL root alike; a URL outside its root as it is."""
+    base = resolve_location(root)
+    if isinstance(path, Path) and isinstance(base, Path):
+        return Path(os.path.relpath(path, base)).as_posix()
+    if isinstance(path, str) and isinstance(base, str) and path.startswith(base + "/"):
+        return path[len(base) + 1:]
+    return str(path)
 
 
-def write_release_record(settings: ReleaseSettings, pool: DayPool, report: Path | None,
-                         mixture: MixtureOutcome) -> tuple[Path, bool]:
+def write_release_record(settings: ReleaseSettings, pool: DayPool, report: Where | None,
+                         mixture: MixtureOutcome) -> tuple[Where, bool]:
     """``<release_root>/<kind>-<day>/``: release.json, the day's mixture.json (paths relative to
     their roots), checksums."""
     record = release_record(settings, pool, report, mixture)

@@ -22,6 +22,7 @@ from near_dedup_core.package import Package, open_packages, stream_records
 from near_dedup_core.report import bin_labels, iter_decisions, jaccard_bin, jaccard_edges
 
 from near_dedup_assets.daily import DayPool, MixtureOutcome, ReportOutcome
+from near_dedup_assets.locations import Where, location_value
 
 NO_DOMAIN = "(none)"
 HISTOGRAM_BINS = 5
@@ -70,7 +71,7 @@ def snapshot_metadata(pool: DayPool) -> dict:
             ["package", "kind", "records", "splits", "manifest sha256"], rows)),
         "records_by_split": dg.MetadataValue.md(md_table(
             ["split", "records"], sorted(by_split.items()))),
-        "snapshot_folder": dg.MetadataValue.path(str(pool.folder)),
+        "snapshot_folder": location_value(pool.folder),
     }
 
 
@@ -100,7 +101,7 @@ def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
         "index": (dg.MetadataValue.path(str(backend.file)) if backend.file is not None
                   else dg.MetadataValue.text(backend.label)),
         "summary": dg.MetadataValue.text(result.summary()),
-        "report": dg.MetadataValue.path(str(report.path)),
+        "report": location_value(report.path),
         "report_was_already_frozen": dg.MetadataValue.bool(report.reused),
     }
 
@@ -206,7 +207,7 @@ def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
     reason_rows = sorted(counts["by_reason"].items())
     domains = sample_domains(open_packages(pool.paths))
     threshold = float(manifest["config"]["threshold"])
-    by_domain = domain_rows(iter_decisions(outcome.path), domains)
+    by_domain = domain_rows(iter_decisions(outcome.folder), domains)
     rates = {rate_key(None if row[0] == NO_DOMAIN else row[0]):
              dg.MetadataValue.float(round(row[3] / row[1], 6)) for row in by_domain if row[1]}
     return {
@@ -225,10 +226,10 @@ def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
             by_domain)),
         "similarity_histogram": dg.MetadataValue.md(text_table(
             ["jaccard", "pool", "history-only", "guard-blocked", ""],
-            similarity_histogram(iter_relations(outcome.path), threshold))),
+            similarity_histogram(iter_relations(outcome.folder), threshold))),
         "inputs": dg.MetadataValue.text(", ".join(p.package_id for p in pool.packages)),
         "config_fingerprint": dg.MetadataValue.text(manifest["config_fingerprint"]),
-        "report": dg.MetadataValue.path(str(outcome.path)),
+        "report": location_value(outcome.path),
     }
 
 
@@ -244,7 +245,7 @@ def disabled_metadata(step: str) -> dict:
 # --------------------------------------------------------------------------- mixture
 
 
-def mixture_metadata(outcome: MixtureOutcome, release: Path, reused_release: bool) -> dict:
+def mixture_metadata(outcome: MixtureOutcome, release: Where, reused_release: bool) -> dict:
     counts = outcome.manifest["counts"]
     rows = [[r["domain"], r["available_before_dedup"], r["available_after_dedup"],
              float(r["weight"]), r["quota"], r["selected"], r["shortfall"]]
@@ -263,6 +264,6 @@ def mixture_metadata(outcome: MixtureOutcome, release: Path, reused_release: boo
         "strategy": dg.MetadataValue.text(outcome.config.strategy_label()),
         "near_dedup_report": dg.MetadataValue.text(report or "none: near-dedup is off"),
         "reused_published_mixture": dg.MetadataValue.bool(outcome.reused and reused_release),
-        "mixture": dg.MetadataValue.path(str(outcome.path)),
-        "release_record": dg.MetadataValue.path(str(release)),
+        "mixture": location_value(outcome.path),
+        "release_record": location_value(release),
     }

@@ -136,6 +136,11 @@ class Location(abc.ABC):
         ...
 
     @abc.abstractmethod
+    def folders(self) -> list[str]:
+        """Names of the folders directly inside, sorted (on object storage: the common
+        prefixes one level below); none or no such folder: ``[]``."""
+
+    @abc.abstractmethod
     def open(self, rel: str, expect: FileInfo | None = None, start: int = 0,
              end: int | None = None) -> io.BufferedIOBase:
         """Stream the bytes ``start:end`` of a file (all of it by default) without reading
@@ -252,6 +257,11 @@ class LocalLocation(Location):
         path = self._file(rel)
         return path.exists() or path.is_symlink()
 
+    def folders(self) -> list[str]:
+        if not self.path.is_dir():
+            return []
+        return sorted(p.name for p in self.path.iterdir() if p.is_dir())
+
     def open(self, rel: str, expect: FileInfo | None = None, start: int = 0,
              end: int | None = None) -> io.BufferedIOBase:
         path = self._file(rel)
@@ -363,6 +373,15 @@ class RemoteLocation(Location):
         with _errors(self._url(rel)):
             self._bucket_must_exist()
             return bool(self.fs.exists(self._key(rel)))
+
+    def folders(self) -> list[str]:
+        with _errors(self.url):
+            try:
+                found = self.fs.ls(self.root, detail=True)
+            except FileNotFoundError:
+                return []
+        return sorted(str(info["name"]).rstrip("/").rsplit("/", 1)[-1] for info in found
+                      if info.get("type") == "directory")
 
     def open(self, rel: str, expect: FileInfo | None = None, start: int = 0,
              end: int | None = None) -> io.BufferedIOBase:
@@ -551,15 +570,18 @@ def local_folder(location: str | Path | Location) -> Iterator[Path]:
 _FETCHED: dict[str, tuple[tempfile.TemporaryDirectory, Path]] = {}
 
 
-def fetched_folder(location: str | Path | Location) -> Path:
+def fetched_folder(location: str | Path | Location, *, fresh: bool = False) -> Path:
     """`local_folder` for a reader that keeps the folder for the rest of the command (a
     mixture build reads its report while planning, then copies it into the mixture): a local
     folder is itself; a folder on object storage is fetched once per process into a
     temporary folder that is removed when the process exits (published folders are never
-    replaced, so one fetch stands for the command)."""
+    replaced, so one fetch stands for the command). ``fresh``: fetch it again (a check
+    that must see the folder as it is now)."""
     location = parse_location(location)
     if isinstance(location, LocalLocation):
         return location.path
+    if fresh and location.url in _FETCHED:
+        _FETCHED.pop(location.url)[0].cleanup()
     if location.url not in _FETCHED:
         with local_folder(location) as folder:
             keep = tempfile.TemporaryDirectory(prefix="near-dedup-fetch-")

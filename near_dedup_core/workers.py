@@ -274,6 +274,8 @@ class Executors:
     - ``workers_read_index``: a worker may open the index (and the packages) itself, on this
       machine; otherwise the stage ships it what it reads;
     - ``shares_memory``: workers are processes of this machine that can attach shared memory;
+    - ``reads_storage``: the work may run on other machines, which read the packages on object
+      storage themselves (given byte ranges) rather than receive their bytes;
     - `start` (a context manager): the running executor, with ``submit`` and
       ``parallelism`` (how many tasks it runs at once);
     - `for_work`: the executor for a given amount of work (a local pool runs little work
@@ -283,6 +285,7 @@ class Executors:
     in_process: bool = False
     workers_read_index: bool = False
     shares_memory: bool = False
+    reads_storage: bool = False
 
     def __init__(self, workers: int) -> None:
         self.workers = max(1, workers)
@@ -334,9 +337,11 @@ class LocalExecutors(Executors):
 
 class RayExecutors(Executors):
     """A Ray cluster (`ray_executor.RayExecutor`): the one ``RAY_ADDRESS`` names, or a local
-    Ray of ``workers`` CPUs started for the run. Its tasks never open the index."""
+    Ray of ``workers`` CPUs started for the run. Its tasks never open the index; they read
+    the byte ranges of packages on object storage that they are given."""
 
     name = "ray"
+    reads_storage = True
 
     @contextmanager
     def _started(self) -> Iterator[Executor]:

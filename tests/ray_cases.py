@@ -3,9 +3,11 @@
 module). Run by test_ray.py inside a private network namespace, so that the cluster binds to
 the loopback address only.
 
-Reports and index rows are byte-identical to the local executor's; a task whose worker
-process dies is retried by Ray and the result is still the same; a task that can never finish
-stops the command with exit 1, nothing written.
+Reports and index rows are byte-identical to the local executor's, also with the packages on
+an S3 server (moto's, on the loopback; started before the cluster, whose nodes then have its
+address and keys in their environment) that the tasks of ``index`` read their byte ranges
+from; a task whose worker process dies is retried by Ray and the result is still the same; a
+task that can never finish stops the command with exit 1, nothing written.
 """
 
 from __future__ import annotations
@@ -37,7 +39,16 @@ P = stdlib_paragraphs()
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def s3(tmp_path_factory):
+    from s3_server import run_s3_server
+
+    with pytest.MonkeyPatch.context() as mp, \
+            run_s3_server(mp, tmp_path_factory.mktemp("s3")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def cluster(s3):
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     c.add_node(num_cpus=1)
     ray.init(address=c.address, log_to_driver=False, include_dashboard=False)
@@ -110,6 +121,49 @@ def test_contamination_on_ray_is_the_local_report_byte_for_byte(cluster, package
             reports[(executor, source)] = tree_bytes(out)
     assert all(r == reports[("local", "packages")] for r in reports.values())
     assert reports[("local", "packages")]["contamination.jsonl"].count(b"\n") >= 60
+
+
+def test_index_tasks_read_their_byte_ranges_from_the_bucket(cluster, s3, packages, tmp_path,
+                                                             monkeypatch):
+    """With the packages on the bucket, the driver sends each block of ``index`` as a byte
+    range of its shard (no lines); the tasks read them from the bucket, and the index gives
+    the local report byte for byte (but for the input locations it records)."""
+    from near_dedup_core.ingest import batch
+
+    local = release(tmp_path, "local", *packages)
+    client = s3.client()
+    urls = []
+    for pkg in packages:
+        for path in sorted(p for p in pkg.rglob("*") if p.is_file()):
+            client.put_object(Bucket=s3.bucket, Key=f"{pkg.name}/{path.relative_to(pkg)}",
+                              Body=path.read_bytes())
+        urls.append(s3.url(pkg.name))
+    sent = []
+    read_blocks = batch.read_blocks
+
+    def recorded(*args, **kwargs):
+        for event in read_blocks(*args, **kwargs):
+            sent.append(event)
+            yield event
+
+    monkeypatch.setattr(batch, "read_blocks", recorded)
+    index = tmp_path / "ray-s3.sqlite"
+    _run(index, "ray", "index", "--inputs", urls[0])
+    _run(index, "ray", "index", "--inputs", urls[1])
+    blocks = [b for b in sent if hasattr(b, "source")]
+    shards = {(pkg.name, path.relative_to(pkg).as_posix()) for pkg in packages
+              for path in (pkg / "data").rglob("*.jsonl")}
+    assert {(b.package_id, b.file) for b in blocks} == shards
+    assert all(b.data == b"" and b.source is not None and b.source.url.startswith(s3.url())
+               for b in blocks)
+    out = tmp_path / "report-ray-s3"
+    _run(index, "ray", "scan", "--inputs", urls[1], "--output", out)
+    remote = tree_bytes(out)
+    assert sorted(remote) == sorted(local)
+    for name in ("decisions.jsonl", "relations.jsonl", "origins.jsonl"):
+        assert remote[name] == local[name], name
+    assert remote["manifest.json"].replace(urls[1].encode(), str(packages[1]).encode()) == \
+        local["manifest.json"]
 
 
 _DIE_ONCE = """

@@ -560,6 +560,33 @@ def test_object_changed_between_listing_and_reading(s3: S3Server,
     fh.close()
 
 
+def test_folders_and_shard_ranges_on_s3_match_local(s3: S3Server, tmp_path: Path) -> None:
+    """`Location.folders` lists the folders one level down, as locally; a block's byte range
+    (`package.ShardRange`, what a Ray task of `index` is sent) reads the listed version of
+    the shard and refuses any other."""
+    from near_dedup_core.package.blocks import ShardRange
+
+    folder = make_folder(tmp_path)
+    upload(s3, folder, "snapshots/cpt-v9")
+    (tmp_path / "other" / "x").mkdir(parents=True)
+    assert parse_location(s3.url("snapshots")).folders() == ["cpt-v9"]
+    assert parse_location(s3.url("snapshots/cpt-v9")).folders() == ["data"]
+    assert parse_location(s3.url("nothing")).folders() == []
+    assert parse_location(tmp_path).folders() == ["other", "pkg"]
+    shard = "data/train/part-00000.jsonl"
+    url = s3.url(f"snapshots/cpt-v9/{shard}")
+    info = parse_location(s3.url("snapshots/cpt-v9")).list_files()[shard]
+    whole = b"".join(LINES)
+    start, end = len(LINES[0]) * 3, len(whole) - len(LINES[-1])
+    assert ShardRange(url, info.size, info.etag, start, end).read() == whole[start:end]
+    body = bytearray(whole)
+    body[0:1] = b" "  # same size, another version
+    s3.client().put_object(Bucket=s3.bucket, Key=f"snapshots/cpt-v9/{shard}", Body=bytes(body))
+    with pytest.raises(NearDedupError) as exc:
+        ShardRange(url, info.size, info.etag, start, end).read()
+    refusal(exc, url, "changed since it was listed")
+
+
 def test_docs_name_the_rules() -> None:
     """docs/storage.md states the publication rule and every error this module gives."""
     text = (REPO / "docs" / "storage.md").read_text(encoding="utf-8")

@@ -83,7 +83,7 @@ def pools(s3: S3Server, tmp_path: Path) -> dict:
            "--workers", 1)
         ok("--index", remote_index, "--config", CONFIG, "index", "--inputs", url,
            "--workers", 1)
-    report = tmp_path / "report"
+    report = tmp_path / "cpt"  # the folder's name is the report's on the bucket (plan.json)
     ok("--index", local_index, "--config", CONFIG, "scan", "--inputs", V1, V2,
        "--output", report, "--workers", 1)
     remote_report = s3.url("reports/cpt")
@@ -366,3 +366,138 @@ def test_worker_pools_read_packages_on_the_bucket(s3: S3Server, tmp_path: Path) 
     cli("--index", remote_index, "scan", "--inputs", url, "--output", s3.url("reports/big"),
         "--workers", 2)
     same_report(tree_bytes(tmp_path / "rep"), download(s3, "reports/big"), {str(pkg): url})
+
+
+def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
+                                                               tmp_path: Path) -> None:
+    """Two release days through Dagster with the snapshot, report, mixture and release roots
+    on the bucket, against the same two days on local disk: each day's report is the local
+    one byte for byte but for the recorded input locations, the mixture's data and the day's
+    mixture.json are the same bytes, the site is published next to the report, the checks
+    pass, the metadata links the bucket's locations as URLs, and a day released again keeps
+    what the bucket holds."""
+    import dagster as dg
+    from helpers import settings_for
+
+    from near_dedup_assets.assets import INDEX_APPEND, MIXTURE, RELEASE_ASSETS, SCAN_REPORT
+    from near_dedup_assets.checks import RELEASE_CHECKS
+
+    days = ["2026-11-25", "2026-11-26"]
+    snapshots = SAMPLES / "cpt"
+    for day in days:
+        for package in (snapshots / day).iterdir():
+            upload(s3, package, f"snapshots/{day}/{package.name}")
+    local = settings_for(tmp_path / "local", snapshots)
+    remote = settings_for(tmp_path / "remote", snapshots, snapshot_root=s3.url("snapshots"),
+                          report_root=s3.url("release/reports"),
+                          mixture_root=s3.url("release/mixtures"),
+                          release_root=s3.url("release/records"))
+    graph = [*RELEASE_ASSETS, *RELEASE_CHECKS]
+
+    published: dict[str, bytes] = {}
+
+    def release_days(settings: object, rerun: bool = False) -> list[dict]:
+        found = []
+        with dg.instance_for_test() as instance:
+            for day in [*days, *days[-1:]] if rerun else days:
+                if len(found) == len(days):  # what the bucket holds before the day again
+                    published.update(download(s3, "release"))
+                result = dg.materialize(graph, partition_key=day, instance=instance,
+                                        resources={"release": settings}, raise_on_error=False)
+                assert result.success, day
+                checks = result.get_asset_check_evaluations()
+                assert len(checks) == 3 and all(c.passed for c in checks), checks
+                found.append({e.asset_key: e.materialization.metadata
+                              for e in result.get_asset_materialization_events()})
+        return found
+
+    local_meta = release_days(local)
+    remote_meta = release_days(remote, rerun=True)
+    for day, here, there in zip(days, local_meta, remote_meta, strict=False):
+        packages = {str(p): s3.url(f"snapshots/{day}/{p.name}")
+                    for p in (snapshots / day).iterdir()}
+        report = f"release/reports/near-cpt-{day}"
+        same_report(tree_bytes(Path(local.report_dir(day))), download(s3, report), packages)
+        # the reviewers' site, published next to the report
+        site = download(s3, f"{report}-site")
+        assert sorted(site) == sorted(tree_bytes(Path(local.report_dir(day)).with_name(
+            f"near-cpt-{day}-site")))
+        assert b"index.html" in site["checksums.sha256"]
+        # the mixture's data and the day's portable mixture config are the local bytes
+        mixture = download(s3, f"release/mixtures/cpt-mix-{day}")
+        local_mixture = tree_bytes(Path(local.mixture_dir(day)))
+        assert sorted(mixture) == sorted(local_mixture)
+        for name, body in local_mixture.items():
+            if name.startswith("data/"):
+                assert mixture[name] == body, name
+        record = download(s3, f"release/records/cpt-{day}")
+        assert record["mixture.json"] == (Path(local.release_dir(day)) / "mixture.json"
+                                          ).read_bytes()
+        released = json.loads(record["release.json"])
+        assert released["report"]["path"] == f"near-cpt-{day}"
+        assert [i["path"] for i in released["inputs"]] == [f"{day}/cpt-v{days.index(day) + 1}"]
+        # the same figures; the bucket's locations as links, local ones as paths
+        for key in ("records_in", "kept", "excluded", "relations", "history_only_relations"):
+            assert here[SCAN_REPORT][key] == there[SCAN_REPORT][key], key
+        assert there[SCAN_REPORT]["report"] == dg.MetadataValue.url(s3.url(report))
+        assert there[SCAN_REPORT]["site"] == dg.MetadataValue.url(
+            s3.url(f"{report}-site/index.html"))
+        assert here[SCAN_REPORT]["report"] == dg.MetadataValue.path(str(local.report_dir(day)))
+        assert there[MIXTURE]["mixture"] == dg.MetadataValue.url(
+            s3.url(f"release/mixtures/cpt-mix-{day}"))
+        assert there[dg.AssetKey("validated_snapshot")]["snapshot_folder"] == \
+            dg.MetadataValue.url(s3.url(f"snapshots/{day}"))
+    assert remote_meta[1][SCAN_REPORT]["previous_day"] == dg.MetadataValue.url(
+        s3.url(f"release/reports/near-cpt-{days[0]}"))
+    assert remote_meta[1][SCAN_REPORT]["vs_previous_newly_excluded"] == \
+        local_meta[1][SCAN_REPORT]["vs_previous_newly_excluded"]
+    # the day released again: its report, site and mixture on the bucket are kept as they are
+    again = remote_meta[2]
+    assert again[INDEX_APPEND]["report_was_already_frozen"] == dg.MetadataValue.bool(True)
+    assert again[MIXTURE]["reused_published_mixture"] == dg.MetadataValue.bool(True)
+    assert published and download(s3, "release") == published
+
+
+def test_the_release_contamination_step_on_the_bucket_matches_the_local_run(
+        s3: S3Server, tmp_path: Path) -> None:
+    """The release's contamination step with the eval sets and the contamination root on the
+    bucket (as well as the snapshot and mixture roots): the same report as on local disk but
+    for the recorded locations, the same mixture data; released again, it is kept."""
+    import dagster as dg
+    from helpers import settings_for
+
+    from near_dedup_assets.assets import RELEASE_ASSETS
+    from near_dedup_assets.checks import RELEASE_CHECKS
+    from near_dedup_assets.contamination import CONTAMINATION_REPORT, with_contamination
+
+    day = "2026-11-25"
+    pool = upload(s3, V1, f"snapshots/{day}/cpt-v1")
+    evals = upload(s3, V2, "evals/cpt-v2")
+    local = settings_for(tmp_path / "local", SAMPLES / "cpt", evals=str(V2.parent),
+                         contamination_root=str(tmp_path / "local" / "contamination"))
+    remote = settings_for(tmp_path / "remote", SAMPLES / "cpt",
+                          snapshot_root=s3.url("snapshots"), evals=s3.url("evals"),
+                          mixture_root=s3.url("mixtures"),
+                          contamination_root=s3.url("contamination"))
+    assets, checks = with_contamination(list(RELEASE_ASSETS), list(RELEASE_CHECKS), False)
+    with dg.instance_for_test() as instance:
+        runs = [dg.materialize([*assets, *checks], partition_key=day, instance=instance,
+                               resources={"release": settings}, raise_on_error=False)
+                for settings in (local, remote, remote)]
+    assert all(run.success for run in runs)
+    report = f"contamination/contamination-cpt-{day}"
+    local_tree = tree_bytes(Path(local.contamination_dir(day)))
+    assert b'"eval"' in local_tree["contamination.jsonl"]
+    same_report(local_tree, download(s3, report), {str(V1): pool, str(V2): evals})
+    mixture = download(s3, f"mixtures/cpt-mix-{day}")
+    for name, body in tree_bytes(Path(local.mixture_dir(day))).items():
+        if name.startswith("data/"):
+            assert mixture[name] == body, name
+    [first, again] = [{e.asset_key: e.materialization.metadata
+                       for e in run.get_asset_materialization_events()} for run in runs[1:]]
+    assert first[CONTAMINATION_REPORT]["report"] == dg.MetadataValue.url(s3.url(report))
+    assert first[CONTAMINATION_REPORT]["reused"] == dg.MetadataValue.bool(False)
+    assert again[CONTAMINATION_REPORT]["reused"] == dg.MetadataValue.bool(True)
+    checks = [(c.check_name, c.passed) for run in runs for c in run.get_asset_check_evaluations()]
+    assert len(checks) == 3 * 4  # no_new_contamination warns: the eval set is in the pool
+    assert checks == [(name, name != "no_new_contamination") for name, _ in checks]

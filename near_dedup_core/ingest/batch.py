@@ -2,7 +2,9 @@
 and turn their results into rows, in input order, inside the open batch transaction.
 
 The main process reads and hashes every byte once (`package.read_blocks`; for a local pool
-straight into `package.SharedBlocks`, which the workers parse from) and does what
+straight into `package.SharedBlocks`, which the workers parse from; for Ray tasks and a
+package on object storage, it sends each block as a byte range of its shard, which the
+task reads from the storage itself) and does what
 needs the whole batch: sample-id and ref rules across records (`package.SampleIds`), row ids
 for new contents (a content met again later in the batch, or indexed before under another
 raw text, keeps its first row id and loses the signature a worker made for it), and the
@@ -97,13 +99,15 @@ class BatchWriter:
 
     def __init__(self, store: BatchTransaction, config: NearDedupConfig, batch: int,
                  executor: Executor, parallelism: int, known_texts: str | None,
-                 progress: Progress, shared: SharedBlocks | None = None) -> None:
+                 progress: Progress, shared: SharedBlocks | None = None,
+                 ranges: bool = False) -> None:
         self.store = store
         self.config = config
         self.batch = batch
         self.executor = executor
         self.window = _window(parallelism)
         self.shared = shared  # from `shared_blocks(parallelism)`, or None
+        self.ranges = ranges  # blocks of shards on object storage go as byte ranges
         self.known_texts = known_texts
         self.progress = progress
         self.params = WorkerParams.of(config)
@@ -143,7 +147,8 @@ class BatchWriter:
         self.new_rowids = new_rowids
         self.ids = SampleIds(pkgs)
         self.tokenizers = {p.package_id: p.tokenizer for p in pkgs}
-        for event in read_blocks(pkgs, block_lines=BLOCK_LINES, shared=self.shared):
+        for event in read_blocks(pkgs, block_lines=BLOCK_LINES, shared=self.shared,
+                                 ranges=self.ranges):
             if isinstance(event, ShardEnd):
                 self.in_flight.append(event)
             else:

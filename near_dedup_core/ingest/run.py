@@ -119,7 +119,7 @@ def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Pack
                           else (None, ()))
         with work_pool(executor, executor.workers, init, initargs, work.WORKER_MODULES) as pool:
             writer = BatchWriter(store, config, seq, pool, parallelism(pool, executor.workers),
-                                 known_texts, bar, shared)
+                                 known_texts, bar, shared, ranges=executor.reads_storage)
             writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
             writer.run(pkgs, rowids)
     finally:

@@ -1,7 +1,7 @@
 """A package's shards read as blocks of whole lines: one reader hashes and counts every stored
-byte, and the blocks (plain bytes, or lines in memory shared with the worker processes) are
-parsed wherever they are sent (`parse_block`); the rules across records are the reader's
-(`SampleIds`)."""
+byte, and the blocks (plain bytes, lines in memory shared with the worker processes, or a
+byte range of a shard on object storage that the worker reads itself) are parsed wherever
+they are sent (`parse_block`); the rules across records are the reader's (`SampleIds`)."""
 
 from __future__ import annotations
 
@@ -54,13 +54,39 @@ BLOCK_BYTES = 4 << 20
 BLOCK_LINES = 1024
 
 
+class ShardRange(NamedTuple):
+    """Bytes ``start:end`` of the shard at ``url`` on object storage, as the listing the
+    reader hashed it under described it (``size``, version tag ``etag``)."""
+
+    url: str
+    size: int
+    etag: str | None
+    start: int
+    end: int
+
+    def read(self) -> bytes:
+        """The range, read through the storage layer; a shard whose size or version tag is
+        no longer the listed one is refused (it is not the shard the reader hashed)."""
+        from near_dedup_core.storage import FileInfo, parse_location
+
+        with parse_location(self.url).open("", FileInfo(self.size, self.etag), self.start,
+                                           self.end) as fh:
+            data = fh.read()
+        if len(data) != self.end - self.start:
+            raise NearDedupError(f"{self.url}: read {len(data)} bytes of range "
+                                 f"{self.start}:{self.end} (file changed)")
+        return data
+
+
 @dataclass(frozen=True, slots=True)
 class LineBlock:
     """Whole lines of one shard, read and hashed by the caller, parsed by whoever gets it
     (`parse_block`, possibly in a worker process): ``first_line`` is the 1-based line number
     of its first line in the shard, ``first_position`` that record's position in the package.
     The lines are ``data``, or, with ``shared`` = (slot, start, end), bytes start:end of the
-    `SharedBlocks` memory that the reader read them into (``data`` is then empty)."""
+    `SharedBlocks` memory that the reader read them into, or, with ``source`` (a `ShardRange`),
+    bytes start:end of a shard on object storage, read where the block is parsed (``data`` is
+    then empty)."""
 
     package_id: str
     kind: str
@@ -72,11 +98,13 @@ class LineBlock:
     data: bytes
     line_count: int  # lines in the block (counted once, where the block is cut)
     shared: tuple[int, int, int] | None = None
+    source: ShardRange | None = None
 
     def lines(self) -> list[bytes | memoryview]:
         if self.shared is not None:
             return _shared_lines(self.shared[1], self.shared[2])
-        lines: list[bytes | memoryview] = list(self.data.split(b"\n"))
+        data = self.data if self.source is None else self.source.read()
+        lines: list[bytes | memoryview] = list(data.split(b"\n"))
         if lines[-1] == b"":  # the newline that ends the last line
             lines.pop()
         return lines
@@ -258,8 +286,8 @@ class SampleIds:
 
 
 def read_blocks(packages: Sequence[Package], block_lines: int = BLOCK_LINES,
-                block_bytes: int = BLOCK_BYTES, shared: SharedBlocks | None = None
-                ) -> Iterator[LineBlock | ShardEnd]:
+                block_bytes: int = BLOCK_BYTES, shared: SharedBlocks | None = None,
+                ranges: bool = False) -> Iterator[LineBlock | ShardEnd]:
     """The data of ``packages`` as line blocks, packages in dependency order, shards in
     manifest order, each shard followed by its `ShardEnd`. Only this reader touches the
     files: it hashes and counts every stored byte. A shard that cannot be read ends the
@@ -268,11 +296,17 @@ def read_blocks(packages: Sequence[Package], block_lines: int = BLOCK_LINES,
     With ``shared``, plain shards are read into its slots and their blocks name their lines
     there (gzip shards, and a line too long for a slot, still come as bytes); the consumer
     releases each such block's slot once done with it, and keeps fewer blocks than
-    ``shared.slots - 1`` unreleased whenever it asks for the next event."""
+    ``shared.slots - 1`` unreleased whenever it asks for the next event.
+
+    With ``ranges``, the blocks of a plain shard on object storage carry its byte range
+    (`ShardRange`) instead of its lines: whoever parses the block reads the range itself,
+    tied to the version the reader hashed (gzip shards, and the last line of a shard that
+    lacks its newline, still come as bytes)."""
     for pkg in dependency_order(packages):
         position = 0
         for entry in pkg.files:
-            shard = shard_blocks(pkg, entry, position, block_lines, block_bytes, shared)
+            shard = shard_blocks(pkg, entry, position, block_lines, block_bytes, shared,
+                                 ranges)
             for event in shard:
                 if isinstance(event, ShardEnd):
                     yield event
@@ -296,11 +330,13 @@ def _fill(reader: HashingReader, view: memoryview) -> int:
 
 def shard_blocks(  # noqa: C901 (one pass over a shard: plain, gzip and shared-memory reads)
         pkg: Package, entry: FileEntry, position: int, block_lines: int,
-                  block_bytes: int, shared: SharedBlocks | None = None
+                  block_bytes: int, shared: SharedBlocks | None = None, ranges: bool = False
                   ) -> Iterator[LineBlock | ShardEnd]:
     depends_on = tuple(pkg.depends_on)
     line = 0  # lines handed out so far
     pending: list[bytes] = []
+    listed = pkg.listing.get(entry.path) if ranges and pkg.listing is not None else None
+    url = pkg.file_url(entry.path)
 
     def block(data: bytes, lines: int) -> LineBlock:
         return LineBlock(pkg.package_id, pkg.kind, entry.path, entry.split, line + 1,
@@ -323,6 +359,7 @@ def shard_blocks(  # noqa: C901 (one pass over a shard: plain, gzip and shared-m
                             pending, size = [], 0
             else:
                 rest = b""
+                rest_at = 0  # the offset in the shard of ``rest``'s first byte
                 while True:
                     # data[lo:hi] is the carried-over partial line, then the chunk just read
                     slot = -1
@@ -369,12 +406,19 @@ def shard_blocks(  # noqa: C901 (one pass over a shard: plain, gzip and shared-m
                             out = LineBlock(pkg.package_id, pkg.kind, entry.path, entry.split,
                                             line + 1, position + line, depends_on, b"", lines,
                                             (slot, start, cut))
+                        elif listed is not None:
+                            out = LineBlock(pkg.package_id, pkg.kind, entry.path, entry.split,
+                                            line + 1, position + line, depends_on, b"", lines,
+                                            None, ShardRange(url, listed.size, listed.etag,
+                                                             rest_at + start - lo,
+                                                             rest_at + cut - lo))
                         else:
                             out = block(data[start:cut], lines)
                         yield out
                         line += lines
                         start = cut
                     rest = data[end:hi]
+                    rest_at += end - lo
                     if slot >= 0:
                         shared.release(slot)  # type: ignore[union-attr]
                 if rest:
