@@ -24,22 +24,36 @@ once; the findings are `audit.rates.rate_problems`; text diffs are `audit.textdi
 
 from __future__ import annotations
 
+from array import array
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 from pathlib import Path
+from typing import Any
 
-from near_dedup_core.audit.sources import Domains, InputPackage, Key, SampleText
+import orjson
+
+from near_dedup_core.audit.explain import explain_why
+from near_dedup_core.audit.rates import ReportCounts
+from near_dedup_core.audit.sources import (
+    Domains,
+    InputPackage,
+    Key,
+    SampleText,
+    check_shard,
+    sample_domains,
+)
+from near_dedup_core.audit.sources import _shard_lines as shard_lines
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.formats.report import SampleRef
 from near_dedup_core.report import (
     DecisionRow,
-    OriginRow,
     RelationRow,
     ReportManifest,
     ReportSummary,
-    decision_rows,
-    origin_rows,
-    relation_rows,
+    SampleDecision,
 )
+from near_dedup_core.site import views
 
 #: Clusters that get a page of their own (largest first), besides the largest few per source.
 CLUSTER_PAGES = 400
@@ -123,55 +137,172 @@ class Relations:
     history_only: int = 0
 
 
-def read_relations(report: Path, order: dict[Key, int]) -> Relations:
+def read_relations(report: Path, samples: dict[Key, SampleDecision]) -> Relations:
     """Relations by sample, clusters largest first (ties: earliest member in decision order).
 
     A sample's relations are listed in relations.jsonl order, as `report explain` lists them
-    (its ``why`` reads them in that order)."""
+    (its ``why`` reads them in that order). The report is verified (`report.verify_report`
+    typed every line and checked every reference), so its lines are read as plain JSON here;
+    the fields keep the order of the typed rows (`report.RelationRow`), numbers their type."""
     by_sample: dict[Key, list[dict]] = defaultdict(list)
     uf = _UnionFind()
     edges: list[Edge] = []
     blocked: list[RelationRow] = []
     near: list[float] = []
     total = hist = 0
-    for _, r in relation_rows(report):
-        total += 1
-        s = r.sample.key
-        m = r.match.key
-        common = {"kind": r.kind, "jaccard": r.jaccard, "history_only": r.history_only,
-                  "blocked_by": r.blocked_by,
-                  "match_sources": [x.model_dump() for x in r.match_sources]}
-        by_sample[s].append({"listed_as": "sample", "partner": r.match.model_dump(), **common})
-        if m is not None:
-            by_sample[m].append({"listed_as": "match",
-                                 "partner": {"content_id": None, "package_id": s[0],
-                                             "sample_id": s[1]}, **common})
-            uf.union(s, m)
-            edges.append(Edge(s, m, r.kind, r.jaccard, r.blocked_by))
-        if r.history_only:
-            hist += 1
-        if r.blocked_by is not None:
-            blocked.append(r)
-        if r.kind == "near" and r.blocked_by is None:
-            near.append(r.jaccard)
+    with open(report / "relations.jsonl", "rb") as fh:
+        for raw in fh:
+            r = orjson.loads(raw)
+            total += 1
+            sample, match = r["sample"], r["match"]
+            s = (sample["package_id"], sample["sample_id"])
+            m = None if match["package_id"] is None else (match["package_id"],
+                                                          match["sample_id"])
+            kind, jaccard, history_only, blocked_by = (r["kind"], float(r["jaccard"]),
+                                                       r["history_only"], r["blocked_by"])
+            common = {"kind": kind, "jaccard": jaccard, "history_only": history_only,
+                      "blocked_by": blocked_by,
+                      "match_sources": [{"package_id": x["package_id"],
+                                         "sample_id": x["sample_id"], "split": x["split"]}
+                                        for x in r["match_sources"]]}
+            by_sample[s].append({"listed_as": "sample",
+                                 "partner": {"content_id": match["content_id"],
+                                             "package_id": match["package_id"],
+                                             "sample_id": match["sample_id"]}, **common})
+            if m is not None:
+                by_sample[m].append({"listed_as": "match",
+                                     "partner": {"content_id": None, "package_id": s[0],
+                                                 "sample_id": s[1]}, **common})
+                uf.union(s, m)
+                edges.append(Edge(s, m, kind, jaccard, blocked_by))
+            if history_only:
+                hist += 1
+            if blocked_by is not None:
+                blocked.append(RelationRow.model_validate(r))
+            if kind == "near" and blocked_by is None:
+                near.append(jaccard)
     groups: dict[Key, list[Key]] = defaultdict(list)
     for key in uf.parent:
         groups[uf.find(key)].append(key)
     grouped_edges: dict[Key, list[Edge]] = defaultdict(list)
     for e in edges:
         grouped_edges[uf.find(e.a)].append(e)
-    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]),
-                                                   min(order.get(k, 0) for k in kv[1])))
+
+    def line(k: Key) -> int:
+        d = samples.get(k)
+        return 0 if d is None else d.line
+
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), min(map(line, kv[1]))))
     clusters: list[Cluster] = []
     cluster_of: dict[Key, int] = {}
     for n, (root, members) in enumerate(ranked, 1):
-        members.sort(key=lambda k: order.get(k, 0))
+        members.sort(key=line)
         es = grouped_edges[root]
-        es.sort(key=lambda e: (order.get(e.a, 0), order.get(e.b, 0)))
+        es.sort(key=lambda e: (line(e.a), line(e.b)))
         clusters.append(Cluster(n, members, es))
         for k in members:
             cluster_of[k] = n
     return Relations(dict(by_sample), clusters, cluster_of, blocked, near, total, hist)
+
+
+class LineDomains(Domains):
+    """The domain of every sample of a verified report: a list of names and one code per
+    decisions.jsonl line (a compact array, where a dict would hold a million keys). It
+    answers `of` and lists the unavailable packages (`missing`) as `audit.sources.Domains`
+    does, so the audit tools take it."""
+
+    def __init__(self, samples: dict[Key, SampleDecision], names: list[str | None],
+                 codes: array, missing: list[InputPackage]) -> None:
+        super().__init__({}, missing)
+        self.samples = samples
+        self.names = names
+        self.codes = codes
+        self.missing = missing
+
+    def of(self, key: Key) -> str | None:
+        d = self.samples.get(key)
+        return None if d is None else self.names[self.codes[d.line - 1]]
+
+
+def shard_domains(pkg: InputPackage, file: str) -> tuple[list[str], array, bool]:
+    """The domain of every line of one data file of ``pkg`` (checked against the package's
+    manifest first): the file's own list of names, one code per line (0: no domain, ``n``:
+    the n-th name), and whether a line without a domain is a ``ref`` (whose domain is its
+    target's, `audit.sources.sample_domains`). Runs in a worker process."""
+    names: dict[str, int] = {}
+    codes = array("I")
+    refs = False
+    path = check_shard(pkg, file)
+    try:
+        for raw in shard_lines(path):
+            data = orjson.loads(raw)
+            if "id" not in data:
+                raise KeyError("id")
+            domain = data.get("domain")
+            if domain is None:
+                refs = refs or isinstance(data.get("ref"), dict)
+                codes.append(0)
+            else:
+                name = str(domain)
+                code = names.get(name)
+                if code is None:
+                    code = names[name] = len(names) + 1
+                codes.append(code)
+    except (OSError, EOFError, orjson.JSONDecodeError, KeyError) as exc:
+        raise NearDedupError(f"package {pkg.package_id}, {file}: cannot read ({exc})") from None
+    return list(names), codes, refs
+
+
+def line_domains(report: Path, summary: ReportSummary, packages: dict[str, InputPackage],
+                 shards: dict[tuple[str, str], tuple[list[str], array, bool]]
+                 ) -> Domains:
+    """Every sample's domain from the shards' codes (`shard_domains`) and ``origins.jsonl``
+    (file and line of each sample; a verified report's origins follow decisions.jsonl line
+    by line). When a line without a domain is a ``ref``, the packages are read key by key
+    instead (`audit.sources.sample_domains`: a ref takes its target's domain)."""
+    missing = [p for p in packages.values() if not p.available]
+    if any(refs for _, _, refs in shards.values()):
+        return sample_domains(packages)
+    names: list[str | None] = [None]
+    index: dict[str, int] = {}
+    by_file: dict[tuple[str, str], array] = {}
+    for where_, (local, codes, _) in shards.items():
+        table = [0]
+        for name in local:
+            code = index.get(name)
+            if code is None:
+                code = index[name] = len(names)
+                names.append(name)
+            table.append(code)
+        by_file[where_] = array("I", map(table.__getitem__, codes))
+    out = array("I", bytes(4 * len(summary.samples)))
+    with open(report / "origins.jsonl", "rb") as fh:
+        for i, raw in enumerate(fh):
+            o = orjson.loads(raw)
+            found = by_file.get((o["package_id"], o["file"]))
+            if found is None:
+                continue
+            line = o["line"]
+            if line > len(found):
+                raise NearDedupError(f"report {report}: origins.jsonl:{i + 1}: line {line} of "
+                                     f"{o['file']} of package {o['package_id']}, which has "
+                                     f"{len(found)} lines; the report does not match the "
+                                     f"package")
+            out[i] = found[line - 1]
+    return LineDomains(summary.samples, names, out, missing)
+
+
+def count_samples(summary: ReportSummary, domains: Domains) -> ReportCounts:
+    """`audit.rates.count_report` from the verifier's record of every sample (no second
+    read of decisions.jsonl)."""
+    counts = ReportCounts(missing_packages=[p.package_id for p in domains.missing])
+    for key, d in summary.samples.items():
+        domain = domains.of(key)
+        counts.by_split[d.split].add(d.decision)
+        counts.by_domain[domain].add(d.decision)
+        counts.by_package[key[0]].add(d.decision)
+        counts.total.add(d.decision)
+    return counts
 
 
 @dataclass
@@ -184,7 +315,6 @@ class SiteData:
     inputs: dict[str, InputPackage]
     domains: Domains
     relations: Relations
-    order: dict[Key, int]
     texts: dict[Key, SampleText] = field(default_factory=dict)
 
     def decision(self, key: Key):
@@ -192,11 +322,6 @@ class SiteData:
 
     def domain(self, key: Key) -> str | None:
         return self.domains.of(key)
-
-
-def decision_order(summary: ReportSummary) -> dict[Key, int]:
-    """Each sample's line in decisions.jsonl (the verifier's record keeps it)."""
-    return {k: d.line for k, d in summary.samples.items()}
 
 
 def excluded_by(summary: ReportSummary) -> dict[Key, list[Key]]:
@@ -208,18 +333,111 @@ def excluded_by(summary: ReportSummary) -> dict[Key, list[Key]]:
     return dict(out)
 
 
-def content_ids(report: Path, wanted: set[Key]) -> dict[Key, str]:
-    """content_id of these samples (the partners of ``listed_as: match`` relations)."""
+def content_ids(report: Path, summary: ReportSummary, wanted: set[Key]) -> dict[Key, str]:
+    """content_id of these samples (the partners of ``listed_as: match`` relations): only
+    their lines of decisions.jsonl are parsed (the verifier recorded each sample's line)."""
+    lines = {summary.samples[k].line: k for k in wanted if k in summary.samples}
     out: dict[Key, str] = {}
-    if not wanted:
+    if not lines:
         return out
-    for _, d in decision_rows(report):
-        if d.key in wanted:
-            out[d.key] = d.content_id
+    last = max(lines)
+    with open(report / "decisions.jsonl", "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            key = lines.get(n)
+            if key is not None:
+                out[key] = orjson.loads(raw)["content_id"]
+            if n >= last:
+                break
     return out
 
 
-def report_rows(report: Path) -> Iterator[tuple[DecisionRow, OriginRow]]:
-    """(decision, origin) of every sample, line by line (a verified report aligns them)."""
-    return zip((d for _, d in decision_rows(report)), (o for _, o in origin_rows(report)),
-               strict=True)
+#: The fields of a decisions.jsonl line in the order of the typed row (`report.DecisionRow`).
+DECISION_FIELDS = tuple(DecisionRow.model_fields)
+
+
+def decision_object(raw: bytes) -> dict:
+    """A decisions.jsonl line of a verified report as a plain JSON object with the fields in
+    the order of `report.DecisionRow` and its Jaccard a float, as the typed row gives them."""
+    line = orjson.loads(raw)
+    d = {name: line[name] for name in DECISION_FIELDS}
+    if d["jaccard"] is not None:
+        d["jaccard"] = float(d["jaccard"])
+    return d
+
+
+def decision_row(key: Key, d: SampleDecision) -> DecisionRow:
+    """The fields of a decision that `audit.explain.explain_why` reads, from the verifier's
+    record of the sample (already checked: built without validating again)."""
+    kept = None if d.kept is None else SampleRef.model_construct(package_id=d.kept[0],
+                                                                 sample_id=d.kept[1])
+    fields: dict[str, Any] = {"package_id": key[0], "sample_id": key[1], "split": d.split,
+                              "decision": d.decision, "kept": kept, "reason": d.reason,
+                              "jaccard": d.jaccard}
+    return DecisionRow.model_construct(**fields)
+
+
+def domain_codes(domains: Domains, summary: ReportSummary) -> tuple[list[str | None], array]:
+    """Every sample's domain as names and one code per decisions.jsonl line."""
+    if isinstance(domains, LineDomains):
+        return domains.names, domains.codes
+    names: list[str | None] = [None]
+    index: dict[str | None, int] = {None: 0}
+    codes = array("I")
+    for key in summary.samples:  # the verifier's record is in decisions.jsonl order
+        name = domains.of(key)
+        code = index.get(name)
+        if code is None:
+            code = index[name] = len(names)
+            names.append(name)
+        codes.append(code)
+    return names, codes
+
+
+def search_part(report: Path, start: int, stop: int, shards: int, names: list[str | None],
+                codes: array, tails: dict[int, dict], part: Path) -> list[int]:
+    """The search records of decisions.jsonl lines ``start + 1`` to ``stop`` (with
+    origins.jsonl's), each followed by ``,\n``, written to the file ``part`` grouped by
+    search shard (`views.shard_of`) in line order; returns each shard's length in ``part``.
+
+    A record is the decision's fields, its origin's file, line and source, its domain
+    (``names[codes[i]]``), then either ``tails[line]`` (``why`` and everything that comes from
+    the sample's relations, computed by the caller) or, for a sample without any, its
+    ``why`` alone. Runs in a worker process: it reads only the report's two files."""
+    frags = [bytearray() for _ in range(shards)]
+    plain: dict[tuple[str, str], str] = {}
+    with open(report / "decisions.jsonl", "rb") as fd, \
+            open(report / "origins.jsonl", "rb") as fo:
+        rows = zip(islice(fd, start, stop), islice(fo, start, stop), strict=True)
+        for i, (rd, ro) in enumerate(rows):
+            d = decision_object(rd)
+            o = orjson.loads(ro)
+            d["file"], d["line"], d["source"] = o["file"], o["line"], o["source"]
+            d["domain"] = names[codes[i]]
+            tail = tails.get(start + i + 1)
+            if tail is not None:
+                d.update(tail)
+            elif d["kept"] is None:
+                ck = (d["reason"], d["split"])
+                why = plain.get(ck)
+                if why is None:
+                    why = plain[ck] = explain_why(_row(d), [])
+                d["why"] = why
+            else:
+                d["why"] = explain_why(_row(d), [])
+            pid, sid = d["package_id"], d["sample_id"]
+            frag = frags[views.shard_of(pid, sid, shards)]
+            frag += orjson.dumps(f"{pid}\n{sid}")
+            frag += b":"
+            frag += orjson.dumps(d)
+            frag += b",\n"
+    with open(part, "wb") as fh:
+        for frag in frags:
+            fh.write(frag)
+    return [len(frag) for frag in frags]
+
+
+def _row(d: dict) -> DecisionRow:
+    fields = {name: d[name] for name in DECISION_FIELDS}
+    if fields["kept"] is not None:
+        fields["kept"] = SampleRef.model_construct(**fields["kept"])
+    return DecisionRow.model_construct(**fields)
