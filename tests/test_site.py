@@ -108,6 +108,23 @@ def test_site_is_deterministic_checksummed_and_leaves_the_report_alone(reports, 
     assert not list(site.parent.glob(".site.tmp-*"))
 
 
+def test_worker_processes_write_the_same_site(reports, site, tmp_path, monkeypatch):
+    """A large report's packages are read beside the verifier and its search data written by
+    worker processes, a range of decisions.jsonl lines per task: the same bytes as one
+    process writes for a small report."""
+    from near_dedup_core.site import build
+
+    monkeypatch.setattr(build, "POOL_SAMPLES", 0)
+    monkeypatch.setattr(build, "SEARCH_TASK", 7)
+    samples = len(decisions(reports["new"]))
+    assert samples > 3 * build.SEARCH_TASK
+    out = tmp_path / "pooled"
+    result = build.build_site(reports["new"], out, against=reports["old"])
+    assert result.samples == samples
+    assert tree_bytes(out) == tree_bytes(site)
+    assert not list((out / "data" / "samples").glob(".part-*"))
+
+
 def test_no_page_points_outside_the_folder(site):
     for path in site.rglob("*.html"):
         html = path.read_text(encoding="utf-8")

@@ -38,7 +38,6 @@ from near_dedup_core.audit.sources import (
     Key,
     SampleText,
     input_packages,
-    locate,
     read_lines,
     read_samples,
     report_inputs,
@@ -225,7 +224,7 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
         need.add(r.sample.key)
         if r.match.key is not None:
             need.add(r.match.key)
-    texts = read_samples(report, packages, locate(report, need)) if need else {}
+    texts = read_samples(report, packages, model.locate(report, summary, need)) if need else {}
     data.texts = texts
     diffs = _diffs(diff_pairs, texts)
     guard_rows = _guard_rows(guard_pairs, texts, config, data)
@@ -492,6 +491,7 @@ def _matrix(data: SiteData, c: Cluster) -> dict | None:
 def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
     clusters = data.relations.clusters
     total = views.pages(len(clusters), CLUSTERS_PER_PAGE)
+    with_page = sum(c.page for c in clusters)
     for p in range(1, total + 1):
         chunk = clusters[(p - 1) * CLUSTERS_PER_PAGE:p * CLUSTERS_PER_PAGE]
         rows = []
@@ -503,7 +503,7 @@ def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
                          "packages": sorted({k[0] for k in c.members}),
                          "blocked": sum(1 for e in c.edges if e.blocked_by)})
         w.page("clusters/index.html" if p == 1 else f"clusters/page-{p}.html", "clusters.html", title="Clusters", rows=rows, page=p, pages=total,
-               clusters=len(clusters), with_page=sum(c.page for c in clusters))
+               clusters=len(clusters), with_page=with_page)
     for c in clusters:
         if not c.page:
             continue

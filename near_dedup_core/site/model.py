@@ -1,31 +1,37 @@
 """What the site shows, read from a verified report and its input packages (never the index).
 
-The report is verified first (`report.verify_report`); its decisions come back from the
-verifier as one small record per sample. Then:
+The report is verified first (`report.verify_report`: every line of every file typed and
+cross-checked); its decisions come back from the verifier as one small record per sample,
+which the counts, clusters and explanations read instead of decisions.jsonl. After that the
+report's lines are read as plain JSON (orjson), each file once more at most:
 
-Every file is read through its typed rows (`report.relation_rows`, `report.decision_rows`,
-`report.origin_rows`).
-
-1. ``relations.jsonl``, once: each sample's relations as `report explain` lists them
+1. the input packages, once, beside the verifier (`shard_domains`, a worker process): each
+   data file's domains, one code per line; with ``origins.jsonl`` (file and line of every
+   sample, `line_domains`) every sample's domain as one code per decisions.jsonl line
+   (`LineDomains`; a package whose records are ``ref``s is read key by key instead,
+   `audit.sources.sample_domains`, as the exclusion-rate check does);
+2. ``relations.jsonl``: each sample's relations as `report explain` lists them
    (``listed_as`` sample/match), the connected groups of pool relations (*clusters*,
    union-find over the samples; history-only relations join nothing), the guard-blocked
    pairs, and the exact Jaccard of the near relations for the histogram;
-2. ``decisions.jsonl`` with ``origins.jsonl``, streamed (`report_rows`): the per-sample
-   records of the search data, with `report explain`'s ``why`` and each partner's own
-   decision, written shard by shard by the caller;
-3. the input packages: every sample's domain (`audit.sources.sample_domains`, one pass, as
-   the exclusion-rate check reads them) and the texts of a bounded set of samples
-   (`audit.sources.read_samples`): the excluded members of the clusters that get a page of
-   their own, their kept partners, and the guard-blocked pairs shown with their numbers.
+3. ``decisions.jsonl`` with ``origins.jsonl``, a range of lines per task (`search_part`,
+   two worker processes for a large report): the per-sample records of the search data,
+   with `report explain`'s ``why``; a sample with relations gets the rest (each partner's
+   own decision, excluded samples, cluster, diff) from the caller;
+4. the texts of a bounded set of samples (`audit.sources.read_samples`): the excluded
+   members of the clusters that get a page of their own, their kept partners, and the
+   guard-blocked pairs shown with their numbers.
 
-Counts by split, domain and package are `audit.rates.count_report`'s, over the domains read
-once; the findings are `audit.rates.rate_problems`; text diffs are `audit.textdiff.changed_spans`.
+Counts by split, domain and package are `audit.rates.count_report`'s (`count_samples`, from
+the verifier's records); the findings are `audit.rates.rate_problems`; text diffs are
+`audit.textdiff.changed_spans`.
 """
 
 from __future__ import annotations
 
 from array import array
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 from pathlib import Path
@@ -48,6 +54,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.formats.report import SampleRef
 from near_dedup_core.report import (
     DecisionRow,
+    OriginRow,
     RelationRow,
     ReportManifest,
     ReportSummary,
@@ -294,14 +301,28 @@ def line_domains(report: Path, summary: ReportSummary, packages: dict[str, Input
 
 def count_samples(summary: ReportSummary, domains: Domains) -> ReportCounts:
     """`audit.rates.count_report` from the verifier's record of every sample (no second
-    read of decisions.jsonl)."""
+    read of decisions.jsonl): the samples counted by (split, domain, package, decision)
+    first, then the tallies."""
+    samples = summary.samples
+    if isinstance(domains, LineDomains):
+        codes, names = domains.codes, domains.names
+        combos = Counter((d.split, codes[d.line - 1], k[0], d.decision)
+                         for k, d in samples.items())
+        named = [(split, names[code], pkg, decision, n)
+                 for (split, code, pkg, decision), n in combos.items()]
+    else:
+        named = [(split, domain, pkg, decision, n) for (split, domain, pkg, decision), n in
+                 Counter((d.split, domains.of(k), k[0], d.decision)
+                         for k, d in samples.items()).items()]
     counts = ReportCounts(missing_packages=[p.package_id for p in domains.missing])
-    for key, d in summary.samples.items():
-        domain = domains.of(key)
-        counts.by_split[d.split].add(d.decision)
-        counts.by_domain[domain].add(d.decision)
-        counts.by_package[key[0]].add(d.decision)
-        counts.total.add(d.decision)
+    for split, domain, pkg, decision, n in named:
+        for t in (counts.by_split[split], counts.by_domain[domain], counts.by_package[pkg],
+                  counts.total):
+            t.samples += n
+            if decision == "exclude":
+                t.exclude += n
+            else:
+                t.keep += n
     return counts
 
 
@@ -337,18 +358,30 @@ def content_ids(report: Path, summary: ReportSummary, wanted: set[Key]) -> dict[
     """content_id of these samples (the partners of ``listed_as: match`` relations): only
     their lines of decisions.jsonl are parsed (the verifier recorded each sample's line)."""
     lines = {summary.samples[k].line: k for k in wanted if k in summary.samples}
-    out: dict[Key, str] = {}
+    return {k: orjson.loads(raw)["content_id"]
+            for k, raw in _lines(report, "decisions.jsonl", lines)}
+
+
+def _lines(report: Path, name: str, lines: dict[int, Key]) -> Iterator[tuple[Key, bytes]]:
+    """(key, raw line) of these 1-based lines of one of the report's files."""
     if not lines:
-        return out
+        return
     last = max(lines)
-    with open(report / "decisions.jsonl", "rb") as fh:
+    with open(report / name, "rb") as fh:
         for n, raw in enumerate(fh, 1):
             key = lines.get(n)
             if key is not None:
-                out[key] = orjson.loads(raw)["content_id"]
+                yield key, raw
             if n >= last:
                 break
-    return out
+
+
+def locate(report: Path, summary: ReportSummary, keys: Iterable[Key]) -> dict[Key, OriginRow]:
+    """origins.jsonl rows of these samples (`audit.sources.locate`), reading only their lines:
+    a verified report's origins follow decisions.jsonl line by line."""
+    lines = {summary.samples[k].line: k for k in keys if k in summary.samples}
+    return {k: OriginRow.model_validate_json(raw)
+            for k, raw in _lines(report, "origins.jsonl", lines)}
 
 
 #: The fields of a decisions.jsonl line in the order of the typed row (`report.DecisionRow`).
