@@ -23,6 +23,7 @@ from helpers import SAMPLES, make_package, run_cli, stdlib_paragraphs, tree_byte
 
 from near_dedup_core.audit import explain_sample
 from near_dedup_core.audit.textdiff import Span, merge_close
+from near_dedup_core.errors import NearDedupError
 from near_dedup_core.guard import Guard
 from near_dedup_core.normalize import normalize
 from near_dedup_core.site.views import LINE_CONTEXT, MAX_SPANS
@@ -123,6 +124,17 @@ def test_worker_processes_write_the_same_site(reports, site, tmp_path, monkeypat
     assert result.samples == samples
     assert tree_bytes(out) == tree_bytes(site)
     assert not list((out / "data" / "samples").glob(".part-*"))
+    # the report is verified by a worker meanwhile: a tampered one is refused with the
+    # verifier's problem, and nothing is written
+    for n, (old, new) in enumerate((('"keep"', '"exclude"'), ('"decision"', '"decision'))):
+        bad = tmp_path / f"bad{n}"
+        shutil.copytree(reports["new"], bad)
+        path = bad / "decisions.jsonl"
+        path.write_text(path.read_text().replace(old, new, 1))
+        with pytest.raises(NearDedupError, match="decisions.jsonl"):
+            build.build_site(bad, tmp_path / f"site{n}")
+        assert not (tmp_path / f"site{n}").exists()
+        assert not list(tmp_path.glob(".site*"))
 
 
 def test_no_page_points_outside_the_folder(site):

@@ -12,6 +12,7 @@ import json
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,7 +72,7 @@ from near_dedup_core.report import (
 )
 from near_dedup_core.site import model, views
 from near_dedup_core.site.model import Cluster, SiteData
-from near_dedup_core.workers import choose_executor, submit_in_turn
+from near_dedup_core.workers import choose_executor
 
 HERE = Path(__file__).parent
 #: Samples per search-data shard (a shard is one ``<script>`` file loaded on demand).
@@ -190,9 +191,29 @@ def _name(key: Key | None) -> str:
 def build_site(report: str | Path, output: str | Path, *, against: str | Path | None = None,
                contamination: str | Path | None = None,
                inputs: Sequence[str | Path] = ()) -> SiteResult:
-    """Write the static site of ``report`` into the new folder ``output``."""
+    """Write the static site of ``report`` into the new folder ``output``.
+
+    A large report is verified by a worker process while this one builds the site from its
+    own plain reading of the files (`_verify_and_read`); the site's folder appears only once
+    the report verified, and a report that does not verify is refused with the verifier's
+    problem, whatever reading it as a verified one ran into meanwhile."""
     report, output = Path(report), Path(output)
-    summary, packages, shard_codes = _verify_and_read(report, inputs)
+    with ExitStack() as stack:
+        summary, packages, shard_codes, pool, verified = _verify_and_read(report, inputs, stack)
+        try:
+            return _build(report, output, summary, packages, shard_codes, pool, verified,
+                          against, contamination, inputs)
+        except Exception:
+            if verified is not None:
+                verified.result()  # the verifier's problem first
+            raise
+
+
+def _build(report: Path, output: Path, summary: ReportSummary,
+           packages: dict[str, InputPackage],
+           shard_codes: dict[tuple[str, str], tuple[list[str], array, bool]], pool: Executor,
+           verified: Future | None, against: str | Path | None,
+           contamination: str | Path | None, inputs: Sequence[str | Path]) -> SiteResult:
     old_summary = verify_report(Path(against)) if against is not None else None
     contam = None
     if contamination is not None:
@@ -249,11 +270,11 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
     base = {"nav": nav, "report_name": report.name, "version": __version__,
             "manifest": manifest, "fingerprint": manifest.config_fingerprint}
 
-    with atomic_dir(output) as tmp, ExitStack() as stack:
+    with atomic_dir(output) as tmp:
         w = _Writer(tmp, base)
         for name in ("site.css", "search.js"):
             w.raw(f"static/{name}", (HERE / "static" / name).read_bytes())
-        finish_search = _search(w, data, diffs, guard_rows, stack)
+        finish_search = _search(w, data, diffs, guard_rows, pool)
         _overview(w, data, counts, findings, previous is not None, notes)
         _clusters(w, data, diffs)
         _guard(w, data, guard_rows)
@@ -263,24 +284,30 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
             _changes(w, changes, Path(against))  # type: ignore[arg-type]
         if contam is not None:
             _contamination(w, contam, report)
+        if verified is not None:
+            verified.result()
         write_checksums(tmp)
         files = sum(1 for p in tmp.rglob("*") if p.is_file())
     return SiteResult(output, files, len(summary.samples), len(relations.clusters),
                       sum(c.page for c in relations.clusters), len(diffs), notes)
 
 
-def _verify_and_read(report: Path, inputs: Sequence[str | Path]
+def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStack
                      ) -> tuple[ReportSummary, dict[str, InputPackage],
-                                dict[tuple[str, str], tuple[list[str], array, bool]]]:
-    """The verified report (`report.verify_report`), its input packages and every data file's
-    domains (`model.shard_domains`). A large pool's files are read by a worker process, one
-    after the other (`workers.submit_in_turn`: one core), while this one verifies the report;
-    a small pool's after the report verified, here. A report that does not verify is refused
-    with its own problem either way."""
+                                dict[tuple[str, str], tuple[list[str], array, bool]],
+                                Executor, Future | None]:
+    """The report's record of every sample, its input packages, every data file's domains
+    (`model.shard_domains`), the executor of the build (entered on ``stack``) and, for a
+    large report, the future of its verification.
+
+    A small report is verified here first (`report.verify_report`), then its packages are
+    read. A large one is verified by one worker process (`model.verify`) while the other
+    reads the packages and this one reads decisions.jsonl as plain JSON
+    (`model.read_decisions`); the caller waits for the verification before the site
+    appears."""
     try:
-        manifest = report_manifest(report)[0]
-        if inputs:
-            manifest = _override_inputs(manifest, [Path(p) for p in inputs])
+        recorded, raw = report_manifest(report)
+        manifest = _override_inputs(recorded, [Path(p) for p in inputs]) if inputs else recorded
     except NearDedupError:  # verify_report names the problem in its own order
         manifest = None
     summary = None
@@ -293,15 +320,24 @@ def _verify_and_read(report: Path, inputs: Sequence[str | Path]
     files = [(pkg, file) for pkg in packages.values() if pkg.available for file in pkg.files]
     records = sum(i.records for i in manifest.inputs)
     executor = choose_executor("local", WORKERS).for_work(records, POOL_SAMPLES)
-    with executor.start() as pool:
-        if summary is None and executor.in_process:
-            summary = verify_report(report)
-        futures = submit_in_turn(pool, [(model.shard_domains, pkg, file) for pkg, file in files])
+    pool = stack.enter_context(executor.start())
+    verified = None
+    if summary is None and executor.in_process:
+        summary = verify_report(report)
+    if summary is None:
+        verified = pool.submit(model.verify, report)
+    try:
+        futures = [pool.submit(model.shard_domains, pkg, file) for pkg, file in files]
         if summary is None:
-            summary = verify_report(report)
+            summary = ReportSummary(path=report, counts=raw["counts"], manifest=raw,
+                                    model=recorded, samples=model.read_decisions(report))
         shards = {(pkg.package_id, file): f.result()
                   for (pkg, file), f in zip(files, futures, strict=True)}
-    return summary, packages, shards
+    except Exception:
+        if verified is not None:
+            verified.result()  # the verifier's problem first
+        raise
+    return summary, packages, shards, pool, verified
 
 
 def site_of(site: str | Path, report: str | Path) -> bool:
@@ -622,12 +658,11 @@ def _tail(key: Key, d: SampleDecision, data: SiteData, rels: list[dict],
 
 
 def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list[dict],
-            stack: ExitStack) -> Callable[[], None]:
+            pool: Executor) -> Callable[[], None]:
     """Search data: one ``<script>`` file per shard of samples, loaded on demand. The records
     of samples with relations are made here (`_tail`); all of them are written by
-    `model.search_part`, a range of decisions.jsonl lines per task, on two worker processes
-    for a large report (their pool entered on ``stack``), while this process renders the
-    other pages. Returns what finishes the shard files (in line order, whatever the order
+    `model.search_part`, a range of decisions.jsonl lines per task, on ``pool`` (two worker
+    processes for a large report) while this process renders the other pages. Returns what finishes the shard files (in line order, whatever the order
     the tasks ran in)."""
     samples = data.summary.samples
     n = max(1, -(-len(samples) // SHARD_SAMPLES))
@@ -663,9 +698,7 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
     folder = w.out / "data" / "samples"
     folder.mkdir(parents=True, exist_ok=True)
     parts = [folder / f".part-{k:05d}" for k in range(len(ranges))]
-    executor = choose_executor("local", WORKERS).for_work(len(samples), POOL_SAMPLES)
-    ex = stack.enter_context(executor.start(preload=["near_dedup_core.site.model"]))
-    futures = [ex.submit(model.search_part, data.report, a, b, n, names, codes[a:b],
+    futures = [pool.submit(model.search_part, data.report, a, b, n, names, codes[a:b],
                          tails[k], parts[k]) for k, (a, b) in enumerate(ranges)]
     del tails
 

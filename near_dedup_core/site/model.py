@@ -59,6 +59,7 @@ from near_dedup_core.report import (
     ReportManifest,
     ReportSummary,
     SampleDecision,
+    verify_report,
 )
 from near_dedup_core.site import views
 
@@ -343,6 +344,31 @@ class SiteData:
 
     def domain(self, key: Key) -> str | None:
         return self.domains.of(key)
+
+
+def verify(report: Path) -> int:
+    """`report.verify_report` in a worker process; returns the number of samples only (the
+    caller keeps its own record of them, `read_decisions`)."""
+    return len(verify_report(report).samples)
+
+
+def read_decisions(report: Path) -> dict[Key, SampleDecision]:
+    """The verifier's record of every sample (`report.SampleDecision`: line, split, node,
+    decision, reason, kept, jaccard), from decisions.jsonl read as plain JSON; nodes (one
+    content within one split) are numbered in order of first appearance, as the verifier
+    numbers them. For a report verified beside it (`verify`)."""
+    out: dict[Key, SampleDecision] = {}
+    nodes: dict[tuple[str, str], int] = {}
+    with open(report / "decisions.jsonl", "rb") as fh:
+        for n, raw in enumerate(fh, 1):
+            d = orjson.loads(raw)
+            split, kept, jaccard = d["split"], d["kept"], d["jaccard"]
+            node = nodes.setdefault((d["content_id"], split), len(nodes))
+            out[(d["package_id"], d["sample_id"])] = SampleDecision(
+                n, split, node, d["decision"], d["reason"],
+                None if kept is None else (kept["package_id"], kept["sample_id"]),
+                None if jaccard is None else float(jaccard), None)
+    return out
 
 
 def excluded_by(summary: ReportSummary) -> dict[Key, list[Key]]:
