@@ -687,13 +687,13 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
     empty: list[dict] = []
     ranges = [(a, min(a + SEARCH_TASK, len(samples)))
               for a in range(0, max(len(samples), 1), SEARCH_TASK)]
-    tails: list[dict[int, dict]] = [{} for _ in ranges]
+    tails: list[dict[int, bytes]] = [{} for _ in ranges]
     for key in {*data.relations.by_sample, *excluded, *diffs, *guard}:
         d = samples.get(key)
         if d is not None:
-            tails[(d.line - 1) // SEARCH_TASK][d.line] = _tail(
+            tails[(d.line - 1) // SEARCH_TASK][d.line] = orjson.dumps(_tail(
                 key, d, data, data.relations.by_sample.get(key, empty), content,
-                excluded.get(key, []), diffs, guard)
+                excluded.get(key, []), diffs, guard))
     names, codes = model.domain_codes(data.domains, data.summary)
     folder = w.out / "data" / "samples"
     folder.mkdir(parents=True, exist_ok=True)

@@ -453,15 +453,15 @@ def domain_codes(domains: Domains, summary: ReportSummary) -> tuple[list[str | N
 
 
 def search_part(report: Path, start: int, stop: int, shards: int, names: list[str | None],
-                codes: array, tails: dict[int, dict], part: Path) -> list[int]:
+                codes: array, tails: dict[int, bytes], part: Path) -> list[int]:
     """The search records of decisions.jsonl lines ``start + 1`` to ``stop`` (with
     origins.jsonl's), each followed by ``,\n``, written to the file ``part`` grouped by
     search shard (`views.shard_of`) in line order; returns each shard's length in ``part``.
 
     A record is the decision's fields, its origin's file, line and source, its domain
-    (``names[codes[i]]``), then either ``tails[line]`` (``why`` and everything that comes from
-    the sample's relations, computed by the caller) or, for a sample without any, its
-    ``why`` alone. Runs in a worker process: it reads only the report's two files."""
+    (``names[codes[i]]``), then either the fields of ``tails[line]`` (a JSON object: ``why``
+    and everything that comes from the sample's relations, made by the caller) or, for a
+    sample without any, its ``why`` alone. Runs in a worker process: it reads only the report's two files."""
     frags = [bytearray() for _ in range(shards)]
     plain: dict[tuple[str, str], str] = {}
     with open(report / "decisions.jsonl", "rb") as fd, \
@@ -473,21 +473,24 @@ def search_part(report: Path, start: int, stop: int, shards: int, names: list[st
             d["file"], d["line"], d["source"] = o["file"], o["line"], o["source"]
             d["domain"] = names[codes[i]]
             tail = tails.get(start + i + 1)
-            if tail is not None:
-                d.update(tail)
-            elif d["kept"] is None:
+            if tail is None and d["kept"] is None:
                 ck = (d["reason"], d["split"])
                 why = plain.get(ck)
                 if why is None:
                     why = plain[ck] = explain_why(_row(d), [])
                 d["why"] = why
-            else:
+            elif tail is None:
                 d["why"] = explain_why(_row(d), [])
             pid, sid = d["package_id"], d["sample_id"]
             frag = frags[views.shard_of(pid, sid, shards)]
             frag += orjson.dumps(f"{pid}\n{sid}")
             frag += b":"
-            frag += orjson.dumps(d)
+            if tail is None:
+                frag += orjson.dumps(d)
+            else:  # the object's fields, then the tail's: one JSON object
+                frag += orjson.dumps(d)[:-1]
+                frag += b","
+                frag += tail[1:]
             frag += b",\n"
     with open(part, "wb") as fh:
         for frag in frags:
