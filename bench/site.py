@@ -7,9 +7,10 @@ the shipped config (built on first use, kept under ``bench/out/audit-<size>/``).
 e.g. ``git worktree add bench/out/tree-REV REV``) that code builds it too, the two
 alternating, and the sites are compared byte for byte. Measured per build: wall, CPU (user +
 system, the whole process tree), peak memory (largest process and the summed tree), and the
-site's files and bytes.
+site's files and bytes; with ``--chromium``, how long the new site's overview and cluster
+list take to open in headless Chromium (navigation to the load event).
 
-    .venv/bin/python -m bench.site --records 1000000 --base bench/out/tree-REV
+    .venv/bin/python -m bench.site --records 1000000 --base bench/out/tree-REV --chromium
 """
 
 from __future__ import annotations
@@ -57,12 +58,43 @@ def same_tree(a: Path, b: Path) -> bool:
     return all(filecmp.cmp(a / f, b / f, shallow=False) for f in files_a)
 
 
+def open_times(site: Path, pages: tuple[str, ...] = ("index.html", "clusters/index.html"),
+               rounds: int = 3) -> dict[str, float]:
+    """Seconds from navigation to the load event of each page in headless Chromium (the
+    median of ``rounds`` fresh loads), as the site's own test opens it."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = "/usr/bin/chromium"
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,1600"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+    out = {}
+    try:
+        for page in pages:
+            times = []
+            for _ in range(rounds):
+                driver.get("about:blank")
+                driver.get((site / page).as_uri())
+                times.append(driver.execute_script(
+                    "const t = performance.getEntriesByType('navigation')[0];"
+                    "return t.loadEventEnd - t.startTime;") / 1000)
+            out[page] = sorted(times)[len(times) // 2]
+    finally:
+        driver.quit()
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--workers", type=int, default=2, help="workers of the index and scan")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--base", type=Path, help="another checkout to compare with (alternating)")
+    ap.add_argument("--chromium", action="store_true",
+                    help="also time the overview and the cluster list opening in Chromium")
     args = ap.parse_args(argv)
     label = f"{args.records // 1000}k" if args.records < 1_000_000 else \
         f"{args.records // 1_000_000}m"
@@ -97,6 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     if "base" in sites:
         results["identical"] = same_tree(sites["base"], sites["new"])
         print(f"sites byte-identical: {results['identical']}")
+    if args.chromium:
+        results["chromium_s"] = open_times(sites["new"])
+        print("opened in Chromium: " + ", ".join(f"{page} {t:.2f} s"
+                                                   for page, t in results["chromium_s"].items()))
     (out / "site.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
 
 
