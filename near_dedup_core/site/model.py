@@ -1,9 +1,11 @@
 """What the site shows, read from a verified report and its input packages (never the index).
 
-The report is verified first (`report.verify_report`: every line of every file typed and
-cross-checked); its decisions come back from the verifier as one small record per sample,
-which the counts, clusters and explanations read instead of decisions.jsonl. After that the
-report's lines are read as plain JSON (orjson), each file once more at most:
+The report is verified (`report.verify_report`: every line of every file typed and
+cross-checked): first, for a small report, whose decisions then come back from the verifier
+as one small record per sample; beside the build, in a worker process, for a large one
+(`verify`), whose records are read from decisions.jsonl (`read_decisions`) and whose site
+appears only once it verified. The counts, clusters and explanations read those records.
+The report's lines are read as plain JSON (orjson), each file once more at most:
 
 1. the input packages, once, beside the verifier (`shard_domains`, a worker process): each
    data file's domains, one code per line; with ``origins.jsonl`` (file and line of every
