@@ -23,6 +23,7 @@ from helpers import SAMPLES, make_package, run_cli, stdlib_paragraphs, tree_byte
 
 from near_dedup_core.audit import explain_sample
 from near_dedup_core.audit.textdiff import Span, merge_close
+from near_dedup_core.errors import NearDedupError
 from near_dedup_core.guard import Guard
 from near_dedup_core.normalize import normalize
 from near_dedup_core.site.views import LINE_CONTEXT, MAX_SPANS
@@ -106,6 +107,34 @@ def test_site_is_deterministic_checksummed_and_leaves_the_report_alone(reports, 
     assert tree_bytes(reports["new"]) == before
     assert "OK" in cli_ok("report", "verify", reports["new"])
     assert not list(site.parent.glob(".site.tmp-*"))
+
+
+def test_worker_processes_write_the_same_site(reports, site, tmp_path, monkeypatch):
+    """A large report's packages are read beside the verifier and its search data written by
+    worker processes, a range of decisions.jsonl lines per task: the same bytes as one
+    process writes for a small report."""
+    from near_dedup_core.site import build
+
+    monkeypatch.setattr(build, "POOL_SAMPLES", 0)
+    monkeypatch.setattr(build, "SEARCH_TASK", 7)
+    samples = len(decisions(reports["new"]))
+    assert samples > 3 * build.SEARCH_TASK
+    out = tmp_path / "pooled"
+    result = build.build_site(reports["new"], out, against=reports["old"])
+    assert result.samples == samples
+    assert tree_bytes(out) == tree_bytes(site)
+    assert not list((out / "data" / "samples").glob(".part-*"))
+    # the report is verified by a worker meanwhile: a tampered one is refused with the
+    # verifier's problem, and nothing is written
+    for n, (old, new) in enumerate((('"keep"', '"exclude"'), ('"decision"', '"decision'))):
+        bad = tmp_path / f"bad{n}"
+        shutil.copytree(reports["new"], bad)
+        path = bad / "decisions.jsonl"
+        path.write_text(path.read_text().replace(old, new, 1))
+        with pytest.raises(NearDedupError, match="decisions.jsonl"):
+            build.build_site(bad, tmp_path / f"site{n}")
+        assert not (tmp_path / f"site{n}").exists()
+        assert not list(tmp_path.glob(".site*"))
 
 
 def test_no_page_points_outside_the_folder(site):

@@ -9,8 +9,11 @@ give the same bytes (no timestamps, everything sorted, numbers formatted explici
 from __future__ import annotations
 
 import json
+from array import array
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
@@ -29,17 +32,16 @@ from near_dedup_core.audit.rates import (
     Tally,
     count_report,
     rate_problems,
+    report_domains,
 )
 from near_dedup_core.audit.sources import (
     InputPackage,
     Key,
     SampleText,
     input_packages,
-    locate,
     read_lines,
     read_samples,
     report_inputs,
-    sample_domains,
 )
 from near_dedup_core.audit.textdiff import changed_spans, merge_close
 from near_dedup_core.compare import compared_text
@@ -60,14 +62,17 @@ from near_dedup_core.normalize import normalize
 from near_dedup_core.package import load_package
 from near_dedup_core.report import (
     REASONS,
-    DecisionRow,
     OriginRow,
     RelationRow,
     ReportManifest,
+    ReportSummary,
+    SampleDecision,
+    report_manifest,
     verify_report,
 )
 from near_dedup_core.site import model, views
 from near_dedup_core.site.model import Cluster, SiteData
+from near_dedup_core.workers import choose_executor
 
 HERE = Path(__file__).parent
 #: Samples per search-data shard (a shard is one ``<script>`` file loaded on demand).
@@ -82,6 +87,13 @@ MAX_CONTAMINATION_TEXTS = 500
 SOURCE_EXCLUSIONS = 50
 #: Relations and excluded samples kept per sample in the search data (counts say how many).
 RECORD_LIST = 200
+#: Worker processes for pools of more than `POOL_SAMPLES` samples: one reads the input
+#: packages while the report is verified, then both write the search data (smaller pools are
+#: done in this process: no start-up to pay).
+WORKERS = 2
+POOL_SAMPLES = 50_000
+#: decisions.jsonl lines per task of the search data (`model.search_part`).
+SEARCH_TASK = 100_000
 
 
 @dataclass
@@ -179,9 +191,29 @@ def _name(key: Key | None) -> str:
 def build_site(report: str | Path, output: str | Path, *, against: str | Path | None = None,
                contamination: str | Path | None = None,
                inputs: Sequence[str | Path] = ()) -> SiteResult:
-    """Write the static site of ``report`` into the new folder ``output``."""
+    """Write the static site of ``report`` into the new folder ``output``.
+
+    A large report is verified by a worker process while this one builds the site from its
+    own plain reading of the files (`_verify_and_read`); the site's folder appears only once
+    the report verified, and a report that does not verify is refused with the verifier's
+    problem, whatever reading it as a verified one ran into meanwhile."""
     report, output = Path(report), Path(output)
-    summary = verify_report(report)
+    with ExitStack() as stack:
+        summary, packages, shard_codes, pool, verified = _verify_and_read(report, inputs, stack)
+        try:
+            return _build(report, output, summary, packages, shard_codes, pool, verified,
+                          against, contamination, inputs)
+        except Exception:
+            if verified is not None:
+                verified.result()  # the verifier's problem first
+            raise
+
+
+def _build(report: Path, output: Path, summary: ReportSummary,
+           packages: dict[str, InputPackage],
+           shard_codes: dict[tuple[str, str], tuple[list[str], array, bool]], pool: Executor,
+           verified: Future | None, against: str | Path | None,
+           contamination: str | Path | None, inputs: Sequence[str | Path]) -> SiteResult:
     old_summary = verify_report(Path(against)) if against is not None else None
     contam = None
     if contamination is not None:
@@ -194,16 +226,14 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
     manifest = summary.model
     if inputs:
         manifest = _override_inputs(manifest, [Path(p) for p in inputs])
-    packages = report_inputs(manifest)
     guarded = [report, *(Path(i.path) for i in manifest.inputs)]
     guarded += [Path(p) for p in (against, contamination) if p is not None]
     require_new_output_outside(output, guarded)
 
-    domains = sample_domains(packages)
-    counts = count_report(report, domains)
-    order = model.decision_order(summary)
-    relations = model.read_relations(report, order)
-    data = SiteData(report, summary.model, summary, packages, domains, relations, order)
+    domains = model.line_domains(report, summary, packages, shard_codes)
+    counts = model.count_samples(summary, domains)
+    relations = model.read_relations(report, summary.samples)
+    data = SiteData(report, summary.model, summary, packages, domains, relations)
     config = manifest.config
     notes = [p.problem for p in packages.values() if p.problem]
 
@@ -215,7 +245,7 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
         need.add(r.sample.key)
         if r.match.key is not None:
             need.add(r.match.key)
-    texts = read_samples(report, packages, locate(report, need)) if need else {}
+    texts = read_samples(report, packages, model.locate(report, summary, need)) if need else {}
     data.texts = texts
     diffs = _diffs(diff_pairs, texts)
     guard_rows = _guard_rows(guard_pairs, texts, config, data)
@@ -223,8 +253,9 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
     previous: ReportCounts | None = None
     changes = None
     if against is not None and old_summary is not None:
-        changes = diff_reports(against, report, new_domains=domains)
-        previous = count_report(Path(against))
+        old_domains = report_domains(against, old_summary.model)
+        changes = diff_reports(against, report, old_domains=old_domains, new_domains=domains)
+        previous = count_report(Path(against), old_domains)
         notes += changes.notes
     findings = rate_problems(counts, previous, DEFAULT_MAX_EXCLUSION_RATE,
                              DEFAULT_MAX_RATE_JUMP)
@@ -243,19 +274,70 @@ def build_site(report: str | Path, output: str | Path, *, against: str | Path | 
         w = _Writer(tmp, base)
         for name in ("site.css", "search.js"):
             w.raw(f"static/{name}", (HERE / "static" / name).read_bytes())
+        finish_search = _search(w, data, diffs, guard_rows, pool)
         _overview(w, data, counts, findings, previous is not None, notes)
         _clusters(w, data, diffs)
         _guard(w, data, guard_rows)
         _sources(w, data, counts)
-        shards = _search(w, data, diffs, guard_rows)
+        finish_search()
         if changes is not None:
             _changes(w, changes, Path(against))  # type: ignore[arg-type]
         if contam is not None:
             _contamination(w, contam, report)
+        if verified is not None:
+            verified.result()
         write_checksums(tmp)
         files = sum(1 for p in tmp.rglob("*") if p.is_file())
     return SiteResult(output, files, len(summary.samples), len(relations.clusters),
-                      sum(c.page for c in relations.clusters), len(diffs), notes + shards)
+                      sum(c.page for c in relations.clusters), len(diffs), notes)
+
+
+def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStack
+                     ) -> tuple[ReportSummary, dict[str, InputPackage],
+                                dict[tuple[str, str], tuple[list[str], array, bool]],
+                                Executor, Future | None]:
+    """The report's record of every sample, its input packages, every data file's domains
+    (`model.shard_domains`), the executor of the build (entered on ``stack``) and, for a
+    large report, the future of its verification.
+
+    A small report is verified here first (`report.verify_report`), then its packages are
+    read. A large one is verified by one worker process (`model.verify`) while the other
+    reads the packages and this one reads decisions.jsonl as plain JSON
+    (`model.read_decisions`); the caller waits for the verification before the site
+    appears."""
+    try:
+        recorded, raw = report_manifest(report)
+        manifest = _override_inputs(recorded, [Path(p) for p in inputs]) if inputs else recorded
+    except NearDedupError:  # verify_report names the problem in its own order
+        manifest = None
+    summary = None
+    if manifest is None:
+        summary = verify_report(report)
+        manifest = summary.model
+        if inputs:
+            manifest = _override_inputs(manifest, [Path(p) for p in inputs])
+    packages = report_inputs(manifest)
+    files = [(pkg, file) for pkg in packages.values() if pkg.available for file in pkg.files]
+    records = sum(i.records for i in manifest.inputs)
+    executor = choose_executor("local", WORKERS).for_work(records, POOL_SAMPLES)
+    pool = stack.enter_context(executor.start())
+    verified = None
+    if summary is None and executor.in_process:
+        summary = verify_report(report)
+    if summary is None:
+        verified = pool.submit(model.verify, report)
+    try:
+        futures = [pool.submit(model.shard_domains, pkg, file) for pkg, file in files]
+        if summary is None:
+            summary = ReportSummary(path=report, counts=raw["counts"], manifest=raw,
+                                    model=recorded, samples=model.read_decisions(report))
+        shards = {(pkg.package_id, file): f.result()
+                  for (pkg, file), f in zip(files, futures, strict=True)}
+    except Exception:
+        if verified is not None:
+            verified.result()  # the verifier's problem first
+        raise
+    return summary, packages, shards, pool, verified
 
 
 def site_of(site: str | Path, report: str | Path) -> bool:
@@ -445,6 +527,7 @@ def _matrix(data: SiteData, c: Cluster) -> dict | None:
 def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
     clusters = data.relations.clusters
     total = views.pages(len(clusters), CLUSTERS_PER_PAGE)
+    with_page = sum(c.page for c in clusters)
     for p in range(1, total + 1):
         chunk = clusters[(p - 1) * CLUSTERS_PER_PAGE:p * CLUSTERS_PER_PAGE]
         rows = []
@@ -456,7 +539,7 @@ def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
                          "packages": sorted({k[0] for k in c.members}),
                          "blocked": sum(1 for e in c.edges if e.blocked_by)})
         w.page("clusters/index.html" if p == 1 else f"clusters/page-{p}.html", "clusters.html", title="Clusters", rows=rows, page=p, pages=total,
-               clusters=len(clusters), with_page=sum(c.page for c in clusters))
+               clusters=len(clusters), with_page=with_page)
     for c in clusters:
         if not c.page:
             continue
@@ -538,29 +621,25 @@ def _partner(r: dict, data: SiteData, content: dict[Key, str]) -> dict:
     return r
 
 
-def _record(d: DecisionRow, o: OriginRow, data: SiteData, rels: list[dict],
-            content: dict[Key, str], excluded: list[Key], diffs: dict[Key, dict],
-            guard: dict[Key, list[dict]]) -> dict:
-    """A sample's explanation: its decisions.jsonl row (the fields of `report explain`'s
-    ``sample``, ``kept`` and ``jaccard``) with its origin and domain, ``why`` (as `report
-    explain` says it, from all its relations), and its relations with each partner's own
-    decision, excluded samples, cluster, diff and guard rows where it has any."""
-    key = d.key
-    rec = d.model_dump()
-    rec["file"], rec["line"], rec["source"] = o.file, o.line, o.source
-    rec["domain"] = data.domain(key)
+def _tail(key: Key, d: SampleDecision, data: SiteData, rels: list[dict],
+          content: dict[Key, str], excluded: list[Key], diffs: dict[Key, dict],
+          guard: dict[Key, list[dict]]) -> dict:
+    """What a sample's search record holds after its decisions.jsonl fields, origin and
+    domain (`model.search_part`): ``why`` (as `report explain` says it, from all its
+    relations), its relations with each partner's own decision, the samples excluded in its
+    favour, its cluster, diff and guard rows where it has any."""
     listed = [_partner(r, data, content) for r in rels]
-    rec["why"] = explain_why(d, listed)
+    rec: dict[str, object] = {"why": explain_why(model.decision_row(key, d), listed)}
     if listed:
         rec["relations"] = listed[:RECORD_LIST]
         rec["relations_total"] = len(listed)
     if excluded:
-        rec["excluded_because_of_it"] = []
+        rows = []
         for k in excluded[:RECORD_LIST]:
             x = data.decision(k)
-            rec["excluded_because_of_it"].append(
-                {"package_id": k[0], "sample_id": k[1], "split": x.split, "reason": x.reason,
-                 "jaccard": x.jaccard})
+            rows.append({"package_id": k[0], "sample_id": k[1], "split": x.split,
+                         "reason": x.reason, "jaccard": x.jaccard})
+        rec["excluded_because_of_it"] = rows
         rec["excluded_total"] = len(excluded)
     c = data.relations.cluster_of.get(key)
     if c is not None:
@@ -578,14 +657,19 @@ def _record(d: DecisionRow, o: OriginRow, data: SiteData, rels: list[dict],
     return rec
 
 
-def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list[dict]
-            ) -> list[str]:
-    """Search data: one ``<script>`` file per shard of samples, loaded on demand."""
-    n = max(1, -(-len(data.summary.samples) // SHARD_SAMPLES))
+def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list[dict],
+            pool: Executor) -> Callable[[], None]:
+    """Search data: one ``<script>`` file per shard of samples, loaded on demand. The records
+    of samples with relations are made here (`_tail`); all of them are written by
+    `model.search_part`, a range of decisions.jsonl lines per task, on ``pool`` (two worker
+    processes for a large report) while this process renders the other pages. Returns what finishes the shard files (in line order, whatever the order
+    the tasks ran in)."""
+    samples = data.summary.samples
+    n = max(1, -(-len(samples) // SHARD_SAMPLES))
     wanted = {(r["partner"]["package_id"], r["partner"]["sample_id"])
               for rels in data.relations.by_sample.values() for r in rels
               if r["listed_as"] == "match"}
-    content = model.content_ids(data.report, wanted)
+    content = model.content_ids(data.report, data.summary, wanted)
     excluded = model.excluded_by(data.summary)
     guard: dict[Key, list[dict]] = defaultdict(list)
     for g in guard_rows:
@@ -600,33 +684,46 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
                                             "partner": {"numbers": g["numbers"][oside],
                                                         "units": g["units"][oside]}},
                               "recomputed_blocked_by": g["recomputed"]})
-    # records in decisions.jsonl order (deterministic), appended to their shard's bytes
-    shards = [bytearray(b"NEAR_DEDUP_SHARD(" + str(i).encode() + b", {\n") for i in range(n)]
-    started = [False] * n
     empty: list[dict] = []
-    for d, o in model.report_rows(data.report):
-        key = d.key
-        rec = _record(d, o, data, data.relations.by_sample.get(key, empty), content,
-                      excluded.get(key, []), diffs, guard)
-        i = views.shard_of(key[0], key[1], n)
-        shard = shards[i]
-        if started[i]:
-            shard += b",\n"
-        started[i] = True
-        shard += orjson.dumps(f"{key[0]}\n{key[1]}")
-        shard += b":"
-        shard += orjson.dumps(rec)
-    for i, shard in enumerate(shards):
-        w.raw(f"data/samples/{i:05d}.js", bytes(shard + b"\n});\n"))
-        shards[i] = bytearray()
-    meta = {"shards": n, "packages": [i.package_id for i in data.manifest.inputs],
-            "report": data.report.name,
-            "report_checksums_sha256": sha256_file(data.report / CHECKSUMS)}
-    w.raw("data/meta.js", b"var NEAR_DEDUP_META = " +
-          orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) + b";\n")
-    w.page("search.html", "search.html", title="Find a sample",
-           packages=meta["packages"], shards=n)
-    return []
+    ranges = [(a, min(a + SEARCH_TASK, len(samples)))
+              for a in range(0, max(len(samples), 1), SEARCH_TASK)]
+    tails: list[dict[int, bytes]] = [{} for _ in ranges]
+    for key in {*data.relations.by_sample, *excluded, *diffs, *guard}:
+        d = samples.get(key)
+        if d is not None:
+            tails[(d.line - 1) // SEARCH_TASK][d.line] = orjson.dumps(_tail(
+                key, d, data, data.relations.by_sample.get(key, empty), content,
+                excluded.get(key, []), diffs, guard))
+    names, codes = model.domain_codes(data.domains, data.summary)
+    folder = w.out / "data" / "samples"
+    folder.mkdir(parents=True, exist_ok=True)
+    parts = [folder / f".part-{k:05d}" for k in range(len(ranges))]
+    futures = [pool.submit(model.search_part, data.report, a, b, n, names, codes[a:b],
+                         tails[k], parts[k]) for k, (a, b) in enumerate(ranges)]
+    del tails
+
+    def finish() -> None:
+        lengths = [f.result() for f in futures]
+        files = [open(part, "rb") for part in parts]  # noqa: SIM115 (closed below)
+        try:
+            for i in range(n):
+                body = b"".join(fh.read(lengths[k][i]) for k, fh in enumerate(files))
+                w.raw(f"data/samples/{i:05d}.js", b"NEAR_DEDUP_SHARD(" + str(i).encode() +
+                      b", {\n" + body.removesuffix(b",\n") + b"\n});\n")
+        finally:
+            for fh in files:
+                fh.close()
+        for part in parts:
+            part.unlink()
+        meta = {"shards": n, "packages": [i.package_id for i in data.manifest.inputs],
+                "report": data.report.name,
+                "report_checksums_sha256": sha256_file(data.report / CHECKSUMS)}
+        w.raw("data/meta.js", b"var NEAR_DEDUP_META = " +
+              orjson.dumps(meta, option=orjson.OPT_SORT_KEYS) + b";\n")
+        w.page("search.html", "search.html", title="Find a sample",
+               packages=meta["packages"], shards=n)
+
+    return finish
 
 
 def _changes(w: _Writer, diff: ReportDiff, old: Path) -> None:
