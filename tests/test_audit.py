@@ -742,3 +742,10 @@ def test_diff_json_into_a_closed_pipe_closes_quietly(sample_days):
     proc.stdout.close()  # the reader is gone before the first byte
     err = proc.stderr.read()
     assert proc.wait() == 0 and err == b"", err
+
+
+def test_diff_of_a_report_with_itself_prints_its_empty_tables(sample_days):
+    """Nothing changed: every table of changes is empty, and still printed."""
+    report = sample_days["2026-11-26"]
+    out, err = cli_ok("report", "diff", report, report)
+    assert "newly excluded                    0" in out and "domain  +excluded" in out, err

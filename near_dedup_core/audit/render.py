@@ -25,7 +25,7 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], indent: str 
         return str(v)
 
     cells = [[cell(v) for v in r] for r in rows]
-    widths = [max(len(h), *(len(r[i]) for r in cells)) for i, h in enumerate(headers)]
+    widths = [max([len(h), *(len(r[i]) for r in cells)]) for i, h in enumerate(headers)]
     numeric = [bool(rows) and all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool)
                                   for r in rows) for i in range(len(headers))]
 
