@@ -556,7 +556,8 @@ def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, t
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
         time.sleep(at)
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:  # (not reaped yet, the pid is still the command's)
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         assert session_empties(proc, 3), session_processes(proc.pid)
     finally:
@@ -564,7 +565,10 @@ def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, t
         err = proc.stderr.read()  # every writer of the pipe is gone: this is all of it
         proc.stderr.close()
     assert err == "", err
-    assert not (tmp_path / "rep").exists()
+    if proc.returncode == 0:  # on a fast machine the scan can finish first: its report is whole
+        assert cli_ok("report", "verify", tmp_path / "rep").startswith("report ")
+    else:
+        assert not (tmp_path / "rep").exists()
 
 
 def run_with_address_space(limit_mib: int, *argv: object) -> subprocess.CompletedProcess:
