@@ -28,6 +28,9 @@ from near_dedup_core.guard import Guard
 from near_dedup_core.normalize import normalize
 from near_dedup_core.site.views import LINE_CONTEXT, MAX_SPANS
 
+#: headless Chromium and whole reports built per test: left out by `make test-fast`
+pytestmark = pytest.mark.slow
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 CPT_DAYS = {"2026-11-25": "cpt-v1", "2026-11-26": "cpt-v2", "2026-11-27": "cpt-v3"}

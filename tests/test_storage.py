@@ -31,6 +31,9 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import CHECKSUMS, verify_checksums, write_checksums
 from near_dedup_core.storage import FileInfo, LocalLocation, RemoteLocation, parse_location
 
+#: a real S3 API server (moto) per test: left out by `make test-fast`
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 LINES = [f'{{"id": "s{i}", "text": "record number {i} of the shard"}}\n'.encode()
          for i in range(2000)]
