@@ -500,14 +500,44 @@ def test_sigterm_during_a_large_append_exits_within_seconds(large_append, tmp_pa
             continue
         assert proc.returncode == 143, (proc.returncode, err)
         assert err == "near-dedup: terminated\n", err
-        # rolled back: the index file as it was. SQLite may leave an empty -wal (and its -shm)
-        # when the process leaves with a reader still open; the next connection removes them.
-        after = listing(index.parent)
-        wal = index.parent / "cpt.sqlite-wal"
-        if wal.exists():
-            assert wal.stat().st_size == 0, wal.stat().st_size
-            after.pop("cpt.sqlite-wal"), after.pop("cpt.sqlite-shm", None)
-        assert after == before
+        assert listing(index.parent) == before  # rolled back: no -wal, -shm or lock file
+
+
+class Interrupted(BaseException):
+    """What the CLI's SIGTERM handler raises (`cli.Terminated`), or Ctrl-C: no Exception."""
+
+
+def test_an_interrupted_statement_of_a_batch_leaves_the_folder_as_it_was(index):
+    """A SIGTERM that lands inside one of the batch's statements: SQLAlchemy takes such an
+    exception for a lost connection and would drop the connection without closing the
+    statement's cursor, which the exception's traceback keeps (in a reference cycle) — a
+    closed SQLite connection with a live statement stays open, and the -wal and -shm with it,
+    until that cursor is freed, which a terminated command (``os._exit``) never does. While
+    the exception is still in flight, the batch is rolled back and its connections closed."""
+    import gc
+
+    from sqlalchemy import Engine, event
+
+    from near_dedup_core.config import NearDedupConfig
+
+    before = listing(index.parent)
+
+    def interrupt(_conn, _cursor, statement, *_args) -> None:
+        if statement.startswith("SELECT max(batches.seq)"):  # a query: its statement is open
+            raise Interrupted
+
+    event.listen(Engine, "after_cursor_execute", interrupt)
+    gc.disable()  # a terminated command leaves before any collection
+    try:
+        with index_store.open_index(index).batch(NearDedupConfig(), "2026-12-01T00:00:00Z") \
+                as store:
+            store.add_batch("2026-12-01T00:00:00Z", "test", ["cpt-x"])
+        raise AssertionError("not interrupted")
+    except Interrupted:
+        assert listing(index.parent) == before  # no -wal/-shm, the index unchanged
+    finally:
+        gc.enable()
+        event.remove(Engine, "after_cursor_execute", interrupt)
 
 
 _LARGE_RESULTS = """

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import ExceptionContext
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core.errors import NearDedupError
@@ -42,9 +43,24 @@ def _pragmas(dbapi_conn, _record) -> None:
     cur.close()
 
 
+def _interruption_is_no_disconnect(context: ExceptionContext) -> None:
+    """A statement interrupted by an exception that is not an ``Exception`` (the CLI's
+    SIGTERM, Ctrl-C) leaves the connection as sound as any failed statement: close the
+    statement's cursor, and roll back and close as for any error.
+
+    SQLAlchemy takes such an exception for a lost connection and drops the connection
+    without closing the cursor, which the exception's traceback keeps (in a reference
+    cycle). A SQLite connection closed with a statement still open stays open, holding its
+    lock and the index's -wal and -shm files, until that statement is freed; a terminated
+    command leaves (``os._exit``) before that, and the two files stay beside the index."""
+    if not isinstance(context.original_exception, Exception):
+        context.is_disconnect = False
+
+
 def _engine(creator) -> Engine:
     engine = create_engine("sqlite://", creator=creator, poolclass=NullPool)
     event.listen(engine, "connect", _pragmas)
+    event.listen(engine, "handle_error", _interruption_is_no_disconnect)
     return engine
 
 
