@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import gc
 import os
 import signal
 import sys
@@ -547,6 +548,12 @@ def console_main() -> None:
     Callers in a process that goes on (tests, the Dagster assets) call `main`."""
     code = main()
     if code in (_INTERRUPTED, _TERMINATED):
+        # What the unwinding did not reach is garbage now, often in reference cycles (a
+        # traceback whose frames hold the exception they handled; every SQLite connection,
+        # through its statement cache): collected, a connection opened just before the
+        # signal closes, and a context manager entered just as it came is exited. `_leave`
+        # collects nothing, and an open connection would leave the index's -wal and -shm.
+        gc.collect()
         _leave(code)
     runtime.finish()
     raise SystemExit(code)

@@ -540,6 +540,80 @@ def test_an_interrupted_statement_of_a_batch_leaves_the_folder_as_it_was(index):
         event.remove(Engine, "after_cursor_execute", interrupt)
 
 
+def test_an_interruption_while_the_writer_lock_is_taken_releases_it(index, monkeypatch):
+    from near_dedup_core.index_store import sqlite_write
+
+    before = listing(index.parent)
+    is_current = sqlite_write._is_current
+    calls = []
+
+    def interrupted_once(fd, path):
+        calls.append(path)
+        if len(calls) == 1:  # locked, not yet checked: SIGTERM lands here
+            raise Interrupted
+        return is_current(fd, path)
+
+    monkeypatch.setattr(sqlite_write, "_is_current", interrupted_once)
+    with pytest.raises(Interrupted), sqlite_write.writer_lock(index):
+        raise AssertionError("not interrupted")
+    assert listing(index.parent) == before  # no lock file left
+    with sqlite_write.writer_lock(index, timeout=0):  # and nobody holds it
+        pass
+
+
+def test_an_interruption_while_the_background_check_starts_closes_its_reader(index,
+                                                                            monkeypatch):
+    import threading
+
+    from near_dedup_core.index_store.invariants import sqlite_background_check
+    from near_dedup_core.index_store.snapshot import connect_reader
+
+    before = listing(index.parent)
+
+    def interrupted(_thread):
+        raise Interrupted
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(Interrupted):
+        sqlite_background_check(index, connect_reader)
+    assert listing(index.parent) == before  # the reader is closed: no -wal, no -shm
+
+
+_HELD_BY_THE_TRACEBACK = """
+import os, signal, sys, time
+from pathlib import Path
+from near_dedup_core import cli
+from near_dedup_core.index_store.snapshot import connect_reader
+
+def command(args):
+    con = connect_reader(Path(os.environ["INDEX"]))
+    con.execute("SELECT COUNT(*) FROM meta").fetchall()  # its -wal and -shm exist
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+    except BaseException as exc:
+        handled = exc  # a frame that holds the exception it handles: a reference cycle
+        raise
+
+if __name__ == "__main__":
+    cli.run = command
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", "unused"]
+    cli.console_main()
+"""
+
+
+def test_a_terminated_command_closes_what_its_traceback_holds(index, tmp_path):
+    """A connection that only the exception's traceback still references (in a cycle) is
+    closed before the command leaves through ``os._exit``: no -wal, no -shm."""
+    before = listing(index.parent)
+    script = tmp_path / "held.py"
+    script.write_text(_HELD_BY_THE_TRACEBACK)
+    proc = subprocess.run([sys.executable, str(script)], env=env_with(INDEX=str(index)),
+                          capture_output=True, text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (143, "near-dedup: terminated\n")
+    assert listing(index.parent) == before
+
+
 _LARGE_RESULTS = """
 import os, signal, sys, threading
 from near_dedup_core import cli, workers

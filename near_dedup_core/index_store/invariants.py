@@ -150,7 +150,11 @@ class BackgroundCheck:
         self._interrupt = interrupt
         self._error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="index-check", daemon=True)
-        self._thread.start()
+        try:
+            self._thread.start()
+        except BaseException:  # interrupted (SIGTERM) while the thread starts
+            self.close()
+            raise
 
     def _run(self) -> None:
         try:
@@ -191,8 +195,12 @@ def sqlite_background_check(path: Path, connect: Callable[[Path], sqlite3.Connec
                             min_chars: int | None = None) -> BackgroundCheck:
     """`BackgroundCheck` of the SQLite index at ``path``: its pages, and with ``min_chars``
     (an append's) its content rows (`check_content_rows`)."""
-    con = connect(path)
     checks: list[Callable[[Any], None]] = [lambda c: check_pages(path, c)]
     if min_chars is not None:
         checks.append(lambda c: check_content_rows(path, c.execute, min_chars))
-    return BackgroundCheck(con, checks, con.interrupt)
+    con = connect(path)
+    try:
+        return BackgroundCheck(con, checks, con.interrupt)
+    except BaseException:  # an open reader would keep the index's -wal and -shm files
+        con.close()
+        raise

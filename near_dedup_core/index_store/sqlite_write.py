@@ -135,8 +135,10 @@ def writer_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
     deadline = time.monotonic() + timeout
     while True:
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
+        try:  # an interruption (SIGTERM) while the lock is taken still releases it
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if _is_current(fd, lock_path):
+                break
         except BlockingIOError:
             os.close(fd)
             if time.monotonic() >= deadline:
@@ -145,14 +147,27 @@ def writer_lock(path: Path, timeout: float | None = None) -> Iterator[None]:
                     f"(waited {timeout:g}s); try again when it has finished") from None
             time.sleep(0.1)
             continue
-        if _is_current(fd, lock_path):
-            break
+        except BaseException:
+            _release_lock(fd, lock_path)
+            raise
         os.close(fd)  # locked a file its previous holder has removed: lock the current one
     try:
         yield
     finally:
-        lock_path.unlink(missing_ok=True)  # still locked here, so no one else can own it yet
-        os.close(fd)
+        _release_lock(fd, lock_path)
+
+
+def _release_lock(fd: int, lock_path: Path) -> None:
+    """Remove the lock file and unlock it: the file is removed while it is still locked (if
+    ``fd`` holds it), so no one else can own it yet; a file ``fd`` does not hold is left."""
+    if _is_current(fd, lock_path):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # ours already, or free
+        except BlockingIOError:
+            os.close(fd)  # another holder's
+            return
+        lock_path.unlink(missing_ok=True)
+    os.close(fd)
 
 
 def _is_current(fd: int, path: Path) -> bool:
