@@ -23,7 +23,8 @@ Any `NearDedupError` of the core fails the partition with its one-line message; 
 downstream runs for that day. A re-run of a released day that is refused (e.g. its report is
 not found under a changed report root, and later days are already in the index) fails the
 run the same way, but first re-asserts the day's earlier report if it still verifies: a valid
-day stays materialized with it instead of turning failed.
+day stays materialized with it instead of turning failed. The checks that run planned then
+record that they checked nothing, and why (`checks_unrun`), rather than a skipped row.
 """
 
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ from near_dedup_core.index_store import open_index
 from near_dedup_core.site import build_site, site_of
 
 from near_dedup_assets import audit, daily, summaries
+from near_dedup_assets.checks_unrun import record_unrun_checks
 from near_dedup_assets.locations import (
     Where,
     as_where,
@@ -179,8 +181,10 @@ def index_and_report(context: dg.AssetExecutionContext,
     yield dg.MaterializeResult(asset_key=INDEX_APPEND, metadata=index_metadata)
     yield dg.MaterializeResult(asset_key=SCAN_REPORT, metadata=report_metadata)
     if refused is not None:
+        reason = f"{refused} (the day's earlier report {report.path} stands)"
+        record_unrun_checks(context, f"this run was refused: {reason}")
         with partition_failure():
-            raise NearDedupError(f"{refused} (the day's earlier report {report.path} stands)")
+            raise NearDedupError(reason)
 
 
 def report_site(report: daily.ReportOutcome, against: Where | None) -> Where:

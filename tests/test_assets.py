@@ -23,6 +23,7 @@ import dagster as dg
 import pytest
 from dagster._core.execution.backfill import BulkActionStatus, PartitionBackfill
 from dagster._core.remote_origin import InProcessCodeLocationOrigin
+from dagster._core.storage.asset_check_execution_record import AssetCheckExecutionRecordStatus
 from dagster._core.test_utils import create_test_daemon_workspace_context
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._core.workspace.load_target import InProcessWorkspaceLoadTarget
@@ -414,11 +415,39 @@ def test_a_refused_rerun_after_a_root_change_leaves_the_day_valid(tmp_path, snap
             get_latest_asset_partition_materialization_attempts_without_materializations(key)
         assert DAYS[0] not in failed, key
     assert not (tmp_path / "new-reports" / f"near-cpt-{DAYS[0]}").exists()
+    # every check the refused run planned says it checked nothing, and why; none is left
+    # "planned" (shown as skipped), and the day's earlier results stay as they were
+    rows = check_rows(instance, DAYS[0])
+    refused_run = {check: row for check, row in rows.items() if row.run_id == result.run_id}
+    assert sorted(refused_run) == ["exclusion_rates", "mixture_verify", "report_checksums"]
+    for row in refused_run.values():
+        assert row.status == AssetCheckExecutionRecordStatus.FAILED
+        evaluation = row.event.dagster_event.asset_check_evaluation_data
+        assert evaluation.description == f"not checked: this run was refused: {reason}"
+    earlier = [r for check in GRAPH_CHECKS for r in instance.event_log_storage.
+               get_asset_check_execution_history(check, limit=10)
+               if r.partition == DAYS[0] and r.run_id != result.run_id]
+    assert len(earlier) == 3 and all(r.status != AssetCheckExecutionRecordStatus.PLANNED
+                                     for r in earlier)
 
     # without a valid earlier report there is nothing to keep: the day fails
     shutil.rmtree(settings.report_dir(DAYS[0]))
     result = release(DAYS[0], moved, instance)
     assert not result.success and "stands" not in failure_message(result)
+
+
+GRAPH_CHECKS = [key for checks in RELEASE_CHECKS for key in checks.check_keys]
+
+
+def check_rows(instance, day: str) -> dict:
+    """The latest check execution record of each check for ``day``, by check name."""
+    latest = {}
+    for key in GRAPH_CHECKS:
+        for row in instance.event_log_storage.get_asset_check_execution_history(key, limit=10):
+            if row.partition == day:
+                latest[key.name] = row
+                break
+    return latest
 
 
 def test_days_out_of_order_are_refused(tmp_path, snapshots, instance):
