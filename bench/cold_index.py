@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from near_dedup_core import runtime
 from near_dedup_core.config import load_config
 from near_dedup_core.index_store import snapshot as db
 from near_dedup_core.ingest.run import index_packages
@@ -64,7 +65,8 @@ def one_run(args: argparse.Namespace, hint: bool, tmp: Path) -> float:
     drop_from_cache(index)
     start = time.perf_counter()
     db.read_ahead(index)
-    index_packages(index, config, [args.append], workers=args.workers)
+    with runtime.command("index"):  # the collector's set-up of the CLI's `index`
+        index_packages(index, config, [args.append], workers=args.workers)
     wall = time.perf_counter() - start
     for leftover in tmp.iterdir():
         leftover.unlink()

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import dagster as dg
 
+from near_dedup_core import runtime
 from near_dedup_core.contamination import contamination_report as run_contamination
 from near_dedup_core.contamination import verify_contamination
 from near_dedup_core.errors import NearDedupError
@@ -100,8 +101,9 @@ def freeze_contamination(settings: ReleaseSettings, pool: daily.DayPool) -> Cont
             raise NearDedupError(f"contamination report {target} was made from other inputs, "
                                  f"eval packages or config than day {pool.day} has now; {hint}")
     elif isinstance(target, str):
-        run_contamination(config, evals, pool.paths, target, workers=settings.worker_count,
-                          progress=False)
+        with runtime.command("contamination"):
+            run_contamination(config, evals, pool.paths, target, workers=settings.worker_count,
+                              progress=False)
         folder = local(target)
         manifest = read_json_object(folder / "manifest.json", "contamination report")
     else:
@@ -109,8 +111,9 @@ def freeze_contamination(settings: ReleaseSettings, pool: daily.DayPool) -> Cont
         staging = target.with_name(f".{target.name}.staging-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            run_contamination(config, evals, pool.paths, staging,
-                              workers=settings.worker_count, progress=False)
+            with runtime.command("contamination"):
+                run_contamination(config, evals, pool.paths, staging,
+                                  workers=settings.worker_count, progress=False)
             os.rename(staging, target)
         finally:
             shutil.rmtree(staging, ignore_errors=True)

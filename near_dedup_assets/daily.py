@@ -134,11 +134,11 @@ def unindexed_earlier_days(settings: ReleaseSettings, day: str, days: Sequence[s
 
 
 def index_day(settings: ReleaseSettings, pool: DayPool) -> IndexResult:
-    runtime.prepare("index", inputs=pool.paths, workers=settings.worker_count,
-                    executor=settings.executor_kind, index=settings.index_path)
-    return index_packages(settings.index_path, settings.dedup_config(), pool.paths,
-                          workers=settings.worker_count,
-                          executor=settings.executor_kind, progress=False)
+    with runtime.command("index", inputs=pool.paths, workers=settings.worker_count,
+                         executor=settings.executor_kind, index=settings.index_path):
+        return index_packages(settings.index_path, settings.dedup_config(), pool.paths,
+                              workers=settings.worker_count,
+                              executor=settings.executor_kind, progress=False)
 
 
 # --------------------------------------------------------------------------- report
@@ -208,11 +208,11 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     if exists(target):
         return reuse_report(target, pool, config)
     with staged(target, _staging) as staging:
-        runtime.prepare("scan", inputs=pool.paths, workers=settings.worker_count,
-                        executor=settings.executor_kind, index=settings.index_path)
-        scan_pool(settings.index_path, config, pool.paths, staging,
-                  workers=settings.worker_count, executor=settings.executor_kind,
-                  progress=False)
+        with runtime.command("scan", inputs=pool.paths, workers=settings.worker_count,
+                             executor=settings.executor_kind, index=settings.index_path):
+            scan_pool(settings.index_path, config, pool.paths, staging,
+                      workers=settings.worker_count, executor=settings.executor_kind,
+                      progress=False)
         manifest = load_manifest(staging)
         later = later_batch_packages(manifest, pool)
         if later:
@@ -300,7 +300,8 @@ def build_day_mixture(settings: ReleaseSettings, pool: DayPool,
     built: dict = {}
 
     def build(out: Path) -> None:
-        build_mixture(cfg, out, progress=False)
+        with runtime.command("mixture"):
+            build_mixture(cfg, out, progress=False)
         built["manifest"] = read_json_object(out / "manifest.json", "mixture")
         built["plan"] = read_json_object(out / "plan.json", "mixture")
         built["sha256"] = sha256_file(out / "manifest.json")

@@ -66,14 +66,14 @@ _EXECUTOR_HELP = ("where the parallel work runs: local (this machine's worker pr
 _WORKERS_HELP = "worker processes (default: one per CPU core; results do not depend on it)"
 
 
-def _global_options(*, after_command: bool, config: bool = True) -> argparse.ArgumentParser:
+def _global_options(*, after_command: bool, config: bool = True) -> _Parser:
     """The global options --index, --config and --quiet, as a parent parser: of the program
     itself, or (``after_command``) of each command, so that they go before or after its name
     (``near-dedup scan --index X …``). After the command an option not given there leaves
     the value given before it (``argparse.SUPPRESS`` as its default), and one given there
     wins. ``config=False``: for a command whose own argument is named config."""
     unset: dict = {"default": argparse.SUPPRESS} if after_command else {}
-    options = argparse.ArgumentParser(add_help=False)
+    options = _Parser(add_help=False)
     options.add_argument("--index", metavar="PATH|URL", **unset,
                          help="the near-dedup index, bound to the config (needed by index and "
                               "scan; contamination reads an indexed pool from it): a dedicated "
@@ -342,12 +342,17 @@ def _verify_local_report(path: Path, inputs: list[Path] | list[Location] | None)
 
 
 def run(args: argparse.Namespace) -> None:
+    """The command of ``args``, in the process set-up of its profile (`runtime.command`)."""
     if hasattr(args, "executor"):  # chosen once: the stages ask it, never which one it is
         args.executor = choose_executor(args.executor, args.workers)
-    if getattr(args, "action", None) != "check":
-        runtime.prepare(args.command, inputs=getattr(args, "inputs", None) or (),
-                        workers=getattr(args, "workers", 1),
-                        executor=getattr(args, "executor", "local"), index=args.index)
+    name = "index check" if getattr(args, "action", None) == "check" else args.command
+    with runtime.command(name, inputs=getattr(args, "inputs", None) or (),
+                         workers=getattr(args, "workers", 1),
+                         executor=getattr(args, "executor", "local"), index=args.index):
+        _run(args)
+
+
+def _run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
     progress = not args.quiet

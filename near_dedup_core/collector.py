@@ -13,9 +13,10 @@ of main-process CPU (31 full collections that freed 41 objects).
 `scan`, `contamination`, and a mixture's plan and build): young collections come after
 100,000 net allocations instead of 700, and full ones (ten middle ones later, with the
 quarter rule unchanged) after about ten million. Garbage in cycles (a caught
-exception's traceback, say) is still collected, a little later. A bulk command's process
-(`runtime.PROFILES`), the pool's forkserver (`workers.guard_forkserver`) and its worker
-processes (`near_dedup_core.workers`) run with the same threshold for their whole life.
+exception's traceback, say) is still collected, a little later. A bulk command runs with
+it while its work runs (`runtime.command`, applied by the CLI and the Dagster assets per
+`runtime.PROFILES`); the pool's forkserver (`workers.guard_forkserver`) and its worker
+processes (`near_dedup_core.workers`) for their whole life.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """How a command's process is set up and ended, per command, in one table (`PROFILES`),
-applied by the two entry points: the CLI (`cli.run`, `cli.console_main`) and the Dagster
-assets (``near_dedup_assets``). (Some bulk stages also raise the collector's threshold for
-their own duration, `collector.rare_collections`, for callers that use neither.)
+applied by the two entry points around the command's work (`command`): the CLI (`cli.run`,
+`cli.console_main`) and the Dagster assets (``near_dedup_assets``). The stages themselves
+(``index_packages``, ``scan_pool``, ``contamination_report``, ``plan_mixture``,
+``build_mixture``) leave the process as they find it; a library caller that wants the same
+set-up uses `command` too.
 
 What a profile asks for:
 
-- ``bulk``: rare garbage collections for the whole process (`collector.use_bulk_threshold`):
+- ``bulk``: rare garbage collections while the command runs (`collector.rare_collections`):
   a bulk command builds millions of containers, none of them garbage;
 - ``kernels``: load numba first (`jit`), for a command whose own process runs compiled
   kernels;
@@ -21,12 +23,13 @@ handlers still run.
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from near_dedup_core.collector import use_bulk_threshold
+from near_dedup_core.collector import rare_collections
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, start_forkserver
 
@@ -55,18 +58,19 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def prepare(command: str, *, inputs: Sequence[str | Path | Location] = (), workers: int = 1,
-            executor: str | Executors = "local", index: str | Path | None = None) -> None:
-    """Set this process up for ``command`` (a key of `PROFILES`; others need nothing)."""
-    profile = PROFILES.get(command)
-    if profile is None:
-        return
-    if profile.bulk:
-        use_bulk_threshold()
-    if profile.pool and inputs and choose_executor(executor, workers).shares_memory:
-        _start_pool_early(profile.pool, inputs, index)
-    if profile.kernels:
-        import near_dedup_core.jit  # noqa: F401
+@contextmanager
+def command(name: str, *, inputs: Sequence[str | Path | Location] = (), workers: int = 1,
+            executor: str | Executors = "local", index: str | Path | None = None
+            ) -> Iterator[None]:
+    """This process set up for the command ``name`` (a key of `PROFILES`; others need
+    nothing) while the block runs: the collector's thresholds are as before after it."""
+    profile = PROFILES.get(name, Profile())
+    with rare_collections() if profile.bulk else nullcontext():
+        if profile.pool and inputs and choose_executor(executor, workers).shares_memory:
+            _start_pool_early(profile.pool, inputs, index)
+        if profile.kernels:
+            import near_dedup_core.jit  # noqa: F401
+        yield
 
 
 def _start_pool_early(pool: tuple[str, ...], inputs: Sequence[str | Path | Location],

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
-from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.dispatch import probe_workers, start_early
 from near_dedup_core.contamination.items import SampleRef, open_evals, read_items
@@ -313,7 +312,6 @@ def report_lines(lines: list[PairLine]) -> list[dict]:
     return [line.model_dump(mode="json") for line in lines]
 
 
-@rare_collections()  # the pool's hits and pairs: see near_dedup_core.collector
 def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
             workers: int = 1, progress: bool = False, index: str | Path | None = None,
             executor: str | Executors = "local") -> Computed:

@@ -13,7 +13,6 @@ import orjson
 
 from near_dedup_core import __version__
 from near_dedup_core import index_store as db
-from near_dedup_core.collector import rare_collections
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import utc_now
@@ -147,6 +146,6 @@ def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
     config.check_pool_records(sum(p.record_count for p in pkgs),
                               "; split it into several batches")
     result = IndexResult(index=index.file or index.label, batch=None)
-    with rare_collections(), index.batch(config, utc_now()) as store:
+    with index.batch(config, utc_now()) as store:
         _append_in(store, config, pkgs, result, chosen, progress)
     return result

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 from near_dedup_core import __version__
-from near_dedup_core.collector import rare_collections
 from near_dedup_core.contamination import copy_report as copy_contamination
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
@@ -147,7 +146,6 @@ def _copy_report(plan: Plan, dest: Path) -> None:
         raise NearDedupError(f"near_dedup_report {src} changed while the mixture was built")
 
 
-@rare_collections()
 def build_mixture(cfg: MixtureConfig, output: str | Path | Location, *,
                   progress: bool = True) -> BuildResult:
     """Plan, then write the immutable mixture package atomically at ``output`` (a local

@@ -8,7 +8,6 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from near_dedup_core.collector import rare_collections
 from near_dedup_core.compare import compared_text
 from near_dedup_core.contamination import (
     ContaminationView,
@@ -253,7 +252,6 @@ def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
     return scan
 
 
-@rare_collections()  # a 1M pool's keys and sets: see near_dedup_core.collector
 def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     """Read the inputs (and the report), compute the per-domain plan and the selection.
 
