@@ -67,6 +67,23 @@ def set_contains(table, key, slot, mask):
 
 
 @njit(inline="always")
+def map_slot(keys, values, key, slot, mask):
+    """The slot of ``key`` in the open-addressing map (``keys``, ``values``), where a value
+    of −1 marks an empty slot and any key (zero too) may be stored: linear probing from
+    ``slot`` (``mask`` as for `set_insert`); the empty slot where it goes if it is absent.
+    The caller keeps the map at most half full."""
+    while values[slot] != -1 and keys[slot] != key:
+        slot = (slot + 1) & mask
+    return slot
+
+
+@njit(inline="always")
+def map_find(keys, values, key, slot, mask):
+    """The value of ``key`` in a `map_slot` map, −1 when it is absent."""
+    return values[map_slot(keys, values, key, slot, mask)]
+
+
+@njit(inline="always")
 def _fmix64(h):
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)

@@ -8,8 +8,15 @@ import math
 
 import numpy as np
 
-from near_dedup_core.jit import numba
-from near_dedup_core.signature import MinHasher, _intersection_size, _shingle_hashes, code_points
+from near_dedup_core.jit import njit
+from near_dedup_core.signature import (
+    MinHasher,
+    _intersection_size,
+    _shingle_hashes,
+    code_points,
+    map_find,
+    map_slot,
+)
 
 #: anchor hits an item needs beyond the least overlap (the prefix filter's ``r``)
 EXTRA_HITS = 16
@@ -31,7 +38,7 @@ def prefix_plan(n: int, threshold: float, extra: int = EXTRA_HITS) -> tuple[int,
     return (p, extra) if p < n else (n, c)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _build_table(keys, values, size):
     """Open-addressing table (linear probing on the low bits) of the distinct uint64
     ``keys``: ``table[slot]`` a key, ``vals[slot]`` its int32 value, −1 when the slot is
@@ -40,15 +47,13 @@ def _build_table(keys, values, size):
     vals = np.full(size, -1, dtype=np.int32)
     table = np.zeros(size, dtype=np.uint64)
     for a in range(keys.shape[0]):
-        slot = np.int64(keys[a] & mask)
-        while vals[slot] != -1:
-            slot = (slot + 1) & (size - 1)
+        slot = map_slot(table, vals, keys[a], np.int64(keys[a] & mask), size - 1)
         table[slot] = keys[a]
         vals[slot] = values[a]
     return table, vals
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _log2(n):
     """log2 of a power of two."""
     r = 0
@@ -57,7 +62,7 @@ def _log2(n):
     return r
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def anchor_bits(keys, n_bits):
     """A bitmap of ``n_bits`` (a power of two ≥ 64) with bit ``key >> (64 − log2 n_bits)``
     set for every key: a window whose bit is clear is no anchor and skips the table. The top
@@ -70,7 +75,7 @@ def anchor_bits(keys, n_bits):
     return bits
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _index_size(n):
     """A power of two ≥ 2n (load factor at most one half)."""
     size = 2
@@ -79,7 +84,7 @@ def _index_size(n):
     return size
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _index_windows(hashes, m, size, keys, heads, chain):
     """Index the windows hashes[:m] by value: an open-addressing table (linear probing on
     the low bits, ``size`` slots, ``heads`` −1 when empty) maps a hash to its last window,
@@ -87,24 +92,17 @@ def _index_windows(hashes, m, size, keys, heads, chain):
     heads[:size] = -1
     for j in range(m):
         h = hashes[j]
-        slot = np.int64(h & np.uint64(size - 1))
-        while heads[slot] != -1 and keys[slot] != h:
-            slot = (slot + 1) & (size - 1)
+        slot = map_slot(keys, heads, h, np.int64(h & np.uint64(size - 1)), size - 1)
         if heads[slot] == -1:
             keys[slot] = h
         chain[j] = heads[slot]
         heads[slot] = j
 
 
-@numba.njit(inline="always")
+@njit(inline="always")
 def _last_window(h, size, keys, heads):
     """The last window of hash h in an `_index_windows` table, −1 when none."""
-    slot = np.int64(h & np.uint64(size - 1))
-    while heads[slot] != -1:
-        if keys[slot] == h:
-            return heads[slot]
-        slot = (slot + 1) & (size - 1)
-    return -1
+    return map_find(keys, heads, h, np.int64(h & np.uint64(size - 1)), size - 1)
 
 
 _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
@@ -114,7 +112,7 @@ for _b in range(64):
     _LOWEST_BIT[((1 << _b) * int(_DEBRUIJN) % (1 << 64)) >> 58] = _b
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _marked_positions(marks, lo, hi, pos):
     """The positions marked in the bitmap ``marks`` (bit j of word j >> 6), all within
     [lo, hi], written in increasing order into ``pos``; returns their number and clears
@@ -133,7 +131,7 @@ def _marked_positions(marks, lo, hi, pos):
     return n
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _densest_run(matched, n, width, k):
     """[start, end) of the run of ``width`` code points holding the most of the ``n`` sorted
     matched window positions (earliest on ties), from its first window to the end of its last
@@ -152,7 +150,7 @@ def _densest_run(matched, n, width, k):
     return matched[best], matched[best + best_count - 1] + k
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_flat,
                  item_start, item_chars, threshold, per_text):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
@@ -204,16 +202,11 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
         nf = 0
         for q in range(passed):
             h = maybe[q]
-            slot = np.int64(h & mask)
-            while vals[slot] != -1:
-                if table[slot] == h:
-                    o = vals[slot]
-                    if blocks[o] != i:
-                        blocks[o] = i
-                        found[nf] = o
-                        nf += 1
-                    break
-                slot = (slot + 1) & (size - 1)
+            o = map_find(table, vals, h, np.int64(h & mask), size - 1)
+            if o != -1 and blocks[o] != i:
+                blocks[o] = i
+                found[nf] = o
+                nf += 1
         nc = 0
         tag = np.int64(i) << 32
         for f in range(nf):
