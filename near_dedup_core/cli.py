@@ -499,10 +499,13 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"{where_}{exc.strerror or exc} (out of disk space or over the "
                          f"file-size limit); nothing was changed")
         return _fail(f"{where_}{exc.strerror or exc}")
-    except KeyboardInterrupt:
-        print("near-dedup: interrupted", file=sys.stderr)
-        return _INTERRUPTED
+    except KeyboardInterrupt as exc:
+        return _stopped(exc)
     except Exception as exc:  # the last resort: still one line, still nothing published
+        if isinstance(exc.__cause__, Terminated | KeyboardInterrupt):
+            # the signal came during a class definition (an import), whose ``__set_name__``
+            # failure Python reports as a RuntimeError caused by it
+            return _stopped(exc.__cause__)
         if _broken_pool(exc):
             return _fail("a worker process died (killed, or out of memory); nothing was "
                          "changed; try fewer --workers")
@@ -513,13 +516,21 @@ def main(argv: list[str] | None = None) -> int:
                      f"{': ' + first[0] if first else ''}; nothing was changed (under memory "
                      f"pressure, try fewer --workers; {TRACEBACK_ENV}=1 shows where it "
                      f"happened)")
-    except Terminated:
-        print("near-dedup: terminated", file=sys.stderr)
-        return _TERMINATED
+    except Terminated as exc:
+        return _stopped(exc)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _stopped(exc: Terminated | KeyboardInterrupt) -> int:
+    """The line and exit code of a command stopped by SIGTERM or Ctrl-C."""
+    if isinstance(exc, Terminated):
+        print("near-dedup: terminated", file=sys.stderr)
+        return _TERMINATED
+    print("near-dedup: interrupted", file=sys.stderr)
+    return _INTERRUPTED
 
 
 #: Set to show the traceback of an unexpected error instead of its one line.

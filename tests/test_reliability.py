@@ -656,6 +656,37 @@ def test_sigterm_while_a_worker_writes_a_result_exits_at_once(tmp_path, delay):
     assert (proc.returncode, err) == (143, "near-dedup: terminated\n")
 
 
+_IN_A_CLASS_DEFINITION = """
+import os, signal, sys
+from near_dedup_core import cli
+
+class Named:
+    def __set_name__(self, owner, name):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(10 ** 7):  # the handler runs here
+            pass
+
+def command(args):
+    class Defined:  # as an import defines its classes
+        field = Named()
+
+if __name__ == "__main__":
+    cli.run = command
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", "unused"]
+    cli.console_main()
+"""
+
+
+def test_sigterm_during_a_class_definition_is_a_termination(tmp_path):
+    """Python reports an exception raised in ``__set_name__`` (while a module being imported
+    defines its classes) as a RuntimeError caused by it: still "terminated", exit 143."""
+    script = tmp_path / "class_definition.py"
+    script.write_text(_IN_A_CLASS_DEFINITION)
+    proc = subprocess.run([sys.executable, str(script)], env=env_with(), capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (143, "near-dedup: terminated\n")
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("at", [0.05, 0.3, 0.65, 1.2])
 def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, tmp_path, at):
