@@ -66,14 +66,14 @@ _EXECUTOR_HELP = ("where the parallel work runs: local (this machine's worker pr
 _WORKERS_HELP = "worker processes (default: one per CPU core; results do not depend on it)"
 
 
-def _global_options(*, after_command: bool, config: bool = True) -> _Parser:
+def _global_options(*, after_command: bool, config: bool = True) -> _CommandParser:
     """The global options --index, --config and --quiet, as a parent parser: of the program
     itself, or (``after_command``) of each command, so that they go before or after its name
     (``near-dedup scan --index X …``). After the command an option not given there leaves
     the value given before it (``argparse.SUPPRESS`` as its default), and one given there
     wins. ``config=False``: for a command whose own argument is named config."""
     unset: dict = {"default": argparse.SUPPRESS} if after_command else {}
-    options = _Parser(add_help=False)
+    options = _CommandParser(add_help=False, parents=[])
     options.add_argument("--index", metavar="PATH|URL", **unset,
                          help="the near-dedup index, bound to the config (needed by index and "
                               "scan; contamination reads an indexed pool from it): a dedicated "
@@ -86,18 +86,27 @@ def _global_options(*, after_command: bool, config: bool = True) -> _Parser:
     return options
 
 
+class _CommandParser(_Parser):
+    """A command's parser: the global options go after the command's name as well (with
+    the program's own, `_global_options`), unless the command gives its own ``parents``."""
+
+    def __init__(self, **kwargs) -> None:
+        if "parents" not in kwargs:
+            kwargs["parents"] = [_global_options(after_command=True)]
+        super().__init__(**kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    after = [_global_options(after_command=True)]
     own_config = [_global_options(after_command=True, config=False)]  # MIXTURE_JSON is theirs
     p = _Parser(prog="near-dedup", description=DESCRIPTION, epilog=EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter,
                 parents=[_global_options(after_command=False)])
     p.add_argument("--version", action="version", version=f"near-dedup {__version__}",
                    help="print the version and exit")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser,
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_CommandParser,
                            title="commands", metavar="COMMAND")
 
-    ix = sub.add_parser("index", parents=after, help="append one batch of snapshot packages to the index; "
+    ix = sub.add_parser("index", help="append one batch of snapshot packages to the index; "
                                       "`index check` verifies the index",
                         usage="near-dedup index --inputs PACKAGE... [--workers N] "
                               "[--executor {local,ray}] [global options]\n"
@@ -109,9 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                                     "index's own invariants instead (a SQLite file after "
                                     "its integrity check; a PostgreSQL database in one "
                                     "read-only snapshot, its pages left to pg_amcheck).")
-    ixs = ix.add_subparsers(dest="action", required=False, parser_class=_Parser,
+    ixs = ix.add_subparsers(dest="action", required=False, parser_class=_CommandParser,
                             title="commands", metavar="COMMAND")
-    ixs.add_parser("check", parents=after, help="check the index's own invariants (and SQLite's "
+    ixs.add_parser("check", help="check the index's own invariants (and SQLite's "
                                  "integrity_check) instead of appending",
                    description="Check the index's own invariants: a SQLite file after its "
                                "integrity check; a PostgreSQL database in one read-only "
@@ -123,7 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     ix.add_argument("--executor", choices=EXECUTORS, default="local",
                     help=_EXECUTOR_HELP)
 
-    sc = sub.add_parser("scan", parents=after, help="freeze the near-dedup report of one input pool",
+    sc = sub.add_parser("scan", help="freeze the near-dedup report of one input pool",
                         description="Decide keep/exclude for every sample of the input pool "
                                     "against the pool and the index's history, and write the "
                                     "report folder atomically.")
@@ -136,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--executor", choices=EXECUTORS, default="local",
                     help=_EXECUTOR_HELP)
 
-    ct = sub.add_parser("contamination", parents=after,
+    ct = sub.add_parser("contamination",
                         help="freeze the report of eval items contained in training samples",
                         description="Find every training sample of the pool that contains an "
                                     "evaluation item (exact containment of the item's shingles "
@@ -156,11 +165,11 @@ def build_parser() -> argparse.ArgumentParser:
     ct.add_argument("--executor", choices=EXECUTORS, default="local",
                     help=_EXECUTOR_HELP)
 
-    rp = sub.add_parser("report", parents=after, help="frozen reports",
+    rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
-    rps = rp.add_subparsers(dest="report_command", required=True, parser_class=_Parser,
+    rps = rp.add_subparsers(dest="report_command", required=True, parser_class=_CommandParser,
                             title="commands", metavar="COMMAND")
-    rv = rps.add_parser("verify", parents=after, help="verify a report's checksums and consistency "
+    rv = rps.add_parser("verify", help="verify a report's checksums and consistency "
                                        "(near-dedup or contamination report)",
                         description="Check a report folder against its checksums.sha256 and "
                                     "its manifest's counts; no index needed.")
@@ -170,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "near-dedup report's decisions (text_sha256) and origins must match "
                          "their records; a contamination report's pairs are re-derived from "
                          "its eval and pool packages and must be the report's")
-    rx = rps.add_parser("explain", parents=after, help="why one sample was kept or excluded, and by what",
+    rx = rps.add_parser("explain", help="why one sample was kept or excluded, and by what",
                         description="Explain one sample's decision from the report files and "
                                     "the input packages (no index needed): the kept partner, "
                                     "every relation, guard sequences and a diff of the texts.")
@@ -178,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
     rx.add_argument("package_id", metavar="PACKAGE_ID", help="the sample's package id")
     rx.add_argument("sample_id", metavar="SAMPLE_ID", help="the sample's id")
     rx.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    rd = rps.add_parser("diff", parents=after, help="decisions that changed between two reports",
+    rd = rps.add_parser("diff", help="decisions that changed between two reports",
                         description="Compare two reports: config changes first, then counts "
                                     "and the samples whose decision or kept partner changed.")
     rd.add_argument("old_report", type=_location, metavar="OLD", help="the older report folder")
@@ -187,7 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--limit", type=_workers, default=20, metavar="N",
                     help="samples shown per list (default 20; --json lists all)")
 
-    rh = rps.add_parser("html", parents=after, help="a report as a static site (HTML, no server needed)",
+    rh = rps.add_parser("html", help="a report as a static site (HTML, no server needed)",
                         description="Write a self-contained static site of a verified report "
                                     "(overview, clusters with text diffs, guard pairs, per "
                                     "source, find a sample) from the report files and the "
@@ -203,11 +212,11 @@ def build_parser() -> argparse.ArgumentParser:
     rh.add_argument("--output", type=Path, required=True, metavar="DIR",
                     help="new site folder (must not exist)")
 
-    sn = sub.add_parser("snapshot", parents=after, help="snapshot packages",
+    sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
-    sns = sn.add_subparsers(dest="snapshot_command", required=True, parser_class=_Parser,
+    sns = sn.add_subparsers(dest="snapshot_command", required=True, parser_class=_CommandParser,
                             title="commands", metavar="COMMAND")
-    cr = sns.add_parser("create", parents=after, help="create a package from plain JSONL files",
+    cr = sns.add_parser("create", help="create a package from plain JSONL files",
                         description="Create an immutable snapshot package (manifest, "
                                     "checksums, data shards) from JSONL files with one "
                                     "record per line.")
@@ -226,15 +235,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="ISO timestamp (default: now, UTC)")
     cr.add_argument("--output", type=Path, required=True, metavar="DIR",
                     help="new package folder (must not exist)")
-    va = sns.add_parser("validate", parents=after, help="validate packages (together, as one command's inputs)",
+    va = sns.add_parser("validate", help="validate packages (together, as one command's inputs)",
                         description="Fully validate packages: manifests, checksums, every "
                                     "line and the references between them.")
     va.add_argument("packages", nargs="+", type=_location, metavar="PACKAGE",
                     help="package folders, validated together")
 
-    mx = sub.add_parser("mixture", parents=after, help="mixtures built on a frozen report",
+    mx = sub.add_parser("mixture", help="mixtures built on a frozen report",
                         description="Plan, build and verify mixtures on a frozen report.")
-    mxs = mx.add_subparsers(dest="mixture_command", required=True, parser_class=_Parser,
+    mxs = mx.add_subparsers(dest="mixture_command", required=True, parser_class=_CommandParser,
                             title="commands", metavar="COMMAND")
     mp = mxs.add_parser("plan", parents=own_config, help="compute and print the per-domain plan",
                         description="Print the per-domain plan of a mixture config without "
@@ -247,7 +256,7 @@ def build_parser() -> argparse.ArgumentParser:
     mb.add_argument("config", type=Path, metavar="MIXTURE_JSON", help="the mixture config")
     mb.add_argument("--output", type=_location, required=True, metavar="DIR",
                     help="new mixture folder (must not exist)")
-    mv = mxs.add_parser("verify", parents=after, help="verify a mixture package without the index",
+    mv = mxs.add_parser("verify", help="verify a mixture package without the index",
                         description="Check a mixture folder's checksums, its records and the "
                                     "near-dedup report embedded in it.")
     mv.add_argument("mixture", type=_location, metavar="MIXTURE", help="the mixture folder")
