@@ -73,6 +73,11 @@ MAX_ATTEMPTS = 3
 S3FS_ATTEMPTS = 2
 #: Bytes fetched per request while streaming an object.
 BLOCK_SIZE = 8 << 20
+#: Bytes per part when uploading a file to S3 (one part in memory at a time; a file under
+#: two parts goes in one request). S3 allows at most 10,000 parts, so a larger file has
+#: larger parts.
+UPLOAD_PART = 8 << 20
+_MAX_PARTS = 10_000
 _CHUNK = 1 << 20
 
 _BUCKET_MISSING = {"NoSuchBucket"}
@@ -495,9 +500,8 @@ class RemoteLocation(Location):
         committed = False
         try:
             with _errors(self.url, "nothing was published"):
-                if data:
-                    self.fs.put([str(folder / rel) for rel in data],
-                                [f"{staging}/{rel}" for rel in data])
+                for rel in data:
+                    self._upload(folder / rel, f"{staging}/{rel}")
                 self.require_new_output()  # nobody published meanwhile
                 for rel in data:
                     self.fs.copy(f"{staging}/{rel}", self._key(rel))
@@ -520,14 +524,24 @@ class RemoteLocation(Location):
         key = self._key(CHECKSUMS)
         try:
             if self.protocol in ("s3", "s3a"):
-                self.fs.put_file(str(local), key, mode="create")
+                self._upload(local, key, mode="create")
             else:
                 if self.fs.exists(key):
                     return False
-                self.fs.put_file(str(local), key)
+                self._upload(local, key)
         except FileExistsError:
             return False
         return True
+
+    def _upload(self, local: Path, key: str, **options: Any) -> None:
+        """Upload one file holding at most about two parts of it in memory: on S3 in parts
+        of `UPLOAD_PART` bytes sent one after the other (s3fs by default reads a file under
+        100 MiB whole, and `put` of several files sends them all at once, so publishing a
+        report would hold all of it in memory at the end of the scan)."""
+        if self.protocol in ("s3", "s3a"):
+            part = max(UPLOAD_PART, -(-local.stat().st_size // _MAX_PARTS))
+            options.update(chunksize=part, max_concurrency=1)
+        self.fs.put_file(str(local), key, **options)
 
     def _discard(self, staging: str, copied: list[str]) -> None:
         """Remove what a failed publication wrote: its staging prefix and the files it

@@ -363,6 +363,36 @@ def test_killed_publish_leaves_nothing_that_verifies(s3: S3Server) -> None:
     assert all(key.startswith("reports/r4/") for key in s3.keys("reports/"))
 
 
+BOUNDED_PUBLISH = """
+import os, sys, tracemalloc
+from near_dedup_core import storage
+from near_dedup_core.fsutil import write_checksums
+
+out = storage.parse_location(sys.argv[1])
+with out.publish() as folder:
+    for i in range(3):  # 3 files of 3 parts each
+        (folder / f"part-{i}.bin").write_bytes(os.urandom(3 * storage.UPLOAD_PART))
+    write_checksums(folder)
+    tracemalloc.start()
+print(tracemalloc.get_traced_memory()[1])
+"""
+
+
+def test_publish_holds_one_part_in_memory_at_a_time(s3: S3Server) -> None:
+    """Publishing uploads the files one after the other, in parts: the publishing process
+    never holds more than a couple of parts, however large the folder (here 9 parts)."""
+    url = s3.url("reports/big")
+    done = subprocess.run([sys.executable, "-c", BOUNDED_PUBLISH, url], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    peak = int(done.stdout)
+    assert peak < 3 * storage.UPLOAD_PART, f"{peak / 2**20:.1f} MiB held while publishing"
+    listed = parse_location(url).verify("report")
+    assert sorted(listed) == ["part-0.bin", "part-1.bin", "part-2.bin"]
+    head = s3.client().head_object(Bucket=s3.bucket, Key="reports/big/part-0.bin")
+    assert head["ContentLength"] == 3 * storage.UPLOAD_PART
+
+
 def test_concurrent_publication_loses_on_the_conditional_marker(
         s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another run's ``checksums.sha256`` lands while this one copies: the conditional write
