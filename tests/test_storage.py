@@ -24,7 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from s3_server import SECRET_KEY, S3Server, deny_writes_user, run_s3_server
+from s3_server import (
+    SECRET_KEY,
+    S3Server,
+    deny_writes_user,
+    expire_credentials,
+    run_s3_server,
+)
 
 from near_dedup_core import storage
 from near_dedup_core.errors import NearDedupError
@@ -240,15 +246,18 @@ def test_s3_location_works_in_a_forked_worker(s3: S3Server, tmp_path: Path) -> N
 
 def test_s3_reads_stream_block_by_block(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
                                         tmp_path: Path) -> None:
-    """Reading the head of a large object fetches a block, not the object."""
-    monkeypatch.setattr(storage, "BLOCK_SIZE", 4096)
+    """Reading the head of a large object asks for one request's bytes, not the object; the
+    whole object comes in `storage.REQUEST_BYTES` per request, the same bytes."""
+    monkeypatch.setattr(storage, "REQUEST_BYTES", 4096)
     big = b"".join(LINES) * 40
     s3.client().put_object(Bucket=s3.bucket, Key="p/big.jsonl", Body=big)
     remote = parse_location(s3.url("p"))
     fh = remote.open("big.jsonl")
     assert fh.readline() == LINES[0]
-    fetched = fh.raw._fh.cache.total_requested_bytes  # type: ignore[attr-defined]
-    assert 0 < fetched <= 2 * 4096 + (1 << 20) < len(big)
+    # what the reader's buffer (1 MiB) takes, in requests of 4096 bytes
+    assert 0 < fh.raw.requested <= (1 << 20) + 4096 < len(big)  # type: ignore[attr-defined]
+    assert fh.read() == big[len(LINES[0]):]
+    assert fh.raw.requested == len(big)  # type: ignore[attr-defined]
     fh.close()
 
 
@@ -474,6 +483,19 @@ def test_missing_credentials(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> N
     refusal(exc, loc.url, "no credentials found")
 
 
+def test_expired_credentials(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
+                             tmp_path: Path) -> None:
+    """Temporary credentials from the chain whose expiration has passed: botocore refuses to
+    sign with them (moto's server never expires a token; the server's own answer,
+    ``ExpiredToken``, is `test_expired_token_answer`)."""
+    upload(s3, make_folder(tmp_path), "snapshots/cpt-v9")
+    secret = expire_credentials(monkeypatch, tmp_path)
+    loc = parse_location(s3.url("snapshots/cpt-v9"))
+    with pytest.raises(NearDedupError) as exc:
+        loc.list_files()
+    assert secret not in refusal(exc, loc.url, "the credentials have expired")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -523,12 +545,13 @@ def test_hung_endpoint_is_a_bounded_wait(s3: S3Server, monkeypatch: pytest.Monke
 
 class _SlowDown(http.server.BaseHTTPRequestHandler):
     requests = 0
+    STATUS = 503
     BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b'<Message>Please reduce your request rate.</Message></Error>')
 
     def _answer(self) -> None:
         type(self).requests += 1
-        self.send_response(503)
+        self.send_response(self.STATUS)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(self.BODY)))
         self.end_headers()
@@ -560,6 +583,34 @@ def test_throttled_request_fails_after_retries(s3: S3Server,
     assert _SlowDown.requests >= storage.MAX_ATTEMPTS  # botocore retried before giving up
 
 
+class _ExpiredToken(_SlowDown):
+    """S3's answer to a request signed with a session token past its expiration."""
+
+    requests = 0
+    STATUS = 400
+    BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code>'
+            b'<Message>The provided token has expired.</Message></Error>')
+
+
+def test_expired_token_answer(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint on the loopback that answers every request as S3 answers a request
+    signed with an expired session token (moto's server cannot: it never checks a token's
+    expiration)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ExpiredToken)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+        loc = parse_location(s3.url("snapshots/cpt-v9"))
+        with pytest.raises(NearDedupError) as exc:
+            loc.list_files()
+    finally:
+        server.shutdown()
+        server.server_close()
+    refusal(exc, loc.url, "the credentials have expired")
+    assert _ExpiredToken.requests >= 1
+
+
 def test_object_changed_between_listing_and_reading(s3: S3Server,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Path) -> None:
@@ -580,8 +631,8 @@ def test_object_changed_between_listing_and_reading(s3: S3Server,
     with pytest.raises(NearDedupError) as exc:
         loc.open(shard, files[shard])
     refusal(exc, loc.url + "/" + shard, "changed since it was listed")
-    # replaced while it is being read: the next block's request is refused
-    monkeypatch.setattr(storage, "BLOCK_SIZE", 4096)
+    # replaced while it is being read: the next request is refused
+    monkeypatch.setattr(storage, "REQUEST_BYTES", 4096)
     big = b"".join(LINES) * 40
     client.put_object(Bucket=s3.bucket, Key="snapshots/cpt-v9/big.jsonl", Body=big)
     fh = loc.open("big.jsonl", loc.info("big.jsonl"))
