@@ -96,7 +96,7 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError",
                    "CredentialRetrievalError", "DefaultCredentialsError"}
 _UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
                 "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
-                "ConnectionError", "TimeoutError", "FSTimeoutError", "ResponseStreamingError",
+                "ConnectionError", "TimeoutError", "FSTimeoutError", "ResponseStreamingError", "ClientPayloadError",
                 "IncompleteReadError"}
 _CHANGED = {"FileExpired"}
 #: What botocore raises (a RuntimeError) when the credential chain (a credential process,

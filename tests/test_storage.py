@@ -611,6 +611,63 @@ def test_expired_token_answer(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> 
     assert _ExpiredToken.requests >= 1
 
 
+class _CutShort(http.server.BaseHTTPRequestHandler):
+    """An S3 endpoint serving one object whose first ranged GET drops the connection half
+    way through the body (as a lost connection or a proxy timeout does); later requests
+    are served whole."""
+
+    protocol_version = "HTTP/1.1"
+    BODY = b"".join(LINES) * 8
+    ETAG = '"0123456789abcdef0123456789abcdef"'
+    ranges: list[str] = []
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.BODY)))
+        self.send_header("ETag", self.ETAG)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        first, _, last = self.headers["Range"].removeprefix("bytes=").partition("-")
+        start, stop = int(first), int(last) + 1
+        assert self.headers.get("If-Match") == self.ETAG
+        type(self).ranges.append(f"{start}-{stop}")
+        self.send_response(206)
+        self.send_header("Content-Length", str(stop - start))
+        self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(self.BODY)}")
+        self.send_header("ETag", self.ETAG)
+        self.end_headers()
+        if len(type(self).ranges) == 1:
+            self.wfile.write(self.BODY[start:(start + stop) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(self.BODY[start:stop])
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_body_cut_short_is_asked_for_again_from_where_it_stopped(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutShort)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+        loc = parse_location(s3.url("p"))
+        with loc.open("big.jsonl", FileInfo(len(_CutShort.BODY), _CutShort.ETAG)) as fh:
+            assert fh.read() == _CutShort.BODY
+    finally:
+        server.shutdown()
+        server.server_close()
+    size = len(_CutShort.BODY)
+    first, second = _CutShort.ranges
+    assert first == f"0-{size}"
+    assert 0 < int(second.split("-")[0]) <= size // 2 and second.endswith(f"-{size}")
+
+
 def test_object_changed_between_listing_and_reading(s3: S3Server,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Path) -> None:
