@@ -96,8 +96,8 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError",
                    "CredentialRetrievalError", "DefaultCredentialsError"}
 _UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
                 "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
-                "ConnectionError", "TimeoutError", "FSTimeoutError", "ResponseStreamingError", "ClientPayloadError",
-                "IncompleteReadError"}
+                "ConnectionError", "TimeoutError", "FSTimeoutError", "ResponseStreamingError",
+                "ClientPayloadError", "IncompleteReadError"}
 _CHANGED = {"FileExpired"}
 #: What botocore raises (a RuntimeError) when the credential chain (a credential process,
 #: an SSO or assumed-role cache, the container or instance role) hands out credentials whose
