@@ -70,13 +70,14 @@ READ_TIMEOUT = 5.0
 #: botocore attempts per request, the first included (standard retry mode: throttling,
 #: 5xx and connection errors are retried with exponential backoff).
 MAX_ATTEMPTS = 3
-#: s3fs's own attempts around botocore's (it also retries a body read cut short).
+#: s3fs's own attempts around botocore's, and the requests for a body cut short.
 S3FS_ATTEMPTS = 2
 #: Bytes fetched per request (and held) while reading an object of another fsspec protocol.
 BLOCK_SIZE = 8 << 20
-#: Bytes per part when uploading a file to S3 (one part in memory at a time; a file under
-#: two parts goes in one request). S3 allows at most 10,000 parts, so a larger file has
-#: larger parts.
+#: Largest file uploaded to S3 in one request (S3's limit for PutObject).
+_MAX_PUT = 5 << 30
+#: Bytes per part when uploading a larger file to S3 (one part in memory at a time). S3
+#: allows at most 10,000 parts, so a very large file has larger parts.
 UPLOAD_PART = 8 << 20
 _MAX_PARTS = 10_000
 _CHUNK = 1 << 20
@@ -540,7 +541,7 @@ class RemoteLocation(Location):
         key = self._key(CHECKSUMS)
         try:
             if self.protocol in ("s3", "s3a"):
-                self._upload(local, key, mode="create")
+                self._upload(local, key, create=True)
             else:
                 if self.fs.exists(key):
                     return False
@@ -549,15 +550,41 @@ class RemoteLocation(Location):
             return False
         return True
 
-    def _upload(self, local: Path, key: str, **options: Any) -> None:
-        """Upload one file holding at most about two parts of it in memory: on S3 in parts
-        of `UPLOAD_PART` bytes sent one after the other (s3fs by default reads a file under
-        100 MiB whole, and `put` of several files sends them all at once, so publishing a
-        report would hold all of it in memory at the end of the scan)."""
-        if self.protocol in ("s3", "s3a"):
-            part = max(UPLOAD_PART, -(-local.stat().st_size // _MAX_PARTS))
-            options.update(chunksize=part, max_concurrency=1)
-        self.fs.put_file(str(local), key, **options)
+    def _upload(self, local: Path, key: str, *, create: bool = False) -> None:
+        """Upload one file without holding it in memory. On S3 a file up to 5 GiB is one
+        ``PutObject`` whose body is read from the file as it is sent (s3fs reads a file
+        under 100 MiB whole, and its `put` of several files sends them all at once: the
+        whole report in memory at the end of the scan); a larger one goes in parts of
+        `UPLOAD_PART` bytes, one at a time. ``create``: only if the key does not exist yet
+        (``If-None-Match: *``); FileExistsError if it does."""
+        if self.protocol not in ("s3", "s3a"):
+            self.fs.put_file(str(local), key)
+            return
+        size = local.stat().st_size
+        if size > _MAX_PUT:
+            part = max(UPLOAD_PART, -(-size // _MAX_PARTS))
+            self.fs.put_file(str(local), key, chunksize=part, max_concurrency=1,
+                             mode="create" if create else "overwrite")
+            return
+        from fsspec.asyn import sync
+
+        sync(self.fs.loop, self._put_streamed, local, size, key, create)
+
+    async def _put_streamed(self, local: Path, size: int, key: str, create: bool) -> None:
+        bucket, _, name = key.lstrip("/").partition("/")
+        await self.fs.set_session()
+        client = await self.fs.get_s3(bucket)
+        condition = {"IfNoneMatch": "*"} if create else {}
+        with open(local, "rb") as body:  # botocore rewinds it before each retry
+            try:
+                await client.put_object(Bucket=bucket, Key=name, Body=body,
+                                        ContentLength=size, **condition)
+            except Exception as exc:  # botocore's ClientError: the server's answer
+                response = getattr(exc, "response", None) or {}
+                code = str((response.get("Error") or {}).get("Code"))
+                if create and code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    raise FileExistsError(key) from exc
+                raise
 
     def _discard(self, staging: str, copied: list[str]) -> None:
         """Remove what a failed publication wrote: its staging prefix and the files it

@@ -377,9 +377,10 @@ import os, sys, tracemalloc
 from near_dedup_core import storage
 from near_dedup_core.fsutil import write_checksums
 
+storage._MAX_PUT = int(sys.argv[2])
 out = storage.parse_location(sys.argv[1])
 with out.publish() as folder:
-    for i in range(3):  # 3 files of 3 parts each
+    for i in range(3):
         (folder / f"part-{i}.bin").write_bytes(os.urandom(3 * storage.UPLOAD_PART))
     write_checksums(folder)
     tracemalloc.start()
@@ -387,18 +388,21 @@ print(tracemalloc.get_traced_memory()[1])
 """
 
 
-def test_publish_holds_one_part_in_memory_at_a_time(s3: S3Server) -> None:
-    """Publishing uploads the files one after the other, in parts: the publishing process
-    never holds more than a couple of parts, however large the folder (here 9 parts)."""
-    url = s3.url("reports/big")
-    done = subprocess.run([sys.executable, "-c", BOUNDED_PUBLISH, url], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
+@pytest.mark.parametrize("max_put", [5 << 30, 1 << 20], ids=["one-request", "in-parts"])
+def test_publish_does_not_hold_the_folder_in_memory(s3: S3Server, max_put: int) -> None:
+    """Publishing sends the files one after the other, each read from disk as it is sent
+    (or, above the one-request limit, one part at a time): the publishing process never
+    holds a file, however large the folder (here 3 files of 24 MiB)."""
+    url = s3.url(f"reports/big-{max_put}")
+    done = subprocess.run([sys.executable, "-c", BOUNDED_PUBLISH, url, str(max_put)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     peak = int(done.stdout)
-    assert peak < 3 * storage.UPLOAD_PART, f"{peak / 2**20:.1f} MiB held while publishing"
+    bound = storage.UPLOAD_PART if max_put > storage.UPLOAD_PART else 3 * storage.UPLOAD_PART
+    assert peak < bound, f"{peak / 2**20:.1f} MiB held while publishing"
     listed = parse_location(url).verify("report")
     assert sorted(listed) == ["part-0.bin", "part-1.bin", "part-2.bin"]
-    head = s3.client().head_object(Bucket=s3.bucket, Key="reports/big/part-0.bin")
+    head = s3.client().head_object(Bucket=s3.bucket, Key=f"reports/big-{max_put}/part-0.bin")
     assert head["ContentLength"] == 3 * storage.UPLOAD_PART
 
 
