@@ -32,6 +32,7 @@ import contextlib
 import gzip
 import hashlib
 import io
+import logging
 import os
 import re
 import secrets
@@ -69,11 +70,20 @@ READ_TIMEOUT = 5.0
 #: botocore attempts per request, the first included (standard retry mode: throttling,
 #: 5xx and connection errors are retried with exponential backoff).
 MAX_ATTEMPTS = 3
-#: s3fs's own attempts around botocore's (it also retries a body read cut short).
+#: s3fs's own attempts around botocore's, and the requests for a body cut short.
 S3FS_ATTEMPTS = 2
-#: Bytes fetched per request while streaming an object.
+#: Bytes fetched per request (and held) while reading an object of another fsspec protocol.
 BLOCK_SIZE = 8 << 20
+#: Largest file uploaded to S3 in one request (S3's limit for PutObject).
+_MAX_PUT = 5 << 30
+#: Bytes per part when uploading a larger file to S3 (one part in memory at a time). S3
+#: allows at most 10,000 parts, so a very large file has larger parts.
+UPLOAD_PART = 8 << 20
+_MAX_PARTS = 10_000
 _CHUNK = 1 << 20
+#: Bytes asked for per request while streaming an S3 object: each request's body is read as
+#: it arrives, so this bounds the requests, not the memory.
+REQUEST_BYTES = 64 << 20
 
 _BUCKET_MISSING = {"NoSuchBucket"}
 _EXPIRED = {"ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired", "RequestExpired"}
@@ -87,8 +97,13 @@ _NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError",
                    "CredentialRetrievalError", "DefaultCredentialsError"}
 _UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
                 "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
-                "ConnectionError", "TimeoutError", "FSTimeoutError"}
+                "ConnectionError", "TimeoutError", "FSTimeoutError", "ResponseStreamingError",
+                "ClientPayloadError", "IncompleteReadError"}
 _CHANGED = {"FileExpired"}
+#: What botocore raises (a RuntimeError) when the credential chain (a credential process,
+#: an SSO or assumed-role cache, the container or instance role) hands out credentials whose
+#: expiration has passed, and refreshing them gives expired ones again.
+_EXPIRED_MESSAGE = "refreshed credentials are still expired"
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,6 +341,9 @@ class RemoteLocation(Location):
                 options["config_kwargs"] = {
                     "connect_timeout": CONNECT_TIMEOUT, "read_timeout": READ_TIMEOUT,
                     "retries": {"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"}}
+            # aiobotocore (unlike botocore) adds no handler to its loggers, so Python would
+            # print its warnings (such as expired credentials) on stderr before our one line
+            logging.getLogger("aiobotocore").addHandler(logging.NullHandler())
             with _errors(self.url):
                 fs = self._cls(**options)
             if self.protocol in ("s3", "s3a"):
@@ -386,19 +404,23 @@ class RemoteLocation(Location):
     def open(self, rel: str, expect: FileInfo | None = None, start: int = 0,
              end: int | None = None) -> io.BufferedIOBase:
         url = self._url(rel)
+        if self.protocol in ("s3", "s3a"):
+            now = self.info(rel)
+            _same_as_listed(url, expect, now)
+            stop = now.size if end is None else min(end, now.size)
+            return io.BufferedReader(_S3Stream(self.fs, self._key(rel), now.etag, start, stop,
+                                               url), _CHUNK)
         size = None if end is None else end - start
         with _errors(url):
             block = BLOCK_SIZE if size is None else max(1, min(BLOCK_SIZE, size))
             fh = self.fs.open(self._key(rel), "rb", block_size=block, cache_type="readahead")
         details = getattr(fh, "details", None) or {}
         if expect is not None:
-            now = _file_info(details) if details else self.info(rel)
-            if now.size != expect.size or (expect.etag is not None and now.etag is not None
-                                           and now.etag != expect.etag):
+            try:
+                _same_as_listed(url, expect, _file_info(details) if details else self.info(rel))
+            except NearDedupError:
                 fh.close()
-                raise NearDedupError(f"{url}: changed since it was listed (size "
-                                     f"{expect.size}, version {expect.etag} then; size "
-                                     f"{now.size}, version {now.etag} now)")
+                raise
         if start:
             with _errors(url):
                 fh.seek(start)
@@ -495,9 +517,8 @@ class RemoteLocation(Location):
         committed = False
         try:
             with _errors(self.url, "nothing was published"):
-                if data:
-                    self.fs.put([str(folder / rel) for rel in data],
-                                [f"{staging}/{rel}" for rel in data])
+                for rel in data:
+                    self._upload(folder / rel, f"{staging}/{rel}")
                 self.require_new_output()  # nobody published meanwhile
                 for rel in data:
                     self.fs.copy(f"{staging}/{rel}", self._key(rel))
@@ -520,14 +541,50 @@ class RemoteLocation(Location):
         key = self._key(CHECKSUMS)
         try:
             if self.protocol in ("s3", "s3a"):
-                self.fs.put_file(str(local), key, mode="create")
+                self._upload(local, key, create=True)
             else:
                 if self.fs.exists(key):
                     return False
-                self.fs.put_file(str(local), key)
+                self._upload(local, key)
         except FileExistsError:
             return False
         return True
+
+    def _upload(self, local: Path, key: str, *, create: bool = False) -> None:
+        """Upload one file without holding it in memory. On S3 a file up to 5 GiB is one
+        ``PutObject`` whose body is read from the file as it is sent (s3fs reads a file
+        under 100 MiB whole, and its `put` of several files sends them all at once: the
+        whole report in memory at the end of the scan); a larger one goes in parts of
+        `UPLOAD_PART` bytes, one at a time. ``create``: only if the key does not exist yet
+        (``If-None-Match: *``); FileExistsError if it does."""
+        if self.protocol not in ("s3", "s3a"):
+            self.fs.put_file(str(local), key)
+            return
+        size = local.stat().st_size
+        if size > _MAX_PUT:
+            part = max(UPLOAD_PART, -(-size // _MAX_PARTS))
+            self.fs.put_file(str(local), key, chunksize=part, max_concurrency=1,
+                             mode="create" if create else "overwrite")
+            return
+        from fsspec.asyn import sync
+
+        sync(self.fs.loop, self._put_streamed, local, size, key, create)
+
+    async def _put_streamed(self, local: Path, size: int, key: str, create: bool) -> None:
+        bucket, _, name = key.lstrip("/").partition("/")
+        await self.fs.set_session()
+        client = await self.fs.get_s3(bucket)
+        condition = {"IfNoneMatch": "*"} if create else {}
+        with open(local, "rb") as body:  # botocore rewinds it before each retry
+            try:
+                await client.put_object(Bucket=bucket, Key=name, Body=body,
+                                        ContentLength=size, **condition)
+            except Exception as exc:  # botocore's ClientError: the server's answer
+                response = getattr(exc, "response", None) or {}
+                code = str((response.get("Error") or {}).get("Code"))
+                if create and code in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    raise FileExistsError(key) from exc
+                raise
 
     def _discard(self, staging: str, copied: list[str]) -> None:
         """Remove what a failed publication wrote: its staging prefix and the files it
@@ -634,6 +691,97 @@ class _Window(io.RawIOBase):
             super().close()
 
 
+def _same_as_listed(url: str, expect: FileInfo | None, now: FileInfo) -> None:
+    """Refuse a file whose size or version tag is no longer what the listing said."""
+    if expect is not None and (now.size != expect.size or (
+            expect.etag is not None and now.etag is not None and now.etag != expect.etag)):
+        raise NearDedupError(f"{url}: changed since it was listed (size {expect.size}, "
+                             f"version {expect.etag} then; size {now.size}, version "
+                             f"{now.etag} now)")
+
+
+class _S3Stream(io.RawIOBase):
+    """Bytes ``start:end`` of one S3 object, streamed: one ranged ``GET`` per
+    `REQUEST_BYTES`, each tied to the version opened (``If-Match: <ETag>``: an object
+    replaced meanwhile is refused, never mixed), its body read into the caller's buffer as
+    it arrives. What the reader holds is the client's socket buffer, not a block of the
+    object (s3fs's buffered file holds the block it fetched, a copy of it and the read
+    ahead). A body cut short is asked for again from where it stopped."""
+
+    def __init__(self, fs: Any, key: str, etag: str | None, start: int, end: int,
+                 url: str) -> None:
+        super().__init__()
+        self._fs = fs
+        self._bucket, _, self._key = key.lstrip("/").partition("/")
+        self._match = {} if etag is None else {"IfMatch": etag}
+        self._pos = start
+        self._end = end
+        self._url = url
+        self._body: Any = None
+        self._body_end = start
+        #: bytes asked for so far (the tests check that a read asks for what it reads)
+        self.requested = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")[:max(0, self._end - self._pos)]
+        if not len(view):
+            return 0
+        from fsspec.asyn import sync
+
+        with _errors(self._url):
+            return int(sync(self._fs.loop, self._fill, view))
+
+    async def _fill(self, view: memoryview) -> int:
+        got = 0
+        failures = 0
+        while got < len(view):
+            if self._body is None:
+                stop = min(self._end, self._pos + REQUEST_BYTES)
+                answer = await self._fs._call_s3(
+                    "get_object", Bucket=self._bucket, Key=self._key,
+                    Range=f"bytes={self._pos}-{stop - 1}", **self._match)
+                self._body, self._body_end = answer["Body"], stop
+                self.requested += stop - self._pos
+            cut: Exception | None = None
+            try:
+                chunk = await self._body.read(min(len(view) - got, self._body_end - self._pos))
+            except Exception as exc:  # the connection dropped, or the body ended early
+                chunk, cut = b"", exc
+            if chunk:
+                view[got:got + len(chunk)] = chunk
+                got += len(chunk)
+                self._pos += len(chunk)
+                failures = 0
+            if self._pos >= self._body_end:
+                self._close_body()
+            elif not chunk:  # ask again from here, a few times
+                self._close_body()
+                failures += 1
+                if failures >= S3FS_ATTEMPTS:
+                    raise cut or ConnectionError(f"the body ended at byte {self._pos}")
+        return got
+
+    def _close_body(self) -> None:
+        if self._body is not None:
+            with contextlib.suppress(Exception):
+                self._body.close()
+            self._body = None
+
+    def close(self) -> None:
+        if self._body is not None:
+            from fsspec.asyn import sync
+
+            with contextlib.suppress(Exception):
+                sync(self._fs.loop, self._aclose)
+        super().close()
+
+    async def _aclose(self) -> None:
+        self._close_body()
+
+
 class _OwningGzip(gzip.GzipFile):
     """A gzip stream that closes the stream it reads from."""
 
@@ -723,7 +871,7 @@ def describe(exc: BaseException) -> str:
     if names & _NO_CREDENTIALS:
         return ("no credentials found (looked in the environment, the shared credentials "
                 "and config files, and the instance role)")
-    if _EXPIRED & set(codes):
+    if _EXPIRED & set(codes) or any(_EXPIRED_MESSAGE in str(e) for e in chain):
         return "the credentials have expired"
     if _BAD_CREDENTIALS & set(codes):
         return "the credentials were refused (unknown access key, or wrong secret or token)"

@@ -121,3 +121,32 @@ def deny_writes_user(s3: S3Server) -> tuple[str, str]:
                         PolicyDocument=json.dumps(policy))
     key = iam.create_access_key(UserName="reader")["AccessKey"]
     return key["AccessKeyId"], key["SecretAccessKey"]
+
+
+EXPIRED_CREDENTIALS = """import json
+print(json.dumps({"Version": 1, "AccessKeyId": "ASIAMOTOEXPIRED00001",
+                  "SecretAccessKey": "expired-secret-never-printed",
+                  "SessionToken": "expired-session-token", "Expiration": "%s"}))
+"""
+
+
+def expire_credentials(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    """From now on the credential chain hands out temporary credentials that expired an hour
+    ago: no keys in the environment, and the shared config file's ``credential_process``
+    (as an SSO login or a credential helper would) prints keys, a session token and a past
+    ``Expiration``. botocore refreshes them once, gets expired ones again and refuses to sign
+    any request. Returns the secret, which no message may print."""
+    import datetime
+    import sys
+
+    past = datetime.datetime.now(datetime.UTC) - datetime.timedelta(hours=1)
+    script = tmp_path / "expired-credentials.py"
+    script.write_text(EXPIRED_CREDENTIALS % past.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                      encoding="utf-8")
+    config = tmp_path / "aws-config-expired"
+    config.write_text(f"[default]\ncredential_process = {sys.executable} {script}\n",
+                      encoding="utf-8")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    return "expired-secret-never-printed"

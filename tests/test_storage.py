@@ -24,7 +24,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from s3_server import SECRET_KEY, S3Server, deny_writes_user, run_s3_server
+from s3_server import (
+    SECRET_KEY,
+    S3Server,
+    deny_writes_user,
+    expire_credentials,
+    run_s3_server,
+)
 
 from near_dedup_core import storage
 from near_dedup_core.errors import NearDedupError
@@ -240,15 +246,18 @@ def test_s3_location_works_in_a_forked_worker(s3: S3Server, tmp_path: Path) -> N
 
 def test_s3_reads_stream_block_by_block(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
                                         tmp_path: Path) -> None:
-    """Reading the head of a large object fetches a block, not the object."""
-    monkeypatch.setattr(storage, "BLOCK_SIZE", 4096)
+    """Reading the head of a large object asks for one request's bytes, not the object; the
+    whole object comes in `storage.REQUEST_BYTES` per request, the same bytes."""
+    monkeypatch.setattr(storage, "REQUEST_BYTES", 4096)
     big = b"".join(LINES) * 40
     s3.client().put_object(Bucket=s3.bucket, Key="p/big.jsonl", Body=big)
     remote = parse_location(s3.url("p"))
     fh = remote.open("big.jsonl")
     assert fh.readline() == LINES[0]
-    fetched = fh.raw._fh.cache.total_requested_bytes  # type: ignore[attr-defined]
-    assert 0 < fetched <= 2 * 4096 + (1 << 20) < len(big)
+    # what the reader's buffer (1 MiB) takes, in requests of 4096 bytes
+    assert 0 < fh.raw.requested <= (1 << 20) + 4096 < len(big)  # type: ignore[attr-defined]
+    assert fh.read() == big[len(LINES[0]):]
+    assert fh.raw.requested == len(big)  # type: ignore[attr-defined]
     fh.close()
 
 
@@ -363,6 +372,40 @@ def test_killed_publish_leaves_nothing_that_verifies(s3: S3Server) -> None:
     assert all(key.startswith("reports/r4/") for key in s3.keys("reports/"))
 
 
+BOUNDED_PUBLISH = """
+import os, sys, tracemalloc
+from near_dedup_core import storage
+from near_dedup_core.fsutil import write_checksums
+
+storage._MAX_PUT = int(sys.argv[2])
+out = storage.parse_location(sys.argv[1])
+with out.publish() as folder:
+    for i in range(3):
+        (folder / f"part-{i}.bin").write_bytes(os.urandom(3 * storage.UPLOAD_PART))
+    write_checksums(folder)
+    tracemalloc.start()
+print(tracemalloc.get_traced_memory()[1])
+"""
+
+
+@pytest.mark.parametrize("max_put", [5 << 30, 1 << 20], ids=["one-request", "in-parts"])
+def test_publish_does_not_hold_the_folder_in_memory(s3: S3Server, max_put: int) -> None:
+    """Publishing sends the files one after the other, each read from disk as it is sent
+    (or, above the one-request limit, one part at a time): the publishing process never
+    holds a file, however large the folder (here 3 files of 24 MiB)."""
+    url = s3.url(f"reports/big-{max_put}")
+    done = subprocess.run([sys.executable, "-c", BOUNDED_PUBLISH, url, str(max_put)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    peak = int(done.stdout)
+    bound = storage.UPLOAD_PART if max_put > storage.UPLOAD_PART else 3 * storage.UPLOAD_PART
+    assert peak < bound, f"{peak / 2**20:.1f} MiB held while publishing"
+    listed = parse_location(url).verify("report")
+    assert sorted(listed) == ["part-0.bin", "part-1.bin", "part-2.bin"]
+    head = s3.client().head_object(Bucket=s3.bucket, Key=f"reports/big-{max_put}/part-0.bin")
+    assert head["ContentLength"] == 3 * storage.UPLOAD_PART
+
+
 def test_concurrent_publication_loses_on_the_conditional_marker(
         s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another run's ``checksums.sha256`` lands while this one copies: the conditional write
@@ -444,6 +487,19 @@ def test_missing_credentials(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> N
     refusal(exc, loc.url, "no credentials found")
 
 
+def test_expired_credentials(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
+                             tmp_path: Path) -> None:
+    """Temporary credentials from the chain whose expiration has passed: botocore refuses to
+    sign with them (moto's server never expires a token; the server's own answer,
+    ``ExpiredToken``, is `test_expired_token_answer`)."""
+    upload(s3, make_folder(tmp_path), "snapshots/cpt-v9")
+    secret = expire_credentials(monkeypatch, tmp_path)
+    loc = parse_location(s3.url("snapshots/cpt-v9"))
+    with pytest.raises(NearDedupError) as exc:
+        loc.list_files()
+    assert secret not in refusal(exc, loc.url, "the credentials have expired")
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -493,12 +549,13 @@ def test_hung_endpoint_is_a_bounded_wait(s3: S3Server, monkeypatch: pytest.Monke
 
 class _SlowDown(http.server.BaseHTTPRequestHandler):
     requests = 0
+    STATUS = 503
     BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>SlowDown</Code>'
             b'<Message>Please reduce your request rate.</Message></Error>')
 
     def _answer(self) -> None:
         type(self).requests += 1
-        self.send_response(503)
+        self.send_response(self.STATUS)
         self.send_header("Content-Type", "application/xml")
         self.send_header("Content-Length", str(len(self.BODY)))
         self.end_headers()
@@ -530,6 +587,91 @@ def test_throttled_request_fails_after_retries(s3: S3Server,
     assert _SlowDown.requests >= storage.MAX_ATTEMPTS  # botocore retried before giving up
 
 
+class _ExpiredToken(_SlowDown):
+    """S3's answer to a request signed with a session token past its expiration."""
+
+    requests = 0
+    STATUS = 400
+    BODY = (b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ExpiredToken</Code>'
+            b'<Message>The provided token has expired.</Message></Error>')
+
+
+def test_expired_token_answer(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An endpoint on the loopback that answers every request as S3 answers a request
+    signed with an expired session token (moto's server cannot: it never checks a token's
+    expiration)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _ExpiredToken)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+        loc = parse_location(s3.url("snapshots/cpt-v9"))
+        with pytest.raises(NearDedupError) as exc:
+            loc.list_files()
+    finally:
+        server.shutdown()
+        server.server_close()
+    refusal(exc, loc.url, "the credentials have expired")
+    assert _ExpiredToken.requests >= 1
+
+
+class _CutShort(http.server.BaseHTTPRequestHandler):
+    """An S3 endpoint serving one object whose first ranged GET drops the connection half
+    way through the body (as a lost connection or a proxy timeout does); later requests
+    are served whole."""
+
+    protocol_version = "HTTP/1.1"
+    BODY = b"".join(LINES) * 8
+    ETAG = '"0123456789abcdef0123456789abcdef"'
+    ranges: list[str] = []
+
+    def do_HEAD(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.BODY)))
+        self.send_header("ETag", self.ETAG)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        first, _, last = self.headers["Range"].removeprefix("bytes=").partition("-")
+        start, stop = int(first), int(last) + 1
+        assert self.headers.get("If-Match") == self.ETAG
+        type(self).ranges.append(f"{start}-{stop}")
+        self.send_response(206)
+        self.send_header("Content-Length", str(stop - start))
+        self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{len(self.BODY)}")
+        self.send_header("ETag", self.ETAG)
+        self.end_headers()
+        if len(type(self).ranges) == 1:
+            self.wfile.write(self.BODY[start:(start + stop) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.wfile.write(self.BODY[start:stop])
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+def test_a_body_cut_short_is_asked_for_again_from_where_it_stopped(
+        s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _CutShort)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{server.server_port}")
+        loc = parse_location(s3.url("p"))
+        with loc.open("big.jsonl", FileInfo(len(_CutShort.BODY), _CutShort.ETAG)) as fh:
+            assert fh.read() == _CutShort.BODY
+    finally:
+        server.shutdown()
+        server.server_close()
+    size = len(_CutShort.BODY)
+    first, second = _CutShort.ranges
+    assert first == f"0-{size}"
+    assert 0 < int(second.split("-")[0]) <= size // 2 and second.endswith(f"-{size}")
+
+
 def test_object_changed_between_listing_and_reading(s3: S3Server,
                                                     monkeypatch: pytest.MonkeyPatch,
                                                     tmp_path: Path) -> None:
@@ -550,8 +692,8 @@ def test_object_changed_between_listing_and_reading(s3: S3Server,
     with pytest.raises(NearDedupError) as exc:
         loc.open(shard, files[shard])
     refusal(exc, loc.url + "/" + shard, "changed since it was listed")
-    # replaced while it is being read: the next block's request is refused
-    monkeypatch.setattr(storage, "BLOCK_SIZE", 4096)
+    # replaced while it is being read: the next request is refused
+    monkeypatch.setattr(storage, "REQUEST_BYTES", 4096)
     big = b"".join(LINES) * 40
     client.put_object(Bucket=s3.bucket, Key="snapshots/cpt-v9/big.jsonl", Body=big)
     fh = loc.open("big.jsonl", loc.info("big.jsonl"))
