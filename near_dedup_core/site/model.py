@@ -50,8 +50,8 @@ from near_dedup_core.audit.sources import (
     SampleText,
     check_shard,
     sample_domains,
+    shard_lines,
 )
-from near_dedup_core.audit.sources import _shard_lines as shard_lines
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.formats.report import SampleRef
 from near_dedup_core.report import (
