@@ -8,6 +8,7 @@ give the same bytes (no timestamps, everything sorted, numbers formatted explici
 
 from __future__ import annotations
 
+import hashlib
 import json
 from array import array
 from collections import defaultdict
@@ -163,20 +164,21 @@ class _Writer:
         self.env = _environment()
         self.base = base
         self.count = 0
+        #: sha256 of every file written, by relative path (`fsutil.write_checksums` reads
+        #: none of them again)
+        self.digests: dict[str, str] = {}
 
     def page(self, rel: str, template: str, **ctx) -> None:
         depth = rel.count("/")
         html = self.env.get_template(template).render(**self.base, root="../" * depth,
                                                       here=rel, **ctx)
-        path = self.out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(html, encoding="utf-8")
-        self.count += 1
+        self.raw(rel, html.encode("utf-8"))
 
     def raw(self, rel: str, data: bytes) -> None:
         path = self.out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+        self.digests[rel] = hashlib.sha256(data).hexdigest()
         self.count += 1
 
 
@@ -282,7 +284,7 @@ def _build(report: Path, output: Path, summary: ReportSummary,
             _contamination(w, contam, report)
         if verified is not None:
             verified.result()
-        write_checksums(tmp)
+        write_checksums(tmp, w.digests)
         files = sum(1 for p in tmp.rglob("*") if p.is_file())
     return SiteResult(output, files, len(summary.samples), len(relations.clusters),
                       sum(c.page for c in relations.clusters), len(diffs), notes)
@@ -479,12 +481,13 @@ def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
     for r in blocked:
         if r.blocked_by is not None:
             by_rule[r.blocked_by] += 1
+    history = sum(1 for r in blocked if r.history_only)
+    rules = sorted(by_rule.items())
     for p in range(1, total + 1):
         w.page("guard/index.html" if p == 1 else f"guard/page-{p}.html", "guard.html",
                title="Guard", rows=rows[(p - 1) * GUARD_PER_PAGE:p * GUARD_PER_PAGE],
                page=p, pages=total, blocked=len(blocked), shown=len(rows),
-               history=sum(1 for r in blocked if r.history_only),
-               by_rule=sorted(by_rule.items()), cluster_of=data.relations.cluster_of,
+               history=history, by_rule=rules, cluster_of=data.relations.cluster_of,
                clusters=data.relations.clusters)
 
 
@@ -607,20 +610,33 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
     empty: list[dict] = []
     ranges = [(a, min(a + SEARCH_TASK, len(samples)))
               for a in range(0, max(len(samples), 1), SEARCH_TASK)]
-    tails: list[dict[int, bytes]] = [{} for _ in ranges]
-    for key in {*data.relations.by_sample, *excluded, *diffs, *guard}:
-        d = samples.get(key)
-        if d is not None:
-            tails[(d.line - 1) // SEARCH_TASK][d.line] = orjson.dumps(_tail(
-                key, d, data, data.relations.by_sample.get(key, empty), content,
-                excluded.get(key, []), diffs, guard))
     names, codes = model.domain_codes(data.domains, data.summary)
     folder = w.out / "data" / "samples"
     folder.mkdir(parents=True, exist_ok=True)
     parts = [folder / f".part-{k:05d}" for k in range(len(ranges))]
-    futures = [pool.submit(model.search_part, data.report, a, b, n, names, codes[a:b],
-                         tails[k], parts[k]) for k, (a, b) in enumerate(ranges)]
-    del tails
+    futures: list[Future] = []
+
+    def submit(upto: int, tails: dict[int, bytes]) -> None:
+        """Hand the ranges before ``upto`` to the pool, each as soon as its records with
+        relations are made (a worker starts on it while this process makes the next)."""
+        while len(futures) < upto:
+            k = len(futures)
+            a, b = ranges[k]
+            futures.append(pool.submit(model.search_part, data.report, a, b, n, names,
+                                       codes[a:b], {line: tails.pop(line) for line in
+                                                    [x for x in tails if a < x <= b]},
+                                       parts[k]))
+
+    tails: dict[int, bytes] = {}
+    related = sorted((d.line, key) for key in {*data.relations.by_sample, *excluded, *diffs,
+                                               *guard}
+                     if (d := samples.get(key)) is not None)
+    for line, key in related:
+        submit((line - 1) // SEARCH_TASK, tails)
+        tails[line] = orjson.dumps(_tail(key, samples[key], data,
+                                         data.relations.by_sample.get(key, empty), content,
+                                         excluded.get(key, []), diffs, guard))
+    submit(len(ranges), tails)
 
     def finish() -> None:
         lengths = [f.result() for f in futures]
