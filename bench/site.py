@@ -104,6 +104,12 @@ def main(argv: list[str] | None = None) -> None:
     trees = {"new": ROOT}
     if args.base is not None:
         trees = {"base": args.base.resolve(), **trees}
+        # the report names its package by a path relative to the checkout it was built in:
+        # the other checkout reaches the same folder through a link
+        there = trees["base"] / out.relative_to(ROOT)
+        if not there.exists():
+            there.parent.mkdir(parents=True, exist_ok=True)
+            there.symlink_to(out)
     results: dict = {"code": code_version(ROOT), "started": wall_clock(),
                      "records": args.records, "builds": []}
     sites: dict[str, Path] = {}
