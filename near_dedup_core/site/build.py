@@ -343,12 +343,12 @@ def _submit_diff_pages(out: Path, data: SiteData, base: dict, items: list[DiffIt
         lines = {samples[k].line: k for page in chunk for it in page
                  for k in (it.sample, it.kept) if k in samples}
         tasks.append(pool.submit(_diff_part, data.report, data.inputs, base, out, first + 1,
-                                 len(pages), len(items), chunk, lines))
+                                 len(pages), len(items), per, chunk, lines))
     return where_, tasks
 
 
 def _diff_part(report: Path, inputs: dict[str, InputPackage], base: dict, out: Path,
-               first: int, pages: int, total: int, chunk: list[list[DiffItem]],
+               first: int, pages: int, total: int, per_page: int, chunk: list[list[DiffItem]],
                lines: dict[int, Key]) -> tuple[dict[str, str], int]:
     """Diff pages ``first`` to ``first + len(chunk) - 1``: the texts of their samples read
     from the packages (located through origins.jsonl), each excluded sample's diff against
@@ -367,7 +367,7 @@ def _diff_part(report: Path, inputs: dict[str, InputPackage], base: dict, out: P
                          "cluster_page": it.cluster_page})
         w.page(_diff_page(p), "diffs.html", title="Excluded samples against their kept "
                "partners", items=rows, page=p, pages=pages, total=total,
-               per_page=model.DIFFS_PER_PAGE)
+               per_page=per_page)
     return w.digests, computed
 
 
