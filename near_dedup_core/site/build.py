@@ -13,7 +13,7 @@ import json
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future, wait
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -403,18 +403,33 @@ def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStac
     verified = None
     if summary is None and executor.in_process:
         summary = verify_report(report)
-    if summary is None:
-        verified = pool.submit(model.verify, report)
-    try:
+    if summary is not None:
         futures = [pool.submit(model.shard_domains, pkg, file) for pkg, file in files]
-        if summary is None:
-            summary = ReportSummary(path=report, counts=raw["counts"], manifest=raw,
-                                    model=recorded, samples=model.read_decisions(report))
+        shards = {(pkg.package_id, file): f.result()
+                  for (pkg, file), f in zip(files, futures, strict=True)}
+        return summary, packages, shards, pool, verified
+
+    def start() -> tuple[Future, list[Future]]:
+        # the first submit waits until the pool's server has started and imported its
+        # modules: a thread waits for it while this one reads decisions.jsonl
+        return (pool.submit(model.verify, report),
+                [pool.submit(model.shard_domains, pkg, file) for pkg, file in files])
+
+    with ThreadPoolExecutor(1) as starter:
+        started = starter.submit(start)
+        try:
+            samples = model.read_decisions(report)
+        except Exception:
+            started.result()[0].result()  # the verifier's problem first
+            raise
+        verified, futures = started.result()
+    try:
+        summary = ReportSummary(path=report, counts=raw["counts"], manifest=raw,
+                                model=recorded, samples=samples)
         shards = {(pkg.package_id, file): f.result()
                   for (pkg, file), f in zip(files, futures, strict=True)}
     except Exception:
-        if verified is not None:
-            verified.result()  # the verifier's problem first
+        verified.result()  # the verifier's problem first
         raise
     return summary, packages, shards, pool, verified
 
