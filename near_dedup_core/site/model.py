@@ -360,15 +360,16 @@ def read_decisions(report: Path) -> dict[Key, SampleDecision]:
     numbers them. For a report verified beside it (`verify`)."""
     out: dict[Key, SampleDecision] = {}
     nodes: dict[tuple[str, str], int] = {}
+    loads, record = orjson.loads, tuple.__new__  # a NamedTuple made without its __new__
     with open(report / "decisions.jsonl", "rb") as fh:
         for n, raw in enumerate(fh, 1):
-            d = orjson.loads(raw)
+            d = loads(raw)
             split, kept, jaccard = d["split"], d["kept"], d["jaccard"]
             node = nodes.setdefault((d["content_id"], split), len(nodes))
-            out[(d["package_id"], d["sample_id"])] = SampleDecision(
+            out[(d["package_id"], d["sample_id"])] = record(SampleDecision, (
                 n, split, node, d["decision"], d["reason"],
                 None if kept is None else (kept["package_id"], kept["sample_id"]),
-                None if jaccard is None else float(jaccard), None)
+                None if jaccard is None else float(jaccard), None))
     return out
 
 
