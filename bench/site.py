@@ -7,8 +7,8 @@ the shipped config (built on first use, kept under ``bench/out/audit-<size>/``).
 e.g. ``git worktree add bench/out/tree-REV REV``) that code builds it too, the two
 alternating, and the sites are compared byte for byte. Measured per build: wall, CPU (user +
 system, the whole process tree), peak memory (largest process and the summed tree), and the
-site's files and bytes; with ``--chromium``, how long the new site's overview and cluster
-list take to open in headless Chromium (navigation to the load event).
+site's files and bytes; with ``--chromium``, how long the new site's overview, cluster list
+and first diff page take to open in headless Chromium (navigation to the load event).
 
     .venv/bin/python -m bench.site --records 1000000 --base bench/out/tree-REV --chromium
 """
@@ -104,6 +104,12 @@ def main(argv: list[str] | None = None) -> None:
     trees = {"new": ROOT}
     if args.base is not None:
         trees = {"base": args.base.resolve(), **trees}
+        # the report names its package by a path relative to the checkout it was built in:
+        # the other checkout reaches the same folder through a link
+        there = trees["base"] / out.relative_to(ROOT)
+        if not there.exists():
+            there.parent.mkdir(parents=True, exist_ok=True)
+            there.symlink_to(out)
     results: dict = {"code": code_version(ROOT), "started": wall_clock(),
                      "records": args.records, "builds": []}
     sites: dict[str, Path] = {}
@@ -130,7 +136,9 @@ def main(argv: list[str] | None = None) -> None:
         results["identical"] = same_tree(sites["base"], sites["new"])
         print(f"sites byte-identical: {results['identical']}")
     if args.chromium:
-        results["chromium_s"] = open_times(sites["new"])
+        pages = ("index.html", "clusters/index.html", "diffs/index.html")
+        results["chromium_s"] = open_times(sites["new"], tuple(
+            p for p in pages if (sites["new"] / p).exists()))
         print("opened in Chromium: " + ", ".join(f"{page} {t:.2f} s"
                                                    for page, t in results["chromium_s"].items()))
     (out / "site.json").write_text(json.dumps(results, indent=2, default=str) + "\n")

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import time
+from html import escape as html_escape
 from pathlib import Path
 
 import pytest
@@ -285,6 +286,94 @@ def test_guard_tokens_are_the_guard_sequences():
     assert "三万元" in spans and "百分之三" in spans and "¥5" in spans
 
 
+@pytest.fixture(scope="module")
+def small_budget_site(reports, tmp_path_factory) -> Path:
+    """The site of the sample days with tiny caps, built by worker processes: one cluster
+    with a page listing two members, two diffs per diff page, one diff page per task."""
+    from near_dedup_core.site import build, model
+
+    out = tmp_path_factory.mktemp("site-small-budget") / "site"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(model, "CLUSTER_PAGES", 1)
+        mp.setattr(model, "CLUSTERS_PER_SOURCE", 0)
+        mp.setattr(model, "CLUSTER_MEMBERS", 2)
+        mp.setattr(model, "DIFFS_PER_PAGE", 2)
+        mp.setattr(build, "DIFF_TASK", 3)
+        mp.setattr(build, "POOL_SAMPLES", 0)
+        build.build_site(reports["new"], out)
+        again = out.parent / "in-one-process"
+        mp.setattr(build, "POOL_SAMPLES", 10**9)
+        build.build_site(reports["new"], again)
+    assert tree_bytes(out) == tree_bytes(again)
+    return out
+
+
+def diff_section(site: Path, page: str) -> str:
+    """The HTML of the diff section a search record's ``diff.page`` points at."""
+    rel, _, anchor = page.partition("#")
+    html = (site / rel).read_text(encoding="utf-8")
+    m = re.search(rf'<section class="diff" id="{re.escape(anchor)}">(.*?)</section>', html,
+                  re.DOTALL)
+    assert m, page
+    return m.group(1)
+
+
+def test_every_excluded_sample_reaches_its_diff(reports, small_budget_site):
+    """Beyond the members a cluster page lists, every excluded sample's diff against its
+    kept partner is on a diff page, with the edits `report explain` finds marked."""
+    site = small_budget_site
+    records = shard_records(site)
+    rows = [d for d in decisions(reports["new"]) if d["decision"] == "exclude"]
+    assert len(rows) > 4
+    on_pages = 0
+    for d in rows:
+        key = (d["package_id"], d["sample_id"])
+        rec = records[key]
+        kept = d["kept"]
+        assert rec["diff"]["partner"] == kept
+        section = diff_section(site, rec["diff"]["page"])
+        head = section[:section.index("</h3>")]
+        assert f"{d['package_id']}/{d['sample_id']}</a> excluded" in head
+        assert "in favour of <a class=\"sample\"" in head
+        assert f"{kept['package_id']}/{kept['sample_id']}</a>" in head
+        e = explain_sample(reports["new"], *key)
+        marked = set(re.findall(r"<(?:ins|del)>(.*?)</(?:ins|del)>", section, re.DOTALL))
+        if not e.diff:
+            assert "The normalized texts are identical" in section and not marked
+        else:
+            a, b = e.texts["partner"], e.texts["sample"]
+            spans = merge_close(a, b, [Span(**s) for s in e.to_json()["diff"]])
+            edits = {html_escape(t) for s in spans for t in (s.a_text, s.b_text) if t}
+            assert marked == edits, (key, marked, edits)
+        if rec["diff"]["page"].startswith("diffs/"):
+            on_pages += 1
+            assert "lines" not in rec["diff"]
+    assert on_pages > len(rows) // 2
+    pages = sorted((site / "diffs").glob("*.html"))
+    assert len(pages) == -(-on_pages // 2)
+
+
+def test_the_last_member_of_a_large_cluster_reaches_its_diff(reports, small_budget_site):
+    site = small_budget_site
+    records = shard_records(site)
+    cluster = (site / "clusters" / "c-1.html").read_text(encoding="utf-8")
+    assert re.search(r"First 2 of (\d+) members", cluster)
+    members = [(d["package_id"], d["sample_id"]) for d in decisions(reports["new"])
+               if records[(d["package_id"], d["sample_id"])].get("cluster") == 1]
+    assert len(members) > 2
+    last = next(k for k in reversed(members) if records[k]["decision"] == "exclude")
+    page = records[last]["diff"]["page"]
+    assert page.startswith("diffs/")
+    diff_section(site, page)
+    # the cluster page links the diff pages of its members it does not list
+    assert re.search(r'<a href="\.\./diffs/(index|page-\d+)\.html#s-[0-9a-f]{8}">diff pages</a>',
+                     cluster)
+    # a cluster without a page links its first diff from the cluster list
+    listing = (site / "clusters" / "index.html").read_text(encoding="utf-8")
+    assert re.search(r'\(<a href="\.\./diffs/(index|page-\d+)\.html#s-[0-9a-f]{8}">diffs</a>\)',
+                     listing)
+
+
 # --------------------------------------------------------------------------- markup in texts
 
 
@@ -443,6 +532,31 @@ def test_in_chromium_overview_cluster_diff_and_search(reports, site, browser, tm
     assert any("/data/samples/" in u for u in urls)  # the search loaded a shard file
     severe = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
     assert not severe, severe
+
+
+def test_in_chromium_search_reaches_a_diff_page(reports, small_budget_site, browser):
+    """An excluded sample not listed on a cluster page: Find a sample links its diff page,
+    which shows it side by side with its kept partner, the edits marked."""
+    from selenium.webdriver.common.by import By
+
+    site, driver = small_budget_site, browser
+    driver.get_log("performance")
+    records = shard_records(site)
+    key = next(k for k in reversed(list(records)) if records[k]["decision"] == "exclude"
+               and records[k]["diff"]["page"].startswith("diffs/")
+               and explain_sample(reports["new"], *k).diff)
+    driver.get((site / "search.html").as_uri() + f"#p={key[0]}&s={key[1]}")
+    wait_for(driver, "#explanation")
+    driver.find_element(By.ID, "diff-page").click()
+    wait_for(driver, "section.diff")
+    assert "/diffs/" in driver.current_url
+    anchor = driver.current_url.rsplit("#", 1)[1]
+    section = driver.find_element(By.ID, anchor)
+    links = [a.text for a in section.find_elements(By.CSS_SELECTOR, "h3 a.sample")]
+    kept = records[key]["kept"]
+    assert links[:2] == [f"{key[0]}/{key[1]}", f"{kept['package_id']}/{kept['sample_id']}"]
+    assert section.find_elements(By.CSS_SELECTOR, "ins, del")
+    assert all(u.startswith("file://") for u in requested_urls(driver))
 
 
 def test_in_chromium_a_script_in_a_sample_is_text(xss_site, browser):

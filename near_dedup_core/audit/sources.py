@@ -127,7 +127,9 @@ def input_packages(items: Iterable[PackageRecord]) -> dict[str, InputPackage]:
     return out
 
 
-def _shard_lines(path: Path | str) -> Iterator[bytes]:
+def shard_lines(path: Path | str) -> Iterator[bytes]:
+    """The raw lines of one data file (a path, or a URL streamed through `storage`),
+    gunzipped when its name ends in ``.gz``; not checked (see `check_shard`)."""
     if isinstance(path, str):  # a URL: streamed through `storage`
         with parse_location(path).open("") as raw:
             yield from (gzip.GzipFile(fileobj=raw, mode="rb") if path.endswith(".gz")
@@ -165,7 +167,7 @@ def read_lines(pkg: InputPackage, file: str, lines: set[int]) -> dict[int, dict]
     last = max(lines)
     path = check_shard(pkg, file)
     try:
-        for n, raw in enumerate(_shard_lines(path), 1):
+        for n, raw in enumerate(shard_lines(path), 1):
             if n in lines:
                 out[n] = orjson.loads(raw)
             if n >= last:
@@ -290,7 +292,7 @@ def sample_domains(inputs: dict[str, InputPackage]) -> Domains:
         for file in pkg.files:
             path = check_shard(pkg, file)
             try:
-                for raw in _shard_lines(path):
+                for raw in shard_lines(path):
                     data = orjson.loads(raw)
                     domain = data.get("domain")
                     ref = data.get("ref")

@@ -8,11 +8,12 @@ give the same bytes (no timestamps, everything sorted, numbers formatted explici
 
 from __future__ import annotations
 
+import hashlib
 import json
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from concurrent.futures import Executor, Future
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +36,7 @@ from near_dedup_core.audit.rates import (
     report_domains,
 )
 from near_dedup_core.audit.sources import (
+    Domains,
     InputPackage,
     Key,
     SampleText,
@@ -44,6 +46,7 @@ from near_dedup_core.audit.sources import (
     report_inputs,
 )
 from near_dedup_core.compare import compared_text
+from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination import ContaminationSummary, pair_lines
 from near_dedup_core.contamination.report import EvalRef, Summary
 from near_dedup_core.errors import NearDedupError
@@ -68,6 +71,7 @@ from near_dedup_core.report import (
 )
 from near_dedup_core.site import model, selection, views
 from near_dedup_core.site.model import Cluster, SiteData
+from near_dedup_core.site.selection import DiffItem
 from near_dedup_core.workers import choose_executor
 
 HERE = Path(__file__).parent
@@ -90,6 +94,8 @@ WORKERS = 2
 POOL_SAMPLES = 50_000
 #: decisions.jsonl lines per task of the search data (`model.search_part`).
 SEARCH_TASK = 100_000
+#: Diffs per task of the diff pages (each task reads the texts it shows from the packages).
+DIFF_TASK = 30_000
 
 
 @dataclass
@@ -120,8 +126,28 @@ def _environment() -> Environment:
     env.filters["short"] = lambda v: "-" if v is None else f"{str(v)[:12]}…"
     env.globals["anchor"] = views.anchor
     env.globals["sample_link"] = _sample_link
+    env.globals["segments"] = _segments
     env.globals["reasons"] = REASONS
     return env
+
+
+#: How `segments` marks each kind of text segment (`site.views`): opening and closing tags.
+_SEGMENT_TAGS = {"same": ("", ""), "del": ("<del>", "</del>"), "ins": ("<ins>", "</ins>"),
+                 "gap": ('<span class="gap">… ', ' unchanged characters …</span>'),
+                 "span": ('<mark class="span">', "</mark>"),
+                 "numdiff": ('<mark class="numdiff">', "</mark>")}
+_NUM_TAGS = ('<mark class="num">', "</mark>")
+
+
+def _segments(segs: Sequence[tuple[str, str]]) -> Markup:
+    """Text segments as HTML, each escaped and marked by its kind (a diff's removed and
+    added text, a collapsed gap, a guard number, a contaminated span): built here, not by a
+    template macro, since the diff pages hold a hundred thousand of them."""
+    out = []
+    for kind, text in segs:
+        start, end = _SEGMENT_TAGS.get(kind, _NUM_TAGS)
+        out.append(f"{start}{escape(text)}{end}")
+    return Markup("".join(out))
 
 
 def _sample_link(root: str, key: Key | None) -> Markup:
@@ -163,20 +189,21 @@ class _Writer:
         self.env = _environment()
         self.base = base
         self.count = 0
+        #: sha256 of every file written, by relative path (`fsutil.write_checksums` reads
+        #: none of them again)
+        self.digests: dict[str, str] = {}
 
     def page(self, rel: str, template: str, **ctx) -> None:
         depth = rel.count("/")
         html = self.env.get_template(template).render(**self.base, root="../" * depth,
                                                       here=rel, **ctx)
-        path = self.out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(html, encoding="utf-8")
-        self.count += 1
+        self.raw(rel, html.encode("utf-8"))
 
     def raw(self, rel: str, data: bytes) -> None:
         path = self.out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
+        self.digests[rel] = hashlib.sha256(data).hexdigest()
         self.count += 1
 
 
@@ -234,16 +261,55 @@ def _build(report: Path, output: Path, summary: ReportSummary,
     notes = [p.problem for p in packages.values() if p.problem]
 
     selection.choose_cluster_pages(data)
-    diff_pairs = selection.diff_pairs(data)
+    inline, paged = selection.diff_items(data)
+    nav = [("index.html", "Overview"), ("clusters/index.html", "Clusters"),
+           ("guard/index.html", "Guard"), ("sources/index.html", "Per source"),
+           ("search.html", "Find a sample")]
+    if against is not None:
+        nav.append(("changes/index.html", "Changes"))
+    if contam is not None:
+        nav.append(("contamination/index.html", "Contamination"))
+    base = {"nav": nav, "report_name": report.name, "version": __version__,
+            "manifest": manifest, "fingerprint": manifest.config_fingerprint}
+
+    with atomic_dir(output) as tmp:
+        diff_pages, diff_tasks = _submit_diff_pages(tmp, data, base, paged, pool)
+        try:
+            w = _Writer(tmp, base)
+            diffs, computed = _write_pages(w, data, config, inline, diff_pages, diff_tasks,
+                                           counts, notes, pool, against, old_summary, contam,
+                                           domains)
+        except BaseException:
+            for f in diff_tasks:  # nothing may still write into the folder being removed
+                f.cancel()
+            wait(diff_tasks)
+            raise
+        if verified is not None:
+            verified.result()
+        write_checksums(tmp, w.digests)
+        files = sum(1 for p in tmp.rglob("*") if p.is_file())
+    return SiteResult(output, files, len(summary.samples), len(relations.clusters),
+                      sum(c.page for c in relations.clusters), len(diffs) + computed, notes)
+
+
+def _write_pages(w: _Writer, data: SiteData, config: NearDedupConfig,
+                 inline: list[DiffItem], diff_pages: dict[Key, str], diff_tasks: list[Future],
+                 counts: ReportCounts, notes: list[str], pool: Executor,
+                 against: str | Path | None, old_summary: ReportSummary | None,
+                 contam: ContaminationSummary | None, domains: Domains) -> tuple[dict[Key, dict], int]:
+    """Every page but the diff pages (written by ``diff_tasks``, whose files' digests join
+    the writer's); returns the diffs of the cluster pages and how many the tasks computed."""
+    report, summary, relations = data.report, data.summary, data.relations
     guard_pairs = [r for r in relations.blocked if not r.history_only][:model.MAX_GUARD_TEXTS]
-    need: set[Key] = {k for pair in diff_pairs for k in pair}
+    need: set[Key] = {k for it in inline for k in (it.sample, it.kept)}
     for r in guard_pairs:
         need.add(r.sample.key)
         if r.match.key is not None:
             need.add(r.match.key)
-    texts = read_samples(report, packages, model.locate(report, summary, need)) if need else {}
+    texts = read_samples(report, data.inputs, model.locate(report, summary, need)) \
+        if need else {}
     data.texts = texts
-    diffs = selection.diffs(diff_pairs, texts)
+    diffs = selection.diffs(inline, texts)
     guard_rows = selection.guard_rows(guard_pairs, texts, config, data)
 
     previous: ReportCounts | None = None
@@ -256,36 +322,73 @@ def _build(report: Path, output: Path, summary: ReportSummary,
     findings = rate_problems(counts, previous, DEFAULT_MAX_EXCLUSION_RATE,
                              DEFAULT_MAX_RATE_JUMP)
 
-    nav = [("index.html", "Overview"), ("clusters/index.html", "Clusters"),
-           ("guard/index.html", "Guard"), ("sources/index.html", "Per source"),
-           ("search.html", "Find a sample")]
+    for name in ("site.css", "search.js"):
+        w.raw(f"static/{name}", (HERE / "static" / name).read_bytes())
+    finish_search = _search(w, data, diffs, diff_pages, guard_rows, pool)
+    _overview(w, data, counts, findings, previous is not None, notes)
+    _clusters(w, data, inline, diffs, diff_pages)
+    _guard(w, data, guard_rows)
+    _sources(w, data, counts)
+    finish_search()
     if changes is not None:
-        nav.append(("changes/index.html", "Changes"))
+        _changes(w, changes, Path(against))  # type: ignore[arg-type]
     if contam is not None:
-        nav.append(("contamination/index.html", "Contamination"))
-    base = {"nav": nav, "report_name": report.name, "version": __version__,
-            "manifest": manifest, "fingerprint": manifest.config_fingerprint}
+        _contamination(w, contam, report)
+    computed = 0
+    for f in diff_tasks:
+        digests, n = f.result()
+        w.digests.update(digests)
+        computed += n
+    return diffs, computed
 
-    with atomic_dir(output) as tmp:
-        w = _Writer(tmp, base)
-        for name in ("site.css", "search.js"):
-            w.raw(f"static/{name}", (HERE / "static" / name).read_bytes())
-        finish_search = _search(w, data, diffs, guard_rows, pool)
-        _overview(w, data, counts, findings, previous is not None, notes)
-        _clusters(w, data, diffs)
-        _guard(w, data, guard_rows)
-        _sources(w, data, counts)
-        finish_search()
-        if changes is not None:
-            _changes(w, changes, Path(against))  # type: ignore[arg-type]
-        if contam is not None:
-            _contamination(w, contam, report)
-        if verified is not None:
-            verified.result()
-        write_checksums(tmp)
-        files = sum(1 for p in tmp.rglob("*") if p.is_file())
-    return SiteResult(output, files, len(summary.samples), len(relations.clusters),
-                      sum(c.page for c in relations.clusters), len(diffs), notes)
+
+def _diff_page(p: int) -> str:
+    return "diffs/index.html" if p == 1 else f"diffs/page-{p}.html"
+
+
+def _submit_diff_pages(out: Path, data: SiteData, base: dict, items: list[DiffItem],
+                       pool: Executor) -> tuple[dict[Key, str], list[Future]]:
+    """The diff pages of ``items`` (`model.DIFFS_PER_PAGE` each), written by tasks on
+    ``pool`` of `DIFF_TASK` diffs at most (each reads the texts it shows); returns where each
+    sample's diff is (page and anchor) and the tasks."""
+    per = model.DIFFS_PER_PAGE
+    pages = [items[i:i + per] for i in range(0, len(items), per)] or [[]]
+    where_ = {it.sample: f"{_diff_page(p)}#{views.anchor(it.sample)}"
+              for p, chunk in enumerate(pages, 1) for it in chunk}
+    step = max(1, DIFF_TASK // per)
+    samples = data.summary.samples
+    tasks = []
+    for first in range(0, len(pages), step):
+        chunk = pages[first:first + step]
+        lines = {samples[k].line: k for page in chunk for it in page
+                 for k in (it.sample, it.kept) if k in samples}
+        tasks.append(pool.submit(_diff_part, data.report, data.inputs, base, out, first + 1,
+                                 len(pages), len(items), per, chunk, lines))
+    return where_, tasks
+
+
+def _diff_part(report: Path, inputs: dict[str, InputPackage], base: dict, out: Path,
+               first: int, pages: int, total: int, per_page: int, chunk: list[list[DiffItem]],
+               lines: dict[int, Key]) -> tuple[dict[str, str], int]:
+    """Diff pages ``first`` to ``first + len(chunk) - 1``: the texts of their samples read
+    from the packages (located through origins.jsonl), each excluded sample's diff against
+    its kept partner (`selection.diff_of`); returns the files' digests and the number of
+    diffs computed. Runs in a worker process for a large report."""
+    texts = read_samples(report, inputs, model.locate_lines(report, lines))
+    w = _Writer(out, base)
+    computed = 0
+    for p, page in enumerate(chunk, first):
+        rows = []
+        for it in page:
+            diff = selection.diff_of(it.sample, it.kept, texts)
+            computed += diff is not None
+            rows.append({"key": it.sample, "kept": it.kept, "reason": it.reason,
+                         "jaccard": it.jaccard, "diff": diff, "cluster": it.cluster,
+                         "cluster_page": it.cluster_page})
+        w.page(_diff_page(p), "diffs.html", title="Excluded samples against their kept "
+               "partners", items=rows, page=p, pages=pages, total=total,
+               per_page=per_page)
+    return w.digests, computed
 
 
 def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStack
@@ -320,18 +423,33 @@ def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStac
     verified = None
     if summary is None and executor.in_process:
         summary = verify_report(report)
-    if summary is None:
-        verified = pool.submit(model.verify, report)
-    try:
+    if summary is not None:
         futures = [pool.submit(model.shard_domains, pkg, file) for pkg, file in files]
-        if summary is None:
-            summary = ReportSummary(path=report, counts=raw["counts"], manifest=raw,
-                                    model=recorded, samples=model.read_decisions(report))
+        shards = {(pkg.package_id, file): f.result()
+                  for (pkg, file), f in zip(files, futures, strict=True)}
+        return summary, packages, shards, pool, verified
+
+    def start() -> tuple[Future, list[Future]]:
+        # the first submit waits until the pool's server has started and imported its
+        # modules: a thread waits for it while this one reads decisions.jsonl
+        return (pool.submit(model.verify, report),
+                [pool.submit(model.shard_domains, pkg, file) for pkg, file in files])
+
+    with ThreadPoolExecutor(1) as starter:
+        started = starter.submit(start)
+        try:
+            samples = model.read_decisions(report)
+        except Exception:
+            started.result()[0].result()  # the verifier's problem first
+            raise
+        verified, futures = started.result()
+    try:
+        summary = ReportSummary(path=report, counts=raw["counts"], manifest=raw,
+                                model=recorded, samples=samples)
         shards = {(pkg.package_id, file): f.result()
                   for (pkg, file), f in zip(files, futures, strict=True)}
     except Exception:
-        if verified is not None:
-            verified.result()  # the verifier's problem first
+        verified.result()  # the verifier's problem first
         raise
     return summary, packages, shards, pool, verified
 
@@ -444,10 +562,18 @@ def _matrix(data: SiteData, c: Cluster) -> dict | None:
     return {"members": c.members, "cells": cells}
 
 
-def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
+def _clusters(w: _Writer, data: SiteData, inline: list[DiffItem], diffs: dict[Key, dict],
+              diff_pages: dict[Key, str]) -> None:
     clusters = data.relations.clusters
     total = views.pages(len(clusters), CLUSTERS_PER_PAGE)
     with_page = sum(c.page for c in clusters)
+    first_diff: dict[int, str] = {}  # a cluster's first diff on the diff pages
+    for c in clusters:
+        for k in c.members:
+            where_ = diff_pages.get(k)
+            if where_ is not None:
+                first_diff[c.number] = where_
+                break
     for p in range(1, total + 1):
         chunk = clusters[(p - 1) * CLUSTERS_PER_PAGE:p * CLUSTERS_PER_PAGE]
         rows = []
@@ -457,19 +583,20 @@ def _clusters(w: _Writer, data: SiteData, diffs: dict[Key, dict]) -> None:
                                           if d and d.decision == "keep"][:3],
                          "excluded": sum(1 for d in decided if d and d.decision == "exclude"),
                          "packages": sorted({k[0] for k in c.members}),
-                         "blocked": sum(1 for e in c.edges if e.blocked_by)})
+                         "blocked": sum(1 for e in c.edges if e.blocked_by),
+                         "diffs": first_diff.get(c.number)})
         w.page("clusters/index.html" if p == 1 else f"clusters/page-{p}.html", "clusters.html", title="Clusters", rows=rows, page=p, pages=total,
                clusters=len(clusters), with_page=with_page)
     for c in clusters:
         if not c.page:
             continue
         members = _member_rows(data, c)
-        shown = [{"row": r, "diff": diffs.get(r["key"])} for r in members
+        shown = [{**r, "diff": diffs.get(r["key"])} for r in members
                  if r["kept"] is not None]
         w.page(f"clusters/c-{c.number}.html", "cluster.html", title=f"Cluster {c.number}",
                c=c, members=members, edges=c.edges[:model.CLUSTER_MEMBERS * 2],
                notes=_cluster_notes(data, c), matrix=_matrix(data, c), shown=shown,
-               texts=data.texts)
+               more_diffs=first_diff.get(c.number))
 
 
 def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
@@ -479,12 +606,13 @@ def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
     for r in blocked:
         if r.blocked_by is not None:
             by_rule[r.blocked_by] += 1
+    history = sum(1 for r in blocked if r.history_only)
+    rules = sorted(by_rule.items())
     for p in range(1, total + 1):
         w.page("guard/index.html" if p == 1 else f"guard/page-{p}.html", "guard.html",
                title="Guard", rows=rows[(p - 1) * GUARD_PER_PAGE:p * GUARD_PER_PAGE],
                page=p, pages=total, blocked=len(blocked), shown=len(rows),
-               history=sum(1 for r in blocked if r.history_only),
-               by_rule=sorted(by_rule.items()), cluster_of=data.relations.cluster_of,
+               history=history, by_rule=rules, cluster_of=data.relations.cluster_of,
                clusters=data.relations.clusters)
 
 
@@ -543,7 +671,7 @@ def _partner(r: dict, data: SiteData, content: dict[Key, str]) -> dict:
 
 def _tail(key: Key, d: SampleDecision, data: SiteData, rels: list[dict],
           content: dict[Key, str], excluded: list[Key], diffs: dict[Key, dict],
-          guard: dict[Key, list[dict]]) -> dict:
+          diff_pages: dict[Key, str], guard: dict[Key, list[dict]]) -> dict:
     """What a sample's search record holds after its decisions.jsonl fields, origin and
     domain (`model.search_part`): ``why`` (as `report explain` says it, from all its
     relations), its relations with each partner's own decision, the samples excluded in its
@@ -572,13 +700,16 @@ def _tail(key: Key, d: SampleDecision, data: SiteData, rels: list[dict],
         rec["diff"] = {"partner": {"package_id": p[0], "sample_id": p[1]},
                        "spans": len(diff["spans"]), "lines": diff["lines"],
                        "page": f"clusters/c-{c}.html#{views.anchor(key)}"}
+    elif key in diff_pages and d.kept is not None:  # computed by a diff page's task
+        rec["diff"] = {"partner": {"package_id": d.kept[0], "sample_id": d.kept[1]},
+                       "page": diff_pages[key]}
     if key in guard:
         rec["guard"] = guard[key]
     return rec
 
 
-def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list[dict],
-            pool: Executor) -> Callable[[], None]:
+def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], diff_pages: dict[Key, str],
+            guard_rows: list[dict], pool: Executor) -> Callable[[], None]:
     """Search data: one ``<script>`` file per shard of samples, loaded on demand. The records
     of samples with relations are made here (`_tail`); all of them are written by
     `model.search_part`, a range of decisions.jsonl lines per task, on ``pool`` (two worker
@@ -607,20 +738,34 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], guard_rows: list
     empty: list[dict] = []
     ranges = [(a, min(a + SEARCH_TASK, len(samples)))
               for a in range(0, max(len(samples), 1), SEARCH_TASK)]
-    tails: list[dict[int, bytes]] = [{} for _ in ranges]
-    for key in {*data.relations.by_sample, *excluded, *diffs, *guard}:
-        d = samples.get(key)
-        if d is not None:
-            tails[(d.line - 1) // SEARCH_TASK][d.line] = orjson.dumps(_tail(
-                key, d, data, data.relations.by_sample.get(key, empty), content,
-                excluded.get(key, []), diffs, guard))
     names, codes = model.domain_codes(data.domains, data.summary)
     folder = w.out / "data" / "samples"
     folder.mkdir(parents=True, exist_ok=True)
     parts = [folder / f".part-{k:05d}" for k in range(len(ranges))]
-    futures = [pool.submit(model.search_part, data.report, a, b, n, names, codes[a:b],
-                         tails[k], parts[k]) for k, (a, b) in enumerate(ranges)]
-    del tails
+    futures: list[Future] = []
+
+    def submit(upto: int, tails: dict[int, bytes]) -> None:
+        """Hand the ranges before ``upto`` to the pool, each as soon as its records with
+        relations are made (a worker starts on it while this process makes the next)."""
+        while len(futures) < upto:
+            k = len(futures)
+            a, b = ranges[k]
+            futures.append(pool.submit(model.search_part, data.report, a, b, n, names,
+                                       codes[a:b], {line: tails.pop(line) for line in
+                                                    [x for x in tails if a < x <= b]},
+                                       parts[k]))
+
+    tails: dict[int, bytes] = {}
+    related = sorted((d.line, key) for key in {*data.relations.by_sample, *excluded, *diffs,
+                                               *diff_pages, *guard}
+                     if (d := samples.get(key)) is not None)
+    for line, key in related:
+        submit((line - 1) // SEARCH_TASK, tails)
+        tails[line] = orjson.dumps(_tail(key, samples[key], data,
+                                         data.relations.by_sample.get(key, empty), content,
+                                         excluded.get(key, []), diffs, diff_pages,
+                                         guard))
+    submit(len(ranges), tails)
 
     def finish() -> None:
         lengths = [f.result() for f in futures]

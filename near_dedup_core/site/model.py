@@ -50,8 +50,8 @@ from near_dedup_core.audit.sources import (
     SampleText,
     check_shard,
     sample_domains,
+    shard_lines,
 )
-from near_dedup_core.audit.sources import _shard_lines as shard_lines
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.formats.report import SampleRef
 from near_dedup_core.report import (
@@ -71,9 +71,8 @@ CLUSTER_PAGES = 400
 CLUSTERS_PER_SOURCE = 5
 #: Members listed on a cluster page (a larger cluster lists its first ones, by decision order).
 CLUSTER_MEMBERS = 200
-#: Excluded samples whose text diff against the kept partner is computed (in cluster order):
-#: a character diff of two long texts with scattered edits costs milliseconds each.
-MAX_DIFFS = 600
+#: Excluded samples per diff page (those not listed on their cluster's own page).
+DIFFS_PER_PAGE = 100
 #: Guard-blocked pool pairs shown with both texts and their numbers highlighted.
 MAX_GUARD_TEXTS = 600
 #: Pairwise Jaccard is shown as a matrix for clusters of at most this many members.
@@ -361,15 +360,16 @@ def read_decisions(report: Path) -> dict[Key, SampleDecision]:
     numbers them. For a report verified beside it (`verify`)."""
     out: dict[Key, SampleDecision] = {}
     nodes: dict[tuple[str, str], int] = {}
+    loads, record = orjson.loads, tuple.__new__  # a NamedTuple made without its __new__
     with open(report / "decisions.jsonl", "rb") as fh:
         for n, raw in enumerate(fh, 1):
-            d = orjson.loads(raw)
+            d = loads(raw)
             split, kept, jaccard = d["split"], d["kept"], d["jaccard"]
             node = nodes.setdefault((d["content_id"], split), len(nodes))
-            out[(d["package_id"], d["sample_id"])] = SampleDecision(
+            out[(d["package_id"], d["sample_id"])] = record(SampleDecision, (
                 n, split, node, d["decision"], d["reason"],
                 None if kept is None else (kept["package_id"], kept["sample_id"]),
-                None if jaccard is None else float(jaccard), None)
+                None if jaccard is None else float(jaccard), None))
     return out
 
 
@@ -407,7 +407,12 @@ def _lines(report: Path, name: str, lines: dict[int, Key]) -> Iterator[tuple[Key
 def locate(report: Path, summary: ReportSummary, keys: Iterable[Key]) -> dict[Key, OriginRow]:
     """origins.jsonl rows of these samples (`audit.sources.locate`), reading only their lines:
     a verified report's origins follow decisions.jsonl line by line."""
-    lines = {summary.samples[k].line: k for k in keys if k in summary.samples}
+    return locate_lines(report, {summary.samples[k].line: k for k in keys
+                                 if k in summary.samples})
+
+
+def locate_lines(report: Path, lines: dict[int, Key]) -> dict[Key, OriginRow]:
+    """origins.jsonl rows at these decisions.jsonl lines (1-based line → sample)."""
     return {k: OriginRow.model_validate_json(raw)
             for k, raw in _lines(report, "origins.jsonl", lines)}
 

@@ -1,10 +1,12 @@
-"""What the site shows in full, of a large report: the clusters that get a page of their
-own, the excluded samples whose text diff against the kept partner is computed, and the
-guard-blocked pairs shown with both texts' numbers and units (`site.model` holds the caps)."""
+"""What the site shows of a large report: the clusters that get a page of their own, every
+excluded sample's text diff against its kept partner (on its cluster's page or on the diff
+pages), and the guard-blocked pairs shown with both texts' numbers and units (`site.model`
+holds the caps)."""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 from near_dedup_core.audit.sources import Key, SampleText
 from near_dedup_core.audit.textdiff import changed_spans, merge_close
@@ -12,7 +14,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.guard import guard_for
 from near_dedup_core.report import RelationRow
 from near_dedup_core.site import model, views
-from near_dedup_core.site.model import SiteData
+from near_dedup_core.site.model import Cluster, SiteData
 
 
 def choose_cluster_pages(data: SiteData) -> None:
@@ -28,33 +30,65 @@ def choose_cluster_pages(data: SiteData) -> None:
                 per_source[s] += 1
 
 
-def diff_pairs(data: SiteData) -> list[tuple[Key, Key]]:
-    """(excluded sample, its kept partner) for the listed excluded members of clusters with a
-    page, in cluster order, at most `model.MAX_DIFFS`."""
-    out = []
+@dataclass
+class DiffItem:
+    """An excluded sample shown side by side with its kept partner."""
+
+    sample: Key
+    kept: Key
+    reason: str
+    jaccard: float | None
+    cluster: int | None  # its cluster's number (None: in no cluster)
+    cluster_page: bool  # whether that cluster has a page of its own
+
+
+def diff_items(data: SiteData) -> tuple[list[DiffItem], list[DiffItem]]:
+    """Every excluded sample with its kept partner, in cluster order (members in decision
+    order; an excluded sample in no cluster last, in decision order): those listed on their
+    cluster's own page (the first `model.CLUSTER_MEMBERS` members of a cluster with a page),
+    whose diffs that page shows, and all the others, shown on the diff pages."""
+    inline: list[DiffItem] = []
+    paged: list[DiffItem] = []
+    seen: set[Key] = set()
+
+    def add(k: Key, c: Cluster | None, listed: bool) -> None:
+        d = data.decision(k)
+        if d is None or d.kept is None:
+            return
+        item = DiffItem(k, d.kept, d.reason, d.jaccard, None if c is None else c.number,
+                        c is not None and c.page)
+        (inline if listed else paged).append(item)
+        seen.add(k)
+
     for c in data.relations.clusters:
-        if not c.page:
-            continue
-        for k in c.members[:model.CLUSTER_MEMBERS]:
-            d = data.decision(k)
-            if d is not None and d.kept is not None:
-                out.append((k, d.kept))
-                if len(out) >= model.MAX_DIFFS:
-                    return out
-    return out
+        for i, k in enumerate(c.members):
+            add(k, c, c.page and i < model.CLUSTER_MEMBERS)
+    for k, d in data.summary.samples.items():
+        if d.kept is not None and k not in seen:
+            add(k, None, False)
+    return inline, paged
 
 
-def diffs(pairs: list[tuple[Key, Key]], texts: dict[Key, SampleText]) -> dict[Key, dict]:
+def diff_of(sample: Key, kept: Key, texts: dict[Key, SampleText]) -> dict | None:
+    """The side-by-side diff of an excluded sample against its kept partner (None when a
+    text is not available): `audit.textdiff.changed_spans` of the normalized texts, as
+    `report explain` computes it."""
+    a, b = texts.get(kept), texts.get(sample)
+    if a is None or b is None:
+        return None
+    spans = changed_spans(a.normalized, b.normalized)
+    left, right = views.diff_segments(a.normalized, b.normalized,
+                                      merge_close(a.normalized, b.normalized, spans))
+    return {"partner": kept, "spans": spans, "left": left, "right": right,
+            "lines": views.span_lines(a.normalized, b.normalized, spans)}
+
+
+def diffs(items: list[DiffItem], texts: dict[Key, SampleText]) -> dict[Key, dict]:
     out = {}
-    for sample, kept in pairs:
-        a, b = texts.get(kept), texts.get(sample)
-        if a is None or b is None:
-            continue
-        spans = changed_spans(a.normalized, b.normalized)
-        left, right = views.diff_segments(a.normalized, b.normalized,
-                                          merge_close(a.normalized, b.normalized, spans))
-        out[sample] = {"partner": kept, "spans": spans, "left": left, "right": right,
-                       "lines": views.span_lines(a.normalized, b.normalized, spans)}
+    for it in items:
+        diff = diff_of(it.sample, it.kept, texts)
+        if diff is not None:
+            out[it.sample] = diff
     return out
 
 

@@ -157,7 +157,14 @@
         return [link(x.package_id, x.sample_id), x.split, x.reason, jac(x.jaccard)];
       })));
     }
-    if (rec.diff) {
+    if (rec.diff && !rec.diff.lines) {
+      var dp = rec.diff, hp = el("h3", null, "text diff: " + dp.partner.package_id + "/" + dp.partner.sample_id + " → this sample (normalized) ");
+      var ap = el("a", null, "side by side");
+      ap.href = dp.page;
+      ap.id = "diff-page";
+      hp.appendChild(ap);
+      box.appendChild(hp);
+    } else if (rec.diff) {
       var d = rec.diff, h = el("h3", null, "text diff: " + d.partner.package_id + "/" + d.partner.sample_id + " [-…-] → this sample {+…+} (" + d.spans + " changed span" + (d.spans === 1 ? "" : "s") + ", normalized) ");
       var a = el("a", null, "side by side");
       a.href = d.page;
