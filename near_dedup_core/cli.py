@@ -99,6 +99,16 @@ def build_parser() -> argparse.ArgumentParser:
                    description="Check the index's own invariants: a SQLite file after its "
                                "integrity check; a PostgreSQL database in one read-only "
                                "snapshot, its pages left to pg_amcheck.")
+    ixs.add_parser("compact", help="an iceberg:// index: rewrite each band bucket's files "
+                                   "into one sorted file, as a new commit",
+                   description="Rewrite the band files of every bucket of an Iceberg index "
+                               "into one file sorted by key, published as a new commit "
+                               "(docs/iceberg.md).")
+    ixs.add_parser("expire", help="an iceberg:// index: drop old snapshots and the data "
+                                  "files only they referenced",
+                   description="Drop every snapshot of an Iceberg index but the published one "
+                               "and remove the data files no kept snapshot references; refused "
+                               "while a scan reads the index (docs/iceberg.md).")
     ix.add_argument("--inputs", nargs="+", type=_location, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
@@ -279,6 +289,22 @@ def _need_index(args: argparse.Namespace) -> Index:
     return open_index(args.index)
 
 
+def _maintain_iceberg(args: argparse.Namespace) -> str:
+    """`index compact` and `index expire`, for an index kept as Iceberg tables."""
+    from near_dedup_core.index_store import IcebergIndex
+
+    if args.inputs:
+        raise NearDedupError(f"usage: index {args.action} takes no --inputs")
+    index = _need_index(args)
+    if not isinstance(index, IcebergIndex):
+        raise NearDedupError(f"index {index.label}: index {args.action} is for an index kept "
+                             f"as Iceberg tables (iceberg:///folder)")
+    with index.errors():
+        from near_dedup_core.index_store.iceberg import maintain
+
+        return (maintain.compact if args.action == "compact" else maintain.expire)(index.url)
+
+
 def _report_audit(args: argparse.Namespace) -> None:
     import contextlib
 
@@ -351,7 +377,7 @@ def _verify_local_report(path: Path, inputs: list[Path] | list[Location] | None)
 def run(args: argparse.Namespace) -> None:
     if hasattr(args, "executor"):  # chosen once: the stages ask it, never which one it is
         args.executor = choose_executor(args.executor, args.workers)
-    if getattr(args, "action", None) != "check":
+    if getattr(args, "action", None) not in ("check", "compact", "expire"):
         runtime.prepare(args.command, inputs=getattr(args, "inputs", None) or (),
                         workers=getattr(args, "workers", 1),
                         executor=getattr(args, "executor", "local"), index=args.index)
@@ -362,6 +388,8 @@ def run(args: argparse.Namespace) -> None:
         if args.inputs:
             raise NearDedupError("usage: index check takes no --inputs (see near-dedup --help)")
         print(_need_index(args).check().summary())
+    elif args.command == "index" and args.action in ("compact", "expire"):
+        print(_maintain_iceberg(args))
     elif args.command == "index":
         from near_dedup_core.ingest.run import index_packages
 
