@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -244,12 +245,7 @@ def open_for_write(location: str) -> tuple[Pinned, bool]:
     """The published state for a writer (under its lock), the catalog and tables created for
     a new index; ``fresh``: no batch was published yet."""
     folder = it.folder_of(location)
-    if folder.exists() and not folder.is_dir():
-        raise NearDedupError(f"index {location}: exists and is not a folder")
-    if folder.is_dir() and any(folder.iterdir()) and not (folder / it.CATALOG_FILE).is_file() \
-            and {p.name for p in folder.iterdir()} != {it.WRITER_LOCK}:
-        raise NearDedupError(f"index {location}: the folder exists and is not a near-dedup "
-                             f"index (no {it.CATALOG_FILE}); use a new or empty folder")
+    refuse_foreign(folder, location)
     cat = it.catalog(folder, create=True)
     tables = it.load_tables(cat)
     if tables is None:
@@ -265,6 +261,16 @@ def open_for_write(location: str) -> tuple[Pinned, bool]:
     return Pinned(location, expected=False), False
 
 
+def refuse_foreign(folder: Path, location: str) -> None:
+    """A file, or a folder holding anything but an index, is not an index to append to."""
+    if folder.exists() and not folder.is_dir():
+        raise NearDedupError(f"index {location}: exists and is not a folder")
+    if folder.is_dir() and not (folder / it.CATALOG_FILE).is_file() \
+            and {p.name for p in folder.iterdir()} - {it.WRITER_LOCK}:
+        raise NearDedupError(f"index {location}: the folder exists and is not a near-dedup "
+                             f"index (no {it.CATALOG_FILE}); use a new or empty folder")
+
+
 @contextmanager
 def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
                   ) -> Iterator[IcebergBatch]:
@@ -272,6 +278,7 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
     (leftovers of a killed writer returned), the batch's rows, one commit on success and
     nothing published on failure."""
     folder = it.folder_of(location)
+    refuse_foreign(folder, location)
     created = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
     try:

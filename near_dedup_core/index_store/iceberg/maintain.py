@@ -62,7 +62,8 @@ def check_files(pinned: Pinned) -> None:
                                          f"{f.record_count:,}")
             if name == "bands":
                 if buckets is None:
-                    buckets = int(dict(pinned.rows("meta", ("key", "value")))[it.BUCKETS_KEY])
+                    buckets = int(dict(pinned.rows("meta", ("key", "value"))).get(
+                        it.BUCKETS_KEY, "0")) or 1
                 t = pq.read_table(path, columns=["bucket", "key"])
                 keys = t.column("key").to_numpy()
                 if (bucket_of(keys, buckets) != f.partition[0]).any() \
@@ -126,6 +127,7 @@ def check_iceberg(location: str) -> IndexCheck:
         if pinned.state.n == 0:
             raise NearDedupError(f"index {location}: no batch committed yet; not a near-dedup "
                                  f"index to check")
+        check_files(pinned)
         values = dict(pinned.rows("meta", ("key", "value")))
         ids = pinned.read("contents", ("id",)).column("id").to_numpy()
         values[BANDS_MERGED_THROUGH] = str(int(ids.max()) if len(ids) else 0)
@@ -133,7 +135,6 @@ def check_iceberg(location: str) -> IndexCheck:
         if not values.get(it.BUCKETS_KEY, "").isdigit():
             raise NearDedupError(f"index {location}: meta lacks {it.BUCKETS_KEY}; restore it "
                                  f"from a backup")
-        check_files(pinned)
         con = _mirror(pinned, values)
         try:
             result = check_invariants(location, con, config, con.execute)
