@@ -65,11 +65,13 @@ def maintain(index: str, action: str) -> str:
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory) -> tuple[Path, Path, Path]:
-    """About 6,000 real-text documents over two versions, with near and exact copies (as in
-    ray_cases.py), and a small third version."""
+    """6,000 real-text documents over two versions of 3,000, with near and exact copies, and
+    a third version of 600 edited copies. Each text is two stdlib paragraphs: 4,500
+    distinct pairs."""
     root = tmp_path_factory.mktemp("iceberg-packages")
-    texts = [f"{a} {b}" for a, b in zip(P, P[1:] + P[:1], strict=True)] * 3
-    texts = [t if i < len(P) else f"{t} {P[i % len(P)][:200]}" for i, t in enumerate(texts)]
+    n = len(P)
+    texts = [f"{P[i % n]} {P[(i + i // n + 1) % n]}" for i in range(4500)]
+    assert len(set(texts)) == 4500
     v1 = make_package(root, "cpt-v1", {"train": [
         {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:3000])]},
         shard_records=1000)
@@ -81,7 +83,7 @@ def packages(tmp_path_factory) -> tuple[Path, Path, Path]:
         created_at="2026-11-26T00:00:00Z", shard_records=1000)
     v3 = make_package(root, "cpt-v3", {"train": [
         {"id": f"c{i}", "text": drop_every(t, 7), "domain": "docs"}
-        for i, t in enumerate(texts[2000:2600])]}, created_at="2026-11-27T00:00:00Z")
+        for i, t in enumerate(texts[100:700])]}, created_at="2026-11-27T00:00:00Z")
     return v1, v2, v3
 
 
