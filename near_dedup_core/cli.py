@@ -289,13 +289,17 @@ def _need_index(args: argparse.Namespace) -> Index:
     return open_index(args.index)
 
 
-def _maintain_iceberg(args: argparse.Namespace) -> str:
-    """`index compact` and `index expire`, for an index kept as Iceberg tables."""
+def _index_action(args: argparse.Namespace) -> str:
+    """`index check`; `index compact` and `index expire`, for an index kept as Iceberg
+    tables."""
     from near_dedup_core.index_store import IcebergIndex
 
     if args.inputs:
-        raise NearDedupError(f"usage: index {args.action} takes no --inputs")
+        raise NearDedupError(f"usage: index {args.action} takes no --inputs (see near-dedup "
+                             f"--help)")
     index = _need_index(args)
+    if args.action == "check":
+        return index.check().summary()
     if not isinstance(index, IcebergIndex):
         raise NearDedupError(f"index {index.label}: index {args.action} is for an index kept "
                              f"as Iceberg tables (iceberg:///folder)")
@@ -384,12 +388,8 @@ def run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
     progress = not args.quiet
-    if args.command == "index" and args.action == "check":
-        if args.inputs:
-            raise NearDedupError("usage: index check takes no --inputs (see near-dedup --help)")
-        print(_need_index(args).check().summary())
-    elif args.command == "index" and args.action in ("compact", "expire"):
-        print(_maintain_iceberg(args))
+    if args.command == "index" and args.action is not None:
+        print(_index_action(args))
     elif args.command == "index":
         from near_dedup_core.ingest.run import index_packages
 

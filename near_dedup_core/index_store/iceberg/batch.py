@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from pathlib import Path
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import numpy as np
 import orjson
 import pyarrow as pa
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.expressions import EqualTo
 from pyiceberg.table import Table
 
 from near_dedup_core.config import NearDedupConfig
@@ -108,7 +107,7 @@ class IcebergBatch(BatchTransaction):
 
     def ref_targets(self, package_rowid: int) -> dict[str, RefTarget]:
         t = self.pinned.read("sources", ("sample_id", "content", "text_sha256", "domain"),
-                             EqualTo("package", package_rowid))
+                             it.equal("package", package_rowid))
         return {sid: RefTarget(c, bytes(sha), dom) for sid, c, sha, dom in zip(
             *(t.column(x).to_pylist() for x in ("sample_id", "content", "text_sha256",
                                                  "domain")), strict=True)}

@@ -21,7 +21,6 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pyiceberg.expressions import In
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
@@ -171,11 +170,11 @@ def compact(location: str) -> str:
         if not small:
             return f"index {location}: nothing to compact ({len(files):,} buckets, one file each)"
         table = pinned.tables["bands"]
-        rows = pinned.read("bands", ("bucket", "key", "content"), In("bucket", small))
+        rows = pinned.read("bands", ("bucket", "key", "content"), it.one_of("bucket", small))
         order = np.lexsort((rows.column("content").to_numpy(), rows.column("key").to_numpy(),
                             rows.column("bucket").to_numpy()))
         rows = rows.take(pa.array(order)).cast(it.arrow_schema("bands"))
-        table.overwrite(rows, overwrite_filter=In("bucket", small))
+        table.overwrite(rows, overwrite_filter=it.one_of("bucket", small))
         current = table.current_snapshot()
         assert current is not None
         snapshots = dict(pinned.state.snapshots)

@@ -18,14 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import zstandard
-from pyiceberg.expressions import (
-    And,
-    BooleanExpression,
-    EqualTo,
-    GreaterThanOrEqual,
-    LessThanOrEqual,
-    Or,
-)
+from pyiceberg.expressions import BooleanExpression, Or
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.iceberg import tables as it
@@ -62,14 +55,14 @@ def id_ranges(ids: np.ndarray, column: str) -> BooleanExpression:
     """A row filter on ``column`` covering the sorted ``ids`` with at most `MAX_RANGES`
     ranges (the widest gaps split them); files and row groups outside them are skipped."""
     if len(ids) == 1:
-        return EqualTo(column, int(ids[0]))
+        return it.equal(column, int(ids[0]))
     gaps = np.diff(ids)
     cut = np.sort(np.argsort(gaps)[::-1][:MAX_RANGES - 1]) if len(gaps) else np.zeros(0, int)
     cut = cut[gaps[cut] > 1]
     starts = np.concatenate(([0], cut + 1))
     ends = np.concatenate((cut, [len(ids) - 1]))
     parts: list[BooleanExpression] = [
-        And(GreaterThanOrEqual(column, int(ids[a])), LessThanOrEqual(column, int(ids[b])))
+        it.between(column, int(ids[a]), int(ids[b]))
         for a, b in zip(starts, ends, strict=True)]
     expr = parts[0]
     for p in parts[1:]:
@@ -189,7 +182,7 @@ class IcebergTexts:
 
     def _sources(self, package_rowid: int, columns: tuple[str, ...]) -> pa.Table:
         t = self._pinned.read("sources", (*columns, "position") if "position" not in columns
-                              else columns, EqualTo("package", package_rowid))
+                              else columns, it.equal("package", package_rowid))
         return t.sort_by("position")
 
     def package_origins(self, package_rowid: int) -> Iterator[tuple]:
@@ -266,7 +259,7 @@ class IcebergKnownTexts:
         self._map = None
 
 
-class IcebergSnapshot(IndexSnapshot):  # type: ignore[misc]
+class IcebergSnapshot(IndexSnapshot):
     """Every read of a scan from ONE published state of an Iceberg index (module doc)."""
 
     def __init__(self, pinned: Pinned, config: NearDedupConfig | None = None) -> None:
@@ -442,9 +435,9 @@ class IcebergSnapshot(IndexSnapshot):  # type: ignore[misc]
     def _check_columns(self, scope: np.ndarray, has_signature: np.ndarray,
                        long: np.ndarray) -> None:
         if self._scope_ids is None:
-            self._scope_ids = np.asarray(  # type: ignore[assignment]
+            self._scope_ids = np.asarray(
                 [i for (i,) in self._pinned.rows("scopes", ("id",))], dtype=np.int64)
-        if not np.isin(scope, self._scope_ids).all():  # type: ignore[arg-type]
+        if not np.isin(scope, self._scope_ids).all():
             raise damaged(self.path, MISSING_SCOPE)
         if self._min_chars is not None and not np.array_equal(has_signature, long):
             raise damaged(self.path, SIGNATURE_MISMATCH)

@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+from pyiceberg import expressions
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -69,6 +70,23 @@ COMMIT_COLUMNS = [("n", L), ("op", S), ("at", S), ("tables", S)]
 #: The column each table's rows are sorted by inside a data file.
 SORTED_BY = {"batches": "seq", "packages": "id", "scopes": "id", "dictionaries": "id",
              "contents": "id", "sources": "id", "raw_texts": "text_sha256", "bands": "key"}
+
+
+#: pyiceberg's row filters, built from (column, value): its expression classes are pydantic
+#: models whose generated signatures the type checker cannot follow.
+_EXPR: Any = expressions
+
+
+def equal(column: str, value: int) -> BooleanExpression:
+    return _EXPR.EqualTo(column, value)
+
+
+def one_of(column: str, values: list[int]) -> BooleanExpression:
+    return _EXPR.In(column, values)
+
+
+def between(column: str, lo: int, hi: int) -> BooleanExpression:
+    return _EXPR.And(_EXPR.GreaterThanOrEqual(column, lo), _EXPR.LessThanOrEqual(column, hi))
 
 
 def schema_of(columns: list[tuple[str, Any]]) -> Schema:
