@@ -156,6 +156,52 @@ def bucket_of(keys: np.ndarray, buckets: int) -> np.ndarray:
             % np.uint64(buckets)).astype(np.int32)
 
 
+class RowGroups:
+    """The texts of the contents' data files, read by Parquet row group: the row groups whose
+    id range (from the files' statistics) holds a wanted id, each read once and kept (a verify
+    worker reads the texts of its chunks' pairs, and later chunks meet the same contents)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self._files = [pq.ParquetFile(local_path(p)) for p in paths]
+        lo, hi, where = [], [], []
+        for f, pf in enumerate(self._files):
+            column = pf.schema_arrow.get_field_index("id")
+            for g in range(pf.metadata.num_row_groups):
+                stats = pf.metadata.row_group(g).column(column).statistics
+                lo.append(stats.min)
+                hi.append(stats.max)
+                where.append((f, g))
+        order = np.argsort(np.asarray(lo, dtype=np.int64), kind="stable")
+        self._lo = np.asarray(lo, dtype=np.int64)[order]
+        self._hi = np.asarray(hi, dtype=np.int64)[order]
+        self._where = [where[i] for i in order]
+        self._read: dict[int, tuple[np.ndarray, Any, Any]] = {}
+
+    def blobs(self, wanted: np.ndarray) -> dict[int, tuple[bytes, int | None]]:
+        """(text_z, dictionary) of the ``wanted`` ids (sorted, distinct) that the files hold."""
+        out: dict[int, tuple[bytes, int | None]] = {}
+        at = np.searchsorted(self._lo, wanted, side="right") - 1
+        for g in np.unique(at[at >= 0]).tolist():
+            ids = wanted[at == g]
+            ids = ids[ids <= self._hi[g]]
+            if not len(ids):
+                continue
+            if g not in self._read:
+                f, rg = self._where[g]
+                t = self._files[f].read_row_group(rg, columns=["id", "text_z", "dictionary"])
+                order = np.argsort(t.column("id").to_numpy())
+                self._read[g] = (t.column("id").to_numpy()[order],
+                                 t.column("text_z").take(pa.array(order)),
+                                 t.column("dictionary").take(pa.array(order)))
+            gids, texts, dicts = self._read[g]
+            pos = np.searchsorted(gids, ids)
+            pos[pos == len(gids)] = 0
+            found = gids[pos] == ids
+            for cid, k in zip(ids[found].tolist(), pos[found].tolist(), strict=True):
+                out[cid] = (texts[k].as_py(), dicts[k].as_py())
+        return out
+
+
 class IcebergTexts:
     """Normalized texts of contents by row id, and the samples' columns, read from the newest
     published state (content and source rows are insert-only: any later state holds the same
@@ -166,6 +212,7 @@ class IcebergTexts:
         self.path = pinned.location
         self.location = pinned.location
         self._dictionaries: dict[int, bytes] | None = None
+        self._groups: RowGroups | None = None
 
     @classmethod
     def open(cls, location: str) -> IcebergTexts:
@@ -197,18 +244,16 @@ class IcebergTexts:
             raise ValueError(f"not a sample column: {column}")
         return self._sources(package_rowid, (column,)).column(column).to_pylist()
 
+    def _row_groups(self) -> RowGroups:
+        if self._groups is None:
+            self._groups = RowGroups([f.file_path for f in self._pinned.data_files("contents")])
+        return self._groups
+
     def _blobs(self, ids: list[int]) -> dict[int, tuple[bytes, int | None]]:
         wanted = np.unique(np.asarray(ids, dtype=np.int64))
         if not len(wanted):
             return {}
-        t = self._pinned.read("contents", ("id", "text_z", "dictionary"),
-                              id_ranges(wanted, "id"))
-        got = t.column("id").to_numpy()
-        keep = np.isin(got, wanted)
-        t = t.filter(pa.array(keep))
-        blobs = dict(zip(t.column("id").to_pylist(),
-                         zip(t.column("text_z").to_pylist(), t.column("dictionary").to_pylist(),
-                             strict=True), strict=True))
+        blobs = self._row_groups().blobs(wanted)
         if len(blobs) != len(wanted):
             raise damaged(self.path, f"{len(wanted) - len(blobs):,} content rows are missing")
         return blobs

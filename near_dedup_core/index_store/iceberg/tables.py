@@ -40,8 +40,9 @@ BUCKETS_KEY = "iceberg_buckets"
 #: Band-key buckets of a new index (docs/iceberg.md says how the count was chosen).
 DEFAULT_BUCKETS = 64
 BUCKETS_ENV = "NEAR_DEDUP_ICEBERG_BUCKETS"
-#: Rows per Parquet row group: a probe skips the row groups whose key range misses its keys.
-ROW_GROUP_ROWS = 65_536
+#: Rows per Parquet row group: a probe skips the band row groups whose key range misses its
+#: keys; a text reader reads the content row groups whose id range holds its ids.
+ROW_GROUP_ROWS = {"bands": 65_536, "contents": 4_096}
 
 L, B, S = LongType, BinaryType, StringType
 
@@ -119,7 +120,7 @@ def _properties(table: str) -> dict[str, str]:
     # a conflicting commit fails instead of being replayed on the new state: the writer
     # decides (docs/iceberg.md, "Two writers")
     return {"commit.retry.num-retries": "0",
-            "write.parquet.row-group-limit": str(ROW_GROUP_ROWS),
+            "write.parquet.row-group-limit": str(ROW_GROUP_ROWS.get(table, 65_536)),
             "write.parquet.compression-codec": "zstd"}
 
 
