@@ -368,3 +368,24 @@ def test_contamination_and_audit_work_on_an_iceberg_index(tmp_path):
     code, out, err = run_cli("report", "explain", report, first["package_id"],
                              first["sample_id"])
     assert code == 0 and first["sample_id"] in out, err
+
+
+def test_the_commands_of_docs_iceberg_run_as_written(tmp_path):
+    """docs/iceberg.md's "Commands" block, verbatim in bash in a folder holding the samples,
+    with this venv's near-dedup first on PATH: every command exits 0."""
+    import re
+    import shutil
+
+    doc = (REPO / "docs" / "iceberg.md").read_text(encoding="utf-8")
+    section = doc[doc.index("\n## Commands\n"):]
+    block = re.search(r"^```sh\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
+    assert block is not None
+    shutil.copytree(REPO / "samples", tmp_path / "samples")
+    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
+                                                  os.environ.get("PATH", "")])}
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", block.group(1)], cwd=tmp_path,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "compacted" in run.stdout and "OK (2 batches" in run.stdout
+    assert "expired" in run.stdout
+    assert (tmp_path / "data" / "reports" / "ice-v2" / "decisions.jsonl").is_file()
