@@ -11,6 +11,7 @@ range holds none of its keys, and returns the hits; the driver merges them."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,6 +47,8 @@ from near_dedup_core.index_store.texts import ShippedTexts, damaged
 if TYPE_CHECKING:
     from near_dedup_core.config import NearDedupConfig
 
+#: Threads of an inline scan's per-bucket history join.
+JOIN_THREADS = 2
 #: At most this many id ranges in one row filter: ids further apart than a range's gap
 #: are read as separate ranges, so a lookup of scattered ids reads the files that hold them.
 MAX_RANGES = 32
@@ -506,7 +509,10 @@ class IcebergSnapshot(IndexSnapshot):
                           pool_nodes: set[tuple[int, str]]) -> BandHits:
         """Band rows with one of ``keys`` whose content is outside the pool (as on SQLite),
         joined per band-key bucket: one task per bucket that holds probe keys
-        (`bucket_hits`), run on this process's threads; the hits merged."""
+        (`bucket_hits`), on the scan's executor (`join_executor`: its local worker
+        processes or Ray tasks) or, inline, on `JOIN_THREADS` threads of this process
+        (Parquet reads leave the GIL); the hits concatenated (the caller deduplicates and
+        sorts them)."""
         mixed = sorted({c for c, split in self.content_splits(pool_contents)
                         if (c, split) not in pool_nodes})
         pool = np.setdiff1d(np.asarray(pool_contents, dtype=np.int64),
@@ -514,10 +520,14 @@ class IcebergSnapshot(IndexSnapshot):
         lo, hi = longest_run(pool)
         skip = np.setdiff1d(pool, np.arange(lo, hi + 1, dtype=np.int64))
         tasks = self.bucket_tasks(np.ascontiguousarray(keys, dtype=np.int64))
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=4) as threads:
-            found = list(threads.map(lambda a: bucket_hits(a[0], a[1], skip, lo, hi), tasks))
+        if self.join_executor is not None:
+            futures = [self.join_executor.submit(bucket_hits, paths, probes, skip, lo, hi)
+                       for paths, probes in tasks]
+            found = [f.result() for f in futures]
+        else:
+            with ThreadPoolExecutor(max_workers=JOIN_THREADS) as threads:
+                found = list(threads.map(lambda a: bucket_hits(a[0], a[1], skip, lo, hi),
+                                         tasks))
         if not found:
             return BandHits(np.zeros(0, np.int64), np.zeros(0, np.int64))
         return BandHits(np.concatenate([k for k, _ in found]),
