@@ -121,8 +121,7 @@ class Pinned:
         return int(value) if value is not None else self.read(table, ("*",)).num_rows
 
 
-def local_path(file_path: str) -> str:
-    return file_path[len("file://"):] if file_path.startswith("file://") else file_path
+local_path = it.local_path
 
 
 def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int, hi: int

@@ -99,6 +99,11 @@ def arrow_schema(table: str) -> pa.Schema:
     return schema_of(COMMIT_COLUMNS if table == COMMITS else COLUMNS[table]).as_arrow()
 
 
+def local_path(uri: str) -> str:
+    """The local path of a ``file://`` URI (as pyiceberg records them)."""
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
 def folder_of(location: str) -> Path:
     """The folder of ``iceberg:///absolute/folder``; anything else is refused."""
     rest = location[len(SCHEME):]
@@ -121,7 +126,8 @@ def _properties(table: str) -> dict[str, str]:
     # decides (docs/iceberg.md, "Two writers")
     return {"commit.retry.num-retries": "0",
             "write.parquet.row-group-limit": str(ROW_GROUP_ROWS.get(table, 65_536)),
-            "write.parquet.compression-codec": "zstd"}
+            # texts are zstd frames already, ids and signatures are hashes: no codec helps
+            "write.parquet.compression-codec": "uncompressed" if table == "contents" else "zstd"}
 
 
 def create_tables(cat: Catalog) -> dict[str, Table]:
