@@ -83,8 +83,8 @@ def index_metadata(result: IndexResult, report: ReportOutcome) -> dict:
     size = ({"index_bytes": dg.MetadataValue.int(backend.file.stat().st_size)}
             if backend.file is not None and backend.file.exists() else {})
     return {
-        "backend": dg.MetadataValue.text("PostgreSQL" if backend.kind == "postgres"
-                                         else "SQLite"),
+        "backend": dg.MetadataValue.text({"postgres": "PostgreSQL", "iceberg": "Iceberg"}.get(
+            backend.kind, "SQLite")),
         "batch": dg.MetadataValue.text("none: already indexed" if result.batch is None
                                        else str(result.batch)),
         "packages_added": dg.MetadataValue.text(", ".join(result.packages_added) or "none"),

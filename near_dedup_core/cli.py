@@ -125,6 +125,16 @@ def build_parser() -> argparse.ArgumentParser:
                    description="Check the index's own invariants: a SQLite file after its "
                                "integrity check; a PostgreSQL database in one read-only "
                                "snapshot, its pages left to pg_amcheck.")
+    ixs.add_parser("compact", help="an iceberg:// index: rewrite each band bucket's files "
+                                   "into one sorted file, as a new commit",
+                   description="Rewrite the band files of every bucket of an Iceberg index "
+                               "into one file sorted by key, published as a new commit "
+                               "(docs/iceberg.md).")
+    ixs.add_parser("expire", help="an iceberg:// index: drop old snapshots and the data "
+                                  "files only they referenced",
+                   description="Drop every snapshot of an Iceberg index but the published one "
+                               "and remove the data files no kept snapshot references; refused "
+                               "while a scan reads the index (docs/iceberg.md).")
     ix.add_argument("--inputs", nargs="+", type=_location, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
@@ -281,6 +291,26 @@ def _need_index(args: argparse.Namespace) -> Index:
     return open_index(args.index)
 
 
+def _index_action(args: argparse.Namespace) -> str:
+    """`index check`; `index compact` and `index expire`, for an index kept as Iceberg
+    tables."""
+    from near_dedup_core.index_store import IcebergIndex
+
+    if args.inputs:
+        raise NearDedupError(f"usage: index {args.action} takes no --inputs (see near-dedup "
+                             f"--help)")
+    index = _need_index(args)
+    if args.action == "check":
+        return index.check().summary()
+    if not isinstance(index, IcebergIndex):
+        raise NearDedupError(f"index {index.label}: index {args.action} is for an index kept "
+                             f"as Iceberg tables (iceberg:///folder)")
+    with index.errors():
+        from near_dedup_core.index_store.iceberg import maintain
+
+        return (maintain.compact if args.action == "compact" else maintain.expire)(index.url)
+
+
 def _report_audit(args: argparse.Namespace) -> None:
     import contextlib
 
@@ -354,7 +384,8 @@ def run(args: argparse.Namespace) -> None:
     """The command of ``args``, in the process set-up of its profile (`runtime.command`)."""
     if hasattr(args, "executor"):  # chosen once: the stages ask it, never which one it is
         args.executor = choose_executor(args.executor, args.workers)
-    name = "index check" if getattr(args, "action", None) == "check" else args.command
+    action = getattr(args, "action", None)
+    name = f"index {action}" if action in ("check", "compact", "expire") else args.command
     with runtime.command(name, inputs=getattr(args, "inputs", None) or (),
                          workers=getattr(args, "workers", 1),
                          executor=getattr(args, "executor", "local"), index=args.index):
@@ -365,10 +396,8 @@ def _run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
     progress = not args.quiet
-    if args.command == "index" and args.action == "check":
-        if args.inputs:
-            raise NearDedupError("usage: index check takes no --inputs (see near-dedup --help)")
-        print(_need_index(args).check().summary())
+    if args.command == "index" and args.action is not None:
+        print(_index_action(args))
     elif args.command == "index":
         from near_dedup_core.ingest.run import index_packages
 

@@ -49,6 +49,7 @@ import BatchTransaction``); the backends import them inside the methods that nee
 from __future__ import annotations
 
 from near_dedup_core.index_store.backends import (
+    IcebergIndex,
     Index,
     PostgresIndex,
     SqliteIndex,
@@ -84,7 +85,7 @@ from near_dedup_core.index_store.texts import (
 
 __all__ = [
     "BANDS_MERGED_THROUGH", "BAND_TABLES", "FORMAT", "SCHEMA_VERSION", "BandHits",
-    "ContentColumns", "Index", "IndexSnapshot", "IndexTexts", "IndexedPackage", "KnownTexts",
+    "ContentColumns", "IcebergIndex", "Index", "IndexSnapshot", "IndexTexts", "IndexedPackage", "KnownTexts",
     "OutsideSource", "PostgresIndex", "ShippedTexts", "SqliteIndex", "TextReader",
     "compress_texts", "connect_reader", "damaged", "database_errors", "is_url", "longest_run",
     "open_index", "open_known_texts", "open_snapshot", "open_texts", "train_text_dictionary",

@@ -1,5 +1,6 @@
 """The index a command names with ``--index``, parsed once (`open_index`) into the backend that
-holds it: a SQLite file (`SqliteIndex`) or a PostgreSQL database (`PostgresIndex`). Callers
+holds it: a SQLite file (`SqliteIndex`), a PostgreSQL database (`PostgresIndex`) or Iceberg
+tables in a folder (`IcebergIndex`). Callers
 ask the backend for what they need — its `label` for messages, a scan's `snapshot`, a
 `batch` to append in, the readers a worker opens (`texts`, `known_texts`, from the
 picklable `location`), `check` — and never which backend it is.
@@ -182,22 +183,123 @@ class PostgresIndex:
         """The server reports its damaged pages itself (`postgres.damage_detail`)."""
 
 
-#: The index behind ``--index``: one of the two backends.
-Index = SqliteIndex | PostgresIndex
+ICEBERG_SCHEME = "iceberg://"
+ICEBERG_HINT = "install it with: pip install 'near-dedup[iceberg]'"
+
+
+def _iceberg() -> None:
+    """Refuse an Iceberg index in one line when pyiceberg (the ``[iceberg]`` extra) is
+    missing."""
+    try:
+        import pyarrow  # noqa: F401
+        import pyiceberg  # noqa: F401
+    except ImportError:
+        raise NearDedupError(f"index {ICEBERG_SCHEME}…: pyiceberg is not installed; "
+                             f"{ICEBERG_HINT}") from None
+
+
+@dataclass(frozen=True)
+class IcebergIndex:
+    """An index kept as Apache Iceberg tables in a local folder (`index_store.iceberg`):
+    ``iceberg:///absolute/folder``, pyiceberg's SQL catalog in a SQLite file inside it."""
+
+    url: str
+
+    #: The backend's name, as the release's UI badges it.
+    kind: ClassVar[str] = "iceberg"
+    #: A reader opens nothing that stays open.
+    inline_readers_close = False
+
+    @property
+    def label(self) -> str:
+        return self.url
+
+    @property
+    def file(self) -> Path | None:
+        """None: a folder of tables holds the index."""
+        return None
+
+    @property
+    def location(self) -> str:
+        return self.url
+
+    @property
+    def folder(self) -> Path:
+        from near_dedup_core.index_store.iceberg.tables import folder_of
+
+        return folder_of(self.url)
+
+    def check_target(self, inputs: list[Path]) -> None:
+        """The folder must not be inside an input package, a report or a mixture."""
+        _iceberg()
+        sq.check_index_path(self.folder / "catalog.db", inputs)
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """pyiceberg's and the file system's errors inside the block as one line."""
+        _iceberg()
+        from near_dedup_core.index_store.iceberg import errors
+
+        with errors(self.url):
+            yield
+
+    def snapshot(self, config: NearDedupConfig | None = None) -> IndexSnapshot:
+        _iceberg()
+        from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot
+
+        return IcebergSnapshot.open_location(self.url, config)
+
+    def batch(self, config: NearDedupConfig, created_at: str
+              ) -> AbstractContextManager[BatchTransaction]:
+        _iceberg()
+        from near_dedup_core.index_store.iceberg.batch import iceberg_batch
+
+        return iceberg_batch(self.url, config, created_at)
+
+    def texts(self) -> IndexTexts:
+        _iceberg()
+        from near_dedup_core.index_store.iceberg.snapshot import IcebergTexts
+
+        return IcebergTexts.open(self.url)  # type: ignore[return-value]
+
+    def known_texts(self, cached: bool = False) -> KnownTexts:
+        _iceberg()
+        from near_dedup_core.index_store.iceberg.snapshot import IcebergKnownTexts
+
+        return IcebergKnownTexts(self.url)  # type: ignore[return-value]
+
+    def check(self) -> IndexCheck:
+        _iceberg()
+        from near_dedup_core.index_store.iceberg.maintain import check_iceberg
+
+        return check_iceberg(self.url)
+
+    def read_ahead(self) -> bool:
+        return False
+
+    def raise_if_damaged(self, exc: BaseException) -> None:
+        """`index check` verifies the data files."""
+
+
+#: The index behind ``--index``: one of the three backends.
+Index = SqliteIndex | PostgresIndex | IcebergIndex
 
 
 def open_index(location: str | Path | Index) -> Index:
     """The backend of ``location``: a ``postgresql://`` (or ``postgres://``) URL, or a SQLite
     file path; any other URL scheme is refused. Opens nothing yet."""
-    if isinstance(location, (SqliteIndex, PostgresIndex)):
+    if isinstance(location, (SqliteIndex, PostgresIndex, IcebergIndex)):
         return location
     value = str(location)
     if is_url(value):
         return PostgresIndex(value)
+    if value.startswith(ICEBERG_SCHEME):
+        return IcebergIndex(value)
     scheme, sep, _rest = value.partition("://")
     if sep and scheme.replace("+", "").isalnum():
         raise NearDedupError(f"index {value.split('@')[-1]}: unknown scheme {scheme}://; give a "
-                             f"SQLite file path or postgresql://user@host:port/dbname")
+                             f"SQLite file path, postgresql://user@host:port/dbname or "
+                             f"iceberg:///absolute/folder")
     return SqliteIndex(Path(location))
 
 

@@ -43,6 +43,8 @@ from near_dedup_core.index_store.texts import (
 )
 
 if TYPE_CHECKING:  # a scan's reads need only the config's values
+    from concurrent.futures import Executor
+
     from near_dedup_core.config import NearDedupConfig
 
 FORMAT = "near-dedup-index"
@@ -344,6 +346,11 @@ class IndexSnapshot(IndexTexts):
 
     The methods take and return plain values and named records, not SQL or connections, so
     another backend can implement the same reads."""
+
+    #: Where a backend whose history join runs as tasks (one per band-key bucket, the
+    #: Iceberg backend) submits them: the scan's running executor, or None for this
+    #: process. SQLite and PostgreSQL join in their database and ignore it.
+    join_executor: Executor | None = None
 
     def __init__(self, path: Path, con: sqlite3.Connection,
                  config: NearDedupConfig | None = None) -> None:

@@ -156,6 +156,8 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         # (the pool is left, and its workers stopped, before the staging folder is removed)
         indexed_rows = snap.indexed_packages()
         indexed = indexed_inputs(indexed_rows, snap.path, pkgs)
+        if not pools.executor.in_process:  # a per-bucket history join's tasks run there
+            snap.join_executor = pools.verify
         index.read_ahead()  # an index of this config, holding every input
         rowids = [indexed[p.package_id].rowid for p in pkgs]
         origins_args = (rowids, [p.package_id for p in pkgs], folder / "origins.jsonl")

@@ -1,0 +1,562 @@
+"""Every read of a scan from one published state of an Iceberg index (`IcebergSnapshot`), the
+texts a worker reads (`IcebergTexts`) and the raw-text lookups of an `index` worker
+(`IcebergKnownTexts`).
+
+A state is pinned by reading the newest ``commits`` row once: every later read of the scan
+names the snapshot id that row records for its table, so batches committed meanwhile never
+show (Iceberg snapshots are immutable). The history join runs per band-key bucket
+(`bucket_hits`): a task reads its bucket's data files, skipping the row groups whose key
+range holds none of its keys, and returns the hits; the driver merges them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import zstandard
+from pyiceberg.expressions import BooleanExpression, Or
+
+from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.invariants import (
+    BANDS_MERGED_THROUGH,
+    MISSING_SCOPE,
+    SIGNATURE_MISMATCH,
+    check_meta_keys,
+    restore,
+)
+from near_dedup_core.index_store.snapshot import (
+    BandHits,
+    ContentColumns,
+    ContentSplit,
+    IndexCounts,
+    IndexedPackage,
+    IndexSnapshot,
+    OutsideSource,
+    check_binding,
+    longest_run,
+    package_sources_error,
+)
+from near_dedup_core.index_store.texts import ShippedTexts, damaged
+
+if TYPE_CHECKING:
+    from near_dedup_core.config import NearDedupConfig
+
+#: Threads of an inline scan's per-bucket history join.
+JOIN_THREADS = 2
+#: At most this many id ranges in one row filter: ids further apart than a range's gap
+#: are read as separate ranges, so a lookup of scattered ids reads the files that hold them.
+MAX_RANGES = 32
+
+
+def id_ranges(ids: np.ndarray, column: str) -> BooleanExpression:
+    """A row filter on ``column`` covering the sorted ``ids`` with at most `MAX_RANGES`
+    ranges (the widest gaps split them); files and row groups outside them are skipped."""
+    if len(ids) == 1:
+        return it.equal(column, int(ids[0]))
+    gaps = np.diff(ids)
+    cut = np.sort(np.argsort(gaps)[::-1][:MAX_RANGES - 1]) if len(gaps) else np.zeros(0, int)
+    cut = cut[gaps[cut] > 1]
+    starts = np.concatenate(([0], cut + 1))
+    ends = np.concatenate((cut, [len(ids) - 1]))
+    parts: list[BooleanExpression] = [
+        it.between(column, int(ids[a]), int(ids[b]))
+        for a, b in zip(starts, ends, strict=True)]
+    expr = parts[0]
+    for p in parts[1:]:
+        expr = Or(expr, p)
+    return expr
+
+
+class Pinned:
+    """The index's tables at one published state (`tables.published`)."""
+
+    def __init__(self, location: str, *, expected: bool = True) -> None:
+        self.location = location
+        self.folder = it.folder_of(location)
+        if not (self.folder / it.CATALOG_FILE).is_file():
+            raise NearDedupError(f"index {location}: not found; index the inputs first")
+        self.catalog = it.catalog(self.folder)
+        tables = it.load_tables(self.catalog)
+        if tables is None or set(tables) != {*it.DATA_TABLES, it.COMMITS}:
+            raise NearDedupError(f"index {location}: not a near-dedup index (its catalog "
+                                 f"lacks the index's tables)")
+        self.tables = tables
+        self.state = it.published(tables)
+        if expected and self.state.n == 0:
+            raise NearDedupError(f"index {location}: no batch committed yet; index the inputs "
+                                 f"first")
+
+    def read(self, table: str, columns: tuple[str, ...] = ("*",),
+             row_filter: BooleanExpression | None = None) -> pa.Table:
+        return it.read(self.tables[table], self.state.snapshots[table], columns, row_filter)
+
+    def rows(self, table: str, columns: tuple[str, ...]) -> list[tuple]:
+        t = self.read(table, columns)
+        return list(zip(*(t.column(c).to_pylist() for c in columns), strict=True))
+
+    def data_files(self, table: str) -> list[Any]:
+        """The data files of ``table`` at the pinned state (pyiceberg ``DataFile``s)."""
+        sid = self.state.snapshots[table]
+        if sid is None:
+            return []
+        return [task.file for task in self.tables[table].scan(snapshot_id=sid).plan_files()]
+
+    def total_records(self, table: str) -> int:
+        """Rows of ``table`` at the pinned state, from its snapshot's summary."""
+        sid = self.state.snapshots[table]
+        if sid is None:
+            return 0
+        snap = self.tables[table].snapshot_by_id(sid)
+        if snap is None:
+            raise restore(self.location, f"table {table} lacks snapshot {sid} that the "
+                                         f"newest commit records")
+        summary = snap.summary
+        value = summary.get("total-records") if summary is not None else None
+        return int(value) if value is not None else self.read(table, ("*",)).num_rows
+
+
+local_path = it.local_path
+
+
+def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int, hi: int
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """One bucket's history join: the (key, content) rows of its data files ``paths`` whose
+    key is one of ``probes`` (sorted) and whose content is neither in ``skip`` (sorted) nor
+    in ``lo``..``hi``. Row groups whose key range misses ``probes``' range are skipped."""
+    keys_out, contents_out = [], []
+    if not len(probes):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    first, last = int(probes[0]), int(probes[-1])
+    for path in paths:
+        table = pq.read_table(local_path(path), columns=["key", "content"],
+                              filters=[("key", ">=", first), ("key", "<=", last)])
+        keys = table.column("key").to_numpy()
+        contents = table.column("content").to_numpy()
+        at = np.searchsorted(probes, keys)
+        at[at == len(probes)] = 0
+        hit = probes[at] == keys
+        hit &= (contents < lo) | (contents > hi)
+        if len(skip):
+            hit &= ~np.isin(contents, skip)
+        keys_out.append(keys[hit])
+        contents_out.append(contents[hit])
+    if not keys_out:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return (np.concatenate(keys_out).astype(np.int64),
+            np.concatenate(contents_out).astype(np.int64))
+
+
+def bucket_of(keys: np.ndarray, buckets: int) -> np.ndarray:
+    """The band-key bucket of each key: the key's 64 bits as unsigned, modulo ``buckets``."""
+    return (np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64)
+            % np.uint64(buckets)).astype(np.int32)
+
+
+class RowGroups:
+    """The texts of the contents' data files, read by Parquet row group: the row groups whose
+    id range (from the files' statistics) holds a wanted id, each read once and kept (a verify
+    worker reads the texts of its chunks' pairs, and later chunks meet the same contents)."""
+
+    def __init__(self, paths: list[str]) -> None:
+        self._files = [pq.ParquetFile(local_path(p)) for p in paths]
+        lo, hi, where = [], [], []
+        for f, pf in enumerate(self._files):
+            column = pf.schema_arrow.get_field_index("id")
+            for g in range(pf.metadata.num_row_groups):
+                stats = pf.metadata.row_group(g).column(column).statistics
+                lo.append(stats.min)
+                hi.append(stats.max)
+                where.append((f, g))
+        order = np.argsort(np.asarray(lo, dtype=np.int64), kind="stable")
+        self._lo = np.asarray(lo, dtype=np.int64)[order]
+        self._hi = np.asarray(hi, dtype=np.int64)[order]
+        self._where = [where[i] for i in order]
+        self._read: dict[int, tuple[np.ndarray, Any, Any]] = {}
+
+    def blobs(self, wanted: np.ndarray) -> dict[int, tuple[bytes, int | None]]:
+        """(text_z, dictionary) of the ``wanted`` ids (sorted, distinct) that the files hold."""
+        out: dict[int, tuple[bytes, int | None]] = {}
+        at = np.searchsorted(self._lo, wanted, side="right") - 1
+        for g in np.unique(at[at >= 0]).tolist():
+            ids = wanted[at == g]
+            ids = ids[ids <= self._hi[g]]
+            if not len(ids):
+                continue
+            if g not in self._read:
+                f, rg = self._where[g]
+                t = self._files[f].read_row_group(rg, columns=["id", "text_z", "dictionary"])
+                order = np.argsort(t.column("id").to_numpy())
+                self._read[g] = (t.column("id").to_numpy()[order],
+                                 t.column("text_z").take(pa.array(order)),
+                                 t.column("dictionary").take(pa.array(order)))
+            gids, texts, dicts = self._read[g]
+            pos = np.searchsorted(gids, ids)
+            pos[pos == len(gids)] = 0
+            found = gids[pos] == ids
+            for cid, k in zip(ids[found].tolist(), pos[found].tolist(), strict=True):
+                out[cid] = (texts[k].as_py(), dicts[k].as_py())
+        return out
+
+
+class IcebergTexts:
+    """Normalized texts of contents by row id, and the samples' columns, read from the newest
+    published state (content and source rows are insert-only: any later state holds the same
+    rows for every id a scan knows)."""
+
+    def __init__(self, pinned: Pinned) -> None:
+        self._pinned = pinned
+        self.path = pinned.location
+        self.location = pinned.location
+        self._dictionaries: dict[int, bytes] | None = None
+        self._groups: RowGroups | None = None
+
+    @classmethod
+    def open(cls, location: str) -> IcebergTexts:
+        return cls(Pinned(location))
+
+    def close(self) -> None:
+        """Nothing stays open between reads."""
+
+    def dictionaries(self) -> dict[int, bytes]:
+        if self._dictionaries is None:
+            self._dictionaries = {i: bytes(d) for i, d in
+                                  self._pinned.rows("dictionaries", ("id", "data"))}
+        return self._dictionaries
+
+    def _sources(self, package_rowid: int, columns: tuple[str, ...]) -> pa.Table:
+        t = self._pinned.read("sources", (*columns, "position") if "position" not in columns
+                              else columns, it.equal("package", package_rowid))
+        return t.sort_by("position")
+
+    def package_origins(self, package_rowid: int) -> Iterator[tuple]:
+        cols = ("sample_id", "split", "file", "line", "source")
+        t = self._sources(package_rowid, cols)
+        return zip(*(t.column(c).to_pylist() for c in cols), strict=True)
+
+    SAMPLE_COLUMNS = IndexSnapshot.SAMPLE_COLUMNS
+
+    def package_column(self, package_rowid: int, column: str) -> list:
+        if column not in self.SAMPLE_COLUMNS:
+            raise ValueError(f"not a sample column: {column}")
+        return self._sources(package_rowid, (column,)).column(column).to_pylist()
+
+    def _row_groups(self) -> RowGroups:
+        if self._groups is None:
+            self._groups = RowGroups([f.file_path for f in self._pinned.data_files("contents")])
+        return self._groups
+
+    def _blobs(self, ids: list[int]) -> dict[int, tuple[bytes, int | None]]:
+        wanted = np.unique(np.asarray(ids, dtype=np.int64))
+        if not len(wanted):
+            return {}
+        blobs = self._row_groups().blobs(wanted)
+        if len(blobs) != len(wanted):
+            raise damaged(self.path, f"{len(wanted) - len(blobs):,} content rows are missing")
+        return blobs
+
+    def shipped(self, ids: list[int]) -> ShippedTexts:
+        blobs = self._blobs(ids)
+        wanted = {d for _, d in blobs.values() if d is not None}
+        dicts = {d: v for d, v in self.dictionaries().items() if d in wanted}
+        return ShippedTexts(str(self.path), blobs, dicts)
+
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        shipped = self.shipped(ids)
+        try:
+            return shipped.utf8_texts(list(ids))
+        except (zstandard.ZstdError, KeyError, TypeError) as exc:
+            raise damaged(self.path, f"a content text does not decompress: {exc}") from None
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        ids = list(dict.fromkeys(ids))
+        try:
+            return {cid: t.decode() for cid, t in zip(ids, self.utf8_texts(ids), strict=True)}
+        except UnicodeDecodeError as exc:
+            raise damaged(self.path, f"a content text does not decompress: {exc}") from None
+
+
+class IcebergKnownTexts:
+    """Contents of the raw compared texts of the published state: (text_sha256, scope key) ->
+    content row id, loaded once (an `index` worker keeps it for its life)."""
+
+    def __init__(self, location: str) -> None:
+        self._location = location
+        self._map: dict[tuple[bytes, str], int] | None = None
+
+    def _load(self) -> dict[tuple[bytes, str], int]:
+        if self._map is None:
+            pinned = Pinned(self._location, expected=False)
+            keys = dict(pinned.rows("scopes", ("id", "scope_key")))
+            self._map = {(bytes(sha), keys[scope]): content for sha, scope, content in
+                         pinned.rows("raw_texts", ("text_sha256", "scope", "content"))}
+        return self._map
+
+    def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        known = self._load()
+        wanted = {bytes(s) for s in shas}
+        return {k: v for k, v in known.items() if k[0] in wanted}
+
+    def close(self) -> None:
+        self._map = None
+
+
+class IcebergSnapshot(IndexSnapshot):
+    """Every read of a scan from ONE published state of an Iceberg index (module doc)."""
+
+    def __init__(self, pinned: Pinned, config: NearDedupConfig | None = None) -> None:
+        # the SQLite connection of the base class is replaced by the pinned tables
+        self._texts = IcebergTexts(pinned)
+        self._pinned = pinned
+        self.path = pinned.location  # type: ignore[assignment]
+        self.location = pinned.location
+        self._signature_bytes = None if config is None else 2 * config.num_perm
+        self._min_chars = None if config is None else config.min_chars
+        self._scope_ids = None
+        self._pages = None
+        self._meta = dict(pinned.rows("meta", ("key", "value")))
+        self._packages = [IndexedPackage(*r) for r in pinned.rows(
+            "packages", ("id", "package_id", "kind", "manifest_sha256", "batch", "records"))]
+        self._packages.sort(key=lambda p: (p.batch, p.package_id))
+        self._batches = pinned.rows("batches", ("seq", "packages"))
+        ids = pinned.read("contents", ("id",)).column("id").to_numpy()
+        self._content_count = len(ids)
+        self._max_content = int(ids.max()) if len(ids) else 0
+        self._meta[BANDS_MERGED_THROUGH] = str(self._max_content)
+        self._release: Any = None
+
+    @classmethod
+    def open_location(cls, location: str, config: NearDedupConfig | None = None
+                      ) -> IcebergSnapshot:
+        folder = it.folder_of(location)
+        lock = it.readers_lock(folder, False, location) if folder.is_dir() else None
+        if lock is not None:
+            lock.__enter__()
+        try:
+            snap = cls(Pinned(location), config)
+            if config is not None:
+                check_binding(location, snap._meta, config)
+            snap.quick_check()
+        except BaseException:
+            if lock is not None:
+                lock.__exit__(None, None, None)
+            raise
+        snap._release = lock
+        return snap
+
+    def quick_check(self) -> None:
+        """The invariants every scan relies on (`invariants.quick_check`), from the pinned
+        tables' small rows and their snapshots' row counts."""
+        label = self.location
+        check_meta_keys(label, self._meta, len(self._batches))
+        import orjson
+
+        listed: dict[str, int] = {}
+        for seq, ids in self._batches:
+            try:
+                for package_id in orjson.loads(ids):
+                    listed[str(package_id)] = seq
+            except orjson.JSONDecodeError:
+                raise restore(label, f"batch {seq} lists its packages as {ids!r}") from None
+        held = {p.package_id: p.batch for p in self._packages}
+        if held != listed:
+            gone = sorted(listed.keys() - held.keys())
+            if gone:
+                raise restore(label, f"no packages row for {gone[0]}, which batch "
+                                     f"{listed[gone[0]]} added")
+            extra = sorted(held.keys() - listed.keys())
+            if extra:
+                raise restore(label, f"packages row {extra[0]} is in no batch's list")
+            moved = sorted(k for k in held if held[k] != listed[k])
+            raise restore(label, f"packages row {moved[0]} names batch {held[moved[0]]}, "
+                                 f"batch {listed[moved[0]]} added it")
+        records = sum(p.records for p in self._packages)
+        sources = self._pinned.total_records("sources")
+        if sources != records:
+            raise restore(label, f"the index holds {sources:,} sources, its packages "
+                                 f"{records:,} records")
+        if self._content_count != self._max_content:
+            raise damaged(label, f"{self._max_content - self._content_count:,} content rows "
+                                 f"are missing")
+
+    def verify_pages(self) -> None:
+        """Iceberg's data files are checked by `index check` (present, size, row count)."""
+
+    def close(self) -> None:
+        if self._release is not None:
+            release, self._release = self._release, None
+            release.__exit__(None, None, None)
+
+    # -- what the index holds
+    def meta(self) -> dict[str, str]:
+        return dict(self._meta)
+
+    def indexed_packages(self) -> list[IndexedPackage]:
+        return list(self._packages)
+
+    def counts(self) -> IndexCounts:
+        return IndexCounts(len(self._batches), self._max_content)
+
+    def scope_labels(self) -> dict[int, str]:
+        return dict(self._pinned.rows("scopes", ("id", "label")))
+
+    # -- samples and texts (the same reads as a worker's, at the pinned state)
+    def package_origins(self, package_rowid: int) -> Iterator[tuple]:
+        return self._texts.package_origins(package_rowid)
+
+    def package_column(self, package_rowid: int, column: str) -> list:
+        return self._texts.package_column(package_rowid, column)
+
+    def shipped(self, ids: list[int]) -> ShippedTexts:
+        return self._texts.shipped(ids)
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        return self._texts.texts(ids)
+
+    def utf8_texts(self, ids: list[int]) -> list[bytes]:
+        return self._texts.utf8_texts(ids)
+
+    def _package_rows(self, package: IndexedPackage, columns: tuple[str, ...]) -> list[tuple]:
+        t = self._texts._sources(package.rowid, columns)
+        return list(zip(*(t.column(c).to_pylist() for c in columns), strict=True))
+
+    def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
+                     ) -> Iterator[list[tuple]]:
+        rows = self._package_rows(package, ("sample_id", "split", "content"))
+        if len(rows) != package.records:
+            raise package_sources_error(self.path, package.package_id, len(rows),
+                                        package.records)
+        for i in range(0, len(rows), batch):
+            yield rows[i:i + batch]
+
+    def sample_rows(self, package: IndexedPackage, batch: int = 1 << 16
+                    ) -> Iterator[list[tuple]]:
+        rows = self._package_rows(package, ("position", "sample_id", "split", "file", "line",
+                                            "domain", "content"))
+        for i in range(0, len(rows), batch):
+            yield rows[i:i + batch]
+
+    def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
+        t = self._texts._sources(package.rowid, ("file", "line"))
+        return t.column("file")[nth].as_py(), t.column("line")[nth].as_py()
+
+    def content_columns(self, ids: np.ndarray) -> ContentColumns:
+        ids = np.unique(np.asarray(ids, dtype=np.int64))
+        n = len(ids)
+        width = self._signature_bytes
+        if n:
+            t = self._pinned.read("contents", ("id", "content_id", "scope", "batch",
+                                               "shingles", "signature", "norm_chars"),
+                                  id_ranges(ids, "id"))
+            t = t.filter(pa.array(np.isin(t.column("id").to_numpy(), ids))).sort_by("id")
+        else:
+            t = it.arrow_schema("contents").empty_table()
+        if t.num_rows != n or not np.array_equal(t.column("id").to_numpy(), ids):
+            raise damaged(self.path, f"{n - t.num_rows:,} content rows are missing")
+        scope = t.column("scope").to_numpy(zero_copy_only=False).astype(np.int64)
+        batch = t.column("batch").to_numpy(zero_copy_only=False).astype(np.int64)
+        shingles = pc.fill_null(t.column("shingles"), -1).to_numpy().astype(np.int64)
+        sig = t.column("signature").to_pylist()
+        has_signature = np.asarray([x is not None for x in sig], dtype=bool)
+        found = [x for x in sig if x is not None]
+        if found and width is None:
+            width = len(found[0])
+        if any(len(x) != width for x in found):
+            raise damaged(self.path, "a content signature has the wrong length")
+        signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
+        if found:
+            signatures[has_signature] = np.frombuffer(b"".join(found), dtype=np.uint16
+                                                      ).reshape(len(found), -1)
+        long = np.zeros(n, dtype=bool)
+        if self._min_chars is not None and n:
+            long = t.column("norm_chars").to_numpy() >= self._min_chars
+        self._check_columns(scope, has_signature, long)
+        return ContentColumns(ids, [bytes(c) for c in t.column("content_id").to_pylist()],
+                              scope, batch, shingles, signatures, has_signature)
+
+    def _check_columns(self, scope: np.ndarray, has_signature: np.ndarray,
+                       long: np.ndarray) -> None:
+        if self._scope_ids is None:
+            self._scope_ids = np.asarray(
+                [i for (i,) in self._pinned.rows("scopes", ("id",))], dtype=np.int64)
+        if not np.isin(scope, self._scope_ids).all():
+            raise damaged(self.path, MISSING_SCOPE)
+        if self._min_chars is not None and not np.array_equal(has_signature, long):
+            raise damaged(self.path, SIGNATURE_MISMATCH)
+
+    def _sources_of(self, ids: list[int], columns: tuple[str, ...]) -> pa.Table:
+        wanted = np.unique(np.asarray(ids, dtype=np.int64))
+        if not len(wanted):
+            return pa.schema([it.arrow_schema("sources").field(c) for c in columns]
+                             ).empty_table()
+        t = self._pinned.read("sources", columns, id_ranges(wanted, "content"))
+        return t.filter(pa.array(np.isin(t.column("content").to_numpy(), wanted)))
+
+    def content_splits(self, ids: list[int]) -> list[ContentSplit]:
+        t = self._sources_of(ids, ("content", "split"))
+        pairs = sorted(set(zip(t.column("content").to_pylist(), t.column("split").to_pylist(),
+                               strict=True)))
+        return [ContentSplit(*p) for p in pairs]
+
+    # -- history
+    def history_band_hits(self, keys: np.ndarray, pool_contents: list[int],
+                          pool_nodes: set[tuple[int, str]]) -> BandHits:
+        """Band rows with one of ``keys`` whose content is outside the pool (as on SQLite),
+        joined per band-key bucket: one task per bucket that holds probe keys
+        (`bucket_hits`), on the scan's executor (`join_executor`: its local worker
+        processes or Ray tasks) or, inline, on `JOIN_THREADS` threads of this process
+        (Parquet reads leave the GIL); the hits concatenated (the caller deduplicates and
+        sorts them)."""
+        mixed = sorted({c for c, split in self.content_splits(pool_contents)
+                        if (c, split) not in pool_nodes})
+        pool = np.setdiff1d(np.asarray(pool_contents, dtype=np.int64),
+                            np.asarray(mixed, dtype=np.int64))
+        lo, hi = longest_run(pool)
+        skip = np.setdiff1d(pool, np.arange(lo, hi + 1, dtype=np.int64))
+        tasks = self.bucket_tasks(np.ascontiguousarray(keys, dtype=np.int64))
+        if self.join_executor is not None:
+            futures = [self.join_executor.submit(bucket_hits, paths, probes, skip, lo, hi)
+                       for paths, probes in tasks]
+            found = [f.result() for f in futures]
+        else:
+            with ThreadPoolExecutor(max_workers=JOIN_THREADS) as threads:
+                found = list(threads.map(lambda a: bucket_hits(a[0], a[1], skip, lo, hi),
+                                         tasks))
+        if not found:
+            return BandHits(np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return BandHits(np.concatenate([k for k, _ in found]),
+                        np.concatenate([c for _, c in found]))
+
+    def bucket_tasks(self, keys: np.ndarray) -> list[tuple[list[str], np.ndarray]]:
+        """(data file paths, sorted probe keys) of each bucket that holds probe keys and
+        band rows, in bucket order."""
+        buckets = int(self._meta[it.BUCKETS_KEY])
+        files: dict[int, list[str]] = {}
+        for f in self._pinned.data_files("bands"):
+            files.setdefault(int(f.partition[0]), []).append(f.file_path)
+        of = bucket_of(keys, buckets)
+        order = np.argsort(of, kind="stable")
+        of_sorted = of[order]
+        bounds = np.searchsorted(of_sorted, np.arange(buckets + 1))
+        tasks = []
+        for b in range(buckets):
+            if b in files and bounds[b + 1] > bounds[b]:
+                tasks.append((sorted(files[b]), np.sort(keys[order[bounds[b]:bounds[b + 1]]])))
+        return tasks
+
+    # -- the report
+    def outside_sources(self, contents_: list[int],
+                        pool_package_ids: set[str]) -> list[OutsideSource]:
+        names = {p.rowid: p.package_id for p in self._packages}
+        t = self._sources_of(contents_, ("content", "package", "sample_id", "split"))
+        out = []
+        for c, p, s, split in zip(*(t.column(x).to_pylist() for x in
+                                    ("content", "package", "sample_id", "split")), strict=True):
+            if names.get(p) not in pool_package_ids:
+                out.append(OutsideSource(c, names[p], s, split))
+        return out
