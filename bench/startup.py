@@ -1,10 +1,12 @@
-"""Start-up cost: `index` and `scan` of the bundled sample CPT days (218 records), per command.
+"""Start-up cost: each command on the bundled sample CPT days (218 records).
 
 On inputs this small nearly all of a command's time is Python start-up, imports and numba's
 loading of its compiled kernels, so this measures exactly that. For each code tree (this
 checkout, and with ``--base DIR`` another checkout of the project, e.g. the commit before a
 change, as a ``git worktree``) every round runs ``index`` of ``samples/cpt/*/cpt-*`` into a
-fresh SQLite index, then ``scan`` of the same packages, as
+fresh SQLite index, then ``scan`` of the same packages, then on that report ``report verify``,
+``report explain`` of its first sample and ``report diff`` of it with itself, then
+``contamination`` of the first day's texts as eval items in the last day, each as
 ``python -m near_dedup_core --quiet`` with ``PYTHONPATH`` set to the tree; the trees alternate
 within each round (rotated order), so both see the same load on a shared machine. Each
 command's wall time and CPU time (user + system of the command's process and the children it
@@ -56,19 +58,33 @@ def timed(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float]
     return wall, cpu
 
 
+COMMANDS = ("index", "scan", "report verify", "report explain", "report diff", "contamination")
+
+
 def index_and_scan(tree: Path, work: Path) -> dict[str, tuple[float, float]]:
-    """Time `index` into a fresh index, then `scan`, with the code of ``tree``."""
+    """Time `index` into a fresh index, then `scan`, with the code of ``tree``, then the
+    report commands on the scan's report and `contamination` of the sample days."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
     pkgs = [str(p) for p in sample_packages()]
-    base = [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", str(work / "i.sqlite")]
-    return {
+    cli = [sys.executable, "-m", "near_dedup_core", "--quiet"]
+    base = [*cli, "--index", str(work / "i.sqlite")]
+    report = str(work / "report")
+    out = {
         "index": timed([*base, "index", "--inputs", *pkgs], env, work),
-        "scan": timed([*base, "scan", "--inputs", *pkgs, "--output", str(work / "report")],
-                      env, work),
+        "scan": timed([*base, "scan", "--inputs", *pkgs, "--output", report], env, work),
     }
+    with open(work / "report" / "decisions.jsonl", "rb") as fh:
+        first = orjson.loads(fh.readline())
+    out["report verify"] = timed([*cli, "report", "verify", report], env, work)
+    out["report explain"] = timed([*cli, "report", "explain", report, first["package_id"],
+                                   first["sample_id"]], env, work)
+    out["report diff"] = timed([*cli, "report", "diff", report, report], env, work)
+    out["contamination"] = timed([*cli, "contamination", "--evals", pkgs[0], "--inputs",
+                                  pkgs[-1], "--output", str(work / "contamination")], env, work)
+    return out
 
 
 def cold_start(tree: Path, tmp: Path) -> dict[str, dict[str, tuple[float, float]]]:
@@ -107,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
                     "records": 218, "trees": {n: str(t) for n, t in trees.items()},
                     "code": {n: code_version(t) for n, t in trees.items()}}
     times: dict[str, dict[str, list[tuple[float, float]]]] = {
-        n: {"index": [], "scan": []} for n in names}
+        n: {c: [] for c in COMMANDS} for n in names}
     with tempfile.TemporaryDirectory(prefix="near-dedup-startup-") as tmp_name:
         tmp = Path(tmp_name)
         for name in names:  # warm-up: bytecode and numba caches of each tree
@@ -133,7 +149,7 @@ def main(argv: list[str] | None = None) -> None:
         for cmd, values in times[name].items():
             print(f"| {name} | {cmd} | {med(values, 0):.2f} s | {med(values, 1):.2f} s |")
     if "base" in times:
-        for cmd in ("index", "scan"):
+        for cmd in COMMANDS:
             now, base = times["this checkout"][cmd], times["base"][cmd]
             print(f"{cmd}: wall {med(now, 0) / med(base, 0):.2f}×, "
                   f"CPU {med(now, 1) / med(base, 1):.2f}× of base")
