@@ -290,7 +290,7 @@ def test_guard_tokens_are_the_guard_sequences():
 def small_budget_site(reports, tmp_path_factory) -> Path:
     """The site of the sample days with tiny caps, built by worker processes: one cluster
     with a page listing two members, two diffs per diff page, one diff page per task."""
-    from near_dedup_core.site import build, model
+    from near_dedup_core.site import build, diffs, model
 
     out = tmp_path_factory.mktemp("site-small-budget") / "site"
     with pytest.MonkeyPatch.context() as mp:
@@ -298,7 +298,7 @@ def small_budget_site(reports, tmp_path_factory) -> Path:
         mp.setattr(model, "CLUSTERS_PER_SOURCE", 0)
         mp.setattr(model, "CLUSTER_MEMBERS", 2)
         mp.setattr(model, "DIFFS_PER_PAGE", 2)
-        mp.setattr(build, "DIFF_TASK", 3)
+        mp.setattr(diffs, "DIFF_TASK", 3)
         mp.setattr(build, "POOL_SAMPLES", 0)
         build.build_site(reports["new"], out)
         again = out.parent / "in-one-process"

@@ -8,8 +8,6 @@ give the same bytes (no timestamps, everything sorted, numbers formatted explici
 
 from __future__ import annotations
 
-import hashlib
-import json
 from array import array
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -17,11 +15,8 @@ from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 import orjson
-from jinja2 import Environment, FileSystemLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup, escape
 
 from near_dedup_core import __version__
 from near_dedup_core.audit.diff import CHANGES, CONTENT_LISTS, LISTS, ReportDiff, diff_reports
@@ -70,11 +65,12 @@ from near_dedup_core.report import (
     verify_report,
 )
 from near_dedup_core.site import model, selection, views
+from near_dedup_core.site.diffs import submit as submit_diff_pages
 from near_dedup_core.site.model import Cluster, SiteData
+from near_dedup_core.site.render import HERE, Writer
 from near_dedup_core.site.selection import DiffItem
 from near_dedup_core.workers import choose_executor
 
-HERE = Path(__file__).parent
 #: Samples per search-data shard (a shard is one ``<script>`` file loaded on demand).
 SHARD_SAMPLES = 2_000
 CLUSTERS_PER_PAGE = 100
@@ -94,8 +90,6 @@ WORKERS = 2
 POOL_SAMPLES = 50_000
 #: decisions.jsonl lines per task of the search data (`model.search_part`).
 SEARCH_TASK = 100_000
-#: Diffs per task of the diff pages (each task reads the texts it shows from the packages).
-DIFF_TASK = 30_000
 
 
 @dataclass
@@ -112,52 +106,6 @@ class SiteResult:
         return (f"site {self.output}: {self.files:,} files; {self.samples:,} samples "
                 f"searchable, {self.clusters:,} clusters ({self.cluster_pages:,} with a page), "
                 f"{self.diffs:,} text diffs; open {self.output / 'index.html'}")
-
-
-def _environment() -> Environment:
-    env = Environment(loader=FileSystemLoader(HERE / "templates"),
-                      autoescape=select_autoescape(default=True, default_for_string=True),
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True,
-                      keep_trailing_newline=True)
-    env.filters["num"] = lambda v: "-" if v is None else f"{v:,}"
-    env.filters["jac"] = lambda v: "-" if v is None else f"{v:.4f}"
-    env.filters["rate"] = lambda v: "-" if v is None else views.fmt_rate(v)
-    env.filters["json"] = lambda v: json.dumps(v, ensure_ascii=False, sort_keys=True)
-    env.filters["short"] = lambda v: "-" if v is None else f"{str(v)[:12]}…"
-    env.globals["anchor"] = views.anchor
-    env.globals["sample_link"] = _sample_link
-    env.globals["segments"] = _segments
-    env.globals["reasons"] = REASONS
-    return env
-
-
-#: How `segments` marks each kind of text segment (`site.views`): opening and closing tags.
-_SEGMENT_TAGS = {"same": ("", ""), "del": ("<del>", "</del>"), "ins": ("<ins>", "</ins>"),
-                 "gap": ('<span class="gap">… ', ' unchanged characters …</span>'),
-                 "span": ('<mark class="span">', "</mark>"),
-                 "numdiff": ('<mark class="numdiff">', "</mark>")}
-_NUM_TAGS = ('<mark class="num">', "</mark>")
-
-
-def _segments(segs: Sequence[tuple[str, str]]) -> Markup:
-    """Text segments as HTML, each escaped and marked by its kind (a diff's removed and
-    added text, a collapsed gap, a guard number, a contaminated span): built here, not by a
-    template macro, since the diff pages hold a hundred thousand of them."""
-    out = []
-    for kind, text in segs:
-        start, end = _SEGMENT_TAGS.get(kind, _NUM_TAGS)
-        out.append(f"{start}{escape(text)}{end}")
-    return Markup("".join(out))
-
-
-def _sample_link(root: str, key: Key | None) -> Markup:
-    """A link to a sample's explanation on the search page (built here, not by a template
-    macro: the cluster lists hold hundreds of thousands of them)."""
-    if key is None:
-        return Markup("-")
-    pkg, sid = key
-    return Markup(f'<a class="sample" href="{escape(root)}search.html#p={escape(quote(pkg))}'
-                  f'&amp;s={escape(quote(sid))}">{escape(pkg)}/{escape(sid)}</a>')
 
 
 def _override_inputs(manifest: ReportManifest, paths: Sequence[Path]) -> ReportManifest:
@@ -179,32 +127,6 @@ def _override_inputs(manifest: ReportManifest, paths: Sequence[Path]) -> ReportM
     return manifest.model_copy(update={"inputs": [
         i.model_copy(update={"path": moved.get(i.package_id, i.path)})
         for i in manifest.inputs]})
-
-
-class _Writer:
-    """Renders templates into the temporary output folder."""
-
-    def __init__(self, out: Path, base: dict) -> None:
-        self.out = out
-        self.env = _environment()
-        self.base = base
-        self.count = 0
-        #: sha256 of every file written, by relative path (`fsutil.write_checksums` reads
-        #: none of them again)
-        self.digests: dict[str, str] = {}
-
-    def page(self, rel: str, template: str, **ctx) -> None:
-        depth = rel.count("/")
-        html = self.env.get_template(template).render(**self.base, root="../" * depth,
-                                                      here=rel, **ctx)
-        self.raw(rel, html.encode("utf-8"))
-
-    def raw(self, rel: str, data: bytes) -> None:
-        path = self.out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        self.digests[rel] = hashlib.sha256(data).hexdigest()
-        self.count += 1
 
 
 def _name(key: Key | None) -> str:
@@ -273,9 +195,9 @@ def _build(report: Path, output: Path, summary: ReportSummary,
             "manifest": manifest, "fingerprint": manifest.config_fingerprint}
 
     with atomic_dir(output) as tmp:
-        diff_pages, diff_tasks = _submit_diff_pages(tmp, data, base, paged, pool)
+        diff_pages, diff_tasks = submit_diff_pages(tmp, data, base, paged, pool)
         try:
-            w = _Writer(tmp, base)
+            w = Writer(tmp, base)
             diffs, computed = _write_pages(w, data, config, inline, diff_pages, diff_tasks,
                                            counts, notes, pool, against, old_summary, contam,
                                            domains)
@@ -292,7 +214,7 @@ def _build(report: Path, output: Path, summary: ReportSummary,
                       sum(c.page for c in relations.clusters), len(diffs) + computed, notes)
 
 
-def _write_pages(w: _Writer, data: SiteData, config: NearDedupConfig,
+def _write_pages(w: Writer, data: SiteData, config: NearDedupConfig,
                  inline: list[DiffItem], diff_pages: dict[Key, str], diff_tasks: list[Future],
                  counts: ReportCounts, notes: list[str], pool: Executor,
                  against: str | Path | None, old_summary: ReportSummary | None,
@@ -340,55 +262,6 @@ def _write_pages(w: _Writer, data: SiteData, config: NearDedupConfig,
         w.digests.update(digests)
         computed += n
     return diffs, computed
-
-
-def _diff_page(p: int) -> str:
-    return "diffs/index.html" if p == 1 else f"diffs/page-{p}.html"
-
-
-def _submit_diff_pages(out: Path, data: SiteData, base: dict, items: list[DiffItem],
-                       pool: Executor) -> tuple[dict[Key, str], list[Future]]:
-    """The diff pages of ``items`` (`model.DIFFS_PER_PAGE` each), written by tasks on
-    ``pool`` of `DIFF_TASK` diffs at most (each reads the texts it shows); returns where each
-    sample's diff is (page and anchor) and the tasks."""
-    per = model.DIFFS_PER_PAGE
-    pages = [items[i:i + per] for i in range(0, len(items), per)] or [[]]
-    where_ = {it.sample: f"{_diff_page(p)}#{views.anchor(it.sample)}"
-              for p, chunk in enumerate(pages, 1) for it in chunk}
-    step = max(1, DIFF_TASK // per)
-    samples = data.summary.samples
-    tasks = []
-    for first in range(0, len(pages), step):
-        chunk = pages[first:first + step]
-        lines = {samples[k].line: k for page in chunk for it in page
-                 for k in (it.sample, it.kept) if k in samples}
-        tasks.append(pool.submit(_diff_part, data.report, data.inputs, base, out, first + 1,
-                                 len(pages), len(items), per, chunk, lines))
-    return where_, tasks
-
-
-def _diff_part(report: Path, inputs: dict[str, InputPackage], base: dict, out: Path,
-               first: int, pages: int, total: int, per_page: int, chunk: list[list[DiffItem]],
-               lines: dict[int, Key]) -> tuple[dict[str, str], int]:
-    """Diff pages ``first`` to ``first + len(chunk) - 1``: the texts of their samples read
-    from the packages (located through origins.jsonl), each excluded sample's diff against
-    its kept partner (`selection.diff_of`); returns the files' digests and the number of
-    diffs computed. Runs in a worker process for a large report."""
-    texts = read_samples(report, inputs, model.locate_lines(report, lines))
-    w = _Writer(out, base)
-    computed = 0
-    for p, page in enumerate(chunk, first):
-        rows = []
-        for it in page:
-            diff = selection.diff_of(it.sample, it.kept, texts)
-            computed += diff is not None
-            rows.append({"key": it.sample, "kept": it.kept, "reason": it.reason,
-                         "jaccard": it.jaccard, "diff": diff, "cluster": it.cluster,
-                         "cluster_page": it.cluster_page})
-        w.page(_diff_page(p), "diffs.html", title="Excluded samples against their kept "
-               "partners", items=rows, page=p, pages=pages, total=total,
-               per_page=per_page)
-    return w.digests, computed
 
 
 def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStack
@@ -467,7 +340,7 @@ def site_of(site: str | Path, report: str | Path) -> bool:
 # --------------------------------------------------------------------------- pages
 
 
-def _overview(w: _Writer, data: SiteData, counts: ReportCounts, findings, compared: bool,
+def _overview(w: Writer, data: SiteData, counts: ReportCounts, findings, compared: bool,
               notes: list[str]) -> None:
     m = data.manifest
     c = m.counts
@@ -562,7 +435,7 @@ def _matrix(data: SiteData, c: Cluster) -> dict | None:
     return {"members": c.members, "cells": cells}
 
 
-def _clusters(w: _Writer, data: SiteData, inline: list[DiffItem], diffs: dict[Key, dict],
+def _clusters(w: Writer, data: SiteData, inline: list[DiffItem], diffs: dict[Key, dict],
               diff_pages: dict[Key, str]) -> None:
     clusters = data.relations.clusters
     total = views.pages(len(clusters), CLUSTERS_PER_PAGE)
@@ -599,7 +472,7 @@ def _clusters(w: _Writer, data: SiteData, inline: list[DiffItem], diffs: dict[Ke
                more_diffs=first_diff.get(c.number))
 
 
-def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
+def _guard(w: Writer, data: SiteData, rows: list[dict]) -> None:
     blocked = data.relations.blocked
     total = views.pages(len(rows), GUARD_PER_PAGE)
     by_rule: dict[str, int] = defaultdict(int)
@@ -616,7 +489,7 @@ def _guard(w: _Writer, data: SiteData, rows: list[dict]) -> None:
                clusters=data.relations.clusters)
 
 
-def _sources(w: _Writer, data: SiteData, counts: ReportCounts) -> None:
+def _sources(w: Writer, data: SiteData, counts: ReportCounts) -> None:
     tables: dict[str, dict[str | None, Tally]] = {
         "package": {k: v for k, v in counts.by_package.items()},
         "domain": dict(counts.by_domain)}
@@ -708,7 +581,7 @@ def _tail(key: Key, d: SampleDecision, data: SiteData, rels: list[dict],
     return rec
 
 
-def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], diff_pages: dict[Key, str],
+def _search(w: Writer, data: SiteData, diffs: dict[Key, dict], diff_pages: dict[Key, str],
             guard_rows: list[dict], pool: Executor) -> Callable[[], None]:
     """Search data: one ``<script>`` file per shard of samples, loaded on demand. The records
     of samples with relations are made here (`_tail`); all of them are written by
@@ -791,7 +664,7 @@ def _search(w: _Writer, data: SiteData, diffs: dict[Key, dict], diff_pages: dict
     return finish
 
 
-def _changes(w: _Writer, diff: ReportDiff, old: Path) -> None:
+def _changes(w: Writer, diff: ReportDiff, old: Path) -> None:
     lists = {}
     for name in LISTS:
         items = diff.lists[name]
@@ -818,7 +691,7 @@ def _changes(w: _Writer, diff: ReportDiff, old: Path) -> None:
            content_names=CONTENT_LISTS)
 
 
-def _contamination(w: _Writer, contam: ContaminationSummary, report: Path) -> None:
+def _contamination(w: Writer, contam: ContaminationSummary, report: Path) -> None:
     path, manifest = contam.path, contam.model
     lines = list(pair_lines(path))
     summary = Summary.model_validate_json((path / "summary.json").read_bytes())

@@ -20,9 +20,10 @@ The report's lines are read as plain JSON (orjson), each file once more at most:
    two worker processes for a large report): the per-sample records of the search data,
    with `report explain`'s ``why``; a sample with relations gets the rest (each partner's
    own decision, excluded samples, cluster, diff) from the caller;
-4. the texts of a bounded set of samples (`audit.sources.read_samples`): the excluded
-   members of the clusters that get a page of their own, their kept partners, and the
-   guard-blocked pairs shown with their numbers.
+4. the texts of the samples shown (`audit.sources.read_samples`): every excluded sample
+   and its kept partner (those listed on a cluster's own page by this process, the others
+   by the diff pages' tasks, `site.diffs`), and the guard-blocked pairs shown with their
+   numbers.
 
 Counts by split, domain and package are `audit.rates.count_report`'s (`count_samples`, from
 the verifier's records); the findings are `audit.rates.rate_problems`; text diffs are
