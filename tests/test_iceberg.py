@@ -389,3 +389,48 @@ def test_the_commands_of_docs_iceberg_run_as_written(tmp_path):
     assert "compacted" in run.stdout and "OK (2 batches" in run.stdout
     assert "expired" in run.stdout
     assert (tmp_path / "data" / "reports" / "ice-v2" / "decisions.jsonl").is_file()
+
+
+def test_a_killed_first_batch_leaves_no_published_index_and_the_next_one_starts_over(tmp_path):
+    index = ice(tmp_path / "ice")
+    proc = start_paused(index, V1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    refused(["--index", index, "scan", "--inputs", V1, "--output", tmp_path / "out"],
+            "no batch committed yet")
+    assert "batch 1 added cpt-v1" in ok(index, V1)
+    lite = tmp_path / "lite.sqlite"
+    ok(lite, V1)
+    assert scan_ok(index, tmp_path / "a", V1) == scan_ok(lite, tmp_path / "b", V1)
+
+
+_PAUSE_IN_COMPACTION = """
+import sys, time
+from near_dedup_core import cli
+from near_dedup_core.index_store.iceberg import maintain
+def pause(*args):
+    print("paused before the commit", file=sys.stderr, flush=True)
+    time.sleep(600)
+maintain.publish = pause
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_killed_compaction_leaves_the_published_state_and_the_next_one_lands(tmp_path):
+    index, lite = ice(tmp_path / "ice"), tmp_path / "lite.sqlite"
+    for target in (index, lite):
+        ok(target, V1)
+        ok(target, V2)
+    before = scan_ok(lite, tmp_path / "lite-report", V1, V2)
+    proc = subprocess.Popen([sys.executable, "-c", _PAUSE_IN_COMPACTION, "--index", index,
+                             "index", "compact"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                            start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    line = proc.stderr.readline() if proc.stderr else b""
+    assert b"paused before the commit" in line, line
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    assert scan_ok(index, tmp_path / "after-kill", V1, V2) == before
+    assert "compacted" in maintain(index, "compact")
+    assert scan_ok(index, tmp_path / "compacted", V1, V2) == before
+    assert "OK (2 batches" in maintain(index, "check")

@@ -32,7 +32,7 @@ CASE_ENV = "NEAR_DEDUP_ICEBERG_RAY_CASE"
 def test_the_per_bucket_join_on_a_two_node_ray_cluster_gives_the_local_report():
     pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
     pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
-    cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider {__file__}"
+    cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider {__file__}::test_cluster_case"
     if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
         argv = ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {cmd}"]
     else:

@@ -26,8 +26,8 @@ Tables
 First-ingest order of a content is (contents.batch, contents.content_id).
 
 Modules (plain imports: a reader, mypy and a code walker follow every name)
-- `backends`: ``--index`` parsed once (`open_index`) into `SqliteIndex` or `PostgresIndex`,
-  which a command asks for its snapshot, batch, workers' readers and check;
+- `backends`: ``--index`` parsed once (`open_index`) into `SqliteIndex`, `PostgresIndex` or
+  `IcebergIndex`, which a command asks for its snapshot, batch, workers' readers and check;
 - `texts`: the texts' codec (zstd, batch dictionaries) and the readers a worker opens on its
   own (`KnownTexts`, `IndexTexts`), on plain ``sqlite3`` or psycopg connections;
 - `snapshot`: every read of a scan from one state of the index (`IndexSnapshot`), the
@@ -38,6 +38,8 @@ Modules (plain imports: a reader, mypy and a code walker follow every name)
 - `check`: `index check`;
 - `postgres`: everything that differs on PostgreSQL (connections, locks, bulk copies, its
   snapshot, batch and check).
+- `iceberg`: the index as Apache Iceberg tables in a folder (docs/iceberg.md): its tables,
+  commit rule, snapshot, batch, check, compaction and expiry.
 
 This package imports `backends`, `texts` and `snapshot` only, which need neither SQLAlchemy
 nor the config's pydantic models: a worker process (an `index` worker forked from the pool's

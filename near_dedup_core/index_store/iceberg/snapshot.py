@@ -283,27 +283,30 @@ class IcebergTexts:
 
 class IcebergKnownTexts:
     """Contents of the raw compared texts of the published state: (text_sha256, scope key) ->
-    content row id, loaded once (an `index` worker keeps it for its life)."""
+    content row id, loaded once by sha256 (an `index` worker keeps it for its life)."""
 
     def __init__(self, location: str) -> None:
         self._location = location
-        self._map: dict[tuple[bytes, str], int] | None = None
+        self._by_sha: dict[bytes, list[tuple[str, int]]] | None = None
 
-    def _load(self) -> dict[tuple[bytes, str], int]:
-        if self._map is None:
+    def _load(self) -> dict[bytes, list[tuple[str, int]]]:
+        if self._by_sha is None:
             pinned = Pinned(self._location, expected=False)
             keys = dict(pinned.rows("scopes", ("id", "scope_key")))
-            self._map = {(bytes(sha), keys[scope]): content for sha, scope, content in
-                         pinned.rows("raw_texts", ("text_sha256", "scope", "content"))}
-        return self._map
+            by_sha: dict[bytes, list[tuple[str, int]]] = {}
+            for sha, scope, content in pinned.rows("raw_texts",
+                                                   ("text_sha256", "scope", "content")):
+                by_sha.setdefault(bytes(sha), []).append((keys[scope], content))
+            self._by_sha = by_sha
+        return self._by_sha
 
     def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
         known = self._load()
-        wanted = {bytes(s) for s in shas}
-        return {k: v for k, v in known.items() if k[0] in wanted}
+        return {(bytes(sha), key): content for sha in shas
+                for key, content in known.get(bytes(sha), ())}
 
     def close(self) -> None:
-        self._map = None
+        self._by_sha = None
 
 
 class IcebergSnapshot(IndexSnapshot):
