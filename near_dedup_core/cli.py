@@ -77,7 +77,8 @@ def _global_options(*, after_command: bool, config: bool = True) -> _CommandPars
     options.add_argument("--index", metavar="PATH|URL", **unset,
                          help="the near-dedup index, bound to the config (needed by index and "
                               "scan; contamination reads an indexed pool from it): a dedicated "
-                              "SQLite file, or postgresql://user@host:port/dbname")
+                              "SQLite file, postgresql://user@host:port/dbname, or "
+                              "iceberg:///absolute/folder")
     if config:
         options.add_argument("--config", type=Path, metavar="PATH", **unset,
                              help="near-dedup config JSON (default: the shipped defaults)")
