@@ -35,6 +35,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -75,7 +76,7 @@ class RayExecutor(Executor):
             if address:
                 _reachable(address)
             else:  # before Ray starts: a command killed while it starts leaves nothing
-                self._watchdog = start_watchdog()
+                self._watchdog = start_watchdog(_mark_local_ray())
             try:
                 ray.init(address=address, num_cpus=None if address else local_cpus,
                          include_dashboard=False, log_to_driver=False,
@@ -110,6 +111,7 @@ class RayExecutor(Executor):
         if self._watchdog is not None:  # its input closed: it stops what is left, and ends
             stop_watchdog(self._watchdog)
             self._watchdog = None
+            os.environ.pop(OWNER_ENV, None)
 
 
 #: Seconds to wait for a cluster's port before giving up (Ray itself retries for minutes).
@@ -162,16 +164,31 @@ def _first_line(exc: BaseException) -> str:
 WATCH_EVERY = 0.5
 
 
-def start_watchdog() -> subprocess.Popen:
+#: The environment variable that marks the processes of a local Ray this process starts:
+#: Ray's servers inherit the driver's environment, and its agents and workers theirs.
+OWNER_ENV = "NEAR_DEDUP_RAY_OWNER"
+
+
+def _mark_local_ray() -> str:
+    """A mark unique to the local Ray about to start, set in this process's environment so
+    that every process of that Ray carries it (`watch` finds them by it)."""
+    mark = f"{os.getpid()}-{time.time_ns()}"
+    os.environ[OWNER_ENV] = mark
+    return mark
+
+
+def start_watchdog(mark: str) -> subprocess.Popen:
     """Start the watchdog of a local Ray started by this process: a small process of its
     own session (so that neither Ctrl-C nor the end of this process reaches it) that lists
     this process's descendants that are Ray's (servers, agents and workers) every
     `WATCH_EVERY` seconds and, once this process is gone or done with Ray (its input pipe
-    closed, even by ``SIGKILL``), kills those still alive and what they started. Ray's
-    agents otherwise outlive a killed driver."""
+    closed, even by ``SIGKILL``), kills those still alive, the Ray processes that carry
+    ``mark`` in their environment (`OWNER_ENV`: those that started after the last listing,
+    whose parent died before it) and what they started. Ray's agents otherwise outlive a
+    killed driver."""
     return subprocess.Popen(
         [sys.executable, "-c", "from near_dedup_core.ray_executor import watch; watch()",
-         str(os.getpid())], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+         str(os.getpid()), mark], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
 
@@ -215,9 +232,11 @@ def _descendants(root: int, table: dict[int, tuple[int, str]]) -> dict[int, str]
 
 
 def watch() -> None:
-    """The watchdog's body (`start_watchdog`): ``argv[1]`` is the command's pid."""
+    """The watchdog's body (`start_watchdog`): ``argv[1]`` is the command's pid, ``argv[2]``
+    the mark of its Ray's processes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     root = int(sys.argv[1])
+    mark = f"{OWNER_ENV}={sys.argv[2]}".encode()
     seen: dict[int, str] = {}
     others: set[tuple[int, str]] = set()
     while True:
@@ -235,6 +254,9 @@ def watch() -> None:
     table = _processes()
     doomed = {pid: started for pid, started in seen.items()
               if table.get(pid, (0, ""))[1] == started}  # the same process, not a reused pid
+    doomed.update({pid: started for pid, (_, started) in table.items()
+                   if pid not in doomed and pid != os.getpid() and _carries(pid, mark)
+                   and _is_ray(pid)})
     while True:
         for pid in doomed:
             _signal(pid, signal.SIGSTOP)
@@ -247,6 +269,15 @@ def watch() -> None:
         doomed.update(more)
     for pid in doomed:
         _signal(pid, signal.SIGKILL)
+
+
+def _carries(pid: int, mark: bytes) -> bool:
+    """Whether process ``pid`` was started with ``mark`` (``NAME=value``) in its environment."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return mark in f.read().split(b"\0")
+    except OSError:
+        return False
 
 
 def _is_ray(pid: int) -> bool:
