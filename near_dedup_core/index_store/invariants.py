@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -67,22 +67,19 @@ def check_meta_keys(label: Path | str, values: dict[str, str], batches: int | No
         raise restore(label, f"meta {BANDS_MERGED_THROUGH} is not a row id")
 
 
-def quick_check(label: Path | str, execute: Callable[..., Any]) -> None:
-    """The cheap invariants (module doc) on the connection whose ``execute(sql)`` is given,
-    inside the caller's transaction; raises the one-line error of the first broken one."""
-    values = dict(execute("SELECT key, value FROM meta").fetchall())
-    (batches,) = execute("SELECT COUNT(*) FROM batches").fetchone()
-    check_meta_keys(label, values, batches)
+def check_batch_packages(label: Path | str, batches: Iterable[tuple[int, str]],
+                         packages: Iterable[tuple[str, int]]) -> None:
+    """The ``packages`` rows (package_id, batch) are exactly the packages that the
+    ``batches`` rows (seq, JSON list of package ids) list, each in its batch."""
     listed: dict[str, int] = {}
-    for seq, ids in execute("SELECT seq, packages FROM batches").fetchall():
+    for seq, ids in batches:
         try:
             names = orjson.loads(ids)
         except orjson.JSONDecodeError:
             raise restore(label, f"batch {seq} lists its packages as {ids!r}") from None
         for package_id in names:
             listed[str(package_id)] = seq
-    rows = execute("SELECT package_id, batch, records FROM packages").fetchall()
-    held = {package_id: batch for package_id, batch, _records in rows}
+    held = dict(packages)
     if held != listed:
         gone = sorted(listed.keys() - held.keys())
         if gone:
@@ -94,6 +91,17 @@ def quick_check(label: Path | str, execute: Callable[..., Any]) -> None:
         moved = sorted(k for k in held if held[k] != listed[k])
         raise restore(label, f"packages row {moved[0]} names batch {held[moved[0]]}, batch "
                              f"{listed[moved[0]]} added it")
+
+
+def quick_check(label: Path | str, execute: Callable[..., Any]) -> None:
+    """The cheap invariants (module doc) on the connection whose ``execute(sql)`` is given,
+    inside the caller's transaction; raises the one-line error of the first broken one."""
+    values = dict(execute("SELECT key, value FROM meta").fetchall())
+    (batches,) = execute("SELECT COUNT(*) FROM batches").fetchone()
+    check_meta_keys(label, values, batches)
+    rows = execute("SELECT package_id, batch, records FROM packages").fetchall()
+    check_batch_packages(label, execute("SELECT seq, packages FROM batches").fetchall(),
+                         [(package_id, batch) for package_id, batch, _records in rows])
     records = sum(r for *_, r in rows)
     (sources,) = execute("SELECT COUNT(*) FROM sources").fetchone()
     if sources != records:

@@ -27,6 +27,7 @@ from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
     MISSING_SCOPE,
     SIGNATURE_MISMATCH,
+    check_batch_packages,
     check_meta_keys,
     restore,
 )
@@ -357,27 +358,8 @@ class IcebergSnapshot(IndexSnapshot):
         tables' small rows and their snapshots' row counts."""
         label = self.location
         check_meta_keys(label, self._meta, len(self._batches))
-        import orjson
-
-        listed: dict[str, int] = {}
-        for seq, ids in self._batches:
-            try:
-                for package_id in orjson.loads(ids):
-                    listed[str(package_id)] = seq
-            except orjson.JSONDecodeError:
-                raise restore(label, f"batch {seq} lists its packages as {ids!r}") from None
-        held = {p.package_id: p.batch for p in self._packages}
-        if held != listed:
-            gone = sorted(listed.keys() - held.keys())
-            if gone:
-                raise restore(label, f"no packages row for {gone[0]}, which batch "
-                                     f"{listed[gone[0]]} added")
-            extra = sorted(held.keys() - listed.keys())
-            if extra:
-                raise restore(label, f"packages row {extra[0]} is in no batch's list")
-            moved = sorted(k for k in held if held[k] != listed[k])
-            raise restore(label, f"packages row {moved[0]} names batch {held[moved[0]]}, "
-                                 f"batch {listed[moved[0]]} added it")
+        check_batch_packages(label, self._batches,
+                             [(p.package_id, p.batch) for p in self._packages])
         records = sum(p.records for p in self._packages)
         sources = self._pinned.total_records("sources")
         if sources != records:
