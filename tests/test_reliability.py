@@ -707,10 +707,11 @@ def test_sigkill_at_any_moment_leaves_no_process_and_no_warning(corpus, index, t
         err = proc.stderr.read()  # every writer of the pipe is gone: this is all of it
         proc.stderr.close()
     assert err == "", err
-    if proc.returncode == 0:  # on a fast machine the scan can finish first: its report is whole
+    if proc.returncode == 0 or (tmp_path / "rep").exists():
+        # on a fast machine the scan can publish first (the kill then lands as it exits):
+        # its report is whole
         assert cli_ok("report", "verify", tmp_path / "rep").startswith("report ")
-    else:
-        assert not (tmp_path / "rep").exists()
+    assert proc.returncode in (0, -signal.SIGKILL)
 
 
 def run_with_address_space(limit_mib: int, *argv: object) -> subprocess.CompletedProcess:
