@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import errno
 import gc
+import logging
 import os
 import signal
 import sys
@@ -470,6 +471,19 @@ class Terminated(BaseException):
     folders are removed and worker pools are stopped, as for Ctrl-C."""
 
 
+class _NotTheStop(logging.Filter):
+    """Drops a library's log record of the SIGTERM or Ctrl-C that stops the command: SQLAlchemy's
+    pool logs an interruption that lands while it closes a connection (with its traceback)
+    before it re-raises it, and the command's one line already says that it was stopped."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, Terminated | KeyboardInterrupt)
+
+
+_NOT_THE_STOP = _NotTheStop()
+
+
 #: Seconds a terminated command has to unwind (roll its batch back, remove its temporary
 #: files, stop its workers) before it leaves regardless.
 TERM_GRACE = 5.0
@@ -518,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
     the traceback. In each case nothing was published: batches are transactions, outputs are
     renamed into place only when complete."""
     previous = None
+    if logging.lastResort is not None:  # where a library's records go when nobody configured logging
+        logging.lastResort.addFilter(_NOT_THE_STOP)
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:

@@ -614,6 +614,42 @@ def test_a_terminated_command_closes_what_its_traceback_holds(index, tmp_path):
     assert listing(index.parent) == before
 
 
+_LOGGED_BY_A_LIBRARY = """
+import logging, os, signal, sys, time
+from near_dedup_core import cli
+
+def command(args):
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(10)
+    except BaseException:  # as SQLAlchemy's pool does when the signal lands in a close
+        logging.getLogger("sqlalchemy.pool.impl.NullPool").error("Exception closing connection",
+                                                                 exc_info=True)
+        raise
+
+if __name__ == "__main__":
+    cli.run = command
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", "unused"]
+    cli.console_main()
+"""
+
+
+def test_a_library_logging_the_signal_does_not_add_a_traceback(tmp_path):
+    """A library that logs the SIGTERM it meets before re-raising it (SQLAlchemy's pool, closing
+    a connection) adds nothing to the command's one line; its other records still show."""
+    script = tmp_path / "logged.py"
+    script.write_text(_LOGGED_BY_A_LIBRARY)
+    proc = subprocess.run([sys.executable, str(script)], env=env_with(), capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (143, "near-dedup: terminated\n")
+    other = tmp_path / "other.py"
+    other.write_text(_LOGGED_BY_A_LIBRARY.replace("exc_info=True", "exc_info=False"))
+    proc = subprocess.run([sys.executable, str(other)], env=env_with(), capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stderr) == (
+        143, "Exception closing connection\nnear-dedup: terminated\n")
+
+
 _LARGE_RESULTS = """
 import os, signal, sys, threading
 from near_dedup_core import cli, workers
