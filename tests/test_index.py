@@ -1002,6 +1002,55 @@ def test_random_bytes_in_the_file_stop_check_scan_and_append(world, index, tmp_p
     assert leftovers(index) == before.files == [index.name]
 
 
+def _long_in_the_thread(ran: list[str]):
+    """A check that runs a long statement in the check's thread (until interrupted) and a short
+    one in the caller's, recording where it ran and at which priority."""
+    def check(con: sqlite3.Connection) -> None:
+        if threading.current_thread() is threading.main_thread():
+            ran.append("caller")
+            con.execute("SELECT 1").fetchall()
+            return
+        ran.append(f"thread at nice {os.getpriority(os.PRIO_PROCESS, threading.get_native_id())}")
+        con.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                    "WHERE i < 10000000000) SELECT COUNT(*) FROM n").fetchall()
+    return check
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's nice value")
+def test_a_starved_page_check_finishes_in_the_callers_thread():
+    """The page check beside a scan runs at the lowest priority; when the scan waits for it and
+    it has not finished, it is stopped and what is left runs in the caller's thread: no waiting
+    behind a busy box's other processes."""
+    from near_dedup_core.index_store.invariants import BackgroundCheck
+
+    ran: list[str] = []
+    quick: list[str] = []
+    con = sqlite3.connect(":memory:", check_same_thread=False)
+    pages = BackgroundCheck(con, [lambda c: quick.append("done"), _long_in_the_thread(ran)],
+                            con.interrupt, idle=True)
+    deadline = time.monotonic() + 30
+    while not ran:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    started = time.monotonic()
+    pages.result()
+    assert time.monotonic() - started < 10
+    assert ran == ["thread at nice 19", "caller"] and quick == ["done"]  # the first ran once
+
+
+def test_damage_the_idle_check_found_is_reported_as_found():
+    from near_dedup_core.errors import NearDedupError
+    from near_dedup_core.index_store.invariants import BackgroundCheck
+
+    def damaged(_con):
+        raise NearDedupError("index x: damaged (here)")
+
+    con = sqlite3.connect(":memory:", check_same_thread=False)
+    pages = BackgroundCheck(con, [damaged, _long_in_the_thread([])], con.interrupt, idle=True)
+    with pytest.raises(NearDedupError, match="damaged"):
+        pages.result()
+
+
 @pytest.mark.parametrize("how", ["truncated", "overwritten"])
 def test_refusals_of_a_broken_file_change_nothing_and_leave_no_side_files(world, index, tmp_path,
                                                                           how):

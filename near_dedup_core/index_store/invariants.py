@@ -24,7 +24,9 @@ Plain ``sqlite3`` or `postgres.QmarkConnection` statements: no SQLAlchemy, no py
 
 from __future__ import annotations
 
+import os
 import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -141,6 +143,15 @@ def check_content_rows(label: Path | str, execute: Callable[..., Any], min_chars
         raise damaged(label, SIGNATURE_MISMATCH)
 
 
+def _yield_the_cpu() -> None:
+    """Lower the calling thread to the lowest CPU priority (Linux: a thread's own nice value)."""
+    if sys.platform.startswith("linux"):
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        except OSError:  # a sandbox that forbids it: the check runs at the caller's priority
+            pass
+
+
 class BackgroundCheck:
     """Checks of a whole index that run in a thread on a connection of their own while the
     caller works (SQLite and psycopg leave the GIL while they read), so that a scan or an
@@ -149,14 +160,24 @@ class BackgroundCheck:
 
     A scan or an append reads only some pages of a SQLite file, and SQLite may read garbage in
     them without noticing: `check_pages` reads every page, about 0.25 s for an index of 10^5
-    records (94 MB) on a warm cache."""
+    records (94 MB) on a warm cache.
+
+    With ``idle`` (checks that run in this process, SQLite's), the thread runs at the lowest
+    CPU priority: it takes the cores the caller's own threads and workers leave idle instead
+    of competing with them. When the caller then waits and the checks have not finished (a
+    box too busy to leave them a core), `result` stops them between or inside two checks and
+    runs what is left in the caller's thread, at its priority: at most one check's work is
+    paid twice, and never minutes of waiting behind other processes."""
 
     def __init__(self, con: Any, checks: list[Callable[[Any], None]],
-                 interrupt: Callable[[], None]) -> None:
+                 interrupt: Callable[[], None], *, idle: bool = False) -> None:
         self._con = con
         self._checks = checks
         self._interrupt = interrupt
+        self._idle = idle
         self._error: BaseException | None = None
+        self._passed = 0  # checks that finished without finding damage
+        self._stop = False
         self._thread = threading.Thread(target=self._run, name="index-check", daemon=True)
         try:
             self._thread.start()
@@ -166,15 +187,32 @@ class BackgroundCheck:
 
     def _run(self) -> None:
         try:
+            if self._idle:
+                _yield_the_cpu()
             for check in self._checks:
+                if self._stop:
+                    return
                 check(self._con)
+                self._passed += 1
         except BaseException as exc:  # handed to the caller's thread by `result`
             self._error = exc
 
     def result(self) -> None:
         """Wait for the checks; the one-line error of the first that failed."""
-        self._thread.join()
-        self.close()
+        try:
+            if self._idle and self._thread.is_alive():
+                self._stop = True
+                while self._thread.is_alive():  # a check that starts just after an interrupt
+                    self._interrupt()
+                    self._thread.join(0.05)
+                if not isinstance(self._error, NearDedupError):  # stopped, not failed
+                    self._error = None
+                    for check in self._checks[self._passed:]:
+                        check(self._con)
+            else:
+                self._thread.join()
+        finally:
+            self.close()
         if self._error is not None:
             raise self._error
 
@@ -208,7 +246,7 @@ def sqlite_background_check(path: Path, connect: Callable[[Path], sqlite3.Connec
         checks.append(lambda c: check_content_rows(path, c.execute, min_chars))
     con = connect(path)
     try:
-        return BackgroundCheck(con, checks, con.interrupt)
+        return BackgroundCheck(con, checks, con.interrupt, idle=True)
     except BaseException:  # an open reader would keep the index's -wal and -shm files
         con.close()
         raise
