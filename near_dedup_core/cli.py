@@ -41,8 +41,8 @@ def _workers(value: str) -> int:
 
 DESCRIPTION = """\
 Find near-duplicate training samples across released snapshot packages and build mixtures
-without them. `index` adds packages to a persistent index (a SQLite file or a PostgreSQL
-database); `scan` freezes an auditable near-duplicate report of an input pool against that
+without them. `index` adds packages to a persistent index (a SQLite file, a PostgreSQL
+database or Iceberg tables); `scan` freezes an auditable near-duplicate report of an input pool against that
 index; `report explain` and `report diff` audit reports; `contamination` finds evaluation items
 inside training samples; `mixture build` builds a mixture on the frozen reports, which `report
 verify` and `mixture verify` check later without the index."""
@@ -112,14 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
                                       "`index check` verifies the index",
                         usage="near-dedup index --inputs PACKAGE... [--workers N] "
                               "[--executor {local,ray}] [global options]\n"
-                              "       near-dedup index check [global options]",
+                              "       near-dedup index check|compact|expire [global options]",
                         description="Append the packages to the index as one batch, in one "
                                     "transaction. Packages already indexed are skipped; index "
                                     "each version in its own batch, oldest first. "
                                     "`near-dedup --index PATH|URL index check` checks the "
                                     "index's own invariants instead (a SQLite file after "
                                     "its integrity check; a PostgreSQL database in one "
-                                    "read-only snapshot, its pages left to pg_amcheck).")
+                                    "read-only snapshot, its pages left to pg_amcheck; "
+                                    "Iceberg tables with every data file). An iceberg:// "
+                                    "index also has `index compact` and `index expire`.")
     ixs = ix.add_subparsers(dest="action", required=False, parser_class=_CommandParser,
                             title="commands", metavar="COMMAND")
     ixs.add_parser("check", help="check the index's own invariants (and SQLite's "

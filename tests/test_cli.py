@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 
@@ -37,14 +36,38 @@ def test_scan_output_below_a_regular_file_is_one_line(tmp_path):
         == ["not-a-folder"]
 
 
-def _subparsers(parser: argparse.ArgumentParser):
-    """Every (command path, parser) below ``parser``, depth first."""
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
-                yield name, sub
-                for path, deeper in _subparsers(sub):
-                    yield f"{name} {path}", deeper
+def _help(*path: str) -> str:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
+        cli.main([*path, "--help"])
+    assert stop.value.code == 0
+    return out.getvalue()
+
+
+def _entries(text: str, section: str, indent: int) -> dict[str, bool]:
+    """The entries of a help section (its options, its commands), each with whether it has a
+    description: on the entry's line after two spaces, or on the deeper lines below it."""
+    lines = text.split("\n")
+    if f"{section}:" not in lines:
+        return {}
+    entries: dict[str, bool] = {}
+    name = None
+    for line in lines[lines.index(f"{section}:") + 1:]:
+        if not line.strip():
+            break
+        if line.startswith(" " * indent) and not line[indent].isspace():
+            name, _, description = line[indent:].partition("  ")
+            entries[name.strip()] = bool(description.strip())
+        elif name is not None and line.startswith(" " * (indent + 2)):
+            entries[name.strip()] = True
+    return entries
+
+
+def _commands(*path: str):
+    """Every command path below ``path`` with its help text, depth first."""
+    for name in _entries(_help(*path), "commands", 4):
+        yield (*path, name), _help(*path, name)
+        yield from _commands(*path, name)
 
 
 def test_help_describes_the_tool_exit_codes_and_where_global_options_go():
@@ -61,17 +84,15 @@ def test_help_describes_the_tool_exit_codes_and_where_global_options_go():
 
 
 def test_every_command_and_option_has_help():
-    parser = cli.build_parser()
-    commands = dict(_subparsers(parser))
-    assert {"index", "scan", "report verify", "snapshot create", "snapshot validate",
-            "mixture plan", "mixture build", "mixture verify"} <= set(commands)
-    for path, sub in [("", parser), *commands.items()]:
-        assert sub.description, path
-        for action in sub._actions:
-            if not isinstance(action, argparse._SubParsersAction):
-                assert action.help, (path, action.dest)
-    for path in ("index", "snapshot create", "mixture plan"):
-        out = io.StringIO()
-        with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
-            cli.main([*path.split(), "--help"])
-        assert commands[path].description.split()[0] in out.getvalue()
+    commands = dict(_commands())
+    assert {("index",), ("index", "check"), ("scan",), ("report", "verify"),
+            ("snapshot", "create"), ("snapshot", "validate"), ("mixture", "plan"),
+            ("mixture", "build"), ("mixture", "verify")} <= set(commands)
+    for path, text in [((), _help()), *commands.items()]:
+        usage, _, rest = text.partition("\n\n")
+        assert usage.startswith("usage: near-dedup"), path
+        assert rest.strip() and not rest.startswith("options:"), path  # a description
+        options = _entries(text, "options", 2)
+        assert "-h, --help" in options, path
+        assert all(options.values()), (path, options)
+        assert all(_entries(text, "commands", 4).values()), path
