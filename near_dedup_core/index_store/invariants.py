@@ -159,8 +159,7 @@ class BackgroundCheck:
     and raises the line of the first broken invariant.
 
     A scan or an append reads only some pages of a SQLite file, and SQLite may read garbage in
-    them without noticing: `check_pages` reads every page, about 0.25 s for an index of 10^5
-    records (94 MB) on a warm cache.
+    them without noticing: `check_pages` reads every page.
 
     With ``idle`` (checks that run in this process, SQLite's), the thread runs at the lowest
     CPU priority: it takes the cores the caller's own threads and workers leave idle instead
