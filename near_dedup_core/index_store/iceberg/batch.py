@@ -12,17 +12,16 @@ at all, never twice."""
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
@@ -231,17 +230,17 @@ def write_band_files(table: Table, bands: pa.Table) -> list[str]:
     ends = np.concatenate((cuts, [len(buckets)])).tolist()
     plain = pa.schema([pa.field(f.name, f.type) for f in bands.schema])  # no field ids
     bands = bands.cast(plain)
-    data = Path(it.local_path(table.location())) / "data"
+    data = f"{table.location().rstrip('/')}/data"
     commit = uuid.uuid4().hex
 
     def write(part: tuple[int, int]) -> str:
         start, end = part
         bucket = int(buckets[start])
-        path = data / f"bucket={bucket}" / f"{commit}-{bucket:05d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(bands.slice(start, end - start), path, compression="zstd",
-                       row_group_size=it.ROW_GROUP_ROWS["bands"])
-        return f"file://{path}"
+        uri = f"{data}/bucket={bucket}/{commit}-{bucket:05d}.parquet"
+        fs, path = it.output(uri)
+        pq.write_table(bands.slice(start, end - start), path, filesystem=fs,
+                       compression="zstd", row_group_size=it.ROW_GROUP_ROWS["bands"])
+        return uri
 
     with ThreadPoolExecutor(WRITE_THREADS) as threads:
         return list(threads.map(write, zip(starts, ends, strict=True)))
@@ -283,16 +282,15 @@ def restore_leftovers(pinned: Pinned) -> None:
         table.manage_snapshots().set_current_snapshot(snapshot_id=recorded).commit()
 
 
-def open_for_write(location: str) -> tuple[Pinned, bool]:
-    """The published state for a writer (under its lock), the catalog and tables created for
-    a new index; ``fresh``: no batch was published yet."""
-    folder = it.folder_of(location)
-    refuse_foreign(folder, location)
-    cat = it.catalog(folder, create=True)
+def open_for_write(location: str, cat: Catalog) -> tuple[Pinned, bool]:
+    """The published state for a writer (under its lock), the tables created for a new
+    index; ``fresh``: no batch was published yet."""
+    place = it.where(location)
     tables = it.load_tables(cat)
     if tables is None:
         it.create_tables(cat)
-        (folder / it.READERS_LOCK).touch()
+        if place.lock_folder is not None:
+            (place.lock_folder / it.READERS_LOCK).touch()
     pinned = Pinned(location, expected=False)
     if pinned.state.n == 0:  # a first batch killed before its commit: start again
         it.drop_tables(cat)
@@ -303,40 +301,22 @@ def open_for_write(location: str) -> tuple[Pinned, bool]:
     return Pinned(location, expected=False), False
 
 
-def refuse_foreign(folder: Path, location: str) -> None:
-    """A file, or a folder holding anything but an index, is not an index to append to."""
-    if folder.exists() and not folder.is_dir():
-        raise NearDedupError(f"index {location}: exists and is not a folder")
-    if folder.is_dir() and not (folder / it.CATALOG_FILE).is_file() \
-            and {p.name for p in folder.iterdir()} - {it.WRITER_LOCK}:
-        raise NearDedupError(f"index {location}: the folder exists and is not a near-dedup "
-                             f"index (no {it.CATALOG_FILE}); use a new or empty folder")
-
-
 @contextmanager
 def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
                   ) -> Iterator[IcebergBatch]:
-    """One batch on the Iceberg index at ``location``: the writer's lock, the published state
+    """One batch on the Iceberg index at ``location``: the writer's set-up (`tables.writer`:
+    the lock of the local form, nothing left of a new index that fails), the published state
     (leftovers of a killed writer returned), the batch's rows, one commit on success and
     nothing published on failure."""
-    folder = it.folder_of(location)
-    refuse_foreign(folder, location)
-    created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        with it.writer_lock(folder, location):
-            pinned, fresh = open_for_write(location)
-            if not fresh:
-                check_binding(location, pinned_meta(pinned), config, writing=True)
-                IcebergSnapshot(pinned, config).quick_check()
-            batch = IcebergBatch(pinned, config, created_at, fresh)
-            yield batch
-            if batch.seq is not None:
-                batch.commit(created_at)
-    except BaseException:
-        if created:  # a new index that no batch published: nothing is left behind
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
+    with it.writer(it.where(location)) as cat:
+        pinned, fresh = open_for_write(location, cat)
+        if not fresh:
+            check_binding(location, pinned_meta(pinned), config, writing=True)
+            IcebergSnapshot(pinned, config).quick_check()
+        batch = IcebergBatch(pinned, config, created_at, fresh)
+        yield batch
+        if batch.seq is not None:
+            batch.commit(created_at)
 
 
 def pinned_meta(pinned: Pinned) -> dict[str, str]:

@@ -79,10 +79,8 @@ class Pinned:
 
     def __init__(self, location: str, *, expected: bool = True) -> None:
         self.location = location
-        self.folder = it.folder_of(location)
-        if not (self.folder / it.CATALOG_FILE).is_file():
-            raise NearDedupError(f"index {location}: not found; index the inputs first")
-        self.catalog = it.catalog(self.folder)
+        self.where = it.where(location)
+        self.catalog = it.open_catalog(self.where)
         tables = it.load_tables(self.catalog)
         if tables is None or set(tables) != {*it.DATA_TABLES, it.COMMITS}:
             raise NearDedupError(f"index {location}: not a near-dedup index (its catalog "
@@ -135,7 +133,8 @@ def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int,
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     first, last = int(probes[0]), int(probes[-1])
     for path in paths:
-        table = pq.read_table(local_path(path), columns=["key", "content"],
+        fs, at = it.filesystem(path)
+        table = pq.read_table(at, filesystem=fs, columns=["key", "content"],
                               filters=[("key", ">=", first), ("key", "<=", last)])
         keys = table.column("key").to_numpy()
         contents = table.column("content").to_numpy()
@@ -165,7 +164,7 @@ class RowGroups:
     worker reads the texts of its chunks' pairs, and later chunks meet the same contents)."""
 
     def __init__(self, paths: list[str]) -> None:
-        self._files = [pq.ParquetFile(local_path(p)) for p in paths]
+        self._files = [it.parquet_file(p) for p in paths]
         lo, hi, where = [], [], []
         for f, pf in enumerate(self._files):
             column = pf.schema_arrow.get_field_index("id")
@@ -337,8 +336,9 @@ class IcebergSnapshot(IndexSnapshot):
     @classmethod
     def open_location(cls, location: str, config: NearDedupConfig | None = None
                       ) -> IcebergSnapshot:
-        folder = it.folder_of(location)
-        lock = it.readers_lock(folder, False, location) if folder.is_dir() else None
+        folder = it.where(location).lock_folder
+        lock = it.readers_lock(folder, False, location) if folder is not None \
+            and folder.is_dir() else None
         if lock is not None:
             lock.__enter__()
         try:
