@@ -329,7 +329,7 @@ def test_bad_locations_and_states_are_one_line_and_write_nothing(env, tmp_path):
         s3.enforce_auth()
         try:
             line = refused(["--index", index, "index", "--inputs", V1],
-                           "credentials were refused")
+                           "s3://" + s3.bucket + "/creds: access denied")
         finally:
             s3._moto_api("reset-auth", b"inf")
     assert "wrong-secret" not in line
