@@ -266,21 +266,23 @@ def test_two_concurrent_appends_each_land_once(remote, tmp_path):
 
 
 def test_expiry_keeps_the_state_a_running_scan_pinned(remote, tmp_path):
-    """A scan pins state 1 and pauses before its history join; batch 2 and a compaction
-    replace state 1's band files. `index expire --older-than 6s` then keeps state 1 (its
-    snapshots are older than 6 s, but it was published until moments ago): the scan ends
-    with the report of before. Expiry with no retention left drops it."""
+    """A scan (of cpt-v2 against cpt-v1) pins state 1 and pauses before its history join;
+    a compaction replaces state 1's band files. `index expire --older-than 8s` then keeps
+    state 1 (its snapshots are older than 8 s, but it was published until moments ago): the
+    scan ends with the report of before. Expiry with no retention left drops it; batch 3
+    lands after it."""
     index = remote
     ok(index, V1)
+    ok(index, V2)
     from near_dedup_core.index_store.iceberg.snapshot import Pinned
 
     state1 = dict(Pinned(index).state.snapshots)
     made = time.monotonic()
-    before = scan_ok(index, tmp_path / "before", V1)
+    before = scan_ok(index, tmp_path / "before", V2)
     flag = tmp_path / "paused"
     proc = subprocess.Popen(
         [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", index, "scan",
-         "--inputs", str(V1), "--output", str(tmp_path / "during")],
+         "--inputs", str(V2), "--output", str(tmp_path / "during")],
         env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-history:{flag}"},
         stderr=subprocess.PIPE, text=True)
     try:
@@ -289,10 +291,9 @@ def test_expiry_keeps_the_state_a_running_scan_pinned(remote, tmp_path):
             assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
             assert time.monotonic() < deadline, "the scan never paused"
             time.sleep(0.05)
-        time.sleep(max(0.0, made + 7 - time.monotonic()))  # state 1 is over 6 s old
-        assert "batch 2 added cpt-v2" in ok(index, V2)
-        assert "compacted" in maintain(index, "compact")
-        maintain(index, "expire", "--older-than", "6s")
+        time.sleep(max(0.0, made + 9 - time.monotonic()))  # state 1 is over 8 s old
+        assert "compacted" in maintain(index, "compact")  # publishes state 2
+        maintain(index, "expire", "--older-than", "8s")
         bands = Pinned(index).tables["bands"]
         assert bands.snapshot_by_id(state1["bands"]) is not None
     finally:
@@ -303,9 +304,8 @@ def test_expiry_keeps_the_state_a_running_scan_pinned(remote, tmp_path):
     expired = maintain(index, "expire", "--older-than", "0s")
     assert "removed 0 " not in expired  # state 1's band files, replaced by the compaction
     assert Pinned(index).tables["bands"].snapshot_by_id(state1["bands"]) is None
-    assert "OK (2 batches" in maintain(index, "check")
-    assert b'"package_id":"cpt-v2"' in scan_ok(index, tmp_path / "after", V1)[
-        "relations.jsonl"]
+    assert "batch 3 added cpt-v3" in ok(index, V3)
+    assert "OK (3 batches" in maintain(index, "check")
 
 
 # --------------------------------------------------------------------------- refusals
