@@ -163,11 +163,16 @@ def test_the_commands_of_docs_iceberg_on_s3_give_the_sqlite_reports(env, tmp_pat
     assert "expired" in run.stdout
     assert PASSWORD not in run.stdout + run.stderr
 
-    lite = tmp_path / "lite.sqlite"
-    ok(lite, V1)
-    ok(lite, V2)
+    # the same index and scan commands on a SQLite index, run the same way
+    lines = [line.replace("s3-v2", "lite-v2") for line in block.group(1).splitlines()
+             if line.startswith("near-dedup") and (" index --inputs " in line
+                                                   or " scan " in line)]
+    lite = subprocess.run(["bash", "-euo", "pipefail", "-c",
+                           "INDEX=lite.sqlite\n" + "\n".join(lines)], cwd=tmp_path,
+                          env=env_vars, capture_output=True, text=True, timeout=600)
+    assert lite.returncode == 0 and len(lines) == 3, lite.stderr
     assert tree_bytes(tmp_path / "data" / "reports" / "s3-v2") == \
-        scan_ok(lite, tmp_path / "lite-v2", V2)
+        tree_bytes(tmp_path / "data" / "reports" / "lite-v2")
     keys = s3.keys("indexes/cpt/")
     assert any(k.endswith(".parquet") and "/bands/data/bucket=" in k for k in keys)
     assert not (tmp_path / "data" / "indexes").exists()
