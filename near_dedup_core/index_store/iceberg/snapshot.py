@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import zstandard
 from pyiceberg.expressions import BooleanExpression, Or
 
@@ -133,9 +132,7 @@ def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int,
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     first, last = int(probes[0]), int(probes[-1])
     for path in paths:
-        fs, at = it.filesystem(path)
-        table = pq.read_table(at, filesystem=fs, columns=["key", "content"],
-                              filters=[("key", ">=", first), ("key", "<=", last)])
+        table = it.read_range(path, ("key", "content"), "key", first, last)
         keys = table.column("key").to_numpy()
         contents = table.column("content").to_numpy()
         at = np.searchsorted(probes, keys)
@@ -494,7 +491,8 @@ class IcebergSnapshot(IndexSnapshot):
         """Band rows with one of ``keys`` whose content is outside the pool (as on SQLite),
         joined per band-key bucket: one task per bucket that holds probe keys
         (`bucket_hits`), on the scan's executor (`join_executor`: its local worker
-        processes or Ray tasks) or, inline, on `JOIN_THREADS` threads of this process
+        processes or Ray tasks) or, inline, on `JOIN_THREADS` threads of this process (more
+        for a warehouse on S3, `tables.io_threads`: the tasks wait on requests)
         (Parquet reads leave the GIL); the hits concatenated (the caller deduplicates and
         sorts them)."""
         mixed = sorted({c for c, split in self.content_splits(pool_contents)
@@ -509,7 +507,8 @@ class IcebergSnapshot(IndexSnapshot):
                        for paths, probes in tasks]
             found = [f.result() for f in futures]
         else:
-            with ThreadPoolExecutor(max_workers=JOIN_THREADS) as threads:
+            threads_ = it.io_threads(self.location, JOIN_THREADS)
+            with ThreadPoolExecutor(max_workers=threads_) as threads:
                 found = list(threads.map(lambda a: bucket_hits(a[0], a[1], skip, lo, hi),
                                          tasks))
         if not found:
