@@ -265,9 +265,10 @@ def publish(pinned: Pinned, op: str, at: str, snapshots: dict[str, int | None]) 
                              f"nothing of this run was published; run it again") from None
 
 
-def restore_leftovers(pinned: Pinned) -> None:
+def restore_leftovers(pinned: Pinned) -> bool:
     """Return each data table whose current snapshot is not the one the newest commit
-    records (a killed writer's appends) to the recorded snapshot."""
+    records (a killed writer's appends) to the recorded snapshot; whether any was."""
+    restored = False
     for name in it.DATA_TABLES:
         table: Table = pinned.tables[name]
         recorded = pinned.state.snapshots[name]
@@ -280,14 +281,15 @@ def restore_leftovers(pinned: Pinned) -> None:
                                  f"commit published and no published state to return to; "
                                  f"restore it from a backup")
         table.manage_snapshots().set_current_snapshot(snapshot_id=recorded).commit()
+        restored = True
+    return restored
 
 
 def open_for_write(location: str, cat: Catalog) -> tuple[Pinned, bool]:
     """The published state for a writer (under its lock), the tables created for a new
     index; ``fresh``: no batch was published yet."""
     place = it.where(location)
-    tables = it.load_tables(cat)
-    if tables is None:
+    if not it.has_tables(cat):
         it.create_tables(cat)
         if place.lock_folder is not None:
             (place.lock_folder / it.READERS_LOCK).touch()
@@ -297,8 +299,9 @@ def open_for_write(location: str, cat: Catalog) -> tuple[Pinned, bool]:
         it.create_tables(cat)
         pinned = Pinned(location, expected=False)
         return pinned, True
-    restore_leftovers(pinned)
-    return Pinned(location, expected=False), False
+    if restore_leftovers(pinned):
+        pinned = Pinned(location, expected=False)
+    return pinned, False
 
 
 @contextmanager

@@ -165,8 +165,7 @@ def _writing(location: str) -> Iterator[Pinned]:
         raise NearDedupError(f"index {location}: not found")
     with errors(location), it.writer_lock(place.lock_folder, location):
         pinned = Pinned(location)
-        restore_leftovers(pinned)
-        yield Pinned(location)
+        yield Pinned(location) if restore_leftovers(pinned) else pinned
 
 
 def compact(location: str) -> str:

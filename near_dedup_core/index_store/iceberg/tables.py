@@ -503,6 +503,16 @@ def drop_tables(cat: Catalog) -> None:
             pass
 
 
+def has_tables(cat: Catalog) -> bool:
+    """Whether the catalog lists any table of the index (no table metadata is read)."""
+    if not catalog_tables_exist(cat):
+        return False
+    try:
+        return bool(cat.list_tables(NAMESPACE))
+    except NoSuchNamespaceError:
+        return False
+
+
 def load_tables(cat: Catalog) -> dict[str, Table] | None:
     """Every table of the index, or None when the catalog holds none of them."""
     if not catalog_tables_exist(cat):
@@ -602,7 +612,7 @@ def writer(place: Where) -> Iterator[Catalog]:
                 f"index {place.location}: the catalog database holds other tables "
                 f"({', '.join(foreign[:3])}{', …' if len(foreign) > 3 else ''}) and no "
                 f"Iceberg catalog: not a near-dedup index; use a new or empty database")
-        had_index = had_catalog and load_tables(cat) is not None
+        had_index = had_catalog and has_tables(cat)
     except SQLAlchemyError as exc:
         raise catalog_error(place, exc) from None
     created = False
