@@ -15,7 +15,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import orjson
@@ -311,15 +311,20 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
     the lock of the local form, nothing left of a new index that fails), the published state
     (leftovers of a killed writer returned), the batch's rows, one commit on success and
     nothing published on failure."""
-    with it.writer(it.where(location)) as cat:
-        pinned, fresh = open_for_write(location, cat)
-        if not fresh:
-            check_binding(location, pinned_meta(pinned), config, writing=True)
-            IcebergSnapshot(pinned, config).quick_check()
-        batch = IcebergBatch(pinned, config, created_at, fresh)
+    from near_dedup_core.index_store.iceberg import errors
+
+    with ExitStack() as stack:
+        with errors(location):  # the catalog's, the storage's and pyiceberg's: one line
+            cat = stack.enter_context(it.writer(it.where(location)))
+            pinned, fresh = open_for_write(location, cat)
+            if not fresh:
+                check_binding(location, pinned_meta(pinned), config, writing=True)
+                IcebergSnapshot(pinned, config).quick_check()
+            batch = IcebergBatch(pinned, config, created_at, fresh)
         yield batch
         if batch.seq is not None:
-            batch.commit(created_at)
+            with errors(location):
+                batch.commit(created_at)
 
 
 def pinned_meta(pinned: Pinned) -> dict[str, str]:
