@@ -26,6 +26,9 @@ pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 pytest.importorskip("s3fs", reason="pip install 'near-dedup[s3]'")
 from pg_server import INSTALL, PASSWORD, PostgresServer, find_bindir  # noqa: E402
 
+# A PostgreSQL server and moto's S3 server per module, as tests/test_postgres.py.
+pytestmark = pytest.mark.slow
+
 BINDIR = find_bindir()
 if BINDIR is None:
     if os.environ.get("CI"):
