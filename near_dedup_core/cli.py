@@ -78,8 +78,9 @@ def _global_options(*, after_command: bool, config: bool = True) -> _CommandPars
     options.add_argument("--index", metavar="PATH|URL", **unset,
                          help="the near-dedup index, bound to the config (needed by index and "
                               "scan; contamination reads an indexed pool from it): a dedicated "
-                              "SQLite file, postgresql://user@host:port/dbname, or "
-                              "iceberg:///absolute/folder")
+                              "SQLite file, postgresql://user@host:port/dbname, "
+                              "iceberg:///absolute/folder[?catalog=postgresql://…] or "
+                              "iceberg+s3://bucket/prefix?catalog=postgresql://…")
     if config:
         options.add_argument("--config", type=Path, metavar="PATH", **unset,
                              help="near-dedup config JSON (default: the shipped defaults)")
@@ -134,11 +135,17 @@ def build_parser() -> argparse.ArgumentParser:
                    description="Rewrite the band files of every bucket of an Iceberg index "
                                "into one file sorted by key, published as a new commit "
                                "(docs/iceberg.md).")
-    ixs.add_parser("expire", help="an iceberg:// index: drop old snapshots and the data "
-                                  "files only they referenced",
-                   description="Drop every snapshot of an Iceberg index but the published one "
-                               "and remove the data files no kept snapshot references; refused "
-                               "while a scan reads the index (docs/iceberg.md).")
+    expire = ixs.add_parser(
+        "expire", help="an iceberg:// index: drop old snapshots and the data files only they "
+                       "referenced",
+        description="Drop every snapshot of an Iceberg index but the published one and remove "
+                    "the data files no kept snapshot references; refused while a scan reads "
+                    "the index. With --older-than (always, 24h by default, with a shared "
+                    "catalog): keep every snapshot made or published within that time "
+                    "(docs/iceberg.md).")
+    expire.add_argument("--older-than", type=_duration, metavar="DURATION",
+                        help="keep what was made or still published within this time: 90s, "
+                             "30m, 24h, 7d")
     ix.add_argument("--inputs", nargs="+", type=_location, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
@@ -295,6 +302,20 @@ def _need_index(args: argparse.Namespace) -> Index:
     return open_index(args.index)
 
 
+def _duration(text: str) -> float:
+    """``90s``, ``30m``, ``24h``, ``7d`` (or plain seconds) as seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    number, unit = (text[:-1], units[text[-1]]) if text[-1:] in units else (text, 1)
+    try:
+        value = float(number) * unit
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (90s, 30m, 24h, 7d)") \
+            from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (90s, 30m, 24h, 7d)")
+    return value
+
+
 def _index_action(args: argparse.Namespace) -> str:
     """`index check`; `index compact` and `index expire`, for an index kept as Iceberg
     tables."""
@@ -312,7 +333,9 @@ def _index_action(args: argparse.Namespace) -> str:
     with index.errors():
         from near_dedup_core.index_store.iceberg import maintain
 
-        return (maintain.compact if args.action == "compact" else maintain.expire)(index.url)
+        if args.action == "compact":
+            return maintain.compact(index.url)
+        return maintain.expire(index.url, getattr(args, "older_than", None))
 
 
 def _report_audit(args: argparse.Namespace) -> None:

@@ -184,6 +184,7 @@ class PostgresIndex:
 
 
 ICEBERG_SCHEME = "iceberg://"
+ICEBERG_SCHEMES = (ICEBERG_SCHEME, "iceberg+s3://")
 ICEBERG_HINT = "install it with: pip install 'near-dedup[iceberg]'"
 
 
@@ -200,8 +201,11 @@ def _iceberg() -> None:
 
 @dataclass(frozen=True)
 class IcebergIndex:
-    """An index kept as Apache Iceberg tables in a local folder (`index_store.iceberg`):
-    ``iceberg:///absolute/folder``, pyiceberg's SQL catalog in a SQLite file inside it."""
+    """An index kept as Apache Iceberg tables (`index_store.iceberg`):
+    ``iceberg:///absolute/folder`` (pyiceberg's SQL catalog in a SQLite file inside it),
+    ``iceberg:///absolute/folder?catalog=postgresql://…`` (a shared PostgreSQL catalog) or
+    ``iceberg+s3://bucket/prefix?catalog=postgresql://…`` (the warehouse on S3). The
+    location holds no password (the catalog's comes from PGPASSWORD or ~/.pgpass)."""
 
     url: str
 
@@ -224,15 +228,17 @@ class IcebergIndex:
         return self.url
 
     @property
-    def folder(self) -> Path:
-        from near_dedup_core.index_store.iceberg.tables import folder_of
+    def folder(self) -> Path | None:
+        """The local folder of an ``iceberg:///`` index (None: a warehouse on S3)."""
+        from near_dedup_core.index_store.iceberg.tables import where
 
-        return folder_of(self.url)
+        return where(self.url).folder
 
     def check_target(self, inputs: list[Path]) -> None:
-        """The folder must not be inside an input package, a report or a mixture."""
+        """A local folder must not be inside an input package, a report or a mixture."""
         _iceberg()
-        sq.check_index_path(self.folder / "catalog.db", inputs)
+        if self.folder is not None:
+            sq.check_index_path(self.folder / "catalog.db", inputs)
 
     @contextmanager
     def errors(self) -> Iterator[None]:
@@ -293,13 +299,14 @@ def open_index(location: str | Path | Index) -> Index:
     value = str(location)
     if is_url(value):
         return PostgresIndex(value)
-    if value.startswith(ICEBERG_SCHEME):
+    if value.startswith(ICEBERG_SCHEMES):
         return IcebergIndex(value)
     scheme, sep, _rest = value.partition("://")
     if sep and scheme.replace("+", "").isalnum():
         raise NearDedupError(f"index {value.split('@')[-1]}: unknown scheme {scheme}://; give a "
-                             f"SQLite file path, postgresql://user@host:port/dbname or "
-                             f"iceberg:///absolute/folder")
+                             f"SQLite file path, postgresql://user@host:port/dbname, "
+                             f"iceberg:///absolute/folder or "
+                             f"iceberg+s3://bucket/prefix?catalog=postgresql://…")
     return SqliteIndex(Path(location))
 
 

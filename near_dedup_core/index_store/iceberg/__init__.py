@@ -1,10 +1,15 @@
-"""The Iceberg backend of the index (`--index iceberg:///absolute/folder`, docs/iceberg.md):
-the index's tables as Apache Iceberg tables written and read with pyiceberg, in one folder:
-``catalog.db`` (pyiceberg's SQL catalog, a SQLite file: its commits are atomic) and
-``warehouse/`` (the tables' Parquet data files and Iceberg metadata).
+"""The Iceberg backend of the index (docs/iceberg.md): the index's tables as Apache Iceberg
+tables written and read with pyiceberg. ``iceberg:///absolute/folder`` keeps them in one
+folder: ``catalog.db`` (pyiceberg's SQL catalog, a SQLite file: its commits are atomic) and
+``warehouse/`` (the tables' Parquet data files and Iceberg metadata). With
+``?catalog=postgresql://…`` the catalog is a shared PostgreSQL database, and
+``iceberg+s3://bucket/prefix?catalog=postgresql://…`` puts the warehouse on S3: writers and
+readers on several machines, the catalog's optimistic commit their only coordination.
 
-- `tables`: the tables (the SQLite index's columns; band rows partitioned by band-key bucket),
-  the catalog, the commit rule's published state, the writer's and the readers' locks;
+- `tables`: the location (`where`), the tables (the SQLite index's columns; band rows
+  partitioned by band-key bucket), the catalog, the file system of the data files
+  (`filesystem`, `output`), the commit rule's published state, the writer's and the
+  readers' locks;
 - `snapshot`: a scan's reads from one published state (`IcebergSnapshot`), the per-bucket
   history join, the workers' readers;
 - `batch`: one appended batch (`IcebergBatch`) and its commit;
@@ -37,8 +42,49 @@ def errors(location: str) -> Iterator[None]:
         yield
     except NearDedupError:
         raise
-    except failures as exc:
+    except Exception as exc:  # noqa: BLE001 -- the storage client's errors have no common base
+        remote = _remote_error(location, exc)
+        if remote is not None:
+            raise remote from None
+        if not isinstance(exc, failures):
+            raise
+
         detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        if isinstance(exc, ice.CommitFailedException):
+            raise NearDedupError(f"index {location}: another writer committed meanwhile; "
+                                 f"nothing of this run was published; run it again") from None
         raise NearDedupError(f"index {location}: cannot use the Iceberg tables "
                              f"({type(exc).__name__}: {detail}); run `near-dedup --index "
                              f"{location} index check`") from None
+
+
+def _remote_error(location: str, exc: Exception) -> NearDedupError | None:
+    """The one line of a shared catalog's server or an S3 warehouse's storage error (None:
+    not one of theirs)."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from near_dedup_core.index_store.iceberg import tables as it
+
+    try:
+        place = it.where(location)
+    except NearDedupError:
+        return None
+    if isinstance(exc, SQLAlchemyError):
+        return it.catalog_error(place, exc) if place.shared else None
+    if not place.on_s3:
+        return None
+    from near_dedup_core.storage import describe
+
+    names = {c.__module__.split(".")[0] for e in _chain(exc) for c in type(e).__mro__}
+    if isinstance(exc, OSError) or names & {"botocore", "aiobotocore", "s3fs", "aiohttp"}:
+        return NearDedupError(f"index {location}: {place.warehouse}: {describe(exc)}")
+    return None
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and current not in out:
+        out.append(current)
+        current = current.__cause__ or current.__context__
+    return out

@@ -12,17 +12,16 @@ at all, never twice."""
 from __future__ import annotations
 
 import os
-import shutil
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from pathlib import Path
+from contextlib import ExitStack, contextmanager
 
 import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
@@ -231,17 +230,17 @@ def write_band_files(table: Table, bands: pa.Table) -> list[str]:
     ends = np.concatenate((cuts, [len(buckets)])).tolist()
     plain = pa.schema([pa.field(f.name, f.type) for f in bands.schema])  # no field ids
     bands = bands.cast(plain)
-    data = Path(it.local_path(table.location())) / "data"
+    data = f"{table.location().rstrip('/')}/data"
     commit = uuid.uuid4().hex
 
     def write(part: tuple[int, int]) -> str:
         start, end = part
         bucket = int(buckets[start])
-        path = data / f"bucket={bucket}" / f"{commit}-{bucket:05d}.parquet"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(bands.slice(start, end - start), path, compression="zstd",
-                       row_group_size=it.ROW_GROUP_ROWS["bands"])
-        return f"file://{path}"
+        uri = f"{data}/bucket={bucket}/{commit}-{bucket:05d}.parquet"
+        fs, path = it.output(uri)
+        pq.write_table(bands.slice(start, end - start), path, filesystem=fs,
+                       compression="zstd", row_group_size=it.ROW_GROUP_ROWS["bands"])
+        return uri
 
     with ThreadPoolExecutor(WRITE_THREADS) as threads:
         return list(threads.map(write, zip(starts, ends, strict=True)))
@@ -266,9 +265,10 @@ def publish(pinned: Pinned, op: str, at: str, snapshots: dict[str, int | None]) 
                              f"nothing of this run was published; run it again") from None
 
 
-def restore_leftovers(pinned: Pinned) -> None:
+def restore_leftovers(pinned: Pinned) -> bool:
     """Return each data table whose current snapshot is not the one the newest commit
-    records (a killed writer's appends) to the recorded snapshot."""
+    records (a killed writer's appends) to the recorded snapshot; whether any was."""
+    restored = False
     for name in it.DATA_TABLES:
         table: Table = pinned.tables[name]
         recorded = pinned.state.snapshots[name]
@@ -281,62 +281,50 @@ def restore_leftovers(pinned: Pinned) -> None:
                                  f"commit published and no published state to return to; "
                                  f"restore it from a backup")
         table.manage_snapshots().set_current_snapshot(snapshot_id=recorded).commit()
+        restored = True
+    return restored
 
 
-def open_for_write(location: str) -> tuple[Pinned, bool]:
-    """The published state for a writer (under its lock), the catalog and tables created for
-    a new index; ``fresh``: no batch was published yet."""
-    folder = it.folder_of(location)
-    refuse_foreign(folder, location)
-    cat = it.catalog(folder, create=True)
-    tables = it.load_tables(cat)
-    if tables is None:
+def open_for_write(location: str, cat: Catalog) -> tuple[Pinned, bool]:
+    """The published state for a writer (under its lock), the tables created for a new
+    index; ``fresh``: no batch was published yet."""
+    place = it.where(location)
+    if not it.has_tables(cat):
         it.create_tables(cat)
-        (folder / it.READERS_LOCK).touch()
+        if place.lock_folder is not None:
+            (place.lock_folder / it.READERS_LOCK).touch()
     pinned = Pinned(location, expected=False)
     if pinned.state.n == 0:  # a first batch killed before its commit: start again
         it.drop_tables(cat)
         it.create_tables(cat)
         pinned = Pinned(location, expected=False)
         return pinned, True
-    restore_leftovers(pinned)
-    return Pinned(location, expected=False), False
-
-
-def refuse_foreign(folder: Path, location: str) -> None:
-    """A file, or a folder holding anything but an index, is not an index to append to."""
-    if folder.exists() and not folder.is_dir():
-        raise NearDedupError(f"index {location}: exists and is not a folder")
-    if folder.is_dir() and not (folder / it.CATALOG_FILE).is_file() \
-            and {p.name for p in folder.iterdir()} - {it.WRITER_LOCK}:
-        raise NearDedupError(f"index {location}: the folder exists and is not a near-dedup "
-                             f"index (no {it.CATALOG_FILE}); use a new or empty folder")
+    if restore_leftovers(pinned):
+        pinned = Pinned(location, expected=False)
+    return pinned, False
 
 
 @contextmanager
 def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
                   ) -> Iterator[IcebergBatch]:
-    """One batch on the Iceberg index at ``location``: the writer's lock, the published state
+    """One batch on the Iceberg index at ``location``: the writer's set-up (`tables.writer`:
+    the lock of the local form, nothing left of a new index that fails), the published state
     (leftovers of a killed writer returned), the batch's rows, one commit on success and
     nothing published on failure."""
-    folder = it.folder_of(location)
-    refuse_foreign(folder, location)
-    created = not folder.exists()
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
-        with it.writer_lock(folder, location):
-            pinned, fresh = open_for_write(location)
+    from near_dedup_core.index_store.iceberg import errors
+
+    with ExitStack() as stack:
+        with errors(location):  # the catalog's, the storage's and pyiceberg's: one line
+            cat = stack.enter_context(it.writer(it.where(location)))
+            pinned, fresh = open_for_write(location, cat)
             if not fresh:
                 check_binding(location, pinned_meta(pinned), config, writing=True)
                 IcebergSnapshot(pinned, config).quick_check()
             batch = IcebergBatch(pinned, config, created_at, fresh)
-            yield batch
-            if batch.seq is not None:
+        yield batch
+        if batch.seq is not None:
+            with errors(location):
                 batch.commit(created_at)
-    except BaseException:
-        if created:  # a new index that no batch published: nothing is left behind
-            shutil.rmtree(folder, ignore_errors=True)
-        raise
 
 
 def pinned_meta(pinned: Pinned) -> dict[str, str]:

@@ -14,11 +14,12 @@
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -43,15 +44,15 @@ def check_files(pinned: Pinned) -> None:
     buckets = None
     for name in it.DATA_TABLES:
         for f in pinned.data_files(name):
-            path = Path(local_path(f.file_path))
-            if not path.is_file():
+            path = shown(f.file_path)
+            size = it.file_size(f.file_path)
+            if size is None:
                 raise _damaged(location, f"data file {path} of table {name} is missing")
-            size = path.stat().st_size
             if size != f.file_size_in_bytes:
                 raise _damaged(location, f"data file {path} of table {name} has {size:,} "
                                          f"bytes, the table records {f.file_size_in_bytes:,}")
             try:
-                meta = pq.read_metadata(path)
+                meta = it.parquet_file(f.file_path).metadata
             except (OSError, pa.ArrowException) as exc:
                 raise _damaged(location, f"data file {path} of table {name} is not "
                                          f"Parquet ({exc})") from None
@@ -63,7 +64,8 @@ def check_files(pinned: Pinned) -> None:
                 if buckets is None:
                     buckets = int(dict(pinned.rows("meta", ("key", "value"))).get(
                         it.BUCKETS_KEY, "0")) or 1
-                t = pq.read_table(path, columns=["bucket", "key"])
+                fs, at = it.filesystem(f.file_path)
+                t = pq.read_table(at, filesystem=fs, columns=["bucket", "key"])
                 keys = t.column("key").to_numpy()
                 if (bucket_of(keys, buckets) != f.partition[0]).any() \
                         or (t.column("bucket").to_numpy() != f.partition[0]).any():
@@ -72,26 +74,33 @@ def check_files(pinned: Pinned) -> None:
                     raise _damaged(location, f"band file {path} is not sorted by key")
 
 
+def shown(uri: str) -> str:
+    """A data file in messages: its local path, or its ``s3://`` URL."""
+    return local_path(uri)
+
+
 def referenced_files(pinned: Pinned) -> set[str]:
-    """The local paths of every data file that any snapshot still kept references."""
+    """Every data file that any snapshot still kept references (as `shown`)."""
     out: set[str] = set()
     for name in (*it.DATA_TABLES, it.COMMITS):
         table = pinned.tables[name]
         for snap in table.snapshots():
             for task in table.scan(snapshot_id=snap.snapshot_id).plan_files():
-                out.add(local_path(task.file.file_path))
+                out.add(shown(task.file.file_path))
     return out
 
 
-def orphan_files(pinned: Pinned) -> list[Path]:
-    """Data files under the tables' folders that no kept snapshot references."""
+def orphan_files(pinned: Pinned, before: float | None = None) -> list[it.Stored]:
+    """Data files under the tables' folders that no kept snapshot references; with
+    ``before`` (epoch seconds), only those last modified before it (a writer on another
+    machine may have written a file it has not committed yet)."""
     kept = referenced_files(pinned)
     found = []
     for name in (*it.DATA_TABLES, it.COMMITS):
-        data = Path(local_path(pinned.tables[name].location())) / "data"
-        if data.is_dir():
-            found += [p for p in data.rglob("*.parquet") if str(p) not in kept]
-    return sorted(found)
+        data = f"{pinned.tables[name].location().rstrip('/')}/data"
+        found += [f for f in it.list_files(data) if shown(f.uri) not in kept
+                  and (before is None or f.mtime < before)]
+    return sorted(found, key=lambda f: f.uri)
 
 
 _SQL_TYPES = {"LongType": "INTEGER", "IntegerType": "INTEGER", "BinaryType": "BLOB",
@@ -142,21 +151,21 @@ def check_iceberg(location: str) -> IndexCheck:
         orphans = orphan_files(pinned)
     note = f"; {pinned.state.n:,} commits"
     if orphans:
-        shown = ", ".join(str(p) for p in orphans[:5])
+        names = ", ".join(shown(f.uri) for f in orphans[:5])
         note += (f"; {len(orphans):,} orphan data files, never read (`index expire` removes "
-                 f"them): {shown}{', …' if len(orphans) > 5 else ''}")
+                 f"them): {names}{', …' if len(orphans) > 5 else ''}")
     return result._replace(note=note)
 
 
 @contextmanager
 def _writing(location: str) -> Iterator[Pinned]:
-    folder = it.folder_of(location)
-    if not (folder / it.CATALOG_FILE).is_file():
+    place = it.where(location)
+    if place.folder is not None and not place.shared \
+            and not (place.folder / it.CATALOG_FILE).is_file():
         raise NearDedupError(f"index {location}: not found")
-    with errors(location), it.writer_lock(folder, location):
+    with errors(location), it.writer_lock(place.lock_folder, location):
         pinned = Pinned(location)
-        restore_leftovers(pinned)
-        yield Pinned(location)
+        yield Pinned(location) if restore_leftovers(pinned) else pinned
 
 
 def compact(location: str) -> str:
@@ -185,21 +194,85 @@ def compact(location: str) -> str:
                 f"into {len(small):,} (commit {pinned.state.n + 1:,})")
 
 
-def expire(location: str) -> str:
-    """Drop every snapshot but the published one of each table and remove the data files that
-    no kept snapshot references; refused while a scan reads the index."""
-    folder = it.folder_of(location)
-    with _writing(location) as pinned, it.readers_lock(folder, True, location):
+#: The retention of `index expire` with a shared catalog when none is given: a scan that
+#: runs longer than this may lose the snapshots it pinned (docs/iceberg.md, "Expiry").
+DEFAULT_RETENTION = 24 * 3600.0
+
+
+def superseded_at(pinned: Pinned) -> dict[int, float]:
+    """When each published state stopped being the newest (epoch seconds): commit n was
+    superseded when the commit table's snapshot holding row n + 1 was made. States whose
+    successor's snapshot was expired are left out (superseded long ago)."""
+    commits = pinned.tables[it.COMMITS]
+    published_at: dict[int, float] = {}
+    for snap in sorted(commits.snapshots(), key=lambda s: s.timestamp_ms):
+        ns = commits.scan(snapshot_id=snap.snapshot_id, selected_fields=("n",)).to_arrow()
+        if ns.num_rows:
+            newest = int(max(ns.column("n").to_pylist()))
+            published_at.setdefault(newest, snap.timestamp_ms / 1000)
+    return {n - 1: at for n, at in published_at.items()}
+
+
+def kept_snapshots(pinned: Pinned, cutoff: float) -> dict[str, set[int]]:
+    """The snapshots each table keeps under a retention that ends at ``cutoff`` (epoch
+    seconds): the published state's; every snapshot of a state that was still the newest
+    after ``cutoff`` (a scan may have pinned it since); every snapshot made after ``cutoff``
+    (Iceberg's own rule; a writer's snapshots not published yet)."""
+    keep: dict[str, set[int]] = {name: set() for name in (*it.DATA_TABLES, it.COMMITS)}
+    for name, sid in pinned.state.snapshots.items():
+        if sid is not None:
+            keep[name].add(sid)
+    if pinned.state.commit_snapshot is not None:
+        keep[it.COMMITS].add(pinned.state.commit_snapshot)
+    recent = {n for n, at in superseded_at(pinned).items() if at > cutoff}
+    if recent:
+        rows = it.read(pinned.tables[it.COMMITS], pinned.state.commit_snapshot,
+                       ("n", "tables"))
+        for n, tables in zip(rows.column("n").to_pylist(), rows.column("tables").to_pylist(),
+                             strict=True):
+            if n in recent:
+                for name, sid in orjson.loads(tables).items():
+                    if sid is not None and name in keep:
+                        keep[name].add(int(sid))
+    for name in keep:
+        for snap in pinned.tables[name].snapshots():
+            if snap.timestamp_ms / 1000 > cutoff:
+                keep[name].add(snap.snapshot_id)
+    return keep
+
+
+def expire(location: str, older_than: float | None = None) -> str:
+    """Drop old snapshots and remove the data files that no kept snapshot references.
+
+    Local form without ``older_than``: every snapshot but the published one, refused while
+    a scan holds the readers' lock. With a retention (``older_than`` seconds; a shared
+    catalog always has one, `DEFAULT_RETENTION` when none is given): `kept_snapshots`, and
+    only unreferenced files older than the retention. With a shared catalog, an expiry that
+    drops anything publishes a commit of the same state, so a writer that read the state
+    before it is refused at its commit instead of publishing a snapshot just dropped."""
+    place = it.where(location)
+    if place.shared and older_than is None:
+        older_than = DEFAULT_RETENTION
+    with _writing(location) as pinned, it.readers_lock(place.lock_folder, True, location):
+        now = time.time()
+        cutoff = None if older_than is None else now - older_than
+        if cutoff is None:
+            keep = {name: {sid} for name, sid in pinned.state.snapshots.items()}
+            keep[it.COMMITS] = {pinned.state.commit_snapshot}
+        else:
+            keep = {name: set(ids) for name, ids in kept_snapshots(pinned, cutoff).items()}
         dropped = 0
-        keep = {**pinned.state.snapshots, it.COMMITS: pinned.state.commit_snapshot}
         for name in (*it.DATA_TABLES, it.COMMITS):
             table = pinned.tables[name]
-            old = [s.snapshot_id for s in table.snapshots() if s.snapshot_id != keep[name]]
+            old = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in keep[name]]
             if old:
                 table.maintenance.expire_snapshots().by_ids(old).commit()
                 dropped += len(old)
-        orphans = orphan_files(Pinned(location))
-        for path in orphans:
-            path.unlink()
+        if dropped and place.shared:
+            publish(pinned, "expire", utc_now(), dict(pinned.state.snapshots))
+        orphans = orphan_files(Pinned(location), cutoff)
+        for found in orphans:
+            it.delete_file(found.uri)
+    kept = "" if older_than is None else f" (kept the last {older_than:g}s)"
     return (f"index {location}: expired {dropped:,} snapshots, removed {len(orphans):,} "
-            f"unreferenced data files")
+            f"unreferenced data files{kept}")

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import zstandard
 from pyiceberg.expressions import BooleanExpression, Or
 
@@ -79,10 +78,8 @@ class Pinned:
 
     def __init__(self, location: str, *, expected: bool = True) -> None:
         self.location = location
-        self.folder = it.folder_of(location)
-        if not (self.folder / it.CATALOG_FILE).is_file():
-            raise NearDedupError(f"index {location}: not found; index the inputs first")
-        self.catalog = it.catalog(self.folder)
+        self.where = it.where(location)
+        self.catalog = it.open_catalog(self.where)
         tables = it.load_tables(self.catalog)
         if tables is None or set(tables) != {*it.DATA_TABLES, it.COMMITS}:
             raise NearDedupError(f"index {location}: not a near-dedup index (its catalog "
@@ -135,8 +132,7 @@ def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int,
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     first, last = int(probes[0]), int(probes[-1])
     for path in paths:
-        table = pq.read_table(local_path(path), columns=["key", "content"],
-                              filters=[("key", ">=", first), ("key", "<=", last)])
+        table = it.read_range(path, ("key", "content"), "key", first, last)
         keys = table.column("key").to_numpy()
         contents = table.column("content").to_numpy()
         at = np.searchsorted(probes, keys)
@@ -165,7 +161,7 @@ class RowGroups:
     worker reads the texts of its chunks' pairs, and later chunks meet the same contents)."""
 
     def __init__(self, paths: list[str]) -> None:
-        self._files = [pq.ParquetFile(local_path(p)) for p in paths]
+        self._files = [it.parquet_file(p) for p in paths]
         lo, hi, where = [], [], []
         for f, pf in enumerate(self._files):
             column = pf.schema_arrow.get_field_index("id")
@@ -337,8 +333,9 @@ class IcebergSnapshot(IndexSnapshot):
     @classmethod
     def open_location(cls, location: str, config: NearDedupConfig | None = None
                       ) -> IcebergSnapshot:
-        folder = it.folder_of(location)
-        lock = it.readers_lock(folder, False, location) if folder.is_dir() else None
+        folder = it.where(location).lock_folder
+        lock = it.readers_lock(folder, False, location) if folder is not None \
+            and folder.is_dir() else None
         if lock is not None:
             lock.__enter__()
         try:
@@ -494,7 +491,8 @@ class IcebergSnapshot(IndexSnapshot):
         """Band rows with one of ``keys`` whose content is outside the pool (as on SQLite),
         joined per band-key bucket: one task per bucket that holds probe keys
         (`bucket_hits`), on the scan's executor (`join_executor`: its local worker
-        processes or Ray tasks) or, inline, on `JOIN_THREADS` threads of this process
+        processes or Ray tasks) or, inline, on `JOIN_THREADS` threads of this process (more
+        for a warehouse on S3, `tables.io_threads`: the tasks wait on requests)
         (Parquet reads leave the GIL); the hits concatenated (the caller deduplicates and
         sorts them)."""
         mixed = sorted({c for c, split in self.content_splits(pool_contents)
@@ -509,7 +507,8 @@ class IcebergSnapshot(IndexSnapshot):
                        for paths, probes in tasks]
             found = [f.result() for f in futures]
         else:
-            with ThreadPoolExecutor(max_workers=JOIN_THREADS) as threads:
+            threads_ = it.io_threads(self.location, JOIN_THREADS)
+            with ThreadPoolExecutor(max_workers=threads_) as threads:
                 found = list(threads.map(lambda a: bucket_hits(a[0], a[1], skip, lo, hi),
                                          tasks))
         if not found:

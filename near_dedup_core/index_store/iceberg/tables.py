@@ -4,8 +4,10 @@ writer's lock and the readers' lock."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -104,21 +107,358 @@ def local_path(uri: str) -> str:
     return uri[len("file://"):] if uri.startswith("file://") else uri
 
 
+#: The schemes of an index location: a local (or shared-file-system) folder, and a warehouse
+#: on S3 (or an S3-compatible server) whose catalog is a shared PostgreSQL database.
+S3_SCHEME = "iceberg+s3://"
+#: The one query parameter of a location: the shared catalog's database URL, to the end.
+CATALOG_PARAM = "catalog="
+#: The longest catalog name pyiceberg's SQL catalog stores (its ``catalog_name`` column).
+MAX_CATALOG_NAME = 255
+#: Seconds a catalog server gets to accept a connection (libpq's ``connect_timeout``).
+CATALOG_CONNECT_TIMEOUT = 10
+USAGE = ("give iceberg:///absolute/folder, iceberg:///absolute/folder?catalog=postgresql://"
+         "user@host:port/db or iceberg+s3://bucket/prefix?catalog=postgresql://user@host:port/db")
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where an index lives, parsed once from its location (docs/iceberg.md, "Where"):
+
+    - ``iceberg:///abs/folder``: catalog in ``folder/catalog.db`` (SQLite), warehouse in
+      ``folder/warehouse``, writers and scans of one machine coordinated by ``flock``;
+    - ``iceberg:///abs/folder?catalog=postgresql://…``: the same warehouse, the catalog in a
+      shared PostgreSQL database (``folder`` on a file system every machine mounts);
+    - ``iceberg+s3://bucket/prefix?catalog=postgresql://…``: the warehouse on S3.
+
+    With a shared catalog the catalog's optimistic commit is the only coordination: no
+    lock file, no readers' lock (expiry keeps a retention instead)."""
+
+    location: str
+    warehouse: str  # file:///abs/folder/warehouse or s3://bucket/prefix
+    folder: Path | None  # the local folder of an iceberg:/// location
+    catalog_url: str | None  # the shared catalog; None: catalog.db in the folder
+
+    @property
+    def shared(self) -> bool:
+        """A shared catalog: writers and readers on several machines."""
+        return self.catalog_url is not None
+
+    @property
+    def lock_folder(self) -> Path | None:
+        """The folder of the ``flock`` locks: the local form only."""
+        return None if self.shared else self.folder
+
+    @property
+    def on_s3(self) -> bool:
+        return self.warehouse.startswith("s3://")
+
+    @property
+    def catalog_name(self) -> str:
+        """The catalog's name in its database: one database can hold the indexes of several
+        warehouses, each under its own warehouse URI."""
+        return self.warehouse if self.shared else NAMESPACE
+
+
+def _catalog_url(location: str, value: str) -> str:
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if not value.startswith(("postgresql://", "postgres://")):
+        raise NearDedupError(f"index {location}: the catalog must be a PostgreSQL URL "
+                             f"(catalog=postgresql://user@host:port/db)")
+    try:
+        url = make_url(value.replace("postgres://", "postgresql://", 1))
+    except (ArgumentError, ValueError):
+        raise NearDedupError(f"index {location}: the catalog URL cannot be read; "
+                             f"{USAGE}") from None
+    if url.password is not None:
+        raise NearDedupError(f"index {location.split('?', 1)[0]}: the catalog URL holds a "
+                             f"password; give it through PGPASSWORD or ~/.pgpass, never in "
+                             f"the index location")
+    if not url.host or not url.database:
+        raise NearDedupError(f"index {location}: the catalog URL names no host or database; "
+                             f"{USAGE}")
+    return value
+
+
+def where(location: str) -> Where:
+    """The parsed location (`Where`); anything else is refused in one line."""
+    rest, sep, param = location.partition("?")
+    catalog_url = None
+    if sep:
+        if not param.startswith(CATALOG_PARAM):
+            raise NearDedupError(f"index {location}: unknown parameter; {USAGE}")
+        catalog_url = _catalog_url(location, param[len(CATALOG_PARAM):])
+    if rest.startswith(SCHEME):
+        path = rest[len(SCHEME):]
+        if not path.startswith("/") or path.startswith("//") or "#" in path:
+            raise NearDedupError(f"index {location}: give an absolute local folder as "
+                                 f"iceberg:///absolute/folder")
+        folder = Path(path)
+        out = Where(location, (folder / WAREHOUSE).as_uri(), folder, catalog_url)
+    elif rest.startswith(S3_SCHEME):
+        bucket_prefix = rest[len(S3_SCHEME):].strip("/")
+        if not bucket_prefix or "#" in bucket_prefix or "//" in bucket_prefix:
+            raise NearDedupError(f"index {location}: name a bucket (and a prefix); {USAGE}")
+        if catalog_url is None:
+            raise NearDedupError(f"index {location}: a warehouse on S3 needs a shared "
+                                 f"catalog: add ?catalog=postgresql://user@host:port/db")
+        out = Where(location, f"s3://{bucket_prefix}", None, catalog_url)
+    else:
+        raise NearDedupError(f"index {location}: {USAGE}")
+    if len(out.catalog_name) > MAX_CATALOG_NAME:
+        raise NearDedupError(f"index {location}: the warehouse URI is longer than "
+                             f"{MAX_CATALOG_NAME} characters")
+    return out
+
+
 def folder_of(location: str) -> Path:
     """The folder of ``iceberg:///absolute/folder``; anything else is refused."""
-    rest = location[len(SCHEME):]
-    if not rest.startswith("/") or rest.startswith("//") or "?" in rest or "#" in rest:
+    found = where(location)
+    if found.folder is None or found.shared:
         raise NearDedupError(f"index {location}: give an absolute local folder as "
                              f"iceberg:///absolute/folder")
-    return Path(rest)
+    return found.folder
 
 
-def catalog(folder: Path, *, create: bool = False) -> Catalog:
-    """pyiceberg's SQL catalog in ``folder/catalog.db``, its warehouse in ``folder/warehouse``.
-    A reader never creates the catalog's tables (its file stays byte-for-byte as it was)."""
-    return SqlCatalog("near_dedup", uri=f"sqlite:///{folder / CATALOG_FILE}",
-                      warehouse=(folder / WAREHOUSE).as_uri(),
-                      init_catalog_tables="true" if create else "false")
+# --------------------------------------------------------------------------- files
+
+
+_S3: dict[tuple[int, str], Any] = {}
+
+
+def s3_location(url: str) -> Any:
+    """The storage layer's location of ``s3://bucket`` (`storage.RemoteLocation`: the
+    ordinary AWS credential chain, ``AWS_ENDPOINT_URL``, bounded waits), one per bucket and
+    process."""
+    from near_dedup_core.storage import RemoteLocation
+
+    bucket = url[len("s3://"):].split("/", 1)[0]
+    key = (os.getpid(), bucket)
+    if key not in _S3:
+        _S3[key] = RemoteLocation(f"s3://{bucket}", "s3")
+    return _S3[key]
+
+
+def s3fs_of(url: str) -> Any:
+    """The fsspec S3 filesystem that every read and write of ``url``'s bucket goes through."""
+    return s3_location(url).fs
+
+
+def filesystem(uri: str) -> tuple[Any, str]:
+    """(pyarrow filesystem, path in it) of a data file URI as the tables record it:
+    ``file:///…`` on the local file system, ``s3://bucket/key`` through the storage layer's
+    S3 client. Every read of a data file outside pyiceberg goes through this."""
+    import pyarrow.fs as pafs
+
+    if uri.startswith(("s3://", "s3a://")):
+        uri = "s3://" + uri.split("://", 1)[1]
+        return pafs.PyFileSystem(pafs.FSSpecHandler(s3fs_of(uri))), uri[len("s3://"):]
+    return pafs.LocalFileSystem(), local_path(uri)
+
+
+def output(uri: str) -> tuple[Any, str]:
+    """`filesystem` for a new data file: its local folder is made first (object storage has
+    no folders). Every data file the index writes outside pyiceberg goes through this."""
+    fs, path = filesystem(uri)
+    if not uri.startswith("s3://"):
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    return fs, path
+
+
+def parquet_file(uri: str) -> Any:
+    """A data file opened as `pyarrow.parquet.ParquetFile` (through `filesystem`)."""
+    import pyarrow.parquet as pq
+
+    fs, path = filesystem(uri)
+    return pq.ParquetFile(path, filesystem=fs)
+
+
+def read_range(uri: str, columns: tuple[str, ...], column: str, lo: int, hi: int
+               ) -> pa.Table:
+    """``columns`` of the row groups of a data file whose ``column`` range (the file's
+    Parquet statistics) meets ``lo``..``hi``; the other row groups are not read. One open
+    file, no dataset discovery: on S3 that is a few requests per file."""
+    pf = parquet_file(uri)
+    meta = pf.metadata
+    at = pf.schema_arrow.get_field_index(column)
+    groups = []
+    for g in range(meta.num_row_groups):
+        stats = meta.row_group(g).column(at).statistics
+        if stats is None or not stats.has_min_max or (stats.max >= lo and stats.min <= hi):
+            groups.append(g)
+    if not groups:
+        return pf.schema_arrow.empty_table().select(list(columns))
+    return pf.read_row_groups(groups, columns=list(columns))
+
+
+#: Threads of a per-bucket join on S3, where the tasks mostly wait on requests.
+S3_IO_THREADS = 8
+
+
+def io_threads(location: str, local: int) -> int:
+    """Threads for reads of many data files: ``local`` for a local warehouse, more on S3."""
+    return S3_IO_THREADS if where(location).on_s3 else local
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A file under a table's folder: its URI, size and modification time (epoch s)."""
+
+    uri: str
+    size: int
+    mtime: float
+
+
+def list_files(folder_uri: str, suffix: str = ".parquet") -> list[Stored]:
+    """Every file ending in ``suffix`` under ``folder_uri`` (a table's data folder)."""
+    if folder_uri.startswith("s3://"):
+        fs = s3fs_of(folder_uri)
+        found = fs.find(folder_uri[len("s3://"):], detail=True)
+        out = []
+        for name, info in found.items():
+            if info.get("type") == "file" and name.endswith(suffix):
+                modified = info.get("LastModified")
+                out.append(Stored(f"s3://{name}", int(info.get("size") or 0),
+                                  modified.timestamp() if modified is not None else 0.0))
+        return sorted(out, key=lambda s: s.uri)
+    root = Path(local_path(folder_uri))
+    if not root.is_dir():
+        return []
+    return sorted((Stored(f"file://{p}", p.stat().st_size, p.stat().st_mtime)
+                   for p in root.rglob(f"*{suffix}")), key=lambda s: s.uri)
+
+
+def delete_file(uri: str) -> None:
+    fs, path = filesystem(uri)
+    fs.delete_file(path)
+
+
+def file_size(uri: str) -> int | None:
+    """The size of a data file, None when it is missing."""
+    import pyarrow.fs as pafs
+
+    fs, path = filesystem(uri)
+    info = fs.get_file_info(path)
+    return None if info.type == pafs.FileType.NotFound else int(info.size)
+
+
+WAREHOUSE_PROPERTY = "warehouse"
+
+
+class IndexFileIO(FsspecFileIO):
+    """pyiceberg's fsspec FileIO whose S3 filesystem is the storage layer's (`s3fs_of`): the
+    same client, credential chain, endpoint and bounded waits as our own reads and writes of
+    the data files."""
+
+    def _get_fs(self, scheme: str, hostname: str | None = None) -> Any:
+        if scheme in ("s3", "s3a"):
+            return s3fs_of(self.properties[WAREHOUSE_PROPERTY])
+        return super()._get_fs(scheme, hostname)
+
+
+#: pyiceberg loads a FileIO by its module path.
+FILE_IO = f"{__name__}.IndexFileIO"
+
+
+# --------------------------------------------------------------------------- catalog
+
+
+def sqlalchemy_url(catalog_url: str) -> str:
+    """The catalog URL for SQLAlchemy: psycopg 3, a bounded connect, our application name."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(catalog_url.replace("postgres://", "postgresql://", 1))
+    query = {"connect_timeout": str(CATALOG_CONNECT_TIMEOUT),
+             "application_name": "near-dedup", **dict(url.query)}
+    return url.set(drivername="postgresql+psycopg", query=query).render_as_string(
+        hide_password=False)
+
+
+def catalog_label(catalog_url: str) -> str:
+    """``postgresql://user@host:port/db`` (no query) for messages."""
+    return catalog_url.split("?", 1)[0]
+
+
+def catalog(place: Path | Where, *, create: bool = False) -> Catalog:
+    """pyiceberg's SQL catalog of an index: a SQLite file in the folder, or the shared
+    PostgreSQL database (a server that cannot be reached is one line naming it). A reader
+    never creates the catalog's tables."""
+    if isinstance(place, Path):
+        place = Where(f"{SCHEME}{place}", (place / WAREHOUSE).as_uri(), place, None)
+    properties = {"warehouse": place.warehouse,
+                  "init_catalog_tables": "true" if create else "false"}
+    if place.on_s3:
+        properties["py-io-impl"] = FILE_IO
+    if place.catalog_url is None:
+        assert place.folder is not None
+        return SqlCatalog(NAMESPACE, uri=f"sqlite:///{place.folder / CATALOG_FILE}",
+                          **properties)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return SqlCatalog(place.catalog_name, uri=sqlalchemy_url(place.catalog_url),
+                          **properties)
+    except SQLAlchemyError as exc:
+        raise catalog_error(place, exc) from None
+
+
+def open_catalog(place: Where) -> Catalog:
+    """A reader's catalog: a local index without ``catalog.db`` is not found."""
+    if not place.shared:
+        assert place.folder is not None
+        if not (place.folder / CATALOG_FILE).is_file():
+            raise NearDedupError(f"index {place.location}: not found; index the inputs first")
+    return catalog(place)
+
+
+def catalog_error(place: Where, exc: BaseException) -> NearDedupError:
+    """One line for a catalog server that cannot be reached or refuses us."""
+    from sqlalchemy.exc import InterfaceError, OperationalError
+
+    detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    what = "cannot reach" if isinstance(exc, (OperationalError, InterfaceError)) \
+        else "cannot use"
+    return NearDedupError(f"index {place.location}: {what} the catalog "
+                          f"{catalog_label(place.catalog_url or '')}: "
+                          f"{detail[0] if detail else type(exc).__name__}")
+
+
+def catalog_tables_exist(cat: Catalog) -> bool:
+    """Whether the catalog's database holds pyiceberg's catalog tables."""
+    from sqlalchemy import inspect
+
+    return bool(inspect(cat.engine).has_table("iceberg_tables"))  # type: ignore[attr-defined]
+
+
+def foreign_tables(cat: Catalog) -> list[str]:
+    """Tables of the catalog's database that are not pyiceberg's catalog tables."""
+    from sqlalchemy import inspect
+
+    names = inspect(cat.engine).get_table_names()  # type: ignore[attr-defined]
+    return sorted(set(names) - {"iceberg_tables", "iceberg_namespace_properties"})
+
+
+def warehouse_holds_files(place: Where) -> bool:
+    """Whether anything is stored under an S3 warehouse (a missing bucket, refused
+    credentials or denied access are one line naming the warehouse)."""
+    found = s3_location(place.warehouse)
+    prefix = place.warehouse[len("s3://"):].split("/", 1)
+    location = found.child(prefix[1]) if len(prefix) > 1 and prefix[1] else found
+    try:
+        return bool(location.exists())
+    except NearDedupError as exc:
+        raise NearDedupError(f"index {place.location}: {exc}") from None
+
+
+def remove_warehouse(place: Where) -> None:
+    """Remove every object under an S3 warehouse (a first batch that failed on an empty
+    prefix)."""
+    fs = s3fs_of(place.warehouse)
+    root = place.warehouse[len("s3://"):]
+    if "/" in root:
+        for name in fs.find(root):
+            fs.rm_file(name)
 
 
 def _properties(table: str) -> dict[str, str]:
@@ -163,8 +503,20 @@ def drop_tables(cat: Catalog) -> None:
             pass
 
 
+def has_tables(cat: Catalog) -> bool:
+    """Whether the catalog lists any table of the index (no table metadata is read)."""
+    if not catalog_tables_exist(cat):
+        return False
+    try:
+        return bool(cat.list_tables(NAMESPACE))
+    except NoSuchNamespaceError:
+        return False
+
+
 def load_tables(cat: Catalog) -> dict[str, Table] | None:
     """Every table of the index, or None when the catalog holds none of them."""
+    if not catalog_tables_exist(cat):
+        return None
     try:
         names = {ident[-1] for ident in cat.list_tables(NAMESPACE)}
     except NoSuchNamespaceError:
@@ -212,14 +564,104 @@ def read(table: Table, snapshot: int | None, columns: tuple[str, ...] = ("*",),
                       selected_fields=columns, snapshot_id=snapshot).to_arrow()
 
 
+def refuse_foreign(place: Where) -> None:
+    """A file, or a folder holding anything but an index, is not an index to append to."""
+    folder, location = place.folder, place.location
+    if folder is None:
+        return
+    if folder.exists() and not folder.is_dir():
+        raise NearDedupError(f"index {location}: exists and is not a folder")
+    if place.shared:
+        if folder.is_dir() and any(folder.iterdir()):
+            raise NearDedupError(f"index {location}: the folder holds files and the catalog "
+                                 f"no index of it; use a new or empty folder")
+        return
+    if folder.is_dir() and not (folder / CATALOG_FILE).is_file() \
+            and {p.name for p in folder.iterdir()} - {WRITER_LOCK}:
+        raise NearDedupError(f"index {location}: the folder exists and is not a near-dedup "
+                             f"index (no {CATALOG_FILE}); use a new or empty folder")
+
+
+@contextmanager
+def writer(place: Where) -> Iterator[Catalog]:
+    """A writer's catalog (a batch): the local form under the writer's lock, its folder
+    removed when a new index fails; with a shared catalog, the server reached, a database
+    holding other tables refused, the warehouse checked (a missing bucket, refused
+    credentials: one line before anything is written), and what a failed first batch made
+    (the tables, the catalog's own tables, the objects under an empty prefix) removed."""
+    if not place.shared:
+        assert place.folder is not None
+        refuse_foreign(place)
+        created = not place.folder.exists()
+        place.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            with writer_lock(place.folder, place.location):
+                yield catalog(place, create=True)
+        except BaseException:
+            if created:  # a new index that no batch published: nothing is left behind
+                shutil.rmtree(place.folder, ignore_errors=True)
+            raise
+        return
+    cat = catalog(place)
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        had_catalog = catalog_tables_exist(cat)
+        if not had_catalog and (foreign := foreign_tables(cat)):
+            raise NearDedupError(
+                f"index {place.location}: the catalog database holds other tables "
+                f"({', '.join(foreign[:3])}{', …' if len(foreign) > 3 else ''}) and no "
+                f"Iceberg catalog: not a near-dedup index; use a new or empty database")
+        had_index = had_catalog and has_tables(cat)
+    except SQLAlchemyError as exc:
+        raise catalog_error(place, exc) from None
+    created = False
+    empty_prefix = False
+    if not had_index:
+        if place.on_s3:
+            empty_prefix = not warehouse_holds_files(place)
+            if not empty_prefix:
+                raise NearDedupError(f"index {place.location}: the warehouse {place.warehouse} "
+                                     f"holds files and the catalog no index of it; use a new "
+                                     f"or empty prefix")
+        else:
+            refuse_foreign(place)
+            assert place.folder is not None
+            created = not place.folder.exists()
+    elif place.on_s3:
+        warehouse_holds_files(place)  # the bucket is there and the credentials are taken
+    try:
+        if not had_catalog:
+            cat.create_tables()  # type: ignore[attr-defined]
+        yield cat
+    except BaseException:
+        if not had_index:  # a new index that no batch published: nothing is left behind
+            with contextlib.suppress(Exception):
+                drop_tables(cat)
+                cat.drop_namespace(NAMESPACE)
+                if not had_catalog:
+                    cat.destroy_tables()  # type: ignore[attr-defined]
+            with contextlib.suppress(Exception):
+                if empty_prefix:
+                    remove_warehouse(place)
+                elif created and place.folder is not None:
+                    shutil.rmtree(place.folder, ignore_errors=True)
+        raise
+
+
 def busy_timeout() -> float:
     return float(os.environ.get("NEAR_DEDUP_BUSY_TIMEOUT", 30.0))
 
 
 @contextmanager
-def writer_lock(folder: Path, label: str, timeout: float | None = None) -> Iterator[None]:
+def writer_lock(folder: Path | None, label: str, timeout: float | None = None
+                ) -> Iterator[None]:
     """The writer's lock (``folder/writer.lock``, ``flock``): one batch, compaction or expiry
-    at a time on this machine; released by the kernel when the process ends, also by a kill."""
+    at a time on this machine; released by the kernel when the process ends, also by a kill.
+    None (a shared catalog): no lock, the catalog's optimistic commit decides."""
+    if folder is None:
+        yield
+        return
     timeout = busy_timeout() if timeout is None else timeout
     fd = os.open(folder / WRITER_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -240,9 +682,13 @@ def writer_lock(folder: Path, label: str, timeout: float | None = None) -> Itera
 
 
 @contextmanager
-def readers_lock(folder: Path, exclusive: bool, label: str) -> Iterator[None]:
+def readers_lock(folder: Path | None, exclusive: bool, label: str) -> Iterator[None]:
     """A scan holds ``folder/readers.lock`` shared for its life; expiry takes it exclusive
-    and refuses to run while any scan holds it (the snapshots a scan pinned stay)."""
+    and refuses to run while any scan holds it (the snapshots a scan pinned stay). None (a
+    shared catalog): no lock, expiry keeps a retention instead."""
+    if folder is None:
+        yield
+        return
     path = folder / READERS_LOCK
     if not path.exists():
         if exclusive:
