@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from helpers import (
     refused,
     reverse_every,
     run_cli,
+    scan_with_an_append_meanwhile,
     stdlib_paragraphs,
     tree_bytes,
 )
@@ -271,25 +271,18 @@ def test_a_scan_during_an_append_reads_the_state_it_pinned(tmp_path):
         created_at="2026-11-26T00:00:00Z")
     ok(index, v1)
     before = scan_ok(index, tmp_path / "before", v1)
-    flag = tmp_path / "paused"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", index, "scan",
-         "--inputs", str(v1), "--output", str(tmp_path / "during"), "--workers", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-verify:{flag}"},
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the scan never paused"
-            time.sleep(0.05)
-        assert "batch 2 added cpt-b" in ok(index, v2)
+
+    def append_and_compact() -> str:
+        appended = ok(index, v2)
         assert "compacted" in maintain(index, "compact")
         refused(["--index", index, "index", "expire"], "a scan is reading it")
-    finally:
-        flag.unlink(missing_ok=True)
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+        return appended
+
+    appended = scan_with_an_append_meanwhile(
+        ["-m", "near_dedup_core"], ["--index", index, "scan", "--inputs", str(v1), "--output",
+                                    str(tmp_path / "during"), "--workers", "2"],
+        "scan-verify", tmp_path / "paused", append_and_compact)
+    assert "batch 2 added cpt-b" in appended
     assert tree_bytes(tmp_path / "during") == before
     after = scan_ok(index, tmp_path / "after", v1)
     assert b'"package_id":"cpt-b"' in after["relations.jsonl"]

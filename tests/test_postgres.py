@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -26,6 +25,7 @@ from helpers import (
     refused,
     reverse_every,
     run_cli,
+    scan_with_an_append_meanwhile,
     sigkill_in_the_fold,
     stdlib_paragraphs,
     tree_bytes,
@@ -318,29 +318,6 @@ def test_contamination_from_a_postgresql_index_is_the_report_from_the_packages(u
         reports.append(tree_bytes(tmp_path / name))
     assert reports[0] == reports[1] == reports[2]
     assert reports[0]["contamination.jsonl"].count(b"\n") >= 80
-
-
-def scan_with_an_append_meanwhile(python: list[str], argv: list[str], stage: str, flag: Path,
-                                  append: Callable[[], str]) -> str:
-    """Run ``python … --quiet argv`` (a scan) in a process of its own, paused at ``stage``
-    (`progress.pause_point`) while ``append()`` runs; the scan must then succeed. Returns
-    what ``append`` returned."""
-    proc = subprocess.Popen(
-        [sys.executable, *python, "--quiet", *argv],
-        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"{stage}:{flag}"},
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the scan never paused"
-            time.sleep(0.05)
-        appended = append()
-    finally:
-        flag.unlink(missing_ok=True)
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    return appended
 
 
 def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(url, tmp_path):
