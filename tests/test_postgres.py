@@ -640,26 +640,6 @@ def test_the_index_location_in_messages_never_shows_a_password():
     assert index_postgres.label("postgresql://u:s:e@cret@h/db?x=1") == "postgresql://u@h/db"
 
 
-# --------------------------------------------------------------------------- Dagster
-
-
-def test_the_daily_release_on_a_postgresql_index_freezes_the_sqlite_reports(url, tmp_path):
-    import dagster as dg
-    from test_assets import DAYS, release, release_days_on_disk, settings_for
-
-    snapshots = release_days_on_disk(tmp_path / "snapshots")
-    reports = {}
-    for name, index in (("postgresql", url), ("sqlite", str(tmp_path / "lite" / "i.sqlite"))):
-        settings = settings_for(tmp_path / name, snapshots, index=index)
-        with dg.instance_for_test() as instance:
-            for day in DAYS:
-                assert release(day, settings, instance).success, (name, day)
-        reports[name] = {day: tree_bytes(settings.report_dir(day)) for day in DAYS}
-        record = (settings.release_dir(DAYS[-1]) / "release.json").read_text()
-        assert "near-dedup-test" not in record  # the record names the index without password
-    assert reports["postgresql"] == reports["sqlite"]
-
-
 @pytest.mark.parametrize("recent_rows", [0, 100_000])
 def test_the_history_join_probes_the_band_index_whatever_the_statistics(url, recent_rows):
     """The scan's history join runs as one index probe of each band table per probe key: on
