@@ -242,7 +242,8 @@ def cli_ok(*argv: object) -> str:
     return out
 
 
-def index(idx: Path, *packages: Path, config: Path | None = None, workers: int = 1) -> str:
+def index(idx: str | Path, *packages: Path, config: Path | None = None,
+          workers: int = 1) -> str:
     cfg = ("--config", config) if config else ()
     return cli_ok("--index", idx, *cfg, "index", "--inputs", *packages, "--workers", workers)
 
@@ -296,7 +297,7 @@ def load_report(path: Path) -> Report:
                   read_jsonl(path / "origins.jsonl"))
 
 
-def scan(idx: Path, packages: list[Path], out: Path, *, config: Path | None = None,
+def scan(idx: str | Path, packages: list[Path], out: Path, *, config: Path | None = None,
          workers: int = 1) -> Report:
     cfg = ("--config", config) if config else ()
     cli_ok("--index", idx, *cfg, "scan", "--inputs", *packages, "--output", out,

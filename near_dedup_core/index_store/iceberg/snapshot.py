@@ -81,6 +81,11 @@ class Pinned:
         self.location = location
         self.folder = it.folder_of(location)
         if not (self.folder / it.CATALOG_FILE).is_file():
+            if self.folder.exists() and (not self.folder.is_dir() or any(
+                    p.name not in {it.WRITER_LOCK, it.READERS_LOCK, it.WAREHOUSE}
+                    for p in self.folder.iterdir())):
+                raise NearDedupError(f"index {location}: exists and is not a near-dedup index "
+                                     f"(no {it.CATALOG_FILE})")
             raise NearDedupError(f"index {location}: not found; index the inputs first")
         self.catalog = it.catalog(self.folder)
         tables = it.load_tables(self.catalog)
