@@ -743,16 +743,17 @@ def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def indexed_once(tmp_path_factory, backend, new_index) -> dict:
+def indexed_once(tmp_path_factory, backend, new_index_location) -> dict:
     """v1 indexed into an index of the module's backend, once: the refusals leave it as it
     was (each test asserts so)."""
     root = tmp_path_factory.mktemp(f"indexed-{backend}")
     p = plain_prose()
     v1 = make_package(root / "pkgs", "v1", {"train": [cpt("a", p[28]), cpt("b", p[29])]})
     v2 = make_package(root / "pkgs", "v2", {"train": [cpt("c", p[30])]})
-    idx = new_index(root / "index")
+    idx = new_index_location(root / "index")
     index(idx, v1)
-    return {"index": idx, "v1": v1, "v2": v2, "backend": backend, "new_index": new_index}
+    return {"index": idx, "v1": v1, "v2": v2, "backend": backend,
+            "new_index_location": new_index_location}
 
 
 @pytest.fixture
@@ -773,7 +774,7 @@ def _not_an_index(env: dict) -> str:
         from sqlalchemy import create_engine, text
         from sqlalchemy.pool import NullPool
 
-        url = env["new_index"](root)
+        url = env["new_index_location"](root)
         engine = create_engine("postgresql+psycopg://" + url.split("://", 1)[1],
                                poolclass=NullPool)
         with engine.begin() as conn:
