@@ -335,34 +335,6 @@ def test_without_pyiceberg_the_index_is_one_line_with_the_install_command(tmp_pa
     assert not (tmp_path / "ice").exists()
 
 
-def test_contamination_and_audit_work_on_an_iceberg_index(tmp_path):
-    index, lite = ice(tmp_path / "ice"), tmp_path / "lite.sqlite"
-    for target in (index, lite):
-        ok(target, V1)
-        ok(target, V2)
-    evals = make_package(tmp_path, "evals", {"test": [
-        {"id": f"q{i}", "text": P[i][:300]} for i in range(20)]})
-    reports = []
-    for name, target in (("ice", index), ("lite", lite)):
-        out = tmp_path / f"contamination-{name}"
-        code, _, err = run_cli("--quiet", "--index", target, "contamination", "--evals", evals,
-                               "--inputs", V1, V2, "--output", out)
-        assert code == 0, err
-        reports.append(tree_bytes(out))
-    assert reports[0] == reports[1]
-    report = tmp_path / "ice-report"
-    scan_ok(index, report, V1, V2)
-    code, out, err = run_cli("report", "verify", report)
-    assert code == 0, err
-    line = tree_bytes(report)["decisions.jsonl"].split(b"\n")[0]
-    import orjson
-
-    first = orjson.loads(line)
-    code, out, err = run_cli("report", "explain", report, first["package_id"],
-                             first["sample_id"])
-    assert code == 0 and first["sample_id"] in out, err
-
-
 def test_the_commands_of_docs_iceberg_run_as_written(tmp_path):
     """docs/iceberg.md's "Commands" block, verbatim in bash in a folder holding the samples,
     with this venv's near-dedup first on PATH: every command exits 0."""

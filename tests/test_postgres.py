@@ -298,28 +298,6 @@ def test_a_real_text_pool_with_history_and_two_workers_gives_the_same_report(url
     assert b'"history_only":true' in relations and b'"kind":"near"' in relations
 
 
-def test_contamination_from_a_postgresql_index_is_the_report_from_the_packages(url, tmp_path):
-    """`contamination --index URL` reads the pool's samples and normalized texts from the
-    server (workers on their own connections): the same bytes as reading the packages."""
-    texts = list(stdlib_paragraphs())
-    items = [t[:300] for t in texts[-30:]]
-    pool = make_package(tmp_path, "cpt-pool", {"train": [
-        {"id": f"p{i}", "text": t + ("\n" + items[i % 30] if i % 3 == 0 else ""),
-         "domain": "docs"} for i, t in enumerate(texts[:-30])]})
-    evals = make_package(tmp_path, "evals", {"test": [
-        {"id": f"q{i}", "text": t} for i, t in enumerate(items)]})
-    ok(url, pool, workers=2)
-    reports = []
-    for name, index, workers in (("packages", None, 2), ("pg-1", url, 1), ("pg-2", url, 2)):
-        argv = ["--quiet"] + (["--index", index] if index else [])
-        code, _, err = run_cli(*argv, "contamination", "--evals", evals, "--inputs", pool,
-                               "--output", tmp_path / name, "--workers", workers)
-        assert (code, err) == (0, ""), err
-        reports.append(tree_bytes(tmp_path / name))
-    assert reports[0] == reports[1] == reports[2]
-    assert reports[0]["contamination.jsonl"].count(b"\n") >= 80
-
-
 def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(url, tmp_path):
     texts = list(stdlib_paragraphs())
     v1 = make_package(tmp_path, "cpt-a", {"train": [
@@ -376,15 +354,6 @@ def test_a_database_with_other_tables_is_refused(server, url):
     server.execute("CREATE TABLE pipeline (id int)", url.rsplit("/", 1)[1])
     refused(["--index", url, "index", "--inputs", V1], "not a near-dedup index")
     assert table_names(url) == ["pipeline"]
-
-
-def test_a_database_of_another_config_is_refused(url, tmp_path):
-    ok(url, V1)
-    before = index_rows(url)
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text('{"threshold": 0.8}')
-    refused(["--index", url, "--config", cfg, "index", "--inputs", V2], "use a new index path")
-    assert index_rows(url) == before
 
 
 def _closed_port() -> int:
