@@ -311,13 +311,6 @@ def test_bad_locations_and_states_are_one_line(tmp_path):
     refused(["--index", tmp_path / "x.sqlite", "index", "compact"], "Iceberg tables")
 
 
-def test_a_failed_first_batch_leaves_no_folder(tmp_path):
-    bad = make_package(tmp_path, "cpt-bad", {"train": [{"id": "a", "text": "x"}]})
-    (bad / "data" / "train" / "part-00000.jsonl").write_text('{"id": "a", "text": "y"}\n')
-    refused(["--index", ice(tmp_path / "ice"), "index", "--inputs", bad])
-    assert not (tmp_path / "ice").exists()
-
-
 def test_without_pyiceberg_the_index_is_one_line_with_the_install_command(tmp_path,
                                                                           monkeypatch):
     import builtins

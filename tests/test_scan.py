@@ -157,16 +157,6 @@ def test_versions_exact_and_near_duplicates_keep_the_v1_sample(versions):
     assert near[0]["match_sources"] == []  # nothing outside the pool
 
 
-def test_versions_on_every_backend_give_the_same_report(backend, index_location, versions,
-                                                       tmp_path):
-    """v1 and v2 indexed as two batches into an index of each backend and scanned as the pool
-    [v2, v1]: the report of the SQLite index, byte for byte."""
-    index(index_location, versions["v1"])
-    index(index_location, versions["v2"])
-    report = scan(index_location, [versions["v2"], versions["v1"]], tmp_path / "report")
-    assert tree_bytes(report.path) == tree_bytes(versions["report"].path)
-
-
 def test_versions_input_order_does_not_change_decisions(versions, tmp_path):
     again = scan(versions["index"], [versions["v1"], versions["v2"]], tmp_path / "report")
     key = lambda d: (d["package_id"], d["sample_id"])  # noqa: E731
