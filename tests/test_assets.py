@@ -737,19 +737,23 @@ def frozen(settings: ReleaseSettings, day: str) -> dict:
     return {**found, "release": record}
 
 
+# SQLite's release is `day_by_day` itself, which the others are compared with.
+@pytest.mark.parametrize("backend", ["postgresql", "iceberg"], indirect=True, scope="module")
 def test_the_release_on_every_backend_freezes_the_sqlite_reports(backend, index_location,
                                                                 tmp_path, snapshots,
                                                                 day_by_day):
-    """Two days released on an index of each backend: the reports, mixtures and release
-    records are byte-identical to the SQLite release's (`day_by_day`), the index asset's
-    metadata names the backend and the index (never a password), and the UI badges the
-    index asset with the backend."""
+    """Two days released on a PostgreSQL and an Iceberg index: the reports, mixtures and
+    release records are byte-identical to the SQLite release's (`day_by_day`), the index
+    asset's metadata names the backend and the index (never a password), and the UI badges
+    the index asset with the backend."""
     on_sqlite, _ = day_by_day
     settings = settings_for(tmp_path / backend, snapshots, index=index_location)
     with dg.instance_for_test() as instance:
         for n, day in enumerate(DAYS[:2], start=1):
             result = release(day, settings, instance)
             assert result.success, (day, failure_message(result) if not result.success else "")
+            checks = check_results(result)
+            assert checks["report_checksums"].passed and checks["mixture_verify"].passed
             index = metadata(result, INDEX_APPEND)
             assert index["backend"] == BACKEND_NAMES[backend]
             assert (index["batch"], index["packages_added"]) == (str(n), f"cpt-v{n}")
