@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -429,19 +429,6 @@ def index_bytes(location: str | Path) -> object:
                                    "WHERE schemaname = 'public' ORDER BY 1")).scalars().all()
         return {t: conn.execute(text(f"SELECT md5(string_agg(r::text, ',' ORDER BY r::text)) "
                                      f"FROM {t} r")).scalar_one() for t in tables} or None
-
-
-_T = TypeVar("_T")
-_ON_SQLITE: dict[str, object] = {}
-
-
-def on_sqlite(key: str, build: Callable[[], _T]) -> _T:
-    """The SQLite run named ``key`` that the other backends' runs are byte-compared with:
-    ``build()`` once per test session (the SQLite case of a parametrized test stores its own
-    run here first; another backend's case selected alone builds it)."""
-    if key not in _ON_SQLITE:
-        _ON_SQLITE[key] = build()
-    return _ON_SQLITE[key]  # type: ignore[return-value]
 
 
 def scan_with_an_append_meanwhile(python: list[str], argv: list[str], stage: str, flag: Path,

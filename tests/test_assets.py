@@ -746,7 +746,7 @@ def test_the_release_on_every_backend_freezes_the_sqlite_reports(backend, index_
     release records are byte-identical to the SQLite release's (`day_by_day`), the index
     asset's metadata names the backend and the index (never a password), and the UI badges
     the index asset with the backend."""
-    on_sqlite, _ = day_by_day
+    sqlite_release, _ = day_by_day
     settings = settings_for(tmp_path / backend, snapshots, index=index_location)
     with dg.instance_for_test() as instance:
         for n, day in enumerate(DAYS[:2], start=1):
@@ -767,7 +767,7 @@ def test_the_release_on_every_backend_freezes_the_sqlite_reports(backend, index_
             assert scan["history_only_relations"] == load_manifest(
                 settings.report_dir(day))["counts"]["history_only_relations"]
         for day in DAYS[:2]:
-            assert frozen(settings, day) == frozen(on_sqlite, day), day
+            assert frozen(settings, day) == frozen(sqlite_release, day), day
         assert "near-dedup-test" not in \
             (settings.release_dir(DAYS[1]) / "release.json").read_text()  # no password
     assert index_kind({"NEAR_DEDUP_INDEX": index_location}) == BADGES[backend]
