@@ -60,11 +60,17 @@ from near_dedup_assets.resources import (
 )
 
 GROUP = "release"
-#: The index's backend as the UI badges ``index_append`` (from ``NEAR_DEDUP_INDEX`` when the
-#: code location loads, like the partitions).
-INDEX_KIND = open_index(
-    current_environment().get(env_name("index"), ReleaseSettings.model_fields["index"].default)
-).kind
+
+
+def index_kind(environment: dict[str, str]) -> str:
+    """The backend of the index that ``environment`` sets (``NEAR_DEDUP_INDEX``, else the
+    default), as the UI badges ``index_append``: sqlite, postgres or iceberg."""
+    return open_index(environment.get(env_name("index"),
+                                      ReleaseSettings.model_fields["index"].default)).kind
+
+
+#: The badge of ``index_append``, fixed when the code location loads (like the partitions).
+INDEX_KIND = index_kind(current_environment())
 INDEX_WRITER_POOL = "sqlite_index_writer"
 VALIDATED_SNAPSHOT = dg.AssetKey("validated_snapshot")
 INDEX_APPEND = dg.AssetKey("index_append")

@@ -119,7 +119,8 @@ class ReleaseSettings(dg.ConfigurableResource):
 
     @property
     def index_path(self) -> Path | str:
-        """The index: an absolute SQLite path, or a ``postgresql://`` URL as given."""
+        """The index: an absolute SQLite path, or a ``postgresql://`` or ``iceberg://``
+        location as given."""
         from near_dedup_core.index_store import open_index
 
         index = open_index(self.index.strip())

@@ -1,6 +1,7 @@
 """Shared test helpers: write snapshot packages from record lists, run the CLI in-process,
 assert a refusal in one line, real prose (stdlib docstring paragraphs) and the word edits
-that make near duplicates of it, and an ``index`` killed inside its fold of ``bands_recent``.
+that make near duplicates of it, what an index holds on any backend, a scan paused while an
+append runs, and an ``index`` killed inside its fold of ``bands_recent``.
 
 Import them in a test module with ``from helpers import make_package, run_cli``; test modules
 import nothing from each other or from pytest's conftest.
@@ -20,6 +21,7 @@ import signal
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -240,7 +242,8 @@ def cli_ok(*argv: object) -> str:
     return out
 
 
-def index(idx: Path, *packages: Path, config: Path | None = None, workers: int = 1) -> str:
+def index(idx: str | Path, *packages: Path, config: Path | None = None,
+          workers: int = 1) -> str:
     cfg = ("--config", config) if config else ()
     return cli_ok("--index", idx, *cfg, "index", "--inputs", *packages, "--workers", workers)
 
@@ -294,7 +297,7 @@ def load_report(path: Path) -> Report:
                   read_jsonl(path / "origins.jsonl"))
 
 
-def scan(idx: Path, packages: list[Path], out: Path, *, config: Path | None = None,
+def scan(idx: str | Path, packages: list[Path], out: Path, *, config: Path | None = None,
          workers: int = 1) -> Report:
     cfg = ("--config", config) if config else ()
     cli_ok("--index", idx, *cfg, "scan", "--inputs", *packages, "--output", out,
@@ -385,3 +388,67 @@ def sigkill_in_the_fold(index: str | Path, pkg: Path) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+# --------------------------------------------------------------------------- any backend
+
+
+def index_state(location: str | Path) -> dict:
+    """What a reader sees of the index at ``location``, on any backend: `index check`'s counts
+    (which checks every invariant first), the meta rows but ``created_at``, the packages."""
+    from near_dedup_core.index_store import open_index
+
+    index = open_index(location)
+    with index.errors():
+        checked = index.check()
+        with index.snapshot() as snap:
+            meta = {k: v for k, v in snap.meta().items() if k != "created_at"}
+            packages = [tuple(p)[1:] for p in snap.indexed_packages()]
+    return {"counts": checked[1:5], "meta": meta, "packages": packages}
+
+
+def index_bytes(location: str | Path) -> object:
+    """Everything stored of the index at ``location``, to assert that a command changed
+    nothing: the SQLite file's bytes, every file of an Iceberg folder (its catalog, tables and
+    locks), a digest of every PostgreSQL table's rows; None where no index exists."""
+    from near_dedup_core.index_store import open_index
+
+    index = open_index(location)
+    if index.file is not None:
+        return index.file.read_bytes() if index.file.exists() else None
+    if str(location).startswith("iceberg://"):
+        folder = index.folder  # type: ignore[union-attr]
+        return tree_bytes(folder) if folder.exists() else None
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    engine = create_engine("postgresql+psycopg://" + str(location).split("://", 1)[1],
+                           poolclass=NullPool)
+    with engine.connect() as conn:
+        tables = conn.execute(text("SELECT tablename FROM pg_tables "
+                                   "WHERE schemaname = 'public' ORDER BY 1")).scalars().all()
+        return {t: conn.execute(text(f"SELECT md5(string_agg(r::text, ',' ORDER BY r::text)) "
+                                     f"FROM {t} r")).scalar_one() for t in tables} or None
+
+
+def scan_with_an_append_meanwhile(python: list[str], argv: list[str], stage: str, flag: Path,
+                                  append: Callable[[], str]) -> str:
+    """Run ``python … --quiet argv`` (a scan) in a process of its own, paused at ``stage``
+    (`progress.pause_point`) while ``append()`` runs; the scan must then succeed. Returns
+    what ``append`` returned."""
+    proc = subprocess.Popen(
+        [sys.executable, *python, "--quiet", *argv],
+        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"{stage}:{flag}"},
+        stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not flag.exists():
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "the scan never paused"
+            time.sleep(0.05)
+        appended = append()
+    finally:
+        flag.unlink(missing_ok=True)
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return appended

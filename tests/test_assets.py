@@ -42,13 +42,20 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.report import load_manifest, verify_report
 
-from near_dedup_assets.assets import INDEX_APPEND, MIXTURE, RELEASE_ASSETS, SCAN_REPORT
+from near_dedup_assets.assets import (
+    INDEX_APPEND,
+    MIXTURE,
+    RELEASE_ASSETS,
+    SCAN_REPORT,
+    index_kind,
+)
 from near_dedup_assets.checks import RELEASE_CHECKS
 from near_dedup_assets.definitions import build_defs, defs
 from near_dedup_assets.jobs import build_release_schedule, release_day_for_tick
 from near_dedup_assets.partitions import release_days
 from near_dedup_assets.resources import (
     ReleaseSettings,
+    current_environment,
     release_settings_at_run_start,
     settings_from_env,
 )
@@ -712,3 +719,57 @@ def test_backfill_of_several_days_equals_running_them_day_by_day(tmp_path, snaps
         for name in ("manifest.json", "data/train/part-00000.jsonl"):
             assert (filled.mixture_dir(day) / name).read_bytes() == \
                 (one_by_one.mixture_dir(day) / name).read_bytes(), (day, name)
+
+
+# --------------------------------------------------------------------------- every backend
+
+#: The badge of ``index_append`` in the UI (its asset kind) for each index backend.
+BADGES = {"sqlite": "sqlite", "postgresql": "postgres", "iceberg": "iceberg"}
+BACKEND_NAMES = {"sqlite": "SQLite", "postgresql": "PostgreSQL", "iceberg": "Iceberg"}
+
+
+def frozen(settings: ReleaseSettings, day: str) -> dict:
+    """A released day's report and mixture files, and its release record but the index it
+    names (the record's own location of the index), which must be ``settings``' index."""
+    found = outputs(settings, day)
+    record = json.loads(found.pop("release")["release.json"])
+    assert record.pop("index") == settings.index_label
+    return {**found, "release": record}
+
+
+# SQLite's release is `day_by_day` itself, which the others are compared with.
+@pytest.mark.parametrize("backend", ["postgresql", "iceberg"], indirect=True, scope="module")
+def test_the_release_on_every_backend_freezes_the_sqlite_reports(backend, index_location,
+                                                                tmp_path, snapshots,
+                                                                day_by_day):
+    """Two days released on a PostgreSQL and an Iceberg index: the reports, mixtures and
+    release records are byte-identical to the SQLite release's (`day_by_day`), the index
+    asset's metadata names the backend and the index (never a password), and the UI badges
+    the index asset with the backend."""
+    sqlite_release, _ = day_by_day
+    settings = settings_for(tmp_path / backend, snapshots, index=index_location)
+    with dg.instance_for_test() as instance:
+        for n, day in enumerate(DAYS[:2], start=1):
+            result = release(day, settings, instance)
+            assert result.success, (day, failure_message(result) if not result.success else "")
+            checks = check_results(result)
+            assert checks["report_checksums"].passed and checks["mixture_verify"].passed
+            index = metadata(result, INDEX_APPEND)
+            assert index["backend"] == BACKEND_NAMES[backend]
+            assert (index["batch"], index["packages_added"]) == (str(n), f"cpt-v{n}")
+            assert index["records_appended"] == verify_report(
+                settings.report_dir(day)).counts["samples"]
+            assert index["new_contents"] > 0 and index["report"] == str(settings.report_dir(day))
+            assert index["index"] == settings.index_label
+            assert ("index_bytes" in index) == (backend == "sqlite")
+            assert "near-dedup-test" not in json.dumps(index, default=str)
+            scan = metadata(result, SCAN_REPORT)
+            assert scan["history_only_relations"] == load_manifest(
+                settings.report_dir(day))["counts"]["history_only_relations"]
+        for day in DAYS[:2]:
+            assert frozen(settings, day) == frozen(sqlite_release, day), day
+        assert "near-dedup-test" not in \
+            (settings.release_dir(DAYS[1]) / "release.json").read_text()  # no password
+    assert index_kind({"NEAR_DEDUP_INDEX": index_location}) == BADGES[backend]
+    spec = defs.resolve_asset_graph().get(INDEX_APPEND)
+    assert spec.kinds == {index_kind(current_environment())}  # the loaded location's index

@@ -57,7 +57,7 @@ def diff_json(old: Path, new: Path) -> dict:
     return json.loads(out)
 
 
-def scan(idx: Path, packages: list[Path], out: Path, config: Path | None = None,
+def scan(idx: str | Path, packages: list[Path], out: Path, config: Path | None = None,
          batches: bool = False) -> Path:
     """Index ``packages`` (one batch, or with ``batches`` one batch each, in order: that is
     the first-ingest order), then freeze the report of the pool."""
@@ -97,13 +97,38 @@ def apply_spans(a: str, spans: list[dict]) -> str:
 # --------------------------------------------------------------------------- sample days
 
 
+def release_sample_days(index: str | Path, root: Path, days: int = 3) -> dict[str, Path]:
+    """The first ``days`` bundled CPT days released one by one into ``index``: each day's
+    report."""
+    return {day: scan(index, [SAMPLES / "cpt" / day / pid], root / f"near-cpt-{day}",
+                      SAMPLES.parent / "config" / "near-dedup.json")
+            for day, pid in list(CPT_DAYS.items())[:days]}
+
+
 @pytest.fixture(scope="module")
 def sample_days(tmp_path_factory) -> dict[str, Path]:
-    """The bundled CPT days released one by one into one index."""
+    """The bundled CPT days released one by one into one SQLite index."""
     root = tmp_path_factory.mktemp("sample-days")
-    return {day: scan(root / "index.sqlite", [SAMPLES / "cpt" / day / pid],
-                      root / f"near-cpt-{day}", SAMPLES.parent / "config" / "near-dedup.json")
-            for day, pid in CPT_DAYS.items()}
+    return release_sample_days(root / "index.sqlite", root)
+
+
+def test_the_sample_release_on_every_backend_gives_the_same_reports_and_audits(
+        backend, index_location, tmp_path, sample_days):
+    """Two bundled days released into an index of each backend: each day's report is
+    byte-identical to the SQLite release's, verifies, and `report explain` and `report diff`
+    answer as they do on the SQLite reports."""
+    days = release_sample_days(index_location, tmp_path, days=2)
+    for day, report in days.items():
+        assert tree_bytes(report) == tree_bytes(sample_days[day]), day
+        out, _ = cli_ok("report", "verify", report)
+        assert out.startswith(f"report {report}: OK")
+    first, last = days["2026-11-25"], days["2026-11-26"]
+    for reason in ("near_duplicate", "guard_blocked"):
+        d = first_with(last, reason)
+        assert explain_json(last, d["package_id"], d["sample_id"])[0] == \
+            explain_json(sample_days["2026-11-26"], d["package_id"], d["sample_id"])[0]
+    assert diff_json(first, last) == \
+        diff_json(sample_days["2026-11-25"], sample_days["2026-11-26"])
 
 
 def first_with(report: Path, reason: str) -> dict:

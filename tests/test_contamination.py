@@ -256,11 +256,14 @@ def test_the_report_is_built_with_rare_collections_and_the_thresholds_come_back(
     assert tree_bytes(planted["tmp"] / "gc") == tree_bytes(planted["report"])
 
 
-def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
-    """With --index the pool's normalized texts come from the index: the same bytes, with 1
-    or 2 workers and contents split over several jobs; inputs not indexed, or changed since,
-    are refused in one line and nothing is written."""
-    index = tmp_path / "index.sqlite"
+def test_an_indexed_pool_gives_the_same_report(planted, index_location, tmp_path,
+                                                monkeypatch):
+    """With --index the pool's normalized texts come from the index, on each backend: the
+    same bytes, with 1 or 2 workers and contents split over several jobs; inputs not indexed,
+    or changed since, are refused in one line and nothing is written."""
+    from near_dedup_core.index_store import open_index
+
+    index, label = index_location, open_index(index_location).label
     code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", planted["pool"])
     assert code == 0, err
     monkeypatch.setattr(contamination_run, "CONTENT_CHUNK", 7)
@@ -274,7 +277,7 @@ def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
     other = make_package(tmp_path, "other", {"train": [{"id": "a", "text": "x" * 80}]})
     code, err = _refused(tmp_path, "--evals", *planted["evals"], "--inputs", other,
                          index=index)
-    assert code == 1 and f"package other: not in index {index}; index it first" in err
+    assert code == 1 and f"package other: not in index {label}; index it first" in err
     changed = tmp_path / "changed"
     shutil.copytree(planted["pool"], changed)
     shard = sorted((changed / "data").rglob("*.jsonl"))[0]
@@ -282,6 +285,12 @@ def test_an_indexed_pool_gives_the_same_report(planted, tmp_path, monkeypatch):
     code, err = _refused(tmp_path, "--evals", *planted["evals"], "--inputs", changed,
                          "--workers", "2", index=index)
     assert code == 1 and "sha256 does not match manifest.json" in err
+
+
+def test_an_indexed_text_that_is_not_utf8_is_damage_in_one_line(planted, tmp_path):
+    index = tmp_path / "index.sqlite"
+    code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", planted["pool"])
+    assert code == 0, err
     with sqlite3.connect(index) as con:  # a stored text that is not UTF-8: damage, one line
         con.execute("UPDATE contents SET text_z = ?, dictionary = NULL WHERE id = 3",
                     (zstandard.ZstdCompressor().compress(b"ok \xff\xfe not utf-8"),))
@@ -505,7 +514,7 @@ def test_mixture_refuses_a_stale_contamination_report(planted, tmp_path):
 
 
 def _refused(tmp_path, *args, config: dict | None = None,
-             index: Path | None = None) -> tuple[int, str]:
+             index: str | Path | None = None) -> tuple[int, str]:
     before = tree_bytes(tmp_path)
     argv: list = ["--quiet"] if index is None else ["--quiet", "--index", index]
     if config is not None:

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from helpers import (
     refused,
     reverse_every,
     run_cli,
+    scan_with_an_append_meanwhile,
     stdlib_paragraphs,
     tree_bytes,
 )
@@ -271,25 +271,18 @@ def test_a_scan_during_an_append_reads_the_state_it_pinned(tmp_path):
         created_at="2026-11-26T00:00:00Z")
     ok(index, v1)
     before = scan_ok(index, tmp_path / "before", v1)
-    flag = tmp_path / "paused"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", index, "scan",
-         "--inputs", str(v1), "--output", str(tmp_path / "during"), "--workers", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-verify:{flag}"},
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the scan never paused"
-            time.sleep(0.05)
-        assert "batch 2 added cpt-b" in ok(index, v2)
+
+    def append_and_compact() -> str:
+        appended = ok(index, v2)
         assert "compacted" in maintain(index, "compact")
         refused(["--index", index, "index", "expire"], "a scan is reading it")
-    finally:
-        flag.unlink(missing_ok=True)
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+        return appended
+
+    appended = scan_with_an_append_meanwhile(
+        ["-m", "near_dedup_core"], ["--index", index, "scan", "--inputs", str(v1), "--output",
+                                    str(tmp_path / "during"), "--workers", "2"],
+        "scan-verify", tmp_path / "paused", append_and_compact)
+    assert "batch 2 added cpt-b" in appended
     assert tree_bytes(tmp_path / "during") == before
     after = scan_ok(index, tmp_path / "after", v1)
     assert b'"package_id":"cpt-b"' in after["relations.jsonl"]
@@ -318,13 +311,6 @@ def test_bad_locations_and_states_are_one_line(tmp_path):
     refused(["--index", tmp_path / "x.sqlite", "index", "compact"], "Iceberg tables")
 
 
-def test_a_failed_first_batch_leaves_no_folder(tmp_path):
-    bad = make_package(tmp_path, "cpt-bad", {"train": [{"id": "a", "text": "x"}]})
-    (bad / "data" / "train" / "part-00000.jsonl").write_text('{"id": "a", "text": "y"}\n')
-    refused(["--index", ice(tmp_path / "ice"), "index", "--inputs", bad])
-    assert not (tmp_path / "ice").exists()
-
-
 def test_without_pyiceberg_the_index_is_one_line_with_the_install_command(tmp_path,
                                                                           monkeypatch):
     import builtins
@@ -340,34 +326,6 @@ def test_without_pyiceberg_the_index_is_one_line_with_the_install_command(tmp_pa
     refused(["--index", ice(tmp_path / "ice"), "index", "--inputs", V1],
             "pip install 'near-dedup[iceberg]'")
     assert not (tmp_path / "ice").exists()
-
-
-def test_contamination_and_audit_work_on_an_iceberg_index(tmp_path):
-    index, lite = ice(tmp_path / "ice"), tmp_path / "lite.sqlite"
-    for target in (index, lite):
-        ok(target, V1)
-        ok(target, V2)
-    evals = make_package(tmp_path, "evals", {"test": [
-        {"id": f"q{i}", "text": P[i][:300]} for i in range(20)]})
-    reports = []
-    for name, target in (("ice", index), ("lite", lite)):
-        out = tmp_path / f"contamination-{name}"
-        code, _, err = run_cli("--quiet", "--index", target, "contamination", "--evals", evals,
-                               "--inputs", V1, V2, "--output", out)
-        assert code == 0, err
-        reports.append(tree_bytes(out))
-    assert reports[0] == reports[1]
-    report = tmp_path / "ice-report"
-    scan_ok(index, report, V1, V2)
-    code, out, err = run_cli("report", "verify", report)
-    assert code == 0, err
-    line = tree_bytes(report)["decisions.jsonl"].split(b"\n")[0]
-    import orjson
-
-    first = orjson.loads(line)
-    code, out, err = run_cli("report", "explain", report, first["package_id"],
-                             first["sample_id"])
-    assert code == 0 and first["sample_id"] in out, err
 
 
 def test_the_commands_of_docs_iceberg_run_as_written(tmp_path):

@@ -75,14 +75,15 @@ def jaccard(a: str, b: str) -> float:
     return exact_jaccard(sa, sb)
 
 
-def index_args(index: Path, *inputs: Path, config: Path | None = None,
+def index_args(index: Path | str, *inputs: Path, config: Path | None = None,
                workers: int = 1) -> list:
     cfg = ["--config", config] if config else []
     return ["--quiet", "--index", index, *cfg, "index", "--inputs", *inputs,
             "--workers", workers]
 
 
-def index_ok(index: Path, *inputs: Path, config: Path | None = None, workers: int = 1) -> str:
+def index_ok(index: Path | str, *inputs: Path, config: Path | None = None,
+             workers: int = 1) -> str:
     code, out, err = run_cli(*index_args(index, *inputs, config=config, workers=workers))
     assert code == 0, err
     return out
@@ -149,15 +150,24 @@ def own_files(index: Path, names: list[str] | None = None) -> list[str]:
 
 
 class Unchanged:
-    """Snapshot of an index path (file bytes or absence, its side files) to compare after."""
+    """Snapshot of an index path (file bytes or absence, its side files) to compare after;
+    of a PostgreSQL or Iceberg index (a URL), everything it stores (`helpers.index_bytes`)."""
 
-    def __init__(self, index: Path) -> None:
-        self.index = index
+    def __init__(self, index: Path | str) -> None:
+        file = index_store.open_index(index).file
+        self.index: Path | str = index if file is None else file
+        if file is None:
+            self.stored = helpers.index_bytes(index)
+            return
+        index = file
         self.digest = digest(index)
         self.files = leftovers(index)
         self.state = index_state(index) if self.digest else None
 
     def check(self) -> None:
+        if not isinstance(self.index, Path):
+            assert helpers.index_bytes(self.index) == self.stored, "the index changed"
+            return
         if self.digest is None:
             assert leftovers(self.index) == [], "a refused new index must leave no file"
             return
@@ -225,6 +235,35 @@ def index(world, tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(scope="module")
+def base_index(world, backend, new_index_location, tmp_path_factory) -> Path | str:
+    """cpt-v1 in batch 1 of an index of the module's backend, indexed once (SQLite: the
+    world's base file, copied by ``any_index``)."""
+    if backend == "sqlite":
+        return world.base
+    location = new_index_location(tmp_path_factory.mktemp(f"base-{backend}"))
+    index_ok(location, world.v1)
+    return location
+
+
+@pytest.fixture
+def any_index(base_index, tmp_path) -> Path | str:
+    """cpt-v1 in batch 1 on each backend, for a command that must leave it unchanged: a
+    private copy of the SQLite file; the module's one PostgreSQL database or Iceberg folder
+    (each test checks that its command changed nothing)."""
+    if not isinstance(base_index, Path):
+        return base_index
+    path = tmp_path / "idx" / "cpt.sqlite"
+    path.parent.mkdir()
+    shutil.copyfile(base_index, path)
+    return path
+
+
+def label(index: Path | str) -> str:
+    """How messages name ``index`` (a PostgreSQL URL without its password)."""
+    return index_store.open_index(index).label
+
+
 @pytest.fixture
 def new_index(tmp_path) -> Path:
     """A path where no index exists yet, in an existing folder of its own."""
@@ -270,8 +309,11 @@ SAMPLE_POOLS = {
 
 
 @pytest.mark.parametrize("kind", ["cpt", "sft"])
-def test_bundled_samples_index_and_reindex(kind, tmp_path):
-    index = tmp_path / f"{kind}-near.sqlite"
+def test_bundled_samples_index_and_reindex(kind, index_location, tmp_path):
+    """The bundled samples indexed batch by batch into an index of each backend, then all
+    again: nothing to do, the index unchanged."""
+    index = index_location
+    name = label(index)
     config = REPO / "config" / "near-dedup.json"
     manifests = {}
     known_sources = []
@@ -283,22 +325,24 @@ def test_bundled_samples_index_and_reindex(kind, tmp_path):
             ids.append(manifest["package_id"])
         out = index_ok(index, *inputs, config=config)
         records = sum(f["records"] for pid in ids for f in manifests[pid][1]["files"])
-        assert out.startswith(f"index {index}: batch {batch} added {', '.join(ids)}: "
+        assert out.startswith(f"index {name}: batch {batch} added {', '.join(ids)}: "
                               f"{records:,} records, "), out
         known_sources.append(int(out.split(" new contents, ")[1].split(" ")[0].replace(",", "")))
     assert known_sources[-1] > 0, "later versions repeat earlier content"
-    state = index_state(index)
-    assert state["integrity"] == "ok" and state["meta"]["kind"] == kind
-    assert state["packages"] == sorted(
-        (pid, sha256_file(pkg / "manifest.json"), batch,
+    state = helpers.index_state(index)  # after `index check`'s invariants
+    assert state["meta"]["kind"] == kind and state["meta"]["format"] == "near-dedup-index"
+    assert state["packages"] == [
+        (pid, kind, sha256_file(pkg / "manifest.json"), batch,
          sum(f["records"] for f in manifest["files"]))
         for batch, inputs in enumerate(SAMPLE_POOLS[kind], start=1)
-        for pid, (pkg, manifest) in manifests.items() if pkg in inputs)
-    assert state["counts"]["sources"] == sum(p[3] for p in state["packages"])
+        for pid, (pkg, manifest) in sorted(manifests.items()) if pkg in inputs]
+    batches, packages, _, sources = state["counts"]
+    assert (batches, packages) == (len(SAMPLE_POOLS[kind]), len(manifests))
+    assert sources == sum(p[-1] for p in state["packages"])
     before = Unchanged(index)
     every = [p for inputs in SAMPLE_POOLS[kind] for p in inputs]
     out = index_ok(index, *every, config=config)
-    assert out == (f"index {index}: nothing to do, already indexed with the same manifest: "
+    assert out == (f"index {name}: nothing to do, already indexed with the same manifest: "
                    f"{', '.join(manifests)}\n")
     before.check()
 
@@ -310,10 +354,11 @@ def test_bundled_sft_v2_needs_sft_v1_in_the_same_command(new_index):
     before.check()
 
 
-def test_reindexing_the_same_package_is_a_no_op(world, index):
-    before = Unchanged(index)
-    out = index_ok(index, world.v1)
-    assert out == f"index {index}: nothing to do, already indexed with the same manifest: cpt-v1\n"
+def test_reindexing_the_same_package_is_a_no_op(world, any_index):
+    before = Unchanged(any_index)
+    out = index_ok(any_index, world.v1)
+    assert out == (f"index {label(any_index)}: nothing to do, already indexed with the same "
+                   f"manifest: cpt-v1\n")
     before.check()
 
 
@@ -649,11 +694,11 @@ def test_refuses_an_existing_file_that_is_not_an_index(world, tmp_path, what, fr
 @pytest.mark.parametrize("change", [{"threshold": 0.85}, {"shingle_size": 4},
                                     {"max_chars": 150_000}, {"extra_units": [{"tokens": ["mg"]}]}],
                          ids=["threshold", "shingle_size", "max_chars", "extra_units"])
-def test_refuses_a_different_config(world, index, tmp_path, change):
+def test_refuses_a_different_config(world, any_index, tmp_path, change):
     config = write_config(tmp_path / "other.json", **change)
-    before = Unchanged(index)
-    refused(index_args(index, world.v2, config=config), 1, f"index {index}: bound to a "
-            "different config", "use a new index path")
+    before = Unchanged(any_index)
+    refused(index_args(any_index, world.v2, config=config), 1, f"index {label(any_index)}: "
+            "bound to a different config", "use a new index path")
     before.check()
 
 
@@ -682,12 +727,12 @@ def test_refuses_an_index_of_another_algorithm_or_schema(world, index, key, valu
 # --------------------------------------------------------------------------- refusals: packages
 
 
-def test_refuses_a_changed_manifest_for_an_indexed_package_id(world, index, tmp_path):
+def test_refuses_a_changed_manifest_for_an_indexed_package_id(world, any_index, tmp_path):
     changed = make_package(tmp_path, "cpt-v1", {"train": docs("a", P[:24]),
                                                 "validation": docs("va", P[24:26])},
                            created_at="2026-12-01T00:00:00Z")
-    before = Unchanged(index)
-    refused(index_args(index, world.v2, changed), 1, "package cpt-v1, manifest.json: package "
+    before = Unchanged(any_index)
+    refused(index_args(any_index, world.v2, changed), 1, "package cpt-v1, manifest.json: package "
             "is already indexed with manifest sha256", "packages are immutable")
     before.check()
 
@@ -701,10 +746,10 @@ def test_refuses_mixed_kinds_in_one_command(world, index, new_index, existing):
     before.check()
 
 
-def test_refuses_sft_packages_for_an_index_of_cpt(world, index):
-    before = Unchanged(index)
-    refused(index_args(index, world.sft), 1, f"index {index}: holds cpt packages; sft "
-            "packages need their own index")
+def test_refuses_sft_packages_for_an_index_of_cpt(world, any_index):
+    before = Unchanged(any_index)
+    refused(index_args(any_index, world.sft), 1, f"index {label(any_index)}: holds cpt "
+            "packages; sft packages need their own index")
     before.check()
 
 
@@ -745,8 +790,16 @@ def test_refuses_a_ref_to_a_missing_sample(world, index, new_index, tmp_path, ex
 
 @pytest.mark.parametrize("existing", [False, True], ids=["new", "existing-index"])
 def test_a_bad_line_in_the_last_package_rolls_back_the_whole_batch(
-        world, index, new_index, tmp_path, monkeypatch, existing):
-    target = index if existing else new_index
+        world, base_index, new_index_location, tmp_path, monkeypatch, existing):
+    if isinstance(base_index, Path):  # SQLite: a private copy, or a path with no file yet
+        target: Path | str = tmp_path / "idx" / "cpt.sqlite"
+        target.parent.mkdir()
+        if existing:
+            shutil.copyfile(base_index, target)
+    else:
+        target = new_index_location(tmp_path / "idx")
+        if existing:
+            index_ok(target, world.v1)
     # blocks of 4 lines: earlier packages are written before the bad line
     monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 4)
     writes = []
@@ -767,7 +820,7 @@ def test_a_bad_line_in_the_last_package_rolls_back_the_whole_batch(
     assert sum(writes) >= 20, "contents of cpt-v2 and cpt-v3 were written before the bad line"
     before.check()
     out = index_ok(target, world.v2, v3)  # the same batch without the bad package goes through
-    assert "added cpt-v2, cpt-v3: 34 records" in out
+    assert f"batch {1 + existing} added cpt-v2, cpt-v3: 34 records" in out
 
 
 def _line_case(replacement, **kwargs):

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -26,6 +25,7 @@ from helpers import (
     refused,
     reverse_every,
     run_cli,
+    scan_with_an_append_meanwhile,
     sigkill_in_the_fold,
     stdlib_paragraphs,
     tree_bytes,
@@ -298,51 +298,6 @@ def test_a_real_text_pool_with_history_and_two_workers_gives_the_same_report(url
     assert b'"history_only":true' in relations and b'"kind":"near"' in relations
 
 
-def test_contamination_from_a_postgresql_index_is_the_report_from_the_packages(url, tmp_path):
-    """`contamination --index URL` reads the pool's samples and normalized texts from the
-    server (workers on their own connections): the same bytes as reading the packages."""
-    texts = list(stdlib_paragraphs())
-    items = [t[:300] for t in texts[-30:]]
-    pool = make_package(tmp_path, "cpt-pool", {"train": [
-        {"id": f"p{i}", "text": t + ("\n" + items[i % 30] if i % 3 == 0 else ""),
-         "domain": "docs"} for i, t in enumerate(texts[:-30])]})
-    evals = make_package(tmp_path, "evals", {"test": [
-        {"id": f"q{i}", "text": t} for i, t in enumerate(items)]})
-    ok(url, pool, workers=2)
-    reports = []
-    for name, index, workers in (("packages", None, 2), ("pg-1", url, 1), ("pg-2", url, 2)):
-        argv = ["--quiet"] + (["--index", index] if index else [])
-        code, _, err = run_cli(*argv, "contamination", "--evals", evals, "--inputs", pool,
-                               "--output", tmp_path / name, "--workers", workers)
-        assert (code, err) == (0, ""), err
-        reports.append(tree_bytes(tmp_path / name))
-    assert reports[0] == reports[1] == reports[2]
-    assert reports[0]["contamination.jsonl"].count(b"\n") >= 80
-
-
-def scan_with_an_append_meanwhile(python: list[str], argv: list[str], stage: str, flag: Path,
-                                  append: Callable[[], str]) -> str:
-    """Run ``python … --quiet argv`` (a scan) in a process of its own, paused at ``stage``
-    (`progress.pause_point`) while ``append()`` runs; the scan must then succeed. Returns
-    what ``append`` returned."""
-    proc = subprocess.Popen(
-        [sys.executable, *python, "--quiet", *argv],
-        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"{stage}:{flag}"},
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the scan never paused"
-            time.sleep(0.05)
-        appended = append()
-    finally:
-        flag.unlink(missing_ok=True)
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
-    return appended
-
-
 def test_a_scan_overlapping_an_append_on_another_connection_reads_one_snapshot(url, tmp_path):
     texts = list(stdlib_paragraphs())
     v1 = make_package(tmp_path, "cpt-a", {"train": [
@@ -399,15 +354,6 @@ def test_a_database_with_other_tables_is_refused(server, url):
     server.execute("CREATE TABLE pipeline (id int)", url.rsplit("/", 1)[1])
     refused(["--index", url, "index", "--inputs", V1], "not a near-dedup index")
     assert table_names(url) == ["pipeline"]
-
-
-def test_a_database_of_another_config_is_refused(url, tmp_path):
-    ok(url, V1)
-    before = index_rows(url)
-    cfg = tmp_path / "cfg.json"
-    cfg.write_text('{"threshold": 0.8}')
-    refused(["--index", url, "--config", cfg, "index", "--inputs", V2], "use a new index path")
-    assert index_rows(url) == before
 
 
 def _closed_port() -> int:
@@ -661,26 +607,6 @@ def test_a_writer_that_cannot_get_the_lock_in_time_is_busy(url, monkeypatch):
 def test_the_index_location_in_messages_never_shows_a_password():
     assert index_postgres.label("postgresql://u:secret@h:5/db") == "postgresql://u@h:5/db"
     assert index_postgres.label("postgresql://u:s:e@cret@h/db?x=1") == "postgresql://u@h/db"
-
-
-# --------------------------------------------------------------------------- Dagster
-
-
-def test_the_daily_release_on_a_postgresql_index_freezes_the_sqlite_reports(url, tmp_path):
-    import dagster as dg
-    from test_assets import DAYS, release, release_days_on_disk, settings_for
-
-    snapshots = release_days_on_disk(tmp_path / "snapshots")
-    reports = {}
-    for name, index in (("postgresql", url), ("sqlite", str(tmp_path / "lite" / "i.sqlite"))):
-        settings = settings_for(tmp_path / name, snapshots, index=index)
-        with dg.instance_for_test() as instance:
-            for day in DAYS:
-                assert release(day, settings, instance).success, (name, day)
-        reports[name] = {day: tree_bytes(settings.report_dir(day)) for day in DAYS}
-        record = (settings.release_dir(DAYS[-1]) / "release.json").read_text()
-        assert "near-dedup-test" not in record  # the record names the index without password
-    assert reports["postgresql"] == reports["sqlite"]
 
 
 @pytest.mark.parametrize("recent_rows", [0, 100_000])

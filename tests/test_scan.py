@@ -26,6 +26,7 @@ from helpers import (
     cli_ok,
     cpt,
     index,
+    index_bytes,
     jaccard,
     load_report,
     make_package,
@@ -510,7 +511,7 @@ def test_sft_scopes_task_system_material_images(tmp_path):
     assert all(s.startswith("sft:") for s in scopes.values())
 
 
-def test_history_only_matches_are_relations_never_exclusions(tmp_path):
+def test_history_only_matches_are_relations_never_exclusions(index_location, tmp_path):
     p = plain_prose()
     x, y, w, z = p[23], p[24], p[25], p[26]
     yn, wn = near_copy(y, p[27]), near_copy(w, p[27])
@@ -518,7 +519,7 @@ def test_history_only_matches_are_relations_never_exclusions(tmp_path):
                                        "validation": [cpt("w", w)]})
     v2 = make_package(tmp_path, "v2", {"train": [cpt("x2", x), cpt("yn", yn), cpt("wn", wn),
                                                  cpt("z", z)]})
-    idx = tmp_path / "history.sqlite"
+    idx = index_location
     index(idx, v1)
     index(idx, v2)
     rep = scan(idx, [v2], tmp_path / "v2-only")
@@ -731,15 +732,62 @@ def test_report_write_failure_leaves_nothing_behind(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- refusals
 
 
-@pytest.fixture
-def indexed(tmp_path) -> dict:
+@pytest.fixture(scope="module")
+def indexed_once(tmp_path_factory, backend, new_index_location) -> dict:
+    """v1 indexed into an index of the module's backend, once: the refusals leave it as it
+    was (each test asserts so)."""
+    root = tmp_path_factory.mktemp(f"indexed-{backend}")
     p = plain_prose()
-    v1 = make_package(tmp_path / "pkgs", "v1", {"train": [cpt("a", p[28]), cpt("b", p[29])]})
-    v2 = make_package(tmp_path / "pkgs", "v2", {"train": [cpt("c", p[30])]})
-    idx = tmp_path / "index" / "cpt.sqlite"
+    v1 = make_package(root / "pkgs", "v1", {"train": [cpt("a", p[28]), cpt("b", p[29])]})
+    v2 = make_package(root / "pkgs", "v2", {"train": [cpt("c", p[30])]})
+    idx = new_index_location(root / "index")
     index(idx, v1)
+    return {"index": idx, "v1": v1, "v2": v2, "backend": backend,
+            "new_index_location": new_index_location}
+
+
+@pytest.fixture
+def indexed(tmp_path, indexed_once) -> dict:
+    """The indexed v1 (and v2, not indexed) as packages of this test (copies: a case may
+    change them), the index, and a reports folder."""
+    for name in ("v1", "v2"):
+        shutil.copytree(indexed_once[name], tmp_path / "pkgs" / name)
     (tmp_path / "reports").mkdir()
-    return {"root": tmp_path, "index": idx, "v1": v1, "v2": v2}
+    return {**indexed_once, "root": tmp_path, "v1": tmp_path / "pkgs" / "v1",
+            "v2": tmp_path / "pkgs" / "v2"}
+
+
+def _not_an_index(env: dict) -> str:
+    """A location of the module's backend that holds something else than an index."""
+    root, backend = env["root"], env["backend"]
+    if backend == "postgresql":
+        from sqlalchemy import create_engine, text
+        from sqlalchemy.pool import NullPool
+
+        url = env["new_index_location"](root)
+        engine = create_engine("postgresql+psycopg://" + url.split("://", 1)[1],
+                               poolclass=NullPool)
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE pipeline (id int)"))
+        return url
+    other = root / "index" / "notes.sqlite"
+    other.parent.mkdir(parents=True, exist_ok=True)
+    if backend == "iceberg":
+        other.mkdir()
+        (other / "notes.txt").write_text("not an index", encoding="utf-8")
+        return f"iceberg://{other}"
+    other.write_text("not a database", encoding="utf-8")
+    return str(other)
+
+
+def _missing_index(env: dict) -> tuple[str, str]:
+    """A location of the module's backend where no index is, and the refusal's words."""
+    if env["backend"] == "postgresql":
+        return env["index"].rsplit("/", 1)[0] + "/no_such_db", \
+            'database "no_such_db" does not exist'
+    if env["backend"] == "iceberg":
+        return f"iceberg://{env['root'] / 'index' / 'none'}", "not found"
+    return str(env["root"] / "index" / "none.sqlite"), "not found"
 
 
 def _refusal(env: dict, case: str) -> tuple[list, str]:
@@ -767,16 +815,14 @@ def _refusal(env: dict, case: str) -> tuple[list, str]:
         return ["--index", idx, "scan", "--inputs", v1, "--output", v1 / "report"], \
             "inside input package"
     if case == "index missing":
-        return ["--index", root / "index" / "none.sqlite", "scan", "--inputs", v1,
-                "--output", out], "not found"
+        missing, fragment = _missing_index(env)
+        return ["--index", missing, "scan", "--inputs", v1, "--output", out], fragment
     if case == "other config":
         cfg = write_config(root / "strict.json", threshold=0.8)
         return ["--index", idx, "--config", cfg, "scan", "--inputs", v1, "--output", out], \
             "use a new index path"
     if case == "not an index":
-        other = root / "index" / "notes.sqlite"
-        other.write_text("not a database", encoding="utf-8")
-        return ["--index", other, "scan", "--inputs", v1, "--output", out], \
+        return ["--index", _not_an_index(env), "scan", "--inputs", v1, "--output", out], \
             "not a near-dedup index"
     if case == "no index option":
         return ["scan", "--inputs", v1, "--output", out], "needs --index"
@@ -794,13 +840,13 @@ def _refusal(env: dict, case: str) -> tuple[list, str]:
                                   "mixed kinds"])
 def test_scan_refusals_exit_1_and_publish_nothing(indexed, case):
     argv, fragment = _refusal(indexed, case)
-    before_index = file_sha256(indexed["index"])
+    before_index = index_bytes(indexed["index"])
     before_pkgs = {k: tree_bytes(indexed[k]) for k in ("v1", "v2")}
     out = argv[argv.index("--output") + 1]
     existed = out.exists()
     message = refused(["--quiet", *argv])
     assert fragment in message, message
-    assert file_sha256(indexed["index"]) == before_index
+    assert index_bytes(indexed["index"]) == before_index
     if case != "data changed":
         assert {k: tree_bytes(indexed[k]) for k in ("v1", "v2")} == before_pkgs
     if existed:

@@ -404,10 +404,17 @@ def catalog(place: Path | Where, *, create: bool = False) -> Catalog:
 
 
 def open_catalog(place: Where) -> Catalog:
-    """A reader's catalog: a local index without ``catalog.db`` is not found."""
+    """A reader's catalog: a local index without ``catalog.db`` is not found, or not an index
+    when its folder holds anything else."""
     if not place.shared:
         assert place.folder is not None
-        if not (place.folder / CATALOG_FILE).is_file():
+        folder = place.folder
+        if not (folder / CATALOG_FILE).is_file():
+            if folder.exists() and (not folder.is_dir() or any(
+                    p.name not in {WRITER_LOCK, READERS_LOCK, WAREHOUSE}
+                    for p in folder.iterdir())):
+                raise NearDedupError(f"index {place.location}: exists and is not a near-dedup "
+                                     f"index (no {CATALOG_FILE})")
             raise NearDedupError(f"index {place.location}: not found; index the inputs first")
     return catalog(place)
 
