@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from helpers import make_package, refused, run_cli, stdlib_paragraphs, tree_bytes
+from helpers import (
+    drop_every,
+    make_package,
+    refused,
+    reverse_every,
+    run_cli,
+    stdlib_paragraphs,
+    tree_bytes,
+)
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
@@ -110,8 +118,9 @@ def test_chunked_band_files_give_sqlite_reports_before_and_after_compaction(
     monkeypatch.setattr(ice_batch.BandTasks, "chunk_rows", 1)
     index, lite = ice(tmp_path / "ice"), tmp_path / "lite.sqlite"
     v2 = make_package(tmp_path, "cpt-w2", {"train": [
-        {"id": f"b{i}", "text": t, "domain": "docs"}
-        for i, t in enumerate(texts(1200, 2500))]}, created_at="2026-11-26T00:00:00Z")
+        {"id": f"b{i}", "text": drop_every(t, 9) if i % 2 else reverse_every(t, 13),
+         "domain": "docs"} for i, t in enumerate(texts(1200))]},
+        created_at="2026-11-26T00:00:00Z")
     for target in (index, lite):
         ok("--index", target, "index", "--inputs", pool, "--workers", 2)
         ok("--index", target, "index", "--inputs", v2, "--workers", 2)
@@ -124,7 +133,7 @@ def test_chunked_band_files_give_sqlite_reports_before_and_after_compaction(
 
     expected = scan(lite, "lite")
     assert b'"history_only":true' in expected["relations.jsonl"]
-    assert scan(index, "ice") == expected
+    assert scan(index, "ice-report") == expected
     assert "compacted" in ok("--index", index, "index", "compact")
     assert {len(f) for f in band_files(index).values()} == {1}
     assert scan(index, "ice-compacted") == expected
@@ -146,7 +155,7 @@ def test_a_failed_batch_removes_every_data_file_it_wrote(pool, tmp_path, monkeyp
     bad = make_package(tmp_path, "cpt-bad", {"train": lines},
                        created_at="2026-11-27T00:00:00Z")
     refused(["--index", index, "index", "--inputs", bad, "--workers", 2], "cpt-bad",
-            "line 2601")
+            "part-00000.jsonl:2601")
     assert tree_bytes(folder) == before
 
 
