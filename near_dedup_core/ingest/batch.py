@@ -9,7 +9,9 @@ needs the whole batch: sample-id and ref rules across records (`package.SampleId
 for new contents (a content met again later in the batch, or indexed before under another
 raw text, keeps its first row id and loses the signature a worker made for it), and the
 writes. Raw-text rows are written with their block (sorted within it); band rows once at
-the end, sorted, so that their B-tree (the index's largest) fills front to back.
+the end, sorted, so that their B-tree (the index's largest) fills front to back, or, for an
+index that takes them as the batch goes (`BatchTransaction.band_writer`: Iceberg's, whose
+executor tasks write them as data files), a chunk at a time.
 
 Blocks are taken in order: the results of block *b* are applied before those of *b + 1*,
 whatever finished first, so row ids, error messages and the index's rows do not depend on
