@@ -229,6 +229,15 @@ class RowGroups:
         return out
 
 
+def binary_values(values: pa.Array) -> np.ndarray:
+    """The bytes of a (large) binary array without nulls, concatenated, as uint8."""
+    buffers = values.buffers()
+    wide = pa.types.is_large_binary(values.type)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)[
+        values.offset:values.offset + len(values) + 1]
+    return np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+
+
 def row_slices(t: pa.Table, columns: tuple[str, ...], batch: int = 1 << 16
                ) -> Iterator[list[tuple]]:
     """The rows of ``t`` (those ``columns``) as tuples, ``batch`` at a time: only one slice's
@@ -474,17 +483,19 @@ class IcebergSnapshot(IndexSnapshot):
         scope = t.column("scope").to_numpy(zero_copy_only=False).astype(np.int64)
         batch = t.column("batch").to_numpy(zero_copy_only=False).astype(np.int64)
         shingles = pc.fill_null(t.column("shingles"), -1).to_numpy().astype(np.int64)
-        sig = t.column("signature").to_pylist()
-        has_signature = np.asarray([x is not None for x in sig], dtype=bool)
-        found = [x for x in sig if x is not None]
-        if found and width is None:
-            width = len(found[0])
-        if any(len(x) != width for x in found):
+        # the signatures straight from the column's data buffer (no Python object per row)
+        sig = t.column("signature")
+        has_signature = sig.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+        found = pc.drop_null(sig).combine_chunks()
+        lengths = pc.binary_length(found).to_numpy(zero_copy_only=False)
+        if len(found) and width is None:
+            width = int(lengths[0])
+        if (lengths != width).any():
             raise damaged(self.path, "a content signature has the wrong length")
         signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
-        if found:
-            signatures[has_signature] = np.frombuffer(b"".join(found), dtype=np.uint16
-                                                      ).reshape(len(found), -1)
+        if len(found):
+            signatures[has_signature] = binary_values(found).view(np.uint16).reshape(
+                len(found), -1)
         long = np.zeros(n, dtype=bool)
         if self._min_chars is not None and n:
             long = t.column("norm_chars").to_numpy() >= self._min_chars
