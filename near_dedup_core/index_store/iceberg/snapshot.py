@@ -96,7 +96,11 @@ class Pinned:
 
     def read(self, table: str, columns: tuple[str, ...] = ("*",),
              row_filter: BooleanExpression | None = None) -> pa.Table:
-        return it.read(self.tables[table], self.state.snapshots[table], columns, row_filter)
+        rows = it.read(self.tables[table], self.state.snapshots[table], columns, row_filter)
+        # the scan's buffers (each file's rows before they were filtered and concatenated)
+        # go back to the system: Arrow's allocator would keep them for later allocations
+        pa.default_memory_pool().release_unused()
+        return rows
 
     def rows(self, table: str, columns: tuple[str, ...]) -> list[tuple]:
         t = self.read(table, columns)
