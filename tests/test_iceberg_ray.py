@@ -1,6 +1,6 @@
-"""The per-bucket history join of an Iceberg index as Ray tasks on a two-node cluster
-(`ray.cluster_utils.Cluster`, a head and a second node of one CPU each): the scan's report is
-byte-identical to the local executor's and to SQLite's.
+"""An Iceberg index's band files written, and its per-bucket history join run, as Ray tasks
+on a two-node cluster (`ray.cluster_utils.Cluster`, a head and a second node of one CPU
+each): the scan's report is byte-identical to the local executor's and to SQLite's.
 
 As in test_ray.py, the cluster runs in a private network namespace holding only the
 loopback interface (``unshare -n``, as root); without it, in a plain subprocess. The case
@@ -49,6 +49,7 @@ if os.environ.get(CASE_ENV):
         import ray
         from ray.cluster_utils import Cluster
 
+        from near_dedup_core.index_store.iceberg import batch as ice_batch
         from near_dedup_core.index_store.iceberg import snapshot
 
         paras = stdlib_paragraphs()
@@ -62,10 +63,6 @@ if os.environ.get(CASE_ENV):
             {"id": f"c{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[1000:])]},
             created_at="2026-11-26T00:00:00Z")
         index, lite = f"iceberg://{tmp_path / 'ice'}", tmp_path / "lite.sqlite"
-        for target in (index, lite):
-            for pkg in (v1, v2):
-                code, _, err = run_cli("--quiet", "--index", target, "index", "--inputs", pkg)
-                assert code == 0, err
         executors = []
         real = snapshot.IcebergSnapshot.history_band_hits
 
@@ -79,6 +76,13 @@ if os.environ.get(CASE_ENV):
         ray.init(address=cluster.address, log_to_driver=False, include_dashboard=False)
         try:
             assert len([x for x in ray.nodes() if x["Alive"]]) == 2
+            # the Iceberg batches' band files are written by Ray tasks, a chunk per block
+            monkeypatch.setattr(ice_batch.BandTasks, "chunk_rows", 1)
+            for target, executor in ((index, "ray"), (lite, "local")):
+                for pkg in (v1, v2):
+                    code, _, err = run_cli("--quiet", "--index", target, "index", "--inputs",
+                                           pkg, "--executor", executor, "--workers", "2")
+                    assert code == 0, err
             reports = {}
             for name, target, executor in (("ray", index, "ray"), ("local", index, "local"),
                                            ("sqlite", lite, "local")):

@@ -5,8 +5,9 @@ inside the batch's transaction, on SQLite (the PostgreSQL variant is
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from concurrent.futures import Executor
 from itertools import chain
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import orjson
@@ -69,6 +70,17 @@ class BandWrite(NamedTuple):
 
     table: str
     folded: int
+
+
+class BandChunks(Protocol):
+    """Takes a batch's band rows as `index` goes (`BatchTransaction.band_writer`): ``add``
+    once ``chunk_rows`` of them are gathered (in content order), ``finish`` at the end."""
+
+    chunk_rows: int
+
+    def add(self, keys: np.ndarray, contents: np.ndarray) -> None: ...
+
+    def finish(self) -> BandWrite: ...
 
 
 class BatchTransaction:
@@ -219,6 +231,12 @@ class BatchTransaction:
                           .values(value=SCHEMA_VERSION))
         self.conn.execute(insert(meta).values(key=BANDS_MERGED_THROUGH,
                                               value=str(self.max_content_rowid())))
+
+    def band_writer(self, executor: Executor, parallelism: int) -> BandChunks | None:
+        """Where `index` hands the batch's band rows while it runs, a chunk at a time, for
+        tasks of ``executor`` to write (an Iceberg index); None: all of them at the end,
+        through `write_bands`."""
+        return None
 
     def write_bands(self, ranges: Iterable[tuple[np.ndarray, np.ndarray]],
                     announce: Callable[[str], None] = lambda _text: None) -> BandWrite:

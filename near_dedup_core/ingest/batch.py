@@ -9,7 +9,9 @@ needs the whole batch: sample-id and ref rules across records (`package.SampleId
 for new contents (a content met again later in the batch, or indexed before under another
 raw text, keeps its first row id and loses the signature a worker made for it), and the
 writes. Raw-text rows are written with their block (sorted within it); band rows once at
-the end, sorted, so that their B-tree (the index's largest) fills front to back.
+the end, sorted, so that their B-tree (the index's largest) fills front to back, or, for an
+index that takes them as the batch goes (`BatchTransaction.band_writer`: Iceberg's, whose
+executor tasks write them as data files), a chunk at a time.
 
 Blocks are taken in order: the results of block *b* are applied before those of *b + 1*,
 whatever finished first, so row ids, error messages and the index's rows do not depend on
@@ -44,7 +46,7 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.index_store.batch import BandWrite, BatchTransaction, RefTarget
+from near_dedup_core.index_store.batch import BandChunks, BandWrite, BatchTransaction, RefTarget
 from near_dedup_core.ingest import work
 from near_dedup_core.package import (
     BLOCK_BYTES,
@@ -119,6 +121,9 @@ class BatchWriter:
         self.in_flight: collections.deque[_InFlight | ShardEnd] = collections.deque()
         self.band_keys: list[np.ndarray] = []
         self.band_contents: list[np.ndarray] = []
+        self.band_rows = 0  # in band_keys
+        # an index whose band rows leave as the batch goes (to tasks of the executor)
+        self.band_chunks = store.band_writer(executor, parallelism)
         self.raw_texts: set[tuple[bytes, int]] = set()  # (text_sha256, scope) written
         self.bands: BandWrite | None = None
         self.new_contents = 0
@@ -300,6 +305,10 @@ class BatchWriter:
                 long_ids = np.fromiter((r for _, r in long), np.int64, len(long))
                 self.band_keys.append(new.keys[rows].reshape(-1))
                 self.band_contents.append(np.repeat(long_ids, new.keys.shape[1]))
+                self.band_rows += len(self.band_keys[-1])
+                if self.band_chunks is not None \
+                        and self.band_rows >= self.band_chunks.chunk_rows:
+                    self._hand_bands(self.band_chunks)
 
     def _content_rows(self, new: work.NewContents, taken: list[tuple[int, int]],
                       scope_ids: list[int], dict_id: int | None) -> list[tuple]:
@@ -317,11 +326,24 @@ class BatchWriter:
         self.store.add_contents(rows)
         self.new_contents += len(rows)
 
+    def _hand_bands(self, chunks: BandChunks) -> None:
+        """The band rows gathered so far, handed over as one chunk."""
+        keys = np.concatenate(self.band_keys)
+        contents = np.concatenate(self.band_contents)
+        self.band_keys, self.band_contents, self.band_rows = [], [], 0
+        chunks.add(keys, contents)
+
     def _write_tail(self) -> None:
         """The batch's band rows in (key, content) order, so that the band B-tree is filled
         front to back (contents grow along the batch: a stable sort by key is that order),
-        one key range after another (`ordered_key_ranges`)."""
+        one key range after another (`ordered_key_ranges`). An index that took them in
+        chunks (`band_chunks`) gets the last one, and waits for them all to be written."""
         self.raw_texts = set()  # every raw-text row is written: freed before the sort
+        if self.band_chunks is not None:
+            if self.band_keys:
+                self._hand_bands(self.band_chunks)
+            self.bands = self.band_chunks.finish()
+            return
         if not self.band_keys:
             return
         keys = np.concatenate(self.band_keys)

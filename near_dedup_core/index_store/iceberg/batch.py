@@ -1,6 +1,17 @@
 """One appended batch on an Iceberg index (`IcebergBatch`, `iceberg_batch`): the batch's rows
-are gathered while `index` works and written when it succeeds, one table append after
-another, then published by one append to the ``commits`` table (the commit point).
+are written into data files while `index` works and registered when it succeeds, one table
+commit after another, then published by one append to the ``commits`` table (the commit
+point).
+
+Where the rows go while the batch runs: the band rows, in chunks of `BAND_CHUNK_ROWS`, to
+tasks of the index's executor (its worker processes, or Ray tasks), each of which writes one
+file per band-key bucket of its share (`write_band_files`) and returns their paths; the
+``contents`` and ``sources`` rows, as they come (in id order), into Parquet files that the
+writer streams row group by row group (`RowFiles`); the small tables' rows stay in memory.
+The commit registers the files with one ``add_files`` per table. Until the ``commits``
+append, no reader sees any of them; a failed batch removes them, a killed one leaves them
+as orphan files that no snapshot references (`index check` lists them, `index expire`
+removes them).
 
 The rule (docs/iceberg.md, "Commits"): readers read each data table at the snapshot id that
 the newest ``commits`` row records. A writer, under the writer's lock, first returns every
@@ -14,15 +25,19 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table
 
 from near_dedup_core.config import NearDedupConfig
@@ -33,9 +48,20 @@ from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned
 from near_dedup_core.index_store.schema import binding_rows
 from near_dedup_core.index_store.snapshot import IndexedPackage, check_binding
 
+#: Band rows that the writer gathers before handing them to the executor's tasks (about
+#: 64 MB of keys and content ids): each chunk becomes one file per bucket, so a batch of R
+#: band rows has ``ceil(R / BAND_CHUNK_ROWS)`` files per bucket (docs/iceberg.md, "Measured").
+BAND_CHUNK_ROWS = 1 << 22
+#: A streamed table's data file is closed, and the next one begun, past this size (pyiceberg's
+#: default target size of a data file).
+TARGET_FILE_BYTES = 512 << 20
+#: The tables whose rows are streamed into data files as they come (in id order).
+STREAMED = ("contents", "sources")
+
 
 class IcebergBatch(BatchTransaction):
-    """The writes of one batch, gathered in memory and committed by `commit`."""
+    """The writes of one batch: band rows to the executor's tasks, content and source rows
+    streamed into data files, the rest gathered in memory; registered by `commit`."""
 
     served = False
 
@@ -48,7 +74,14 @@ class IcebergBatch(BatchTransaction):
         self.seq = None
         self.config = config
         self.new: dict[str, list[tuple]] = {t: [] for t in it.DATA_TABLES}
-        self.band_parts: list[tuple[np.ndarray, np.ndarray]] = []
+        #: the batch's files carry this prefix (a failed batch removes them by it)
+        self.prefix = uuid.uuid4().hex
+        self.streams = {name: RowFiles(pinned.tables[name], name, self.prefix)
+                        for name in STREAMED}
+        self.raw_parts: list[pa.Table] = []
+        self.band_files: list[BandFile] = []
+        self.band_tasks: list[BandTasks] = []
+        self.committing = False
         if fresh:
             rows = binding_rows(config, created_at)
             buckets = int(os.environ.get(it.BUCKETS_ENV, it.DEFAULT_BUCKETS))
@@ -134,7 +167,7 @@ class IcebergBatch(BatchTransaction):
     def add_sources(self, rows: list[tuple]) -> None:
         start = self._next_source
         self._next_source += len(rows)
-        self.new["sources"].extend((start + i, *r[1:]) for i, r in enumerate(rows))
+        self.streams["sources"].add([(start + i, *r[1:]) for i, r in enumerate(rows)])
 
     def add_dictionary(self, batch: int, data: bytes) -> int:
         rowid = max((i for i, _ in self._dicts), default=0) + 1
@@ -149,56 +182,90 @@ class IcebergBatch(BatchTransaction):
         return rowid, bytes(data)
 
     def add_contents(self, rows: list[tuple]) -> None:
-        self.new["contents"].extend(rows)
+        """Content rows, given in id order (`RowFiles` keeps each file sorted by id)."""
         if rows:
+            if rows[0][0] <= self._max_content:
+                raise ValueError("content rows must come in id order")
+            self.streams["contents"].add(rows)
             self._max_content = max(self._max_content, max(r[0] for r in rows))
 
     def upgrade_schema(self, values: dict[str, str]) -> None:
         """An Iceberg index is created at the current schema."""
 
+    def band_writer(self, executor: Executor, parallelism: int) -> BandTasks:
+        """The batch's band rows go, a chunk at a time, to tasks of ``executor`` that write
+        them as data files (`BandTasks`)."""
+        tasks = BandTasks(self, executor, parallelism)
+        self.band_tasks.append(tasks)
+        return tasks
+
     def write_bands(self, ranges: Iterable[tuple[np.ndarray, np.ndarray]],
                     announce: Callable[[str], None] = lambda _text: None) -> BandWrite:
-        """The batch's band rows: written per bucket at commit (one table, no fold)."""
+        """Band rows given at the end (in (key, content) order): written per bucket here, in
+        this process (one table, no fold)."""
+        spec = self.band_spec()
         for keys, contents in ranges:
-            self.band_parts.append((np.asarray(keys, dtype=np.int64),
-                                    np.asarray(contents, dtype=np.int64)))
+            self.band_files += write_band_files(spec, np.asarray(keys, dtype=np.int64),
+                                                np.asarray(contents, dtype=np.int64))
         return BandWrite("bands", 0)
 
     def add_bands(self, table: str, keys: np.ndarray, content_rowids: np.ndarray) -> None:
-        self.band_parts.append((keys, content_rowids))
+        self.band_files += write_band_files(self.band_spec(), keys, content_rowids)
+
+    def band_spec(self) -> BandSpec:
+        table = self.pinned.tables["bands"]
+        return BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties),
+                        self.prefix, int(self._meta[it.BUCKETS_KEY]))
 
     def add_raw_texts(self, rows: list[tuple[bytes, int, int]]) -> None:
-        self.new["raw_texts"].extend(rows)
+        if rows:
+            self.raw_parts.append(to_arrow("raw_texts", rows))
 
     # -- the commit
-    def band_table(self) -> pa.Table | None:
-        if not self.band_parts:
-            return None
-        keys = np.concatenate([k for k, _ in self.band_parts])
-        contents = np.concatenate([c for _, c in self.band_parts])
-        buckets = bucket_of(keys, int(self._meta[it.BUCKETS_KEY]))
-        if len(keys) > 1 and not (np.diff(keys) >= 0).all():  # given in key order as a rule
-            order = np.lexsort((contents, keys))
-            keys, contents, buckets = keys[order], contents[order], buckets[order]
-        order = np.argsort(buckets, kind="stable")  # by bucket, each in (key, content) order
-        return pa.Table.from_arrays([pa.array(buckets[order]), pa.array(keys[order]),
-                                     pa.array(contents[order])],
-                                    schema=it.arrow_schema("bands"))
+    def discard(self) -> None:
+        """Remove every data file this batch wrote, when it failed before its commit began
+        (none is registered; a commit that failed midway leaves its files to the tables'
+        unpublished snapshots, which the next writer steps over)."""
+        if self.committing:
+            return
+        for stream in self.streams.values():
+            stream.discard()
+        io = self.pinned.tables["bands"].io
+        for f in self.band_files:
+            io.delete(f.path)
+        self.band_files = []
+        # files of tasks whose results never came back (a local index: found by prefix)
+        data = Path(it.local_path(self.band_spec().data))
+        if data.is_dir():
+            for path in data.glob(f"bucket=*/{self.prefix}-*.parquet"):
+                path.unlink(missing_ok=True)
 
     def commit(self, created_at: str) -> None:
-        """Append every table that has new rows, then publish them by one ``commits`` row."""
+        """Register every table's new files or rows (one Iceberg commit each), then publish
+        them by one ``commits`` row."""
+        self.committing = True
         snapshots = dict(self.pinned.state.snapshots)
         for name in it.DATA_TABLES:
+            paths = None
             if name == "bands":
-                bands = self.band_table()
-                if bands is not None:
+                if any(not t.finished for t in self.band_tasks):
+                    raise ValueError("the band tasks of the batch are not finished")
+                paths = [f.path for f in self.band_files]
+            elif name in STREAMED:
+                paths = self.streams[name].close()
+            if paths is not None:
+                if paths:
                     table = self.pinned.tables[name]
-                    table.add_files(write_band_files(table, bands), check_duplicate_files=False)
+                    table.add_files(paths, check_duplicate_files=False)
                     current = table.current_snapshot()
                     assert current is not None
                     snapshots[name] = current.snapshot_id
                 continue
-            if self.new[name]:
+            if name == "raw_texts" and self.raw_parts:
+                data = pa.concat_tables(self.raw_parts)
+                self.raw_parts = []
+                data = data.take(pc.sort_indices(data, sort_keys=[("text_sha256", "ascending")]))
+            elif self.new[name]:
                 rows = self.new[name]
                 if name in it.SORTED_BY and name != "sources":
                     key = [c for c, _ in it.COLUMNS[name]].index(it.SORTED_BY[name])
@@ -216,38 +283,180 @@ class IcebergBatch(BatchTransaction):
         publish(self.pinned, "batch", created_at, snapshots)
 
 
-#: Threads that write a batch's band files, one file per bucket (Parquet encoding and
-#: compression leave the GIL).
-WRITE_THREADS = 2
+class BandSpec(NamedTuple):
+    """What a band task needs to write its files: the band table's data folder (a URI), the
+    table's FileIO properties, the batch's file-name prefix, the index's bucket count."""
+
+    data: str
+    io_properties: dict[str, str]
+    prefix: str
+    buckets: int
 
 
-def write_band_files(table: Table, bands: pa.Table) -> list[str]:
-    """One Parquet file per bucket of ``bands`` (sorted by bucket, then key) under the
-    table's data folder, written in parallel; their URIs, for one ``add_files`` commit."""
-    buckets = bands.column("bucket").to_numpy()
+class BandFile(NamedTuple):
+    """A band data file a task wrote: its URI, bucket and row count."""
+
+    path: str
+    bucket: int
+    rows: int
+
+
+def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray
+                     ) -> list[BandFile]:
+    """The band rows (``keys[i]``, ``contents[i]``) as one Parquet file per bucket under the
+    band table's data folder (``bucket=<b>/<prefix>-<unique>-<b>.parquet``), each sorted by
+    (key, content) in row groups of 65,536 rows, zstd; written through the table's FileIO.
+    Runs in a task of the index's executor (or in the writer's own process)."""
+    if not len(keys):
+        return []
+    buckets = bucket_of(keys, spec.buckets)
+    order = np.lexsort((contents, keys, buckets))
+    keys, contents, buckets = keys[order], contents[order], buckets[order]
+    del order
     cuts = np.flatnonzero(np.diff(buckets)) + 1
     starts = np.concatenate(([0], cuts)).tolist()
     ends = np.concatenate((cuts, [len(buckets)])).tolist()
-    plain = pa.schema([pa.field(f.name, f.type) for f in bands.schema])  # no field ids
-    bands = bands.cast(plain)
-    data = f"{table.location().rstrip('/')}/data"
-    commit = uuid.uuid4().hex
-
-    def write(part: tuple[int, int]) -> str:
-        start, end = part
+    io = load_file_io(spec.io_properties, spec.data)
+    unique = uuid.uuid4().hex[:12]
+    written = []
+    for start, end in zip(starts, ends, strict=True):
         bucket = int(buckets[start])
-        uri = f"{data}/bucket={bucket}/{commit}-{bucket:05d}.parquet"
-        fs, path = it.output(uri)
-        pq.write_table(bands.slice(start, end - start), path, filesystem=fs,
-                       compression="zstd", row_group_size=it.ROW_GROUP_ROWS["bands"])
-        return uri
+        part = pa.Table.from_arrays(
+            [pa.array(buckets[start:end]), pa.array(keys[start:end]),
+             pa.array(contents[start:end])], schema=plain_schema("bands"))
+        path = f"{spec.data}/bucket={bucket}/{spec.prefix}-{unique}-{bucket:05d}.parquet"
+        write_parquet(io, path, part, "bands")
+        written.append(BandFile(path, bucket, end - start))
+    return written
 
-    with ThreadPoolExecutor(WRITE_THREADS) as threads:
-        return list(threads.map(write, zip(starts, ends, strict=True)))
+
+class BandTasks:
+    """The band rows of one batch handed to ``executor`` as they come, a chunk of
+    `BAND_CHUNK_ROWS` rows at a time (`add`): each chunk is split by bucket into
+    ``parallelism`` shares of consecutive buckets, one `write_band_files` task each, so that
+    a chunk makes one file per bucket. `finish` waits for every task."""
+
+    chunk_rows = BAND_CHUNK_ROWS
+
+    def __init__(self, batch: IcebergBatch, executor: Executor, parallelism: int) -> None:
+        self.batch = batch
+        self.executor = executor
+        self.parallelism = max(1, parallelism)
+        self.spec = batch.band_spec()
+        self.futures: list[tuple[Future, int]] = []
+        self.finished = True
+
+    def add(self, keys: np.ndarray, contents: np.ndarray) -> None:
+        if not len(keys):
+            return
+        self.finished = False
+        shares = self.parallelism
+        share = (bucket_of(keys, self.spec.buckets).astype(np.int64) * shares
+                 // self.spec.buckets)
+        for s in range(shares):
+            at = np.flatnonzero(share == s) if shares > 1 else slice(None)
+            part_keys, part_contents = keys[at], contents[at]
+            if len(part_keys):
+                self.futures.append((self.executor.submit(write_band_files, self.spec,
+                                                          part_keys, part_contents),
+                                     len(part_keys)))
+
+    def finish(self) -> BandWrite:
+        """Every task's files, recorded in the batch; a task that failed raises here."""
+        for future, rows in self.futures:
+            files: list[BandFile] = future.result()
+            self.batch.band_files += files
+            if sum(f.rows for f in files) != rows:
+                raise ValueError(f"a band task wrote {sum(f.rows for f in files):,} rows of "
+                                 f"{rows:,}")
+        self.futures = []
+        self.finished = True
+        return BandWrite("bands", 0)
 
 
-def to_arrow(name: str, rows: list[tuple]) -> pa.Table:
-    schema = it.arrow_schema(name)
+def plain_schema(name: str) -> pa.Schema:
+    """The Arrow schema of ``name``'s rows without Iceberg field ids: files registered by
+    ``add_files`` must not carry them (the table maps columns by name)."""
+    return pa.schema([pa.field(f.name, f.type) for f in it.arrow_schema(name)])
+
+
+def write_parquet(io: FileIO, path: str, data: pa.Table, name: str) -> None:
+    """``data`` as the Parquet file ``path`` of table ``name`` (its row group size and codec),
+    through ``io``."""
+    with io.new_output(path).create(overwrite=True) as out:
+        pq.write_table(data, out, compression=codec(name),
+                       row_group_size=it.ROW_GROUP_ROWS.get(name, 65_536))
+
+
+def codec(name: str) -> str:
+    # texts are zstd frames already, ids and signatures are hashes: no codec helps contents
+    return "none" if name == "contents" else "zstd"
+
+
+class RowFiles:
+    """Rows of one table streamed, as they come, into Parquet files under its data folder:
+    row groups of the table's size (`tables.ROW_GROUP_ROWS`), a new file past
+    `TARGET_FILE_BYTES`. Only the rows of the row group being filled stay in memory. `close`
+    gives the files' URIs, `discard` removes them."""
+
+    def __init__(self, table: Table, name: str, prefix: str) -> None:
+        self.name = name
+        self.io = table.io
+        self.data = f"{table.location().rstrip('/')}/data"
+        self.prefix = prefix
+        self.schema = plain_schema(name)
+        self.group_rows = it.ROW_GROUP_ROWS.get(name, 65_536)
+        self.pending: list[tuple] = []
+        self.paths: list[str] = []
+        self.rows = 0
+        self._out: Any = None
+        self._writer: pq.ParquetWriter | None = None
+
+    def add(self, rows: list[tuple]) -> None:
+        self.pending.extend(rows)
+        self.rows += len(rows)
+        if len(self.pending) >= self.group_rows:
+            full = len(self.pending) // self.group_rows * self.group_rows
+            self._write(self.pending[:full])
+            del self.pending[:full]
+
+    def _write(self, rows: list[tuple]) -> None:
+        if self._writer is None:
+            path = f"{self.data}/{self.prefix}-{len(self.paths):05d}.parquet"
+            self.paths.append(path)
+            self._out = self.io.new_output(path).create(overwrite=True)
+            self._writer = pq.ParquetWriter(self._out, self.schema, compression=codec(self.name))
+        self._writer.write_table(to_arrow(self.name, rows, self.schema),
+                                 row_group_size=self.group_rows)
+        if self._out.tell() >= TARGET_FILE_BYTES:
+            self._close_file()
+
+    def _close_file(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._out.close()
+            self._writer = self._out = None
+
+    def close(self) -> list[str]:
+        """The files written, the last row group flushed."""
+        if self.pending:
+            self._write(self.pending)
+            self.pending = []
+        self._close_file()
+        return list(self.paths)
+
+    def discard(self) -> None:
+        self.pending = []
+        try:
+            self._close_file()
+        finally:
+            for path in self.paths:
+                self.io.delete(path)
+            self.paths = []
+
+
+def to_arrow(name: str, rows: list[tuple], schema: pa.Schema | None = None) -> pa.Table:
+    schema = it.arrow_schema(name) if schema is None else schema
     columns = list(zip(*rows, strict=True))
     return pa.Table.from_arrays([pa.array(list(col), type=schema.field(i).type)
                                  for i, col in enumerate(columns)], schema=schema)
@@ -321,10 +530,14 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
                 check_binding(location, pinned_meta(pinned), config, writing=True)
                 IcebergSnapshot(pinned, config).quick_check()
             batch = IcebergBatch(pinned, config, created_at, fresh)
-        yield batch
-        if batch.seq is not None:
-            with errors(location):
-                batch.commit(created_at)
+        try:
+            yield batch
+            if batch.seq is not None:
+                with errors(location):
+                    batch.commit(created_at)
+        except BaseException:
+            batch.discard()  # the files it wrote (a new local index's folder goes as well)
+            raise
 
 
 def pinned_meta(pinned: Pinned) -> dict[str, str]:

@@ -10,6 +10,7 @@ range holds none of its keys, and returns the hits; the driver merges them."""
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -92,7 +93,11 @@ class Pinned:
 
     def read(self, table: str, columns: tuple[str, ...] = ("*",),
              row_filter: BooleanExpression | None = None) -> pa.Table:
-        return it.read(self.tables[table], self.state.snapshots[table], columns, row_filter)
+        rows = it.read(self.tables[table], self.state.snapshots[table], columns, row_filter)
+        # the scan's buffers (each file's rows before they were filtered and concatenated)
+        # go back to the system: Arrow's allocator would keep them for later allocations
+        pa.default_memory_pool().release_unused()
+        return rows
 
     def rows(self, table: str, columns: tuple[str, ...]) -> list[tuple]:
         t = self.read(table, columns)
@@ -155,10 +160,17 @@ def bucket_of(keys: np.ndarray, buckets: int) -> np.ndarray:
             % np.uint64(buckets)).astype(np.int32)
 
 
+#: Bytes of content row groups (their texts) that a reader keeps for later reads: a verify
+#: worker reads the texts of its chunks' pairs, and later chunks meet some of the same
+#: contents; the row groups read least recently are dropped beyond this.
+KEPT_ROW_GROUP_BYTES = 16 << 20
+
+
 class RowGroups:
     """The texts of the contents' data files, read by Parquet row group: the row groups whose
-    id range (from the files' statistics) holds a wanted id, each read once and kept (a verify
-    worker reads the texts of its chunks' pairs, and later chunks meet the same contents)."""
+    id range (from the files' statistics) holds a wanted id, the most recently read ones kept
+    up to `KEPT_ROW_GROUP_BYTES` (a worker's memory stays bounded however many contents its
+    chunks reach)."""
 
     def __init__(self, paths: list[str]) -> None:
         self._files = [it.parquet_file(p) for p in paths]
@@ -174,31 +186,65 @@ class RowGroups:
         self._lo = np.asarray(lo, dtype=np.int64)[order]
         self._hi = np.asarray(hi, dtype=np.int64)[order]
         self._where = [where[i] for i in order]
-        self._read: dict[int, tuple[np.ndarray, Any, Any]] = {}
+        self._read: OrderedDict[int, tuple[np.ndarray, Any, Any]] = OrderedDict()
+        self._kept: dict[int, int] = {}  # bytes of each kept row group
+        self._kept_bytes = 0
 
     def blobs(self, wanted: np.ndarray) -> dict[int, tuple[bytes, int | None]]:
         """(text_z, dictionary) of the ``wanted`` ids (sorted, distinct) that the files hold."""
         out: dict[int, tuple[bytes, int | None]] = {}
+        dropped = False
         at = np.searchsorted(self._lo, wanted, side="right") - 1
         for g in np.unique(at[at >= 0]).tolist():
             ids = wanted[at == g]
             ids = ids[ids <= self._hi[g]]
             if not len(ids):
                 continue
-            if g not in self._read:
+            if g in self._read:
+                self._read.move_to_end(g)
+            else:
                 f, rg = self._where[g]
                 t = self._files[f].read_row_group(rg, columns=["id", "text_z", "dictionary"])
-                order = np.argsort(t.column("id").to_numpy())
-                self._read[g] = (t.column("id").to_numpy()[order],
-                                 t.column("text_z").take(pa.array(order)),
-                                 t.column("dictionary").take(pa.array(order)))
+                gids = t.column("id").to_numpy()
+                if len(gids) > 1 and (np.diff(gids) < 0).any():  # written in id order as a rule
+                    t = t.take(pa.array(np.argsort(gids, kind="stable")))
+                self._read[g] = (t.column("id").to_numpy(), t.column("text_z"),
+                                 t.column("dictionary"))
+                self._kept[g] = t.nbytes
+                self._kept_bytes += t.nbytes
+                while len(self._read) > 1 and self._kept_bytes > KEPT_ROW_GROUP_BYTES:
+                    oldest, _ = self._read.popitem(last=False)
+                    self._kept_bytes -= self._kept.pop(oldest)
+                    dropped = True
             gids, texts, dicts = self._read[g]
             pos = np.searchsorted(gids, ids)
             pos[pos == len(gids)] = 0
             found = gids[pos] == ids
             for cid, k in zip(ids[found].tolist(), pos[found].tolist(), strict=True):
                 out[cid] = (texts[k].as_py(), dicts[k].as_py())
+        if dropped:
+            # the Parquet reader's buffers and the dropped row groups go back to the system
+            # (Arrow's allocator would keep them for later allocations)
+            pa.default_memory_pool().release_unused()
         return out
+
+
+def binary_values(values: pa.Array) -> np.ndarray:
+    """The bytes of a (large) binary array without nulls, concatenated, as uint8."""
+    buffers = values.buffers()
+    wide = pa.types.is_large_binary(values.type)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)[
+        values.offset:values.offset + len(values) + 1]
+    return np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0]:offsets[-1]]
+
+
+def row_slices(t: pa.Table, columns: tuple[str, ...], batch: int = 1 << 16
+               ) -> Iterator[list[tuple]]:
+    """The rows of ``t`` (those ``columns``) as tuples, ``batch`` at a time: only one slice's
+    Python objects exist at once (a package's sources stay columns of Arrow memory)."""
+    for start in range(0, t.num_rows, batch):
+        part = t.slice(start, batch)
+        yield list(zip(*(part.column(c).to_pylist() for c in columns), strict=True))
 
 
 class IcebergTexts:
@@ -234,7 +280,8 @@ class IcebergTexts:
     def package_origins(self, package_rowid: int) -> Iterator[tuple]:
         cols = ("sample_id", "split", "file", "line", "source")
         t = self._sources(package_rowid, cols)
-        return zip(*(t.column(c).to_pylist() for c in cols), strict=True)
+        for rows in row_slices(t, cols):
+            yield from rows
 
     SAMPLE_COLUMNS = IndexSnapshot.SAMPLE_COLUMNS
 
@@ -403,25 +450,19 @@ class IcebergSnapshot(IndexSnapshot):
     def utf8_texts(self, ids: list[int]) -> list[bytes]:
         return self._texts.utf8_texts(ids)
 
-    def _package_rows(self, package: IndexedPackage, columns: tuple[str, ...]) -> list[tuple]:
-        t = self._texts._sources(package.rowid, columns)
-        return list(zip(*(t.column(c).to_pylist() for c in columns), strict=True))
-
     def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
                      ) -> Iterator[list[tuple]]:
-        rows = self._package_rows(package, ("sample_id", "split", "content"))
-        if len(rows) != package.records:
-            raise package_sources_error(self.path, package.package_id, len(rows),
+        columns = ("sample_id", "split", "content")
+        t = self._texts._sources(package.rowid, columns)
+        if t.num_rows != package.records:
+            raise package_sources_error(self.path, package.package_id, t.num_rows,
                                         package.records)
-        for i in range(0, len(rows), batch):
-            yield rows[i:i + batch]
+        yield from row_slices(t, columns, batch)
 
     def sample_rows(self, package: IndexedPackage, batch: int = 1 << 16
                     ) -> Iterator[list[tuple]]:
-        rows = self._package_rows(package, ("position", "sample_id", "split", "file", "line",
-                                            "domain", "content"))
-        for i in range(0, len(rows), batch):
-            yield rows[i:i + batch]
+        columns = ("position", "sample_id", "split", "file", "line", "domain", "content")
+        yield from row_slices(self._texts._sources(package.rowid, columns), columns, batch)
 
     def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
         t = self._texts._sources(package.rowid, ("file", "line"))
@@ -443,17 +484,19 @@ class IcebergSnapshot(IndexSnapshot):
         scope = t.column("scope").to_numpy(zero_copy_only=False).astype(np.int64)
         batch = t.column("batch").to_numpy(zero_copy_only=False).astype(np.int64)
         shingles = pc.fill_null(t.column("shingles"), -1).to_numpy().astype(np.int64)
-        sig = t.column("signature").to_pylist()
-        has_signature = np.asarray([x is not None for x in sig], dtype=bool)
-        found = [x for x in sig if x is not None]
-        if found and width is None:
-            width = len(found[0])
-        if any(len(x) != width for x in found):
+        # the signatures straight from the column's data buffer (no Python object per row)
+        sig = t.column("signature")
+        has_signature = sig.is_valid().to_numpy(zero_copy_only=False).astype(bool)
+        found = pc.drop_null(sig).combine_chunks()
+        lengths = pc.binary_length(found).to_numpy(zero_copy_only=False)
+        if len(found) and width is None:
+            width = int(lengths[0])
+        if (lengths != width).any():
             raise damaged(self.path, "a content signature has the wrong length")
         signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
-        if found:
-            signatures[has_signature] = np.frombuffer(b"".join(found), dtype=np.uint16
-                                                      ).reshape(len(found), -1)
+        if len(found):
+            signatures[has_signature] = binary_values(found).view(np.uint16).reshape(
+                len(found), -1)
         long = np.zeros(n, dtype=bool)
         if self._min_chars is not None and n:
             long = t.column("norm_chars").to_numpy() >= self._min_chars
