@@ -63,7 +63,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.batch import open_for_write, publish, write_band_files
+from near_dedup_core.index_store.iceberg.batch import (
+    open_for_write,
+    publish,
+    to_arrow,
+    write_band_files,
+)
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_hits
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -221,16 +226,13 @@ def append(location: str, contents: int, seed: int = 1) -> dict:
             assert current is not None
             snapshots[name] = current.snapshot_id
 
-        small = {
+        small: dict[str, list[tuple]] = {
             "batches": [(seq, CREATED_AT, "generated", orjson.dumps([package_id]).decode())],
             "packages": [(package_rowid, package_id, meta.get("kind", "cpt"),
                           hashlib.sha256(manifest.encode()).hexdigest(), seq, contents,
                           manifest)]}
         for name, rows in small.items():
-            schema = it.arrow_schema(name)
-            tables[name].append(pa.Table.from_arrays(
-                [pa.array(list(col), type=schema.field(i).type)
-                 for i, col in enumerate(zip(*rows, strict=True))], schema=schema))
+            tables[name].append(to_arrow(name, rows))
             committed(name)
         tag = f"history-{seq}"
         t = time.perf_counter()
@@ -313,16 +315,32 @@ def join(probes: np.ndarray, pool_last: int, tasks: list[tuple[list[str], np.nda
         times.append(time.perf_counter() - t)
         hits += len(keys)
     arr = np.asarray(times)
-    return {"tasks": len(tasks), "probes": len(probes), "hits": hits,
+    rows = sum(pq.ParquetFile(it.local_path(p)).metadata.num_rows
+               for paths, _ in tasks for p in paths)
+    return {"tasks": len(tasks), "probes": len(probes), "hits": hits, "band_rows": rows,
             "total_s": round(float(arr.sum()), 2),
+            "rows_per_s": round(rows / max(float(arr.sum()), 1e-9)),
+            "p10_s": round(float(np.percentile(arr, 10)), 4),
             "median_s": round(float(np.median(arr)), 4),
             "p90_s": round(float(np.percentile(arr, 90)), 4),
+            "p99_s": round(float(np.percentile(arr, 99)), 4),
             "max_s": round(float(arr.max()), 4), "min_s": round(float(arr.min()), 4),
             "load_before": load_before, "load_after": load()}
 
 
-def index_tasks(location: str, probes: np.ndarray) -> list[tuple[list[str], np.ndarray]]:
-    return IcebergSnapshot(Pinned(location)).bucket_tasks(probes)
+def index_tasks(location: str, probes: np.ndarray, timings: dict | None = None
+                ) -> list[tuple[list[str], np.ndarray]]:
+    """The scan's tasks on the index at ``location``; in ``timings``, the driver's seconds to
+    pin its state (`IcebergSnapshot`: the small tables and every content id) and to plan the
+    tasks (the band table's data files, the probes cut by bucket)."""
+    t = time.perf_counter()
+    snap = IcebergSnapshot(Pinned(location))
+    pinned_s = time.perf_counter() - t
+    t = time.perf_counter()
+    tasks = snap.bucket_tasks(probes)
+    if timings is not None:
+        timings.update(pin_s=round(pinned_s, 2), plan_s=round(time.perf_counter() - t, 2))
+    return tasks
 
 
 def folder_tasks(folder: Path, probes: np.ndarray) -> list[tuple[list[str], np.ndarray]]:
@@ -402,8 +420,9 @@ def run_all(pool: Path, day: Path, contents: int, buckets: int, out: Path, worke
             save()
     result["reports_identical"] = reports["empty"] == reports["history"]
     probes, pool_last = probe_keys(f"iceberg://{sides['empty']}")
-    result["join"] = join(probes, pool_last, index_tasks(f"iceberg://{sides['history']}",
-                                                         probes))
+    timings: dict = {}
+    tasks = index_tasks(f"iceberg://{sides['history']}", probes, timings)
+    result["join"] = {**join(probes, pool_last, tasks), **timings}
     save()
     for side, path in sides.items():
         read_through(day)
@@ -454,9 +473,10 @@ def main(argv: list[str] | None = None) -> None:
         result = bands_only(args.out, args.contents, args.buckets, args.bands, 1, args.seed)
     elif args.command == "join":
         probes, pool_last = probe_keys(args.probes)
-        tasks = (index_tasks(args.index, probes) if args.index
+        timings: dict = {}
+        tasks = (index_tasks(args.index, probes, timings) if args.index
                  else folder_tasks(args.bands, probes))
-        result = join(probes, pool_last, tasks)
+        result = {**join(probes, pool_last, tasks), **timings}
     else:
         result = run_all(args.pool, args.day, args.contents, args.buckets, args.out.resolve(),
                          args.workers, args.rounds)
