@@ -19,9 +19,10 @@ Subcommands:
   derived from the signatures: no band key of a real text meets one (probability ~10^-3 for
   a 1M pool against 10^8 contents), so no scan reaches a generated content and none needs a
   text. No ``raw_texts`` rows are written (only ``index`` reads them).
-- ``bands --out FOLDER --contents N --buckets B``: the band table alone, as plain Parquet
-  files (one per bucket, the same rows as ``append`` writes): for a history whose other
-  tables do not fit the disk.
+- ``bands --out FOLDER --contents N --buckets B [--only K]``: the band table alone, as plain
+  Parquet files (one per bucket, the same rows as ``append`` writes): for a history whose
+  other tables do not fit the disk; with ``--only``, its first K buckets (a sample: every
+  bucket holds the same number of rows, drawn the same way).
 - ``join --probes iceberg:///pool-index (--index iceberg:///… | --bands FOLDER)``: the
   history join of a scan, task by task: the distinct band keys of the probe index (a pool
   indexed alone) joined with each bucket's files by the scan's own task
@@ -40,7 +41,7 @@ Subcommands:
     python -m bench.scale_history run --pool bench/out/pool-1m --day bench/out/pkg/day-1m \
         --contents 30000000 --buckets 1024 --out bench/out/scale
     python -m bench.scale_history bands --out bench/out/scale-bands --contents 100000000 \
-        --buckets 1024
+        --buckets 1024 --only 128 --first 1000001
     python -m bench.scale_history join --probes iceberg://$PWD/bench/out/scale/empty \
         --bands bench/out/scale-bands
 """
@@ -123,14 +124,17 @@ def rows_per_bucket(total: int, buckets: int) -> list[int]:
     return [base + (1 if b < extra else 0) for b in range(buckets)]
 
 
-def band_groups(contents: int, bands: int, buckets: int, first: int, seed: int):
+def band_groups(contents: int, bands: int, buckets: int, first: int, seed: int,
+                only: int | None = None):
     """The band rows of ``contents`` generated contents from id ``first``, `BUCKET_GROUP`
-    buckets at a time, as arrow tables (bucket, key, content) sorted by bucket then key."""
+    buckets at a time, as arrow tables (bucket, key, content) sorted by bucket then key;
+    of the first ``only`` buckets alone when given."""
     counts = rows_per_bucket(contents * bands, buckets)
     last = first + contents - 1
     schema = it.arrow_schema("bands")
-    for start in range(0, buckets, BUCKET_GROUP):
-        group = range(start, min(start + BUCKET_GROUP, buckets))
+    end = buckets if only is None else min(only, buckets)
+    for start in range(0, end, BUCKET_GROUP):
+        group = range(start, min(start + BUCKET_GROUP, end))
         with ThreadPoolExecutor(THREADS) as threads:
             parts = list(threads.map(
                 lambda b: bucket_rows(b, buckets, counts[b], first, last, seed), group))
@@ -269,11 +273,14 @@ def pc_max(column: pa.ChunkedArray) -> int:
 
 
 def bands_only(out: Path, contents: int, buckets: int, bands: int = 16, first: int = 1,
-               seed: int = 1) -> dict:
+               seed: int = 1, only: int | None = None) -> dict:
     """The band rows of ``contents`` generated contents as one Parquet file per bucket under
-    ``out`` (``bucket=B/part.parquet``), written as a batch writes them."""
+    ``out`` (``bucket=B/part.parquet``), written as a batch writes them; of the first
+    ``only`` buckets alone when given (a sample of the table: every bucket holds the same
+    number of rows drawn the same way). ``out/bands.json`` records what was written."""
     started = time.perf_counter()
-    for group in band_groups(contents, bands, buckets, first, seed):
+    out.mkdir(parents=True)
+    for group in band_groups(contents, bands, buckets, first, seed, only):
         column = group.column("bucket").to_numpy()
         cuts = np.flatnonzero(np.diff(column)) + 1
         starts = np.concatenate(([0], cuts)).tolist()
@@ -290,9 +297,14 @@ def bands_only(out: Path, contents: int, buckets: int, bands: int = 16, first: i
 
         with ThreadPoolExecutor(THREADS) as threads:
             list(threads.map(write, zip(starts, ends, strict=True)))
-    return {"contents": contents, "buckets": buckets, "band_rows": contents * bands,
-            "bytes": folder_bytes(out), "write_s": round(time.perf_counter() - started, 1),
-            "load": load()}
+    written = min(only or buckets, buckets)
+    result = {"contents": contents, "buckets": buckets, "band_rows": contents * bands,
+              "buckets_written": written,
+              "rows_written": sum(rows_per_bucket(contents * bands, buckets)[:written]),
+              "bytes": folder_bytes(out), "write_s": round(time.perf_counter() - started, 1),
+              "load": load()}
+    (out / "bands.json").write_bytes(orjson.dumps(result))
+    return result
 
 
 # -- the join, task by task
@@ -348,7 +360,7 @@ def folder_tasks(folder: Path, probes: np.ndarray) -> list[tuple[list[str], np.n
 
     parts = sorted(folder.glob("bucket=*/*.parquet"), key=lambda p: int(
         p.parent.name.split("=")[1]))
-    buckets = len(parts)
+    buckets = orjson.loads((folder / "bands.json").read_bytes())["buckets"]
     of = bucket_of(probes, buckets)
     return [([str(p)], probes[of == int(p.parent.name.split("=")[1])]) for p in parts]
 
@@ -451,6 +463,8 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--buckets", type=int, required=True)
     b.add_argument("--bands", type=int, default=16)
     b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--first", type=int, default=1, help="the first generated content id")
+    b.add_argument("--only", type=int, help="write the first ONLY buckets alone (a sample)")
     j = sub.add_parser("join", help="the per-bucket history join, task by task")
     j.add_argument("--probes", required=True, help="iceberg:/// index of the pool alone")
     where = j.add_mutually_exclusive_group(required=True)
@@ -470,7 +484,8 @@ def main(argv: list[str] | None = None) -> None:
     elif args.command == "bands":
         if args.out.exists():
             raise SystemExit(f"{args.out}: exists; give a new folder")
-        result = bands_only(args.out, args.contents, args.buckets, args.bands, 1, args.seed)
+        result = bands_only(args.out, args.contents, args.buckets, args.bands, args.first,
+                            args.seed, args.only)
     elif args.command == "join":
         probes, pool_last = probe_keys(args.probes)
         timings: dict = {}

@@ -71,16 +71,26 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
 
 
 def test_bands_and_join(tmp_path: Path) -> None:
+    from near_dedup_core.index_store.iceberg.snapshot import bucket_of
+
     pool = tmp_path / "pool"
     done = subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
                            f"iceberg://{pool}", "index", "--inputs", str(V1)], cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     folder = tmp_path / "bands"
-    written = bench("bands", "--out", folder, "--contents", 10_000, "--buckets", 32)
-    assert written["band_rows"] == 160_000 and written["bytes"] > 0
+    written = bench("bands", "--out", folder, "--contents", 10_000, "--buckets", 32,
+                    "--only", 8, "--first", 1001)
+    assert (written["band_rows"], written["rows_written"]) == (160_000, 40_000)
     files = sorted(folder.glob("bucket=*/part.parquet"))
-    assert len(files) == 32
-    assert sum(pq.ParquetFile(f).metadata.num_rows for f in files) == 160_000
+    assert len(files) == 8
+    for f in files:
+        t = pq.read_table(f)
+        keys = t.column("key").to_numpy()
+        assert t.num_rows == 5_000 and (np.diff(keys) >= 0).all()
+        assert (bucket_of(keys, 32) == int(f.parent.name.split("=")[1])).all()
+        assert 1001 <= pc.min(t.column("content")).as_py() <= pc.max(t.column("content")
+                                                                         ).as_py() <= 11_000
     join = bench("join", "--probes", f"iceberg://{pool}", "--bands", folder)
-    assert join["tasks"] == 32 and join["hits"] == 0 and join["max_s"] >= join["median_s"]
+    assert (join["tasks"], join["band_rows"], join["hits"]) == (8, 40_000, 0)
+    assert join["max_s"] >= join["median_s"] > 0
