@@ -35,6 +35,8 @@ Subcommands:
   and against the second, then the day's ``index`` + ``scan`` on each; bytes per content of
   each table; the per-bucket join on the history; the load average beside every figure.
   Written to ``FOLDER/result.json``.
+- ``scans --pool PKG --out FOLDER [--rounds R]``: more rounds of the pool's scans, in turns,
+  on the two indexes of an earlier ``run`` in FOLDER (which then hold the day as well).
 
 ::
 
@@ -449,6 +451,25 @@ def run_all(pool: Path, day: Path, contents: int, buckets: int, out: Path, worke
     return result
 
 
+def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int) -> dict:
+    """The pool scanned against the two indexes of an earlier `run_all` in ``out``, in turns,
+    ``rounds`` times; the figures added to ``out/result.json`` under ``more_scans``."""
+    sides = {"empty": out / "empty", "history": out / "history"}
+    result = orjson.loads((out / "result.json").read_bytes())
+    more = result.setdefault("more_scans", [])
+    reports = {}
+    for _ in range(rounds):
+        for side, path in sides.items():
+            figures, reports[side] = scan(side, f"iceberg://{path}", pool, out, buckets,
+                                          workers)
+            more.append({"round": len(more) // 2 + 1, "side": side, **figures})
+            (out / "result.json").write_bytes(orjson.dumps(result,
+                                                           option=orjson.OPT_INDENT_2))
+        if reports["empty"] != reports["history"]:
+            raise SystemExit("the reports against the history differ from the pool's alone")
+    return {"more_scans": more}
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_history",
                                  description=__doc__.splitlines()[0])
@@ -478,8 +499,16 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--out", type=Path, required=True)
     r.add_argument("--workers", type=int, default=2)
     r.add_argument("--rounds", type=int, default=1)
+    m = sub.add_parser("scans", help="more rounds of the pool's scans on a run's indexes")
+    m.add_argument("--pool", type=Path, required=True)
+    m.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
+    m.add_argument("--buckets", type=int, default=1024)
+    m.add_argument("--workers", type=int, default=2)
+    m.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args(argv)
-    if args.command == "append":
+    if args.command == "scans":
+        result = scans(args.pool, args.out.resolve(), args.buckets, args.workers, args.rounds)
+    elif args.command == "append":
         result = append(args.index, args.contents, args.seed)
     elif args.command == "bands":
         if args.out.exists():

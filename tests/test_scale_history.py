@@ -74,6 +74,9 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
                   f"iceberg://{out / 'history'}")
     assert again["tasks"] == 16 and again["band_rows"] == bands.num_rows and again["hits"] > 0
     assert again["pin_s"] >= 0 and again["plan_s"] >= 0
+    more = bench("scans", "--pool", V1, "--out", out, "--buckets", 16, "--workers", 1)
+    assert [(s["round"], s["side"]) for s in more["more_scans"]] == [(1, "empty"),
+                                                                    (1, "history")]
 
 
 def test_bands_and_join(tmp_path: Path) -> None:
