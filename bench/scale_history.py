@@ -67,6 +67,7 @@ import pyarrow.parquet as pq
 
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.batch import (
+    BandSpec,
     open_for_write,
     publish,
     to_arrow,
@@ -201,10 +202,9 @@ def write_files(table, tables, folder: str, compression: str, row_group: int) ->
 def append(location: str, contents: int, seed: int = 1) -> dict:
     """Append one batch of ``contents`` generated contents to the index at ``location``
     (module doc); what was written."""
-    folder = it.folder_of(location)
     started = time.perf_counter()
-    with it.writer_lock(folder, location):
-        pinned, fresh = open_for_write(location)
+    with it.writer(it.where(location)) as cat:
+        pinned, fresh = open_for_write(location, cat)
         if fresh:
             raise SystemExit(f"{location}: index a real package first (near-dedup index)")
         meta = dict(pinned.rows("meta", ("key", "value")))
@@ -256,8 +256,11 @@ def append(location: str, contents: int, seed: int = 1) -> dict:
         sources_s = time.perf_counter() - t
         t = time.perf_counter()
         uris = []
+        spec = BandSpec(f"{tables['bands'].location().rstrip('/')}/data",
+                        dict(tables["bands"].io.properties), tag, buckets)
         for group in band_groups(contents, bands, buckets, first, seed):
-            uris += write_band_files(tables["bands"], group)
+            uris += [f.path for f in write_band_files(
+                spec, group.column("key").to_numpy(), group.column("content").to_numpy())]
         tables["bands"].add_files(uris, check_duplicate_files=False)
         committed("bands")
         bands_s = time.perf_counter() - t
