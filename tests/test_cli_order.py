@@ -61,6 +61,8 @@ def test_index_check_reads_as_a_command_in_the_help():
     with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
         cli.main(["index", "--help"])
     text = out.getvalue()
-    assert "near-dedup index check [global options]" in text
-    assert "check" in text.split("commands:", 1)[1] and "{check}" not in text
+    assert "near-dedup index check|compact|expire [global options]" in text
+    commands = text.split("commands:", 1)[1]
+    assert all(f"    {action} " in commands for action in ("check", "compact", "expire"))
+    assert "{check" not in text
     assert "--index PATH|URL" in text  # the global options are listed with the command
