@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import gzip
 import hashlib
 import io
 import logging
@@ -38,11 +37,9 @@ import re
 import secrets
 import socket
 import tempfile
-import urllib.parse
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
@@ -52,6 +49,15 @@ from near_dedup_core.fsutil import (
     checksum_order,
     require_new_output,
     verify_checksums,
+)
+from near_dedup_core.storage_errors import errors
+from near_dedup_core.storage_streams import (
+    S3FS_ATTEMPTS,
+    FileInfo,
+    OwningGzip,
+    S3Stream,
+    Window,
+    same_as_listed,
 )
 
 if TYPE_CHECKING:
@@ -70,8 +76,6 @@ READ_TIMEOUT = 5.0
 #: botocore attempts per request, the first included (standard retry mode: throttling,
 #: 5xx and connection errors are retried with exponential backoff).
 MAX_ATTEMPTS = 3
-#: s3fs's own attempts around botocore's, and the requests for a body cut short.
-S3FS_ATTEMPTS = 2
 #: Bytes fetched per request (and held) while reading an object of another fsspec protocol.
 BLOCK_SIZE = 8 << 20
 #: Largest file uploaded to S3 in one request (S3's limit for PutObject).
@@ -81,39 +85,7 @@ _MAX_PUT = 5 << 30
 UPLOAD_PART = 8 << 20
 _MAX_PARTS = 10_000
 _CHUNK = 1 << 20
-#: Bytes asked for per request while streaming an S3 object: each request's body is read as
-#: it arrives, so this bounds the requests, not the memory.
-REQUEST_BYTES = 64 << 20
 
-_BUCKET_MISSING = {"NoSuchBucket"}
-_EXPIRED = {"ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired", "RequestExpired"}
-_BAD_CREDENTIALS = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
-                    "InvalidClientTokenId", "UnrecognizedClientException"}
-_DENIED = {"AccessDenied", "AllAccessDisabled", "AccountProblem", "Forbidden", "403"}
-_THROTTLED = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded",
-              "TooManyRequests", "TooManyRequestsException", "429", "503",
-              "ServiceUnavailable", "RequestThrottled"}
-_NO_CREDENTIALS = {"NoCredentialsError", "PartialCredentialsError",
-                   "CredentialRetrievalError", "DefaultCredentialsError"}
-_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutError",
-                "ConnectionClosedError", "ClientConnectorError", "ServerDisconnectedError",
-                "ConnectionError", "TimeoutError", "FSTimeoutError", "ResponseStreamingError",
-                "ClientPayloadError", "IncompleteReadError"}
-_CHANGED = {"FileExpired"}
-#: What botocore raises (a RuntimeError) when the credential chain (a credential process,
-#: an SSO or assumed-role cache, the container or instance role) hands out credentials whose
-#: expiration has passed, and refreshing them gives expired ones again.
-_EXPIRED_MESSAGE = "refreshed credentials are still expired"
-
-
-@dataclass(frozen=True, slots=True)
-class FileInfo:
-    """What a listing says of one file: its size, and on object storage its version tag
-    (S3 ``ETag``, GCS ``generation``/``etag``). A read checks the object against it, so a
-    file replaced between listing and reading is refused, not read."""
-
-    size: int
-    etag: str | None = None
 
 
 class Location(abc.ABC):
@@ -292,12 +264,12 @@ class LocalLocation(Location):
         if start == 0 and end is None:
             return fh
         fh.seek(start)
-        return io.BufferedReader(_Window(fh, None if end is None else end - start))
+        return io.BufferedReader(Window(fh, None if end is None else end - start))
 
     def open_shard(self, rel: str, expect: FileInfo | None = None) -> io.BufferedIOBase:
         if rel.endswith(".gz"):
             fh = self.open(rel, expect)
-            return _OwningGzip(fh)
+            return OwningGzip(fh)
         return self.open(rel, expect)
 
     def verify(self, label: str) -> dict[str, str]:
@@ -344,7 +316,7 @@ class RemoteLocation(Location):
             # aiobotocore (unlike botocore) adds no handler to its loggers, so Python would
             # print its warnings (such as expired credentials) on stderr before our one line
             logging.getLogger("aiobotocore").addHandler(logging.NullHandler())
-            with _errors(self.url):
+            with errors(self.url):
                 fs = self._cls(**options)
             if self.protocol in ("s3", "s3a"):
                 fs.retries = S3FS_ATTEMPTS
@@ -364,7 +336,7 @@ class RemoteLocation(Location):
         return self.root.lstrip("/").split("/", 1)[0]
 
     def list_files(self) -> dict[str, FileInfo]:
-        with _errors(self.url):
+        with errors(self.url):
             found = self.fs.find(self.root, detail=True)
         files = {name[len(self.root) + 1:]: _file_info(info) for name, info in found.items()
                  if info.get("type") == "file" and name.startswith(self.root + "/")}
@@ -374,26 +346,26 @@ class RemoteLocation(Location):
         return dict(sorted(files.items(), key=lambda kv: checksum_order(kv[0])))
 
     def _bucket_must_exist(self) -> None:
-        with _errors(self.url):
+        with errors(self.url):
             try:
                 self.fs.info(self._bucket())
             except FileNotFoundError:
                 raise NearDedupError(f"{self.url}: no such bucket") from None
 
     def info(self, rel: str = "") -> FileInfo:
-        with _errors(self._url(rel)):
+        with errors(self._url(rel)):
             found = self.fs.info(self._key(rel))
         if found.get("type") != "file":
             raise NearDedupError(f"{self._url(rel)}: not a file")
         return _file_info(found)
 
     def exists(self, rel: str = "") -> bool:
-        with _errors(self._url(rel)):
+        with errors(self._url(rel)):
             self._bucket_must_exist()
             return bool(self.fs.exists(self._key(rel)))
 
     def folders(self) -> list[str]:
-        with _errors(self.url):
+        with errors(self.url):
             try:
                 found = self.fs.ls(self.root, detail=True)
             except FileNotFoundError:
@@ -406,29 +378,29 @@ class RemoteLocation(Location):
         url = self._url(rel)
         if self.protocol in ("s3", "s3a"):
             now = self.info(rel)
-            _same_as_listed(url, expect, now)
+            same_as_listed(url, expect, now)
             stop = now.size if end is None else min(end, now.size)
-            return io.BufferedReader(_S3Stream(self.fs, self._key(rel), now.etag, start, stop,
+            return io.BufferedReader(S3Stream(self.fs, self._key(rel), now.etag, start, stop,
                                                url), _CHUNK)
         size = None if end is None else end - start
-        with _errors(url):
+        with errors(url):
             block = BLOCK_SIZE if size is None else max(1, min(BLOCK_SIZE, size))
             fh = self.fs.open(self._key(rel), "rb", block_size=block, cache_type="readahead")
         details = getattr(fh, "details", None) or {}
         if expect is not None:
             try:
-                _same_as_listed(url, expect, _file_info(details) if details else self.info(rel))
+                same_as_listed(url, expect, _file_info(details) if details else self.info(rel))
             except NearDedupError:
                 fh.close()
                 raise
         if start:
-            with _errors(url):
+            with errors(url):
                 fh.seek(start)
-        return io.BufferedReader(_Window(fh, size, url), _CHUNK)
+        return io.BufferedReader(Window(fh, size, url), _CHUNK)
 
     def open_shard(self, rel: str, expect: FileInfo | None = None) -> io.BufferedIOBase:
         fh = self.open(rel, expect)
-        return _OwningGzip(fh) if rel.endswith(".gz") else fh
+        return OwningGzip(fh) if rel.endswith(".gz") else fh
 
     def verify(self, label: str) -> dict[str, str]:
         where = f"{label} {self.url}"
@@ -461,7 +433,7 @@ class RemoteLocation(Location):
         if "/" not in self.root.strip("/"):
             raise NearDedupError(f"output {self.url}: name a prefix inside the bucket "
                                  f"(s3://bucket/reports/name), not the bucket itself")
-        with _errors(self.url):
+        with errors(self.url):
             self._bucket_must_exist()
             present = self.fs.exists(self.root)
             complete = present and self.fs.exists(self._key(CHECKSUMS))
@@ -491,7 +463,7 @@ class RemoteLocation(Location):
         (as `fsutil.remove_stale_temporaries` does locally)."""
         parent, _, name = self.root.rpartition("/")
         stem = f"{parent}/.{name}.tmp-{_host()}-"
-        with _errors(self.url, "nothing was published"):
+        with errors(self.url, "nothing was published"):
             try:
                 siblings = self.fs.ls(parent, detail=False)
             except FileNotFoundError:  # nothing beside the output yet
@@ -500,7 +472,7 @@ class RemoteLocation(Location):
             pid = sibling.rstrip("/")[len(stem):].partition("-")[0]
             if (sibling.startswith(stem) and pid.isdigit() and int(pid) != os.getpid()
                     and not _pid_alive(int(pid))):
-                with _errors(self.url, "nothing was published"), \
+                with errors(self.url, "nothing was published"), \
                         contextlib.suppress(FileNotFoundError):
                     self.fs.rm(sibling, recursive=True)
 
@@ -516,7 +488,7 @@ class RemoteLocation(Location):
         copied: list[str] = []
         committed = False
         try:
-            with _errors(self.url, "nothing was published"):
+            with errors(self.url, "nothing was published"):
                 for rel in data:
                     self._upload(folder / rel, f"{staging}/{rel}")
                 self.require_new_output()  # nobody published meanwhile
@@ -656,156 +628,9 @@ def in_place(text: str, folder: Path, location: str | Path | Location) -> str:
 # --------------------------------------------------------------------------- helpers
 
 
-class _Window(io.RawIOBase):
-    """At most ``limit`` bytes of ``fh`` from where it stands (all of it with None); on
-    object storage each read failure is one line naming the URL."""
-
-    def __init__(self, fh: IO[bytes], limit: int | None, url: str | None = None) -> None:
-        super().__init__()
-        self._fh = fh
-        self._left = limit
-        self._url = url
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        if self._left is not None:
-            view = view[:self._left]
-        if not len(view):
-            return 0
-        if self._url is None:
-            n = self._fh.readinto(view)  # type: ignore[attr-defined]
-        else:
-            with _errors(self._url):
-                n = self._fh.readinto(view)  # type: ignore[attr-defined]
-        if self._left is not None:
-            self._left -= n
-        return n
-
-    def close(self) -> None:
-        try:
-            self._fh.close()
-        finally:
-            super().close()
-
-
-def _same_as_listed(url: str, expect: FileInfo | None, now: FileInfo) -> None:
-    """Refuse a file whose size or version tag is no longer what the listing said."""
-    if expect is not None and (now.size != expect.size or (
-            expect.etag is not None and now.etag is not None and now.etag != expect.etag)):
-        raise NearDedupError(f"{url}: changed since it was listed (size {expect.size}, "
-                             f"version {expect.etag} then; size {now.size}, version "
-                             f"{now.etag} now)")
-
-
-class _S3Stream(io.RawIOBase):
-    """Bytes ``start:end`` of one S3 object, streamed: one ranged ``GET`` per
-    `REQUEST_BYTES`, each tied to the version opened (``If-Match: <ETag>``: an object
-    replaced meanwhile is refused, never mixed), its body read into the caller's buffer as
-    it arrives. What the reader holds is the client's socket buffer, not a block of the
-    object (s3fs's buffered file holds the block it fetched, a copy of it and the read
-    ahead). A body cut short is asked for again from where it stopped."""
-
-    def __init__(self, fs: Any, key: str, etag: str | None, start: int, end: int,
-                 url: str) -> None:
-        super().__init__()
-        self._fs = fs
-        self._bucket, _, self._key = key.lstrip("/").partition("/")
-        self._match = {} if etag is None else {"IfMatch": etag}
-        self._pos = start
-        self._end = end
-        self._url = url
-        self._body: Any = None
-        self._body_end = start
-        #: bytes asked for so far (the tests check that a read asks for what it reads)
-        self.requested = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")[:max(0, self._end - self._pos)]
-        if not len(view):
-            return 0
-        from fsspec.asyn import sync
-
-        with _errors(self._url):
-            return int(sync(self._fs.loop, self._fill, view))
-
-    async def _fill(self, view: memoryview) -> int:
-        got = 0
-        failures = 0
-        while got < len(view):
-            if self._body is None:
-                stop = min(self._end, self._pos + REQUEST_BYTES)
-                answer = await self._fs._call_s3(
-                    "get_object", Bucket=self._bucket, Key=self._key,
-                    Range=f"bytes={self._pos}-{stop - 1}", **self._match)
-                self._body, self._body_end = answer["Body"], stop
-                self.requested += stop - self._pos
-            cut: Exception | None = None
-            try:
-                chunk = await self._body.read(min(len(view) - got, self._body_end - self._pos))
-            except Exception as exc:  # the connection dropped, or the body ended early
-                chunk, cut = b"", exc
-            if chunk:
-                view[got:got + len(chunk)] = chunk
-                got += len(chunk)
-                self._pos += len(chunk)
-                failures = 0
-            if self._pos >= self._body_end:
-                self._close_body()
-            elif not chunk:  # ask again from here, a few times
-                self._close_body()
-                failures += 1
-                if failures >= S3FS_ATTEMPTS:
-                    raise cut or ConnectionError(f"the body ended at byte {self._pos}")
-        return got
-
-    def _close_body(self) -> None:
-        if self._body is not None:
-            with contextlib.suppress(Exception):
-                self._body.close()
-            self._body = None
-
-    def close(self) -> None:
-        if self._body is not None:
-            from fsspec.asyn import sync
-
-            with contextlib.suppress(Exception):
-                sync(self._fs.loop, self._aclose)
-        super().close()
-
-    async def _aclose(self) -> None:
-        self._close_body()
-
-
-class _OwningGzip(gzip.GzipFile):
-    """A gzip stream that closes the stream it reads from."""
-
-    def __init__(self, fh: io.BufferedIOBase) -> None:
-        super().__init__(fileobj=fh, mode="rb")
-        self._owned = fh
-
-    def close(self) -> None:
-        try:
-            super().close()
-        finally:
-            self._owned.close()
-
-
 def _file_info(info: dict) -> FileInfo:
     tag = info.get("ETag") or info.get("etag") or info.get("generation")
     return FileInfo(int(info.get("size") or 0), None if tag is None else str(tag))
-
-
-def _origin(url: str) -> str:
-    """``scheme://host:port`` of a request URL: no path, query or user info."""
-    parts = urllib.parse.urlsplit(url)
-    port = f":{parts.port}" if parts.port else ""
-    return f"{parts.scheme}://{parts.hostname}{port}"
 
 
 def _host() -> str:
@@ -840,68 +665,3 @@ def _filesystem_class(url: str, protocol: str) -> Any:
                              f"installed: {hint}") from None
     except ValueError:
         raise NearDedupError(f"{url}: unknown storage protocol {protocol}://") from None
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _names(exc: BaseException) -> set[str]:
-    return {cls.__name__ for cls in type(exc).__mro__}
-
-
-def describe(exc: BaseException) -> str:
-    """What went wrong with a storage request, in a few words that name no credential."""
-    chain = list(_chain(exc))
-    codes: list[str] = []
-    for e in chain:
-        response = getattr(e, "response", None)
-        if isinstance(response, dict):
-            err = response.get("Error") or {}
-            status = (response.get("ResponseMetadata") or {}).get("HTTPStatusCode")
-            codes += [str(c) for c in (err.get("Code"), status) if c]
-    names = set().union(*(_names(e) for e in chain))
-    if _BUCKET_MISSING & set(codes):
-        return "no such bucket"
-    if names & _NO_CREDENTIALS:
-        return ("no credentials found (looked in the environment, the shared credentials "
-                "and config files, and the instance role)")
-    if _EXPIRED & set(codes) or any(_EXPIRED_MESSAGE in str(e) for e in chain):
-        return "the credentials have expired"
-    if _BAD_CREDENTIALS & set(codes):
-        return "the credentials were refused (unknown access key, or wrong secret or token)"
-    if _DENIED & set(codes) or "PermissionError" in names:
-        return "access denied"
-    if _THROTTLED & set(codes):
-        return (f"throttled by the storage ({codes[0]}), still failing after the client's "
-                f"retries")
-    if names & _CHANGED or "PreconditionFailed" in codes:
-        return "changed while being read (its version is no longer the one listed)"
-    if names & _UNREACHABLE:
-        urls = [getattr(e, "kwargs", {}).get("endpoint_url") for e in chain
-                if isinstance(getattr(e, "kwargs", None), dict)]
-        endpoint = next((_origin(u) for u in urls if isinstance(u, str) and u), None)
-        return (f"cannot reach the storage endpoint{' ' + endpoint if endpoint else ''} "
-                f"({type(chain[-1]).__name__}, still failing after the client's retries)")
-    if "FileNotFoundError" in names:
-        return "not found"
-    detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"storage error ({detail})"
-
-
-@contextlib.contextmanager
-def _errors(url: str, consequence: str | None = None) -> Iterator[None]:
-    """Turn a storage client's exception into one `NearDedupError` line naming ``url``."""
-    try:
-        yield
-    except NearDedupError:
-        raise
-    except Exception as exc:  # the client's exceptions have no common base but Exception
-        tail = f"; {consequence}" if consequence else ""
-        raise NearDedupError(f"{url}: {describe(exc)}{tail}") from None
-

@@ -32,7 +32,7 @@ from s3_server import (
     run_s3_server,
 )
 
-from near_dedup_core import storage
+from near_dedup_core import storage, storage_streams
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import CHECKSUMS, verify_checksums, write_checksums
 from near_dedup_core.storage import FileInfo, LocalLocation, RemoteLocation, parse_location
@@ -247,8 +247,8 @@ def test_s3_location_works_in_a_forked_worker(s3: S3Server, tmp_path: Path) -> N
 def test_s3_reads_stream_block_by_block(s3: S3Server, monkeypatch: pytest.MonkeyPatch,
                                         tmp_path: Path) -> None:
     """Reading the head of a large object asks for one request's bytes, not the object; the
-    whole object comes in `storage.REQUEST_BYTES` per request, the same bytes."""
-    monkeypatch.setattr(storage, "REQUEST_BYTES", 4096)
+    whole object comes in `storage_streams.REQUEST_BYTES` per request, the same bytes."""
+    monkeypatch.setattr(storage_streams, "REQUEST_BYTES", 4096)
     big = b"".join(LINES) * 40
     s3.client().put_object(Bucket=s3.bucket, Key="p/big.jsonl", Body=big)
     remote = parse_location(s3.url("p"))
@@ -693,7 +693,7 @@ def test_object_changed_between_listing_and_reading(s3: S3Server,
         loc.open(shard, files[shard])
     refusal(exc, loc.url + "/" + shard, "changed since it was listed")
     # replaced while it is being read: the next request is refused
-    monkeypatch.setattr(storage, "REQUEST_BYTES", 4096)
+    monkeypatch.setattr(storage_streams, "REQUEST_BYTES", 4096)
     big = b"".join(LINES) * 40
     client.put_object(Bucket=s3.bucket, Key="snapshots/cpt-v9/big.jsonl", Body=big)
     fh = loc.open("big.jsonl", loc.info("big.jsonl"))

@@ -73,7 +73,7 @@ def _remote_error(location: str, exc: Exception) -> NearDedupError | None:
         return it.catalog_error(place, exc) if place.shared else None
     if not place.on_s3:
         return None
-    from near_dedup_core.storage import describe
+    from near_dedup_core.storage_errors import describe
 
     names = {c.__module__.split(".")[0] for e in _chain(exc) for c in type(e).__mro__}
     if isinstance(exc, OSError) or names & {"botocore", "aiobotocore", "s3fs", "aiohttp"}:
