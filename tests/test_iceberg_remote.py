@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, SAMPLES, refused, run_cli, tree_bytes
+from helpers import REPO, SAMPLES, refused, run_cli, scan_with_an_append_meanwhile, tree_bytes
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 pytest.importorskip("s3fs", reason="pip install 'near-dedup[s3]'")
@@ -285,27 +285,19 @@ def test_expiry_keeps_the_state_a_running_scan_pinned(remote, tmp_path):
     state1 = dict(Pinned(index).state.snapshots)
     made = time.monotonic()
     before = scan_ok(index, tmp_path / "before", V2)
-    flag = tmp_path / "paused"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", index, "scan",
-         "--inputs", str(V2), "--output", str(tmp_path / "during")],
-        env={**os.environ, "PYTHONPATH": str(REPO), "NEAR_DEDUP_PAUSE": f"scan-history:{flag}"},
-        stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
-            assert time.monotonic() < deadline, "the scan never paused"
-            time.sleep(0.05)
+
+    def compact_and_expire() -> str:
         time.sleep(max(0.0, made + 9 - time.monotonic()))  # state 1 is over 8 s old
         assert "compacted" in maintain(index, "compact")  # publishes state 2
         maintain(index, "expire", "--older-than", "8s")
         bands = Pinned(index).tables["bands"]
         assert bands.snapshot_by_id(state1["bands"]) is not None
-    finally:
-        flag.unlink(missing_ok=True)
-        _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 0, err
+        return "expired"
+
+    scan_with_an_append_meanwhile(
+        ["-m", "near_dedup_core"], ["--index", index, "scan", "--inputs", str(V2), "--output",
+                                    str(tmp_path / "during")],
+        "scan-history", tmp_path / "paused", compact_and_expire)
     assert tree_bytes(tmp_path / "during") == before
     expired = maintain(index, "expire", "--older-than", "0s")
     assert "removed 0 " not in expired  # state 1's band files, replaced by the compaction
