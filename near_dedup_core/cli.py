@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from near_dedup_core import __version__, runtime
 from near_dedup_core.errors import NearDedupError
@@ -522,6 +522,30 @@ def _terminate(signum, _frame) -> None:
     raise Terminated(signum)
 
 
+def _terminate_again(signum, _frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    raise Terminated(signum)
+
+
+def _unraisable(unraisable: Any) -> None:
+    """A SIGTERM or Ctrl-C that lands in a finalizer or a weakref callback (run by a garbage
+    collection) cannot propagate from there: Python would print it as "Exception ignored" and
+    go on as if it had not come. It is delivered again instead, where it can stop the command
+    (its deadline, `TERM_GRACE`, keeps running from the first delivery)."""
+    if isinstance(unraisable.exc_value, Terminated | KeyboardInterrupt):
+        if isinstance(unraisable.exc_value, Terminated):
+            signal.signal(signal.SIGTERM, _terminate_again)
+        again = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
+        # sent a moment later from another thread: its handler then runs in the main thread
+        # after this hook and the callback it reports have returned (landing in another such
+        # callback, it comes back here and is sent again)
+        resend = threading.Timer(0.05, os.kill, (os.getpid(), again))
+        resend.daemon = True
+        resend.start()
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
 def _leave(code: int, line: str = "") -> None:
     """End the process now, without joining its threads: after a SIGTERM or Ctrl-C a pool's
     result thread can wait forever on a pipe that a killed worker left half-written (the
@@ -561,6 +585,7 @@ def main(argv: list[str] | None = None) -> int:
         logging.lastResort.addFilter(_NOT_THE_STOP)
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
+        sys.unraisablehook = _unraisable
     try:
         args = build_parser().parse_args(argv)
         run(args)
@@ -601,6 +626,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+            sys.unraisablehook = sys.__unraisablehook__
     return 0
 
 

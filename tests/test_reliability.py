@@ -650,6 +650,42 @@ def test_a_library_logging_the_signal_does_not_add_a_traceback(tmp_path):
         143, "Exception closing connection\nnear-dedup: terminated\n")
 
 
+_IN_A_WEAKREF_CALLBACK = """
+import os, signal, sys, time, weakref
+from near_dedup_core import cli
+
+class Held:
+    pass
+
+def callback(_ref):  # run by a collection; a SIGTERM here cannot propagate
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(1)
+
+def command(args):
+    held = Held()
+    ref = weakref.ref(held, callback)
+    del held
+    time.sleep(3)  # the command would finish here, the signal lost
+    print("finished")
+
+if __name__ == "__main__":
+    cli.run = command
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", "unused"]
+    cli.console_main()
+"""
+
+
+def test_a_sigterm_in_a_weakref_callback_still_stops_the_command(tmp_path):
+    """A SIGTERM that lands in a weakref callback (as SQLAlchemy's, during a collection) is
+    delivered again where it can stop the command: exit 143 and the one line, no "Exception
+    ignored" traceback, and the command does not go on as if it had not come."""
+    script = tmp_path / "weakref_callback.py"
+    script.write_text(_IN_A_WEAKREF_CALLBACK)
+    proc = subprocess.run([sys.executable, str(script)], env=env_with(), capture_output=True,
+                          text=True, timeout=60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (143, "", "near-dedup: terminated\n")
+
+
 _LARGE_RESULTS = """
 import os, signal, sys, threading
 from near_dedup_core import cli, workers
