@@ -522,27 +522,13 @@ def _terminate(signum, _frame) -> None:
     raise Terminated(signum)
 
 
-def _terminate_again(signum, _frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    raise Terminated(signum)
-
-
 def _unraisable(unraisable: Any) -> None:
     """A SIGTERM or Ctrl-C that lands in a finalizer or a weakref callback (run by a garbage
-    collection) cannot propagate from there: Python would print it as "Exception ignored" and
-    go on as if it had not come. It is delivered again instead, where it can stop the command
-    (its deadline, `TERM_GRACE`, keeps running from the first delivery)."""
-    if isinstance(unraisable.exc_value, Terminated | KeyboardInterrupt):
-        if isinstance(unraisable.exc_value, Terminated):
-            signal.signal(signal.SIGTERM, _terminate_again)
-        again = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
-        # sent a moment later from another thread: its handler then runs in the main thread
-        # after this hook and the callback it reports have returned (landing in another such
-        # callback, it comes back here and is sent again)
-        resend = threading.Timer(0.05, os.kill, (os.getpid(), again))
-        resend.daemon = True
-        resend.start()
-    else:
+    collection) cannot propagate from there; Python would print it as "Exception ignored" with
+    its traceback. It is not printed: the command then either finishes its work (exit 0, what
+    it did is complete) or is ended by the deadline its first delivery started (`TERM_GRACE`,
+    exit 143 with the one line)."""
+    if not isinstance(unraisable.exc_value, Terminated | KeyboardInterrupt):
         sys.__unraisablehook__(unraisable)
 
 

@@ -239,13 +239,15 @@ class BackgroundCheck:
 def sqlite_background_check(path: Path, connect: Callable[[Path], sqlite3.Connection],
                             min_chars: int | None = None) -> BackgroundCheck:
     """`BackgroundCheck` of the SQLite index at ``path``: its pages, and with ``min_chars``
-    (an append's) its content rows (`check_content_rows`)."""
+    (an append's) its content rows (`check_content_rows`). A scan's check (pages only) runs
+    at the lowest priority; an append's at the append's own, so that a SIGTERM's unwinding
+    never waits on a starved thread before the append's connections close."""
     checks: list[Callable[[Any], None]] = [lambda c: check_pages(path, c)]
     if min_chars is not None:
         checks.append(lambda c: check_content_rows(path, c.execute, min_chars))
     con = connect(path)
     try:
-        return BackgroundCheck(con, checks, con.interrupt, idle=True)
+        return BackgroundCheck(con, checks, con.interrupt, idle=min_chars is None)
     except BaseException:  # an open reader would keep the index's -wal and -shm files
         con.close()
         raise
