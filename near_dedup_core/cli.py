@@ -42,10 +42,10 @@ def _workers(value: str) -> int:
 DESCRIPTION = """\
 Find near-duplicate training samples across released snapshot packages and build mixtures
 without them. `index` adds packages to a persistent index (a SQLite file, a PostgreSQL
-database or Iceberg tables); `scan` freezes an auditable near-duplicate report of an input pool against that
-index; `report explain` and `report diff` audit reports; `contamination` finds evaluation items
-inside training samples; `mixture build` builds a mixture on the frozen reports, which `report
-verify` and `mixture verify` check later without the index."""
+database or Iceberg tables); `scan` freezes an auditable near-duplicate report of an input
+pool against that index; `report explain` and `report diff` audit reports; `contamination`
+finds evaluation items inside training samples; `mixture build` builds a mixture on the
+frozen reports, which `report verify` and `mixture verify` check later without the index."""
 
 EPILOG = """\
 global options (--index, --config, --quiet) go before or after the command:
