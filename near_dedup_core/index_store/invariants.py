@@ -230,9 +230,10 @@ class BackgroundCheck:
 
     def close(self) -> None:
         """Stop the checks if they still run, and close their connection."""
-        if self._thread.is_alive():
+        self._stop = True
+        while self._thread.is_alive():  # a check that starts just after an interrupt
             self._interrupt()
-            self._thread.join()
+            self._thread.join(0.05)
         self._con.close()
 
 
