@@ -13,7 +13,6 @@ and their reports) do so once per backend; the tests of a module run backend by 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -29,13 +28,9 @@ BACKENDS = [
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[object]:
     """One PostgreSQL server for the session's parametrized cases, started on first use."""
-    from pg_server import INSTALL, PostgresServer, find_bindir
+    from pg_server import PostgresServer, require_bindir
 
-    bindir = find_bindir()
-    if bindir is None:
-        if os.environ.get("CI"):
-            raise RuntimeError(f"PostgreSQL is missing on CI: {INSTALL}")
-        pytest.skip(f"PostgreSQL server binaries not found: {INSTALL}")
+    bindir = require_bindir()
     pytest.importorskip("psycopg", reason="pip install 'near-dedup[postgres]'")
     server = PostgresServer(bindir)
     try:

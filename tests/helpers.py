@@ -17,6 +17,7 @@ import io
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -452,3 +453,22 @@ def scan_with_an_append_meanwhile(python: list[str], argv: list[str], stage: str
         _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     return appended
+
+
+def run_doc_block(doc: str, heading: str, folder: Path,
+                  env: dict[str, str] | None = None
+                  ) -> tuple[subprocess.CompletedProcess, str]:
+    """The first ``sh`` block under ``heading`` of ``docs/<doc>``, verbatim in bash (``-euo
+    pipefail``) in ``folder`` holding a copy of the samples, with this venv's ``near-dedup``
+    first on PATH; it must exit 0. The run and the block's text."""
+    text = (REPO / "docs" / doc).read_text(encoding="utf-8")
+    section = text[text.index(f"\n{heading}\n"):]
+    block = re.search(r"^```sh\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
+    assert block is not None, f"no sh block under {heading}"
+    shutil.copytree(REPO / "samples", folder / "samples")
+    path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
+    run = subprocess.run(["bash", "-euo", "pipefail", "-c", block.group(1)], cwd=folder,
+                         env={**os.environ, **(env or {}), "PATH": path}, capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    return run, block.group(1)

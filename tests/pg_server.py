@@ -17,8 +17,21 @@ import tempfile
 import uuid
 from pathlib import Path
 
+import pytest
+
 PASSWORD = "near-dedup-test"
 INSTALL = "install Debian's postgresql (apt-get install postgresql)"
+
+
+def require_bindir() -> Path:
+    """The server binaries' folder (`find_bindir`): without them, a skip naming the install
+    command, or on CI, where they must be, an error."""
+    bindir = find_bindir()
+    if bindir is None:
+        if os.environ.get("CI"):
+            raise RuntimeError(f"PostgreSQL is missing on CI: {INSTALL}")
+        pytest.skip(f"PostgreSQL server binaries not found: {INSTALL}", allow_module_level=True)
+    return bindir
 
 
 def find_bindir() -> Path | None:

@@ -24,6 +24,7 @@ from helpers import (
     refused,
     reverse_every,
     run_cli,
+    run_doc_block,
     scan_with_an_append_meanwhile,
     stdlib_paragraphs,
     tree_bytes,
@@ -331,19 +332,7 @@ def test_without_pyiceberg_the_index_is_one_line_with_the_install_command(tmp_pa
 def test_the_commands_of_docs_iceberg_run_as_written(tmp_path):
     """docs/iceberg.md's "Commands" block, verbatim in bash in a folder holding the samples,
     with this venv's near-dedup first on PATH: every command exits 0."""
-    import re
-    import shutil
-
-    doc = (REPO / "docs" / "iceberg.md").read_text(encoding="utf-8")
-    section = doc[doc.index("\n## Commands\n"):]
-    block = re.search(r"^```sh\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
-    assert block is not None
-    shutil.copytree(REPO / "samples", tmp_path / "samples")
-    env = {**os.environ, "PATH": os.pathsep.join([str(Path(sys.executable).parent),
-                                                  os.environ.get("PATH", "")])}
-    run = subprocess.run(["bash", "-euo", "pipefail", "-c", block.group(1)], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
+    run, _ = run_doc_block("iceberg.md", "## Commands", tmp_path)
     assert "compacted" in run.stdout and "OK (2 batches" in run.stdout
     assert "expired" in run.stdout
     assert (tmp_path / "data" / "reports" / "ice-v2" / "decisions.jsonl").is_file()

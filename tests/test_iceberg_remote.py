@@ -20,20 +20,24 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import REPO, SAMPLES, refused, run_cli, scan_with_an_append_meanwhile, tree_bytes
+from helpers import (
+    REPO,
+    SAMPLES,
+    refused,
+    run_cli,
+    run_doc_block,
+    scan_with_an_append_meanwhile,
+    tree_bytes,
+)
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 pytest.importorskip("s3fs", reason="pip install 'near-dedup[s3]'")
-from pg_server import INSTALL, PASSWORD, PostgresServer, find_bindir  # noqa: E402
+from pg_server import PASSWORD, PostgresServer, require_bindir  # noqa: E402
 
 # A PostgreSQL server and moto's S3 server per module, as tests/test_postgres.py.
 pytestmark = pytest.mark.slow
 
-BINDIR = find_bindir()
-if BINDIR is None:
-    if os.environ.get("CI"):
-        raise RuntimeError(f"PostgreSQL is missing on CI: {INSTALL}")
-    pytest.skip(f"PostgreSQL server binaries not found: {INSTALL}", allow_module_level=True)
+BINDIR = require_bindir()
 
 CPT = SAMPLES / "cpt"
 V1 = CPT / "2026-11-25" / "cpt-v1"
@@ -150,27 +154,16 @@ def test_the_commands_of_docs_iceberg_on_s3_give_the_sqlite_reports(env, tmp_pat
     """docs/iceberg.md's shared-catalog block, verbatim in bash (two batches, a scan,
     compaction, check, expiry): every command exits 0, the scan's report is SQLite's, and the
     index lives in the bucket and the catalog database only."""
-    import shutil
-
     s3, pg = env
-    doc = (REPO / "docs" / "iceberg.md").read_text(encoding="utf-8")
-    section = doc[doc.index("\n### Commands on S3\n"):]
-    block = re.search(r"^```sh\n(.*?)^```", section, re.DOTALL | re.MULTILINE)
-    assert block is not None
-    shutil.copytree(REPO / "samples", tmp_path / "samples")
     catalog = catalog_url(pg)
-    env_vars = {**os.environ, "BUCKET": s3.bucket, "CATALOG": catalog,
-                "PATH": os.pathsep.join([str(Path(sys.executable).parent),
-                                         os.environ.get("PATH", "")])}
-    run = subprocess.run(["bash", "-euo", "pipefail", "-c", block.group(1)], cwd=tmp_path,
-                         env=env_vars, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout + run.stderr
+    run, block = run_doc_block("iceberg.md", "### Commands on S3", tmp_path,
+                               {"BUCKET": s3.bucket, "CATALOG": catalog})
     assert "compacted" in run.stdout and "OK (2 batches" in run.stdout
     assert "expired" in run.stdout
     assert PASSWORD not in run.stdout + run.stderr
 
     # the same index and scan commands on a SQLite index, from the same folder
-    lines = [line for line in block.group(1).splitlines() if line.startswith("near-dedup")
+    lines = [line for line in block.splitlines() if line.startswith("near-dedup")
              and (" index --inputs " in line or " scan " in line)]
     assert len(lines) == 3
     with pytest.MonkeyPatch.context() as mp:

@@ -30,7 +30,7 @@ from helpers import (
     stdlib_paragraphs,
     tree_bytes,
 )
-from pg_server import INSTALL, PostgresServer, find_bindir
+from pg_server import PostgresServer, require_bindir
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
@@ -41,11 +41,7 @@ from near_dedup_core.index_store import postgres as index_postgres
 # Each test starts from a fresh database of a PostgreSQL server that the module starts.
 pytestmark = pytest.mark.slow
 
-BINDIR = find_bindir()
-if BINDIR is None:
-    if os.environ.get("CI"):
-        raise RuntimeError(f"PostgreSQL is missing on CI: {INSTALL}")
-    pytest.skip(f"PostgreSQL server binaries not found: {INSTALL}", allow_module_level=True)
+BINDIR = require_bindir()
 psycopg = pytest.importorskip("psycopg", reason="pip install 'near-dedup[postgres]'")
 
 CPT = SAMPLES / "cpt"

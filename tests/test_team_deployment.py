@@ -18,7 +18,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 from helpers import tree_bytes
-from pg_server import INSTALL, PASSWORD, PostgresServer, find_bindir
+from pg_server import PASSWORD, PostgresServer, require_bindir
 from test_webserver import (
     CHECK_EXECUTIONS,
     REPO,
@@ -33,7 +33,6 @@ from test_webserver import (
 
 pytestmark = pytest.mark.webserver
 
-BINDIR = find_bindir()
 DAYS = ["2026-11-25", "2026-11-26"]
 ROLE, ROLE_PASSWORD = "near_dedup", "team-secret"
 BACKFILL_TIMEOUT = 300.0
@@ -41,12 +40,9 @@ BACKFILL_TIMEOUT = 300.0
 
 @pytest.fixture(scope="module")
 def server():
-    if BINDIR is None:
-        if os.environ.get("CI"):
-            raise RuntimeError(f"PostgreSQL is missing on CI: {INSTALL}")
-        pytest.skip(f"PostgreSQL server binaries not found: {INSTALL}")
+    bindir = require_bindir()
     pytest.importorskip("dagster_postgres", reason="pip install 'near-dedup[team]'")
-    srv = PostgresServer(BINDIR)
+    srv = PostgresServer(bindir)
     try:
         yield srv
     finally:
