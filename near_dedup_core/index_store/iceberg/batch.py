@@ -26,7 +26,7 @@ import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -536,7 +536,11 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
                 with errors(location):
                     batch.commit(created_at)
         except BaseException:
-            batch.discard()  # the files it wrote (a new local index's folder goes as well)
+            # the files it wrote (a new local index's folder goes as well); one it cannot
+            # remove (the storage unreachable) is an orphan, never read, that `index check`
+            # lists: the error to report stays the batch's own
+            with suppress(Exception):
+                batch.discard()
             raise
 
 
