@@ -10,7 +10,7 @@ the report right after it and materializes both assets. Each depends on the day'
 ``validated_snapshot`` and on its own previous day (the index the batch is appended to; the
 report the new one is compared with), so Dagster runs a backfill's days one after the other,
 each day's append and report in one run.
-The step runs in the ``sqlite_index_writer`` pool (limit 1 in ``dagster_home/dagster.yaml``),
+The step runs in the ``index_writer`` pool (limit 1 in ``dagster_home/dagster.yaml``),
 so runs launched by hand never write the index at the same time, and it refuses a day while
 an earlier day with a snapshot is not indexed yet. It is not subsettable: a report that is
 published alone would not be tied to its day's append.
@@ -71,7 +71,7 @@ def index_kind(environment: dict[str, str]) -> str:
 
 #: The badge of ``index_append``, fixed when the code location loads (like the partitions).
 INDEX_KIND = index_kind(current_environment())
-INDEX_WRITER_POOL = "sqlite_index_writer"
+INDEX_WRITER_POOL = "index_writer"
 VALIDATED_SNAPSHOT = dg.AssetKey("validated_snapshot")
 INDEX_APPEND = dg.AssetKey("index_append")
 SCAN_REPORT = dg.AssetKey("scan_report")

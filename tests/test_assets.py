@@ -181,7 +181,7 @@ def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule()
         ("scan_report", "report_checksums"), ("scan_report", "exclusion_rates"),
         ("mixture", "mixture_verify")}
     index_step = graph.get(INDEX_APPEND)
-    assert index_step.pools == {"sqlite_index_writer"}
+    assert index_step.pools == {"index_writer"}
     assert all(graph.get(k).partitions_def == release_days() for k in graph.get_all_asset_keys())
     job = defs.resolve_job_def("daily_release")
     assert {"index_and_report", "scan_report_report_checksums",

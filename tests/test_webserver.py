@@ -255,7 +255,7 @@ def test_webserver_serves_the_asset_graph(webserver, tmp_path):
     assert set(by_key) == set(ASSETS)
     assert all(n["isPartitioned"] and n["groupName"] == "release" for n in nodes)
     assert by_key["scan_report"]["hasAssetChecks"] and by_key["mixture"]["hasAssetChecks"]
-    assert by_key["index_append"]["pools"] == ["sqlite_index_writer"]
+    assert by_key["index_append"]["pools"] == ["index_writer"]
     assert by_key["index_append"]["kinds"] == ["sqlite"]  # the index's backend
 
     with chromium() as driver:
