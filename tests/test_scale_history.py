@@ -104,14 +104,17 @@ def test_bands_and_join(tmp_path: Path) -> None:
     join = bench("join", "--probes", f"iceberg://{pool}", "--bands", folder)
     assert (join["tasks"], join["band_rows"], join["hits"]) == (8, 40_000, 0)
     assert join["max_s"] >= join["median_s"] > 0
-    # the same join by two checkouts (here this one twice), in turns
-    done = subprocess.run([sys.executable, "-m", "bench.join_ab", "--probes",
-                           f"iceberg://{pool}", "--bands", str(folder), "--code", str(REPO),
-                           "--code", str(REPO), "--rounds", "1"], cwd=REPO,
-                          capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
-    ab = orjson.loads(done.stdout)
-    assert ab["probes"] == join["probes"] and len(ab["runs"]) == 2
-    for run in ab["runs"]:
-        assert (run["tasks"], run["band_rows"], run["hits"]) == (8, 40_000, 0)
-        assert run["cpu_s"] > 0 and run["bytes_per_row"] > 0
+    # the same join by two checkouts (here this one twice), in turns; then with a hit in
+    # every row group (one a file here)
+    for extra, hits in (([], 0), (["--hit-every-row-group"], 8)):
+        done = subprocess.run([sys.executable, "-m", "bench.join_ab", "--probes",
+                               f"iceberg://{pool}", "--bands", str(folder), "--code",
+                               str(REPO), "--code", str(REPO), "--rounds", "1", *extra],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        ab = orjson.loads(done.stdout)
+        assert ab["probes"] == join["probes"] and len(ab["runs"]) == 2
+        for run in ab["runs"]:
+            assert (run["tasks"], run["band_rows"]) == (8, 40_000)
+            assert run["hits"] >= hits and (run["hits"] == 0) == (hits == 0)
+            assert run["total_s"] > 0 and "cpu_s" in run and run["bytes_per_row"] > 0
