@@ -301,10 +301,10 @@ class BandFile(NamedTuple):
     rows: int
 
 
-#: How a band data file is written (docs/scale.md, "The band file layout"): the keys sorted,
+#: How a band data file is written (docs/scale.md, "The per-bucket join"): the keys sorted,
 #: so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
-#: content ids as their differences; no codec (zstd saves ~7 % of these bytes and costs ~40 %
-#: of a join's decoding); the constant ``bucket`` dictionary-encoded; row groups of 65,536
+#: content ids as their differences, near the values' entropy, so no codec (it would cost
+#: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
 #: rows (a probe skips those whose key range holds none of its keys); the sort order
 #: declared, so a join task takes it as given (`snapshot.bucket_hits`).
 BAND_FILE_OPTIONS: dict[str, Any] = {
