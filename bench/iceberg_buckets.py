@@ -1,8 +1,8 @@
 """The band-key bucket count of an Iceberg index, measured on the band rows of an existing
-one: for each count, the rows are written as one Parquet file per bucket (sorted by key, as
-a batch or a compaction writes them), then joined per bucket (`snapshot.bucket_hits`) with
-a sample of the keys as probes (a tenth by default: a pool whose keys partly hit the
-history). Printed: the files' write time, the join's total and per-task times, one thread.
+one: for each count, the rows are written as one Parquet file per bucket (sorted by key, in
+the layout of a batch's files, `batch.BAND_FILE_OPTIONS`), then joined per bucket
+(`snapshot.bucket_hits`) with a sample of the keys as probes (a tenth by default: a pool
+whose keys partly hit the history). Printed: the files' write time, the join's total and per-task times, one thread.
 
     python -m bench.iceberg_buckets --index iceberg:///tmp/icebench-1m-b/pool-iceberg
 """
@@ -20,7 +20,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.batch import BAND_FILE_OPTIONS
 from near_dedup_core.index_store.iceberg.snapshot import Pinned, bucket_hits, bucket_of
 
 
@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> None:
             for b in range(count):
                 part = by[bounds[b]:bounds[b + 1]]
                 path = folder / f"{b:05d}.parquet"
-                pq.write_table(pa.table({"key": keys[part], "content": contents[part]}), path,
-                               row_group_size=it.ROW_GROUP_ROWS["bands"], compression="zstd")
+                pq.write_table(pa.table({"bucket": pa.array(np.full(len(part), b, np.int32)),
+                                         "key": keys[part], "content": contents[part]}), path,
+                               **BAND_FILE_OPTIONS)
                 paths.append(str(path))
             write_s = time.perf_counter() - t
             probe_of = bucket_of(probes, count)

@@ -19,8 +19,9 @@ Subcommands:
   derived from the signatures: no band key of a real text meets one (probability ~10^-3 for
   a 1M pool against 10^8 contents), so no scan reaches a generated content and none needs a
   text. No ``raw_texts`` rows are written (only ``index`` reads them).
-- ``bands --out FOLDER --contents N --buckets B [--only K]``: the band table alone, as plain
-  Parquet files (one per bucket, the same rows as ``append`` writes): for a history whose
+- ``bands --out FOLDER --contents N --buckets B [--only K]``: the band table alone, as
+  Parquet files (one per bucket, the same rows as ``append`` writes, in the writer's layout
+  `iceberg.batch.BAND_FILE_OPTIONS`): for a history whose
   other tables do not fit the disk; with ``--only``, its first K buckets (a sample: every
   bucket holds the same number of rows, drawn the same way).
 - ``join --probes iceberg:///pool-index (--index iceberg:///… | --bands FOLDER)``: the
@@ -67,6 +68,7 @@ import pyarrow.parquet as pq
 
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.batch import (
+    BAND_FILE_OPTIONS,
     BandSpec,
     open_for_write,
     publish,
@@ -297,8 +299,7 @@ def bands_only(out: Path, contents: int, buckets: int, bands: int = 16, first: i
             a, b = part
             path = out / f"bucket={int(column[a])}" / "part.parquet"
             path.parent.mkdir(parents=True, exist_ok=True)
-            pq.write_table(group.slice(a, b - a), path, compression="zstd",
-                           row_group_size=it.ROW_GROUP_ROWS["bands"])
+            pq.write_table(group.slice(a, b - a), path, **BAND_FILE_OPTIONS)
 
         with ThreadPoolExecutor(THREADS) as threads:
             list(threads.map(write, zip(starts, ends, strict=True)))

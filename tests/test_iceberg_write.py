@@ -1,9 +1,9 @@
 """Who writes an Iceberg batch's data files and what a batch holds in memory
 (docs/iceberg.md): the band rows go to tasks of the index's executor a chunk at a time, each
 chunk one sorted file per bucket, and the reports stay byte-identical to SQLite's, before
-and after `index compact`; content and source rows are streamed into data files as they
-come; a batch that fails removes every file it wrote; a text reader keeps a bounded number
-of content row groups.
+and after `index compact` (which rewrites a bucket's files in the writer's layout); content
+and source rows are streamed into data files as they come; a batch that fails removes every
+file it wrote; a text reader keeps a bounded number of content row groups.
 """
 
 from __future__ import annotations
@@ -136,6 +136,10 @@ def test_chunked_band_files_give_sqlite_reports_before_and_after_compaction(
     assert scan(index, "ice-report") == expected
     assert "compacted" in ok("--index", index, "index", "compact")
     assert {len(f) for f in band_files(index).values()} == {1}
+    for (path,) in band_files(index).values():  # the writer's layout (BAND_FILE_OPTIONS)
+        group = pq.read_metadata(path).row_group(0)
+        assert [c.column_index for c in group.sorting_columns] == [1, 2]
+        assert "DELTA_BINARY_PACKED" in group.column(1).encodings
     assert scan(index, "ice-compacted") == expected
     assert "OK (2 batches" in ok("--index", index, "index", "check")
 

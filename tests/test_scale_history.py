@@ -5,7 +5,8 @@ docs/scale.md shows, at 10^4 contents on the sample packages.
 scans the pool and a next day against both: the product's readers accept the generated
 history (the CLI's scans succeed), no scan reaches a generated content (the reports equal
 those against the pool alone) and the appended batch holds the rows it says, in the index's
-layout. `bands` + `join` measure the band table alone.
+layout. `bands` + `join` measure the band table alone, `bench.join_ab` the join of two
+checkouts in turns.
 """
 
 from __future__ import annotations
@@ -103,3 +104,17 @@ def test_bands_and_join(tmp_path: Path) -> None:
     join = bench("join", "--probes", f"iceberg://{pool}", "--bands", folder)
     assert (join["tasks"], join["band_rows"], join["hits"]) == (8, 40_000, 0)
     assert join["max_s"] >= join["median_s"] > 0
+    # the same join by two checkouts (here this one twice), in turns; then with a hit in
+    # every row group (one a file here)
+    for extra, hits in (([], 0), (["--hit-every-row-group"], 8)):
+        done = subprocess.run([sys.executable, "-m", "bench.join_ab", "--probes",
+                               f"iceberg://{pool}", "--bands", str(folder), "--code",
+                               str(REPO), "--code", str(REPO), "--rounds", "1", *extra],
+                              cwd=REPO, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        ab = orjson.loads(done.stdout)
+        assert ab["probes"] == join["probes"] and len(ab["runs"]) == 2
+        for run in ab["runs"]:
+            assert (run["tasks"], run["band_rows"]) == (8, 40_000)
+            assert run["hits"] >= hits and (run["hits"] == 0) == (hits == 0)
+            assert run["total_s"] > 0 and "cpu_s" in run and run["bytes_per_row"] > 0

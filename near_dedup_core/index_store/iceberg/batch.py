@@ -37,7 +37,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io import FileIO, load_file_io
+from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 
 from near_dedup_core.config import NearDedupConfig
@@ -301,11 +301,26 @@ class BandFile(NamedTuple):
     rows: int
 
 
+#: How a band data file is written (docs/scale.md, "The per-bucket join"): the keys sorted,
+#: so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
+#: content ids as their differences, near the values' entropy, so no codec (it would cost
+#: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
+#: rows (a probe skips those whose key range holds none of its keys); the sort order
+#: declared, so a join task takes it as given (`snapshot.bucket_hits`).
+BAND_FILE_OPTIONS: dict[str, Any] = {
+    "compression": "none",
+    "use_dictionary": ["bucket"],
+    "column_encoding": {"key": "DELTA_BINARY_PACKED", "content": "DELTA_BINARY_PACKED"},
+    "row_group_size": it.ROW_GROUP_ROWS["bands"],
+    "sorting_columns": [pq.SortingColumn(1), pq.SortingColumn(2)],
+}
+
+
 def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray
                      ) -> list[BandFile]:
     """The band rows (``keys[i]``, ``contents[i]``) as one Parquet file per bucket under the
     band table's data folder (``bucket=<b>/<prefix>-<unique>-<b>.parquet``), each sorted by
-    (key, content) in row groups of 65,536 rows, zstd; written through the table's FileIO.
+    (key, content) in the layout of `BAND_FILE_OPTIONS`; written through the table's FileIO.
     Runs in a task of the index's executor (or in the writer's own process)."""
     if not len(keys):
         return []
@@ -325,7 +340,8 @@ def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray
             [pa.array(buckets[start:end]), pa.array(keys[start:end]),
              pa.array(contents[start:end])], schema=plain_schema("bands"))
         path = f"{spec.data}/bucket={bucket}/{spec.prefix}-{unique}-{bucket:05d}.parquet"
-        write_parquet(io, path, part, "bands")
+        with io.new_output(path).create(overwrite=True) as out:
+            pq.write_table(part, out, **BAND_FILE_OPTIONS)
         written.append(BandFile(path, bucket, end - start))
     return written
 
@@ -378,14 +394,6 @@ def plain_schema(name: str) -> pa.Schema:
     """The Arrow schema of ``name``'s rows without Iceberg field ids: files registered by
     ``add_files`` must not carry them (the table maps columns by name)."""
     return pa.schema([pa.field(f.name, f.type) for f in it.arrow_schema(name)])
-
-
-def write_parquet(io: FileIO, path: str, data: pa.Table, name: str) -> None:
-    """``data`` as the Parquet file ``path`` of table ``name`` (its row group size and codec),
-    through ``io``."""
-    with io.new_output(path).create(overwrite=True) as out:
-        pq.write_table(data, out, compression=codec(name),
-                       row_group_size=it.ROW_GROUP_ROWS.get(name, 65_536))
 
 
 def codec(name: str) -> str:

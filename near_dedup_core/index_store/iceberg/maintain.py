@@ -6,7 +6,8 @@
   (`check.check_invariants`, run on the published rows loaded into an in-memory SQLite
   database). Data files under the tables' folders that no snapshot references (a killed
   writer's, a compaction's replaced files after expiry) are listed: they are never read.
-- compact: each bucket's band files rewritten into one file sorted by key, as a new commit.
+- compact: each bucket's band files rewritten into one file sorted by key (the writer's
+  `batch.write_band_files`), as a new commit.
 - expire: every snapshot but the published one dropped, and the data files that no snapshot
   references any more removed; refused while a scan holds the readers' lock.
 """
@@ -28,7 +29,12 @@ from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.check import IndexCheck, check_invariants, check_meta
 from near_dedup_core.index_store.iceberg import errors
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.batch import publish, restore_leftovers
+from near_dedup_core.index_store.iceberg.batch import (
+    BandSpec,
+    publish,
+    restore_leftovers,
+    write_band_files,
+)
 from near_dedup_core.index_store.iceberg.snapshot import Pinned, bucket_of, local_path
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 
@@ -170,7 +176,7 @@ def _writing(location: str) -> Iterator[Pinned]:
 
 def compact(location: str) -> str:
     """Rewrite the band files of every bucket that has more than one into one file sorted by
-    (key, content), published as a new commit; a one-line summary."""
+    (key, content) in the writer's layout, published as a new commit; a one-line summary."""
     with _writing(location) as pinned:
         files: dict[int, int] = {}
         for f in pinned.data_files("bands"):
@@ -179,11 +185,18 @@ def compact(location: str) -> str:
         if not small:
             return f"index {location}: nothing to compact ({len(files):,} buckets, one file each)"
         table = pinned.tables["bands"]
-        rows = pinned.read("bands", ("bucket", "key", "content"), it.one_of("bucket", small))
-        order = np.lexsort((rows.column("content").to_numpy(), rows.column("key").to_numpy(),
-                            rows.column("bucket").to_numpy()))
-        rows = rows.take(pa.array(order)).cast(it.arrow_schema("bands"))
-        table.overwrite(rows, overwrite_filter=it.one_of("bucket", small))
+        rows = pinned.read("bands", ("key", "content"), it.one_of("bucket", small))
+        buckets = int(dict(pinned.rows("meta", ("key", "value")))[it.BUCKETS_KEY])
+        spec = BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties),
+                        f"compact-{pinned.state.n + 1}", buckets)
+        # one file a bucket, sorted, in the writer's layout; the old files dropped and the
+        # new ones registered by one commit of the table
+        written = write_band_files(spec, rows.column("key").to_numpy(),
+                                   rows.column("content").to_numpy())
+        del rows
+        with table.transaction() as tx:
+            tx.delete(it.one_of("bucket", small))
+            tx.add_files([f.path for f in written], check_duplicate_files=False)
         current = table.current_snapshot()
         assert current is not None
         snapshots = dict(pinned.state.snapshots)

@@ -6,7 +6,8 @@ A state is pinned by reading the newest ``commits`` row once: every later read o
 names the snapshot id that row records for its table, so batches committed meanwhile never
 show (Iceberg snapshots are immutable). The history join runs per band-key bucket
 (`bucket_hits`): a task reads its bucket's data files, skipping the row groups whose key
-range holds none of its keys, and returns the hits; the driver merges them."""
+range holds none of its keys, looks its keys up in the files' sorted keys, and returns the
+hits; the driver merges them."""
 
 from __future__ import annotations
 
@@ -131,27 +132,77 @@ def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int,
                 ) -> tuple[np.ndarray, np.ndarray]:
     """One bucket's history join: the (key, content) rows of its data files ``paths`` whose
     key is one of ``probes`` (sorted) and whose content is neither in ``skip`` (sorted) nor
-    in ``lo``..``hi``. Row groups whose key range misses ``probes``' range are skipped."""
+    in ``lo``..``hi``, in the files' row order (`file_hits`)."""
     keys_out, contents_out = [], []
-    if not len(probes):
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    first, last = int(probes[0]), int(probes[-1])
-    for path in paths:
-        table = it.read_range(path, ("key", "content"), "key", first, last)
-        keys = table.column("key").to_numpy()
-        contents = table.column("content").to_numpy()
-        at = np.searchsorted(probes, keys)
-        at[at == len(probes)] = 0
-        hit = probes[at] == keys
-        hit &= (contents < lo) | (contents > hi)
-        if len(skip):
-            hit &= ~np.isin(contents, skip)
-        keys_out.append(keys[hit])
-        contents_out.append(contents[hit])
+    if len(probes):
+        for path in paths:
+            keys, contents = file_hits(it.parquet_file(path), probes)
+            keep = (contents < lo) | (contents > hi)
+            if len(skip):
+                keep &= ~np.isin(contents, skip)
+            keys_out.append(keys[keep])
+            contents_out.append(contents[keep])
     if not keys_out:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     return (np.concatenate(keys_out).astype(np.int64),
             np.concatenate(contents_out).astype(np.int64))
+
+
+def file_hits(pf: Any, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, content) rows of the band data file ``pf`` (a `pyarrow.parquet.ParquetFile`)
+    whose key is one of ``probes`` (sorted), in row order. Read on this thread (a join's
+    tasks run in parallel): the ``key`` column of the row groups whose key range (their
+    statistics) holds a probe; each probe looked up in those keys when they are sorted (the
+    writer's files declare it, `batch.BAND_FILE_OPTIONS`; others are checked), else each key
+    among the probes; then the ``content`` column of the row groups that hold a hit, alone."""
+    none = np.zeros(0, np.int64)
+    meta = pf.metadata
+    at = pf.schema_arrow.get_field_index("key")
+    n = meta.num_row_groups
+    stats = [meta.row_group(g).column(at).statistics for g in range(n)]
+    known = np.array([s is not None and s.has_min_max for s in stats], dtype=bool)
+    mins = np.array([s.min if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
+    maxs = np.array([s.max if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
+    held = (np.searchsorted(probes, maxs, "right") > np.searchsorted(probes, mins)) | ~known
+    groups = np.flatnonzero(held).tolist()
+    if not groups:
+        return none, none
+    keys = pf.read_row_groups(groups, columns=["key"], use_threads=False
+                              ).column("key").to_numpy()
+    if sorted_by_key(meta, groups, at, known, mins, maxs) or bool(np.all(keys[1:] >= keys[:-1])):
+        first = np.searchsorted(keys, probes)
+        count = np.searchsorted(keys, probes, "right") - first
+        found = count > 0
+        first, count = first[found], count[found]
+        rows = np.unique(np.repeat(first - np.cumsum(count) + count, count)
+                         + np.arange(int(count.sum())))
+    else:
+        place = np.searchsorted(probes, keys)
+        place[place == len(probes)] = 0
+        rows = np.flatnonzero(probes[place] == keys)
+    if not len(rows):
+        return none, none
+    sizes = np.array([meta.row_group(g).num_rows for g in groups], np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    of = np.searchsorted(starts, rows, "right") - 1
+    holding = np.unique(of)
+    read_starts = np.concatenate(([0], np.cumsum(sizes[holding])))
+    contents = pf.read_row_groups([groups[i] for i in holding.tolist()], columns=["content"],
+                                  use_threads=False).column("content").to_numpy()
+    return keys[rows], contents[rows - starts[of] + read_starts[np.searchsorted(holding, of)]]
+
+
+def sorted_by_key(meta: Any, groups: list[int], at: int, known: np.ndarray, mins: np.ndarray,
+                  maxs: np.ndarray) -> bool:
+    """Whether the rows of row groups ``groups`` are in key order as the file's metadata
+    says: each row group declares its rows sorted by the key column (index ``at``) first,
+    and the row groups' key ranges follow one another."""
+    for g in groups:
+        order = meta.row_group(g).sorting_columns
+        if not order or order[0].column_index != at or order[0].descending:
+            return False
+    chosen = np.asarray(groups)
+    return bool(known[chosen].all() and np.all(maxs[chosen][:-1] <= mins[chosen][1:]))
 
 
 def bucket_of(keys: np.ndarray, buckets: int) -> np.ndarray:

@@ -274,24 +274,6 @@ def parquet_file(uri: str) -> Any:
     return pq.ParquetFile(path, filesystem=fs)
 
 
-def read_range(uri: str, columns: tuple[str, ...], column: str, lo: int, hi: int
-               ) -> pa.Table:
-    """``columns`` of the row groups of a data file whose ``column`` range (the file's
-    Parquet statistics) meets ``lo``..``hi``; the other row groups are not read. One open
-    file, no dataset discovery: on S3 that is a few requests per file."""
-    pf = parquet_file(uri)
-    meta = pf.metadata
-    at = pf.schema_arrow.get_field_index(column)
-    groups = []
-    for g in range(meta.num_row_groups):
-        stats = meta.row_group(g).column(at).statistics
-        if stats is None or not stats.has_min_max or (stats.max >= lo and stats.min <= hi):
-            groups.append(g)
-    if not groups:
-        return pf.schema_arrow.empty_table().select(list(columns))
-    return pf.read_row_groups(groups, columns=list(columns))
-
-
 #: Threads of a per-bucket join on S3, where the tasks mostly wait on requests.
 S3_IO_THREADS = 8
 

@@ -1,0 +1,115 @@
+"""The per-bucket history join's reads (docs/scale.md, "The per-bucket join"): the writer's
+band files store the sorted keys and the content ids DELTA_BINARY_PACKED, without a codec,
+and declare their order; `bucket_hits` finds exactly the rows a plain membership test finds,
+in row order, on those files and on files of any other layout (the older zstd/dictionary
+files, files that declare no order, files whose rows are not sorted).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
+
+from near_dedup_core.index_store.iceberg import batch as ice_batch  # noqa: E402
+from near_dedup_core.index_store.iceberg.snapshot import bucket_hits, local_path  # noqa: E402
+
+BUCKETS = 4
+
+
+def rows(seed: int, n: int = 400_000) -> tuple[np.ndarray, np.ndarray]:
+    """``n`` band rows with repeated keys (several contents a key) and repeated pairs."""
+    rng = np.random.default_rng(seed)
+    keys = rng.integers(-(1 << 62), 1 << 62, n // 4, dtype=np.int64)
+    keys = np.concatenate([keys, rng.choice(keys, n - len(keys))])
+    return keys, rng.integers(1, 5_000, n, dtype=np.int64)
+
+
+def written(tmp_path: Path, keys: np.ndarray, contents: np.ndarray) -> list[ice_batch.BandFile]:
+    spec = ice_batch.BandSpec(f"file://{tmp_path}", {}, "t", BUCKETS)
+    return ice_batch.write_band_files(spec, keys, contents)
+
+
+def expected(path: str, probes: np.ndarray, skip: np.ndarray, lo: int, hi: int
+             ) -> tuple[list[int], list[int]]:
+    t = pq.read_table(local_path(path), columns=["key", "content"])
+    k, c = t.column("key").to_numpy(), t.column("content").to_numpy()
+    hit = np.isin(k, probes) & ((c < lo) | (c > hi)) & ~np.isin(c, skip)
+    return k[hit].tolist(), c[hit].tolist()
+
+
+def test_the_writers_band_files_are_delta_packed_uncompressed_and_declare_their_order(
+        tmp_path):
+    files = written(tmp_path, *rows(1))
+    assert len(files) == BUCKETS
+    for f in files:
+        meta = pq.read_metadata(local_path(f.path))
+        assert meta.num_row_groups > 1
+        for g in range(meta.num_row_groups):
+            group = meta.row_group(g)
+            assert group.num_rows <= 65_536
+            assert [c.column_index for c in group.sorting_columns] == [1, 2]
+            assert not any(c.descending for c in group.sorting_columns)
+            for at, name in ((1, "key"), (2, "content")):
+                column = group.column(at)
+                assert column.path_in_schema == name
+                assert "DELTA_BINARY_PACKED" in column.encodings
+                assert column.compression == "UNCOMPRESSED"
+        t = pq.read_table(local_path(f.path))
+        order = np.lexsort((t.column("content").to_numpy(), t.column("key").to_numpy()))
+        assert (order == np.arange(t.num_rows)).all()
+
+
+def relaid(path: str, out: Path, shuffle: bool, **options) -> str:
+    """The rows of ``path`` rewritten to ``out`` with ``options`` (shuffled if asked)."""
+    t = pq.read_table(local_path(path))
+    if shuffle:
+        t = t.take(pa.array(np.random.default_rng(5).permutation(t.num_rows)))
+    pq.write_table(t, out, **options)
+    return f"file://{out}"
+
+
+@pytest.mark.parametrize("layout", ["writer", "zstd-dictionary", "small-row-groups",
+                                    "no-declared-order", "unsorted"])
+def test_bucket_hits_finds_what_a_membership_test_finds_on_every_layout(tmp_path, layout):
+    keys, contents = rows(2)
+    rng = np.random.default_rng(3)
+    files = written(tmp_path / "w", keys, contents)
+    paths = []
+    for f in files:
+        out = tmp_path / f"{layout}-{f.bucket}.parquet"
+        if layout == "zstd-dictionary":  # the layout of the first Iceberg indexes
+            paths.append(relaid(f.path, out, False, compression="zstd", row_group_size=65_536))
+        elif layout == "small-row-groups":
+            paths.append(relaid(f.path, out, False, row_group_size=1_000,
+                                sorting_columns=[pq.SortingColumn(1)]))
+        elif layout == "no-declared-order":
+            paths.append(relaid(f.path, out, False, row_group_size=7_000))
+        elif layout == "unsorted":
+            paths.append(relaid(f.path, out, True, row_group_size=7_000))
+        else:
+            paths.append(f.path)
+    for path in paths:
+        mine = pq.read_table(local_path(path), columns=["key"]).column("key").to_numpy()
+        for size in (1, 40, 3_000):
+            probes = np.sort(np.concatenate([
+                rng.choice(mine, size),  # present, some twice
+                rng.integers(-(1 << 62), 1 << 62, size, dtype=np.int64)]))  # absent
+            skip = np.sort(rng.choice(contents, 50, replace=False))
+            for lo, hi in ((1, 0), (1_000, 2_000)):
+                got = bucket_hits([path], probes, skip, lo, hi)
+                want = expected(path, probes, skip, lo, hi)
+                assert (got[0].tolist(), got[1].tolist()) == want
+                assert len(want[0]) > 0
+    # several files of a bucket: their hits one file after the other
+    probes = np.sort(rng.choice(keys, 500))
+    got = bucket_hits(paths, probes, np.zeros(0, np.int64), 1, 0)
+    want = [expected(p, probes, np.zeros(0, np.int64), 1, 0) for p in paths]
+    assert got[0].tolist() == [k for w in want for k in w[0]]
+    assert got[1].tolist() == [c for w in want for c in w[1]]
+    assert bucket_hits(paths, np.zeros(0, np.int64), np.zeros(0, np.int64), 1, 0)[0].size == 0
