@@ -131,3 +131,25 @@ def test_pinning_takes_the_highest_content_id_from_the_manifests(tmp_path, monke
             "content rows are missing")
     assert np.array_equal(np.sort(Pinned(index).read("contents", ("id",)).column("id")
                                   .to_numpy()), np.arange(1, len(ids), dtype=np.int64))
+
+
+@pytest.mark.parametrize("table", ["contents", "raw_texts"])
+def test_a_damaged_data_file_read_inside_a_batch_is_one_line_naming_the_index(tmp_path, table):
+    """The contents' and the raw texts' files are first read inside the batch's body (the
+    lookups of the ingest): a file that is not Parquet any more stops the run with one line
+    naming the index, and nothing is published."""
+    day1 = make_package(tmp_path, "cpt-d1", {"train": [
+        {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts(400))]})
+    old = texts(400)
+    day2 = make_package(tmp_path, "cpt-d2", {"train": [
+        {"id": f"b{i}", "text": old[i].replace(" ", "  "), "domain": "docs"}
+        for i in range(300)]}, created_at="2026-11-26T00:00:00Z")
+    index = ice(tmp_path / "ice")
+    ok("--index", index, "index", "--inputs", day1)
+    for f in Pinned(index).data_files(table):
+        path = Path(f.file_path.removeprefix("file://"))
+        path.write_bytes(b"\0" * path.stat().st_size)
+    before = Pinned(index).state
+    refused(["--index", index, "index", "--inputs", day2], f"index {index}",
+            "cannot use the Iceberg tables")
+    assert Pinned(index).state == before

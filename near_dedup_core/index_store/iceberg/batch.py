@@ -145,6 +145,10 @@ class IcebergBatch(BatchTransaction):
         return self._max_content
 
     def ref_targets(self, package_rowid: int) -> dict[str, RefTarget]:
+        with reading(self.label):
+            return self._ref_targets(package_rowid)
+
+    def _ref_targets(self, package_rowid: int) -> dict[str, RefTarget]:
         t = self.pinned.read("sources", ("sample_id", "content", "text_sha256", "domain"),
                              it.equal("package", package_rowid))
         return {sid: RefTarget(c, bytes(sha), dom) for sid, c, sha, dom in zip(
@@ -154,6 +158,10 @@ class IcebergBatch(BatchTransaction):
     def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         """The row ids of the ``content_ids`` that the published state holds, from the
         contents' ``content_id`` column read once for the batch (`lookup.HashedRows`)."""
+        with reading(self.label):
+            return self._known_contents(content_ids)
+
+    def _known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         if self._content_ids is None:
             paths = [f.file_path for f in self.pinned.data_files("contents")]
             self._content_ids = HashedRows(
@@ -170,7 +178,7 @@ class IcebergBatch(BatchTransaction):
             self._known = IcebergKnownTexts(self.pinned.location)
         if self.pinned.state.n == 0:
             return {}
-        return self._known.contents(shas)
+        return self._known.contents(shas)  # one line naming the index on a failed read
 
     def add_sources(self, rows: list[tuple]) -> None:
         start = self._next_source
@@ -550,6 +558,17 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
             with suppress(Exception):
                 batch.discard()
             raise
+
+
+@contextmanager
+def reading(location: str) -> Iterator[None]:
+    """A read of the published state inside a batch's body (the ingest asks, the index
+    answers): its storage's, pyarrow's and pyiceberg's errors as one line naming the index
+    (`iceberg.errors`), not as an error of the run."""
+    from near_dedup_core.index_store.iceberg import errors
+
+    with errors(location):
+        yield
 
 
 def pinned_meta(pinned: Pinned) -> dict[str, str]:

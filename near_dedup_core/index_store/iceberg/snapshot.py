@@ -371,6 +371,14 @@ class IcebergKnownTexts:
         return self._rows
 
     def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        """(text_sha256, scope key) -> content row id, for the given sha256s; a failed read
+        is one line naming the index."""
+        from near_dedup_core.index_store.iceberg import errors
+
+        with errors(self._location):
+            return self._contents(shas)
+
+    def _contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
         rows = self._load()
         wanted = [bytes(sha) for sha in shas]
         asked, at = rows.find(wanted)
