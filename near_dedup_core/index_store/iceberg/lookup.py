@@ -13,6 +13,7 @@ first words, the other words compared for the hits."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -49,46 +50,51 @@ class HashedRows:
                  values: tuple[str, ...], threads: int = 2) -> None:
         self.label = label
         self.width = width
+        files = [it.parquet_file(p) for p in paths]
+        sizes = [f.metadata.num_rows for f in files]
+        starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64))).tolist()
+        n = starts[-1]
+        # the arrays are allocated once, at their final size, and each file's rows are read
+        # into its slice of them: no per-file copies to concatenate
+        words = [np.empty(n, np.uint64) for _ in range(width // 8)]
+        self.values: dict[str, np.ndarray] = {name: np.empty(n, np.int64) for name in values}
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            parts = list(pool.map(lambda p: self._read(p, key, values), paths))
-        n_words = width // 8
-        first = np.concatenate([w[:, 0] for w, _ in parts]) if parts \
-            else np.zeros(0, np.uint64)
-        order = np.argsort(first, kind="stable")
-        self.first = first[order]
-        del first
-        # every other column sorted the same way, one at a time (the parts go as they do)
-        self.rest = []
-        for k in range(1, n_words):
-            column = np.concatenate([w[:, k] for w, _ in parts]) if parts \
-                else np.zeros(0, np.uint64)
-            self.rest.append(column[order])
-        self.values: dict[str, np.ndarray] = {}
-        for j, name in enumerate(values):
-            column = np.concatenate([v[j] for _, v in parts]) if parts \
-                else np.zeros(0, np.int64)
-            self.values[name] = column[order]
-        del parts, order
+            list(pool.map(lambda f: self._read(paths[f], files[f], starts[f], starts[f + 1],
+                                               key, words), range(len(files))))
+        order = np.argsort(words[0], kind="stable")
+        self.first = words[0][order]
+        words[0] = self.first
+        # every other column in the same order, one at a time
+        for k in range(1, len(words)):
+            words[k] = words[k][order]
+        for name in values:
+            self.values[name] = self.values[name][order]
+        self.rest = words[1:]
+        del order
+        # the record batches' buffers go back to the system (Arrow's allocator keeps them)
+        pa.default_memory_pool().release_unused()
 
-    def _read(self, path: str, key: str, values: tuple[str, ...]
-              ) -> tuple[np.ndarray, list[np.ndarray]]:
-        words: list[np.ndarray] = []
-        columns: list[list[np.ndarray]] = [[] for _ in values]
-        pf = it.parquet_file(path)
-        for batch in pf.iter_batches(batch_size=READ_ROWS, columns=[key, *values]):
+    def _read(self, path: str, pf: Any, start: int, end: int, key: str,
+              words: list[np.ndarray]) -> None:
+        at = start
+        for batch in pf.iter_batches(batch_size=READ_ROWS, columns=[key, *self.values]):
+            rows = batch.num_rows
+            if at + rows > end:
+                break
             try:
-                words.append(hash_words(batch.column(key), self.width))
+                part = hash_words(batch.column(key), self.width)
             except ValueError as exc:
                 raise damaged(self.label, f"data file {path}: {exc} in column {key}") from None
-            for j, name in enumerate(values):
+            for k, column in enumerate(words):
+                column[at:at + rows] = part[:, k]
+            for name, array in self.values.items():
                 col = batch.column(name)
                 if col.null_count:
                     raise damaged(self.label, f"data file {path}: a null in column {name}")
-                columns[j].append(col.to_numpy().astype(np.int64))
-        if not words:
-            return (np.zeros((0, self.width // 8), np.uint64),
-                    [np.zeros(0, np.int64) for _ in values])
-        return np.concatenate(words), [np.concatenate(c) for c in columns]
+                array[at:at + rows] = col.to_numpy()
+            at += rows
+        if at != end:
+            raise damaged(self.label, f"data file {path}: its rows do not match its footer")
 
     def __len__(self) -> int:
         return len(self.first)
