@@ -26,9 +26,11 @@ from near_dedup_core.index_store.texts import damaged
 READ_ROWS = 1 << 16
 
 
-def hash_words(values: pa.Array, width: int) -> np.ndarray:
+def hash_words(values: pa.Array | pa.ChunkedArray, width: int) -> np.ndarray:
     """The ``width``-byte values of a binary array (no nulls) as ``(n, width // 8)`` uint64
     words (an owned copy)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
     if values.null_count:
         raise ValueError("a null hash")
     if len(values) and not pc.all(pc.equal(pc.binary_length(values), width)).as_py():
@@ -77,7 +79,9 @@ class HashedRows:
     def _read(self, path: str, pf: Any, start: int, end: int, key: str,
               words: list[np.ndarray]) -> None:
         at = start
-        for batch in pf.iter_batches(batch_size=READ_ROWS, columns=[key, *self.values]):
+        for group in range(pf.metadata.num_row_groups):
+            batch = pf.read_row_group(group, columns=[key, *self.values],
+                                      use_threads=False)
             rows = batch.num_rows
             if at + rows > end:
                 break
