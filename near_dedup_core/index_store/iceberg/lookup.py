@@ -4,8 +4,8 @@ contents of a raw text's sha256 (an `index` worker's `IcebergKnownTexts`).
 
 An `index` run asks once per block of 1,024 records, so one pass over the table per question
 would read the whole history a thousand times for a pool of 10^6 records. The rows are
-therefore read once, file by file in threads (two columns, streamed by record batch), into
-numpy arrays sorted by the hash's first eight bytes: the hash's bytes as 64-bit words (a
+therefore read once (the key and value columns, row group by row group, files on threads)
+into numpy arrays sorted by the hash's first eight bytes: the hash's bytes as 64-bit words (a
 ``content_id`` is two, a sha256 four) and the rows' values, about 24 bytes a content where a
 Python dict of the same rows took about 230. A lookup is vectorized: a binary search of the
 first words, the other words compared for the hits."""
