@@ -51,7 +51,7 @@ def test_hashed_rows_find_every_row_of_a_key_exactly(tmp_path):
         pq.write_table(pa.table({"key": pa.array(keys, pa.binary()),
                                  "value": pa.array(values, pa.int64())}), path,
                        row_group_size=2)
-        files.append(str(path))
+        files.append((str(path), len(keys)))
     rows = HashedRows("test", files, "key", 16, ("value",))
     assert len(rows) == 4
     asked, at = rows.find([c, b"\x03" * 16, a, b"\x01" * 8 + b"C" * 8, b])
@@ -60,12 +60,17 @@ def test_hashed_rows_find_every_row_of_a_key_exactly(tmp_path):
     assert [len(x) for x in rows.find([])] == [0, 0]
 
 
-def test_hashed_rows_refuse_a_hash_of_the_wrong_width_with_one_line(tmp_path):
+def test_hashed_rows_refuse_a_wrong_hash_width_or_row_count_with_one_line(tmp_path):
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"key": pa.array([b"\x01" * 15], pa.binary()),
                              "value": pa.array([1], pa.int64())}), path)
     with pytest.raises(NearDedupError, match=r"bad\.parquet: a hash of other than 16 bytes"):
-        HashedRows("test", [str(path)], "key", 16, ("value",))
+        HashedRows("test", [(str(path), 1)], "key", 16, ("value",))
+    good = tmp_path / "good.parquet"
+    pq.write_table(pa.table({"key": pa.array([b"\x01" * 16], pa.binary()),
+                             "value": pa.array([1], pa.int64())}), good)
+    with pytest.raises(NearDedupError, match=r"good\.parquet: its rows are not the 2 "):
+        HashedRows("test", [(str(good), 2)], "key", 16, ("value",))
 
 
 def test_an_index_run_and_a_scan_read_no_whole_column_of_the_contents(tmp_path, monkeypatch):

@@ -163,9 +163,9 @@ class IcebergBatch(BatchTransaction):
 
     def _known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         if self._content_ids is None:
-            paths = [f.file_path for f in self.pinned.data_files("contents")]
+            files = [(f.file_path, f.record_count) for f in self.pinned.data_files("contents")]
             self._content_ids = HashedRows(
-                self.label, paths, "content_id", CONTENT_ID_BYTES, ("id",),
+                self.label, files, "content_id", CONTENT_ID_BYTES, ("id",),
                 it.io_threads(self.label, LOOKUP_THREADS))
         asked, rows = self._content_ids.find(content_ids)
         ids = self._content_ids.values["id"][rows]

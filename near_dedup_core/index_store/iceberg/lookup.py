@@ -13,7 +13,6 @@ first words, the other words compared for the hits."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,24 +44,24 @@ def hash_words(values: pa.Array | pa.ChunkedArray, width: int) -> np.ndarray:
 
 
 class HashedRows:
-    """The rows of data files ``paths`` (one state of one table), looked up by their
-    ``width``-byte ``key`` column; ``values`` are the int64 columns a lookup returns."""
+    """The rows of data files ``files`` (URI, row count as the manifests record it: one
+    state of one table), looked up by their ``width``-byte ``key`` column; ``values`` are
+    the int64 columns a lookup returns."""
 
-    def __init__(self, label: str, paths: list[str], key: str, width: int,
+    def __init__(self, label: str, files: list[tuple[str, int]], key: str, width: int,
                  values: tuple[str, ...], threads: int = 2) -> None:
         self.label = label
         self.width = width
-        files = [it.parquet_file(p) for p in paths]
-        sizes = [f.metadata.num_rows for f in files]
-        starts = np.concatenate(([0], np.cumsum(sizes, dtype=np.int64))).tolist()
+        starts = np.concatenate(([0], np.cumsum([rows for _, rows in files],
+                                                dtype=np.int64))).tolist()
         n = starts[-1]
         # the arrays are allocated once, at their final size, and each file's rows are read
         # into its slice of them: no per-file copies to concatenate
         words = [np.empty(n, np.uint64) for _ in range(width // 8)]
         self.values: dict[str, np.ndarray] = {name: np.empty(n, np.int64) for name in values}
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            list(pool.map(lambda f: self._read(paths[f], files[f], starts[f], starts[f + 1],
-                                               key, words), range(len(files))))
+            list(pool.map(lambda f: self._read(files[f][0], starts[f], starts[f + 1], key,
+                                               words), range(len(files))))
         order = np.argsort(words[0], kind="stable")
         self.first = words[0][order]
         words[0] = self.first
@@ -76,9 +75,10 @@ class HashedRows:
         # the record batches' buffers go back to the system (Arrow's allocator keeps them)
         pa.default_memory_pool().release_unused()
 
-    def _read(self, path: str, pf: Any, start: int, end: int, key: str,
-              words: list[np.ndarray]) -> None:
+    def _read(self, path: str, start: int, end: int, key: str, words: list[np.ndarray]
+              ) -> None:
         at = start
+        pf = it.parquet_file(path)
         for group in range(pf.metadata.num_row_groups):
             batch = pf.read_row_group(group, columns=[key, *self.values],
                                       use_threads=False)
@@ -98,7 +98,8 @@ class HashedRows:
                 array[at:at + rows] = col.to_numpy()
             at += rows
         if at != end:
-            raise damaged(self.label, f"data file {path}: its rows do not match its footer")
+            raise damaged(self.label, f"data file {path}: its rows are not the "
+                                      f"{end - start:,} its manifest records")
 
     def __len__(self) -> int:
         return len(self.first)

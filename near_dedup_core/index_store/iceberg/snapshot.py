@@ -365,8 +365,8 @@ class IcebergKnownTexts:
         if self._rows is None:
             pinned = Pinned(self._location, expected=False)
             self._keys = dict(pinned.rows("scopes", ("id", "scope_key")))
-            paths = [f.file_path for f in pinned.data_files("raw_texts")]
-            self._rows = HashedRows(self._location, paths, "text_sha256", SHA256_BYTES,
+            files = [(f.file_path, f.record_count) for f in pinned.data_files("raw_texts")]
+            self._rows = HashedRows(self._location, files, "text_sha256", SHA256_BYTES,
                                     ("scope", "content"), it.io_threads(self._location, 1))
         return self._rows
 
