@@ -44,6 +44,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.batch import BandWrite, BatchTransaction, RefTarget
 from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_of
 from near_dedup_core.index_store.schema import binding_rows
 from near_dedup_core.index_store.snapshot import IndexedPackage, check_binding
@@ -57,6 +58,10 @@ BAND_CHUNK_ROWS = 1 << 22
 TARGET_FILE_BYTES = 512 << 20
 #: The tables whose rows are streamed into data files as they come (in id order).
 STREAMED = ("contents", "sources")
+#: Bytes of a ``content_id`` (`compare.content_id`).
+CONTENT_ID_BYTES = 16
+#: Threads that read the contents' files for `IcebergBatch.known_contents` (local folder).
+LOOKUP_THREADS = 2
 
 
 class IcebergBatch(BatchTransaction):
@@ -93,13 +98,12 @@ class IcebergBatch(BatchTransaction):
         self._packages = {r[1]: IndexedPackage(*r) for r in pinned.rows(
             "packages", ("id", "package_id", "kind", "manifest_sha256", "batch", "records"))}
         self._scopes = {k: i for i, k in pinned.rows("scopes", ("id", "scope_key"))}
-        ids = pinned.read("contents", ("id",)).column("id").to_numpy()
-        self._max_content = int(ids.max()) if len(ids) else 0
+        self._max_content = pinned.max_value("contents", "id")
         self._next_source = pinned.total_records("sources") + 1
         self._dicts = pinned.rows("dictionaries", ("id", "data"))
         seqs = [s for (s,) in pinned.rows("batches", ("seq",))]
         self._max_seq = max(seqs, default=0)
-        self._content_ids: dict[bytes, int] | None = None
+        self._content_ids: HashedRows | None = None
 
     # -- the index as a whole
     def meta(self) -> dict[str, str]:
@@ -141,6 +145,10 @@ class IcebergBatch(BatchTransaction):
         return self._max_content
 
     def ref_targets(self, package_rowid: int) -> dict[str, RefTarget]:
+        with reading(self.label):
+            return self._ref_targets(package_rowid)
+
+    def _ref_targets(self, package_rowid: int) -> dict[str, RefTarget]:
         t = self.pinned.read("sources", ("sample_id", "content", "text_sha256", "domain"),
                              it.equal("package", package_rowid))
         return {sid: RefTarget(c, bytes(sha), dom) for sid, c, sha, dom in zip(
@@ -148,12 +156,20 @@ class IcebergBatch(BatchTransaction):
                                                  "domain")), strict=True)}
 
     def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        """The row ids of the ``content_ids`` that the published state holds, from the
+        contents' ``content_id`` column read once for the batch (`lookup.HashedRows`)."""
+        with reading(self.label):
+            return self._known_contents(content_ids)
+
+    def _known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         if self._content_ids is None:
-            t = self.pinned.read("contents", ("content_id", "id"))
-            self._content_ids = dict(zip((bytes(c) for c in t.column("content_id").to_pylist()),
-                                         t.column("id").to_pylist(), strict=True))
-        known = self._content_ids
-        return {c: known[c] for c in content_ids if c in known}
+            files = [(f.file_path, f.record_count) for f in self.pinned.data_files("contents")]
+            self._content_ids = HashedRows(
+                self.label, files, "content_id", CONTENT_ID_BYTES, ("id",),
+                it.io_threads(self.label, LOOKUP_THREADS))
+        asked, rows = self._content_ids.find(content_ids)
+        ids = self._content_ids.values["id"][rows]
+        return {content_ids[a]: i for a, i in zip(asked.tolist(), ids.tolist(), strict=True)}
 
     def known_raw_texts(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
         from near_dedup_core.index_store.iceberg.snapshot import IcebergKnownTexts
@@ -162,7 +178,7 @@ class IcebergBatch(BatchTransaction):
             self._known = IcebergKnownTexts(self.pinned.location)
         if self.pinned.state.n == 0:
             return {}
-        return self._known.contents(shas)
+        return self._known.contents(shas)  # one line naming the index on a failed read
 
     def add_sources(self, rows: list[tuple]) -> None:
         start = self._next_source
@@ -550,6 +566,17 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
             with suppress(Exception):
                 batch.discard()
             raise
+
+
+@contextmanager
+def reading(location: str) -> Iterator[None]:
+    """A read of the published state inside a batch's body (the ingest asks, the index
+    answers): its storage's, pyarrow's and pyiceberg's errors as one line naming the index
+    (`iceberg.errors`), not as an error of the run."""
+    from near_dedup_core.index_store.iceberg import errors
+
+    with errors(location):
+        yield
 
 
 def pinned_meta(pinned: Pinned) -> dict[str, str]:

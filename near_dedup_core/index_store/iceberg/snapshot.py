@@ -20,10 +20,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import zstandard
+from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import BooleanExpression, Or
+from pyiceberg.types import LongType
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
     MISSING_SCOPE,
@@ -54,6 +57,8 @@ JOIN_THREADS = 2
 #: At most this many id ranges in one row filter: ids further apart than a range's gap
 #: are read as separate ranges, so a lookup of scattered ids reads the files that hold them.
 MAX_RANGES = 32
+#: Bytes of a raw text's sha256.
+SHA256_BYTES = 32
 
 
 def id_ranges(ids: np.ndarray, column: str) -> BooleanExpression:
@@ -123,6 +128,27 @@ class Pinned:
         summary = snap.summary
         value = summary.get("total-records") if summary is not None else None
         return int(value) if value is not None else self.read(table, ("*",)).num_rows
+
+    def max_value(self, table: str, column: str) -> int:
+        """The highest value of ``table``'s long ``column`` at the pinned state (0: no row),
+        from the upper bounds that its manifests record for each data file; a file without
+        one is read."""
+        files = self.data_files(table)
+        if not files:
+            return 0
+        field_id = self.tables[table].schema().find_field(column).field_id
+        highest = 0
+        for f in files:
+            if not f.record_count:
+                continue
+            bound = (f.upper_bounds or {}).get(field_id)
+            if bound is not None:
+                value = int(from_bytes(LongType(), bound))
+            else:
+                values = it.parquet_file(f.file_path).read(columns=[column]).column(column)
+                value = pc.max(values).as_py() or 0
+            highest = max(highest, value)
+        return highest
 
 
 local_path = it.local_path
@@ -378,30 +404,47 @@ class IcebergTexts:
 
 class IcebergKnownTexts:
     """Contents of the raw compared texts of the published state: (text_sha256, scope key) ->
-    content row id, loaded once by sha256 (an `index` worker keeps it for its life)."""
+    content row id, from the ``raw_texts`` rows read once (`lookup.HashedRows`: sorted
+    arrays, no Python object per row; an `index` worker keeps them for its life)."""
 
     def __init__(self, location: str) -> None:
         self._location = location
-        self._by_sha: dict[bytes, list[tuple[str, int]]] | None = None
+        self._rows: HashedRows | None = None
+        self._keys: dict[int, str] = {}
 
-    def _load(self) -> dict[bytes, list[tuple[str, int]]]:
-        if self._by_sha is None:
+    def _load(self) -> HashedRows:
+        if self._rows is None:
             pinned = Pinned(self._location, expected=False)
-            keys = dict(pinned.rows("scopes", ("id", "scope_key")))
-            by_sha: dict[bytes, list[tuple[str, int]]] = {}
-            for sha, scope, content in pinned.rows("raw_texts",
-                                                   ("text_sha256", "scope", "content")):
-                by_sha.setdefault(bytes(sha), []).append((keys[scope], content))
-            self._by_sha = by_sha
-        return self._by_sha
+            self._keys = dict(pinned.rows("scopes", ("id", "scope_key")))
+            files = [(f.file_path, f.record_count) for f in pinned.data_files("raw_texts")]
+            self._rows = HashedRows(self._location, files, "text_sha256", SHA256_BYTES,
+                                    ("scope", "content"), it.io_threads(self._location, 1))
+        return self._rows
 
     def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
-        known = self._load()
-        return {(bytes(sha), key): content for sha in shas
-                for key, content in known.get(bytes(sha), ())}
+        """(text_sha256, scope key) -> content row id, for the given sha256s; a failed read
+        is one line naming the index."""
+        from near_dedup_core.index_store.iceberg import errors
+
+        with errors(self._location):
+            return self._contents(shas)
+
+    def _contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
+        rows = self._load()
+        wanted = [bytes(sha) for sha in shas]
+        asked, at = rows.find(wanted)
+        scopes = rows.values["scope"][at].tolist()
+        contents = rows.values["content"][at].tolist()
+        out = {}
+        for a, scope, content in zip(asked.tolist(), scopes, contents, strict=True):
+            key = self._keys.get(scope)
+            if key is None:
+                raise damaged(self._location, MISSING_SCOPE)
+            out[(wanted[a], key)] = content
+        return out
 
     def close(self) -> None:
-        self._by_sha = None
+        self._rows = None
 
 
 class IcebergSnapshot(IndexSnapshot):
@@ -422,9 +465,10 @@ class IcebergSnapshot(IndexSnapshot):
             "packages", ("id", "package_id", "kind", "manifest_sha256", "batch", "records"))]
         self._packages.sort(key=lambda p: (p.batch, p.package_id))
         self._batches = pinned.rows("batches", ("seq", "packages"))
-        ids = pinned.read("contents", ("id",)).column("id").to_numpy()
-        self._content_count = len(ids)
-        self._max_content = int(ids.max()) if len(ids) else 0
+        # the count from the snapshot's summary, the highest id from the manifests: no read
+        # of the contents' rows, whatever the history holds
+        self._content_count = pinned.total_records("contents")
+        self._max_content = pinned.max_value("contents", "id")
         self._meta[BANDS_MERGED_THROUGH] = str(self._max_content)
         self._release: Any = None
 

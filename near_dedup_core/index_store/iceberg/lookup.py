@@ -1,0 +1,125 @@
+"""Rows of an Iceberg index's table found by a fixed-width hash column (`HashedRows`): the
+content row of a ``content_id`` (an `index` writer's `IcebergBatch.known_contents`) and the
+contents of a raw text's sha256 (an `index` worker's `IcebergKnownTexts`).
+
+An `index` run asks once per block of 1,024 records, so one pass over the table per question
+would read the whole history a thousand times for a pool of 10^6 records. The rows are
+therefore read once (the key and value columns, row group by row group, files on threads)
+into numpy arrays sorted by the hash's first eight bytes: the hash's bytes as 64-bit words (a
+``content_id`` is two, a sha256 four) and the rows' values, about 24 bytes a content where a
+Python dict of the same rows took about 230. A lookup is vectorized: a binary search of the
+first words, the other words compared for the hits."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.texts import damaged
+
+#: Rows of a record batch while a data file is read.
+READ_ROWS = 1 << 16
+
+
+def hash_words(values: pa.Array | pa.ChunkedArray, width: int) -> np.ndarray:
+    """The ``width``-byte values of a binary array (no nulls) as ``(n, width // 8)`` uint64
+    words (an owned copy)."""
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.null_count:
+        raise ValueError("a null hash")
+    if len(values) and not pc.all(pc.equal(pc.binary_length(values), width)).as_py():
+        raise ValueError(f"a hash of other than {width} bytes")
+    buffers = values.buffers()
+    wide = pa.types.is_large_binary(values.type)
+    offsets = np.frombuffer(buffers[1], dtype=np.int64 if wide else np.int32)[
+        values.offset:values.offset + len(values) + 1]
+    raw = np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0]:offsets[-1]] \
+        if len(values) else np.zeros(0, np.uint8)
+    return raw.copy().view(np.uint64).reshape(len(values), width // 8)
+
+
+class HashedRows:
+    """The rows of data files ``files`` (URI, row count as the manifests record it: one
+    state of one table), looked up by their ``width``-byte ``key`` column; ``values`` are
+    the int64 columns a lookup returns."""
+
+    def __init__(self, label: str, files: list[tuple[str, int]], key: str, width: int,
+                 values: tuple[str, ...], threads: int = 2) -> None:
+        self.label = label
+        self.width = width
+        starts = np.concatenate(([0], np.cumsum([rows for _, rows in files],
+                                                dtype=np.int64))).tolist()
+        n = starts[-1]
+        # the arrays are allocated once, at their final size, and each file's rows are read
+        # into its slice of them: no per-file copies to concatenate
+        words = [np.empty(n, np.uint64) for _ in range(width // 8)]
+        self.values: dict[str, np.ndarray] = {name: np.empty(n, np.int64) for name in values}
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            list(pool.map(lambda f: self._read(files[f][0], starts[f], starts[f + 1], key,
+                                               words), range(len(files))))
+        order = np.argsort(words[0], kind="stable")
+        self.first = words[0][order]
+        words[0] = self.first
+        # every other column in the same order, one at a time
+        for k in range(1, len(words)):
+            words[k] = words[k][order]
+        for name in values:
+            self.values[name] = self.values[name][order]
+        self.rest = words[1:]
+        del order
+        # the record batches' buffers go back to the system (Arrow's allocator keeps them)
+        pa.default_memory_pool().release_unused()
+
+    def _read(self, path: str, start: int, end: int, key: str, words: list[np.ndarray]
+              ) -> None:
+        at = start
+        pf = it.parquet_file(path)
+        for group in range(pf.metadata.num_row_groups):
+            batch = pf.read_row_group(group, columns=[key, *self.values],
+                                      use_threads=False)
+            rows = batch.num_rows
+            if at + rows > end:
+                break
+            try:
+                part = hash_words(batch.column(key), self.width)
+            except ValueError as exc:
+                raise damaged(self.label, f"data file {path}: {exc} in column {key}") from None
+            for k, column in enumerate(words):
+                column[at:at + rows] = part[:, k]
+            for name, array in self.values.items():
+                col = batch.column(name)
+                if col.null_count:
+                    raise damaged(self.label, f"data file {path}: a null in column {name}")
+                array[at:at + rows] = col.to_numpy()
+            at += rows
+        if at != end:
+            raise damaged(self.label, f"data file {path}: its rows are not the "
+                                      f"{end - start:,} its manifest records")
+
+    def __len__(self) -> int:
+        return len(self.first)
+
+    def find(self, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+        """(position in ``keys``, row) of each row whose hash is one of ``keys`` (rows as
+        positions in `values`' arrays), in the order of ``keys``."""
+        if not keys or not len(self.first):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        wanted = hash_words(pa.array(keys, pa.binary()), self.width)
+        lo = np.searchsorted(self.first, wanted[:, 0], side="left")
+        hi = np.searchsorted(self.first, wanted[:, 0], side="right")
+        counts = hi - lo
+        asked = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
+        # each hit's row: its run's start plus its place in the run
+        starts = np.repeat(lo, counts)
+        within = np.arange(len(asked), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts,
+                                                                  counts)
+        rows = starts + within
+        same = np.ones(len(rows), dtype=bool)
+        for k, column in enumerate(self.rest, start=1):
+            same &= column[rows] == wanted[asked, k]
+        return asked[same], rows[same]
