@@ -213,6 +213,9 @@ def test_compaction_a_killed_append_and_check_on_the_bucket(env, remote, tmp_pat
     assert stray in s3.keys(prefix)  # younger than the retention: a writer's, perhaps
     assert "removed" in maintain(index, "expire", "--older-than", "0s")
     assert stray not in s3.keys(prefix)
+    # a file the current snapshot reads (the expiry removed the ones compaction replaced)
+    band = next(k for k in s3.keys(prefix) if "/bands/data/" in k and k.endswith(".parquet"))
+    saved = client.get_object(Bucket=s3.bucket, Key=band)["Body"].read()
     client.put_object(Bucket=s3.bucket, Key=band, Body=saved + b"x")
     refused(["--index", index, "index", "check"], "damaged", f"s3://{s3.bucket}/{band}",
             "bytes")
