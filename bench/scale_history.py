@@ -442,17 +442,40 @@ def run_all(pool: Path, day: Path, contents: int, buckets: int, out: Path, worke
     tasks = index_tasks(f"iceberg://{sides['history']}", probes, timings)
     result["join"] = {**join(probes, pool_last, tasks), **timings}
     save()
-    for side, path in sides.items():
-        read_through(day)
-        ix = cli_run(f"{side}-day-index", ["index", "--inputs", str(day), "--workers",
-                                           str(workers)], f"iceberg://{path}", out, buckets)
-        sc, reports[side] = scan(f"{side}-day", f"iceberg://{path}", day, out, buckets,
-                                 workers)
-        result["day_runs"][side] = {"index": ix, "scan": sc}
-        save()
-    result["day_reports_identical"] = reports["empty"] == reports["history"]
+    result["day_runs"], result["day_reports_identical"] = day_runs(day, out, buckets, workers,
+                                                                   save)
     save()
     return result
+
+
+def day_runs(day: Path, out: Path, buckets: int, workers: int, save=lambda: None
+             ) -> tuple[dict, bool]:
+    """The package ``day`` indexed and scanned on the two indexes of a run in ``out``, in
+    turns: the figures of each side, and whether the reports are byte-identical."""
+    from bench.measure import read_through
+
+    runs: dict = {}
+    reports = {}
+    for side in ("empty", "history"):
+        index = f"iceberg://{out / side}"
+        read_through(day)
+        ix = cli_run(f"{side}-{day.name}-index", ["index", "--inputs", str(day), "--workers",
+                                                  str(workers)], index, out, buckets)
+        sc, reports[side] = scan(f"{side}-{day.name}", index, day, out, buckets, workers)
+        runs[side] = {"index": ix, "scan": sc}
+        save()
+    return runs, reports["empty"] == reports["history"]
+
+
+def more_days(day: Path, out: Path, buckets: int, workers: int) -> dict:
+    """`day_runs` of another day package on the indexes of an earlier `run_all` in ``out``;
+    the figures added to ``out/result.json`` under ``more_days``."""
+    result = orjson.loads((out / "result.json").read_bytes())
+    runs, identical = day_runs(day, out, buckets, workers)
+    entry = {"day": str(day), "reports_identical": identical, **runs}
+    result.setdefault("more_days", []).append(entry)
+    (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    return entry
 
 
 def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int) -> dict:
@@ -509,8 +532,15 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--buckets", type=int, default=1024)
     m.add_argument("--workers", type=int, default=2)
     m.add_argument("--rounds", type=int, default=1)
+    d = sub.add_parser("day", help="another day indexed and scanned on a run's indexes")
+    d.add_argument("--day", type=Path, required=True)
+    d.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
+    d.add_argument("--buckets", type=int, default=1024)
+    d.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
-    if args.command == "scans":
+    if args.command == "day":
+        result = more_days(args.day.resolve(), args.out.resolve(), args.buckets, args.workers)
+    elif args.command == "scans":
         result = scans(args.pool, args.out.resolve(), args.buckets, args.workers, args.rounds)
     elif args.command == "append":
         result = append(args.index, args.contents, args.seed)
