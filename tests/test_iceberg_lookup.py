@@ -60,6 +60,41 @@ def test_hashed_rows_find_every_row_of_a_key_exactly(tmp_path):
     assert [len(x) for x in rows.find([])] == [0, 0]
 
 
+def test_hashed_rows_sorted_in_runs_find_what_a_dict_finds(tmp_path, monkeypatch):
+    """Rows sorted in many small runs (`lookup.RUN_ROWS`), files of several sizes, keys on
+    several rows across runs, shared first words: each key's rows as a dict of every row
+    gives them, in the files' order."""
+    from near_dedup_core.index_store.iceberg import lookup
+
+    monkeypatch.setattr(lookup, "RUN_ROWS", 7)
+    rng = np.random.default_rng(5)
+    firsts = rng.integers(0, 40, 300).astype(np.uint64).tobytes()
+    keys = [firsts[8 * i:8 * i + 8] + bytes([int(x)]) * 8
+            for i, x in enumerate(rng.integers(0, 3, 300))]
+    files, expected, value = [], {}, 0
+    for f, size in enumerate((1, 50, 13, 200, 36)):
+        chunk = keys[:size]
+        keys = keys[size:]
+        values = list(range(value, value + size))
+        value += size
+        for k, v in zip(chunk, values, strict=True):
+            expected.setdefault(k, []).append(v)
+        path = tmp_path / f"{f}.parquet"
+        pq.write_table(pa.table({"key": pa.array(chunk, pa.binary()),
+                                 "value": pa.array(values, pa.int64())}), path,
+                       row_group_size=11)
+        files.append((str(path), size))
+    rows = HashedRows("test", files, "key", 16, ("value",), threads=2)
+    assert len(rows.runs) == 43
+    asked_keys = [*expected, b"\x00" * 16, *list(expected)[:5]]
+    asked, at = rows.find(asked_keys)
+    got: dict[int, list[int]] = {}
+    for a, v in zip(asked.tolist(), rows.values["value"][at].tolist(), strict=True):
+        got.setdefault(a, []).append(v)
+    assert got == {i: expected[k] for i, k in enumerate(asked_keys) if k in expected}
+    assert asked.tolist() == sorted(asked.tolist())
+
+
 def test_hashed_rows_refuse_a_wrong_hash_width_or_row_count_with_one_line(tmp_path):
     path = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"key": pa.array([b"\x01" * 15], pa.binary()),

@@ -26,6 +26,7 @@ pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
 V1 = SAMPLES / "cpt" / "2026-11-25" / "cpt-v1"
 V2 = SAMPLES / "cpt" / "2026-11-26" / "cpt-v2"
+V3 = SAMPLES / "cpt" / "2026-11-27" / "cpt-v3"
 
 
 def bench(*args: object) -> dict:
@@ -78,6 +79,11 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
     more = bench("scans", "--pool", V1, "--out", out, "--buckets", 16, "--workers", 1)
     assert [(s["round"], s["side"]) for s in more["more_scans"]] == [(1, "empty"),
                                                                     (1, "history")]
+    day = bench("day", "--day", V3, "--out", out, "--buckets", 16, "--workers", 1)
+    assert day["reports_identical"] and day["day"] == str(V3)
+    assert all(day[side][step]["cpu_s"] > 0 for side in ("empty", "history")
+               for step in ("index", "scan"))
+    assert orjson.loads((out / "result.json").read_bytes())["more_days"] == [day]
 
 
 def test_bands_and_join(tmp_path: Path) -> None:

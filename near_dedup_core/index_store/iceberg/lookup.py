@@ -5,10 +5,12 @@ contents of a raw text's sha256 (an `index` worker's `IcebergKnownTexts`).
 An `index` run asks once per block of 1,024 records, so one pass over the table per question
 would read the whole history a thousand times for a pool of 10^6 records. The rows are
 therefore read once (the key and value columns, row group by row group, files on threads)
-into numpy arrays sorted by the hash's first eight bytes: the hash's bytes as 64-bit words (a
-``content_id`` is two, a sha256 four) and the rows' values, about 24 bytes a content where a
-Python dict of the same rows took about 230. A lookup is vectorized: a binary search of the
-first words, the other words compared for the hits."""
+into numpy arrays: the hash's bytes as 64-bit words (a ``content_id`` is two, a sha256 four)
+and the rows' values, about 24 bytes a content where a Python dict of the same rows took about
+230. The arrays are sorted by the hash's first eight bytes in runs of `RUN_ROWS` rows, each
+run on its own (a run's sort stays in the processor's caches: one sort of 10^8 rows took 30 s
+of CPU, its runs 11 s, docs/scale.md). A lookup is vectorized: in each run, a binary search
+of the first words, the other words compared for the hits."""
 
 from __future__ import annotations
 
@@ -23,6 +25,8 @@ from near_dedup_core.index_store.texts import damaged
 
 #: Rows of a record batch while a data file is read.
 READ_ROWS = 1 << 16
+#: Rows sorted together (`sort_run`): about 24 MiB of a content's words and values.
+RUN_ROWS = 1 << 20
 
 
 def hash_words(values: pa.Array | pa.ChunkedArray, width: int) -> np.ndarray:
@@ -62,16 +66,12 @@ class HashedRows:
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             list(pool.map(lambda f: self._read(files[f][0], starts[f], starts[f + 1], key,
                                                words), range(len(files))))
-        order = np.argsort(words[0], kind="stable")
-        self.first = words[0][order]
-        words[0] = self.first
-        # every other column in the same order, one at a time
-        for k in range(1, len(words)):
-            words[k] = words[k][order]
-        for name in values:
-            self.values[name] = self.values[name][order]
+        self.runs = [(at, min(at + RUN_ROWS, n)) for at in range(0, n, RUN_ROWS)]
+        columns = [*words, *self.values.values()]
+        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            list(pool.map(lambda run: sort_run(columns, *run), self.runs))
+        self.first = words[0]
         self.rest = words[1:]
-        del order
         # the record batches' buffers go back to the system (Arrow's allocator keeps them)
         pa.default_memory_pool().release_unused()
 
@@ -106,20 +106,39 @@ class HashedRows:
 
     def find(self, keys: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
         """(position in ``keys``, row) of each row whose hash is one of ``keys`` (rows as
-        positions in `values`' arrays), in the order of ``keys``."""
+        positions in `values`' arrays), in the order of ``keys``, a key's rows in the
+        files' order."""
+        none = np.zeros(0, np.int64)
         if not keys or not len(self.first):
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+            return none, none
         wanted = hash_words(pa.array(keys, pa.binary()), self.width)
-        lo = np.searchsorted(self.first, wanted[:, 0], side="left")
-        hi = np.searchsorted(self.first, wanted[:, 0], side="right")
-        counts = hi - lo
-        asked = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
-        # each hit's row: its run's start plus its place in the run
-        starts = np.repeat(lo, counts)
-        within = np.arange(len(asked), dtype=np.int64) - np.repeat(np.cumsum(counts) - counts,
-                                                                  counts)
-        rows = starts + within
+        asked_parts, row_parts = [], []
+        for start, end in self.runs:
+            run = self.first[start:end]
+            lo = np.searchsorted(run, wanted[:, 0], side="left")
+            counts = np.searchsorted(run, wanted[:, 0], side="right") - lo
+            if not counts.any():
+                continue
+            asked = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
+            # each hit's row: its run of equal first words' start plus its place in it
+            within = np.arange(len(asked), dtype=np.int64) - np.repeat(
+                np.cumsum(counts) - counts, counts)
+            asked_parts.append(asked)
+            row_parts.append(start + np.repeat(lo, counts) + within)
+        if not asked_parts:
+            return none, none
+        asked, rows = np.concatenate(asked_parts), np.concatenate(row_parts)
         same = np.ones(len(rows), dtype=bool)
         for k, column in enumerate(self.rest, start=1):
             same &= column[rows] == wanted[asked, k]
-        return asked[same], rows[same]
+        asked, rows = asked[same], rows[same]
+        order = np.lexsort((rows, asked))
+        return asked[order], rows[order]
+
+
+def sort_run(columns: list[np.ndarray], start: int, end: int) -> None:
+    """Rows ``start``..``end`` of ``columns`` put in the order of the first column's values
+    there (stable: equal values keep the files' order), in place."""
+    order = np.argsort(columns[0][start:end], kind="stable")
+    for column in columns:
+        column[start:end] = column[start:end][order]
