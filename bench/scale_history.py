@@ -497,6 +497,16 @@ def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int) -> dic
     return {"more_scans": more}
 
 
+def built(package: Path) -> None:
+    """A benchmark package of `bench.build_corpus` (``bench/out/pkg/<name>``) built if it is
+    missing."""
+    from bench.build_corpus import PACKAGES, PKG_DIR, ensure
+
+    if not package.exists() and package.resolve().parent == PKG_DIR.resolve() \
+            and package.name in PACKAGES:
+        ensure(package.name)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.scale_history",
                                  description=__doc__.splitlines()[0])
@@ -538,6 +548,10 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--buckets", type=int, default=1024)
     d.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
+    for name in ("pool", "day"):
+        package = getattr(args, name, None)
+        if package is not None:
+            built(package)
     if args.command == "day":
         result = more_days(args.day.resolve(), args.out.resolve(), args.buckets, args.workers)
     elif args.command == "scans":
