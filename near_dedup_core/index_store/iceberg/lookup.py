@@ -23,8 +23,6 @@ import pyarrow.compute as pc
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.texts import damaged
 
-#: Rows of a record batch while a data file is read.
-READ_ROWS = 1 << 16
 #: Rows sorted together (`sort_run`): about 24 MiB of a content's words and values.
 RUN_ROWS = 1 << 20
 
