@@ -61,12 +61,11 @@ class HashedRows:
         # into its slice of them: no per-file copies to concatenate
         words = [np.empty(n, np.uint64) for _ in range(width // 8)]
         self.values: dict[str, np.ndarray] = {name: np.empty(n, np.int64) for name in values}
-        with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
-            list(pool.map(lambda f: self._read(files[f][0], starts[f], starts[f + 1], key,
-                                               words), range(len(files))))
         self.runs = [(at, min(at + RUN_ROWS, n)) for at in range(0, n, RUN_ROWS)]
         columns = [*words, *self.values.values()]
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
+            list(pool.map(lambda f: self._read(files[f][0], starts[f], starts[f + 1], key,
+                                               words), range(len(files))))
             list(pool.map(lambda run: sort_run(columns, *run), self.runs))
         self.first = words[0]
         self.rest = words[1:]
@@ -110,6 +109,7 @@ class HashedRows:
         if not keys or not len(self.first):
             return none, none
         wanted = hash_words(pa.array(keys, pa.binary()), self.width)
+        positions = np.arange(len(keys), dtype=np.int64)
         asked_parts, row_parts = [], []
         for start, end in self.runs:
             run = self.first[start:end]
@@ -117,7 +117,7 @@ class HashedRows:
             counts = np.searchsorted(run, wanted[:, 0], side="right") - lo
             if not counts.any():
                 continue
-            asked = np.repeat(np.arange(len(keys), dtype=np.int64), counts)
+            asked = np.repeat(positions, counts)
             # each hit's row: its run of equal first words' start plus its place in it
             within = np.arange(len(asked), dtype=np.int64) - np.repeat(
                 np.cumsum(counts) - counts, counts)
