@@ -222,16 +222,16 @@ def build_parser() -> argparse.ArgumentParser:
                                     "(overview, clusters with text diffs, guard pairs, per "
                                     "source, find a sample) from the report files and the "
                                     "input packages (no index needed); open index.html.")
-    rh.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
-    rh.add_argument("--against", type=Path, metavar="OLD_REPORT",
+    rh.add_argument("report", type=_location, metavar="REPORT", help="the report folder")
+    rh.add_argument("--against", type=_location, metavar="OLD_REPORT",
                     help="also a page of the changes since this report (report diff)")
-    rh.add_argument("--contamination", type=Path, metavar="DIR",
+    rh.add_argument("--contamination", type=_location, metavar="DIR",
                     help="also a page of this contamination report's contaminated samples")
     rh.add_argument("--inputs", nargs="+", type=Path, default=[], metavar="PACKAGE",
                     help="input packages to read texts from, if they moved since the report "
                          "was frozen (default: the paths in the report's manifest)")
-    rh.add_argument("--output", type=Path, required=True, metavar="DIR",
-                    help="new site folder (must not exist)")
+    rh.add_argument("--output", type=_location, required=True, metavar="DIR",
+                    help="new site folder or URL (must not exist)")
 
     sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
@@ -451,10 +451,10 @@ def _run(args: argparse.Namespace) -> None:
         if args.report_command in ("explain", "diff"):
             _report_audit(args)
         elif args.report_command == "html":
-            from near_dedup_core.site import build_site
+            from near_dedup_core.site import publish_site
 
-            site = build_site(args.report, args.output, against=args.against,
-                              contamination=args.contamination, inputs=args.inputs)
+            site = publish_site(args.report, args.output, against=args.against,
+                                contamination=args.contamination, inputs=args.inputs)
             for note in site.notes:
                 print(f"near-dedup: note: {note}", file=sys.stderr)
             print(site.summary())

@@ -94,7 +94,7 @@ SEARCH_TASK = 100_000
 
 @dataclass
 class SiteResult:
-    output: Path
+    output: Path | str  # a local folder, or the URL it was published to
     files: int
     samples: int
     clusters: int
@@ -105,7 +105,7 @@ class SiteResult:
     def summary(self) -> str:
         return (f"site {self.output}: {self.files:,} files; {self.samples:,} samples "
                 f"searchable, {self.clusters:,} clusters ({self.cluster_pages:,} with a page), "
-                f"{self.diffs:,} text diffs; open {self.output / 'index.html'}")
+                f"{self.diffs:,} text diffs; open {self.output}/index.html")
 
 
 def _override_inputs(manifest: ReportManifest, paths: Sequence[Path]) -> ReportManifest:
