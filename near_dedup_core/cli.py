@@ -208,6 +208,7 @@ def build_parser() -> argparse.ArgumentParser:
     rx.add_argument("package_id", metavar="PACKAGE_ID", help="the sample's package id")
     rx.add_argument("sample_id", metavar="SAMPLE_ID", help="the sample's id")
     rx.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _packages_option(rx)
     rd = rps.add_parser("diff", help="decisions that changed between two reports",
                         description="Compare two reports: config changes first, then counts "
                                     "and the samples whose decision or kept partner changed.")
@@ -216,6 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--json", action="store_true", help="one JSON object on stdout")
     rd.add_argument("--limit", type=_workers, default=20, metavar="N",
                     help="samples shown per list (default 20; --json lists all)")
+    _packages_option(rd)
 
     rh = rps.add_parser("html", help="a report as a static site (HTML, no server needed)",
                         description="Write a self-contained static site of a verified report "
@@ -232,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "was frozen (default: the paths in the report's manifest)")
     rh.add_argument("--output", type=_location, required=True, metavar="DIR",
                     help="new site folder or URL (must not exist)")
+    _packages_option(rh)
 
     sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
@@ -282,6 +285,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "near-dedup report embedded in it.")
     mv.add_argument("mixture", type=_location, metavar="MIXTURE", help="the mixture folder")
     return p
+
+
+def _packages_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--packages", nargs="+", type=Path, default=[], metavar="DIR",
+                        help="folders to look for the input packages in, if they are not at "
+                             "the paths the report recorded: the folder the scan ran in (a "
+                             "relative path is looked for below it), or one holding the "
+                             "package folders (docs/audit.md)")
 
 
 def _location(text: str) -> Location:
@@ -448,18 +459,10 @@ def _run(args: argparse.Namespace) -> None:
                                    args.output, workers=args.workers, progress=progress,
                                    index=args.index, executor=args.executor).summary())
     elif args.command == "report":
-        if args.report_command in ("explain", "diff"):
-            _report_audit(args)
-        elif args.report_command == "html":
-            from near_dedup_core.site import publish_site
+        from near_dedup_core.audit.sources import searching
 
-            site = publish_site(args.report, args.output, against=args.against,
-                                contamination=args.contamination, inputs=args.inputs)
-            for note in site.notes:
-                print(f"near-dedup: note: {note}", file=sys.stderr)
-            print(site.summary())
-        else:
-            print(verify_any_report(args.report, args.inputs))
+        with searching(getattr(args, "packages", ())):  # report explain, diff, html
+            _run_report(args)
     elif args.command == "snapshot":
         from near_dedup_core import package
 
@@ -489,6 +492,21 @@ def _run(args: argparse.Namespace) -> None:
 
             with local_folder(args.mixture) as folder:
                 print(in_place(mixture.verify_mixture(folder).summary(), folder, args.mixture))
+
+
+def _run_report(args: argparse.Namespace) -> None:
+    if args.report_command in ("explain", "diff"):
+        _report_audit(args)
+    elif args.report_command == "html":
+        from near_dedup_core.site import publish_site
+
+        site = publish_site(args.report, args.output, against=args.against,
+                            contamination=args.contamination, inputs=args.inputs)
+        for note in site.notes:
+            print(f"near-dedup: note: {note}", file=sys.stderr)
+        print(site.summary())
+    else:
+        print(verify_any_report(args.report, args.inputs))
 
 
 class Terminated(BaseException):

@@ -113,7 +113,7 @@ def explain_sample(  # noqa: C901 (the explanation's parts in the order it print
     report = Path(report)
     manifest = verify_report(report).model
     config = manifest.config
-    inputs = report_inputs(manifest)
+    inputs = report_inputs(manifest, report)
     if package_id not in inputs:
         raise NearDedupError(f"report {report}: no input package {package_id!r} (inputs: "
                              f"{', '.join(sorted(inputs)) or 'none'})")

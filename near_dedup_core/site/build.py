@@ -288,7 +288,7 @@ def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStac
         manifest = summary.model
         if inputs:
             manifest = _override_inputs(manifest, [Path(p) for p in inputs])
-    packages = report_inputs(manifest)
+    packages = report_inputs(manifest, report)
     files = [(pkg, file) for pkg in packages.values() if pkg.available for file in pkg.files]
     records = sum(i.records for i in manifest.inputs)
     executor = choose_executor("local", WORKERS).for_work(records, POOL_SAMPLES)
@@ -695,8 +695,8 @@ def _contamination(w: Writer, contam: ContaminationSummary, report: Path) -> Non
     path, manifest = contam.path, contam.model
     lines = list(pair_lines(path))
     summary = Summary.model_validate_json((path / "summary.json").read_bytes())
-    pool = input_packages(manifest.inputs)
-    evals = input_packages(manifest.evals)
+    pool = input_packages(manifest.inputs, path)
+    evals = input_packages(manifest.evals, path)
     shown = lines[:MAX_CONTAMINATION_TEXTS]
     t_orig = {(t.package_id, t.sample_id): OriginRow(
         package_id=t.package_id, sample_id=t.sample_id, split=t.split, file=t.file,
