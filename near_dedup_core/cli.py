@@ -231,7 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="also a page of this contamination report's contaminated samples")
     rh.add_argument("--inputs", nargs="+", type=Path, default=[], metavar="PACKAGE",
                     help="input packages to read texts from, if they moved since the report "
-                         "was frozen (default: the paths in the report's manifest)")
+                         "was frozen (default: the paths in the report's manifest, also "
+                         "looked for below the report's folders and in --packages)")
     rh.add_argument("--output", type=_location, required=True, metavar="DIR",
                     help="new site folder or URL (must not exist)")
     _packages_option(rh)
