@@ -113,8 +113,10 @@ ray start --head --port 6379 --num-cpus 1
 SCAN="near-dedup --quiet --index $INDEX scan --inputs $V1 --executor ray --output"
 started=$(date +%s%N)
 if env -u RAY_AUTH_MODE -u RAY_AUTH_TOKEN RAY_ADDRESS=127.0.0.1:6379 \\
-  timeout 60 $SCAN none 2> none.err; then exit 3; fi
+  NEAR_DEDUP_RAY_LOG="$PWD/ray.log" timeout 60 $SCAN none 2> none.err; then exit 3; fi
 echo $(( ($(date +%s%N) - started) / 1000000 )) > none.ms
+if env -u RAY_AUTH_MODE -u RAY_AUTH_TOKEN RAY_ADDRESS=127.0.0.1:6379 NEAR_DEDUP_RAY_LOG=- \\
+  timeout 60 $SCAN shown 2> shown.err; then exit 5; fi
 if RAY_AUTH_TOKEN=0123 RAY_ADDRESS=127.0.0.1:6379 timeout 60 $SCAN wrong 2> wrong.err; then
   exit 4
 fi
@@ -144,10 +146,14 @@ def test_a_refused_token_is_one_line_and_a_local_ray_runs_beside_a_head(tmp_path
         "near-dedup: error: ray: cluster 127.0.0.1:6379 requires its authentication token: set "
         "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to the token of its head (or "
         "RAY_AUTH_TOKEN_PATH to a file holding it), as in docs/ray.md\n")
+    # Ray's own messages: in the log file, or on stderr when NEAR_DEDUP_RAY_LOG=- asks
+    assert "InvalidAuthToken" in (tmp_path / "ray.log").read_text()
+    shown = (tmp_path / "shown.err").read_text()
+    assert "InvalidAuthToken" in shown and shown.endswith((tmp_path / "none.err").read_text())
     assert (tmp_path / "wrong.err").read_text() == (
         "near-dedup: error: ray: cluster 127.0.0.1:6379 refused this command's authentication "
         "token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): set RAY_AUTH_TOKEN "
         "to the token of its head\n")
     assert (tmp_path / "local.err").read_text() == ""
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
-    assert not (tmp_path / "none").exists() and not (tmp_path / "wrong").exists()
+    assert not any((tmp_path / name).exists() for name in ("none", "shown", "wrong"))
