@@ -365,3 +365,27 @@ def test_an_endpoint_that_stops_answering_while_publishing(
     assert elapsed < 2 * 2 + 4, elapsed
     if stage == "publish-copied":
         assert "could not be removed" in err, err
+
+
+def test_a_bad_deadline_setting_is_one_line(s3: S3Server,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    s3.client().put_object(Bucket=s3.bucket, Key="snap/pkg/manifest.json", Body=b"{}")
+    for bad in ("soon", "0", "-5", "inf"):
+        monkeypatch.setenv("NEAR_DEDUP_STORAGE_TIMEOUT", bad)
+        refused(["snapshot", "validate", s3.url("snap/pkg")],
+                f"NEAR_DEDUP_STORAGE_TIMEOUT='{bad}': expected a number of seconds above 0")
+
+
+def test_docs_state_the_rules() -> None:
+    """docs/storage.md and docs/reliability.md state the key rule, the names refused, the
+    deadline's setting, the publication's stops and this module's steps."""
+    storage_md = (REPO / "docs" / "storage.md").read_text(encoding="utf-8")
+    reliability_md = (REPO / "docs" / "reliability.md").read_text(encoding="utf-8")
+    for phrase in ("not a plain relative path below the prefix", "may not hold control "
+                   "characters", "NEAR_DEDUP_STORAGE_TIMEOUT", "no answer from the storage "
+                   "within the deadline", "SIGTERM or Ctrl-C", "could not be removed",
+                   "`snapshot create … --output DIR`", "publish-marker"):
+        assert phrase in storage_md, phrase
+    for phrase in ("NEAR_DEDUP_STORAGE_TIMEOUT", "SIGTERM or Ctrl-C during a publication",
+                   "not a plain relative path"):
+        assert phrase in reliability_md, phrase
