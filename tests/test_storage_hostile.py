@@ -284,6 +284,74 @@ def test_a_stop_after_the_marker_leaves_the_published_output(
     assert all(k.startswith("reports/cpt/") for k in s3.keys())
 
 
+SIGNAL_IN_FLIGHT = """
+import asyncio, os, signal, sys
+from fsspec.asyn import sync
+from near_dedup_core import cli, storage
+from near_dedup_core.fsutil import write_checksums
+
+out = storage.parse_location(sys.argv[1])
+fs = out.fs
+calls = []
+
+
+def stopped_while_answered() -> None:  # the request has landed; its answer is on its way
+    calls.append(1)
+    if len(calls) == int(sys.argv[3]):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+async def late_copy(*args, **kwargs):
+    await fs._copy(*args, **kwargs)
+    stopped_while_answered()
+    await asyncio.sleep(0.5)
+
+
+put = storage.RemoteLocation._put_streamed
+
+
+async def late_put(self, local, size, key, create):
+    await put(self, local, size, key, create)
+    if create:
+        stopped_while_answered()
+        await asyncio.sleep(0.5)
+
+
+if sys.argv[2] == "copy":
+    fs.copy = lambda *args, timeout=None, **kwargs: sync(fs.loop, late_copy, *args,
+                                                         timeout=timeout, **kwargs)
+else:
+    storage.RemoteLocation._put_streamed = late_put
+signal.signal(signal.SIGTERM, cli._terminate)
+try:
+    with out.publish() as folder:
+        for i in range(3):
+            (folder / f"part-{i}.jsonl").write_bytes(b'{"n": %d}\\n' % i)
+        write_checksums(folder)
+except cli.Terminated:
+    sys.exit(143)
+"""
+
+
+@pytest.mark.parametrize(("request_", "nth"), [("copy", 2), ("marker", 1)])
+def test_a_stop_while_a_request_is_answered(s3: S3Server, request_: str, nth: int) -> None:
+    """SIGTERM while a copy (the second) or the marker has landed on the server and its answer
+    is on its way: the publication waits for the answer, so it knows what it wrote. A copy
+    is then removed with the rest (nothing at the output or the staging prefix); a marker
+    makes the output published, whole."""
+    url = s3.url("reports/r")
+    run = subprocess.run([sys.executable, "-c", SIGNAL_IN_FLIGHT, url, request_, str(nth)],
+                         env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 143, run.stderr
+    if request_ == "copy":
+        assert s3.keys() == []
+    else:
+        assert sorted(parse_location(url).verify("report")) == [
+            "part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+        assert all(k.startswith("reports/r/") for k in s3.keys())
+
+
 # --------------------------------------------------------------------------- silent endpoint
 
 
