@@ -170,7 +170,13 @@ def test_names_with_control_characters_are_refused_up_front(
                   "--output", bad],
                  ["--index", built["index"], "--config", CONFIG, "scan", "--inputs", bad,
                   "--output", f"{base}/fine"],
-                 ["report", "verify", bad], ["snapshot", "validate", f"{base}/tab\there"]):
+                 ["report", "verify", bad], ["snapshot", "validate", f"{base}/tab\there"],
+                 ["snapshot", "create", "--kind", "cpt", "--package-id", "p", "--tokenizer",
+                  "tok@1", "--split", f"train={tmp_path}/a\rb.jsonl", "--output",
+                  f"{base}/pkg"],
+                 ["snapshot", "create", "--kind", "cpt", "--package-id", "p", "--tokenizer",
+                  "tok@1", "--split", f"train={V1}/data/train/part-00000.jsonl",
+                  "--output", bad]):
         refused(argv, "may not hold control characters", "\\x0")
     assert s3.keys() == []
     assert sorted(tmp_path.rglob("*")) == before

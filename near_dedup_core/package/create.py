@@ -26,6 +26,7 @@ from near_dedup_core.package.manifest import (
 from near_dedup_core.package.records import LineProblem, check_record
 from near_dedup_core.package.stream import stream_package
 from near_dedup_core.storage import Location, parse_location
+from near_dedup_core.storage_names import check_location_text
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -128,6 +129,7 @@ def create_package(kind: str, package_id: str, tokenizer: str | None,
     if not splits:
         raise NearDedupError(f"{loc}: give at least one --split SPLIT=FILE")
     for split, source in splits:
+        check_location_text(str(source))
         if not ID_RE.fullmatch(split):
             raise NearDedupError(f"{loc}: split name {split!r} must match {ID_PATTERN}")
         if not Path(source).is_file():
