@@ -21,8 +21,12 @@ published folder is complete when, and only when, its ``checksums.sha256`` exist
    is gone) are removed by the next publication beside them.
 
 A reader (`Location.verify`) refuses a folder without ``checksums.sha256``, so a run killed
-at any step leaves nothing that verifies. Every failure is one `NearDedupError` line naming
-the URL; credentials come only from the storage client's own chain and are never printed.
+at any step leaves nothing that verifies. A run that fails, or is stopped by SIGTERM or
+Ctrl-C, removes what it wrote before it ends (`RemoteLocation._commit`). Every storage call
+has a deadline (`storage_errors.deadline`). A key listed below a prefix must be a plain
+relative path (`storage_names`), so a fetched folder never writes outside itself. Every
+failure is one `NearDedupError` line naming the URL; credentials come only from the storage
+client's own chain and are never printed.
 """
 
 from __future__ import annotations
