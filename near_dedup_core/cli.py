@@ -258,8 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="lineage parents (informational)")
     cr.add_argument("--created-at", metavar="TIMESTAMP",
                     help="ISO timestamp (default: now, UTC)")
-    cr.add_argument("--output", type=Path, required=True, metavar="DIR",
-                    help="new package folder (must not exist)")
+    cr.add_argument("--output", type=_location, required=True, metavar="DIR",
+                    help="new package folder or URL (must not exist)")
     va = sns.add_parser("validate", help="validate packages (together, as one command's inputs)",
                         description="Fully validate packages: manifests, checksums, every "
                                     "line and the references between them.")
