@@ -408,7 +408,7 @@ def ensure(*packages: str) -> list[Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.build_corpus", description=__doc__)
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.build_corpus", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("real", help="collect real documents into bench/corpus/real.jsonl")
     r.add_argument("--out", type=Path, default=REAL)

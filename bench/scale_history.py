@@ -508,7 +508,7 @@ def built(package: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.scale_history",
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.scale_history",
                                  description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="command", required=True)
     a = sub.add_parser("append", help="append generated contents to an Iceberg index")

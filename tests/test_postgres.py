@@ -364,7 +364,7 @@ def _closed_port() -> int:
     (lambda u: u.rsplit("/", 1)[0] + "/no_such_db", 'database "no_such_db" does not exist'),
     (lambda u: re.sub(r":\d+/", f":{_closed_port()}/", u), "Connection refused"),
     (lambda u: re.sub(r":\d+/", ":99999/", u), "not a valid URL"),
-    (lambda u: "mysql://" + u.split("://", 1)[1], "unknown scheme mysql://"),
+    (lambda u: "mysql://" + u.split("://", 1)[1], "the scheme mysql:// is not supported"),
     (lambda u: u.rsplit("/", 1)[0] + "/", "names no database"),
 ])
 def test_unreachable_missing_or_unknown_is_one_line(url, change, fragment):
