@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from near_dedup_core import __version__, runtime
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.progress import command_clock
 from near_dedup_core.workers import EXECUTORS, choose_executor
 
 if TYPE_CHECKING:
@@ -371,7 +372,7 @@ def _index_action(args: argparse.Namespace) -> str:
         from near_dedup_core.index_store.iceberg import maintain
 
         if args.action == "compact":
-            return maintain.compact(index.url)
+            return maintain.compact(index.url, progress=not args.quiet)
         return maintain.expire(index.url, getattr(args, "older_than", None))
 
 
@@ -450,9 +451,10 @@ def run(args: argparse.Namespace) -> None:
         args.executor = choose_executor(args.executor, args.workers)
     action = getattr(args, "action", None)
     name = f"index {action}" if action in ("check", "compact", "expire") else args.command
-    with runtime.command(name, inputs=getattr(args, "inputs", None) or (),
-                         workers=getattr(args, "workers", 1),
-                         executor=getattr(args, "executor", "local"), index=args.index):
+    with command_clock(), \
+            runtime.command(name, inputs=getattr(args, "inputs", None) or (),
+                            workers=getattr(args, "workers", 1),
+                            executor=getattr(args, "executor", "local"), index=args.index):
         try:
             _run(args)
         except NearDedupError as exc:
@@ -535,7 +537,8 @@ def _run(args: argparse.Namespace) -> None:
             from near_dedup_core.site import build_site
 
             site = build_site(args.report, args.output, against=args.against,
-                              contamination=args.contamination, inputs=args.inputs)
+                              contamination=args.contamination, inputs=args.inputs,
+                              progress=progress)
             for note in site.notes:
                 print(f"near-dedup: note: {note}", file=sys.stderr)
             print(site.summary())
@@ -543,16 +546,17 @@ def _run(args: argparse.Namespace) -> None:
             print(verify_any_report(args.report, args.inputs))
     elif args.command == "snapshot":
         from near_dedup_core import package
+        from near_dedup_core.wording import count
 
         if args.snapshot_command == "create":
             pkg = package.create_package(
                 kind=args.kind, package_id=args.package_id, tokenizer=args.tokenizer,
                 splits=package.parse_split_args(args.split), depends_on=args.depends_on,
                 parents=args.parent, created_at=args.created_at, output=args.output)
-            print(f"created {pkg.package_id} at {pkg.path} ({pkg.record_count} records)")
+            print(f"created {pkg.package_id} at {pkg.path} ({count(pkg.record_count, 'record')})")
         else:
             for pkg in package.validate_packages(args.packages):
-                print(f"valid: {pkg.package_id} ({pkg.kind}, {pkg.record_count} records, "
+                print(f"valid: {pkg.package_id} ({pkg.kind}, {count(pkg.record_count, 'record')}, "
                       f"manifest sha256 {pkg.manifest_sha256})")
     elif args.command == "mixture":
         from near_dedup_core import mixture
@@ -569,7 +573,8 @@ def _run(args: argparse.Namespace) -> None:
             from near_dedup_core.storage import in_place, local_folder
 
             with local_folder(args.mixture) as folder:
-                print(in_place(mixture.verify_mixture(folder).summary(), folder, args.mixture))
+                print(in_place(mixture.verify_mixture(folder, progress).summary(), folder,
+                               args.mixture))
 
 
 class Terminated(BaseException):
