@@ -86,10 +86,12 @@ class Progress:
     def step(self, doing: str) -> None:
         """One more step done; the work now does ``doing`` (shown after the count). Steps
         show once the command as a whole has lasted the delay (`command_clock`): a command of
-        many short steps shows them."""
+        many short steps shows them; each one shows, not one an interval, as a command has
+        few of them and a step shown late would leave the one before it on the screen."""
         if _command_start is not None:
             self._since = min(self._since, _command_start)
         self.doing = doing
+        self._last = -float("inf")  # a command's few steps each show (once past the delay)
         self.advance()
 
     def note(self, text: str) -> None:

@@ -107,3 +107,14 @@ def test_steps_count_the_command_from_its_start_and_counts_from_their_own(clock)
         stages.step("verifying pairs")
         bar.advance()
     assert out.getvalue().splitlines() == ["scan: 1/3 (33%) verifying pairs, 0.3s"]
+
+
+def test_every_step_shows_once_past_the_delay(clock):
+    out = io.StringIO()
+    stages = Progress("scan", 3, stream=out)
+    clock.now += 2
+    stages.step("deciding")
+    clock.now += 0.1
+    stages.step("writing the report")  # within the interval, shown all the same
+    assert [line.split(",")[0] for line in out.getvalue().splitlines()] == [
+        "scan: 1/3 (33%) deciding", "scan: 2/3 (67%) writing the report"]
