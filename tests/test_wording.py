@@ -94,3 +94,18 @@ def test_why_is_one_sentence_with_decision_partner_similarity_and_rule(report):
             assert f"Jaccard {d['jaccard']:.4f}" in why or "Jaccard 1.0000" in why, why
     assert seen >= {"unique", "retained_split", "exact_duplicate", "near_duplicate",
                     "guard_blocked"}
+
+
+def test_summaries_of_one_say_one():
+    from near_dedup_core.contamination.run import ContaminationResult
+    from near_dedup_core.scan.run import ScanResult
+
+    one = ContaminationResult("c", {"items_leaked": 1, "items_checked": 1,
+                                    "items_skipped_short": 0,
+                                    "training_samples_contaminated": 1,
+                                    "training_samples": 1, "pairs": 1}).summary()
+    assert one.endswith("into 1 of 1 training sample; 1 pair"), one
+    scan = ScanResult("r", {"samples": 1, "keep": 1, "exclude": 0, "by_reason": {"unique": 1},
+                            "relations": 1, "history_only_relations": 0,
+                            "blocked_relations": 0}).summary()
+    assert scan.startswith("report r: 1 sample, keep 1 (unique 1), exclude 0; 1 relation, "), scan
