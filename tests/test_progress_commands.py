@@ -142,3 +142,16 @@ def test_the_corpus_generator_shows_its_records(every_step, tmp_path, monkeypatc
                  progress=False)
     assert not any(line.startswith("corpus corpus-q: records") for line in
                    quiet_err.getvalue().splitlines())
+
+
+def test_the_history_generator_shows_its_band_rows(every_step, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("pyiceberg")
+    from bench import scale_history
+
+    scale_history.bands_only(tmp_path / "bands", contents=200, buckets=4)
+    lines = capsys.readouterr().err.splitlines()
+    assert lines and all(line.startswith("history: band rows: ") for line in lines), lines
+    assert lines[-1].startswith("history: band rows: 3,200/3,200 (100%)")
+    monkeypatch.setitem(scale_history.PROGRESS, "enabled", False)  # as --quiet sets it
+    scale_history.bands_only(tmp_path / "quiet", contents=200, buckets=4)
+    assert capsys.readouterr().err == ""
