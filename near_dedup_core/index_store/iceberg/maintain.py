@@ -160,7 +160,7 @@ def check_iceberg(location: str) -> IndexCheck:
     note = f"; {count(pinned.state.n, 'commit')}"
     if orphans:
         names = ", ".join(shown(f.uri) for f in orphans[:5])
-        note += (f"; {len(orphans):,} orphan data files, never read (`index expire` removes "
+        note += (f"; {count(len(orphans), 'orphan data file')}, never read (`index expire` removes "
                  f"them): {names}{', …' if len(orphans) > 5 else ''}")
     return result._replace(note=note)
 
