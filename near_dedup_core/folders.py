@@ -62,7 +62,7 @@ def misplaced(folder: Path, wanted: tuple[str, ...], what: str, shown: str) -> s
         expected = " or ".join(KINDS[k][2] for k in wanted)
         return (f"{what} {shown}: this folder is {name}, not {expected}; check it with "
                 f"`near-dedup {command} {shown}`")
-    if kind is None and not (folder / "manifest.json").exists():
+    if kind is None and "package" in wanted and not (folder / "manifest.json").exists():
         inside = packages_inside(folder)
         if inside:
             names = [p.name for p in inside[:_LISTED]]

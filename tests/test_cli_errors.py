@@ -62,6 +62,8 @@ def test_a_day_folder_is_named_with_the_packages_to_pass(tmp_path):
             f"pass the package folders themselves: {DAY}/cpt-v1")
     refused(["--index", tmp_path / "idx.sqlite", "index", "--inputs", DAY],
             f"{DAY}/cpt-v1")
+    err = refused(["report", "verify", DAY], f"report {DAY}")  # not a place for packages
+    assert "pass the package folders" not in err
     assert list(tmp_path.iterdir()) == []
 
 
