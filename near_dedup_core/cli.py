@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from near_dedup_core import __version__, runtime
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.progress import command_clock
+from near_dedup_core.progress import close_bars, command_clock
 from near_dedup_core.workers import EXECUTORS, choose_executor
 
 if TYPE_CHECKING:
@@ -704,6 +704,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _stopped(exc: Terminated | KeyboardInterrupt) -> int:
     """The line and exit code of a command stopped by SIGTERM or Ctrl-C."""
+    close_bars()
     if isinstance(exc, Terminated):
         print("near-dedup: terminated", file=sys.stderr)
         return _TERMINATED
@@ -724,6 +725,7 @@ def _broken_pool(exc: BaseException) -> bool:
 
 
 def _fail(message: str, code: int = 1) -> int:
+    close_bars()
     print(f"near-dedup: error: {message}", file=sys.stderr)
     return code
 

@@ -9,6 +9,7 @@ file or a pipe, as a line at most every ``interval`` seconds (one by default).
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 import time
@@ -24,6 +25,8 @@ PAUSE_ENV = "NEAR_DEDUP_PAUSE"
 INTERVAL_ENV = "NEAR_DEDUP_PROGRESS_INTERVAL"
 
 _command_start: float | None = None
+#: The bars drawn on a terminal and not closed yet (`close_bars`).
+_open_bars: list[Any] = []
 
 
 @contextmanager
@@ -138,16 +141,38 @@ class Progress:
     def _draw(self, final: bool) -> None:
         """The terminal's bar: drawn at the first emit, updated, closed at the end."""
         if self._bar is None:
+            # the terminal's width, followed as it changes; a terminal that reports none
+            # (a pseudo-terminal without a size, where tqdm would draw nothing) gets 80 × 24
+            sized = _columns(self.stream) > 0
             self._bar = _bar_class()(total=self.total or None, initial=self.done,
                                      desc=self.label, file=self.stream, mininterval=0,
-                                     leave=True, dynamic_ncols=True, unit="",
+                                     leave=True, dynamic_ncols=sized,
+                                     ncols=None if sized else 80,
+                                     nrows=None if sized else 24, unit="",
                                      postfix=self.doing or None)
+            _open_bars.append(self._bar)
         else:
             self._bar.set_postfix_str(self.doing, refresh=False)
             self._bar.update(self.done - self._bar.n)
         if final:
             self._bar.close()
+            _open_bars.remove(self._bar)
             self._bar = None
+
+
+def _columns(stream: Any) -> int:
+    """The width the terminal of ``stream`` reports (0: none, or not a terminal's file)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return 0
+
+
+def close_bars() -> None:
+    """End the line of every bar still drawn (a command stopped on an error or a signal), so
+    that its one line starts a line of its own."""
+    while _open_bars:
+        _open_bars.pop().close()
 
 
 @lru_cache(maxsize=1)

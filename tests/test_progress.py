@@ -118,3 +118,48 @@ def test_every_step_shows_once_past_the_delay(clock):
     stages.step("writing the report")  # within the interval, shown all the same
     assert [line.split(",")[0] for line in out.getvalue().splitlines()] == [
         "scan: 1/3 (33%) deciding", "scan: 2/3 (67%) writing the report"]
+
+
+def test_a_bar_left_open_by_an_error_ends_its_line_before_the_error(clock):
+    from near_dedup_core.progress import close_bars
+
+    out = Tty()
+    bar = Progress("index: records", 10, stream=out)
+    clock.now += 2
+    bar.advance(4)
+    assert not out.getvalue().endswith("\n")
+    close_bars()
+    assert out.getvalue().endswith("\n")
+    close_bars()  # nothing left open
+
+
+def test_a_terminal_without_a_size_still_shows_the_bar():
+    """A pseudo-terminal that reports 0 × 0 (as a fresh one does): tqdm alone would draw
+    nothing there."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    code = ("from near_dedup_core.progress import Progress\n"
+            "bar = Progress('x: records', 3, delay=0, interval=0)\n"
+            "for _ in range(3):\n    bar.advance()\nbar.finish()\n")
+    master, slave = pty.openpty()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], stderr=slave,
+                              stdout=subprocess.DEVNULL, timeout=120, check=False)
+    finally:
+        os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 4096)
+        except OSError:  # EIO: the other side is closed and everything was read
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    shown = b"".join(chunks).decode()
+    assert done.returncode == 0
+    assert "x: records: 100%|" in shown and "3/3" in shown, repr(shown)

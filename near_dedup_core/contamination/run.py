@@ -191,7 +191,7 @@ def _probe_index(index: Index, pool: list[Package], state: ProbeState,
             samples.append(rows)
         if fresh:
             jobs.append((fresh, probes.contents(snap, fresh)))
-        bar = Progress("contamination: training contents", len(at), enabled=progress)
+        bar = Progress("contamination: distinct training texts", len(at), enabled=progress)
         found: dict[int, list[Hit]] = {}
         count = np.zeros(len(at), dtype=np.int64)
         for ids, fut in jobs:
