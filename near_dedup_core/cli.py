@@ -451,7 +451,7 @@ def run(args: argparse.Namespace) -> None:
         args.executor = choose_executor(args.executor, args.workers)
     action = getattr(args, "action", None)
     name = f"index {action}" if action in ("check", "compact", "expire") else args.command
-    with command_clock(), \
+    with command_clock(progress=not args.quiet), \
             runtime.command(name, inputs=getattr(args, "inputs", None) or (),
                             workers=getattr(args, "workers", 1),
                             executor=getattr(args, "executor", "local"), index=args.index):

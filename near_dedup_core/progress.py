@@ -30,10 +30,13 @@ _open_bars: list[Any] = []
 
 
 @contextmanager
-def command_clock() -> Iterator[None]:
+def command_clock(progress: bool = True) -> Iterator[None]:
     """A command runs in the block: its steps (`Progress.step`) show once the command as a
-    whole, not the step, has lasted the delay."""
+    whole, not the step, has lasted the delay. With ``progress``, a bad `INTERVAL_ENV` is
+    refused here, before the command does anything."""
     global _command_start
+    if progress:
+        _timing(1.0, 1.0)
     _command_start = time.monotonic()
     try:
         yield

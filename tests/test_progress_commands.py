@@ -121,6 +121,8 @@ def test_a_bad_interval_is_one_line(monkeypatch, tmp_path):
     monkeypatch.setenv(INTERVAL_ENV, "soon")
     refused(["--index", tmp_path / "a.sqlite", "index", "--inputs", CPT_V1],
             f"{INTERVAL_ENV}='soon' is not a number of seconds")
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written
+    quiet(["--index", tmp_path / "a.sqlite", "index", "--inputs", CPT_V1])  # not used
 
 
 def test_the_corpus_generator_shows_its_records(every_step, tmp_path, monkeypatch):
