@@ -23,7 +23,7 @@ from near_dedup_core.storage import Location, in_place, local_folder, parse_loca
 def publish_site(report: str | Path | Location, output: str | Path | Location, *,
                  against: str | Path | Location | None = None,
                  contamination: str | Path | Location | None = None,
-                 inputs: Sequence[str | Path] = ()) -> SiteResult:
+                 inputs: Sequence[str | Path] = (), progress: bool = False) -> SiteResult:
     """`build.build_site` for locations that may be URLs; the result names them as given."""
     given = {"report": parse_location(report), "against": _parsed(against),
              "contamination": _parsed(contamination)}
@@ -41,12 +41,14 @@ def publish_site(report: str | Path | Location, output: str | Path | Location, *
         assert report_folder is not None
         if site.is_local:
             result = build_site(report_folder, Path(site.url), against=folders["against"],
-                                contamination=folders["contamination"], inputs=inputs)
+                                contamination=folders["contamination"], inputs=inputs,
+                                    progress=progress)
         else:
             with site.publish() as staged:
                 staged.rmdir()  # the build makes the folder itself, whole or not at all
                 result = build_site(report_folder, staged, against=folders["against"],
-                                    contamination=folders["contamination"], inputs=inputs)
+                                    contamination=folders["contamination"], inputs=inputs,
+                                    progress=progress)
         notes = list(result.notes)
         for role, folder in folders.items():
             where = given[role]
