@@ -23,6 +23,7 @@ def test_the_bucket_upload_and_report_block_runs_against_s3(monkeypatch, tmp_pat
                       .paginate(Bucket=bucket) for obj in page.get("Contents", []))
         assert "snapshots/cpt-v1/manifest.json" in keys
         assert "reports/cpt-v1/checksums.sha256" in keys
+        assert "sites/cpt-v1/index.html" in keys
         assert "mkdir" in block and "put(" in block
 
 
