@@ -270,7 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print the per-domain plan of a mixture config without "
                                     "building it.")
     mp.add_argument("config", type=Path, metavar="MIXTURE_JSON", help="the mixture config")
-    mp.add_argument("--output", type=Path, metavar="FILE", help="also write the plan as JSON")
+    mp.add_argument("--output", metavar="FILE",
+                    help="also write the plan as JSON (a new local file)")
     mb = mxs.add_parser("build", parents=own_config, help="build an immutable mixture package",
                         description="Build the mixture package of a mixture config, "
                                     "atomically.")
@@ -477,9 +478,11 @@ def _run(args: argparse.Namespace) -> None:
         from near_dedup_core import mixture
 
         if args.mixture_command == "plan":
+            if args.output:  # refused before the work, and again as it is written
+                mixture.require_new_plan(args.output)
             plan = mixture.plan_mixture(mixture.load_mixture_config(args.config), progress=progress)
             if args.output:  # a refused output prints no plan
-                plan.write(args.output)
+                plan.write(Path(args.output))
             print(plan.table())
         elif args.mixture_command == "build":
             print(mixture.build_mixture(mixture.load_mixture_config(args.config),
