@@ -100,3 +100,55 @@ def test_index_under_any_address_space_cap_ends_by_itself_in_one_line(pool, tmp_
             assert sorted(p.name for p in index.parent.iterdir()) == ["cpt.sqlite"]
         outcomes[limit] = built
     assert not outcomes[INDEX_CAPS[0]] and outcomes[INDEX_CAPS[-1]], outcomes
+
+
+_WAITS_FOR_A_FAILED_THREAD = """
+import sys, threading
+from concurrent.futures import Future
+from pathlib import Path
+from near_dedup_core import cli
+from near_dedup_core.fsutil import atomic_dir
+
+def command(args):
+    result = Future()
+
+    def feed():  # as a process pool's manager thread starts its feeder thread
+        raise {exc}
+        result.set_result(None)
+
+    with atomic_dir(Path(sys.argv[-1])):
+        threading.Thread(target=feed, name="feeder").start()
+        result.result()  # waits for work that the failed thread never does
+
+if __name__ == "__main__":
+    cli.run = command
+    target = sys.argv[1]
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", target]
+    cli.console_main()
+"""
+
+
+@pytest.mark.parametrize("exc,line", [
+    ('RuntimeError("can\'t start new thread")',
+     "near-dedup: error: out of memory (can't start new thread); nothing was changed; try "
+     "fewer --workers or a smaller input pool\n"),
+    ("MemoryError()", "near-dedup: error: out of memory; nothing was changed; try fewer "
+                      "--workers or a smaller input pool\n"),
+    ('KeyError("x")', "near-dedup: error: unexpected KeyError in a thread: 'x'; nothing was "
+                      "changed\n"),
+])
+def test_a_thread_that_fails_stops_the_command_in_one_line(tmp_path, exc, line):
+    """A thread ends with an exception while the command waits for its work: the command
+    stops (its temporary folder removed) with one line, instead of a traceback and a
+    wait that never ends."""
+    script = tmp_path / "waits.py"
+    script.write_text(_WAITS_FOR_A_FAILED_THREAD.replace("{exc}", exc))
+    out = tmp_path / "out" / "report"
+    out.parent.mkdir()
+    try:
+        done = subprocess.run([sys.executable, str(script), str(out)], env=env_with(),
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the command waited for the failed thread's work")
+    assert (done.returncode, done.stderr) == (1, line)
+    assert list(out.parent.iterdir()) == []
