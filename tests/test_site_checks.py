@@ -109,7 +109,8 @@ def test_a_resealed_contamination_report_is_verified_as_report_verify_does(
     assert not (tmp_path / "site").exists()
 
 
-def test_a_resealed_previous_report_is_verified_as_report_verify_does(reports, tmp_path):
+def test_a_resealed_previous_report_is_verified_as_report_verify_does(reports, contaminations,
+                                                                       tmp_path):
     """--against: an exclusion flipped to keep, the counts recomputed and the folder resealed
     is refused in the line `report verify` gives; a contamination report is no previous
     report."""
@@ -122,6 +123,10 @@ def test_a_resealed_previous_report_is_verified_as_report_verify_does(reports, t
     line = refused(["--quiet", "report", "html", reports["new"], "--against", forged,
                     "--output", tmp_path / "site"])
     assert line + "\n" == verify_err
+    refused(["--quiet", "report", "html", reports["new"], "--against",
+             contaminations["own"], "--output", tmp_path / "site"],
+            f"--against {contaminations['own']}: a contamination report; --against takes a "
+            f"near-dedup report")
     assert not (tmp_path / "site").exists()
 
 
