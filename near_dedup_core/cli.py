@@ -580,7 +580,8 @@ def _unraisable(unraisable: Any) -> None:
     collection) cannot propagate from there; Python would print it as "Exception ignored" with
     its traceback. It is not printed: the command then either finishes its work (exit 0, what
     it did is complete) or is ended by the deadline its first delivery started (`TERM_GRACE`,
-    exit 143 with the one line)."""
+    exit 143 with the one line). Memory that runs out as a thread starts (before its own code
+    runs, where `threading.excepthook` does not see it) stops the command (`_stop_for`)."""
     exc = unraisable.exc_value
     if isinstance(exc, MemoryError) or _no_thread(exc):
         # a thread that could not even start its own code (its first allocation failed):
@@ -631,6 +632,7 @@ def main(argv: list[str] | None = None) -> int:
         previous = signal.signal(signal.SIGTERM, _terminate)
         sys.unraisablehook = _unraisable
         threading.excepthook = _thread_failed
+    _FAILED_THREADS.clear()  # a process that runs commands one after the other
     try:
         args = build_parser().parse_args(argv)
         run(args)
