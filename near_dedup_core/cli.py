@@ -312,7 +312,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Print the per-domain plan of a mixture config without "
                                     "building it.")
     mp.add_argument("config", type=Path, metavar="MIXTURE_JSON", help="the mixture config")
-    mp.add_argument("--output", type=Path, metavar="FILE", help="also write the plan as JSON")
+    mp.add_argument("--output", metavar="FILE",
+                    help="also write the plan as JSON (a new local file)")
     mb = mxs.add_parser("build", parents=own_config, help="build an immutable mixture package",
                         description="Build the mixture package of a mixture config, "
                                     "atomically.")
@@ -565,9 +566,11 @@ def _run(args: argparse.Namespace) -> None:
         from near_dedup_core import mixture
 
         if args.mixture_command == "plan":
+            if args.output:  # refused before the work, and again as it is written
+                mixture.require_new_plan(args.output)
             plan = mixture.plan_mixture(mixture.load_mixture_config(args.config), progress=progress)
             if args.output:  # a refused output prints no plan
-                plan.write(args.output)
+                plan.write(Path(args.output))
             print(plan.table())
         elif args.mixture_command == "build":
             print(mixture.build_mixture(mixture.load_mixture_config(args.config),
@@ -621,10 +624,60 @@ TERM_GRACE = 5.0
 
 def _terminate(signum, _frame) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
-    deadline = threading.Timer(TERM_GRACE, _leave, (143, "near-dedup: terminated\n"))
+    code, line = _thread_failure() or (_TERMINATED, "near-dedup: terminated")
+    deadline = threading.Timer(TERM_GRACE, _leave, (code, line + "\n"))
     deadline.daemon = True
-    deadline.start()
+    try:
+        deadline.start()
+    except RuntimeError:  # no thread can start (memory is exhausted): the kernel's alarm
+        signal.signal(signal.SIGALRM, signal.SIG_DFL)  # ends the process if unwinding hangs
+        signal.alarm(int(TERM_GRACE))
     raise Terminated(signum)
+
+
+#: What ended a thread of the command (`_thread_failed`), first only.
+_FAILED_THREADS: list[BaseException] = []
+
+
+def _thread_failed(args: threading.ExceptHookArgs) -> None:
+    """An exception that ends a thread (ours or a library's, such as the thread that feeds a
+    process pool's tasks, whose own threads fail to start when memory runs out) would be a
+    traceback on stderr and, worse, work that never finishes while the main thread waits for
+    it. The command is stopped instead, as a SIGTERM stops it (its temporaries removed, its
+    pool stopped), and says why in one line (`_thread_failure`)."""
+    if isinstance(args.exc_value, Terminated | KeyboardInterrupt | SystemExit):
+        return
+    _stop_for(args.exc_value or RuntimeError("a thread failed"))
+
+
+def _stop_for(exc: BaseException) -> None:
+    """Stop the command (a SIGTERM to its main thread) for ``exc``, what ended one of its
+    threads; the first such exception is the one the command's line names."""
+    if not _FAILED_THREADS:
+        _FAILED_THREADS.append(exc)
+    if signal.getsignal(signal.SIGTERM) is _terminate:  # the command still runs
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+
+
+def _thread_failure() -> tuple[int, str] | None:
+    """The exit code and line of a command stopped because one of its threads failed."""
+    if not _FAILED_THREADS:
+        return None
+    exc = _FAILED_THREADS[0]
+    if isinstance(exc, MemoryError) or _no_thread(exc):
+        return 1, f"near-dedup: error: {_OUT_OF_MEMORY.format(f' ({exc})' if str(exc) else '')}"
+    first = str(exc).strip().splitlines()
+    return 1, (f"near-dedup: error: unexpected {type(exc).__name__} in a thread"
+               f"{': ' + first[0] if first else ''}; nothing was changed")
+
+
+def _no_thread(exc: BaseException) -> bool:
+    """Whether ``exc`` is Python's failure to start a thread (no memory for its stack)."""
+    return isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)
+
+
+_OUT_OF_MEMORY = ("out of memory{}; nothing was changed; try fewer --workers or a smaller "
+                  "input pool")
 
 
 def _unraisable(unraisable: Any) -> None:
@@ -632,8 +685,14 @@ def _unraisable(unraisable: Any) -> None:
     collection) cannot propagate from there; Python would print it as "Exception ignored" with
     its traceback. It is not printed: the command then either finishes its work (exit 0, what
     it did is complete) or is ended by the deadline its first delivery started (`TERM_GRACE`,
-    exit 143 with the one line)."""
-    if not isinstance(unraisable.exc_value, Terminated | KeyboardInterrupt):
+    exit 143 with the one line). Memory that runs out as a thread starts (before its own code
+    runs, where `threading.excepthook` does not see it) stops the command (`_stop_for`)."""
+    exc = unraisable.exc_value
+    if isinstance(exc, MemoryError) or _no_thread(exc):
+        # a thread that could not even start its own code (its first allocation failed):
+        # its work never happens, so the command stops as for a thread that failed
+        _stop_for(exc)
+    elif not isinstance(exc, Terminated | KeyboardInterrupt):
         sys.__unraisablehook__(unraisable)
 
 
@@ -677,15 +736,15 @@ def main(argv: list[str] | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
         sys.unraisablehook = _unraisable
+        threading.excepthook = _thread_failed
+    _FAILED_THREADS.clear()  # a process that runs commands one after the other
     try:
         args = build_parser().parse_args(argv)
         run(args)
     except NearDedupError as exc:
         return _fail(str(exc), exc.exit_code)
     except MemoryError as exc:
-        detail = f" ({exc})" if str(exc) else ""
-        return _fail(f"out of memory{detail}; nothing was changed; try fewer --workers or a "
-                     f"smaller input pool")
+        return _fail(_OUT_OF_MEMORY.format(f" ({exc})" if str(exc) else ""))
     except SystemError as exc:  # a C extension that failed without setting an error
         return _fail(f"an extension module failed ({exc}), as happens when memory runs out; "
                      f"nothing was changed; try fewer --workers or a smaller input pool")
@@ -702,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
             # the signal came during a class definition (an import), whose ``__set_name__``
             # failure Python reports as a RuntimeError caused by it
             return _stopped(exc.__cause__)
+        if _no_thread(exc):
+            return _fail(_OUT_OF_MEMORY.format(f" ({exc})"))
         if _broken_pool(exc):
             return _fail("a worker process died (killed, or out of memory); nothing was "
                          "changed; try fewer --workers")
@@ -718,12 +779,18 @@ def main(argv: list[str] | None = None) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
             sys.unraisablehook = sys.__unraisablehook__
+            threading.excepthook = threading.__excepthook__
     return 0
 
 
 def _stopped(exc: Terminated | KeyboardInterrupt) -> int:
-    """The line and exit code of a command stopped by SIGTERM or Ctrl-C."""
+    """The line and exit code of a command stopped by SIGTERM or Ctrl-C (or by a thread that
+    failed, `_thread_failed`)."""
     close_bars()
+    failure = _thread_failure()
+    if failure is not None:
+        print(failure[1], file=sys.stderr)
+        return failure[0]
     if isinstance(exc, Terminated):
         print("near-dedup: terminated", file=sys.stderr)
         return _TERMINATED
@@ -753,8 +820,9 @@ def console_main() -> None:
     """The process entry point (``near-dedup``, ``python -m near_dedup_core``): `main`, then
     `runtime.finish` and exit; a terminated or interrupted command leaves at once (`_leave`).
     Callers in a process that goes on (tests, the Dagster assets) call `main`."""
+    runtime.begin()
     code = main()
-    if code in (_INTERRUPTED, _TERMINATED):
+    if code in (_INTERRUPTED, _TERMINATED) or _FAILED_THREADS:
         # What the unwinding did not reach is garbage now, often in reference cycles (a
         # traceback whose frames hold the exception they handled; every SQLite connection,
         # through its statement cache): collected, a connection opened just before the

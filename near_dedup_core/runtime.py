@@ -15,6 +15,15 @@ What a profile asks for:
   the command imports its own modules, when the inputs hold enough records to use the pool
   (`workers.POOL_RECORDS`), so that the server's imports overlap the command's.
 
+`begin` starts a CLI process, before it loads numpy: glibc's allocator is asked for one arena
+(`workers.one_arena`; the pool's forkserver asks too, and its workers inherit it), and
+OpenBLAS (loaded with numpy and scipy) for one thread unless ``OPENBLAS_NUM_THREADS`` says
+otherwise (no command multiplies matrices; the pool's processes inherit the setting). By
+default each thread that allocates gets an arena of its own, which reserves 64 MiB of address
+space, and OpenBLAS starts a thread per core with buffers of its own: a command of a few
+threads reserved over 200 MiB it never used, and under an address-space cap (``ulimit -v``,
+RLIMIT_AS) its threads failed to start, or glibc aborted the process.
+
 `finish` ends a CLI process: every object still alive is frozen (``gc.freeze``), so that the
 interpreter's last collections skip numba's, SQLAlchemy's and pydantic's objects; exit
 handlers still run.
@@ -23,6 +32,7 @@ handlers still run.
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
@@ -31,7 +41,13 @@ from typing import TYPE_CHECKING
 
 from near_dedup_core.collector import rare_collections
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, start_forkserver
+from near_dedup_core.workers import (
+    POOL_RECORDS,
+    Executors,
+    choose_executor,
+    one_arena,
+    start_forkserver,
+)
 
 if TYPE_CHECKING:
     from near_dedup_core.storage import Location
@@ -97,6 +113,16 @@ def _start_pool_early(pool: tuple[str, ...], inputs: Sequence[str | Path | Locat
     if index is not None and is_url(str(index)):  # the workers' own connections
         pool = ("near_dedup_core.index_store.postgres", *pool)
     start_forkserver(pool)
+
+
+#: The environment variable that sets how many threads OpenBLAS starts (read as it loads).
+OPENBLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
+
+
+def begin() -> None:
+    """The start of a CLI process (see the module doc)."""
+    one_arena()
+    os.environ.setdefault(OPENBLAS_THREADS_ENV, "1")
 
 
 def finish() -> None:

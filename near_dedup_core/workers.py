@@ -60,6 +60,24 @@ def die_with_parent(expected_parent: int | None = None) -> None:
         os._exit(1)
 
 
+#: ``mallopt``'s parameter for the most arenas glibc's allocator makes (malloc.h).
+_M_ARENA_MAX = -8
+
+
+def one_arena() -> None:
+    """Ask glibc's allocator for a single arena: threads share the main one instead of each
+    reserving its own 64 MiB. Called before the process starts threads; elsewhere than on
+    glibc it does nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).mallopt(_M_ARENA_MAX, 1)
+    except (OSError, AttributeError):  # another C library: it has arenas of its own kind
+        return
+
+
 def guard_forkserver() -> None:
     """In the pool's forkserver (`near_dedup_core._forkserver`, its first import): die with
     the command that started it (at once if that command is already gone, so that a
@@ -70,6 +88,7 @@ def guard_forkserver() -> None:
     if not parent.isdigit():
         return
     die_with_parent(int(parent))
+    one_arena()  # before the modules it preloads start threads; its workers inherit it
     os.environ[SERVER_ENV] = str(os.getpid())
     sys.excepthook = _leave_quietly
     use_bulk_threshold()
@@ -97,7 +116,10 @@ def _worker_init(initializer: Callable | None = None, initargs: tuple = ()) -> N
 
 
 class InlineExecutor(Executor):
-    """Runs submitted work at once in this process (workers=1)."""
+    """Runs submitted work at once in this process (workers=1). A failure of the work is
+    the future's exception; a stop (the CLI's SIGTERM, Ctrl-C) is raised by ``submit``
+    itself, so that the command stops there rather than going on until it asks the future
+    (by then, past the time a terminated command has to unwind)."""
 
     parallelism = 1
 
@@ -105,7 +127,7 @@ class InlineExecutor(Executor):
         fut: Future = Future()
         try:
             fut.set_result(fn(*args, **kwargs))
-        except BaseException as exc:  # noqa: BLE001 (handed to the caller through the future)
+        except Exception as exc:  # noqa: BLE001 (handed to the caller through the future)
             fut.set_exception(exc)
         return fut
 
@@ -212,14 +234,21 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     before = set(multiprocessing.active_children())
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                              initargs=(initializer, initargs))
+    pool = _LocalPool(ex, workers, before)
     try:
-        yield _LocalPool(ex, workers)
+        yield pool
     except BaseException:
-        # after shutdown no submit starts a worker any more: the list below is complete
-        ex.shutdown(wait=False, cancel_futures=True)
-        stop_processes([p for p in multiprocessing.active_children() if p not in before])
+        pool.stop()
         raise
     ex.shutdown(wait=True)
+
+
+def stop_at_once(ex: Executor) -> None:
+    """Stop ``ex``'s work now: a local pool's workers are killed (`_LocalPool.stop`), not
+    waited for; inline work has stopped already. For a command that was stopped (SIGTERM,
+    Ctrl-C) and must remove a folder its tasks write into."""
+    if isinstance(ex, _LocalPool):
+        ex.stop()
 
 
 class _LocalPool(Executor):
@@ -227,9 +256,21 @@ class _LocalPool(Executor):
     start (their server gone: killed, or out of memory) is a broken pool, as a worker dying
     is."""
 
-    def __init__(self, ex: Executor, workers: int) -> None:
+    def __init__(self, ex: Executor, workers: int,
+                 before: set[multiprocessing.process.BaseProcess]) -> None:
         self._ex = ex
         self.parallelism = workers
+        self._before = before  # the processes that are not its workers
+
+    def stop(self) -> None:
+        """Cancel pending work and kill the workers at once, instead of letting them finish
+        their current task."""
+        import multiprocessing
+
+        # after shutdown no submit starts a worker any more: the list below is complete
+        self._ex.shutdown(wait=False, cancel_futures=True)
+        stop_processes([p for p in multiprocessing.active_children()
+                        if p not in self._before])
 
     def submit(self, fn: Callable, /, *args, **kwargs) -> Future:
         from concurrent.futures.process import BrokenProcessPool

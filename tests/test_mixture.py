@@ -20,6 +20,7 @@ from helpers import refused, tree_bytes
 from near_dedup_core import ALGORITHM_VERSION, mixture
 from near_dedup_core.cli import main
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import json_line, write_checksums, write_json
 from near_dedup_core.package import create_package, open_packages, stream_records
 from near_dedup_core.report import count_decisions
@@ -492,6 +493,46 @@ def test_plan_output_is_written_only_on_success(pool, capsys):
     line = refused(["--quiet", "mixture", "plan", _config(pool), "--output",
                     pool["a"] / "plan.json"])
     assert "inside input package cpt-a" in line
+
+
+def test_an_existing_plan_output_is_never_replaced(pool, capsys, tmp_path):
+    plan_json = pool["root"] / "plan.json"
+    plan_json.write_bytes(b"someone else's plan\n")
+    line = refused(["--quiet", "mixture", "plan", _config(pool), "--output", plan_json],
+                   f"plan output {plan_json} already exists")
+    assert line.endswith("choose a new file")
+    assert plan_json.read_bytes() == b"someone else's plan\n"
+    assert sorted(p.name for p in plan_json.parent.iterdir()
+                  if p.name.startswith(".plan.json")) == []
+
+
+def test_a_plan_written_meanwhile_by_another_run_is_not_replaced(pool, monkeypatch):
+    from near_dedup_core.mixture import plan as plan_module
+
+    plan_json = pool["root"] / "plan.json"
+    made = plan_module.plan_mixture(mixture.load_mixture_config(_config(pool)), progress=False)
+
+    def other_run_first(path, obj) -> None:  # the other run links its plan as ours is written
+        plan_json.write_bytes(b"the other run's plan\n")
+        write_json(path, obj)
+
+    monkeypatch.setattr(plan_module, "write_json", other_run_first)
+    with pytest.raises(NearDedupError, match="already exists"):
+        made.write(plan_json)
+    assert plan_json.read_bytes() == b"the other run's plan\n"
+    assert [p.name for p in plan_json.parent.iterdir() if ".tmp-" in p.name] == []
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/plans/plan.json", "gs://bucket/plan.json"])
+def test_a_plan_output_on_object_storage_is_refused_in_one_line(pool, url, tmp_path,
+                                                                 monkeypatch):
+    here = tmp_path / "cwd"
+    here.mkdir()
+    monkeypatch.chdir(here)
+    line = refused(["--quiet", "mixture", "plan", _config(pool), "--output", url],
+                   f"plan output {url}: mixture plan --output writes a local file only")
+    assert "mixture build --output" in line
+    assert list(here.iterdir()) == []  # no local ./s3:/… folder
 
 
 # --------------------------------------------------------------------------- verify failures

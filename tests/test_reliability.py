@@ -798,7 +798,7 @@ def run_with_address_space(limit_mib: int, *argv: object) -> subprocess.Complete
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("limit_mib", [300, 400])
+@pytest.mark.parametrize("limit_mib", [250, 300, 350])
 def test_index_under_an_address_space_cap_is_one_line(corpus, large_append, index, tmp_path,
                                                       limit_mib):
     """Whatever fails first under the cap (the pool's server importing its modules, a

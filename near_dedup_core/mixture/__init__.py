@@ -130,7 +130,7 @@ from near_dedup_core.mixture.inputs import (
     read_report,
     resolve_ref,
 )
-from near_dedup_core.mixture.plan import Plan, plan_mixture
+from near_dedup_core.mixture.plan import Plan, plan_mixture, require_new_plan
 from near_dedup_core.mixture.verify import VerifyResult, verify_mixture
 
 __all__ = [
@@ -142,6 +142,6 @@ __all__ = [
     "ReportRef", "ReportView", "SampleKey", "Strategy", "TemperatureStrategy", "VerifyResult",
     "Weight",
     "allocate", "build_mixture", "check_inputs_match", "largest_remainder",
-    "load_mixture_config", "plan_mixture", "read_report", "resolve_ref", "sample_rank",
-    "strategy_weights", "verify_mixture",
+    "load_mixture_config", "plan_mixture", "read_report", "require_new_plan", "resolve_ref",
+    "sample_rank", "strategy_weights", "verify_mixture",
 ]

@@ -96,21 +96,25 @@ class Plan:
         }
 
     def write(self, path: Path) -> None:
-        """Write plan.json (key-sorted, stable) through a temporary sibling."""
+        """Write plan.json (key-sorted, stable) through a temporary sibling, linked into
+        place only if nothing is at ``path`` (`require_new_plan`): a plan is never
+        replaced, not even by another run that wrote it meanwhile."""
         path = Path(path)
+        require_new_plan(path)
         for p in self.packages:
             if isinstance(p.path, Path) and is_within(path, p.path):
                 raise NearDedupError(f"plan output {path} is inside input package "
                                      f"{p.package_id}; packages are immutable")
         if self.report is not None and is_within(path, self.report.path):
             raise NearDedupError(f"plan output {path} is inside the near-dedup report")
-        if path.is_dir():
-            raise NearDedupError(f"plan output {path} is a directory")
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         try:
             write_json(tmp, self.to_json())
-            os.replace(tmp, path)
+            os.link(tmp, path)  # fails if the name exists: never a replacement
+        except FileExistsError:
+            raise NearDedupError(f"plan output {path} already exists; choose a new "
+                                 f"file") from None
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -159,6 +163,22 @@ class Plan:
             lines.append(f"shortfall: {self.shortfall:,} of {cfg.target_records:,} records "
                          f"(allowed by allow_shortfall)")
         return "\n".join(lines)
+
+
+def require_new_plan(path: str | Path) -> None:
+    """Refuse a plan output that is a URL (a plan is a local file; a mixture on object
+    storage holds its own plan.json) or that exists (outputs are never replaced)."""
+    from near_dedup_core.storage import is_url
+
+    if is_url(path):
+        raise NearDedupError(f"plan output {path}: mixture plan --output writes a local file "
+                             f"only; mixture build --output writes the plan into the mixture, "
+                             f"on object storage too")
+    path = Path(path)
+    if path.is_dir():
+        raise NearDedupError(f"plan output {path} is a directory")
+    if path.exists() or path.is_symlink():
+        raise NearDedupError(f"plan output {path} already exists; choose a new file")
 
 
 def _open_inputs(cfg: MixtureConfig) -> list[Package]:

@@ -55,7 +55,7 @@ from near_dedup_core.fsutil import (
 )
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import load_package
-from near_dedup_core.progress import Progress
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.report import (
     REASONS,
     OriginRow,
@@ -66,12 +66,13 @@ from near_dedup_core.report import (
     verify_report,
 )
 from near_dedup_core.site import model, selection, views
+from near_dedup_core.site.companions import verify_against, verify_contamination_of
 from near_dedup_core.site.diffs import submit as submit_diff_pages
 from near_dedup_core.site.model import Cluster, SiteData
 from near_dedup_core.site.render import HERE, Writer
 from near_dedup_core.site.selection import DiffItem
 from near_dedup_core.wording import count
-from near_dedup_core.workers import choose_executor
+from near_dedup_core.workers import choose_executor, stop_at_once
 
 #: Samples per search-data shard (a shard is one ``<script>`` file loaded on demand).
 SHARD_SAMPLES = 2_000
@@ -174,18 +175,12 @@ def _build(report: Path, output: Path, summary: ReportSummary,
            verified: Future | None, against: str | Path | None,
            contamination: str | Path | None, inputs: Sequence[str | Path],
            stages: Progress) -> SiteResult:
-    old_summary = verify_report(Path(against)) if against is not None else None
-    contam = None
-    if contamination is not None:
-        from near_dedup_core.contamination import is_contamination_report, verify_contamination
-
-        if not is_contamination_report(Path(contamination)):
-            raise NearDedupError(f"contamination report {contamination}: manifest.json is not "
-                                 f"a contamination report's")
-        contam = verify_contamination(Path(contamination))
     manifest = summary.model
     if inputs:
         manifest = _override_inputs(manifest, [Path(p) for p in inputs])
+    old_summary = verify_against(against) if against is not None else None
+    contam = (verify_contamination_of(contamination, report, manifest)
+              if contamination is not None else None)
     guarded = [report, *(Path(i.path) for i in manifest.inputs)]
     guarded += [Path(p) for p in (against, contamination) if p is not None]
     require_new_output_outside(output, guarded)
@@ -215,13 +210,17 @@ def _build(report: Path, output: Path, summary: ReportSummary,
         diff_pages, diff_tasks = submit_diff_pages(tmp, data, base, paged, pool)
         try:
             w = Writer(tmp, base)
+            pause_point("site-pages")
             diffs, computed = _write_pages(w, data, config, inline, diff_pages, diff_tasks,
                                            counts, notes, pool, against, old_summary, contam,
                                            domains, stages)
-        except BaseException:
+        except BaseException as exc:
             for f in diff_tasks:  # nothing may still write into the folder being removed
                 f.cancel()
-            wait(diff_tasks)
+            if isinstance(exc, Exception):
+                wait(diff_tasks)
+            else:  # stopped (SIGTERM, Ctrl-C): the workers are killed, not waited for
+                stop_at_once(pool)
             raise
         if verified is not None:
             verified.result()

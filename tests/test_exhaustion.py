@@ -1,0 +1,154 @@
+"""Commands under an address-space cap (RLIMIT_AS, as ``ulimit -v`` sets it) end by
+themselves: whatever runs out first (a thread's stack, a worker's import, an array, the
+feeder thread of the process pool), the command exits 1 or 2 with exactly one stderr line
+and leaves no temporary behind, or it completes. Each run has a hard timeout: a command that
+waits for work a thread never started fails the test instead of hanging it."""
+
+from __future__ import annotations
+
+import resource
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import make_package
+from test_reliability import docs, env_with, texts
+
+#: Records of the scanned pool: well over `workers.POOL_RECORDS`, so that scan and index run
+#: their process pool and its threads.
+RECORDS = 6000
+#: Caps (MiB) from "no thread can start" to "the scan completes", through the caps where
+#: threads and arrays fail to be allocated in turn (measured on this pool).
+SCAN_CAPS = [300, 400, 450, 500, 800]
+INDEX_CAPS = [300, 450, 700]
+#: A run that takes longer than this is taken for a hang (a healthy one takes seconds).
+HANG = 120
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> tuple[Path, Path]:
+    """A package of `RECORDS` records of real text with near copies, and an index of it."""
+    root = tmp_path_factory.mktemp("exhaustion")
+    package = make_package(root, "cpt-big", {"train": docs("z", texts(7, RECORDS))},
+                           shard_records=2000)
+    index = root / "index" / "cpt.sqlite"
+    done = capped(None, "--index", index, "index", "--inputs", package, "--workers", 1)
+    assert done.returncode == 0, done.stderr
+    return package, index
+
+
+def capped(limit_mib: int | None, *argv: object) -> subprocess.CompletedProcess:
+    """``near-dedup --quiet argv…`` in a process whose address space is capped at
+    ``limit_mib`` MiB (uncapped for None), killed if it outlives `HANG` seconds."""
+    def cap() -> None:
+        if limit_mib is not None:
+            limit = limit_mib << 20
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    try:
+        return subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet",
+                               *map(str, argv)], preexec_fn=cap, env=env_with(),
+                              capture_output=True, text=True, timeout=HANG)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{' '.join(map(str, argv))} under a {limit_mib} MiB cap did not end "
+                    f"within {HANG} s")
+
+
+def ended_cleanly(done: subprocess.CompletedProcess, limit_mib: int) -> bool:
+    """Whether the run completed (True) or was refused in one line (False); anything else
+    fails the test."""
+    where = f"under a {limit_mib} MiB cap"
+    if done.returncode == 0:
+        assert done.stderr == "", (where, done.stderr)
+        return True
+    assert done.returncode in (1, 2), (where, done.returncode, done.stderr[-2000:])
+    assert done.stderr.startswith("near-dedup: error: ") and done.stderr.count("\n") == 1, \
+        (where, done.stderr[-2000:])
+    assert done.stdout == "", (where, done.stdout)
+    return False
+
+
+@pytest.mark.slow
+def test_scan_under_any_address_space_cap_ends_by_itself_in_one_line(pool, tmp_path):
+    package, index = pool
+    outcomes = {}
+    for limit in SCAN_CAPS:
+        out = tmp_path / f"cap-{limit}"
+        out.mkdir()
+        done = capped(limit, "--index", index, "scan", "--inputs", package, "--output",
+                      out / "report", "--workers", 2)
+        published = ended_cleanly(done, limit)
+        # nothing half-published: the report whole, or nothing (no .report.tmp-PID)
+        assert sorted(p.name for p in out.iterdir()) == (["report"] if published else []), \
+            (limit, done.stderr)
+        outcomes[limit] = published
+    assert not outcomes[SCAN_CAPS[0]] and outcomes[SCAN_CAPS[-1]], outcomes
+
+
+@pytest.mark.slow
+def test_index_under_any_address_space_cap_ends_by_itself_in_one_line(pool, tmp_path):
+    package, _ = pool
+    outcomes = {}
+    for limit in INDEX_CAPS:
+        index = tmp_path / f"cap-{limit}" / "cpt.sqlite"
+        done = capped(limit, "--index", index, "index", "--inputs", package, "--workers", 2)
+        built = ended_cleanly(done, limit)
+        # a first batch that failed removes the folder it created, temporary file and all
+        assert index.parent.exists() == built, (limit, done.stderr)
+        if built:
+            assert sorted(p.name for p in index.parent.iterdir()) == ["cpt.sqlite"]
+        outcomes[limit] = built
+    assert not outcomes[INDEX_CAPS[0]] and outcomes[INDEX_CAPS[-1]], outcomes
+
+
+_WAITS_FOR_A_FAILED_THREAD = """
+import sys, threading
+from concurrent.futures import Future
+from pathlib import Path
+from near_dedup_core import cli
+from near_dedup_core.fsutil import atomic_dir
+
+def command(args):
+    result = Future()
+
+    def feed():  # as a process pool's manager thread starts its feeder thread
+        raise {exc}
+        result.set_result(None)
+
+    with atomic_dir(Path(sys.argv[-1])):
+        threading.Thread(target=feed, name="feeder").start()
+        result.result()  # waits for work that the failed thread never does
+
+if __name__ == "__main__":
+    cli.run = command
+    target = sys.argv[1]
+    sys.argv = ["near-dedup", "--quiet", "report", "verify", target]
+    cli.console_main()
+"""
+
+
+@pytest.mark.parametrize("exc,line", [
+    ('RuntimeError("can\'t start new thread")',
+     "near-dedup: error: out of memory (can't start new thread); nothing was changed; try "
+     "fewer --workers or a smaller input pool\n"),
+    ("MemoryError()", "near-dedup: error: out of memory; nothing was changed; try fewer "
+                      "--workers or a smaller input pool\n"),
+    ('KeyError("x")', "near-dedup: error: unexpected KeyError in a thread: 'x'; nothing was "
+                      "changed\n"),
+])
+def test_a_thread_that_fails_stops_the_command_in_one_line(tmp_path, exc, line):
+    """A thread ends with an exception while the command waits for its work: the command
+    stops (its temporary folder removed) with one line, instead of a traceback and a
+    wait that never ends."""
+    script = tmp_path / "waits.py"
+    script.write_text(_WAITS_FOR_A_FAILED_THREAD.replace("{exc}", exc))
+    out = tmp_path / "out" / "report"
+    out.parent.mkdir()
+    try:
+        done = subprocess.run([sys.executable, str(script), str(out)], env=env_with(),
+                              capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("the command waited for the failed thread's work")
+    assert (done.returncode, done.stderr) == (1, line)
+    assert list(out.parent.iterdir()) == []
