@@ -487,8 +487,10 @@ _FOLDER_ARGS: dict[str, tuple[tuple[str, tuple[str, ...], str], ...]] = {
     "report verify": (("report", ("report", "contamination"), "report"),),
     "report explain": (("report", ("report",), "report"),),
     "report diff": (("old_report", ("report",), "report"), ("new_report", ("report",), "report")),
-    "report html": (("report", ("report",), "report"), ("against", ("report",), "report"),
-                    ("contamination", ("contamination",), "contamination report")),
+    # --against given a contamination report: its own line says to pass it as --contamination
+    "report html": (("report", ("report",), "report"),
+                    ("against", ("report", "contamination"), "--against"),
+                    ("contamination", ("contamination",), "--contamination")),
     "snapshot validate": (("packages", ("package",), "package"),),
     "mixture verify": (("mixture", ("mixture",), "mixture"),),
 }
