@@ -57,7 +57,7 @@ def demo_settings(days: list[str]) -> dict[str, str]:
 
 
 def prepare(settings: dict[str, str]) -> None:
-    """A fresh data/demo with its Dagster home and the .env that `dagster dev` reads there."""
+    """A fresh data/demo with its Dagster home and the .env that `dagster-webserver` reads there."""
     if DEMO.exists():
         shutil.rmtree(DEMO)
     home = Path(settings["DAGSTER_HOME"])
@@ -150,11 +150,11 @@ def main() -> int:
           "server;\n`near-dedup report html` writes one for any report):\n"
           f"  {site.as_uri()}\n")
     print("Open the UI on this demo instance (runs, materializations, metadata, checks):\n"
-          f"  cd {rel(DEMO)} && {bin_dir / 'dagster'} dev "
+          f"  cd {rel(DEMO)} && {bin_dir / 'dagster-webserver'} "
           f"-m near_dedup_assets.definitions\n"
           f"  then http://127.0.0.1:3000 → Lineage; {rel(DEMO / '.env')} holds the settings.\n"
-          "For the real daily release: cp .env.example .env, edit it, then `.venv/bin/dagster "
-          "dev` in the project root;\nmaterialize or backfill days from the asset graph, or turn "
+          "For the real daily release: cp .env.example .env, edit it, then `.venv/bin/dg dev` "
+          "in the project root;\nmaterialize or backfill days from the asset graph, or turn "
           "on daily_release_schedule.")
     return 0
 

@@ -202,20 +202,20 @@ def test_settings_come_from_environment_variables_and_are_validated():
     assert (typed.enabled, typed.kind, typed.executor, typed.max_exclusion_rate,
             typed.max_rate_jump) == (False, "sft", "ray", 0.25, 1.0)
     for name, value, message in [
-            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid "
-                                          "integer"),
-            ("NEAR_DEDUP_WORKERS", "-1", "NEAR_DEDUP_WORKERS='-1': Input should be greater "
-                                         "than or equal to 0"),
-            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': Input should be 'cpt' "
-                                            "or 'sft'"),
-            ("NEAR_DEDUP_EXECUTOR", "gpu", "NEAR_DEDUP_EXECUTOR='gpu': Input should be 'local' "
-                                           "or 'ray'"),
-            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': Input should be a "
-                                            "valid boolean"),
-            ("NEAR_DEDUP_MAX_EXCLUSION_RATE", "1.5", "NEAR_DEDUP_MAX_EXCLUSION_RATE='1.5': Input "
-                                                     "should be less than or equal to 1"),
-            ("NEAR_DEDUP_MAX_RATE_JUMP", "a lot", "NEAR_DEDUP_MAX_RATE_JUMP='a lot': Input "
-                                                  "should be a valid number"),
+            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': expected a whole number, "
+                                          "0 or more"),
+            ("NEAR_DEDUP_WORKERS", "-1", "NEAR_DEDUP_WORKERS='-1': expected a whole number, "
+                                         "0 or more"),
+            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': expected one of cpt, "
+                                            "sft"),
+            ("NEAR_DEDUP_EXECUTOR", "gpu", "NEAR_DEDUP_EXECUTOR='gpu': expected one of local, "
+                                           "ray"),
+            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': expected true or false "
+                                            "(also 1/0, yes/no, on/off)"),
+            ("NEAR_DEDUP_MAX_EXCLUSION_RATE", "1.5", "NEAR_DEDUP_MAX_EXCLUSION_RATE='1.5': "
+                                                     "expected a number from 0 to 1"),
+            ("NEAR_DEDUP_MAX_RATE_JUMP", "a lot", "NEAR_DEDUP_MAX_RATE_JUMP='a lot': expected a "
+                                                  "number from 0 to 1"),
             ("NEAR_DEDUP_CONFIG", "/nowhere/near-dedup.json", "/nowhere/near-dedup.json")]:
         with pytest.raises(NearDedupError, match=re.escape(message)) as raised:
             settings_from_env({"NEAR_DEDUP_CONFIG": config, name: value})
@@ -239,8 +239,32 @@ def test_a_bad_setting_stops_the_code_location_from_loading(tmp_path):
                          check=False)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == (
-        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': Input should be "
-        "'cpt' or 'sft'")
+        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': expected one of "
+        "cpt, sft")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("NEAR_DEDUP_WORKERS=many", "NEAR_DEDUP_WORKERS='many': expected a whole number, 0 or more"),
+    ("NEAR_DEDUP_TIMEZONE=Mars/Base", "NEAR_DEDUP_TIMEZONE='Mars/Base': expected an IANA "
+                                      "timezone name (UTC, Europe/Berlin, …)"),
+    ("NEAR_DEDUP_SCHEDULE_CRON=every night", "NEAR_DEDUP_SCHEDULE_CRON='every night': expected "
+     "a cron expression of 5 fields (minute hour day month weekday, e.g. 0 2 * * *)")])
+def test_dg_check_defs_names_a_bad_setting_in_one_line(tmp_path, line, message):
+    """`dg check defs` in a project whose .env holds a bad value: one line naming the
+    variable, the value and what it accepts, exit 1 (no stack trace)."""
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "near_dedup_assets").symlink_to(REPO / "near_dedup_assets")
+    (tmp_path / ".env").write_text(f"NEAR_DEDUP_CONFIG=\n{line}\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NEAR_DEDUP_") and k != "DAGSTER_HOME"}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run([str(Path(sys.executable).with_name("dg")), "check", "defs"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert run.returncode == 1, run.stdout + run.stderr
+    errors = [x for x in (run.stdout + run.stderr).splitlines()
+              if "error" in x.lower() or "Traceback" in x or "File " in x]
+    assert errors == [f"near-dedup: error: {message}"], run.stdout + run.stderr
 
 
 def test_an_edited_env_file_counts_from_the_next_run(tmp_path, snapshots, instance,

@@ -125,7 +125,8 @@ def stop(server: subprocess.Popen) -> None:
     server.wait(timeout=10)
 
 
-def _loaded(base: str) -> bool:
+def location_loaded(base: str) -> bool:
+    """Whether the webserver's code location has loaded (fails on a load error)."""
     data = graphql(base, """{ workspaceOrError { ... on Workspace { locationEntries {
         loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }""")
     entries = data["workspaceOrError"]["locationEntries"]
@@ -149,7 +150,7 @@ def running_webserver(env: dict, cwd: Path, log: Path) -> Iterator[str]:
     try:
         wait_until("/server_info", lambda: urllib.request.urlopen(
             f"{base}/server_info", timeout=5).status == 200, server, log)
-        wait_until("the code location", lambda: _loaded(base), server, log)
+        wait_until("the code location", lambda: location_loaded(base), server, log)
         graphql(base, "mutation { setNuxSeen }")  # no "join the community" modal
         yield base
     finally:
