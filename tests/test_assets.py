@@ -683,6 +683,11 @@ def test_checks_executed_without_a_day_check_the_latest_released_day(tmp_path, s
     by_day = {e.check_name: e for e in evaluations if e.partition == DAYS[0]}
     assert by_day["report_checksums"].description.startswith(
         f"report {settings.report_dir(DAYS[0])}: OK")
+    # the check's plots (numbers by evaluation time) get the day's numbers once: the run's
+    # own row points at the day's row and carries no numbers
+    own = next(e for e in evaluations if e.check_name == "exclusion_rates" and not e.partition)
+    assert any(k.startswith("exclusion_rate_") for k in by_day["exclusion_rates"].metadata)
+    assert not any(k.startswith("exclusion_rate_") for k in own.metadata)
     for check in RELEASE_CHECKS:  # the latest row: a real result for the day, this run's
         [key] = check.check_keys
         latest, own = instance.event_log_storage.get_asset_check_execution_history(
