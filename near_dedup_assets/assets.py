@@ -110,6 +110,10 @@ def validated_snapshot(context: dg.AssetExecutionContext,
     folder or an invalid package fails the day with the validator's message.
     """
     with partition_failure():
+        reason = daily.no_release(release, context.partition_key)
+        if reason is not None:
+            context.log.info(reason)
+            return dg.MaterializeResult(metadata=summaries.no_release_metadata(reason))
         pool = daily.validate_day(release, context.partition_key)
     return dg.MaterializeResult(metadata=summaries.snapshot_metadata(pool))
 
@@ -146,6 +150,12 @@ def index_and_report(context: dg.AssetExecutionContext,
     """
     day = context.partition_key
     with partition_failure():
+        reason = daily.no_release(release, day)
+        if reason is not None:
+            for key in (INDEX_APPEND, SCAN_REPORT):
+                yield dg.MaterializeResult(asset_key=key,
+                                           metadata=summaries.no_release_metadata(reason))
+            return
         if not release.near_dedup_enabled:
             yield dg.MaterializeResult(asset_key=INDEX_APPEND,
                                        metadata=summaries.disabled_metadata("index append"))
@@ -153,8 +163,7 @@ def index_and_report(context: dg.AssetExecutionContext,
                                        metadata=summaries.disabled_metadata("scan"))
             return
         earlier = daily.unindexed_earlier_days(
-            release, day, RELEASE_DAYS.get_partition_keys(),
-            context.instance.get_materialized_partitions(INDEX_APPEND))
+            release, day, RELEASE_DAYS.get_partition_keys(), indexed_days(context.instance))
         if earlier:
             raise NearDedupError(
                 f"release day {day}: earlier day(s) {', '.join(earlier)} have snapshots but "
@@ -191,6 +200,24 @@ def index_and_report(context: dg.AssetExecutionContext,
         record_unrun_checks(context, f"this run was refused: {reason}")
         with partition_failure():
             raise NearDedupError(reason)
+
+
+def indexed_days(instance: dg.DagsterInstance) -> set[str]:
+    """Release days whose latest ``index_append`` materialization is not "no release": their
+    batch is in the index (or near-dedup was off that day). A day materialized without a
+    snapshot whose snapshot arrived later is therefore not indexed yet."""
+    latest: dict[str, bool] = {}
+    cursor = None
+    while True:
+        page = instance.fetch_materializations(INDEX_APPEND, limit=1000, cursor=cursor)
+        for record in page.records:  # newest first: the first of a day is its latest
+            materialization = record.asset_materialization
+            if materialization is not None and materialization.partition is not None:
+                latest.setdefault(materialization.partition,
+                                  summaries.NO_RELEASE not in materialization.metadata)
+        if not page.has_more:
+            return {day for day, indexed in latest.items() if indexed}
+        cursor = page.cursor
 
 
 def report_site(report: daily.ReportOutcome, against: Where | None) -> Where:
@@ -256,6 +283,10 @@ def mixture_for_day(context: dg.AssetExecutionContext,
     """The work of ``mixture`` (also run by its variant after ``contamination_report``)."""
     day = context.partition_key
     with partition_failure():
+        reason = daily.no_release(release, day)
+        if reason is not None:
+            context.log.info(reason)
+            return dg.MaterializeResult(metadata=summaries.no_release_metadata(reason))
         pool = daily.open_day(release, day)
         report = release.report_dir(day) if release.near_dedup_enabled else None
         if report is not None and not is_folder(report):

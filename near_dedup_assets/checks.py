@@ -2,9 +2,11 @@
 exclusion rates stay within bounds.
 
 Every check is partitioned by release day, like its asset: it runs for one day and its result
-is recorded for that day, so the check history has a partition per row and the UI's "Execute"
-asks for the day. A check run without a day (nothing to check) fails with that reason: a
-check that ran nothing never passes, and never replaces a day's real result. Partitioned
+is recorded for that day, so the check history has a partition per row. The checks tab's
+"Execute all" launches the checks without a day: each then checks the latest released day of
+its asset and says so (metadata ``executed``), so the check's latest result is a real one
+(before any release: a warning that nothing was checked; it never passes). A day without a
+release (no snapshot folder, nothing published) passes, saying so. Partitioned
 checks are a preview feature of Dagster 1.13 (it warns so once, here, when they are defined);
 the webserver's execute path, the daily runs and backfills record them per partition
 (tests/test_webserver.py, tests/test_assets.py).
@@ -32,6 +34,7 @@ from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.report import verify_report
 from near_dedup_core.storage import in_place
 
+from near_dedup_assets import daily
 from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
 from near_dedup_assets.audit import exclusion_rate_result
 from near_dedup_assets.locations import Where, checked, is_folder, location_value
@@ -41,17 +44,72 @@ from near_dedup_assets.resources import ReleaseSettings, current_environment, pa
 RATE_CHECKS_BLOCKING_VAR = "NEAR_DEDUP_RATE_CHECKS_BLOCKING"
 
 
-class NoReleaseDay(dg.Failure):
-    """A check run without a release day: nothing was checked, so it does not pass."""
+def for_release_day(context: dg.AssetCheckExecutionContext, release: ReleaseSettings,
+                    asset: dg.AssetKey, check_day: Callable[[str], dg.AssetCheckResult]
+                    ) -> dg.AssetCheckResult | dg.Output:
+    """``check_day`` for the run's release day; executed without one (the checks tab's
+    "Execute all" launches the checks without a day), for the latest released day of
+    ``asset``, recorded as that day's result, so that the check's latest result is a real one
+    for a real day. The run's own row (no day) records which day was checked. Before any
+    release nothing is checked: a warning, never a pass.
+
+    The checks that return this have no return annotation: Dagster takes an ``Output`` from a
+    check only when its annotation is none or ``Output``."""
+    if context.has_partition_key:
+        return check_day(context.partition_key)
+    day = latest_released_day(context, release, asset)
+    if day is None:
+        result = dg.AssetCheckResult(passed=False, severity=dg.AssetCheckSeverity.WARN,
+                                     description="no release day chosen and no day released "
+                                                 "yet: nothing was checked")
+        executed = "without a release day, and no day has been released yet"
+    else:
+        result = check_day(day)
+        executed = f"without a release day: checked the latest released day, {day}"
+    [spec] = context.check_specs
+
+    metadata = {**result.metadata, "executed": dg.MetadataValue.text(executed)}
+
+    def record(partition: str | None, description: str | None, entries: dict) -> None:
+        # the step logs check evaluations as it does materializations (checks_unrun too)
+        context.op_execution_context.log_event(dg.AssetCheckEvaluation(  # type: ignore[arg-type]
+            asset_key=spec.asset_key, check_name=spec.name, passed=result.passed,
+            severity=result.severity, description=description, partition=partition,
+            metadata=entries))
+
+    if day is None:
+        record(None, result.description, metadata)
+        return dg.Output(None)
+    # the run's own row points at the day's; its numbers stay on the day's row only, so the
+    # check's plots (one point per evaluation, by time) do not count them twice
+    record(None, f"executed {executed}: {result.description}",
+           {k: v for k, v in metadata.items()
+            if not isinstance(v, dg.FloatMetadataValue | dg.IntMetadataValue)})
+    record(day, result.description, metadata)
+    return dg.Output(None)
 
 
-def release_day(context: dg.AssetCheckExecutionContext) -> str:
-    if not context.has_partition_key:
-        raise NoReleaseDay(description="no release day chosen: nothing was checked. A check "
-                                       "of the release verifies one day: execute it for a "
-                                       "day (partition), or materialize the day",
-                           allow_retries=False)
-    return context.partition_key
+def latest_released_day(context: dg.AssetCheckExecutionContext, release: ReleaseSettings,
+                        asset: dg.AssetKey) -> str | None:
+    """The latest materialized day of ``asset`` that is not a day without a release."""
+    for day in sorted(context.instance.get_materialized_partitions(asset), reverse=True):
+        if not daily.is_no_release_day(release, day):
+            return day
+    return None
+
+
+def no_release_result(release: ReleaseSettings, day: str,
+                      severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+                      ) -> dg.AssetCheckResult | None:
+    """The result on a day without a release (no snapshot folder, nothing published): it
+    passes, saying so; None on a released day."""
+    if not daily.is_no_release_day(release, day):
+        return None
+    reason = daily.no_release(release, day)
+    return dg.AssetCheckResult(passed=True, severity=severity,
+                               description=f"{reason}: nothing was published that day",
+                               metadata={"day": dg.MetadataValue.text(day),
+                                         "no_release": dg.MetadataValue.text(str(reason))})
 
 
 def release_day_check(**kwargs) -> Callable:
@@ -78,35 +136,45 @@ def _verified(day: str, label: str, path: Where,
 
 @release_day_check(asset=SCAN_REPORT, blocking=True)
 def report_checksums(context: dg.AssetCheckExecutionContext,
-                     release: ReleaseSettings) -> dg.AssetCheckResult:
+                     release: ReleaseSettings):
     """The day's report matches its checksums.sha256 and is internally consistent."""
-    day = release_day(context)
-    if not release.near_dedup_enabled:
-        return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
-                                   metadata={"day": dg.MetadataValue.text(day),
-                                             "near_dedup": dg.MetadataValue.text("off")})
-    path = release.report_dir(day)
-    return _verified(day, "report", path, lambda: checked(
-        path, lambda folder: in_place(verify_report(folder).summary(), folder, path)))
+    def check_day(day: str) -> dg.AssetCheckResult:
+        done = no_release_result(release, day)
+        if done is not None:
+            return done
+        if not release.near_dedup_enabled:
+            return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
+                                       metadata={"day": dg.MetadataValue.text(day),
+                                                 "near_dedup": dg.MetadataValue.text("off")})
+        path = release.report_dir(day)
+        return _verified(day, "report", path, lambda: checked(
+            path, lambda folder: in_place(verify_report(folder).summary(), folder, path)))
+
+    return for_release_day(context, release, SCAN_REPORT, check_day)
 
 
 @release_day_check(asset=MIXTURE, blocking=True)
 def mixture_verify(context: dg.AssetCheckExecutionContext,
-                   release: ReleaseSettings) -> dg.AssetCheckResult:
+                   release: ReleaseSettings):
     """The day's mixture passes `mixture verify` and its release record its checksums."""
-    day = release_day(context)
-    path = release.mixture_dir(day)
-    record = release.release_dir(day)
+    def check_day(day: str) -> dg.AssetCheckResult:
+        done = no_release_result(release, day)
+        if done is not None:
+            return done
+        path = release.mixture_dir(day)
+        record = release.release_dir(day)
 
-    def verify() -> str:
-        if not is_folder(path):
-            raise NearDedupError(f"mixture {path}: does not exist")
-        summary = checked(path, lambda folder: in_place(verify_mixture(folder).summary(),
-                                                        folder, path))
-        checked(record, lambda folder: verify_checksums(folder, "release record"))
-        return summary
+        def verify() -> str:
+            if not is_folder(path):
+                raise NearDedupError(f"mixture {path}: does not exist")
+            summary = checked(path, lambda folder: in_place(verify_mixture(folder).summary(),
+                                                            folder, path))
+            checked(record, lambda folder: verify_checksums(folder, "release record"))
+            return summary
 
-    return _verified(day, "mixture", path, verify)
+        return _verified(day, "mixture", path, verify)
+
+    return for_release_day(context, release, MIXTURE, check_day)
 
 
 def exclusion_rates_check(blocking: bool) -> dg.AssetChecksDefinition:
@@ -124,18 +192,24 @@ def exclusion_rates_check(blocking: bool) -> dg.AssetChecksDefinition:
                        "A failure warns; the mixture is still built "
                        f"({RATE_CHECKS_BLOCKING_VAR}=true makes it blocking)."))
     def exclusion_rates(context: dg.AssetCheckExecutionContext,
-                        release: ReleaseSettings) -> dg.AssetCheckResult:
-        day = release_day(context)
-        if not release.near_dedup_enabled:
-            return dg.AssetCheckResult(passed=True, severity=severity,
-                                       description="near-dedup is off: no report",
-                                       metadata={"day": dg.MetadataValue.text(day)})
-        try:
-            return exclusion_rate_result(release, day, RELEASE_DAYS.get_partition_keys(),
-                                         severity)
-        except NearDedupError as exc:
-            return dg.AssetCheckResult(passed=False, severity=severity, description=str(exc),
-                                       metadata={"day": dg.MetadataValue.text(day)})
+                        release: ReleaseSettings):
+        def check_day(day: str) -> dg.AssetCheckResult:
+            done = no_release_result(release, day, severity)
+            if done is not None:
+                return done
+            if not release.near_dedup_enabled:
+                return dg.AssetCheckResult(passed=True, severity=severity,
+                                           description="near-dedup is off: no report",
+                                           metadata={"day": dg.MetadataValue.text(day)})
+            try:
+                return exclusion_rate_result(release, day, RELEASE_DAYS.get_partition_keys(),
+                                             severity)
+            except NearDedupError as exc:
+                return dg.AssetCheckResult(passed=False, severity=severity,
+                                           description=str(exc),
+                                           metadata={"day": dg.MetadataValue.text(day)})
+
+        return for_release_day(context, release, SCAN_REPORT, check_day)
 
     return exclusion_rates
 

@@ -37,7 +37,7 @@ from near_dedup_assets.assets import (
     mixture_for_day,
     partition_failure,
 )
-from near_dedup_assets.checks import release_day, release_day_check
+from near_dedup_assets.checks import for_release_day, release_day_check
 from near_dedup_assets.locations import (
     Where,
     checked,
@@ -50,6 +50,7 @@ from near_dedup_assets.locations import (
 )
 from near_dedup_assets.partitions import RELEASE_DAYS
 from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, parse_flag
+from near_dedup_assets.summaries import no_release_metadata
 
 CONTAMINATION_REPORT = dg.AssetKey("contamination_report")
 EVALS_VAR = f"{ENV_PREFIX}EVALS"
@@ -150,6 +151,9 @@ def contamination_report(context: dg.AssetExecutionContext,
     """Training samples of the day that contain an item of an eval set (exact containment),
     frozen; counts per eval set in the metadata."""
     with partition_failure():
+        reason = daily.no_release(release, context.partition_key)
+        if reason is not None:
+            return dg.MaterializeResult(metadata=no_release_metadata(reason))
         pool = daily.open_day(release, context.partition_key)
         outcome = freeze_contamination(release, pool)
     return dg.MaterializeResult(metadata=contamination_metadata(outcome))
@@ -162,24 +166,30 @@ def build_check(blocking: bool) -> dg.AssetChecksDefinition:
                     description="The day's pool contains no eval item (WARN; ERROR and "
                                 "blocking with NEAR_DEDUP_CONTAMINATION_BLOCKING=true).")
     def no_new_contamination(context: dg.AssetCheckExecutionContext,
-                             release: ReleaseSettings) -> dg.AssetCheckResult:
-        day = release_day(context)
-        path = release.contamination_dir(day)
-        meta = {"day": dg.MetadataValue.text(day), "report": location_value(path)}
-        try:
-            counts = checked(path, verify_contamination).counts
-        except NearDedupError as exc:
-            return dg.AssetCheckResult(passed=False, severity=severity, description=str(exc),
-                                       metadata=meta)
-        leaked = counts["training_samples_contaminated"]
-        return dg.AssetCheckResult(
-            passed=leaked == 0, severity=severity,
-            description=(f"{leaked:,} training samples of day {day} contain "
-                         f"{counts['items_leaked']:,} eval items" if leaked
-                         else f"no eval item in the {counts['training_samples']:,} training "
-                              f"samples of day {day}"),
-            metadata={**meta, "training_samples_contaminated": leaked,
-                      "items_leaked": counts["items_leaked"]})
+                             release: ReleaseSettings):
+        def check_day(day: str) -> dg.AssetCheckResult:
+            path = release.contamination_dir(day)
+            meta = {"day": dg.MetadataValue.text(day), "report": location_value(path)}
+            if not exists(path) and daily.is_no_release_day(release, day):
+                return dg.AssetCheckResult(passed=True, severity=severity, metadata=meta,
+                                           description=f"no release on {day} (no snapshot "
+                                                       f"folder): no contamination report")
+            try:
+                counts = checked(path, verify_contamination).counts
+            except NearDedupError as exc:
+                return dg.AssetCheckResult(passed=False, severity=severity,
+                                           description=str(exc), metadata=meta)
+            leaked = counts["training_samples_contaminated"]
+            return dg.AssetCheckResult(
+                passed=leaked == 0, severity=severity,
+                description=(f"{leaked:,} training samples of day {day} contain "
+                             f"{counts['items_leaked']:,} eval items" if leaked
+                             else f"no eval item in the {counts['training_samples']:,} "
+                                  f"training samples of day {day}"),
+                metadata={**meta, "training_samples_contaminated": leaked,
+                          "items_leaked": counts["items_leaked"]})
+
+        return for_release_day(context, release, CONTAMINATION_REPORT, check_day)
 
     return no_new_contamination
 

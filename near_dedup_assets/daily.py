@@ -5,6 +5,7 @@ where its outputs go and what happens when a day is materialized again:
 
 * The input pool of a day is every package folder directly inside the day's snapshot folder
   (hidden folders, e.g. transfers in progress, and plain files are ignored), in name order.
+  A day whose snapshot folder does not exist is a day without a release (`no_release`).
 * Index append is the core's batch append; a day that is already indexed is a no-op.
 * Reports are frozen. A day whose report folder exists gets that report back if it was made
   from the same inputs and config and still verifies; otherwise the step fails and the folder
@@ -97,6 +98,32 @@ def day_package_paths(settings: ReleaseSettings, day: str) -> list[Where]:
         raise NearDedupError(f"release day {day}: snapshot folder {folder} holds no package "
                              f"folders")
     return paths
+
+
+def no_release(settings: ReleaseSettings, day: str) -> str | None:
+    """Why there is no release on ``day`` (its snapshot folder does not exist), or None when
+    it has a snapshot folder. A day whose report, mixture or release record exists without
+    its snapshot folder (the folder was removed after the release) is an error, not a day
+    without a release."""
+    folder = settings.snapshot_dir(day)
+    if is_folder(folder):
+        return None
+    for label, output in (("report", settings.report_dir(day)),
+                          ("mixture", settings.mixture_dir(day)),
+                          ("release record", settings.release_dir(day))):
+        if exists(output):
+            raise NearDedupError(f"release day {day}: snapshot folder {folder} does not exist, "
+                                 f"but the day's {label} {output} does; restore the snapshot "
+                                 f"folder to release the day again")
+    return f"no release on {day}: no snapshot folder {folder}"
+
+
+def is_no_release_day(settings: ReleaseSettings, day: str) -> bool:
+    """`no_release` as a question: no snapshot folder and nothing released that day."""
+    try:
+        return no_release(settings, day) is not None
+    except NearDedupError:
+        return False
 
 
 def _check_kind(settings: ReleaseSettings, packages: Iterable[Package]) -> None:

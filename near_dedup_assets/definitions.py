@@ -1,4 +1,4 @@
-"""The code location of the daily release: `dagster dev` in the project root loads `defs`.
+"""The code location of the daily release: `dg dev` in the project root loads `defs`.
 
 Runs execute their steps in one process (`in_process_executor`): a day's steps form a chain,
 and the heavy work already uses ``NEAR_DEDUP_WORKERS`` processes inside the core, so a
@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import dagster as dg
 
-from near_dedup_assets.assets import RELEASE_ASSETS
-from near_dedup_assets.checks import rate_checks_blocking, release_checks
-from near_dedup_assets.contamination import contamination_settings_from_env, with_contamination
-from near_dedup_assets.jobs import daily_release, schedule_from_env
-from near_dedup_assets.resources import (
-    ReleaseSettings,
-    current_environment,
-    release_settings_at_run_start,
-    settings_from_env,
-)
+from near_dedup_assets.resources import one_line_when_validating
 
+with one_line_when_validating():  # the modules below read the settings that shape the graph
+    from near_dedup_assets.assets import RELEASE_ASSETS
+    from near_dedup_assets.checks import rate_checks_blocking, release_checks
+    from near_dedup_assets.contamination import (
+        contamination_settings_from_env,
+        with_contamination,
+    )
+    from near_dedup_assets.jobs import daily_release, schedule_from_env
+    from near_dedup_assets.resources import (
+        ReleaseSettings,
+        current_environment,
+        release_settings_at_run_start,
+        settings_from_env,
+    )
 
 def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
                schedule: dg.ScheduleDefinition | None = None,
@@ -45,7 +50,9 @@ def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
     )
 
 
-settings_from_env(current_environment())  # validated when the code location loads
-defs = build_defs(release_settings_at_run_start, schedule_from_env(current_environment()),
-                  contamination_settings_from_env(current_environment()),
-                  rate_checks_blocking(current_environment()))
+with one_line_when_validating():
+    settings_from_env(current_environment())  # validated when the code location loads
+    defs = build_defs(release_settings_at_run_start,
+                      schedule_from_env(current_environment()),
+                      contamination_settings_from_env(current_environment()),
+                      rate_checks_blocking(current_environment()))

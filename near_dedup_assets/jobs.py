@@ -3,7 +3,7 @@
 ``NEAR_DEDUP_SCHEDULE_CRON`` (default ``0 2 * * *``) is read in the release timezone; each
 tick releases the last complete day before it (a tick at 02:00 on the 28th releases the 27th).
 The schedule is created stopped unless ``NEAR_DEDUP_SCHEDULE_RUNNING=true``; either way it
-only fires while the Dagster daemon runs (`dagster dev` starts one).
+only fires while the Dagster daemon runs (`dg dev` starts one).
 
 The schedule is written out rather than made by ``dg.build_schedule_from_partitioned_job``:
 that helper refuses a free cron for a time-partitioned job (it takes only minute, hour and
@@ -17,6 +17,8 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import dagster as dg
+
+from near_dedup_core.errors import NearDedupError
 
 from near_dedup_assets.assets import GROUP
 from near_dedup_assets.partitions import RELEASE_DAYS
@@ -66,4 +68,9 @@ def build_release_schedule(cron: str = DEFAULT_CRON, running: bool = False,
 def schedule_from_env(environ: Mapping[str, str] | None = None) -> dg.ScheduleDefinition:
     environ = os.environ if environ is None else environ
     running = parse_flag(RUNNING_VAR, environ.get(RUNNING_VAR, "false"))
-    return build_release_schedule(environ.get(CRON_VAR, DEFAULT_CRON), running)
+    cron = environ.get(CRON_VAR, DEFAULT_CRON)
+    try:
+        return build_release_schedule(cron, running)
+    except dg.DagsterInvalidDefinitionError:
+        raise NearDedupError(f"{CRON_VAR}={cron!r}: expected a cron expression of 5 fields "
+                             f"(minute hour day month weekday, e.g. {DEFAULT_CRON})") from None

@@ -17,6 +17,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import dagster as dg
 
+from near_dedup_core.errors import NearDedupError
+
 from near_dedup_assets.resources import current_environment
 
 START_DATE_VAR = "NEAR_DEDUP_START_DATE"
@@ -31,7 +33,8 @@ def release_timezone(environ: Mapping[str, str] | None = None) -> str:
     try:
         ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError):
-        raise ValueError(f"{TIMEZONE_VAR}={name!r} is not an IANA timezone name") from None
+        raise NearDedupError(f"{TIMEZONE_VAR}={name!r}: expected an IANA timezone name "
+                             f"(UTC, Europe/Berlin, …)") from None
     return name
 
 
@@ -42,7 +45,8 @@ def release_days(environ: Mapping[str, str] | None = None) -> dg.DailyPartitions
     try:
         date.fromisoformat(start)
     except ValueError:
-        raise ValueError(f"{START_DATE_VAR}={start!r} is not a YYYY-MM-DD date") from None
+        raise NearDedupError(f"{START_DATE_VAR}={start!r}: expected a date as YYYY-MM-DD") \
+            from None
     return dg.DailyPartitionsDefinition(start_date=start, timezone=release_timezone(environ))
 
 

@@ -5,7 +5,7 @@ with the ``.env`` file of the working directory on top (the file wins, as with D
 which reads it only once, when it starts). So an edited `.env` takes effect in the next run,
 without reloading the code location. Unset variables fall back to the defaults below, which
 release the bundled sample days into ``data/release/``. Relative paths are relative to the
-working directory of the Dagster process (the project root under `dagster dev`). The
+working directory of the Dagster process (the project root under `dg dev`). The
 settings are also read and validated when the code location loads, so a bad value stops the
 load with its message instead of failing every run.
 
@@ -27,10 +27,12 @@ contamination report      ``<contamination_root>/contamination-<kind>-<day>``
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import date
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args, get_origin
 
 import dagster as dg
 from dotenv import dotenv_values
@@ -47,6 +49,7 @@ ENV_PREFIX = "NEAR_DEDUP_"
 ENV_FILE = ".env"
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
+FLAG_VALUES = "true or false (also 1/0, yes/no, on/off)"
 
 
 class ReleaseSettings(dg.ConfigurableResource):
@@ -185,7 +188,7 @@ def parse_flag(variable: str, value: str) -> bool:
         return True
     if value.strip().lower() in _FALSE:
         return False
-    raise NearDedupError(f"{variable}={value!r}: expected true or false")
+    raise NearDedupError(f"{variable}={value!r}: expected {FLAG_VALUES}")
 
 
 def env_name(field: str) -> str:
@@ -217,12 +220,47 @@ def settings_from_env(environ: Mapping[str, str] | None = None) -> ReleaseSettin
     try:
         settings = ReleaseSettings(**values)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = str(error["loc"][0])
-        raise NearDedupError(f"{env_name(field)}={values.get(field)!r}: "
-                             f"{error['msg']}") from None
+        field = str(exc.errors()[0]["loc"][0])
+        raise NearDedupError(f"{env_name(field)}={values.get(field)!r}: expected "
+                             f"{allowed_values(field)}") from None
     settings.validate_values()
     return settings
+
+
+def allowed_values(field: str) -> str:
+    """What the setting of ``field`` accepts, in words: its choices, or its type and range."""
+    info = ReleaseSettings.model_fields[field]
+    if get_origin(info.annotation) is Literal:
+        return "one of " + ", ".join(str(choice) for choice in get_args(info.annotation))
+    if info.annotation is bool:
+        return FLAG_VALUES
+    low = next((m.ge for m in info.metadata if getattr(m, "ge", None) is not None), None)
+    high = next((m.le for m in info.metadata if getattr(m, "le", None) is not None), None)
+    if info.annotation is int:
+        return "a whole number" + ("" if low is None else f", {low} or more")
+    if info.annotation is float and low is not None and high is not None:
+        return f"a number from {low:g} to {high:g}"
+    return f"a {getattr(info.annotation, '__name__', 'value')}"
+
+
+#: Set by Dagster while `dg check defs` (`dagster definitions validate`) loads the code
+#: location: "can be used to control the behavior of your code in validation mode".
+VALIDATION_MODE_VAR = "DAGSTER_IS_DEFS_VALIDATION_CLI"
+
+
+@contextmanager
+def one_line_when_validating() -> Iterator[None]:
+    """A bad setting met while the code location loads under `dg check defs`: one line
+    ``near-dedup: error: <VARIABLE>='<value>': expected …`` on stderr and exit 1, instead of
+    Dagster's report of a failed import with its stack trace. Elsewhere (the webserver, a
+    test's import) the error propagates unchanged: the UI shows it as the location's error."""
+    try:
+        yield
+    except NearDedupError as exc:
+        if not os.environ.get(VALIDATION_MODE_VAR):
+            raise
+        print(f"near-dedup: error: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(exc.exit_code) from None
 
 
 @dg.resource(

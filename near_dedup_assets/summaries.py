@@ -3,7 +3,8 @@
 Numbers that are worth plotting across days (records in, kept, excluded, history-only
 relations, selected; each domain's exclusion rate as a float under a stable key,
 ``exclusion_rate_<domain>``) are plain numbers; breakdowns are small markdown tables: by split, by
-reason, by domain, the similarity histogram of the report's relations and the mixture plan.
+reason, by domain and the mixture plan; the similarity histogram of the report's relations is a
+table of bins (`TableMetadataValue`: typed columns the UI sorts).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from near_dedup_assets.locations import Where, location_value
 
 NO_DOMAIN = "(none)"
 HISTOGRAM_BINS = 5
-BAR_WIDTH = 20
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
@@ -156,7 +156,7 @@ def similarity_histogram(relations: Iterable[dict], threshold: float,
                          bins: int = HISTOGRAM_BINS) -> list[list]:
     """Relations by Jaccard: the report's equal bins from the threshold to 1 (`jaccard_edges`),
     exact matches apart, and pool matches, history-only matches and guard-blocked pairs in
-    separate columns; the last column is a bar of the row's total."""
+    separate columns; the last column is the row's total."""
     edges = jaccard_edges(threshold, bins)
     labels = bin_labels(edges, separator="–") if threshold < 1.0 else []
     below, exact = f"< {threshold:.3f}", "1.000 (exact)"
@@ -174,29 +174,26 @@ def similarity_histogram(relations: Iterable[dict], threshold: float,
                   else "history-only" if rel["history_only"] else "pool")
         table[label][column] += 1
     order = ([below] if below in table else []) + labels + [exact]
-    peak = max((sum(table[label].values()) for label in order), default=0) or 1
-    rows = []
-    for label in order:
-        c = table[label]
-        total = sum(c.values())
-        rows.append([label, c["pool"], c["history-only"], c["guard-blocked"],
-                     "█" * round(BAR_WIDTH * total / peak)])
-    return rows
+    return [[label, table[label]["pool"], table[label]["history-only"],
+             table[label]["guard-blocked"], sum(table[label].values())] for label in order]
 
 
-def text_table(headers: Sequence[str], rows: Iterable[Sequence[object]]) -> str:
-    """A fixed-width table in a markdown code block: rows never wrap in the UI (a long row
-    scrolls), and the bars of a histogram line up. Numbers right-aligned, text left-aligned."""
-    cells = [[f"{v:,}" if isinstance(v, int) else str(v) for v in r] for r in rows]
-    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
-    numeric = [bool(cells) and all(r[i].replace(",", "").isdigit() for r in cells)
-               for i in range(len(headers))]
+HISTOGRAM_COLUMNS = (("jaccard", "string", "Jaccard similarity bin (exact matches apart)"),
+                     ("pool", "int", "pairs within the day's pool"),
+                     ("history_only", "int", "pairs with the index's history only"),
+                     ("guard_blocked", "int", "pairs kept apart by the numeric/unit guard"),
+                     ("total", "int", "all pairs of the bin"))
 
-    def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.rjust(w) if n else c.ljust(w)
-                         for c, w, n in zip(cells, widths, numeric, strict=False)).rstrip()
 
-    return "\n".join(["```", line(headers), *(line(r) for r in cells), "```"])
+def histogram_table(rows: Sequence[list]) -> dg.MetadataValue:
+    """The similarity histogram as a table of bins (`similarity_histogram`'s rows), which the
+    UI shows with typed, sortable columns."""
+    schema = dg.TableSchema(columns=[dg.TableColumn(name, kind, description=text)
+                                     for name, kind, text in HISTOGRAM_COLUMNS])
+    names = [name for name, _, _ in HISTOGRAM_COLUMNS]
+    return dg.MetadataValue.table(
+        records=[dg.TableRecord(dict(zip(names, row, strict=True))) for row in rows],
+        schema=schema)
 
 
 def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
@@ -224,13 +221,24 @@ def report_metadata(outcome: ReportOutcome, pool: DayPool) -> dict:
         "by_domain": dg.MetadataValue.md(md_table(
             ["domain", "records", "kept", "excluded", "exact dup.", "near dup.", "excluded %"],
             by_domain)),
-        "similarity_histogram": dg.MetadataValue.md(text_table(
-            ["jaccard", "pool", "history-only", "guard-blocked", ""],
-            similarity_histogram(iter_relations(outcome.folder), threshold))),
+        "similarity_histogram": histogram_table(
+            similarity_histogram(iter_relations(outcome.folder), threshold)),
         "inputs": dg.MetadataValue.text(", ".join(p.package_id for p in pool.packages)),
         "config_fingerprint": dg.MetadataValue.text(manifest["config_fingerprint"]),
         "report": location_value(outcome.path),
     }
+
+
+#: The metadata key of a day without a release (no snapshot folder): its reason.
+NO_RELEASE = "no_release"
+
+
+def no_release_metadata(reason: str) -> dict:
+    """A day whose snapshot folder does not exist: materialized as "no release that day"
+    (nothing read, appended, scanned or built), not as a failure."""
+    return {NO_RELEASE: dg.MetadataValue.text(
+        f"{reason}; nothing was released. If the snapshot arrives later, materialize the day "
+        f"again")}
 
 
 def disabled_metadata(step: str) -> dict:

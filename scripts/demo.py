@@ -2,10 +2,12 @@
 
 Starts from a fresh ``data/demo``: a real Dagster instance in ``data/demo/dagster_home``
 (SQLite storage, the project's ``dagster_home/dagster.yaml``), release outputs in
-``data/demo/release``, and ``data/demo/.env`` with the settings used. Every day folder of
-``samples/cpt`` is released in date order with the ``daily_release`` job — the run the
-schedule launches each night — so later days see the earlier ones as history. Then it prints
-a summary per day, where the outputs are, and how to open the UI on this instance.
+``data/demo/release``, and ``data/demo/.env`` with the settings used. Every release day from the first sample day to
+yesterday is released in date order with the ``daily_release`` job — the run the schedule
+launches each night — so later days see the earlier ones as history, and the days after the
+samples, which have no snapshot folder, are days without a release (as the schedule would
+have recorded them; none is left "missing" in the UI). Then it prints a summary per day,
+where the outputs are, and how to open the UI on this instance.
 """
 
 import os
@@ -57,7 +59,7 @@ def demo_settings(days: list[str]) -> dict[str, str]:
 
 
 def prepare(settings: dict[str, str]) -> None:
-    """A fresh data/demo with its Dagster home and the .env that `dagster dev` reads there."""
+    """A fresh data/demo with its Dagster home and the .env that `dagster-webserver` reads there."""
     if DEMO.exists():
         shutil.rmtree(DEMO)
     home = Path(settings["DAGSTER_HOME"])
@@ -122,9 +124,11 @@ def main() -> int:
 
     print(f"near-dedup daily release demo: {len(days)} sample days from {rel(SAMPLE_DAYS)}, "
           f"through Dagster (instance {rel(settings['DAGSTER_HOME'])})\n")
+    from near_dedup_assets.partitions import RELEASE_DAYS
+
     job = defs.resolve_job_def("daily_release")
     with dg.DagsterInstance.get() as instance:
-        for day in days:
+        for day in RELEASE_DAYS.get_partition_keys():
             result = job.execute_in_process(partition_key=day, instance=instance,
                                             run_config=QUIET, raise_on_error=False)
             if not result.success:
@@ -137,7 +141,9 @@ def main() -> int:
                 print(f"day {day}: release failed: {'; '.join(failures + failed_checks)}",
                       file=sys.stderr)
                 return 1
-            print("\n".join(day_summary(day, result)) + "\n")
+            no_release = materialized(result, "validated_snapshot").get("no_release")
+            print(f"day {day}  {no_release.split(';')[0]}" if no_release
+                  else "\n".join(day_summary(day, result)) + "\n")
 
     bin_dir = Path(sys.executable).parent  # the venv the demo runs in: .venv under make
     report = Path(settings["NEAR_DEDUP_REPORT_ROOT"]) / f"near-cpt-{days[-1]}"
@@ -150,11 +156,11 @@ def main() -> int:
           "server;\n`near-dedup report html` writes one for any report):\n"
           f"  {site.as_uri()}\n")
     print("Open the UI on this demo instance (runs, materializations, metadata, checks):\n"
-          f"  cd {rel(DEMO)} && {bin_dir / 'dagster'} dev "
+          f"  cd {rel(DEMO)} && {bin_dir / 'dagster-webserver'} "
           f"-m near_dedup_assets.definitions\n"
           f"  then http://127.0.0.1:3000 → Lineage; {rel(DEMO / '.env')} holds the settings.\n"
-          "For the real daily release: cp .env.example .env, edit it, then `.venv/bin/dagster "
-          "dev` in the project root;\nmaterialize or backfill days from the asset graph, or turn "
+          "For the real daily release: cp .env.example .env, edit it, then `.venv/bin/dg dev` "
+          "in the project root;\nmaterialize or backfill days from the asset graph, or turn "
           "on daily_release_schedule.")
     return 0
 

@@ -202,20 +202,20 @@ def test_settings_come_from_environment_variables_and_are_validated():
     assert (typed.enabled, typed.kind, typed.executor, typed.max_exclusion_rate,
             typed.max_rate_jump) == (False, "sft", "ray", 0.25, 1.0)
     for name, value, message in [
-            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': Input should be a valid "
-                                          "integer"),
-            ("NEAR_DEDUP_WORKERS", "-1", "NEAR_DEDUP_WORKERS='-1': Input should be greater "
-                                         "than or equal to 0"),
-            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': Input should be 'cpt' "
-                                            "or 'sft'"),
-            ("NEAR_DEDUP_EXECUTOR", "gpu", "NEAR_DEDUP_EXECUTOR='gpu': Input should be 'local' "
-                                           "or 'ray'"),
-            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': Input should be a "
-                                            "valid boolean"),
-            ("NEAR_DEDUP_MAX_EXCLUSION_RATE", "1.5", "NEAR_DEDUP_MAX_EXCLUSION_RATE='1.5': Input "
-                                                     "should be less than or equal to 1"),
-            ("NEAR_DEDUP_MAX_RATE_JUMP", "a lot", "NEAR_DEDUP_MAX_RATE_JUMP='a lot': Input "
-                                                  "should be a valid number"),
+            ("NEAR_DEDUP_WORKERS", "two", "NEAR_DEDUP_WORKERS='two': expected a whole number, "
+                                          "0 or more"),
+            ("NEAR_DEDUP_WORKERS", "-1", "NEAR_DEDUP_WORKERS='-1': expected a whole number, "
+                                         "0 or more"),
+            ("NEAR_DEDUP_KIND", "pretrain", "NEAR_DEDUP_KIND='pretrain': expected one of cpt, "
+                                            "sft"),
+            ("NEAR_DEDUP_EXECUTOR", "gpu", "NEAR_DEDUP_EXECUTOR='gpu': expected one of local, "
+                                           "ray"),
+            ("NEAR_DEDUP_ENABLED", "maybe", "NEAR_DEDUP_ENABLED='maybe': expected true or false "
+                                            "(also 1/0, yes/no, on/off)"),
+            ("NEAR_DEDUP_MAX_EXCLUSION_RATE", "1.5", "NEAR_DEDUP_MAX_EXCLUSION_RATE='1.5': "
+                                                     "expected a number from 0 to 1"),
+            ("NEAR_DEDUP_MAX_RATE_JUMP", "a lot", "NEAR_DEDUP_MAX_RATE_JUMP='a lot': expected a "
+                                                  "number from 0 to 1"),
             ("NEAR_DEDUP_CONFIG", "/nowhere/near-dedup.json", "/nowhere/near-dedup.json")]:
         with pytest.raises(NearDedupError, match=re.escape(message)) as raised:
             settings_from_env({"NEAR_DEDUP_CONFIG": config, name: value})
@@ -239,8 +239,32 @@ def test_a_bad_setting_stops_the_code_location_from_loading(tmp_path):
                          check=False)
     assert run.returncode != 0
     assert run.stderr.strip().splitlines()[-1] == (
-        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': Input should be "
-        "'cpt' or 'sft'")
+        "near_dedup_core.errors.NearDedupError: NEAR_DEDUP_KIND='pretrain': expected one of "
+        "cpt, sft")
+
+
+@pytest.mark.parametrize("line, message", [
+    ("NEAR_DEDUP_WORKERS=many", "NEAR_DEDUP_WORKERS='many': expected a whole number, 0 or more"),
+    ("NEAR_DEDUP_TIMEZONE=Mars/Base", "NEAR_DEDUP_TIMEZONE='Mars/Base': expected an IANA "
+                                      "timezone name (UTC, Europe/Berlin, …)"),
+    ("NEAR_DEDUP_SCHEDULE_CRON=every night", "NEAR_DEDUP_SCHEDULE_CRON='every night': expected "
+     "a cron expression of 5 fields (minute hour day month weekday, e.g. 0 2 * * *)")])
+def test_dg_check_defs_names_a_bad_setting_in_one_line(tmp_path, line, message):
+    """`dg check defs` in a project whose .env holds a bad value: one line naming the
+    variable, the value and what it accepts, exit 1 (no stack trace)."""
+    shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    (tmp_path / "near_dedup_assets").symlink_to(REPO / "near_dedup_assets")
+    (tmp_path / ".env").write_text(f"NEAR_DEDUP_CONFIG=\n{line}\n", encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NEAR_DEDUP_") and k != "DAGSTER_HOME"}
+    env["PYTHONPATH"] = str(REPO)
+    run = subprocess.run([str(Path(sys.executable).with_name("dg")), "check", "defs"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
+                         check=False)
+    assert run.returncode == 1, run.stdout + run.stderr
+    errors = [x for x in (run.stdout + run.stderr).splitlines()
+              if "error" in x.lower() or "Traceback" in x or "File " in x]
+    assert errors == [f"near-dedup: error: {message}"], run.stdout + run.stderr
 
 
 def test_an_edited_env_file_counts_from_the_next_run(tmp_path, snapshots, instance,
@@ -268,10 +292,10 @@ def test_an_edited_env_file_counts_from_the_next_run(tmp_path, snapshots, instan
     assert metadata(first, dg.AssetKey("validated_snapshot"))["snapshot_folder"] == \
         str(snapshots / DAYS[0])
     write_env(tmp_path / "moved")
-    second = validate_day()
-    assert not second.success
-    assert failure_message(second) == (f"release day {DAYS[0]}: snapshot folder "
-                                       f"{tmp_path / 'moved' / DAYS[0]} does not exist")
+    second = validate_day()  # the new root has no folder for the day: no release that day
+    assert second.success
+    assert metadata(second, dg.AssetKey("validated_snapshot"))["no_release"].startswith(
+        f"no release on {DAYS[0]}: no snapshot folder {tmp_path / 'moved' / DAYS[0]};")
 
 
 # --------------------------------------------------------------------------- one day
@@ -306,7 +330,9 @@ def test_materialize_one_day_freezes_report_builds_mixture_and_passes_checks(
     assert (scan["records_in"], scan["history_only_relations"]) == (14, 0)
     assert scan["kept"] + scan["excluded"] == 14
     assert "| web |" in scan["by_domain"] and "| validation |" in scan["by_split"]
-    assert "1.000 (exact)" in scan["similarity_histogram"]
+    histogram = [r.data for r in scan["similarity_histogram"].records]  # a table of bins
+    assert histogram[-1]["jaccard"] == "1.000 (exact)"
+    assert sum(r["total"] for r in histogram) == scan["relations"]
     # each domain's exclusion rate, a number under a stable key (plotted over the days)
     rates = {k: v for k, v in scan.items() if k.startswith("exclusion_rate_")}
     assert set(rates) == {"exclusion_rate_web", "exclusion_rate_books", "exclusion_rate_news"}
@@ -470,17 +496,63 @@ def test_days_out_of_order_are_refused(tmp_path, snapshots, instance):
 # --------------------------------------------------------------------------- bad snapshots
 
 
-def test_missing_snapshot_fails_the_day_and_nothing_downstream_runs(tmp_path, instance):
+def test_a_day_without_a_snapshot_is_a_day_without_a_release(tmp_path, instance):
+    """No snapshot folder: every asset materializes as "no release that day" (nothing read,
+    appended, scanned or built) and every check passes saying so; nothing fails."""
     settings = settings_for(tmp_path / "out", tmp_path / "snapshots")
     result = release(DAYS[0], settings, instance)
-    assert not result.success
-    assert failure_message(result) == (f"release day {DAYS[0]}: snapshot folder "
-                                       f"{tmp_path / 'snapshots' / DAYS[0]} does not exist")
-    assert executed_steps(result) == {"validated_snapshot"}
-    assert_reason_shown_once(result, instance)
+    assert result.success
+    folder = tmp_path / "snapshots" / DAYS[0]
+    for key in (dg.AssetKey("validated_snapshot"), INDEX_APPEND, SCAN_REPORT,
+                dg.AssetKey("mixture")):
+        assert metadata(result, key) == {"no_release": (
+            f"no release on {DAYS[0]}: no snapshot folder {folder}; nothing was released. If "
+            f"the snapshot arrives later, materialize the day again")}
+    checks = check_results(result)
+    assert set(checks) == {"report_checksums", "exclusion_rates", "mixture_verify"}
+    for check in checks.values():
+        assert check.passed
+        assert check.description == (f"no release on {DAYS[0]}: no snapshot folder {folder}: "
+                                     f"nothing was published that day")
     assert not (tmp_path / "out" / "index").exists()
     assert not (tmp_path / "out" / "reports").exists()
     assert not (tmp_path / "out" / "mixtures").exists()
+    assert not (tmp_path / "out" / "releases").exists()
+
+
+def test_a_snapshot_that_arrives_after_its_day_is_released_before_later_days(
+        tmp_path, snapshots, instance):
+    """A day first materialized without its snapshot is not indexed: once the snapshot is
+    there, the next day is refused until that day is materialized again, which releases it."""
+    days = tmp_path / "snapshots"
+    days.mkdir()
+    settings = settings_for(tmp_path / "out", days)
+    assert release(DAYS[0], settings, instance).success  # no snapshot yet: no release
+    shutil.copytree(snapshots / DAYS[0], days / DAYS[0])
+    shutil.copytree(snapshots / DAYS[1], days / DAYS[1])
+    later = release(DAYS[1], settings, instance)
+    assert not later.success
+    assert f"earlier day(s) {DAYS[0]} have snapshots but are not indexed yet" in \
+        failure_message(later)
+    assert release(DAYS[0], settings, instance).success
+    assert settings.report_dir(DAYS[0]).is_dir()
+    assert release(DAYS[1], settings, instance).success
+
+
+def test_a_released_day_whose_snapshot_was_removed_fails_instead_of_no_release(
+        tmp_path, snapshots, instance):
+    days = tmp_path / "snapshots"
+    shutil.copytree(snapshots / DAYS[0], days / DAYS[0])
+    settings = settings_for(tmp_path / "out", days)
+    assert release(DAYS[0], settings, instance).success
+    shutil.rmtree(days / DAYS[0])
+    again = release(DAYS[0], settings, instance)
+    assert not again.success
+    assert failure_message(again) == (
+        f"release day {DAYS[0]}: snapshot folder {days / DAYS[0]} does not exist, but the "
+        f"day's report {settings.report_dir(DAYS[0])} does; restore the snapshot folder to "
+        f"release the day again")
+    assert executed_steps(again) == {"validated_snapshot"}
 
 
 def test_invalid_snapshot_fails_with_the_validator_message(tmp_path, snapshots, instance):
@@ -572,31 +644,61 @@ def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance
     assert "data/train/part-00000.jsonl" in check.description
 
 
-def test_checks_executed_without_a_day_fail_and_check_nothing(tmp_path, snapshots, instance):
-    """A run of the checks without a release day (no partition) checks nothing: it fails with
-    that reason and records no result, so the day's real results stay the latest. (The UI's
-    execution of a check for a day: tests/test_webserver.py.)"""
+def test_checks_executed_without_a_day_check_the_latest_released_day(tmp_path, snapshots,
+                                                                     instance):
+    """A run of the checks without a release day (the checks tab's "Execute all") checks the
+    latest released day, not a later day without a release, and records the result for that
+    day: the check's latest result is a real one, for a real day. Before any release it checks
+    nothing and does not pass. (The UI: tests/test_webserver.py.)"""
     settings = settings_for(tmp_path, snapshots)
-    assert release(DAYS[0], settings, instance).success
+    names = {"report_checksums", "exclusion_rates", "mixture_verify"}
 
-    result = dg.materialize(GRAPH, resources={"release": settings}, instance=instance,
-                            raise_on_error=False,
-                            selection=dg.AssetSelection.checks(*RELEASE_CHECKS))
-    assert not result.success
-    assert result.get_asset_check_evaluations() == []
-    failures = [e for e in result.all_events
-                if e.event_type == dg.DagsterEventType.STEP_FAILURE]
-    assert len(failures) == len(RELEASE_CHECKS)
-    for event in failures:
-        assert event.step_failure_data.user_failure_data.description.startswith(
-            "no release day chosen: nothing was checked")
-    for check in RELEASE_CHECKS:  # the no-day run is a failed execution, never a pass
+    def execute_all():
+        return dg.materialize(GRAPH, resources={"release": settings}, instance=instance,
+                              raise_on_error=False,
+                              selection=dg.AssetSelection.checks(*RELEASE_CHECKS))
+
+    before = execute_all()
+    assert before.success
+    evaluations = before.get_asset_check_evaluations()
+    assert sorted(e.check_name for e in evaluations) == sorted(names)
+    for check in evaluations:
+        assert (check.partition, check.passed, check.severity) == \
+            (None, False, dg.AssetCheckSeverity.WARN)
+        assert check.description == ("no release day chosen and no day released yet: nothing "
+                                     "was checked")
+
+    assert release(DAYS[0], settings, instance).success
+    assert release("2026-11-29", settings, instance).success  # no snapshot: no release
+    result = execute_all()
+    assert result.success
+    evaluations = result.get_asset_check_evaluations()
+    assert sorted((e.check_name, e.partition or "") for e in evaluations) == sorted(
+        [(name, "") for name in names] + [(name, DAYS[0]) for name in names])
+    executed = f"without a release day: checked the latest released day, {DAYS[0]}"
+    for check in evaluations:
+        assert check.passed, check.description
+        entries = {k: v.value for k, v in check.metadata.items()}
+        assert (entries["day"], entries["executed"]) == (DAYS[0], executed)
+    by_day = {e.check_name: e for e in evaluations if e.partition == DAYS[0]}
+    assert by_day["report_checksums"].description.startswith(
+        f"report {settings.report_dir(DAYS[0])}: OK")
+    # the check's plots (numbers by evaluation time) get the day's numbers once: the run's
+    # own row points at the day's row and carries no numbers
+    own = next(e for e in evaluations if e.check_name == "exclusion_rates" and not e.partition)
+    assert any(k.startswith("exclusion_rate_") for k in by_day["exclusion_rates"].metadata)
+    assert not any(k.startswith("exclusion_rate_") for k in own.metadata)
+    for check in RELEASE_CHECKS:  # the latest row: a real result for the day, this run's
         [key] = check.check_keys
-        history = instance.event_log_storage.get_asset_check_execution_history(key, limit=5)
-        assert [r.partition for r in history] == [None, DAYS[0]]
-        assert history[0].status.value != "SUCCEEDED" and history[0].run_id == result.run_id
-        assert history[1].status.value == "SUCCEEDED"
-        assert history[1].event.dagster_event.event_specific_data.passed
+        latest, own = instance.event_log_storage.get_asset_check_execution_history(
+            key, limit=2)
+        assert (latest.partition, latest.status.value, latest.run_id) == \
+            (DAYS[0], "SUCCEEDED", result.run_id)
+        assert (own.partition, own.status.value, own.run_id) == \
+            (None, "SUCCEEDED", result.run_id)
+        assert own.event.dagster_event.event_specific_data.description.startswith(
+            f"executed {executed}: ")
+
 
 def test_near_dedup_off_builds_mixtures_without_report_or_index(tmp_path, snapshots, instance):
     settings = settings_for(tmp_path, snapshots, enabled="false")

@@ -333,8 +333,8 @@ def test_jaccard_histogram_bins_follow_the_threshold_and_keep_the_default_labels
     assert bin_labels(jaccard_edges(0.875))[0] == "0.875-0.900"
 
 
-def test_ui_histogram_uses_the_report_bins_in_a_block_that_does_not_wrap():
-    from near_dedup_assets.summaries import similarity_histogram, text_table
+def test_ui_histogram_uses_the_report_bins_in_a_table_of_bins():
+    from near_dedup_assets.summaries import histogram_table, similarity_histogram
 
     relations = [{"jaccard": 0.85, "kind": "near", "history_only": False, "blocked_by": None},
                  {"jaccard": 0.99, "kind": "near", "history_only": True, "blocked_by": None},
@@ -344,12 +344,14 @@ def test_ui_histogram_uses_the_report_bins_in_a_block_that_does_not_wrap():
     rows = similarity_histogram(relations, 0.8)
     assert [r[0] for r in rows] == ["0.80–0.84", "0.84–0.88", "0.88–0.92", "0.92–0.96",
                                     "0.96–1.00", "1.000 (exact)"]
-    assert [r[1:4] for r in rows] == [[0, 0, 0], [1, 0, 0], [0, 0, 0], [0, 0, 1], [0, 1, 0],
-                                      [1, 0, 0]]
-    text = text_table(["jaccard", "pool", "history-only", "guard-blocked", ""], rows)
-    lines = text.splitlines()
-    assert lines[0] == lines[-1] == "```" and len(lines) == len(rows) + 3
-    assert lines[2].split() == ["0.80–0.84", "0", "0", "0"] and "|" not in text
+    assert [r[1:] for r in rows] == [[0, 0, 0, 0], [1, 0, 0, 1], [0, 0, 0, 0], [0, 0, 1, 1],
+                                     [0, 1, 0, 1], [1, 0, 0, 1]]
+    table = histogram_table(rows)  # the UI's table: typed columns, one record per bin
+    assert [(c.name, c.type) for c in table.schema.columns] == [
+        ("jaccard", "string"), ("pool", "int"), ("history_only", "int"),
+        ("guard_blocked", "int"), ("total", "int")]
+    assert [r.data for r in table.records][1] == {
+        "jaccard": "0.84–0.88", "pool": 1, "history_only": 0, "guard_blocked": 0, "total": 1}
 
 
 # --------------------------------------------------------------------------- --inputs

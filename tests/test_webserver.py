@@ -125,7 +125,8 @@ def stop(server: subprocess.Popen) -> None:
     server.wait(timeout=10)
 
 
-def _loaded(base: str) -> bool:
+def location_loaded(base: str) -> bool:
+    """Whether the webserver's code location has loaded (fails on a load error)."""
     data = graphql(base, """{ workspaceOrError { ... on Workspace { locationEntries {
         loadStatus locationOrLoadError { __typename ... on PythonError { message } } } } } }""")
     entries = data["workspaceOrError"]["locationEntries"]
@@ -149,7 +150,7 @@ def running_webserver(env: dict, cwd: Path, log: Path) -> Iterator[str]:
     try:
         wait_until("/server_info", lambda: urllib.request.urlopen(
             f"{base}/server_info", timeout=5).status == 200, server, log)
-        wait_until("the code location", lambda: _loaded(base), server, log)
+        wait_until("the code location", lambda: location_loaded(base), server, log)
         graphql(base, "mutation { setNuxSeen }")  # no "join the community" modal
         yield base
     finally:
@@ -273,7 +274,7 @@ CHECK_EXECUTIONS = """query($check: String!) {
             ... on FloatMetadataEntry { floatValue } ... on TextMetadataEntry { text } } } } }"""
 
 
-def test_a_check_executed_for_a_day_reports_that_days_rates_and_without_a_day_fails(
+def test_a_check_executed_for_a_day_reports_that_days_rates_and_without_a_day_the_latest(
         webserver):
     node = graphql(webserver, """{ assetNodeOrError(assetKey: {path: ["scan_report"]}) {
         ... on AssetNode { assetChecksOrError { ... on AssetChecks {
@@ -307,12 +308,71 @@ def test_a_check_executed_for_a_day_reports_that_days_rates_and_without_a_day_fa
                           "exclusion_rate_news", "exclusion_rate_web"}
     assert all(isinstance(v, float) and 0 <= v <= 1 for v in rates.values())
 
-    # "Execute" without a day: the run fails, no result, nothing passes
-    nothing = launch_run(webserver, [], [("scan_report", "exclusion_rates")], None)
-    assert run_status(webserver, nothing) == "FAILURE"
+    # a day without a snapshot: released as "no release", every asset and check green
+    empty = "2026-11-28"
+    nothing = launch_run(webserver, list(ASSETS), every_check, empty)
+    assert run_status(webserver, nothing) == "SUCCESS"
+    statuses = graphql(webserver, PARTITION_STATUSES)["assetNodes"]
+    for node in statuses:  # the UI's partition bars: both days materialized, none failed
+        ranges = node["assetPartitionStatuses"]["ranges"]
+        assert [(r["startKey"], r["endKey"], r["status"]) for r in ranges] == \
+            [(day, day, "MATERIALIZED"), (empty, empty, "MATERIALIZED")], node
+
+    # "Execute all" on the checks tab (no day): each check verifies the latest released day
+    # and records it for that day; the check's latest result is that real result
+    every = launch_run(webserver, [], every_check, None)
+    assert run_status(webserver, every) == "SUCCESS"
     executions = graphql(webserver, CHECK_EXECUTIONS,
                          {"check": "exclusion_rates"})["assetCheckExecutions"]
-    assert (executions[0]["runId"], executions[0]["status"], executions[0]["evaluation"]) == \
-        (nothing, "EXECUTION_FAILED", None)
-    # the day's own result is still there, for its day
-    assert any(e["partition"] == day and e["status"] == "SUCCEEDED" for e in executions[1:])
+    latest = executions[0]
+    assert (latest["runId"], latest["status"], latest["partition"]) == \
+        (every, "SUCCEEDED", day)
+    entries = {e["label"]: e.get("text") for e in latest["evaluation"]["metadataEntries"]}
+    assert entries["executed"] == ("without a release day: checked the latest released day, "
+                                   f"{day}")
+
+    with chromium() as driver:  # what the lead sees: the empty day's page, the checks tab
+        wait_for_page(driver, f"{webserver}/assets/scan_report?view=partitions&partition={empty}",
+                      "no_release", f"no release on {empty}")
+        wait_for_page(driver, f"{webserver}/assets/scan_report?view=checks", "exclusion_rates",
+                      "report_checksums", "Passed", absent=("Execution failed", "Failed"))
+
+
+PARTITION_STATUSES = """{ assetNodes { assetKey { path } assetPartitionStatuses {
+    ... on TimePartitionStatuses { ranges { startKey endKey status } } } } }"""
+
+
+def test_the_readme_ui_command_serves_the_projects_instance_as_dagster_recommends(tmp_path):
+    """The README's UI command (`dg dev`, what Dagster 1.13 recommends) in the root of a copy
+    of the project after `cp .env.example .env`: the UI serves the release on the instance
+    that .env names (``dagster_home/``), with no SupersessionWarning in its output."""
+    from test_readme import README, project_copy
+
+    [line] = [row.split("#")[0].strip() for row in README.splitlines() if "bin/dg dev" in row]
+    assert line == ".venv/bin/dg dev"
+    root = project_copy(tmp_path)
+    for name in ("pyproject.toml", ".env.example", "dagster_home/dagster.yaml"):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / name, root / name)
+    (root / "near_dedup_assets").symlink_to(REPO / "near_dedup_assets")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("NEAR_DEDUP_", "DAGSTER_", "VIRTUAL_ENV"))}
+    env["PYTHONPATH"] = str(REPO)
+    port = free_port()
+    log = tmp_path / "dg-dev.log"
+    with open(log, "wb") as out:
+        server = subprocess.Popen(["bash", "-e", "-c", f"cp .env.example .env\n{line} -p {port}"],
+                                  cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                  start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_until("/server_info", lambda: urllib.request.urlopen(
+            f"{base}/server_info", timeout=5).status == 200, server, log)
+        wait_until("the code location", lambda: location_loaded(base), server, log)
+        nodes = graphql(base, "{ assetNodes { assetKey { path } } }")["assetNodes"]
+        assert {"/".join(n["assetKey"]["path"]) for n in nodes} == set(ASSETS)
+    finally:
+        stop(server)
+    assert (root / "dagster_home" / "history" / "runs.db").is_file()  # .env's DAGSTER_HOME
+    output = log.read_text(errors="replace")
+    assert "SupersessionWarning" not in output and "superseded" not in output, output[-3000:]
