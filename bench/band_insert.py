@@ -23,7 +23,7 @@ import numpy as np
 
 from near_dedup_core.index_store import batch as db
 from near_dedup_core.index_store.schema import bands_recent
-from near_dedup_core.index_store.sqlite_write import open_writable
+from near_dedup_core.index_store.sqlite.write import open_writable
 
 
 def band_rows(index: Path) -> tuple[np.ndarray, np.ndarray]:

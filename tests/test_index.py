@@ -1146,7 +1146,7 @@ def test_a_check_and_a_scan_refused_for_its_output_leave_no_side_files(world, in
 _HOLD_LOCK = """
 import sys
 from pathlib import Path
-from near_dedup_core.index_store.sqlite_write import writer_lock
+from near_dedup_core.index_store.sqlite.write import writer_lock
 with writer_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     sys.stdin.read()

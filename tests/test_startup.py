@@ -117,8 +117,8 @@ def test_a_worker_that_died_is_one_line(monkeypatch):
                                     "near_dedup_core.index_store.check",
                                     "near_dedup_core.index_store.invariants",
                                     "near_dedup_core.index_store.schema",
-                                    "near_dedup_core.index_store.snapshot",
-                                    "near_dedup_core.index_store.sqlite_write",
+                                    "near_dedup_core.index_store.sqlite.snapshot",
+                                    "near_dedup_core.index_store.sqlite.write",
                                     "near_dedup_core.index_store.texts",
                                     "near_dedup_core.index_store.postgres"])
 def test_any_module_of_index_store_and_ingest_imports_first(tmp_path, module):
@@ -126,7 +126,8 @@ def test_any_module_of_index_store_and_ingest_imports_first(tmp_path, module):
     import after it (no import cycle) and name what they name."""
     done = _python(f"""
         import {module}
-        from near_dedup_core.index_store import batch, open_index, postgres, snapshot, texts
+        from near_dedup_core.index_store import batch, open_index, postgres, texts
+        from near_dedup_core.index_store.sqlite import snapshot
         from near_dedup_core.ingest import batch as ingest_batch, run
         print(run.index_packages.__module__, ingest_batch.BatchWriter.__name__,
               snapshot.IndexSnapshot.__module__, batch.BatchTransaction.__module__,
@@ -135,7 +136,7 @@ def test_any_module_of_index_store_and_ingest_imports_first(tmp_path, module):
         """, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["near_dedup_core.ingest.run", "BatchWriter",
-                                   "near_dedup_core.index_store.snapshot",
+                                   "near_dedup_core.index_store.sqlite.snapshot",
                                    "near_dedup_core.index_store.batch",
                                    "near_dedup_core.index_store.texts", "postgresql://u@h/d",
                                    "near_dedup_core.index_store.postgres"]

@@ -30,11 +30,11 @@ Modules (plain imports: a reader, mypy and a code walker follow every name)
   `IcebergIndex`, which a command asks for its snapshot, batch, workers' readers and check;
 - `texts`: the texts' codec (zstd, batch dictionaries) and the readers a worker opens on its
   own (`KnownTexts`, `IndexTexts`), on plain ``sqlite3`` or psycopg connections;
-- `snapshot`: every read of a scan from one state of the index (`IndexSnapshot`), the
+- `sqlite.snapshot`: every read of a scan from one state of the index (`IndexSnapshot`), the
   format's constants and checks, the one-line SQLite errors;
 - `schema`: the tables (SQLAlchemy Core) and the binding rows;
 - `batch`: `BatchTransaction`, every write of one appended batch;
-- `sqlite_write`: the writer's lock, a batch's connections, a new index's staged file;
+- `sqlite.write`: the writer's lock, a batch's connections, a new index's staged file;
 - `check`: `index check`;
 - `postgres`: everything that differs on PostgreSQL (connections, locks, bulk copies, its
   snapshot, batch and check).
@@ -61,7 +61,7 @@ from near_dedup_core.index_store.backends import (
     open_snapshot,
     open_texts,
 )
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.sqlite.snapshot import (
     BAND_TABLES,
     BANDS_MERGED_THROUGH,
     FORMAT,

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.index_store import snapshot as sq
-from near_dedup_core.index_store.snapshot import IndexSnapshot
+from near_dedup_core.index_store.sqlite import snapshot as sq
+from near_dedup_core.index_store.sqlite.snapshot import IndexSnapshot
 from near_dedup_core.index_store.texts import IndexTexts, KnownTexts, connect_read_only, is_url
 
 if TYPE_CHECKING:
@@ -80,9 +80,9 @@ class SqliteIndex:
 
     def batch(self, config: NearDedupConfig, created_at: str
               ) -> AbstractContextManager[BatchTransaction]:
-        """The open transaction of one appended batch (`sqlite_write.sqlite_batch`: writer's
+        """The open transaction of one appended batch (`sqlite.write.sqlite_batch`: writer's
         lock, staged first batch, published on success, nothing changed on failure)."""
-        from near_dedup_core.index_store.sqlite_write import sqlite_batch
+        from near_dedup_core.index_store.sqlite.write import sqlite_batch
 
         return sqlite_batch(self.path, config, created_at)
 

@@ -28,7 +28,7 @@ from near_dedup_core.index_store.schema import (
     scopes,
     sources,
 )
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.sqlite.snapshot import (
     BAND_TABLES,
     BANDS_MERGED_THROUGH,
     SCHEMA_VERSION,

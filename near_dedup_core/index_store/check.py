@@ -18,7 +18,7 @@ from near_dedup_core.index_store.invariants import (
     check_meta_keys,
     quick_check,
 )
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.sqlite.snapshot import (
     BANDS_MERGED_THROUGH,
     FORMAT,
     SCHEMA_VERSION,

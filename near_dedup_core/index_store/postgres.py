@@ -51,7 +51,7 @@ from near_dedup_core.index_store.invariants import (
     quick_check,
 )
 from near_dedup_core.index_store.schema import binding_rows, contents, meta, metadata, sources
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.sqlite.snapshot import (
     BAND_TABLES,
     FORMAT,
     BandHits,

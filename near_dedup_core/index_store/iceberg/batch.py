@@ -47,7 +47,7 @@ from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_of
 from near_dedup_core.index_store.schema import binding_rows
-from near_dedup_core.index_store.snapshot import IndexedPackage, check_binding
+from near_dedup_core.index_store.sqlite.snapshot import IndexedPackage, check_binding
 
 #: Band rows that the writer gathers before handing them to the executor's tasks (about
 #: 64 MB of keys and content ids): each chunk becomes one file per bucket, so a batch of R

@@ -35,7 +35,7 @@ from near_dedup_core.index_store.invariants import (
     check_meta_keys,
     restore,
 )
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.sqlite.snapshot import (
     BandHits,
     ContentColumns,
     ContentSplit,

@@ -22,7 +22,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.batch import BatchTransaction
 from near_dedup_core.index_store.invariants import quick_check, sqlite_background_check
 from near_dedup_core.index_store.schema import create_schema
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.sqlite.snapshot import (
     BUSY_TIMEOUT_ENV,
     DEFAULT_BUSY_TIMEOUT,
     _read_foreign,
