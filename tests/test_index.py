@@ -133,7 +133,7 @@ def contents_by_id(index: Path) -> dict[bytes, tuple]:
     normalized text). Texts are decompressed: their bytes depend on the batch's dictionary."""
     con = index_store.connect_reader(index)
     try:
-        reader = index_store.TextReader(con)
+        reader = index_store.TextDecoder(con)
         return {cid: (batch, chars, shingles, sig, reader.text(blob, dictionary))
                 for cid, batch, chars, shingles, sig, blob, dictionary in con.execute(
                     "SELECT content_id, batch, norm_chars, shingles, signature, text_z, "

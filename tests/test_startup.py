@@ -120,6 +120,10 @@ def test_a_worker_that_died_is_one_line(monkeypatch):
                                     "near_dedup_core.index_store.sqlite.snapshot",
                                     "near_dedup_core.index_store.sqlite.write",
                                     "near_dedup_core.index_store.texts",
+                                    "near_dedup_core.index_store.common",
+                                    "near_dedup_core.index_store.records",
+                                    "near_dedup_core.index_store.protocols",
+                                    "near_dedup_core.index_store.postgres_url",
                                     "near_dedup_core.index_store.postgres"])
 def test_any_module_of_index_store_and_ingest_imports_first(tmp_path, module):
     """Whichever module of `index_store` and `ingest` a process imports first, the others

@@ -16,7 +16,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import utc_now
-from near_dedup_core.index_store.batch import BandWrite, BatchTransaction
+from near_dedup_core.index_store import BandWrite, Batch
 from near_dedup_core.ingest import batch, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
@@ -72,7 +72,7 @@ def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage])
                 f"packages are immutable: publish a new package id")
 
 
-def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Package],
+def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
                result: IndexResult, executor: Executors, progress: bool) -> None:
     """The batch inside the open transaction of ``store``; its ``reader_location`` is where
     workers can read the committed index (None: they cannot, and sign every text)."""

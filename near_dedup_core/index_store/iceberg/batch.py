@@ -42,12 +42,12 @@ from pyiceberg.table import Table
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.index_store.batch import BandWrite, BatchTransaction, RefTarget
+from near_dedup_core.index_store.common import check_binding
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_of
+from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import binding_rows
-from near_dedup_core.index_store.sqlite.snapshot import IndexedPackage, check_binding
 
 #: Band rows that the writer gathers before handing them to the executor's tasks (about
 #: 64 MB of keys and content ids): each chunk becomes one file per bucket, so a batch of R
@@ -64,19 +64,19 @@ CONTENT_ID_BYTES = 16
 LOOKUP_THREADS = 2
 
 
-class IcebergBatch(BatchTransaction):
-    """The writes of one batch: band rows to the executor's tasks, content and source rows
-    streamed into data files, the rest gathered in memory; registered by `commit`."""
+class IcebergBatch:
+    """The writes of one batch (a `protocols.Batch`): band rows to the executor's tasks,
+    content and source rows streamed into data files, the rest gathered in memory;
+    registered by `commit`."""
 
     served = False
 
     def __init__(self, pinned: Pinned, config: NearDedupConfig, created_at: str,
                  fresh: bool) -> None:
-        self.conn = None  # type: ignore[assignment]
         self.pinned = pinned
         self.label = pinned.location
-        self.reader_location = None if fresh else pinned.location
-        self.seq = None
+        self.reader_location: str | None = None if fresh else pinned.location
+        self.seq: int | None = None
         self.config = config
         self.new: dict[str, list[tuple]] = {t: [] for t in it.DATA_TABLES}
         #: the batch's files carry this prefix (a failed batch removes them by it)
