@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -213,3 +214,17 @@ def test_a_batch_left_by_an_error_changes_nothing(backend, built):
         raise Stop
     assert index_bytes(location) == before
 
+
+
+def test_nothing_outside_index_store_names_a_backend():
+    """Stages ask the backend object: no backend class, no backend module and no URL
+    sniffing of an index outside `index_store` (import-linter checks the layers)."""
+    root = Path(__file__).resolve().parents[1]
+    names = ("SqliteIndex", "PostgresIndex", "IcebergIndex", "index_store.iceberg",
+             "index_store.postgres", "index_store.sqlite", "is_postgres_url",
+             "index_store.texts import is_url")
+    for path in [*root.glob("near_dedup_core/**/*.py"), *root.glob("near_dedup_assets/*.py")]:
+        if "index_store" in path.parts:
+            continue
+        text = path.read_text(encoding="utf-8")
+        assert not [n for n in names if n in text], path

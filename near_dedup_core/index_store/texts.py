@@ -117,14 +117,14 @@ def rows_in(con: ReadConnection, sql: str, ids: Sequence[int | bytes]) -> Iterat
 CACHE_SIZE = -262144  # page cache of a connection that writes (or reads a lot): 256 MiB
 
 
-def _uri_path(path: Path) -> str:
+def uri_path(path: Path) -> str:
     return urllib.parse.quote(str(path.resolve()))
 
 
 def connect_read_only(path: Path, cached: bool = False) -> sqlite3.Connection:
     """A worker's own ``mode=ro`` connection to the SQLite index at ``path``; ``cached``: kept
     for many lookups, with the writer's page cache size."""
-    con = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, check_same_thread=False)
+    con = sqlite3.connect(f"file:{uri_path(path)}?mode=ro", uri=True, check_same_thread=False)
     if cached:
         con.execute(f"PRAGMA cache_size = {CACHE_SIZE}")
     return con

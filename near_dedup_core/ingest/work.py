@@ -118,8 +118,8 @@ def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str],
     """Raw-text lookups on a read connection of this worker. A pool worker keeps its
     connection (and its page cache) for its life, which ends before the writer closes the
     index; inline, in the writer's own process, a SQLite connection lives for one block only
-    (`SqliteIndex.inline_readers_close`): the writer closes last and removes the index's -wal
-    and -shm files."""
+    (`index_store.IndexBackend.inline_readers_close`): the writer closes last and removes the
+    index's -wal and -shm files."""
     index = db.open_index(location)
     if _in_pool or not index.inline_readers_close:
         known = _kept_known_texts.get(location)

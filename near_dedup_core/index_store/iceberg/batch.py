@@ -35,7 +35,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
@@ -518,7 +518,7 @@ def restore_leftovers(pinned: Pinned) -> bool:
     return restored
 
 
-def open_for_write(location: str, cat: Catalog) -> tuple[Pinned, bool]:
+def open_for_write(location: str, cat: SqlCatalog) -> tuple[Pinned, bool]:
     """The published state for a writer (under its lock), the tables created for a new
     index; ``fresh``: no batch was published yet."""
     place = it.where(location)

@@ -47,9 +47,9 @@ from near_dedup_core.index_store.texts import (
     SQL_IN,
     IndexTexts,
     ReadConnection,
-    _uri_path,
     damaged,
     rows_in,
+    uri_path,
 )
 
 if TYPE_CHECKING:  # a scan's reads need only the config's values
@@ -100,11 +100,11 @@ def connect_reader(path: Path) -> sqlite3.Connection:
     SQLite's ``json_each`` table (`IndexSnapshot.history_band_hits`) is usable on it.
     """
     if not _is_wal(path):
-        uri = f"file:{_uri_path(path)}?mode=ro"
+        uri = f"file:{uri_path(path)}?mode=ro"
     elif not _dir_writable(path.parent) and not path.with_name(path.name + "-shm").exists():
-        uri = f"file:{_uri_path(path)}?immutable=1"
+        uri = f"file:{uri_path(path)}?immutable=1"
     else:
-        uri = f"file:{_uri_path(path)}?mode=rw"
+        uri = f"file:{uri_path(path)}?mode=rw"
     con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     try:
         # the first use of SQLite's `json_each` on a connection declares its columns, which
