@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -228,3 +230,14 @@ def test_nothing_outside_index_store_names_a_backend():
             continue
         text = path.read_text(encoding="utf-8")
         assert not [n for n in names if n in text], path
+
+
+def test_the_import_floors_hold():
+    """`lint-imports` (the contracts in pyproject.toml, drawn in docs/architecture.md) passes:
+    no lower floor imports a stage, no stage imports the CLI, the library never imports
+    Dagster, and the modules of `index_store` import each other without a cycle."""
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([str(Path(sys.executable).with_name("lint-imports"))], cwd=root,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:]
+    assert "0 broken" in done.stdout

@@ -29,12 +29,12 @@ from near_dedup_core.index_store.protocols import (
     Snapshot,
     TextReader,
 )
+from near_dedup_core.index_store.records import IndexCheck
 from near_dedup_core.index_store.sqlite import snapshot as sq
 from near_dedup_core.index_store.texts import IndexTexts, KnownTexts, connect_read_only
 
 if TYPE_CHECKING:
     from near_dedup_core.config import NearDedupConfig
-    from near_dedup_core.index_store.check import IndexCheck
 
 
 def _iceberg_only(index: IndexBackend, action: str) -> NearDedupError:

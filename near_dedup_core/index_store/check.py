@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
 
 import zstandard
 
@@ -24,25 +23,13 @@ from near_dedup_core.index_store.invariants import (
     check_meta_keys,
     quick_check,
 )
+from near_dedup_core.index_store.records import IndexCheck
 from near_dedup_core.index_store.sqlite.snapshot import (
     connect_reader,
     read_foreign,
     sqlite_errors,
 )
 from near_dedup_core.index_store.texts import ReadConnection, TextDecoder
-
-
-class IndexCheck(NamedTuple):
-    path: Path | str
-    batches: int
-    packages: int
-    contents: int
-    sources: int
-    note: str = ""
-
-    def summary(self) -> str:
-        return (f"index {self.path}: OK ({self.batches:,} batches, {self.packages:,} packages, "
-                f"{self.contents:,} contents, {self.sources:,} sources){self.note}")
 
 
 def check_sqlite(path: Path) -> IndexCheck:

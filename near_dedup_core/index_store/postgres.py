@@ -43,7 +43,7 @@ from sqlalchemy.pool import NullPool
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.batch import BatchTransaction
-from near_dedup_core.index_store.check import IndexCheck, check_invariants, check_meta
+from near_dedup_core.index_store.check import check_invariants, check_meta
 from near_dedup_core.index_store.common import BAND_TABLES, FORMAT, check_binding
 from near_dedup_core.index_store.invariants import (
     BackgroundCheck,
@@ -51,7 +51,7 @@ from near_dedup_core.index_store.invariants import (
     quick_check,
 )
 from near_dedup_core.index_store.postgres_url import label
-from near_dedup_core.index_store.records import BandHits
+from near_dedup_core.index_store.records import BandHits, IndexCheck
 from near_dedup_core.index_store.schema import binding_rows, contents, meta, metadata, sources
 from near_dedup_core.index_store.sqlite.snapshot import IndexSnapshot
 from near_dedup_core.index_store.texts import KnownTexts

@@ -36,6 +36,7 @@ from near_dedup_core.index_store.records import (
     BandWrite,
     ContentColumns,
     ContentSplit,
+    IndexCheck,
     IndexCounts,
     IndexedPackage,
     OutsideSource,
@@ -44,7 +45,6 @@ from near_dedup_core.index_store.records import (
 
 if TYPE_CHECKING:
     from near_dedup_core.config import NearDedupConfig
-    from near_dedup_core.index_store.check import IndexCheck
     from near_dedup_core.index_store.texts import ShippedTexts
 
 

@@ -3,6 +3,7 @@ not SQL rows or Arrow tables, so that every backend answers with the same types.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -78,3 +79,18 @@ class BandWrite(NamedTuple):
 
 #: The columns of a package's samples that `TextReader.package_column` reads.
 SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
+
+
+class IndexCheck(NamedTuple):
+    """What `index check` found: the index's counts, every invariant held."""
+
+    path: Path | str
+    batches: int
+    packages: int
+    contents: int
+    sources: int
+    note: str = ""
+
+    def summary(self) -> str:
+        return (f"index {self.path}: OK ({self.batches:,} batches, {self.packages:,} packages, "
+                f"{self.contents:,} contents, {self.sources:,} sources){self.note}")
