@@ -323,8 +323,9 @@ Index = SqliteIndex | PostgresIndex | IcebergIndex
 
 
 def open_index(location: str | Path | Index) -> Index:
-    """The backend of ``location``: a ``postgresql://`` (or ``postgres://``) URL, or a SQLite
-    file path; any other URL scheme is refused. Opens nothing yet."""
+    """The backend of ``location``: a ``postgresql://`` (or ``postgres://``) URL, an
+    ``iceberg://`` or ``iceberg+s3://`` location, or a SQLite file path; any other URL scheme
+    is refused. A backend given is returned as it is. Opens nothing yet."""
     if isinstance(location, (SqliteIndex, PostgresIndex, IcebergIndex)):
         return location
     value = str(location)
