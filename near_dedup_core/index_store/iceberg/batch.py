@@ -317,8 +317,8 @@ class BandFile(NamedTuple):
     rows: int
 
 
-#: How a band data file is written (docs/scale.md, "The per-bucket join"): the keys sorted,
-#: so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
+#: How a band data file is written (docs/measurements/2026-12-04-scale.md, "The per-bucket
+#: join"): the keys sorted, so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
 #: content ids as their differences, near the values' entropy, so no codec (it would cost
 #: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
 #: rows (a probe skips those whose key range holds none of its keys); the sort order
