@@ -241,3 +241,22 @@ def test_the_import_floors_hold():
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:]
     assert "0 broken" in done.stdout
+
+
+@pytest.mark.parametrize(("index", "preloaded"), [
+    ("postgresql://u:p@h/d", ("near_dedup_core.index_store.postgres",)),
+    ("index.sqlite", ()),
+    ("iceberg:///tmp/folder", ()),
+    ("mysql://h/d", ()),  # refused by the command itself, later
+])
+def test_a_pool_preloads_what_the_backend_names(monkeypatch, index, preloaded):
+    """The forkserver a command starts early preloads the index backend's `worker_modules`
+    (asked of the backend object, not read off the URL) before the stage's own modules."""
+    from near_dedup_core import runtime
+
+    started: list[tuple[str, ...]] = []
+    monkeypatch.setattr(runtime, "POOL_RECORDS", 0)
+    monkeypatch.setattr(runtime, "start_forkserver", started.append)
+    sample = Path(__file__).resolve().parents[1] / "samples" / "cpt" / "2026-11-25" / "cpt-v1"
+    runtime._start_pool_early(("near_dedup_core.scan",), [sample], index)
+    assert started == [(*preloaded, "near_dedup_core.scan")]
