@@ -318,15 +318,15 @@ class IcebergIndex:
         """`index check` verifies the data files."""
 
 
-#: The index behind ``--index``: one of the three backends.
-Index = SqliteIndex | PostgresIndex | IcebergIndex
+#: The index behind ``--index``, as callers know it: the contract, not which backend.
+Index = IndexBackend
 
 
 def open_index(location: str | Path | Index) -> Index:
     """The backend of ``location``: a ``postgresql://`` (or ``postgres://``) URL, an
     ``iceberg://`` or ``iceberg+s3://`` location, or a SQLite file path; any other URL scheme
     is refused. A backend given is returned as it is. Opens nothing yet."""
-    if isinstance(location, (SqliteIndex, PostgresIndex, IcebergIndex)):
+    if not isinstance(location, (str, Path)):
         return location
     value = str(location)
     if is_postgres_url(value):
