@@ -29,11 +29,13 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -m "not webserver and not slow"
 
-# ruff (lint + import order) and mypy (pydantic plugin), configured in pyproject.toml.
+# ruff (lint + import order), mypy (pydantic plugin) and the import floors (import-linter),
+# configured in pyproject.toml.
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(PY) -m mypy
-	@echo "lint: ruff and mypy clean"
+	$(VENV)/bin/lint-imports
+	@echo "lint: ruff, mypy and lint-imports clean"
 
 clean-demo:
 	rm -rf data/demo

@@ -1,7 +1,7 @@
 """How fast SQLite takes a batch's band rows, by rows per ``INSERT`` statement (``--per``)
 and per call of the driver (``--call-rows``): the band rows of an index (``--index``, e.g. a
 1M pool's: 15.6 M rows) in (key, content) order, written into a fresh ``WITHOUT ROWID`` band
-table by `index_store.BatchTransaction.add_bands` itself (a staged file: no journal, the
+table by `index_store.batch.BatchTransaction.add_bands` itself (a staged file: no journal, the
 writer's page size and cache), the settings alternating over ``--rounds``. Prints wall and
 CPU seconds per run.
 
@@ -23,7 +23,7 @@ import numpy as np
 
 from near_dedup_core.index_store import batch as db
 from near_dedup_core.index_store.schema import bands_recent
-from near_dedup_core.index_store.sqlite_write import open_writable
+from near_dedup_core.index_store.sqlite.write import open_writable
 
 
 def band_rows(index: Path) -> tuple[np.ndarray, np.ndarray]:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from near_dedup_core import runtime
 from near_dedup_core.config import load_config
-from near_dedup_core.index_store import snapshot as db
+from near_dedup_core.index_store.sqlite import snapshot as db
 from near_dedup_core.ingest.run import index_packages
 from near_dedup_core.scan import scan_pool
 

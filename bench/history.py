@@ -586,7 +586,7 @@ def partition(args: argparse.Namespace, state: State, server: PostgresServer) ->
 def plan(args: argparse.Namespace, state: State, server: PostgresServer) -> None:
     """The scan's history join of the pool's band keys, less the pool's own contents: as a
     plain join, left to the planner (a hash join over a sequential scan of the band table),
-    and as the product writes it (`index_store.HISTORY_JOIN_SQL`: one probe of the band
+    and as the product writes it (`index_store.postgres.HISTORY_JOIN_SQL`: one probe of the band
     table's primary key per key), alternating; the two must find the same rows."""
     import psycopg
 

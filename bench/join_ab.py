@@ -1,5 +1,5 @@
 """The per-bucket history join of two (or more) code versions, in turns, on the same band
-folders (bench only; docs/scale.md, "The per-bucket join").
+folders (bench only; docs/measurements/2026-12-04-scale.md, "The per-bucket join").
 
 Each ``--code`` is a checkout of the product (this one by default); each ``--bands`` a folder
 written by ``bench.scale_history bands`` (by any version: the band files' layout is the

@@ -1,5 +1,5 @@
-"""Near-dedup daily release: a persistent index (SQLite or PostgreSQL), frozen near-duplicate
-reports, contamination reports, mixtures."""
+"""Near-dedup daily release: a persistent index (SQLite, PostgreSQL or Apache Iceberg), frozen
+near-duplicate reports, contamination reports, mixtures."""
 
 __version__ = "0.1.0"
 

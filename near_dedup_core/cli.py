@@ -368,25 +368,16 @@ def _duration(text: str) -> float:
 
 
 def _index_action(args: argparse.Namespace) -> str:
-    """`index check`; `index compact` and `index expire`, for an index kept as Iceberg
-    tables."""
-    from near_dedup_core.index_store import IcebergIndex
-
+    """`index check`; `index compact` and `index expire`, which the backend refuses unless
+    it needs them (an index kept as Iceberg tables)."""
     if args.inputs:
         raise NearDedupError(f"usage: index {args.action} takes no --inputs (see near-dedup "
                              f"--help)")
     index = _need_index(args)
     if args.action == "check":
         return index.check().summary()
-    if not isinstance(index, IcebergIndex):
-        raise NearDedupError(f"index {index.label}: index {args.action} is for an index kept "
-                             f"as Iceberg tables (iceberg:///folder)")
-    with index.errors():
-        from near_dedup_core.index_store.iceberg import maintain
-
-        if args.action == "compact":
-            return maintain.compact(index.url, progress=not args.quiet)
-        return maintain.expire(index.url, getattr(args, "older_than", None))
+    return index.maintain(args.action, getattr(args, "older_than", None),
+                          progress=not args.quiet)
 
 
 def _report_audit(args: argparse.Namespace) -> None:
@@ -544,7 +535,8 @@ def _run(args: argparse.Namespace) -> None:
 
         print(contamination_report(load_config(args.config), args.evals, args.inputs,
                                    args.output, workers=args.workers, progress=progress,
-                                   index=args.index, executor=args.executor).summary())
+                                   index=None if args.index is None else _need_index(args),
+                                   executor=args.executor).summary())
     elif args.command == "report":
         from near_dedup_core.audit.sources import searching
 

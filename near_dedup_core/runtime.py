@@ -94,7 +94,7 @@ def _start_pool_early(pool: tuple[str, ...], inputs: Sequence[str | Path | Locat
     """Start the forkserver of the pool the command is about to need, if its inputs hold
     more than `workers.POOL_RECORDS` records. Whatever is wrong with the inputs is left to
     the command to report; an index whose inputs are indexed already leaves it unused."""
-    from near_dedup_core.index_store.texts import is_url
+    from near_dedup_core.index_store import open_index
     from near_dedup_core.package import load_package
     from near_dedup_core.storage import parse_location
 
@@ -110,8 +110,11 @@ def _start_pool_early(pool: tuple[str, ...], inputs: Sequence[str | Path | Locat
         from near_dedup_core.ingest.work import WORKER_MODULES
 
         pool = WORKER_MODULES
-    if index is not None and is_url(str(index)):  # the workers' own connections
-        pool = ("near_dedup_core.index_store.postgres", *pool)
+    if index is not None:  # what the workers read the index with (their own connections)
+        try:
+            pool = (*open_index(index).worker_modules, *pool)
+        except NearDedupError:
+            pass  # an index location the command refuses itself
     start_forkserver(pool)
 
 

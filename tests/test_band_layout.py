@@ -25,7 +25,7 @@ from near_dedup_core import index_store
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.index_store import batch as index_batch
 from near_dedup_core.index_store import schema
-from near_dedup_core.index_store.sqlite_write import open_writable
+from near_dedup_core.index_store.sqlite.write import open_writable
 from near_dedup_core.ingest import batch
 from near_dedup_core.ingest.batch import ordered_key_ranges, stable_argsort
 
@@ -139,7 +139,7 @@ def test_a_scan_of_the_newest_batch_leaves_bands_recent_unprobed_when_it_holds_o
         con.set_trace_callback(statements.append)
         return con
 
-    monkeypatch.setattr(index_store.snapshot, "connect_reader", traced)
+    monkeypatch.setattr(index_store.sqlite.snapshot, "connect_reader", traced)
     a = scan(path, packages["pool"], tmp_path / "a")
     probes = [s for s in statements if "json_each" in s]
     assert probes and all("main.bands b" in s and "bands_recent" not in s for s in probes)

@@ -1,5 +1,5 @@
-"""The per-bucket history join's reads (docs/scale.md, "The per-bucket join"): the writer's
-band files store the sorted keys and the content ids DELTA_BINARY_PACKED, without a codec,
+"""The per-bucket history join's reads (docs/measurements/2026-12-04-scale.md, "The
+per-bucket join"): the writer's band files store the sorted keys and the content ids DELTA_BINARY_PACKED, without a codec,
 and declare their order; `bucket_hits` finds exactly the rows a plain membership test finds,
 in row order, on those files and on files of any other layout (the older zstd/dictionary
 files, files that declare no order, files whose rows are not sorted).

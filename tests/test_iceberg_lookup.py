@@ -1,5 +1,5 @@
-"""What an Iceberg index's driver reads of the history (docs/scale.md, "What grows with the
-history on the driver"): pinning a state reads no content row (the count from the snapshot's
+"""What an Iceberg index's driver reads of the history
+(docs/measurements/2026-12-04-scale.md, "What grows with the history on the driver"): pinning a state reads no content row (the count from the snapshot's
 summary, the highest id from the manifests); the content-id and raw-text lookups of an
 `index` run find the rows by sorted hash arrays (`lookup.HashedRows`), exactly, and give the
 SQLite backend's reports.

@@ -133,7 +133,7 @@ def contents_by_id(index: Path) -> dict[bytes, tuple]:
     normalized text). Texts are decompressed: their bytes depend on the batch's dictionary."""
     con = index_store.connect_reader(index)
     try:
-        reader = index_store.TextReader(con)
+        reader = index_store.TextDecoder(con)
         return {cid: (batch, chars, shingles, sig, reader.text(blob, dictionary))
                 for cid, batch, chars, shingles, sig, blob, dictionary in con.execute(
                     "SELECT content_id, batch, norm_chars, shingles, signature, text_z, "
@@ -1146,7 +1146,7 @@ def test_a_check_and_a_scan_refused_for_its_output_leave_no_side_files(world, in
 _HOLD_LOCK = """
 import sys
 from pathlib import Path
-from near_dedup_core.index_store.sqlite_write import writer_lock
+from near_dedup_core.index_store.sqlite.write import writer_lock
 with writer_lock(Path(sys.argv[1])):
     print("locked", flush=True)
     sys.stdin.read()

@@ -35,7 +35,7 @@ from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
 from near_dedup_core import index_store
-from near_dedup_core.index_store import TextReader, schema
+from near_dedup_core.index_store import TextDecoder, schema
 from near_dedup_core.index_store import postgres as index_postgres
 
 # Each test starts from a fresh database of a PostgreSQL server that the module starts.
@@ -84,7 +84,7 @@ def index_rows(index: str | Path) -> dict:
                                         t.packages.c.records))}
         scopes = dict(conn.execute(select(t.scopes.c.id, t.scopes.c.scope_key)).all())
         raw = conn.connection.dbapi_connection
-        reader = TextReader(index_postgres.QmarkConnection(raw)
+        reader = TextDecoder(index_postgres.QmarkConnection(raw)
                             if str(index).startswith("postgresql://") else raw)
         contents = sorted(
             (rowid, bytes(cid), scopes[scope], batch, chars, shingles,

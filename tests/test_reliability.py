@@ -541,7 +541,7 @@ def test_an_interrupted_statement_of_a_batch_leaves_the_folder_as_it_was(index):
 
 
 def test_an_interruption_while_the_writer_lock_is_taken_releases_it(index, monkeypatch):
-    from near_dedup_core.index_store import sqlite_write
+    from near_dedup_core.index_store.sqlite import write as sqlite_write
 
     before = listing(index.parent)
     is_current = sqlite_write._is_current
@@ -566,7 +566,7 @@ def test_an_interruption_while_the_background_check_starts_closes_its_reader(ind
     import threading
 
     from near_dedup_core.index_store.invariants import sqlite_background_check
-    from near_dedup_core.index_store.snapshot import connect_reader
+    from near_dedup_core.index_store.sqlite.snapshot import connect_reader
 
     before = listing(index.parent)
 
@@ -583,7 +583,7 @@ _HELD_BY_THE_TRACEBACK = """
 import os, signal, sys, time
 from pathlib import Path
 from near_dedup_core import cli
-from near_dedup_core.index_store.snapshot import connect_reader
+from near_dedup_core.index_store.sqlite.snapshot import connect_reader
 
 def command(args):
     con = connect_reader(Path(os.environ["INDEX"]))
@@ -917,7 +917,7 @@ def test_a_refused_first_batch_removes_the_folders_it_created(corpus, tmp_path):
 def test_an_index_in_a_folder_sqlite_cannot_write_is_read_immutable(corpus, index, tmp_path,
                                                                     monkeypatch):
     # running as root, chmod cannot take write access away: the check itself is replaced
-    monkeypatch.setattr(index_store.snapshot, "_dir_writable", lambda folder: False)
+    monkeypatch.setattr(index_store.sqlite.snapshot, "_dir_writable", lambda folder: False)
     folder = listing(index.parent)
     cli_ok("--index", index, "scan", "--inputs", corpus.v1, "--output", tmp_path / "rep")
     cli_ok("--index", index, "index", "check")
@@ -929,7 +929,7 @@ def test_an_index_sqlite_cannot_open_is_one_line_naming_the_cause(corpus, index,
     def cannot_open(path):
         raise sqlite3.OperationalError("unable to open database file")
 
-    monkeypatch.setattr(index_store.snapshot, "connect_reader", cannot_open)
+    monkeypatch.setattr(index_store.sqlite.snapshot, "connect_reader", cannot_open)
     one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
                     tmp_path / "rep"], 1, f"index {index}: cannot be opened or written "
                    "(unable to open database file)", "-wal/-shm")

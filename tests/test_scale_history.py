@@ -1,5 +1,6 @@
-"""The generated history of `bench/scale_history.py` (docs/scale.md): each subcommand that
-docs/scale.md shows, at 10^4 contents on the sample packages.
+"""The generated history of `bench/scale_history.py`
+(docs/measurements/2026-12-04-scale.md): each subcommand that page shows, at 10^4 contents
+on the sample packages.
 
 `run` indexes a pool into two Iceberg indexes, appends the generated contents to one, and
 scans the pool and a next day against both: the product's readers accept the generated

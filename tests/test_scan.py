@@ -619,13 +619,13 @@ def test_a_scan_asks_the_kernel_to_read_the_index_ahead(tmp_path, monkeypatch):
     pkgs = _pool(tmp_path)
     idx = tmp_path / "index.sqlite"
     asked: list[tuple[str, bool]] = []
-    real = index_store.snapshot.read_ahead
+    real = index_store.sqlite.snapshot.read_ahead
 
     def spy(path):
         asked.append((str(path), real(path)))
         return asked[-1][1]
 
-    monkeypatch.setattr(index_store.snapshot, "read_ahead", spy)
+    monkeypatch.setattr(index_store.sqlite.snapshot, "read_ahead", spy)
     index(idx, pkgs[0])
     index(idx, pkgs[1])
     other = make_package(tmp_path, "d3", {"train": [cpt("z", stdlib_docstrings()[50])]})
@@ -638,7 +638,7 @@ def test_a_scan_asks_the_kernel_to_read_the_index_ahead(tmp_path, monkeypatch):
     assert (file_sha256(idx), idx.stat().st_mtime_ns) == before
     assert not real(tmp_path / "none.sqlite")
     assert not index_store.open_index("postgresql://localhost/none").read_ahead()
-    monkeypatch.setattr(index_store.snapshot, "READ_AHEAD_SHARE", idx.stat().st_size / 2**50)
+    monkeypatch.setattr(index_store.sqlite.snapshot, "READ_AHEAD_SHARE", idx.stat().st_size / 2**50)
     assert not real(idx)
 
 

@@ -117,16 +117,21 @@ def test_a_worker_that_died_is_one_line(monkeypatch):
                                     "near_dedup_core.index_store.check",
                                     "near_dedup_core.index_store.invariants",
                                     "near_dedup_core.index_store.schema",
-                                    "near_dedup_core.index_store.snapshot",
-                                    "near_dedup_core.index_store.sqlite_write",
+                                    "near_dedup_core.index_store.sqlite.snapshot",
+                                    "near_dedup_core.index_store.sqlite.write",
                                     "near_dedup_core.index_store.texts",
+                                    "near_dedup_core.index_store.common",
+                                    "near_dedup_core.index_store.records",
+                                    "near_dedup_core.index_store.protocols",
+                                    "near_dedup_core.index_store.postgres_url",
                                     "near_dedup_core.index_store.postgres"])
 def test_any_module_of_index_store_and_ingest_imports_first(tmp_path, module):
     """Whichever module of `index_store` and `ingest` a process imports first, the others
     import after it (no import cycle) and name what they name."""
     done = _python(f"""
         import {module}
-        from near_dedup_core.index_store import batch, open_index, postgres, snapshot, texts
+        from near_dedup_core.index_store import batch, open_index, postgres, texts
+        from near_dedup_core.index_store.sqlite import snapshot
         from near_dedup_core.ingest import batch as ingest_batch, run
         print(run.index_packages.__module__, ingest_batch.BatchWriter.__name__,
               snapshot.IndexSnapshot.__module__, batch.BatchTransaction.__module__,
@@ -135,7 +140,7 @@ def test_any_module_of_index_store_and_ingest_imports_first(tmp_path, module):
         """, tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["near_dedup_core.ingest.run", "BatchWriter",
-                                   "near_dedup_core.index_store.snapshot",
+                                   "near_dedup_core.index_store.sqlite.snapshot",
                                    "near_dedup_core.index_store.batch",
                                    "near_dedup_core.index_store.texts", "postgresql://u@h/d",
                                    "near_dedup_core.index_store.postgres"]

@@ -279,11 +279,12 @@ class Computed:
 def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Path],
                          pool_paths: Sequence[str | Path], output_dir: str | Path, *,
                          workers: int = 1, progress: bool = False,
-                         index: str | Path | None = None,
+                         index: Index | None = None,
                          executor: str | Executors = "local") -> ContaminationResult:
     """Check every eval item against every training sample of the pool; freeze the report
     in ``output_dir`` (docs/contamination.md). Nothing is written on any error. With
-    ``index`` (a SQLite path or a PostgreSQL URL holding every pool package, as for `scan`),
+    ``index`` (the backend `index_store.open_index` made of a SQLite path, a PostgreSQL URL
+    or an Iceberg location, holding every pool package, as for `scan`),
     the pool's normalized texts are read from the index instead of parsed and normalized
     again (`_probe_index`); the report is the same bytes."""
     output = parse_location(output_dir)
@@ -314,7 +315,7 @@ def report_lines(lines: list[PairLine]) -> list[dict]:
 
 
 def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
-            workers: int = 1, progress: bool = False, index: str | Path | None = None,
+            workers: int = 1, progress: bool = False, index: Index | None = None,
             executor: str | Executors = "local") -> Computed:
     """The report of these opened eval and pool packages (`contamination_report` without
     the writing; `verify.rederive` runs it again to re-check a report)."""
@@ -325,12 +326,10 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
                                  f"an input; an eval set is not training data")
     config.check_pool_records(sum(p.record_count for p in pool))
     digests = None
-    backend: Index | None = None
-    if index is not None:  # imported before the forkserver starts: the workers have it
-        from near_dedup_core.index_store import open_index
+    backend = index
+    if index is not None:
         from near_dedup_core.inputs import data_files
 
-        backend = open_index(index)  # an unknown URL scheme is refused before any work
         digests = _digests_aside(data_files(pool))
     start_early(executor, workers)  # a local pool's start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)

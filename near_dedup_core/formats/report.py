@@ -58,7 +58,7 @@ class ReportInput(StrictModel):
     path: str
 
 
-class IndexedPackage(StrictModel):
+class IndexStatePackage(StrictModel):
     """A package held by the index when the report was frozen."""
 
     package_id: str
@@ -68,7 +68,7 @@ class IndexedPackage(StrictModel):
 
 
 class IndexState(StrictModel):
-    packages: list[IndexedPackage]
+    packages: list[IndexStatePackage]
     batches: int = Field(ge=0)
     contents: int = Field(ge=0)
 

@@ -1,5 +1,7 @@
-"""The persistent near-dedup index: SQLAlchemy 2 Core tables over one dedicated SQLite file
-(or a PostgreSQL database, `postgres`).
+"""The persistent near-dedup index, behind one contract (`protocols`) that three backends
+implement: one dedicated SQLite file (`sqlite`), a PostgreSQL database (`postgres`) or Apache
+Iceberg tables in a folder or on S3 (`iceberg`). The SQL backends keep the tables below as
+SQLAlchemy 2 Core tables; Iceberg keeps the same tables as Iceberg tables (docs/iceberg.md).
 
 Tables
 - ``meta``: format marker, schema version, algorithm version, config fingerprint and config,
@@ -18,7 +20,7 @@ Tables
 - ``bands`` and ``bands_recent``: (LSH band key, content) pairs, the primary key doubling as
   the lookup index; a lookup reads both. ``bands`` holds the band rows of contents up to row
   id ``meta.bands_merged_through``, ``bands_recent`` those of later contents: see
-  `BatchTransaction.write_bands` for why a day's rows go to the small table and when they
+  `batch.BatchTransaction.write_bands` for why a day's rows go to the small table and when they
   are folded into the large one.
 - ``sources``: one row per indexed sample: package, sample id, split, file, line, position,
   text_sha256, domain and the original ``source`` object.
@@ -26,22 +28,28 @@ Tables
 First-ingest order of a content is (contents.batch, contents.content_id).
 
 Modules (plain imports: a reader, mypy and a code walker follow every name)
+- `protocols`: the contract (`IndexBackend`, `Snapshot`, `Batch`, `TextReader`,
+  `RawTextLookup`, `BandChunks`) and `records`, the named records it passes;
 - `backends`: ``--index`` parsed once (`open_index`) into `SqliteIndex`, `PostgresIndex` or
-  `IcebergIndex`, which a command asks for its snapshot, batch, workers' readers and check;
-- `texts`: the texts' codec (zstd, batch dictionaries) and the readers a worker opens on its
-  own (`KnownTexts`, `IndexTexts`), on plain ``sqlite3`` or psycopg connections;
-- `snapshot`: every read of a scan from one state of the index (`IndexSnapshot`), the
-  format's constants and checks, the one-line SQLite errors;
-- `schema`: the tables (SQLAlchemy Core) and the binding rows;
-- `batch`: `BatchTransaction`, every write of one appended batch;
-- `sqlite_write`: the writer's lock, a batch's connections, a new index's staged file;
-- `check`: `index check`;
-- `postgres`: everything that differs on PostgreSQL (connections, locks, bulk copies, its
-  snapshot, batch and check).
+  `IcebergIndex`, which a command asks for its snapshot, batch, workers' readers, check and
+  maintenance;
+- `common`: the format's constants and the checks every backend makes of an index's location
+  and binding;
+- `texts`: the texts' codec (zstd, batch dictionaries) and the SQL readers a worker opens on
+  its own (`KnownTexts`, `IndexTexts`), on plain ``sqlite3`` or psycopg connections;
+- `sqlite.snapshot`: every read of a scan from one state of a SQLite index
+  (`IndexSnapshot`), the one-line SQLite errors;
+- `schema`: the SQL tables (SQLAlchemy Core) and the binding rows;
+- `batch`: `BatchTransaction`, every write of one appended batch on SQL;
+- `sqlite.write`: the writer's lock, a batch's connections, a new index's staged file;
+- `check`: `index check` on SQL;
+- `postgres_url` and `postgres`: a PostgreSQL index's URL, and everything that differs on
+  PostgreSQL (connections, locks, bulk copies, its snapshot, batch and check);
 - `iceberg`: the index as Apache Iceberg tables in a folder (docs/iceberg.md): its tables,
   commit rule, snapshot, batch, check, compaction and expiry.
 
-This package imports `backends`, `texts` and `snapshot` only, which need neither SQLAlchemy
+This package imports `backends`, `protocols`, `records`, `common`, `texts` and
+`sqlite.snapshot` only, which need neither SQLAlchemy
 nor the config's pydantic models: a worker process (an `index` worker forked from the pool's
 forkserver, a scan's verify worker) and a scan of a SQLite index never load them. The other
 modules are imported by name where they are used (``from near_dedup_core.index_store.batch
@@ -61,34 +69,41 @@ from near_dedup_core.index_store.backends import (
     open_snapshot,
     open_texts,
 )
-from near_dedup_core.index_store.snapshot import (
-    BAND_TABLES,
-    BANDS_MERGED_THROUGH,
-    FORMAT,
-    SCHEMA_VERSION,
+from near_dedup_core.index_store.common import BAND_TABLES, FORMAT, SCHEMA_VERSION, longest_run
+from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
+from near_dedup_core.index_store.protocols import (
+    BandChunks,
+    Batch,
+    IndexBackend,
+    RawTextLookup,
+    Snapshot,
+    TextReader,
+)
+from near_dedup_core.index_store.records import (
     BandHits,
+    BandWrite,
     ContentColumns,
     IndexedPackage,
-    IndexSnapshot,
     OutsideSource,
-    connect_reader,
-    longest_run,
+    RefTarget,
 )
+from near_dedup_core.index_store.sqlite.snapshot import connect_reader
 from near_dedup_core.index_store.texts import (
     IndexTexts,
     KnownTexts,
     ShippedTexts,
-    TextReader,
+    TextDecoder,
     compress_texts,
     damaged,
-    is_url,
     train_text_dictionary,
 )
 
 __all__ = [
-    "BANDS_MERGED_THROUGH", "BAND_TABLES", "FORMAT", "SCHEMA_VERSION", "BandHits",
-    "ContentColumns", "IcebergIndex", "Index", "IndexSnapshot", "IndexTexts", "IndexedPackage", "KnownTexts",
-    "OutsideSource", "PostgresIndex", "ShippedTexts", "SqliteIndex", "TextReader",
-    "compress_texts", "connect_reader", "damaged", "database_errors", "is_url", "longest_run",
-    "open_index", "open_known_texts", "open_snapshot", "open_texts", "train_text_dictionary",
+    "BANDS_MERGED_THROUGH", "BAND_TABLES", "FORMAT", "SCHEMA_VERSION", "BandChunks",
+    "BandHits", "BandWrite", "Batch", "ContentColumns", "IcebergIndex", "Index",
+    "IndexBackend", "IndexTexts", "IndexedPackage", "KnownTexts", "OutsideSource",
+    "PostgresIndex", "RawTextLookup", "RefTarget", "ShippedTexts", "Snapshot", "SqliteIndex",
+    "TextDecoder", "TextReader", "compress_texts", "connect_reader", "damaged",
+    "database_errors", "longest_run", "open_index", "open_known_texts", "open_snapshot",
+    "open_texts", "train_text_dictionary",
 ]

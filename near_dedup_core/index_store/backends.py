@@ -1,9 +1,10 @@
 """The index a command names with ``--index``, parsed once (`open_index`) into the backend that
 holds it: a SQLite file (`SqliteIndex`), a PostgreSQL database (`PostgresIndex`) or Iceberg
-tables in a folder (`IcebergIndex`). Callers
-ask the backend for what they need — its `label` for messages, a scan's `snapshot`, a
-`batch` to append in, the readers a worker opens (`texts`, `known_texts`, from the
-picklable `location`), `check` — and never which backend it is.
+tables in a folder (`IcebergIndex`), each a `protocols.IndexBackend` (mypy checks that at the
+end of this module). Callers ask the backend for what they need — its `label` for messages,
+a scan's `snapshot`, a `batch` to append in, the readers a worker opens (`texts`,
+`known_texts`, from the picklable `location`) and the modules its workers preload
+(`worker_modules`), `check`, `maintain` — and never which backend it is.
 
 This module imports neither SQLAlchemy nor the config's pydantic models: a worker process
 (and a scan of a SQLite index) never loads them. Each method imports the modules its backend
@@ -19,23 +20,27 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.index_store import snapshot as sq
-from near_dedup_core.index_store.snapshot import IndexSnapshot
-from near_dedup_core.index_store.texts import IndexTexts, KnownTexts, connect_read_only, is_url
+from near_dedup_core.index_store.common import check_index_path
+from near_dedup_core.index_store.postgres_url import is_postgres_url, label
+from near_dedup_core.index_store.protocols import (
+    Batch,
+    IndexBackend,
+    RawTextLookup,
+    Snapshot,
+    TextReader,
+)
+from near_dedup_core.index_store.records import IndexCheck
+from near_dedup_core.index_store.sqlite import snapshot as sq
+from near_dedup_core.index_store.texts import IndexTexts, KnownTexts, connect_read_only
 
 if TYPE_CHECKING:
     from near_dedup_core.config import NearDedupConfig
-    from near_dedup_core.index_store.batch import BatchTransaction
-    from near_dedup_core.index_store.check import IndexCheck
 
 
-def label(url: str) -> str:
-    """``postgresql://user@host:port/db`` without the password, for messages."""
-    scheme, _, rest = url.partition("://")
-    netloc, slash, path = rest.partition("/")
-    userinfo, at, host = netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0] + "@" if at else ""
-    return f"{scheme}://{user}{host}{slash}{path.split('?', 1)[0]}"
+def _iceberg_only(index: IndexBackend, action: str) -> NearDedupError:
+    """The refusal of `index compact` or `index expire` on a backend that needs neither."""
+    return NearDedupError(f"index {index.label}: index {action} is for an index kept as "
+                          f"Iceberg tables (iceberg:///folder)")
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,8 @@ class SqliteIndex:
     #: index's -wal and -shm files when the last connection closes, which must be the
     #: writer's.
     inline_readers_close = True
+    #: A worker reads the file with ``sqlite3``, which the workers' modules import anyway.
+    worker_modules: ClassVar[tuple[str, ...]] = ()
 
     @property
     def label(self) -> str:
@@ -68,28 +75,28 @@ class SqliteIndex:
 
     def check_target(self, inputs: list[Path]) -> None:
         """Refuse a path that cannot be a dedicated index file (`snapshot.check_index_path`)."""
-        sq.check_index_path(self.path, inputs)
+        check_index_path(self.path, inputs)
 
     def errors(self) -> AbstractContextManager[None]:
         """SQLite's errors inside the block as one line naming the index."""
         return sq.sqlite_errors(self.path)
 
-    def snapshot(self, config: NearDedupConfig | None = None) -> IndexSnapshot:
+    def snapshot(self, config: NearDedupConfig | None = None) -> Snapshot:
         """A scan's one snapshot of the index (checked to be bound to ``config`` if given)."""
-        return IndexSnapshot.open(self.path, config)
+        return sq.IndexSnapshot.open(self.path, config)
 
     def batch(self, config: NearDedupConfig, created_at: str
-              ) -> AbstractContextManager[BatchTransaction]:
-        """The open transaction of one appended batch (`sqlite_write.sqlite_batch`: writer's
+              ) -> AbstractContextManager[Batch]:
+        """The open transaction of one appended batch (`sqlite.write.sqlite_batch`: writer's
         lock, staged first batch, published on success, nothing changed on failure)."""
-        from near_dedup_core.index_store.sqlite_write import sqlite_batch
+        from near_dedup_core.index_store.sqlite.write import sqlite_batch
 
         return sqlite_batch(self.path, config, created_at)
 
-    def texts(self) -> IndexTexts:
+    def texts(self) -> TextReader:
         return IndexTexts.open(self.path)
 
-    def known_texts(self, cached: bool = False) -> KnownTexts:
+    def known_texts(self, cached: bool = False) -> RawTextLookup:
         """Raw-text lookups on a read-only connection; ``cached``: one kept for many lookups,
         with the writer's page cache size."""
         return KnownTexts(connect_read_only(self.path, cached))
@@ -98,6 +105,11 @@ class SqliteIndex:
         from near_dedup_core.index_store.check import check_sqlite
 
         return check_sqlite(self.path)
+
+    def maintain(self, action: str, older_than: float | None = None, *,
+                 progress: bool = False) -> str:
+        """SQLite keeps no snapshots or data files to compact or expire."""
+        raise _iceberg_only(self, action)
 
     def read_ahead(self) -> bool:
         """Ask the kernel to read the file into its page cache (`snapshot.read_ahead`)."""
@@ -120,6 +132,8 @@ class PostgresIndex:
     kind: ClassVar[str] = "postgres"
     #: A reader's server connection is kept for the process's life.
     inline_readers_close = False
+    #: A worker opens its own server connections (psycopg, through this module).
+    worker_modules: ClassVar[tuple[str, ...]] = ("near_dedup_core.index_store.postgres",)
 
     @property
     def label(self) -> str:
@@ -148,24 +162,23 @@ class PostgresIndex:
         except pg.driver_errors() as exc:
             raise pg.connect_error(self.url, exc) from None
 
-    def snapshot(self, config: NearDedupConfig | None = None) -> IndexSnapshot:
+    def snapshot(self, config: NearDedupConfig | None = None) -> Snapshot:
         from near_dedup_core.index_store.postgres import PostgresSnapshot
 
         return PostgresSnapshot.open_url(self.url, config)
 
     def batch(self, config: NearDedupConfig, created_at: str
-              ) -> AbstractContextManager[BatchTransaction]:
+              ) -> AbstractContextManager[Batch]:
         from near_dedup_core.index_store.postgres import postgres_batch
 
         return postgres_batch(self.url, config, created_at)
 
-    def texts(self) -> IndexTexts:
+    def texts(self) -> TextReader:
         from near_dedup_core.index_store import postgres as pg
 
-        return IndexTexts(self.label, pg.QmarkConnection(  # type: ignore[arg-type]
-            pg.connect(self.url, snapshot=False)))
+        return IndexTexts(self.label, pg.QmarkConnection(pg.connect(self.url, snapshot=False)))
 
-    def known_texts(self, cached: bool = False) -> KnownTexts:
+    def known_texts(self, cached: bool = False) -> RawTextLookup:
         from near_dedup_core.index_store import postgres as pg
 
         return KnownTexts(pg.QmarkConnection(pg.connect(self.url, snapshot=False)))
@@ -174,6 +187,11 @@ class PostgresIndex:
         from near_dedup_core.index_store.postgres import check_postgres
 
         return check_postgres(self.url)
+
+    def maintain(self, action: str, older_than: float | None = None, *,
+                 progress: bool = False) -> str:
+        """PostgreSQL vacuums its own tables."""
+        raise _iceberg_only(self, action)
 
     def read_ahead(self) -> bool:
         """The server's pages are its own to cache."""
@@ -213,6 +231,9 @@ class IcebergIndex:
     kind: ClassVar[str] = "iceberg"
     #: A reader opens nothing that stays open.
     inline_readers_close = False
+    #: A worker reads the tables with pyiceberg and pyarrow, which it imports when it first
+    #: reads (an `index` worker's raw-text lookups, a scan's per-bucket join).
+    worker_modules: ClassVar[tuple[str, ...]] = ()
 
     @property
     def label(self) -> str:
@@ -238,7 +259,7 @@ class IcebergIndex:
         """A local folder must not be inside an input package, a report or a mixture."""
         _iceberg()
         if self.folder is not None:
-            sq.check_index_path(self.folder / "catalog.db", inputs)
+            check_index_path(self.folder / "catalog.db", inputs)
 
     @contextmanager
     def errors(self) -> Iterator[None]:
@@ -249,36 +270,49 @@ class IcebergIndex:
         with errors(self.url):
             yield
 
-    def snapshot(self, config: NearDedupConfig | None = None) -> IndexSnapshot:
+    def snapshot(self, config: NearDedupConfig | None = None) -> Snapshot:
         _iceberg()
         from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot
 
         return IcebergSnapshot.open_location(self.url, config)
 
     def batch(self, config: NearDedupConfig, created_at: str
-              ) -> AbstractContextManager[BatchTransaction]:
+              ) -> AbstractContextManager[Batch]:
         _iceberg()
         from near_dedup_core.index_store.iceberg.batch import iceberg_batch
 
         return iceberg_batch(self.url, config, created_at)
 
-    def texts(self) -> IndexTexts:
+    def texts(self) -> TextReader:
         _iceberg()
         from near_dedup_core.index_store.iceberg.snapshot import IcebergTexts
 
-        return IcebergTexts.open(self.url)  # type: ignore[return-value]
+        return IcebergTexts.open(self.url)
 
-    def known_texts(self, cached: bool = False) -> KnownTexts:
+    def known_texts(self, cached: bool = False) -> RawTextLookup:
         _iceberg()
         from near_dedup_core.index_store.iceberg.snapshot import IcebergKnownTexts
 
-        return IcebergKnownTexts(self.url)  # type: ignore[return-value]
+        return IcebergKnownTexts(self.url)
 
     def check(self) -> IndexCheck:
         _iceberg()
         from near_dedup_core.index_store.iceberg.maintain import check_iceberg
 
         return check_iceberg(self.url)
+
+    def maintain(self, action: str, older_than: float | None = None, *,
+                 progress: bool = False) -> str:
+        """`index compact` (`iceberg.maintain.compact`) or `index expire`
+        (`iceberg.maintain.expire`, snapshots older than ``older_than`` seconds)."""
+        if action not in ("compact", "expire"):
+            raise ValueError(f"not a maintenance action: {action}")
+        with self.errors():
+            from near_dedup_core.index_store.iceberg import maintain
+
+            if action == "compact":
+                return maintain.compact(self.url, progress=progress)
+            return maintain.expire(self.url, older_than)
 
     def read_ahead(self) -> bool:
         return False
@@ -287,17 +321,18 @@ class IcebergIndex:
         """`index check` verifies the data files."""
 
 
-#: The index behind ``--index``: one of the three backends.
-Index = SqliteIndex | PostgresIndex | IcebergIndex
+#: The index behind ``--index``, as callers know it: the contract, not which backend.
+Index = IndexBackend
 
 
 def open_index(location: str | Path | Index) -> Index:
-    """The backend of ``location``: a ``postgresql://`` (or ``postgres://``) URL, or a SQLite
-    file path; any other URL scheme is refused. Opens nothing yet."""
-    if isinstance(location, (SqliteIndex, PostgresIndex, IcebergIndex)):
+    """The backend of ``location``: a ``postgresql://`` (or ``postgres://``) URL, an
+    ``iceberg://`` or ``iceberg+s3://`` location, or a SQLite file path; any other URL scheme
+    is refused. A backend given is returned as it is. Opens nothing yet."""
+    if not isinstance(location, (str, Path)):
         return location
     value = str(location)
-    if is_url(value):
+    if is_postgres_url(value):
         return PostgresIndex(value)
     if value.startswith(ICEBERG_SCHEMES):
         return IcebergIndex(value)
@@ -311,7 +346,7 @@ def open_index(location: str | Path | Index) -> Index:
 
 
 def open_snapshot(location: str | Path | Index,
-                  config: NearDedupConfig | None = None) -> IndexSnapshot:
+                  config: NearDedupConfig | None = None) -> Snapshot:
     """The scan's one snapshot of the index at ``location`` (`open_index`)."""
     return open_index(location).snapshot(config)
 
@@ -321,12 +356,18 @@ def database_errors(location: str | Path | Index) -> AbstractContextManager[None
     return open_index(location).errors()
 
 
-def open_texts(location: str | Index) -> IndexTexts:
+def open_texts(location: str | Index) -> TextReader:
     """A worker's own reader of content texts (see `IndexTexts`), from a backend's
     `location`."""
     return open_index(location).texts()
 
 
-def open_known_texts(location: str | Index, cached: bool = False) -> KnownTexts:
+def open_known_texts(location: str | Index, cached: bool = False) -> RawTextLookup:
     """A worker's own raw-text lookups (see `KnownTexts`), from a backend's `location`."""
     return open_index(location).known_texts(cached)
+
+
+# mypy checks here that each backend implements the contract (`protocols`)
+_SQLITE: type[IndexBackend] = SqliteIndex
+_POSTGRES: type[IndexBackend] = PostgresIndex
+_ICEBERG: type[IndexBackend] = IcebergIndex

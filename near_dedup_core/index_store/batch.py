@@ -1,5 +1,5 @@
-"""The write side of one appended batch (`BatchTransaction`): every statement `index` makes
-inside the batch's transaction, on SQLite (the PostgreSQL variant is
+"""The write side of one appended batch (`BatchTransaction`, a `protocols.Batch`): every
+statement `index` makes inside the batch's transaction, on SQLite (the PostgreSQL variant is
 `postgres.PostgresBatch`)."""
 
 from __future__ import annotations
@@ -7,13 +7,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from itertools import chain
-from typing import NamedTuple, Protocol
 
 import numpy as np
 import orjson
 from sqlalchemy import Connection, Insert, func, insert, select
 
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.common import BAND_TABLES, SCHEMA_VERSION
+from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
+from near_dedup_core.index_store.protocols import BandChunks
+from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import (
     bands_recent,
     batches,
@@ -28,23 +31,8 @@ from near_dedup_core.index_store.schema import (
     scopes,
     sources,
 )
-from near_dedup_core.index_store.snapshot import (
-    BAND_TABLES,
-    BANDS_MERGED_THROUGH,
-    SCHEMA_VERSION,
-    IndexedPackage,
-)
 from near_dedup_core.index_store.texts import SQL_IN, KnownTexts
 from near_dedup_core.wording import count
-
-
-class RefTarget(NamedTuple):
-    """What a ``ref`` to an indexed sample resolves to."""
-
-    content: int
-    text_sha256: bytes
-    domain: str | None
-
 
 #: Band rows per ``INSERT`` statement (1,000 bound parameters): 15.6 M sorted rows went in
 #: about 10 % faster than with 50 per statement, and no faster with 1,000
@@ -63,25 +51,6 @@ BAND_ROWS_PER_CALL = 8_000
 #: ``bands_recent`` is folded into ``bands`` once it holds the band rows of this share of the
 #: contents that ``bands`` holds (see `BatchTransaction.write_bands`).
 RECENT_SHARE = 1 / 8
-
-
-class BandWrite(NamedTuple):
-    """Where a batch's band rows went: ``table``; ``folded``: rows of earlier batches moved
-    from ``bands_recent`` into ``bands`` with them."""
-
-    table: str
-    folded: int
-
-
-class BandChunks(Protocol):
-    """Takes a batch's band rows as `index` goes (`BatchTransaction.band_writer`): ``add``
-    once ``chunk_rows`` of them are gathered (in content order), ``finish`` at the end."""
-
-    chunk_rows: int
-
-    def add(self, keys: np.ndarray, contents: np.ndarray) -> None: ...
-
-    def finish(self) -> BandWrite: ...
 
 
 class BatchTransaction:

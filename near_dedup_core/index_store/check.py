@@ -3,47 +3,33 @@ one read transaction (`check_sqlite`; the PostgreSQL side is `postgres.check_pos
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import NamedTuple
 
 import zstandard
 
 from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.common import (
+    FORMAT,
+    SCHEMA_VERSION,
+    check_schema,
+    package_sources_error,
+)
 from near_dedup_core.index_store.invariants import (
+    BANDS_MERGED_THROUGH,
     check_content_rows,
     check_meta_keys,
     quick_check,
 )
-from near_dedup_core.index_store.snapshot import (
-    BANDS_MERGED_THROUGH,
-    FORMAT,
-    SCHEMA_VERSION,
-    _read_foreign,
-    check_schema,
+from near_dedup_core.index_store.records import IndexCheck
+from near_dedup_core.index_store.sqlite.snapshot import (
     connect_reader,
-    package_sources_error,
+    read_foreign,
     sqlite_errors,
 )
-from near_dedup_core.index_store.texts import TextReader
-from near_dedup_core.wording import count
-
-
-class IndexCheck(NamedTuple):
-    path: Path | str
-    batches: int
-    packages: int
-    contents: int
-    sources: int
-    note: str = ""
-
-    def summary(self) -> str:
-        return (f"index {self.path}: OK ({count(self.batches, 'batch')}, "
-                f"{count(self.packages, 'package')}, {count(self.contents, 'distinct text')}, "
-                f"{count(self.sources, 'record')}){self.note}")
+from near_dedup_core.index_store.texts import ReadConnection, TextDecoder
 
 
 def check_sqlite(path: Path) -> IndexCheck:
@@ -62,7 +48,7 @@ def check_sqlite(path: Path) -> IndexCheck:
     if not path.is_file():
         raise NearDedupError(f"index {path}: not found")
     with sqlite_errors(path):
-        values = _read_foreign(path)
+        values = read_foreign(path)
         config = check_meta(path, values)
         con = connect_reader(path)
         try:
@@ -101,7 +87,7 @@ def check_meta(path: Path | str, values: dict[str, str]) -> NearDedupConfig:
     return config
 
 
-def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedupConfig,
+def check_invariants(path: Path | str, con: ReadConnection, config: NearDedupConfig,
                       stream: Callable[[str], Iterable[tuple]]) -> IndexCheck:
     """The row invariants, on ``con`` (SQLite, or PostgreSQL through `QmarkConnection`) inside
     the caller's read transaction; ``stream(sql)`` iterates over a large result without
@@ -158,7 +144,7 @@ def check_invariants(path: Path | str, con: sqlite3.Connection, config: NearDedu
             "WHERE s.package = p.id) FROM packages p ORDER BY p.id").fetchall():
         if sources != records:
             raise package_sources_error(path, package_id, sources, records)
-    reader = TextReader(con)
+    reader = TextDecoder(con)
     for cid, blob, dictionary, chars in stream(
             "SELECT id, text_z, dictionary, norm_chars FROM contents"):
         try:

@@ -42,22 +42,18 @@ from sqlalchemy.pool import NullPool
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.index_store.backends import label
 from near_dedup_core.index_store.batch import BatchTransaction
-from near_dedup_core.index_store.check import IndexCheck, check_invariants, check_meta
+from near_dedup_core.index_store.check import check_invariants, check_meta
+from near_dedup_core.index_store.common import BAND_TABLES, FORMAT, check_binding
 from near_dedup_core.index_store.invariants import (
     BackgroundCheck,
     check_content_rows,
     quick_check,
 )
+from near_dedup_core.index_store.postgres_url import label
+from near_dedup_core.index_store.records import BandHits, IndexCheck
 from near_dedup_core.index_store.schema import binding_rows, contents, meta, metadata, sources
-from near_dedup_core.index_store.snapshot import (
-    BAND_TABLES,
-    FORMAT,
-    BandHits,
-    IndexSnapshot,
-    check_binding,
-)
+from near_dedup_core.index_store.sqlite.snapshot import IndexSnapshot
 from near_dedup_core.index_store.texts import KnownTexts
 
 INSTALL_HINT = "install it with: pip install 'near-dedup[postgres]'"
@@ -265,6 +261,11 @@ class PostgresSnapshot(IndexSnapshot):
     SQL through `postgres.QmarkConnection`, the history lookup by ``COPY`` into
     temporary tables and one join."""
 
+    def __init__(self, path: str, con: QmarkConnection,
+                 config: NearDedupConfig | None = None) -> None:
+        super().__init__(path, con, config)
+        self._qmark = con
+
     @classmethod
     def open_url(cls, url: str, config: NearDedupConfig | None = None) -> PostgresSnapshot:
         raw = connect(url, snapshot=True)
@@ -279,7 +280,7 @@ class PostgresSnapshot(IndexSnapshot):
         except BaseException:
             raw.close()
             raise
-        snap = cls(label(url), QmarkConnection(raw), config)  # type: ignore[arg-type]
+        snap = cls(label(url), QmarkConnection(raw), config)
         snap.location = url
         return snap
 
@@ -292,7 +293,7 @@ class PostgresSnapshot(IndexSnapshot):
         server, run side by side (1.2·10^6 keys against 1.5·10^8 band rows: 3.7 s instead of
         6.1 s on two cores). ``bands_recent`` is left out on the same condition as on SQLite
         (`_band_tables_to_probe`)."""
-        raw = self._con.raw  # type: ignore[attr-defined]
+        raw = self._qmark.raw
         raw.execute("CREATE TEMP TABLE scan_contents (id BIGINT PRIMARY KEY)")
         try:
             _copy_ids(raw, "scan_contents", pool_contents)
@@ -473,7 +474,7 @@ def check_postgres(url: str) -> IndexCheck:
         if values is None:
             raise NearDedupError(f"index {where}: empty database; not a near-dedup index")
         config = check_meta(where, values)
-        result = check_invariants(where, QmarkConnection(raw),  # type: ignore[arg-type]
+        result = check_invariants(where, QmarkConnection(raw),
                                    config, lambda sql: stream(raw, sql))
         return result._replace(note=f"; {PG_PAGES}")
     except driver_errors() as exc:

@@ -23,7 +23,8 @@ from sqlalchemy import (
 )
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.index_store.snapshot import BANDS_MERGED_THROUGH, FORMAT, SCHEMA_VERSION
+from near_dedup_core.index_store.common import FORMAT, SCHEMA_VERSION
+from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 
 if TYPE_CHECKING:
     from near_dedup_core.config import NearDedupConfig

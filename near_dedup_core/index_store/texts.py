@@ -19,19 +19,12 @@ import urllib.parse
 from collections.abc import Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import zstandard
 
 from near_dedup_core.errors import NearDedupError
-
-#: The URL schemes of a PostgreSQL index.
-SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_url(value: str) -> bool:
-    return value.startswith(SCHEMES)
-
+from near_dedup_core.index_store.records import SAMPLE_COLUMNS
 
 ZSTD_LEVEL = 3  # level 2 is ~10 % faster for 6 % more text bytes: over 0.6 bytes of index per
 #                input text byte at 1M (docs/benchmarks.md)
@@ -78,10 +71,19 @@ def compress_texts(utf8: list[bytes], dictionary: bytes | None) -> list[bytes]:
     return [compress(t) for t in utf8]
 
 
-class TextReader:
+class ReadConnection(Protocol):
+    """What the SQL readers ask of a connection: a ``sqlite3.Connection``, or a PostgreSQL
+    one spoken to in SQLite's parameter style (`postgres.QmarkConnection`)."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Any: ...
+
+    def close(self) -> None: ...
+
+
+class TextDecoder:
     """Decompresses stored texts, loading each batch dictionary once."""
 
-    def __init__(self, con: sqlite3.Connection) -> None:
+    def __init__(self, con: ReadConnection) -> None:
         self._con = con
         self._plain = zstandard.ZstdDecompressor()
         self._by_dict: dict[int, zstandard.ZstdDecompressor] = {}
@@ -105,7 +107,7 @@ class TextReader:
 SQL_IN = 900  # ids per ``IN (…)`` list, under SQLite's bound-parameter limit
 
 
-def rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int | bytes]) -> Iterator[tuple]:
+def rows_in(con: ReadConnection, sql: str, ids: Sequence[int | bytes]) -> Iterator[tuple]:
     """Rows of ``sql`` (one ``{}`` standing for the id list) over ``ids``, in slices."""
     for i in range(0, len(ids), SQL_IN):
         part = ids[i:i + SQL_IN]
@@ -115,14 +117,14 @@ def rows_in(con: sqlite3.Connection, sql: str, ids: Sequence[int | bytes]) -> It
 CACHE_SIZE = -262144  # page cache of a connection that writes (or reads a lot): 256 MiB
 
 
-def _uri_path(path: Path) -> str:
+def uri_path(path: Path) -> str:
     return urllib.parse.quote(str(path.resolve()))
 
 
 def connect_read_only(path: Path, cached: bool = False) -> sqlite3.Connection:
     """A worker's own ``mode=ro`` connection to the SQLite index at ``path``; ``cached``: kept
     for many lookups, with the writer's page cache size."""
-    con = sqlite3.connect(f"file:{_uri_path(path)}?mode=ro", uri=True, check_same_thread=False)
+    con = sqlite3.connect(f"file:{uri_path(path)}?mode=ro", uri=True, check_same_thread=False)
     if cached:
         con.execute(f"PRAGMA cache_size = {CACHE_SIZE}")
     return con
@@ -136,13 +138,13 @@ class IndexTexts:
     text for every id that existed when the snapshot was taken: verify workers may read texts
     on their own read-only connections."""
 
-    def __init__(self, path: Path, con: sqlite3.Connection) -> None:
+    def __init__(self, path: Path | str, con: ReadConnection) -> None:
         self.path = path
         #: where a worker opens its own reader (`open_texts`): the absolute SQLite path, or
         #: the PostgreSQL URL with its credentials (``path`` is the URL without password)
         self.location = str(path.resolve()) if isinstance(path, Path) else str(path)
         self._con = con
-        self._reader = TextReader(con)
+        self._reader = TextDecoder(con)
 
     @classmethod
     def open(cls, path: Path) -> IndexTexts:
@@ -161,8 +163,7 @@ class IndexTexts:
             "SELECT sample_id, split, file, line, source FROM sources WHERE package = ? "
             "ORDER BY position", (package_rowid,))
 
-    #: the `sources` columns `package_column` reads
-    SAMPLE_COLUMNS = ("text_sha256", "domain", "file", "line")
+    SAMPLE_COLUMNS = SAMPLE_COLUMNS
 
     def package_column(self, package_rowid: int, column: str) -> list:
         """One column (`SAMPLE_COLUMNS`) of one indexed package's samples, in package order

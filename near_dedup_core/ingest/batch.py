@@ -10,7 +10,7 @@ for new contents (a content met again later in the batch, or indexed before unde
 raw text, keeps its first row id and loses the signature a worker made for it), and the
 writes. Raw-text rows are written with their block (sorted within it); band rows once at
 the end, sorted, so that their B-tree (the index's largest) fills front to back, or, for an
-index that takes them as the batch goes (`BatchTransaction.band_writer`: Iceberg's, whose
+index that takes them as the batch goes (`index_store.Batch.band_writer`: Iceberg's, whose
 executor tasks write them as data files), a chunk at a time.
 
 Blocks are taken in order: the results of block *b* are applied before those of *b + 1*,
@@ -46,7 +46,7 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.index_store.batch import BandChunks, BandWrite, BatchTransaction, RefTarget
+from near_dedup_core.index_store import BandChunks, BandWrite, Batch, RefTarget
 from near_dedup_core.ingest import work
 from near_dedup_core.package import (
     BLOCK_BYTES,
@@ -99,7 +99,7 @@ class _InFlight(NamedTuple):
 class BatchWriter:
     """Holds the open transaction's state: id maps, blocks in flight, counters."""
 
-    def __init__(self, store: BatchTransaction, config: NearDedupConfig, batch: int,
+    def __init__(self, store: Batch, config: NearDedupConfig, batch: int,
                  executor: Executor, parallelism: int, known_texts: str | None,
                  progress: Progress, shared: SharedBlocks | None = None,
                  ranges: bool = False) -> None:

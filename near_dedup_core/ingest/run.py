@@ -1,6 +1,7 @@
 """`index_packages`, the entry point of `index`: checks the inputs against the index, opens
-the batch's transaction through the index's backend (`index_store.backends`: the writer's
-lock, a staged file for a brand-new SQLite index) and runs the pipeline of
+the batch's transaction through the index's backend (`index_store.IndexBackend.batch`: the
+writer's lock, a staged file for a brand-new SQLite index, the data files an Iceberg batch
+registers at its commit) and runs the pipeline of
 `near_dedup_core.ingest` in it."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import utc_now
-from near_dedup_core.index_store.batch import BandWrite, BatchTransaction
+from near_dedup_core.index_store import BandWrite, Batch
 from near_dedup_core.ingest import batch, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
@@ -30,7 +31,8 @@ __all__ = ["IndexResult", "batch", "index_packages", "work"]
 
 @dataclass
 class IndexResult:
-    index: Path | str  # a SQLite path, or a PostgreSQL location without its password
+    index: Path | str  # the index's label: a SQLite path, a PostgreSQL URL without its
+    #                    password, an Iceberg location
     batch: int | None
     packages_added: list[str] = field(default_factory=list)
     packages_skipped: list[str] = field(default_factory=list)
@@ -73,7 +75,7 @@ def _check_known(pkgs: Sequence[Package], indexed: dict[str, db.IndexedPackage])
                 f"packages are immutable: publish a new package id")
 
 
-def _append_in(store: BatchTransaction, config: NearDedupConfig, pkgs: list[Package],
+def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
                result: IndexResult, executor: Executors, progress: bool) -> None:
     """The batch inside the open transaction of ``store``; its ``reader_location`` is where
     workers can read the committed index (None: they cannot, and sign every text)."""
@@ -136,8 +138,8 @@ def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
                    executor: str | Executors = "local", progress: bool = False) -> IndexResult:
     """Validate the packages and append them to the index as one batch (see module doc).
-    ``index`` is a backend (`index_store.open_index`), a SQLite path or a ``postgresql://``
-    URL; ``executor`` and ``workers`` say where the signing runs
+    ``index`` is a backend (`index_store.open_index`), a SQLite path, a ``postgresql://``
+    URL or an ``iceberg://`` location; ``executor`` and ``workers`` say where the signing runs
     (`workers.choose_executor`)."""
     chosen = choose_executor(executor, workers)
     index = db.open_index(index)

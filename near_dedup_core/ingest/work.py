@@ -8,7 +8,7 @@ writes:
 1. parse and check every line (`package.parse_block`), take each record's compared text,
    check ``max_chars``, and hash it (``text_sha256``);
 2. look the (text_sha256, scope) pairs up among the raw texts already indexed by earlier
-   batches (`index_store.KnownTexts`, on the worker's own read connection): a known raw text
+   batches (`index_store.RawTextLookup`, on the worker's own read connection): a known raw text
    has a known content, which is never normalized or signed again;
 3. normalize the rest, derive their content ids, and sign and compress each distinct one:
    MinHash signature, shingle-set size, LSH band keys, zstd text.
@@ -102,7 +102,7 @@ def _hasher(num_perm: int, seed: int, shingle_size: int) -> MinHasher:
 
 
 _in_pool = False  # this process is a worker of a local pool (`init_worker` ran)
-_kept_known_texts: dict[str, db.KnownTexts] = {}
+_kept_known_texts: dict[str, db.RawTextLookup] = {}
 
 
 def init_worker(shared_fd: int | None, shared_size: int) -> None:
@@ -118,8 +118,8 @@ def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str],
     """Raw-text lookups on a read connection of this worker. A pool worker keeps its
     connection (and its page cache) for its life, which ends before the writer closes the
     index; inline, in the writer's own process, a SQLite connection lives for one block only
-    (`SqliteIndex.inline_readers_close`): the writer closes last and removes the index's -wal
-    and -shm files."""
+    (`index_store.IndexBackend.inline_readers_close`): the writer closes last and removes the
+    index's -wal and -shm files."""
     index = db.open_index(location)
     if _in_pool or not index.inline_readers_close:
         known = _kept_known_texts.get(location)

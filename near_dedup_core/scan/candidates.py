@@ -221,7 +221,7 @@ def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray
     return np.stack([flat // n, flat % n], axis=1)
 
 
-def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool, nodes: Nodes,
+def _history_hits(snap: db.Snapshot, keys: np.ndarray, pool: Pool, nodes: Nodes,
                   pool_nodes: set[tuple[int, str]]) -> np.ndarray:
     """Indexed contents outside the pool sharing a band key with a long-node slot, looked up
     in the index's band table: distinct (content row id, slot) pairs, sorted."""
@@ -249,7 +249,7 @@ def _history_hits(snap: db.IndexSnapshot, keys: np.ndarray, pool: Pool, nodes: N
     return np.stack([pairs // n, pairs % n], axis=1)
 
 
-def history_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: Slots,
+def history_candidates(snap: db.Snapshot, pool: Pool, nodes: Nodes, slots: Slots,
                        config: NearDedupConfig, raw_counts: np.ndarray) -> HistoryCandidates:
     """(slot, history content) pairs of the same scope whose content is indexed in the slot's
     split outside the pool; adds one to ``raw_counts`` per pair of a slot."""
@@ -352,14 +352,14 @@ class PoolSearch(NamedTuple):
     pairs: np.ndarray
 
 
-def _limit(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, slots: Slots,
+def _limit(snap: db.Snapshot, pool: Pool, nodes: Nodes, slots: Slots,
            config: NearDedupConfig) -> Callable[[int, int], LimitExceeded]:
     def too_many(slot: int, count: int) -> LimitExceeded:
         return _too_many(snap, pool, nodes, int(slots.nodes[slot]), count, config)
     return too_many
 
 
-def pool_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+def pool_candidates(snap: db.Snapshot, pool: Pool, nodes: Nodes,
                     config: NearDedupConfig) -> PoolSearch:
     """Stage 2–3 within the pool: LSH pairs and the filters (the history comes after, in
     `history_and_limits`, which also applies ``max_candidates`` to both)."""
@@ -373,7 +373,7 @@ def pool_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                                            agree_min))
 
 
-def history_and_limits(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+def history_and_limits(snap: db.Snapshot, pool: Pool, nodes: Nodes,
                        config: NearDedupConfig, found: PoolSearch) -> Candidates:
     """The history candidates of the pool's slots, ``max_candidates`` over pool and history
     candidates together, and the history pairs that pass the filters."""
@@ -387,14 +387,14 @@ def history_and_limits(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
                       len(found.lsh_pairs) + len(hist.pairs))
 
 
-def find_candidates(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+def find_candidates(snap: db.Snapshot, pool: Pool, nodes: Nodes,
                     config: NearDedupConfig, progress: bool = False) -> Candidates:
     """Pool and history candidate pairs after the filters (see module doc)."""
     return history_and_limits(snap, pool, nodes, config,
                               pool_candidates(snap, pool, nodes, config))
 
 
-def _too_many(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, node: int, count: int,
+def _too_many(snap: db.Snapshot, pool: Pool, nodes: Nodes, node: int, count: int,
               config: NearDedupConfig) -> LimitExceeded:
     first = int(nodes.first[node])
     pos = int(pool.samples.input_pos[first])

@@ -16,10 +16,10 @@ from near_dedup_core.package import Package
 from near_dedup_core.scan.records import Nodes, Pool, Samples
 
 
-def load_pool(snap: db.IndexSnapshot, indexed_rows: list[db.IndexedPackage],
+def load_pool(snap: db.Snapshot, indexed_rows: list[db.IndexedPackage],
               pkgs: list[Package], domains: bool = False) -> Pool:
     """The pool's samples and contents as the snapshot holds them. ``indexed_rows`` are the
-    snapshot's packages (`IndexSnapshot.indexed_packages`), among which `indexed_inputs`
+    snapshot's packages (`index_store.Snapshot.indexed_packages`), among which `indexed_inputs`
     found every input with the same manifest. Sample domains are read only when asked for
     (the guard's domain-specific units need them); the text digests are read for the report
     (`near_dedup_core.scan.write.text_digests`)."""

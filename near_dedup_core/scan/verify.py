@@ -42,13 +42,13 @@ PAIR_COST = 0.05
 
 
 @lru_cache(maxsize=2)
-def _worker_texts(index_path: str) -> db.IndexTexts:
+def _worker_texts(index_path: str) -> db.TextReader:
     """A verify worker's own read connection (content rows never change once written, so it
     reads the same texts as the scan's snapshot for the ids the scan knows)."""
     return db.open_texts(index_path)
 
 
-def verify_pairs(source: str | db.IndexTexts | db.ShippedTexts, params: WorkerParams,
+def verify_pairs(source: str | db.TextReader | db.ShippedTexts, params: WorkerParams,
                  pairs: np.ndarray, domains: dict[int, frozenset[str]] | None
                  ) -> list[Verified]:
     """Exact Jaccard of (content, content) pairs (an (n, 2) array); returns the pairs at or
@@ -203,7 +203,7 @@ class VerifyJob:
     whose tasks are shipped their texts read from the scan's snapshot) chunks are submitted
     when collected, at most two per worker ahead. Results are taken in submission order."""
 
-    def __init__(self, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+    def __init__(self, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                  config: NearDedupConfig, ex: Executor, executor: Executors,
                  progress: bool) -> None:
         self._snap = snap
@@ -251,7 +251,7 @@ class VerifyJob:
     def _submit(self, arg: np.ndarray) -> Future:
         """One chunk's task: it reads its texts from the scan's snapshot (inline), from the
         index itself (a local worker), or from the texts shipped with it."""
-        source: str | db.IndexSnapshot | db.ShippedTexts
+        source: str | db.Snapshot | db.ShippedTexts
         if self._in_process:
             source = self._snap
         elif self._reads_index:

@@ -48,7 +48,7 @@ from near_dedup_core.scan.records import (
 
 
 @contextmanager
-def _reader(source: str | db.IndexTexts) -> Iterator[db.IndexTexts]:
+def _reader(source: str | db.TextReader) -> Iterator[db.TextReader]:
     """``source`` itself (the scan's snapshot), or a connection of its own to the index at
     that location, closed afterwards (a package's sources never change once committed, so
     it reads the same rows)."""
@@ -62,7 +62,7 @@ def _reader(source: str | db.IndexTexts) -> Iterator[db.IndexTexts]:
         reader.close()
 
 
-def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
+def write_origins(source: str | db.TextReader, package_rowids: list[int],
                   package_ids: list[str], path: Path) -> tuple[int, str]:
     """``origins.jsonl``: every sample of the input packages in report order (input order,
     then package order) with its file, line and original ``source`` object; returns (lines,
@@ -80,14 +80,14 @@ def write_origins(source: str | db.IndexTexts, package_rowids: list[int],
 OutsideSources = dict[tuple[int, str], list[dict]]
 
 
-def pool_outside_sources(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes) -> OutsideSources:
+def pool_outside_sources(snap: db.Snapshot, pool: Pool, nodes: Nodes) -> OutsideSources:
     """`_outside_sources` of the pool's own contents: they need nothing from the verification,
     so the scan reads them while the workers verify, not in the report's serial tail (the
     history matches' are read there, `_relation_lines`)."""
     return _outside_sources(snap, pool, pool.contents.rowid[nodes.content])
 
 
-def _outside_sources(snap: db.IndexSnapshot, pool: Pool,
+def _outside_sources(snap: db.Snapshot, pool: Pool,
                      contents: np.ndarray) -> OutsideSources:
     """(content row id, split) -> sources outside the pool, sorted, for the ``contents``
     (row ids); nothing when the index holds no package outside the pool."""
@@ -151,7 +151,7 @@ class _Render:
         return h.content_id[int(np.searchsorted(h.rowid, rowid))].hex()
 
 
-def text_digests(source: str | db.IndexTexts, package_rowids: list[int]) -> ByteStrings:
+def text_digests(source: str | db.TextReader, package_rowids: list[int]) -> ByteStrings:
     """Each sample's ``text_sha256`` in report order (input order, then package order), read
     from ``source``, the scan's snapshot or the index location (`_reader`)."""
     with _reader(source) as reader:
@@ -357,7 +357,7 @@ def _write_decisions(path: Path, lines: _DecisionLines) -> tuple[int, str]:
     return n, h.hexdigest()
 
 
-def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matches,
+def _relation_lines(snap: db.Snapshot, pool: Pool, nodes: Nodes, near: Matches,
                     hist: Matches, render: _Render, tally: Tally,
                     pool_outside: OutsideSources) -> Iterator[bytes]:
     """``relations.jsonl`` rows: per node and sample in decision order, the exact relation to
@@ -459,7 +459,7 @@ def _relation_lines(snap: db.IndexSnapshot, pool: Pool, nodes: Nodes, near: Matc
                 yield row + sample
 
 
-def write_report(folder: Path, snap: db.IndexSnapshot, pool: Pool, nodes: Nodes,
+def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
                  config: NearDedupConfig, columns: ReportColumns,
                  origins: tuple[int, str], pool_outside: OutsideSources) -> dict:

@@ -35,19 +35,19 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.index_store.batch import BandWrite, BatchTransaction, RefTarget
+from near_dedup_core.index_store.common import check_binding
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_of
+from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import binding_rows
-from near_dedup_core.index_store.snapshot import IndexedPackage, check_binding
 
 #: Band rows that the writer gathers before handing them to the executor's tasks (about
 #: 64 MB of keys and content ids): each chunk becomes one file per bucket, so a batch of R
@@ -64,19 +64,19 @@ CONTENT_ID_BYTES = 16
 LOOKUP_THREADS = 2
 
 
-class IcebergBatch(BatchTransaction):
-    """The writes of one batch: band rows to the executor's tasks, content and source rows
-    streamed into data files, the rest gathered in memory; registered by `commit`."""
+class IcebergBatch:
+    """The writes of one batch (a `protocols.Batch`): band rows to the executor's tasks,
+    content and source rows streamed into data files, the rest gathered in memory;
+    registered by `commit`."""
 
     served = False
 
     def __init__(self, pinned: Pinned, config: NearDedupConfig, created_at: str,
                  fresh: bool) -> None:
-        self.conn = None  # type: ignore[assignment]
         self.pinned = pinned
         self.label = pinned.location
-        self.reader_location = None if fresh else pinned.location
-        self.seq = None
+        self.reader_location: str | None = None if fresh else pinned.location
+        self.seq: int | None = None
         self.config = config
         self.new: dict[str, list[tuple]] = {t: [] for t in it.DATA_TABLES}
         #: the batch's files carry this prefix (a failed batch removes them by it)
@@ -317,8 +317,8 @@ class BandFile(NamedTuple):
     rows: int
 
 
-#: How a band data file is written (docs/scale.md, "The per-bucket join"): the keys sorted,
-#: so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
+#: How a band data file is written (docs/measurements/2026-12-04-scale.md, "The per-bucket
+#: join"): the keys sorted, so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
 #: content ids as their differences, near the values' entropy, so no codec (it would cost
 #: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
 #: rows (a probe skips those whose key range holds none of its keys); the sort order
@@ -518,7 +518,7 @@ def restore_leftovers(pinned: Pinned) -> bool:
     return restored
 
 
-def open_for_write(location: str, cat: Catalog) -> tuple[Pinned, bool]:
+def open_for_write(location: str, cat: SqlCatalog) -> tuple[Pinned, bool]:
     """The published state for a writer (under its lock), the tables created for a new
     index; ``fresh``: no batch was published yet."""
     place = it.where(location)

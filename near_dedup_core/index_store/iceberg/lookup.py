@@ -9,8 +9,8 @@ into numpy arrays: the hash's bytes as 64-bit words (a ``content_id`` is two, a 
 and the rows' values, about 24 bytes a content where a Python dict of the same rows took about
 230. The arrays are sorted by the hash's first eight bytes in runs of `RUN_ROWS` rows, each
 run on its own (a run's sort stays in the processor's caches: one sort of 10^8 rows took 30 s
-of CPU, its runs 11 s, docs/scale.md). A lookup is vectorized: in each run, a binary search
-of the first words, the other words compared for the hits."""
+of CPU, its runs 11 s, docs/measurements/2026-12-04-scale.md). A lookup is vectorized: in
+each run, a binary search of the first words, the other words compared for the hits."""
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ import pyarrow.parquet as pq
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
-from near_dedup_core.index_store.check import IndexCheck, check_invariants, check_meta
+from near_dedup_core.index_store.check import check_invariants, check_meta
 from near_dedup_core.index_store.iceberg import errors
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.batch import (
@@ -37,6 +37,7 @@ from near_dedup_core.index_store.iceberg.batch import (
 )
 from near_dedup_core.index_store.iceberg.snapshot import Pinned, bucket_of, local_path
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
+from near_dedup_core.index_store.records import IndexCheck
 from near_dedup_core.progress import Progress
 from near_dedup_core.wording import count, duration
 

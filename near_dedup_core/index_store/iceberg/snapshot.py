@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any
+from concurrent.futures import Executor, ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +25,7 @@ from pyiceberg.expressions import BooleanExpression, Or
 from pyiceberg.types import LongType
 
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.common import check_binding, longest_run, package_sources_error
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.invariants import (
@@ -35,17 +36,14 @@ from near_dedup_core.index_store.invariants import (
     check_meta_keys,
     restore,
 )
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.records import (
+    SAMPLE_COLUMNS,
     BandHits,
     ContentColumns,
     ContentSplit,
     IndexCounts,
     IndexedPackage,
-    IndexSnapshot,
     OutsideSource,
-    check_binding,
-    longest_run,
-    package_sources_error,
 )
 from near_dedup_core.index_store.texts import ShippedTexts, damaged
 
@@ -360,7 +358,7 @@ class IcebergTexts:
         for rows in row_slices(t, cols):
             yield from rows
 
-    SAMPLE_COLUMNS = IndexSnapshot.SAMPLE_COLUMNS
+    SAMPLE_COLUMNS = SAMPLE_COLUMNS
 
     def package_column(self, package_rowid: int, column: str) -> list:
         if column not in self.SAMPLE_COLUMNS:
@@ -447,19 +445,20 @@ class IcebergKnownTexts:
         self._rows = None
 
 
-class IcebergSnapshot(IndexSnapshot):
-    """Every read of a scan from ONE published state of an Iceberg index (module doc)."""
+class IcebergSnapshot:
+    """Every read of a scan from ONE published state of an Iceberg index (module doc), a
+    `protocols.Snapshot`."""
 
     def __init__(self, pinned: Pinned, config: NearDedupConfig | None = None) -> None:
-        # the SQLite connection of the base class is replaced by the pinned tables
+        #: `protocols.Snapshot.join_executor`: where the per-bucket join's tasks run
+        self.join_executor: Executor | None = None
         self._texts = IcebergTexts(pinned)
         self._pinned = pinned
-        self.path = pinned.location  # type: ignore[assignment]
+        self.path = pinned.location
         self.location = pinned.location
         self._signature_bytes = None if config is None else 2 * config.num_perm
         self._min_chars = None if config is None else config.min_chars
-        self._scope_ids = None
-        self._pages = None
+        self._scope_ids: np.ndarray | None = None
         self._meta = dict(pinned.rows("meta", ("key", "value")))
         self._packages = [IndexedPackage(*r) for r in pinned.rows(
             "packages", ("id", "package_id", "kind", "manifest_sha256", "batch", "records"))]
@@ -515,6 +514,12 @@ class IcebergSnapshot(IndexSnapshot):
         if self._release is not None:
             release, self._release = self._release, None
             release.__exit__(None, None, None)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     # -- what the index holds
     def meta(self) -> dict[str, str]:

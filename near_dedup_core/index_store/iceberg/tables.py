@@ -331,12 +331,12 @@ WAREHOUSE_PROPERTY = "warehouse"
 class IndexFileIO(FsspecFileIO):
     """pyiceberg's fsspec FileIO whose S3 filesystem is the storage layer's (`s3fs_of`): the
     same client, credential chain, endpoint and bounded waits as our own reads and writes of
-    the data files."""
+    the data files (through the public `get_fs`, which every read, write and delete asks)."""
 
-    def _get_fs(self, scheme: str, hostname: str | None = None) -> Any:
+    def get_fs(self, scheme: str, hostname: str | None = None) -> Any:
         if scheme in ("s3", "s3a"):
             return s3fs_of(self.properties[WAREHOUSE_PROPERTY])
-        return super()._get_fs(scheme, hostname)
+        return super().get_fs(scheme, hostname)
 
 
 #: pyiceberg loads a FileIO by its module path.
@@ -362,7 +362,7 @@ def catalog_label(catalog_url: str) -> str:
     return catalog_url.split("?", 1)[0]
 
 
-def catalog(place: Path | Where, *, create: bool = False) -> Catalog:
+def catalog(place: Path | Where, *, create: bool = False) -> SqlCatalog:
     """pyiceberg's SQL catalog of an index: a SQLite file in the folder, or the shared
     PostgreSQL database (a server that cannot be reached is one line naming it). A reader
     never creates the catalog's tables."""
@@ -385,7 +385,7 @@ def catalog(place: Path | Where, *, create: bool = False) -> Catalog:
         raise catalog_error(place, exc) from None
 
 
-def open_catalog(place: Where) -> Catalog:
+def open_catalog(place: Where) -> SqlCatalog:
     """A reader's catalog: a local index without ``catalog.db`` is not found, or not an index
     when its folder holds anything else."""
     if not place.shared:
@@ -413,18 +413,18 @@ def catalog_error(place: Where, exc: BaseException) -> NearDedupError:
                           f"{detail[0] if detail else type(exc).__name__}")
 
 
-def catalog_tables_exist(cat: Catalog) -> bool:
+def catalog_tables_exist(cat: SqlCatalog) -> bool:
     """Whether the catalog's database holds pyiceberg's catalog tables."""
     from sqlalchemy import inspect
 
-    return bool(inspect(cat.engine).has_table("iceberg_tables"))  # type: ignore[attr-defined]
+    return bool(inspect(cat.engine).has_table("iceberg_tables"))
 
 
-def foreign_tables(cat: Catalog) -> list[str]:
+def foreign_tables(cat: SqlCatalog) -> list[str]:
     """Tables of the catalog's database that are not pyiceberg's catalog tables."""
     from sqlalchemy import inspect
 
-    names = inspect(cat.engine).get_table_names()  # type: ignore[attr-defined]
+    names = inspect(cat.engine).get_table_names()
     return sorted(set(names) - {"iceberg_tables", "iceberg_namespace_properties"})
 
 
@@ -492,7 +492,7 @@ def drop_tables(cat: Catalog) -> None:
             pass
 
 
-def has_tables(cat: Catalog) -> bool:
+def has_tables(cat: SqlCatalog) -> bool:
     """Whether the catalog lists any table of the index (no table metadata is read)."""
     if not catalog_tables_exist(cat):
         return False
@@ -502,7 +502,7 @@ def has_tables(cat: Catalog) -> bool:
         return False
 
 
-def load_tables(cat: Catalog) -> dict[str, Table] | None:
+def load_tables(cat: SqlCatalog) -> dict[str, Table] | None:
     """Every table of the index, or None when the catalog holds none of them."""
     if not catalog_tables_exist(cat):
         return None
@@ -572,7 +572,7 @@ def refuse_foreign(place: Where) -> None:
 
 
 @contextmanager
-def writer(place: Where) -> Iterator[Catalog]:
+def writer(place: Where) -> Iterator[SqlCatalog]:
     """A writer's catalog (a batch): the local form under the writer's lock, its folder
     removed when a new index fails; with a shared catalog, the server reached, a database
     holding other tables refused, the warehouse checked (a missing bucket, refused
@@ -621,7 +621,7 @@ def writer(place: Where) -> Iterator[Catalog]:
         warehouse_holds_files(place)  # the bucket is there and the credentials are taken
     try:
         if not had_catalog:
-            cat.create_tables()  # type: ignore[attr-defined]
+            cat.create_tables()
         yield cat
     except BaseException:
         if not had_index:  # a new index that no batch published: nothing is left behind
@@ -629,7 +629,7 @@ def writer(place: Where) -> Iterator[Catalog]:
                 drop_tables(cat)
                 cat.drop_namespace(NAMESPACE)
                 if not had_catalog:
-                    cat.destroy_tables()  # type: ignore[attr-defined]
+                    cat.destroy_tables()
             with contextlib.suppress(Exception):
                 if empty_prefix:
                     remove_warehouse(place)

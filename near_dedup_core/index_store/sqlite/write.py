@@ -22,13 +22,13 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.batch import BatchTransaction
 from near_dedup_core.index_store.invariants import quick_check, sqlite_background_check
 from near_dedup_core.index_store.schema import create_schema
-from near_dedup_core.index_store.snapshot import (
+from near_dedup_core.index_store.sqlite.snapshot import (
     BUSY_TIMEOUT_ENV,
     DEFAULT_BUSY_TIMEOUT,
-    _read_foreign,
     check_binding,
     connect_reader,
     raise_if_damaged,
+    read_foreign,
     sqlite_errors,
 )
 from near_dedup_core.index_store.texts import CACHE_SIZE
@@ -260,7 +260,7 @@ def settle_side_files(path: Path, seconds: float = SETTLE_SECONDS) -> None:
 
 @contextmanager
 def _existing_batch(path: Path, config: NearDedupConfig) -> Iterator[BatchTransaction]:
-    values = _read_foreign(path)
+    values = read_foreign(path)
     check_binding(path, values, config, writing=True)
     engine = open_writable(path)
     pages = None

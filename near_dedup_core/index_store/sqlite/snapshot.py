@@ -1,45 +1,55 @@
 """Every read of a scan, from one state of the index (`IndexSnapshot`), on a plain
 ``sqlite3`` connection: what `scan` needs of the index, without SQLAlchemy.
 
-Also here, because a scan and a batch both use them: the format's constants, the checks of
-an index file and of its binding to a config (`check_index_path`, `check_schema`,
-`check_binding`), the connection that reads and writes nothing (`connect_reader`), the
-one-line errors of SQLite (`sqlite_errors`) and the named records the snapshot returns.
-The PostgreSQL snapshot (`postgres.PostgresSnapshot`) subclasses `IndexSnapshot`.
+Also here, because a scan and a batch both use them: the connection that reads and writes
+nothing (`connect_reader`) and the one-line errors of SQLite (`sqlite_errors`). The
+snapshot implements `protocols.Snapshot`; the PostgreSQL snapshot
+(`postgres.PostgresSnapshot`) subclasses it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sqlite3
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple, Self
+from typing import TYPE_CHECKING, Self
 
 import numpy as np
 import orjson
 
-from near_dedup_core import ALGORITHM_VERSION
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.common import (
+    BAND_TABLES,
+    check_binding,
+    longest_run,
+    package_sources_error,
+)
 from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
     MISSING_SCOPE,
     SIGNATURE_MISMATCH,
-    UPGRADABLE_SCHEMA,
     BackgroundCheck,
     quick_check,
-    restore,
     sqlite_background_check,
+)
+from near_dedup_core.index_store.records import (
+    BandHits,
+    ContentColumns,
+    ContentSplit,
+    IndexCounts,
+    IndexedPackage,
+    OutsideSource,
 )
 from near_dedup_core.index_store.texts import (
     SQL_IN,
     IndexTexts,
-    _uri_path,
+    ReadConnection,
     damaged,
     rows_in,
+    uri_path,
 )
 
 if TYPE_CHECKING:  # a scan's reads need only the config's values
@@ -47,84 +57,14 @@ if TYPE_CHECKING:  # a scan's reads need only the config's values
 
     from near_dedup_core.config import NearDedupConfig
 
-FORMAT = "near-dedup-index"
-SCHEMA_VERSION = "3"
 BUSY_TIMEOUT_ENV = "NEAR_DEDUP_BUSY_TIMEOUT"
 DEFAULT_BUSY_TIMEOUT = 30.0
-#: The two band tables that every band lookup reads.
-BAND_TABLES = ("bands", "bands_recent")
 
 
 def is_sqlite_file(path: Path) -> bool:
     with open(path, "rb") as fh:
         return fh.read(16) == b"SQLite format 3\x00"
 
-
-def check_index_path(path: Path, input_dirs: list[Path]) -> None:
-    """Refuse paths that are not a dedicated index file (docs/contract.md §4, index)."""
-    if path.name == "pipeline.db":
-        raise NearDedupError(f"index {path}: refusing pipeline.db; the index must be a dedicated file")
-    resolved = path.resolve()
-    for d in input_dirs:
-        try:
-            resolved.relative_to(d.resolve())
-        except ValueError:
-            continue
-        raise NearDedupError(f"index {path}: inside input package {d}; packages are immutable")
-    for parent in resolved.parents:
-        kind = _tool_folder_kind(parent)
-        if kind:
-            raise NearDedupError(f"index {path}: inside {kind} {parent}; the index must live "
-                                 f"outside packages, reports and mixtures")
-    if path.exists() and not path.is_file():
-        raise NearDedupError(f"index {path}: not a regular file")
-
-
-_FOLDER_KINDS = {"training-snapshot": "snapshot package", "near-dedup-report": "near-dedup report",
-                 "mixture-package": "mixture package"}
-
-
-def _tool_folder_kind(folder: Path) -> str | None:
-    """What ``folder`` is when its manifest.json marks a package, report or mixture."""
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        return None
-    try:
-        fmt = json.loads(manifest.read_text(encoding="utf-8")).get("format")
-    except (OSError, ValueError, AttributeError):
-        return None
-    return _FOLDER_KINDS.get(fmt)
-
-
-def check_binding(path: Path | str, values: dict[str, str], config: NearDedupConfig, *,
-                  writing: bool = False) -> None:
-    """The index must be ours, of our schema, and bound to this config and algorithm.
-    ``writing``: a batch is about to be appended, which upgrades an index of the
-    `UPGRADABLE_SCHEMA`."""
-    if values.get("format") != FORMAT:
-        raise NearDedupError(f"index {path}: not a near-dedup index")
-    check_schema(path, values.get("schema_version"), writing=writing)
-    if values.get("algorithm_version") != ALGORITHM_VERSION:
-        raise NearDedupError(f"index {path}: built with algorithm {values.get('algorithm_version')}, "
-                             f"this tool runs {ALGORITHM_VERSION}; use a new index path")
-    if values.get("config_fingerprint") != config.fingerprint():
-        raise NearDedupError(f"index {path}: bound to a different config (fingerprint "
-                             f"{values.get('config_fingerprint', '?')[:12]}…, this config "
-                             f"{config.fingerprint()[:12]}…); use a new index path for a new "
-                             f"threshold, shingling, limits or rules")
-
-
-def check_schema(path: Path | str, version: str | None, *, writing: bool = False) -> None:
-    """This tool reads schema `SCHEMA_VERSION` and upgrades `UPGRADABLE_SCHEMA` when it
-    appends a batch; any other schema is refused."""
-    if version == SCHEMA_VERSION or (writing and version == UPGRADABLE_SCHEMA):
-        return
-    if version == UPGRADABLE_SCHEMA:
-        raise NearDedupError(f"index {path}: schema version {version}, this tool reads "
-                             f"{SCHEMA_VERSION}; the next `near-dedup index` run upgrades it in "
-                             f"place (in its batch's transaction)")
-    raise NearDedupError(f"index {path}: schema version {version} is not {SCHEMA_VERSION}; "
-                         f"use a new index path")
 
 
 def _is_wal(path: Path) -> bool:
@@ -160,11 +100,11 @@ def connect_reader(path: Path) -> sqlite3.Connection:
     SQLite's ``json_each`` table (`IndexSnapshot.history_band_hits`) is usable on it.
     """
     if not _is_wal(path):
-        uri = f"file:{_uri_path(path)}?mode=ro"
+        uri = f"file:{uri_path(path)}?mode=ro"
     elif not _dir_writable(path.parent) and not path.with_name(path.name + "-shm").exists():
-        uri = f"file:{_uri_path(path)}?immutable=1"
+        uri = f"file:{uri_path(path)}?immutable=1"
     else:
-        uri = f"file:{_uri_path(path)}?mode=rw"
+        uri = f"file:{uri_path(path)}?mode=rw"
     con = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
     try:
         # the first use of SQLite's `json_each` on a connection declares its columns, which
@@ -183,7 +123,7 @@ def _dir_writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK | os.X_OK)
 
 
-def _read_foreign(path: Path) -> dict[str, str]:
+def read_foreign(path: Path) -> dict[str, str]:
     """meta of an existing file, or an error that it is not a near-dedup index."""
     if not is_sqlite_file(path):
         raise NearDedupError(f"index {path}: exists and is not a near-dedup index (not SQLite)")
@@ -261,7 +201,7 @@ def sqlite_errors(path: Path) -> Iterator[None]:
         wrapped = _sqlalchemy_dbapi_error()
         if wrapped is None or not isinstance(exc, wrapped):
             raise
-        orig = exc.orig  # type: ignore[attr-defined]
+        orig = getattr(exc, "orig", None)
         raise database_error(path, orig if isinstance(orig, sqlite3.Error) else exc) from None
 
 
@@ -274,63 +214,6 @@ def _sqlalchemy_dbapi_error() -> type[Exception] | None:
 
 # --------------------------------------------------------------------------- reading
 
-
-def package_sources_error(label: Path | str, package_id: str, sources: int,
-                          records: int) -> NearDedupError:
-    return restore(label, f"package {package_id} has {sources:,} sources and {records:,} "
-                          f"records")
-
-
-class IndexedPackage(NamedTuple):
-    """A package of the index: ``rowid`` is its key in the snapshot's other answers."""
-
-    rowid: int
-    package_id: str
-    kind: str
-    manifest_sha256: str
-    batch: int
-    records: int  # its samples, each one ``sources`` row
-
-
-class ContentColumns(NamedTuple):
-    """Content rows as columns, by ascending row id: what a scan needs of a million contents
-    without one record per row. Where a content has no signature (a text under
-    ``min_chars``), ``has_signature`` is False, ``shingles`` is -1 and its ``signatures`` row
-    is zero."""
-
-    rowid: np.ndarray  # int64
-    content_id: list[bytes]
-    scope: np.ndarray  # int64
-    batch: np.ndarray  # int64
-    shingles: np.ndarray  # int64
-    signatures: np.ndarray  # (contents, num_perm) uint16
-    has_signature: np.ndarray  # bool
-
-
-class IndexCounts(NamedTuple):
-    batches: int
-    contents: int  # the highest content row id
-
-
-class BandHits(NamedTuple):
-    """(band key, content) rows: ``keys[i]`` is a band key of ``contents[i]``."""
-
-    keys: np.ndarray
-    contents: np.ndarray
-
-
-class ContentSplit(NamedTuple):
-    content: int
-    split: str
-
-
-class OutsideSource(NamedTuple):
-    """A source of a content in a package that is not one of the given pool packages."""
-
-    content: int
-    package_id: str
-    sample_id: str
-    split: str
 
 
 class IndexSnapshot(IndexTexts):
@@ -347,12 +230,11 @@ class IndexSnapshot(IndexTexts):
     The methods take and return plain values and named records, not SQL or connections, so
     another backend can implement the same reads."""
 
-    #: Where a backend whose history join runs as tasks (one per band-key bucket, the
-    #: Iceberg backend) submits them: the scan's running executor, or None for this
-    #: process. SQLite and PostgreSQL join in their database and ignore it.
+    #: `protocols.Snapshot.join_executor`: SQLite and PostgreSQL join in their database and
+    #: ignore it.
     join_executor: Executor | None = None
 
-    def __init__(self, path: Path, con: sqlite3.Connection,
+    def __init__(self, path: Path | str, con: ReadConnection,
                  config: NearDedupConfig | None = None) -> None:
         super().__init__(path, con)
         self._signature_bytes = None if config is None else 2 * config.num_perm
@@ -368,7 +250,7 @@ class IndexSnapshot(IndexTexts):
         if not path.is_file():
             raise NearDedupError(f"index {path}: not found; index the inputs first")
         with sqlite_errors(path):
-            values = _read_foreign(path)
+            values = read_foreign(path)
             if config is not None:
                 check_binding(path, values, config)
             con = connect_reader(path)
@@ -549,6 +431,8 @@ class IndexSnapshot(IndexTexts):
         index's newest batch, and its rows are the whole of ``bands_recent``),
         ``bands_recent`` holds nothing to find and is not probed."""
         con = self._con
+        # SQLite's join (`postgres.PostgresSnapshot` joins on its own connections)
+        assert isinstance(con, sqlite3.Connection)
         con.execute("CREATE TEMP TABLE scan_contents (id INTEGER PRIMARY KEY)")
         try:
             _fill_temp(con, "scan_contents", list(pool_contents))
@@ -615,18 +499,6 @@ def _fill_temp(con: sqlite3.Connection, table: str, values: list[int], rows: int
 
 #: Probe keys per statement of `IndexSnapshot.history_band_hits` (a JSON array of about 1.3 MB).
 PROBE_KEYS = 1 << 16
-
-
-def longest_run(ids: np.ndarray) -> tuple[int, int]:
-    """(first, last) of the longest run of consecutive integers in ``ids`` (distinct, sorted),
-    (1, 0), an empty range, when there are none."""
-    if not len(ids):
-        return 1, 0
-    breaks = np.flatnonzero(np.diff(ids) != 1)
-    starts = np.concatenate(([0], breaks + 1))
-    ends = np.concatenate((breaks, [len(ids) - 1]))
-    k = int(np.argmax(ends - starts))
-    return int(ids[starts[k]]), int(ids[ends[k]])
 
 
 #: `read_ahead` asks for an index file only when it takes at most this share of the memory
