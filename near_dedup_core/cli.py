@@ -170,8 +170,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="freeze the report of eval items contained in training samples",
                         description="Find every training sample of the pool that contains an "
                                     "evaluation item (exact containment of the item's shingles "
-                                    "at or above contamination_threshold) and write the report "
-                                    "folder atomically. No index needed; with --index "
+                                    "at or above contamination_threshold in one nearly "
+                                    "contiguous span; an item shorter than "
+                                    "contamination_min_chars as one exact run of its words), "
+                                    "set aside items common in the pool or allowlisted, and "
+                                    "write the report folder atomically. No index needed; with --index "
                                     "(every input indexed, as for scan) the pool's normalized "
                                     "texts are read from the index instead of the packages: "
                                     "faster, the same report.")
@@ -185,6 +188,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=_WORKERS_HELP)
     ct.add_argument("--executor", choices=EXECUTORS, default="local",
                     help=_EXECUTOR_HELP)
+    ct.add_argument("--allowlist", type=Path, metavar="FILE",
+                    help="public text expected in the pool, one JSON object per line with "
+                         "text and reason (overrides contamination_allowlist)")
 
     rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
@@ -446,7 +452,8 @@ def _run(args: argparse.Namespace) -> None:
 
         print(contamination_report(load_config(args.config), args.evals, args.inputs,
                                    args.output, workers=args.workers, progress=progress,
-                                   index=args.index, executor=args.executor).summary())
+                                   index=args.index, executor=args.executor,
+                                   allowlist=args.allowlist).summary())
     elif args.command == "report":
         if args.report_command in ("explain", "diff"):
             _report_audit(args)

@@ -43,7 +43,8 @@ from near_dedup_core.audit.sources import (
 from near_dedup_core.compare import compared_text
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination import ContaminationSummary, pair_lines
-from near_dedup_core.contamination.report import EvalRef, Summary
+from near_dedup_core.contamination.report import EvalRef
+from near_dedup_core.contamination.verify import read_summary
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
     CHECKSUMS,
@@ -694,7 +695,7 @@ def _changes(w: Writer, diff: ReportDiff, old: Path) -> None:
 def _contamination(w: Writer, contam: ContaminationSummary, report: Path) -> None:
     path, manifest = contam.path, contam.model
     lines = list(pair_lines(path))
-    summary = Summary.model_validate_json((path / "summary.json").read_bytes())
+    summary = read_summary(path)
     pool = input_packages(manifest.inputs)
     evals = input_packages(manifest.evals)
     shown = lines[:MAX_CONTAMINATION_TEXTS]
