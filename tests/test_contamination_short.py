@@ -202,3 +202,34 @@ def test_a_format_1_report_still_verifies(tmp_path, kinds):
     (forged / "checksums.sha256").unlink()
     write_checksums(forged)
     refused(["report", "verify", forged], "set_aside.jsonl", "no file")
+
+
+def test_report_explain_shows_every_flag_with_its_spans_and_method(kinds):
+    code, out, err = run_cli("report", "explain", kinds["report"], "quiz", "short")
+    assert code == 0, err
+    assert "eval item quiz/short" in out and "1 pair(s) of contamination" in out
+    assert "method: exact" in out and "7 of 7 words" in out
+    assert "item     [0, 35): 'what is the capital of burkina faso'" in out
+    assert "'what is the capital of burkina-faso'" in out
+    code, out, err = run_cli("report", "explain", kinds["report"], "quiz", "licence")
+    assert code == 0 and "set aside" in out and "common in the pool, in 12 training" in out, err
+    code, out, err = run_cli("report", "explain", kinds["report"], "pool", "d3", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["role"] == "training" and [p["eval"]["sample_id"] for p in got["pairs"]] == \
+        ["code"]
+    refused(["report", "explain", kinds["report"], "nope", "x"], "no eval or input package")
+
+
+def test_report_diff_lists_newly_contaminated_and_cleared_items_per_benchmark(kinds):
+    plain = kinds["tmp"] / "plain-diff"
+    code, _, err = run_cli("--quiet", "contamination", "--evals", kinds["evals"], "--inputs",
+                           kinds["pool"], "--output", plain, "--workers", 1)
+    assert code == 0, err
+    code, out, err = run_cli("report", "diff", kinds["report"], plain, "--json")
+    assert code == 0, err
+    (bench,) = json.loads(out)["benchmarks"]
+    assert bench["package_id"] == "quiz"
+    assert bench["newly_contaminated"] == ["quote"] and bench["cleared"] == []
+    code, out, err = run_cli("report", "diff", plain, kinds["report"])
+    assert code == 0 and "1 cleared" in out and "  - quote" in out, err

@@ -367,9 +367,13 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
                                                  executor)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.item, p.sample.key()))
     allow = Allowlist(allowlist)
-    kept, aside = set_aside([Matched(p.item, p.sample.key(), p.text) for p in pairs], allow,
-                            config.contamination_common_samples)
-    lines = report_pairs(config, items, [pairs[k] for k in kept])
+    hasher = MinHasher(1, config.seed, config.shingle_size)
+    item_spans = [item_span(items[p.item].text, p, hasher) for p in pairs]
+    kept, aside = set_aside([Matched(p.item, p.sample.key(),
+                                     items[p.item].text[start:end])
+                             for p, (start, end) in zip(pairs, item_spans, strict=True)],
+                            allow, config.contamination_common_samples)
+    lines = report_pairs(config, items, [(pairs[k], item_spans[k]) for k in kept])
     aside_lines = [SetAsideLine.model_validate({
         "eval": EvalRef(**_ref_json(items[a.item].ref, False)), "field": items[a.item].field,
         "reason": a.reason, "training_samples": a.samples, "allowlist_entry": a.entry,
@@ -391,26 +395,22 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     return Computed(lines, aside_lines, summary, manifest)
 
 
-def report_pairs(config: NearDedupConfig, items: list[EvalItem], pairs: list[Pair]
-                 ) -> list[PairLine]:
-    """The pair lines, one per (eval record, training sample): the first of the record's
-    items (`items.FIELDS` order) that the sample contains."""
+def report_pairs(config: NearDedupConfig, items: list[EvalItem],
+                 pairs: list[tuple[Pair, tuple[int, int]]]) -> list[PairLine]:
+    """The pair lines (each pair with its item span, `item_span`), one per (eval record,
+    training sample): the first of the record's items (`items.FIELDS` order) that the
+    sample contains."""
     hasher = MinHasher(1, config.seed, config.shingle_size)
     lines = []
     seen: set[tuple] = set()
-    for pair in pairs:
+    for pair, (start, end) in pairs:
         item = items[pair.item]
         key = (item.ref.key(), pair.sample.key())
         if key in seen:
             continue
         seen.add(key)
-        if pair.method == "exact":
-            words = list(_WORD.finditer(item.text))
-            start, end = words[0].start(), words[-1].end()
-            size = len(words)
-        else:
-            start, end = _item_span(item.text, pair.text, hasher)
-            size = len(hasher.shingle_set(item.text))
+        size = (len(_WORD.findall(item.text)) if pair.method == "exact" else
+                len(hasher.shingle_set(item.text)))
         lines.append(PairLine(
             eval=EvalRef(**_ref_json(item.ref, False)),
             training=TrainingRef(**_ref_json(pair.sample, True)),
@@ -421,6 +421,15 @@ def report_pairs(config: NearDedupConfig, items: list[EvalItem], pairs: list[Pai
             item_span=Span(start=start, end=end), item_text=item.text[start:end],
             training_text=pair.text))
     return lines
+
+
+def item_span(item: str, pair: Pair, hasher: MinHasher) -> tuple[int, int]:
+    """[start, end) of what matched in the item's normalized text: an exact match's first
+    to last word; else `_item_span`."""
+    if pair.method == "exact":
+        words = list(_WORD.finditer(item))
+        return words[0].start(), words[-1].end()
+    return _item_span(item, pair.text, hasher)
 
 
 def _item_span(item: str, matched: str, hasher: MinHasher) -> tuple[int, int]:

@@ -54,7 +54,7 @@ def read_allowlist(path: str | Path) -> list[AllowEntry]:
 @dataclass(frozen=True)
 class Matched:
     """One match of an item: the item (its index), the training sample's key, and the
-    normalized training text matched."""
+    item's text that matched (its normalized text within the item span)."""
 
     item: int
     sample: tuple[int, int]
@@ -62,8 +62,9 @@ class Matched:
 
 
 class Allowlist:
-    """Allowlist entries as runs of words: a match is allowlisted when its matched text's
-    words are a run of the words of one entry."""
+    """Allowlist entries as runs of words: a match is allowlisted when the words of the
+    item's matched text are a run of the words of one entry (the item shares nothing else
+    with the sample)."""
 
     def __init__(self, entries: Sequence[AllowEntry]):
         self.entries = list(entries)
