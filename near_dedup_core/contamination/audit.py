@@ -10,10 +10,12 @@ from pathlib import Path
 
 import orjson
 
-from near_dedup_core.contamination.report import SetAsideLine
-from near_dedup_core.contamination.verify import pair_lines, verify_contamination
+from near_dedup_core.contamination.verify import (
+    pair_lines,
+    set_aside_lines,
+    verify_contamination,
+)
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import iter_json_objects
 
 
 @dataclass
@@ -69,13 +71,6 @@ class ContaminationExplanation:
         return "\n".join(out)
 
 
-def _set_aside(report: Path) -> list[SetAsideLine]:
-    if not (report / "set_aside.jsonl").exists():
-        return []
-    return [SetAsideLine.model_validate(row) for _, row in
-            iter_json_objects(report, "set_aside.jsonl", f"contamination report {report}")]
-
-
 def explain_contamination(report: str | Path, package_id: str, sample_id: str
                           ) -> ContaminationExplanation:
     """Every pair and set-aside line of one eval item (an eval package's sample) or one
@@ -94,7 +89,7 @@ def explain_contamination(report: str | Path, package_id: str, sample_id: str
     pairs = [line.model_dump(mode="json") for line in pair_lines(report)
              if (line.eval if role == "eval" else line.training).package_id == package_id
              and (line.eval if role == "eval" else line.training).sample_id == sample_id]
-    aside = [a.model_dump(mode="json") for a in _set_aside(report)
+    aside = [a.model_dump(mode="json") for a in set_aside_lines(report)
              if (role == "eval" and (a.eval.package_id, a.eval.sample_id) == key)
              or (role == "training" and (a.example.package_id, a.example.sample_id) == key)]
     return ContaminationExplanation(report, package_id, sample_id, role, pairs, aside)

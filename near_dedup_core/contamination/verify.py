@@ -107,6 +107,14 @@ def read_summary(path: Path) -> SummaryV1:
     return _read_summary(Path(path), f"contamination report {path}", _version(path))
 
 
+def set_aside_lines(path: Path) -> list[SetAsideLine]:
+    """The lines of a verified report's ``set_aside.jsonl`` (none in format 1)."""
+    if _version(path) == 1:
+        return []
+    return [SetAsideLine.model_validate(row) for _, row in
+            iter_json_objects(Path(path), "set_aside.jsonl", f"contamination report {path}")]
+
+
 def _line_problem(line: PairLineV1, threshold: float, evals: dict[str, int],
                   inputs: dict[str, int]) -> str | None:
     e, t = line.eval, line.training

@@ -44,7 +44,7 @@ from near_dedup_core.compare import compared_text
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination import ContaminationSummary, pair_lines
 from near_dedup_core.contamination.report import EvalRef
-from near_dedup_core.contamination.verify import read_summary
+from near_dedup_core.contamination.verify import read_summary, set_aside_lines
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
     CHECKSUMS,
@@ -727,7 +727,8 @@ def _contamination(w: Writer, contam: ContaminationSummary, report: Path) -> Non
                summary=summary, counts=manifest.counts, page=p, pages=total,
                rows=rows[(p - 1) * CONTAMINATION_PER_PAGE:p * CONTAMINATION_PER_PAGE],
                threshold=manifest.config.get("contamination_threshold"), notes=notes,
-               limit=MAX_CONTAMINATION_TEXTS)
+               limit=MAX_CONTAMINATION_TEXTS, set_aside=set_aside_lines(path),
+               allowlist=getattr(manifest, "allowlist", []))
 
 
 def _eval_texts(evals: dict[str, InputPackage], origins: dict[Key, EvalRef]
