@@ -37,6 +37,7 @@ from near_dedup_core.contamination import (
 )
 from near_dedup_core.contamination import run as contamination_run
 from near_dedup_core.contamination.probe import span_width
+from near_dedup_core.contamination.setaside import words_of
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import write_checksums
 from near_dedup_core.guard import guard_for
@@ -180,11 +181,17 @@ def test_planted_items_found_with_exact_containment(planted):
     assert min(leaked.values()) < 0.9  # the edits reach down towards the threshold
     found = sum(1 for k in leaked if k in reported)
     assert found / len(leaked) >= 0.99, (found, len(leaked))
+    items = {(pid, sid): text for pid, sid, text in planted["items"]}
     for key, row in reported.items():
+        if row["method"] == "exact":  # an item of at most 12 words: by its words
+            item, span = words_of(items[key[:2]]).split(), words_of(row["training_text"]).split()
+            assert len(item) <= 12 and len(span) == len(item)
+            assert sum(a != b for a, b in zip(item, span, strict=True)) == \
+                row["item_shingles"] - row["common_shingles"] <= 1
+            continue
         assert key in leaked, key  # verified pairs only: nothing below the threshold
         assert row["containment"] == leaked[key]
         assert row["containment"] == row["common_shingles"] / row["item_shingles"]
-        assert row["method"] == "containment"
     # a document holding most of an item's shingles, but not as one nearly contiguous copy,
     # does not contain it
     scattered = [k for k, c in truth.items() if c >= 0.8 and k not in leaked]
@@ -217,6 +224,9 @@ def test_span_numbers_and_summary(planted):
         span = text[r["span"]["start"]:r["span"]["end"]]
         item = items[r["eval"]["sample_id"]]
         assert len(span) <= 1.5 * len(item) + 20
+        assert r["training_text"] == span
+        if r["method"] == "exact":
+            continue
         assert (r["span"]["start"], r["span"]["end"]) == matched_span(
             text, _shingles(item), span_width(len(item), DEFAULTS), HASHER)
         assert r["training_text"] == span

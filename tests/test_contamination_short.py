@@ -34,6 +34,9 @@ EVAL = [
     {"id": "licence", "text": LICENCE},
     {"id": "quote", "text": QUOTE},
     {"id": "clean", "text": "Name the longest river of the Iberian peninsula."},
+    {"id": "one-word", "text": "Which planet has the largest number of known moons?"},
+    {"id": "three", "text": "Boil the water"},
+    {"id": "train", "text": "A train leaves the station at 3 pm"},
 ]
 
 
@@ -51,6 +54,9 @@ def _docs() -> list[str]:
     docs[17] += f" As the speech says, {QUOTE}."
     docs[18] = f"{QUOTE}, a new nation. " + docs[18]
     docs[19] += " The answer is 42."
+    docs[20] += " Which planet has the biggest number of known moons today?"
+    docs[21] += " Boil some water."
+    docs[22] += " Trivia: a train leaves the station at 5 pm."
     return docs
 
 
@@ -98,10 +104,22 @@ def test_short_items_are_found_as_whole_words_with_their_spans(kinds):
     assert summary["items_checked"] == len(EVAL) - 1
 
 
+def test_one_word_may_differ_where_all_but_one_still_reach_the_threshold(kinds):
+    pairs = _pairs(kinds["report"])
+    moons = pairs[("one-word", "d20")]
+    assert moons["method"] == "exact" and moons["common_shingles"] == 8
+    assert moons["item_shingles"] == 9 and moons["containment"] == 8 / 9
+    assert moons["training_text"] == "which planet has the biggest number of known moons"
+    assert not moons["numbers_differ"]
+    train = pairs[("train", "d22")]  # a changed number is still a leak, and says so
+    assert train["common_shingles"] == 7 and train["numbers_differ"]
+    assert not any(k[0] == "three" for k in pairs)  # 2 of 3 words is below 0.8
+
+
 def test_a_multiple_choice_item_is_its_stem_with_and_without_its_options(kinds):
     pairs = _pairs(kinds["report"])
     stem = pairs[("mc-stem", "d1")]  # the stem alone, without its options
-    assert stem["method"] == "containment" and stem["field"] == "text"
+    assert stem["method"] == "exact" and stem["field"] == "text"  # 10 words
     options = pairs[("mc-options", "d2")]  # one pair per record and sample: the stem first
     assert options["field"] == "text"
     assert sum(1 for k in pairs if k[0] == "mc-options") == 1

@@ -66,6 +66,18 @@ def _chain(run, word):
 
 
 @njit(cache=True, nogil=True)
+def run_hashes(flat, starts, ends):
+    """The hash of the run of words ``flat[starts[k]:ends[k]]``, for each k."""
+    out = np.zeros(starts.shape[0], dtype=np.uint64)
+    for k in range(starts.shape[0]):
+        h = np.uint64(0)
+        for x in range(starts[k], ends[k]):
+            h = _chain(h, flat[x])
+        out[k] = h
+    return out
+
+
+@njit(cache=True, nogil=True)
 def item_words(cps, offsets, table, flat, item_start, run_hash):
     """The word hashes of each item (``flat[item_start[i]:item_start[i + 1]]``, the caller
     sizes ``flat`` to the code points) and the hash of each item's whole run of words
@@ -88,14 +100,36 @@ def item_words(cps, offsets, table, flat, item_start, run_hash):
     item_start[n_items] = at
 
 
+#: what a run in the table is of its item (the posting is ``item * 4 + role``)
+FULL, PREFIX, SUFFIX = 0, 1, 2
+
+
+@njit(inline="always")
+def _mismatches(hashes, at, n, flat, first, length, most):
+    """Words of the item (``flat[first:first + length]``) that differ from the text's words
+    from ``at`` on, stopping past ``most``; ``most + 1`` when the text ends first."""
+    if at < 0 or at + length > n:
+        return most + 1
+    bad = 0
+    for q in range(length):
+        if flat[first + q] != hashes[at + q]:
+            bad += 1
+            if bad > most:
+                break
+    return bad
+
+
 @njit(cache=True, nogil=True)
 def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
-                 flat, item_start):
+                 flat, item_start, half):
     """Every (text, item) of the batch whose item's words occur in the text as one run of
-    whole words, at its first place: [(text, item, start, end)] with [start, end) the run's
-    code points in the normalized text. ``has_length[L]`` tells whether some item has L
-    words (at most ``max_words``); ``run_table``/``run_vals`` map a run hash to its block in
-    ``postings`` (`probe.anchor_postings`: ``[mark, count, item, …]``)."""
+    whole words, at its first place, or else, for an item with a prefix and suffix in the
+    table (``half[item]`` words in its prefix, 0 for none), all but one of them in place (one
+    word substituted), at the first such place: [(text, item, start, end, words matched)]
+    with [start, end) the run's code points in the normalized text. ``has_length[L]`` tells
+    whether the table holds a run of L words (at most ``max_words``); ``run_table``/
+    ``run_vals`` map a run hash to its block in ``postings`` (`probe.anchor_postings`:
+    ``[mark, count, item * 4 + role, …]``, role `FULL`, `PREFIX` or `SUFFIX`)."""
     size = run_table.shape[0]
     mask = np.uint64(size - 1)
     longest = 1
@@ -104,10 +138,16 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
     hashes = np.empty(longest, dtype=np.uint64)
     starts = np.empty(longest, dtype=np.int64)
     ends = np.empty(longest, dtype=np.int64)
-    seen = np.full(item_start.shape[0] - 1, -1, dtype=np.int64)  # last text that matched
-    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0)) for _ in range(0)]
+    n_items = item_start.shape[0] - 1
+    seen = np.full(n_items, -1, dtype=np.int64)  # last text with an exact match
+    near = np.full(n_items, -1, dtype=np.int64)  # last text with a one-word match
+    near_at = np.zeros(n_items, dtype=np.int64)
+    listed = np.empty(n_items, dtype=np.int64)
+    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
+           for _ in range(0)]
     for i in range(offsets.shape[0] - 1):
         n = _words(cps, offsets[i], offsets[i + 1], table, hashes, starts, ends)
+        n_near = 0
         for w in range(n):
             h = np.uint64(0)
             for length in range(1, min(max_words, n - w) + 1):
@@ -118,16 +158,31 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
                 if o == -1:
                     continue
                 for x in range(o + 2, o + 2 + postings[o + 1]):
-                    it = postings[x]
-                    if seen[it] == i or item_start[it + 1] - item_start[it] != length:
+                    it = postings[x] >> 2
+                    role = postings[x] & 3
+                    if seen[it] == i:
                         continue
-                    same = True
-                    for q in range(length):
-                        if flat[item_start[it] + q] != hashes[w + q]:
-                            same = False
-                            break
-                    if same:
+                    first = item_start[it]
+                    size_it = item_start[it + 1] - first
+                    at = w if role != SUFFIX else w - half[it]
+                    if role == FULL:
+                        if size_it != length or _mismatches(hashes, w, n, flat, first,
+                                                            size_it, 0) != 0:
+                            continue
                         seen[it] = i
                         out.append((np.int64(i), np.int64(it), starts[w],
-                                    ends[w + length - 1]))
+                                    ends[w + length - 1], np.int64(size_it)))
+                    elif near[it] != i and _mismatches(hashes, at, n, flat, first, size_it,
+                                                       1) <= 1:
+                        near[it] = i
+                        near_at[it] = at
+                        listed[n_near] = it
+                        n_near += 1
+        for q in range(n_near):
+            it = listed[q]
+            if seen[it] != i:
+                at = near_at[it]
+                size_it = item_start[it + 1] - item_start[it]
+                out.append((np.int64(i), np.int64(it), starts[at], ends[at + size_it - 1],
+                            np.int64(size_it - 1)))
     return out

@@ -12,7 +12,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.contamination.exact import _exact_batch, item_words, word_table
+from near_dedup_core.contamination.exact import (
+    FULL,
+    PREFIX,
+    SUFFIX,
+    _exact_batch,
+    item_words,
+    run_hashes,
+    word_table,
+)
 from near_dedup_core.contamination.items import EvalItem, SampleRef, _text_reader
 from near_dedup_core.contamination.kernels import (
     _build_table,
@@ -63,6 +71,7 @@ class ProbeState(NamedTuple):
     run_postings: np.ndarray
     word_flat: np.ndarray
     word_start: np.ndarray
+    half: np.ndarray
 
 
 class Hit(NamedTuple):
@@ -122,7 +131,7 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
                          st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
                          st.item_chars, st.threshold, per_text)
     exact = _exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
-                         st.run_vals, st.run_postings, st.word_flat, st.word_start)
+                         st.run_vals, st.run_postings, st.word_flat, st.word_start, st.half)
     hits = []
     if found or exact:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
@@ -144,10 +153,12 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
             numbers = guard.sequences(norm[start:end])[0]
             hits.append(Hit(int(i), int(it), local, start, end,
                             numbers != st.item_numbers[it], "containment", norm[start:end]))
-        for i, it, start, end in sorted(exact):
-            words = int(st.word_start[it + 1] - st.word_start[it])
-            hits.append(Hit(int(i), int(it), words, int(start), int(end), False, "exact",
-                            norm_of(int(i))[int(start):int(end)]))
+        for i, it, start, end, words in sorted(exact):
+            text = norm_of(int(i))[int(start):int(end)]
+            differ = (words < st.word_start[it + 1] - st.word_start[it]
+                      and guard.sequences(text)[0] != st.item_numbers[it])
+            hits.append(Hit(int(i), int(it), int(words), int(start), int(end), bool(differ),
+                            "exact", text))
         hits.sort()
     return hits, per_text
 
@@ -342,7 +353,7 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
         item_start=item_start, item_chars=np.asarray([span_width(len(it.text), config)
                                                       for it in items], np.int64),
         item_numbers=[guard.sequences(it.text)[0] for it in items],
-        **_exact_state(items, short))
+        **_exact_state(items, short, t))
     return state, len(a_hash)
 
 
@@ -353,9 +364,17 @@ def span_width(chars: int, config: NearDedupConfig) -> int:
     return max(chars + chars // 4 + config.shingle_size, 1)
 
 
-def _exact_state(items: list[EvalItem], short: np.ndarray) -> dict[str, Any]:
-    """The run table of the short items' words (`exact`): the items with at least one
-    word containing a letter; an item of digits alone (a number) is no item."""
+#: items of at most this many words are also found by their words (`exact`)
+EXACT_MAX_WORDS = 12
+
+
+def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
+                 ) -> dict[str, Any]:
+    """The run table of the items found by their words (`exact`): those shorter than
+    ``contamination_min_chars`` or of at most `EXACT_MAX_WORDS` words, with a letter (an
+    item of digits alone, a number, is no item). Each item's whole run is in it, and, when
+    all its words but one are still at or above the threshold ((L − 1) / L ≥ t), its first
+    ⌊L/2⌋ words and the rest: one of the two is intact when one word is substituted."""
     table = word_table()
     texts = [it.text for it in items]
     cps, offsets = code_points(texts) if texts else (np.zeros(0, np.uint8),
@@ -365,21 +384,31 @@ def _exact_state(items: list[EvalItem], short: np.ndarray) -> dict[str, Any]:
     runs = np.zeros(len(items), dtype=np.uint64)
     item_words(cps, offsets, table, flat, start, runs)
     n_words = np.diff(start)
-    use = short & (n_words > 0) & np.asarray([has_letter(t) for t in texts], dtype=bool)
-    chosen = np.flatnonzero(use)
-    order = np.lexsort((chosen, runs[chosen]))
-    distinct, block, postings = anchor_postings(runs[chosen][order],
-                                                chosen[order].astype(np.int32))
+    letters = np.asarray([has_letter(t) for t in texts], dtype=bool)
+    chosen = np.flatnonzero((short | (n_words <= EXACT_MAX_WORDS)) & (n_words > 0) & letters)
+    half = np.zeros(len(items), dtype=np.int64)
+    for it in chosen.tolist():
+        n = int(n_words[it])
+        if n >= 2 and least_overlap(n, threshold) <= n - 1:
+            half[it] = n // 2
+    halved = np.flatnonzero(half)
+    keys = np.concatenate([runs[chosen],
+                           run_hashes(flat, start[halved], start[halved] + half[halved]),
+                           run_hashes(flat, start[halved] + half[halved], start[halved + 1])])
+    posts = np.concatenate([chosen * 4 + FULL, halved * 4 + PREFIX, halved * 4 + SUFFIX])
+    lengths = np.concatenate([n_words[chosen], half[halved], n_words[halved] - half[halved]])
+    order = np.lexsort((posts, keys))
+    distinct, block, postings = anchor_postings(keys[order], posts[order].astype(np.int32))
     size = 1
     while size < 2 * max(len(distinct), 1):
         size *= 2
     run_table, run_vals = _build_table(distinct, block, size)
-    max_words = int(n_words[chosen].max()) if len(chosen) else 0
+    max_words = int(lengths.max()) if len(lengths) else 0
     has_length = np.zeros(max_words + 1, dtype=np.bool_)
-    has_length[n_words[chosen]] = True
+    has_length[lengths] = True
     return {"words": table, "max_words": max_words, "has_length": has_length,
             "run_table": run_table, "run_vals": run_vals, "run_postings": postings,
-            "word_flat": flat, "word_start": start}
+            "word_flat": flat, "word_start": start, "half": half}
 
 
 def has_letter(text: str) -> bool:

@@ -365,7 +365,8 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     else:
         pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress,
                                                  executor)
-    pairs.sort(key=lambda p: (items[p.item].ref.key(), p.item, p.sample.key()))
+    pairs.sort(key=lambda p: (items[p.item].ref.key(), p.item, p.sample.key(),
+                             p.method != "exact"))
     allow = Allowlist(allowlist)
     hasher = MinHasher(1, config.seed, config.shingle_size)
     item_spans = [item_span(items[p.item].text, p, hasher) for p in pairs]

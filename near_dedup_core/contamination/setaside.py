@@ -106,7 +106,8 @@ def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int
         allowed = [(k, allowlist.entry_of(matches[k].text)) for k in ks]
         listed = [(k, e) for k, e in allowed if e is not None]
         if listed:
-            aside.append(Aside(item, "allowlist", len(listed), listed[0][1], listed[0][0]))
+            aside.append(Aside(item, "allowlist", len({matches[k].sample for k, _ in listed}),
+                               listed[0][1], listed[0][0]))
         rest = [k for k, e in allowed if e is None]
         samples = {matches[k].sample for k in rest}
         if rest and len(samples) >= common_samples:
