@@ -12,7 +12,8 @@ items**, never in the pool.
   an answer letter), ``code`` (a line with code characters: ``= ( ) { } $ -- ::``),
   ``numeric`` (a sentence with a number, the number its answer). Each is one of: planted
   **verbatim** in a pool document, planted **edited** (one of: case changed, punctuation
-  changed, whitespace changed, one word replaced), planted **embedded** in a long document
+  before a space or at the end removed, or a period added where there is none; whitespace
+  changed; one word replaced), planted **embedded** in a long document
   (five pool documents joined), or **clean** (not planted). A multiple-choice item is
   planted with its options every other time.
 - **Hard negatives**: the 30 most frequent lines of the pool (licence and template lines of
@@ -200,7 +201,7 @@ def edit(rng: random.Random, text: str, how: str, vocab: list[str]) -> str:
     if how == "case":
         return " ".join(w.upper() if rng.random() < 0.5 else w.title() for w in words)
     if how == "punctuation":
-        stripped = re.sub(r"[.,;:!?]", "", text)
+        stripped = re.sub(r"[.,;:!?](?=\s|$)", "", text)  # clause punctuation, not "3.14"
         return stripped + "." if stripped == text else stripped
     if how == "whitespace":
         return "".join(w + rng.choice(["  ", "\n", " \t "]) for w in words).strip()
@@ -264,14 +265,18 @@ def build(per_cell: int, seed: int) -> dict:
     sents = sentences(source)
     rng.shuffle(sents)
     vocab = [w for s in sents[:2000] for w in s.split() if w.isalpha() and len(w) >= 4]
+    # disjoint parts: sentences for items, for long items (runs of them), for options
     by_bucket: dict[str, list[str]] = defaultdict(list)
-    for s in sents:
+    for s in sents[0::3]:
         by_bucket[bucket_of(len(s.split()))].append(s)
-    by_bucket[">50"] = long_items(sents)
+    by_bucket[">50"] = long_items(sents[1::3])
+    option_words = sents[2::3]
+    lines = code_lines(source)
+    rng.shuffle(lines)
     codes: dict[str, list[str]] = defaultdict(list)
-    for line in code_lines(source):
+    for line in lines[0::2]:
         codes[bucket_of(len(line.split()))].append(line)
-    codes[">50"] = [" ".join(c) for c in zip(*[iter(code_lines(source))] * 12, strict=False)
+    codes[">50"] = [" ".join(c) for c in zip(*[iter(lines[1::2])] * 12, strict=False)
                     if len(" ".join(c).split()) > 50]
     used: set[str] = set()
 
@@ -284,6 +289,7 @@ def build(per_cell: int, seed: int) -> dict:
         return None
 
     items = []
+    planted_pieces: list[str] = []
     hosts = list(range(len(pool_docs)))
     rng.shuffle(hosts)
     long_docs: list[str] = []
@@ -299,7 +305,8 @@ def build(per_cell: int, seed: int) -> dict:
                     rec: dict = {"id": f"{kind}-{b}-{mode}-{k}", "text": s}
                     planted = s
                     if kind == "multiple_choice":
-                        opts = [" ".join(rng.choice(sents).split()[:3]) for _ in range(4)]
+                        opts = [" ".join(rng.choice(option_words).split()[:3])
+                                for _ in range(4)]
                         rec["choices"] = [f"{'ABCD'[i]}. {o}" for i, o in enumerate(opts)]
                         rec["answer"] = "B"
                         if k % 2:
@@ -308,6 +315,8 @@ def build(per_cell: int, seed: int) -> dict:
                     if mode == "edited":
                         meta["edit"] = EDITS[k % len(EDITS)]
                         planted = edit(rng, planted, meta["edit"], vocab)
+                    if mode != "clean":
+                        planted_pieces.append(planted)
                     if mode in ("verbatim", "edited"):
                         h = hosts.pop()
                         pool_docs[h] = plant(rng, pool_docs[h], planted)
@@ -317,6 +326,11 @@ def build(per_cell: int, seed: int) -> dict:
                         joined = "\n\n".join(pool_docs[hosts.pop()] for _ in range(5))
                         long_docs.append(plant(rng, joined, planted))
                     items.append((rec, meta))
+    # a clean item inside another item's planted text (a sentence within a longer one) is
+    # not clean: left out
+    inside = WordIndex(planted_pieces)
+    items = [(rec, meta) for rec, meta in items
+             if meta["mode"] != "clean" or not inside.holds(rec["text"])]
     allow = hard_negatives(rng, pool_docs, hosts, items, lambda: take(by_bucket["5-12"]))
     return {"pool": [{"id": f"d{i}", "text": t} for i, t in enumerate(pool_docs)] +
             [{"id": f"long{i}", "text": t} for i, t in enumerate(long_docs)],
