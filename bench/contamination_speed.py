@@ -65,8 +65,8 @@ def speed(args: argparse.Namespace) -> None:
     cli = [sys.executable, "-m", "near_dedup_core"]
     workers = str(args.workers)
     steps = {
-        "index": [*cli, "--index", str(out / "index.sqlite"), "--quiet", "index", str(pool),
-                  "--workers", workers],
+        "index": [*cli, "--index", str(out / "index.sqlite"), "--quiet", "index", "--inputs",
+                  str(pool), "--workers", workers],
         "scan": [*cli, "--index", str(out / "index.sqlite"), "--quiet", "scan", "--inputs",
                  str(pool), "--output", str(out / "scan"), "--workers", workers],
         "contamination": [*cli, "--quiet", "contamination", "--evals", str(evals), "--inputs",

@@ -197,6 +197,12 @@ def test_words_and_runs():
     assert kept == [6]
     assert [(a.item, a.reason, a.samples, a.entry) for a in aside] == [
         (0, "allowlist", 3, 0), (1, "common", 3, None)]
+    # an instance of a template common in the pool: its partial matches are set aside, its
+    # whole copy is still a leak
+    template = [Matched(0, (0, 0), "gzip 1 3 2 unstable urgency low", True)] + \
+        [Matched(0, (0, k), "gzip 1 3 2 unstable urgency low", False) for k in range(1, 4)]
+    kept, aside = set_aside(template, allow, 3)
+    assert kept == [0] and [(a.reason, a.samples, a.first) for a in aside] == [("common", 4, 1)]
 
 
 V1 = Path(__file__).parent / "data" / "contamination-v1"

@@ -370,8 +370,13 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     allow = Allowlist(allowlist)
     hasher = MinHasher(1, config.seed, config.shingle_size)
     item_spans = [item_span(items[p.item].text, p, hasher) for p in pairs]
+    n_words = {p.item: len(_WORD.findall(items[p.item].text)) for p in pairs
+               if p.method == "exact"}
     kept, aside = set_aside([Matched(p.item, p.sample.key(),
-                                     items[p.item].text[start:end])
+                                     items[p.item].text[start:end],
+                                     p.common == (n_words[p.item] if p.method == "exact" else
+                                                  state.item_start[p.item + 1] -
+                                                  state.item_start[p.item]))
                              for p, (start, end) in zip(pairs, item_spans, strict=True)],
                             allow, config.contamination_common_samples)
     lines = report_pairs(config, items, [(pairs[k], item_spans[k]) for k in kept])

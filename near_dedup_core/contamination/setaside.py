@@ -59,6 +59,7 @@ class Matched:
     item: int
     sample: tuple[int, int]
     text: str
+    whole: bool = True  # every shingle or word of the item matched
 
 
 class Allowlist:
@@ -95,8 +96,10 @@ class Aside:
 def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int
               ) -> tuple[list[int], list[Aside]]:
     """Split the matches (in report order) into those reported as contamination (their
-    indexes) and those set aside, per item: allowlisted matches first, then, of the rest, all
-    the matches of an item found in at least ``common_samples`` training samples."""
+    indexes) and those set aside, per item: allowlisted matches first, then, of the rest, the
+    matches of an item found in at least ``common_samples`` training samples: all of them,
+    or, when its whole copies alone are fewer, its partial matches only (the item is an
+    instance of a template common in the pool; a whole copy of it is still a leak)."""
     by_item: dict[int, list[int]] = {}
     for k, m in enumerate(matches):
         by_item.setdefault(m.item, []).append(k)
@@ -110,8 +113,16 @@ def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int
                                listed[0][1], listed[0][0]))
         rest = [k for k, e in allowed if e is None]
         samples = {matches[k].sample for k in rest}
-        if rest and len(samples) >= common_samples:
+        if not rest or len(samples) < common_samples:
+            kept.extend(rest)
+            continue
+        whole = [k for k in rest if matches[k].whole]
+        if len({matches[k].sample for k in whole}) >= common_samples:
             aside.append(Aside(item, "common", len(samples), None, rest[0]))
             continue
-        kept.extend(rest)
+        # common only as a template (the item's text with a part changed): its partial
+        # matches are set aside, its whole copies are still contamination
+        partial = [k for k in rest if not matches[k].whole]
+        aside.append(Aside(item, "common", len(samples), None, partial[0]))
+        kept.extend(whole)
     return sorted(kept), aside
