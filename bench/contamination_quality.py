@@ -484,6 +484,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--speed", action="store_true", help="measure the speed instead")
     ap.add_argument("--speed-items", type=int, default=100_000)
+    ap.add_argument("--speed-absent", action="store_true",
+                    help="speed: leave out items the pool already holds")
     args = ap.parse_args(argv)
     if args.speed:
         from bench.contamination_speed import speed
