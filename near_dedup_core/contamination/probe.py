@@ -143,10 +143,15 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
                 norm = norms[i] = text_at(cps, offsets, i)
             return norm
 
-        for i, it, _, start, end in sorted(found):
+        for i, it, _, start, end, in_run in sorted(found):
             norm = norm_of(int(i))
             item = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
-            start, end = widen(norm, int(start), int(end))
+            wide_start, wide_end = widen(norm, int(start), int(end))
+            # at most the run's matched windows and one window per character widened
+            bound = int(in_run) + int(start - wide_start) + int(wide_end - end)
+            if bound / len(item) < st.threshold:
+                continue
+            start, end = wide_start, wide_end
             local = _common_in(norm[start:end], item, hasher)
             if local / len(item) < st.threshold:
                 continue  # the shingles are scattered, not one nearly contiguous copy
