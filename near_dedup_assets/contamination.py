@@ -11,7 +11,10 @@ packages and config; otherwise the day fails and the folder is left alone (froze
 are never replaced). The asset check ``no_new_contamination`` fails when the day's pool
 contains any eval item: severity WARN by default (the mixture is still built, without the
 contaminated samples), ERROR and blocking with ``NEAR_DEDUP_CONTAMINATION_BLOCKING=true``
-(the day's mixture is not built). Both variables are read when the code location loads.
+(the day's mixture is not built). ``NEAR_DEDUP_CONTAMINATION_LIMITS`` (``ID=N,…``) adds one
+check per benchmark, ``no_new_contamination_<ID>``: it fails when more than N items of eval
+package ID leaked (the same severity, blocking with the same variable). The variables are
+read when the code location loads.
 """
 
 import os
@@ -55,6 +58,7 @@ from near_dedup_assets.summaries import no_release_metadata
 CONTAMINATION_REPORT = dg.AssetKey("contamination_report")
 EVALS_VAR = f"{ENV_PREFIX}EVALS"
 BLOCKING_VAR = f"{ENV_PREFIX}CONTAMINATION_BLOCKING"
+LIMITS_VAR = f"{ENV_PREFIX}CONTAMINATION_LIMITS"
 
 
 @dataclass(frozen=True)
@@ -194,6 +198,63 @@ def build_check(blocking: bool) -> dg.AssetChecksDefinition:
     return no_new_contamination
 
 
+def benchmark_limits_from_env(environ: Mapping[str, str] | None = None) -> dict[str, int]:
+    """``NEAR_DEDUP_CONTAMINATION_LIMITS``: eval package id → most items it may leak."""
+    environ = os.environ if environ is None else environ
+    limits: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in environ.get(LIMITS_VAR, "").split(","))):
+        pid, _, n = part.partition("=")
+        if not pid.strip() or not n.strip().isdigit() or pid.strip() in limits:
+            raise NearDedupError(f"{LIMITS_VAR}={environ[LIMITS_VAR]!r}: expected "
+                                 f"EVAL_PACKAGE_ID=MAX_ITEMS_LEAKED,… (each id once, a "
+                                 f"whole number), found {part!r}")
+        limits[pid.strip()] = int(n)
+    return limits
+
+
+def build_benchmark_check(package_id: str, limit: int, blocking: bool
+                          ) -> dg.AssetChecksDefinition:
+    """``no_new_contamination_<id>``: at most ``limit`` items of one eval package leaked."""
+    severity = dg.AssetCheckSeverity.ERROR if blocking else dg.AssetCheckSeverity.WARN
+    name = "no_new_contamination_" + "".join(c if c.isalnum() else "_" for c in package_id)
+
+    @release_day_check(asset=CONTAMINATION_REPORT, blocking=blocking, name=name,
+                       description=f"At most {limit} items of eval package {package_id} "
+                                   f"leaked into the day's pool ({LIMITS_VAR}).")
+    def check(context: dg.AssetCheckExecutionContext, release: ReleaseSettings):
+        def check_day(day: str) -> dg.AssetCheckResult:
+            path = release.contamination_dir(day)
+            meta: dict[str, dg.MetadataValue] = {"day": dg.MetadataValue.text(day),
+                                                  "report": location_value(path),
+                                                  "limit": dg.MetadataValue.int(limit)}
+            if not exists(path) and daily.is_no_release_day(release, day):
+                return dg.AssetCheckResult(passed=True, severity=severity, metadata=meta,
+                                           description=f"no release on {day} (no snapshot "
+                                                       f"folder): no contamination report")
+            try:
+                checked(path, verify_contamination)
+                summary = read_json_object(local(path) / "summary.json",
+                                           "contamination report")
+            except NearDedupError as exc:
+                return dg.AssetCheckResult(passed=False, severity=severity,
+                                           description=str(exc), metadata=meta)
+            found = [e for e in summary["evals"] if e["package_id"] == package_id]
+            if not found:
+                return dg.AssetCheckResult(passed=False, severity=severity, metadata=meta,
+                                           description=f"eval package {package_id} is not in "
+                                                       f"the day's contamination report")
+            leaked = found[0]["items_leaked"]
+            return dg.AssetCheckResult(
+                passed=leaked <= limit, severity=severity,
+                metadata={**meta, "items_leaked": dg.MetadataValue.int(leaked)},
+                description=f"{leaked:,} items of {package_id} leaked into day {day} (at "
+                            f"most {limit:,})")
+
+        return for_release_day(context, release, CONTAMINATION_REPORT, check_day)
+
+    return check
+
+
 def contamination_settings_from_env(environ: Mapping[str, str] | None = None
                                     ) -> tuple[bool, bool]:
     """(enabled, blocking) from ``NEAR_DEDUP_EVALS`` and
@@ -212,8 +273,12 @@ def mixture_after_contamination(context: dg.AssetExecutionContext,
     return mixture_for_day(context, release)
 
 
-def with_contamination(assets: list, checks: list, blocking: bool) -> tuple[list, list]:
-    """The release graph plus ``contamination_report`` and its check; ``mixture`` is replaced
-    by its variant that runs after the contamination report."""
+def with_contamination(assets: list, checks: list, blocking: bool,
+                       limits: Mapping[str, int] | None = None) -> tuple[list, list]:
+    """The release graph plus ``contamination_report`` and its checks (one per benchmark of
+    ``limits``, `benchmark_limits_from_env` by default); ``mixture`` is replaced by its
+    variant that runs after the contamination report."""
+    limits = benchmark_limits_from_env() if limits is None else limits
     wired = [mixture_after_contamination if MIXTURE in a.keys else a for a in assets]
-    return [*wired, contamination_report], [*checks, build_check(blocking)]
+    per_benchmark = [build_benchmark_check(pid, n, blocking) for pid, n in limits.items()]
+    return [*wired, contamination_report], [*checks, build_check(blocking), *per_benchmark]

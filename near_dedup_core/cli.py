@@ -208,8 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="freeze the report of eval items contained in training samples",
                         description="Find every training sample of the pool that contains an "
                                     "evaluation item (exact containment of the item's shingles "
-                                    "at or above contamination_threshold) and write the report "
-                                    "folder atomically. No index needed; with --index "
+                                    "at or above contamination_threshold in one nearly "
+                                    "contiguous span; an item shorter than "
+                                    "contamination_min_chars as one exact run of its words), "
+                                    "set aside items common in the pool or allowlisted, and "
+                                    "write the report folder atomically. No index needed; with --index "
                                     "(every input indexed, as for scan) the pool's normalized "
                                     "texts are read from the index instead of the packages: "
                                     "faster, the same report.")
@@ -223,6 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=_WORKERS_HELP)
     ct.add_argument("--executor", choices=EXECUTORS, default="local",
                     help=_EXECUTOR_HELP)
+    ct.add_argument("--allowlist", type=Path, metavar="FILE",
+                    help="public text expected in the pool, one JSON object per line with "
+                         "text and reason (overrides contamination_allowlist)")
 
     rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
@@ -241,7 +247,11 @@ def build_parser() -> argparse.ArgumentParser:
     rx = rps.add_parser("explain", help="why one sample was kept or excluded, and by what",
                         description="Explain one sample's decision from the report files and "
                                     "the input packages (no index needed): the kept partner, "
-                                    "every relation, guard sequences and a diff of the texts.")
+                                    "every relation, guard sequences and a diff of the texts. "
+                                    "For a contamination report: every pair of one eval item "
+                                    "or training sample, with the method, the figures and the "
+                                    "matched span's offsets and text in both, and what was "
+                                    "set aside.")
     rx.add_argument("report", type=_location, metavar="REPORT", help="the report folder")
     rx.add_argument("package_id", metavar="PACKAGE_ID", help="the sample's package id")
     rx.add_argument("sample_id", metavar="SAMPLE_ID", help="the sample's id")
@@ -249,7 +259,9 @@ def build_parser() -> argparse.ArgumentParser:
     _packages_option(rx)
     rd = rps.add_parser("diff", help="decisions that changed between two reports",
                         description="Compare two reports: config changes first, then counts "
-                                    "and the samples whose decision or kept partner changed.")
+                                    "and the samples whose decision or kept partner changed. "
+                                    "Two contamination reports: per eval package "
+                                    "(benchmark), the items newly contaminated and cleared.")
     rd.add_argument("old_report", type=_location, metavar="OLD", help="the older report folder")
     rd.add_argument("new_report", type=_location, metavar="NEW", help="the newer report folder")
     rd.add_argument("--json", action="store_true", help="one JSON object on stdout")
@@ -387,14 +399,28 @@ def _report_audit(args: argparse.Namespace) -> None:
 
     from near_dedup_core import audit
     from near_dedup_core.audit import render
+    from near_dedup_core.contamination import audit as contam_audit
+    from near_dedup_core.contamination import is_contamination_report
     from near_dedup_core.storage import in_place, local_folder
 
-    result: audit.Explanation | audit.ReportDiff
+    result: (audit.Explanation | audit.ReportDiff | contam_audit.ContaminationExplanation
+             | contam_audit.ContaminationDiff)
     with contextlib.ExitStack() as stack:  # reports on object storage: `local_folder`
         given = [args.report] if args.report_command == "explain" else \
             [args.old_report, args.new_report]
         folders = [stack.enter_context(local_folder(where)) for where in given]
-        if args.report_command == "explain":
+        contam = [is_contamination_report(f) for f in folders]
+        if any(contam) and not all(contam):
+            raise NearDedupError(f"{given[contam.index(False)]}: not a contamination report "
+                                 f"(report diff compares two reports of one kind)")
+        if all(contam) and args.report_command == "explain":
+            result = contam_audit.explain_contamination(folders[0], args.package_id,
+                                                        args.sample_id)
+            text = None if args.json else result.text()
+        elif all(contam):
+            result = contam_audit.diff_contamination(folders[0], folders[1])
+            text = None if args.json else result.text(args.limit)
+        elif args.report_command == "explain":
             result = audit.explain_sample(folders[0], args.package_id, args.sample_id)
             text = None if args.json else render.explanation_text(result)
         else:
@@ -536,7 +562,7 @@ def _run(args: argparse.Namespace) -> None:
         print(contamination_report(load_config(args.config), args.evals, args.inputs,
                                    args.output, workers=args.workers, progress=progress,
                                    index=None if args.index is None else _need_index(args),
-                                   executor=args.executor).summary())
+                                   executor=args.executor, allowlist=args.allowlist).summary())
     elif args.command == "report":
         from near_dedup_core.audit.sources import searching
 

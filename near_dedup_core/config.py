@@ -19,10 +19,12 @@ repeated tens of thousands of times) without refusing real ones.
 
 Contamination (``near-dedup contamination``, see contamination.py): ``contamination_threshold``
 is the containment at or above which an evaluation item counts as leaked into a training
-sample, ``contamination_min_chars`` the normalized length below which an item is skipped (a
-short item such as "yes" is contained in everything). Neither changes a row of the index, so
-both are left out of the index fingerprint: an index built before these keys existed, or
-with other values of them, stays usable.
+sample, ``contamination_min_chars`` the normalized length below which an item is found by
+its words as one exact run instead, ``contamination_common_samples`` the number of training
+samples from which a matched item is common text of the pool (set aside, not contamination),
+``contamination_allowlist`` a file of public text expected in the pool. None changes a row of
+the index, so all are left out of the index fingerprint: an index built before these keys
+existed, or with other values of them, stays usable.
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ __all__ = ["ExtraUnits", "NearDedupConfig", "load_config", "validate_model"]
 
 
 #: Config keys that change no index row (contamination only): outside the fingerprint.
-NOT_FINGERPRINTED = ("contamination_threshold", "contamination_min_chars")
+NOT_FINGERPRINTED = ("contamination_threshold", "contamination_min_chars",
+                     "contamination_common_samples", "contamination_allowlist")
 
 
 class ExtraUnits(BaseModel):
@@ -76,6 +79,8 @@ class NearDedupConfig(BaseModel):
     extra_units: list[ExtraUnits] = Field(default_factory=list)
     contamination_threshold: float = Field(0.8, gt=0.0, le=1.0)
     contamination_min_chars: int = Field(50, ge=1)
+    contamination_common_samples: int = Field(10, ge=2)
+    contamination_allowlist: str | None = None
 
     @model_validator(mode="after")
     def _banding_fits(self) -> "NearDedupConfig":

@@ -16,12 +16,14 @@ from helpers import (
 )
 
 from near_dedup_core.contamination import verify_contamination
+from near_dedup_core.errors import NearDedupError
 from near_dedup_core.mixture import verify_mixture
 
 from near_dedup_assets.assets import MIXTURE, RELEASE_ASSETS
 from near_dedup_assets.checks import RELEASE_CHECKS
 from near_dedup_assets.contamination import (
     CONTAMINATION_REPORT,
+    benchmark_limits_from_env,
     contamination_settings_from_env,
     with_contamination,
 )
@@ -49,8 +51,9 @@ def release_setup(tmp_path):
     return settings
 
 
-def _run(settings, blocking: bool):
-    assets, checks = with_contamination(list(RELEASE_ASSETS), list(RELEASE_CHECKS), blocking)
+def _run(settings, blocking: bool, limits: dict[str, int] | None = None):
+    assets, checks = with_contamination(list(RELEASE_ASSETS), list(RELEASE_CHECKS), blocking,
+                                        limits or {})
     with dg.instance_for_test() as instance:
         return dg.materialize([*assets, *checks], partition_key=DAY, instance=instance,
                               resources={"release": settings}, raise_on_error=False)
@@ -106,3 +109,17 @@ def test_blocking_check_stops_the_mixture(release_setup):
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert "mixture" not in executed_steps(result)
     assert not settings.mixture_dir(DAY).exists()
+
+
+def test_one_check_per_benchmark_with_its_limit(release_setup, tmp_path):
+    assert benchmark_limits_from_env({"NEAR_DEDUP_CONTAMINATION_LIMITS": "bench-qa=1, mmlu=0"}) \
+        == {"bench-qa": 1, "mmlu": 0}
+    with pytest.raises(NearDedupError, match="NEAR_DEDUP_CONTAMINATION_LIMITS"):
+        benchmark_limits_from_env({"NEAR_DEDUP_CONTAMINATION_LIMITS": "bench-qa=many"})
+    result = _run(release_setup, blocking=True, limits={"bench-qa": 1, "other": 0})
+    checks = check_results(result)
+    assert checks["no_new_contamination_bench_qa"].passed  # 1 item leaked, at most 1
+    other = checks["no_new_contamination_other"]
+    assert not other.passed and other.severity == dg.AssetCheckSeverity.ERROR
+    assert "not in the day's contamination report" in other.description
+    assert not checks["no_new_contamination"].passed

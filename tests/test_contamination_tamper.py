@@ -16,7 +16,13 @@ import orjson
 import pytest
 from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
-from near_dedup_core.contamination.report import PairLine, Summary, counts_of, summarize
+from near_dedup_core.contamination.report import (
+    PairLine,
+    SetAsideLine,
+    Summary,
+    counts_of,
+    summarize,
+)
 from near_dedup_core.fsutil import write_checksums
 
 CONTAMINATED = 8
@@ -79,8 +85,10 @@ def _recount(folder: Path, rows: list[dict]) -> None:
     old = Summary.model_validate(_json(folder, "summary.json"))
     evals = [{"package_id": e.package_id, "items": e.items, "items_checked": e.items_checked,
               "items_skipped_short": e.items_skipped_short} for e in old.evals]
+    aside = [SetAsideLine.model_validate_json(raw)
+             for raw in (folder / "set_aside.jsonl").read_bytes().splitlines()]
     summary = summarize([PairLine.model_validate(r) for r in rows], evals,
-                        old.training.samples)
+                        old.training.samples, aside)
     _write_json(folder, "summary.json", summary.model_dump(mode="json"))
     manifest = _json(folder, "manifest.json")
     manifest["counts"] = counts_of(summary).model_dump()
@@ -170,7 +178,7 @@ CASES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
     # manifest.json
     ("format-version-true", manifest(lambda m: _set(m, "format_version", True)),
      "manifest.json", "format_version", False),
-    ("format-version-2", manifest(lambda m: _set(m, "format_version", 2)), "manifest.json",
+    ("format-version-3", manifest(lambda m: _set(m, "format_version", 3)), "manifest.json",
      "format_version", False),
     ("unknown-key", manifest(lambda m: _set(m, "note", "x")), "manifest.json", "note", False),
     ("tool-version-int", manifest(lambda m: _set(m, "tool_version", 5)), "manifest.json",
@@ -238,6 +246,10 @@ CASES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
      False),
     ("span-reversed", line(lambda r: _set(r, "span", {"start": 10, "end": 5})),
      "contamination.jsonl:1", "span", False),
+    ("span-text-differs", line(lambda r: _set(r, "training_text", r["training_text"] + "x")),
+     "contamination.jsonl:1", "training_text", False),
+    ("method-unknown", line(lambda r: _set(r, "method", "fuzzy")), "contamination.jsonl:1",
+     "method", False),
     ("numbers-string", line(lambda r: _set(r, "numbers_differ", "no")),
      "contamination.jsonl:1", "numbers_differ", False),
     ("no-shingles", line(lambda r: _set(r, "item_shingles", 0)), "contamination.jsonl:1",
@@ -269,7 +281,8 @@ CASES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
     ("all-pairs-removed", recounted(lambda rows: []), "contamination.jsonl", "lacks", True),
     ("pair-moved", recounted(_other_sample), "contamination.jsonl", "re-derived", True),
     ("pair-weakened", recounted(_weaker), "contamination.jsonl:1", "re-derived", True),
-    ("span-moved", recounted(lambda rows: [{**rows[0], "span": {"start": 0, "end": 3}},
+    ("span-moved", recounted(lambda rows: [{**rows[0], "span": {"start": 0, "end": 3},
+                                            "training_text": rows[0]["training_text"][:3]},
                                            *rows[1:]]), "contamination.jsonl:1", "re-derived",
      True),
 ]

@@ -629,7 +629,8 @@ def test_contamination_page_highlights_the_items_span(reports, tmp_path):
     words = first["text"].split(" ")
     item = " ".join(words[3:40])
     evals = make_package(tmp_path, "evals-v1", {"test": [{"id": "q1", "text": item,
-                                                          "domain": "eval"}]})
+                                                          "domain": "eval"},
+                                                         {"id": "q2", "text": "of the"}]})
     cli_ok("contamination", "--evals", evals, "--inputs", pool, "--output", tmp_path / "contam",
            "--workers", 1)
     cli_ok("report", "html", reports["new"], "--contamination", tmp_path / "contam",
@@ -638,6 +639,8 @@ def test_contamination_page_highlights_the_items_span(reports, tmp_path):
     marked = re.findall(r'<mark class="span">([^<]*)</mark>', html)
     assert marked and any(normalize(item) in m or m in normalize(item) for m in marked)
     assert f"cpt-v2/{first['id']}</a>" in html
+    assert "containment, containment" in html and "<code>" + normalize(item) in html
+    assert "Set aside: common in the pool" in html and "evals-v1/q2</td><td>common" in html
     line = cli_fail("report", "html", reports["new"], "--contamination", reports["old"],
                     "--output", tmp_path / "site2")
     assert "not a contamination report" in line

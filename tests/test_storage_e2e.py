@@ -509,7 +509,7 @@ def test_the_release_contamination_step_on_the_bucket_matches_the_local_run(
     bucket (as well as the snapshot and mixture roots): the same report as on local disk but
     for the recorded locations, the same mixture data; released again, it is kept."""
     import dagster as dg
-    from helpers import settings_for
+    from helpers import settings_for, template
 
     from near_dedup_assets.assets import RELEASE_ASSETS
     from near_dedup_assets.checks import RELEASE_CHECKS
@@ -518,12 +518,16 @@ def test_the_release_contamination_step_on_the_bucket_matches_the_local_run(
     day = "2026-11-25"
     pool = upload(s3, V1, f"snapshots/{day}/cpt-v1")
     evals = upload(s3, V2, "evals/cpt-v2")
+    # the next day's snapshot as an eval set leaves few clean samples: a short mixture is
+    # recorded, not refused
+    short = str(template(tmp_path / "template.json", allow_shortfall=True))
     local = settings_for(tmp_path / "local", SAMPLES / "cpt", evals=str(V2.parent),
-                         contamination_root=str(tmp_path / "local" / "contamination"))
+                         contamination_root=str(tmp_path / "local" / "contamination"),
+                         mixture_template=short)
     remote = settings_for(tmp_path / "remote", SAMPLES / "cpt",
                           snapshot_root=s3.url("snapshots"), evals=s3.url("evals"),
                           mixture_root=s3.url("mixtures"),
-                          contamination_root=s3.url("contamination"))
+                          contamination_root=s3.url("contamination"), mixture_template=short)
     assets, checks = with_contamination(list(RELEASE_ASSETS), list(RELEASE_CHECKS), False)
     with dg.instance_for_test() as instance:
         runs = [dg.materialize([*assets, *checks], partition_key=day, instance=instance,

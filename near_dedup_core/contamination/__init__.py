@@ -2,17 +2,21 @@
 a frozen report.
 
 A sample is contaminated by an item when the item's hashed character shingles are contained
-in the sample's at or above ``contamination_threshold``; a prefix filter finds every such
+in one nearly contiguous span of the sample's at or above ``contamination_threshold``, or a
+short item's words occur in it as one run; a prefix filter finds every such
 pair without estimating one (docs/contamination.md explains the filter, the work and the
 report). The modules, in the order the command runs them:
 
 - `items`: eval packages opened, every record an item;
 - `probe`: the anchor table over the items, and what the workers run per training text;
 - `kernels`: the prefix filter's arithmetic and the compiled kernels;
+- `exact`: items shorter than the containment method's reach, found by their words;
 - `dispatch`: where the probe runs (``--executor``: the local pool or Ray);
 - `run`: the command (`contamination_report`);
 - `report`: the report's files, one typed model each, and the summary recomputed from the pairs;
-- `verify`: `report verify`, and what a mixture reads from a verified report.
+- `setaside`: text common in the pool, and the allowlist;
+- `verify`: `report verify`, and what a mixture reads from a verified report;
+- `audit`: `report explain` and `report diff` of contamination reports.
 """
 
 from near_dedup_core.contamination.items import EvalItem, SampleRef, open_evals, read_items

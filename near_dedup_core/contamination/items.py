@@ -37,6 +37,22 @@ class SampleRef:
 class EvalItem:
     ref: SampleRef
     text: str  # normalized
+    field: str = "text"  # what of the record it is (`FIELDS`)
+
+
+#: what of an eval record is an item: a cpt record's ``text``, and with ``choices`` also its
+#: text followed by its choices (one per line); an sft record's messages
+FIELDS = ("text", "text+choices", "messages")
+
+
+def _choices(rec: Record) -> list[str] | None:
+    choices = rec.data.get("choices")
+    if choices is None:
+        return None
+    if type(choices) is not list or not all(type(c) is str for c in choices):
+        raise NearDedupError(f"{where(rec.package_id, rec.file, rec.line)}: field 'choices' "
+                             f"of an eval record must be a list of strings")
+    return choices
 
 
 def _resolved(records: Iterator[Record], packages: Sequence[Package], kind: str,
@@ -89,8 +105,11 @@ def open_evals(paths: Sequence[str | Path]) -> list[Package]:
 
 def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
                progress: bool) -> tuple[list[EvalItem], Counter, Counter]:
-    """Every eval record as an item in (eval package, record) order; counts of items and of
-    skipped (too short) items per eval package."""
+    """Every eval record's items (`FIELDS`) in (eval package, record) order; counts of
+    records and of records with nothing to find (a short text without a letter: a number
+    alone is no item) per eval package."""
+    from near_dedup_core.contamination.probe import has_letter
+
     pos = {p.package_id: i for i, p in enumerate(evals)}
     items: list[EvalItem] = []
     total: Counter = Counter()
@@ -104,12 +123,19 @@ def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
             bar.advance()
             total[rec.package_id] += 1
             norm = normalize(raw)
-            if len(norm) < config.contamination_min_chars:
+            ref = SampleRef(pos[rec.package_id], rec.position, rec.package_id, rec.sample_id,
+                            rec.split, rec.file, rec.line, domain)
+            if len(norm) < config.contamination_min_chars and not has_letter(norm):
                 skipped[rec.package_id] += 1
                 continue
-            items.append(EvalItem(SampleRef(pos[rec.package_id], rec.position, rec.package_id,
-                                            rec.sample_id, rec.split, rec.file, rec.line,
-                                            domain), norm))
+            if kind == "sft":
+                items.append(EvalItem(ref, norm, "messages"))
+                continue
+            items.append(EvalItem(ref, norm))
+            choices = _choices(rec) if rec.ref is None else None
+            if choices:
+                items.append(EvalItem(ref, normalize("\n".join([raw, *choices])),
+                                      "text+choices"))
     bar.finish()
-    items.sort(key=lambda it: it.ref.key())
+    items.sort(key=lambda it: (it.ref.key(), FIELDS.index(it.field)))
     return items, total, skipped

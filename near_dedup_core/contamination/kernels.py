@@ -155,7 +155,8 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
                  item_start, item_chars, threshold, per_text):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
-    [(text, item, common, start, end)] and sets ``per_text[text]`` to its candidates.
+    [(text, item, common, start, end, matched windows in the span)] and sets
+    ``per_text[text]`` to its candidates.
 
     ``bits`` is the anchor bitmap (`anchor_bits`); ``table``/``vals`` map an anchor hash to
     the offset ``o`` of its block in ``postings``: ``[mark, count, item, …]``
@@ -188,7 +189,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     found = np.empty(longest, dtype=np.int32)
     counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
     cands = np.empty(n_items, dtype=np.int32)
-    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
+    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
     for i in range(offsets.shape[0] - 1):
         m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
@@ -243,9 +244,13 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
                     j = chain[j]
             n = _marked_positions(marks, lo, hi, pos)
             start, end = _densest_run(pos, n, max(item_chars[it], 1), k)
+            in_run = 0  # matched windows in the run: at least its distinct item shingles
+            for q in range(n):
+                if start <= pos[q] <= end - k:
+                    in_run += 1
             end = min(end, offsets[i + 1] - offsets[i])
             out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
-                        np.int64(end)))
+                        np.int64(end), np.int64(in_run)))
     return out
 
 

@@ -12,6 +12,15 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.contamination.exact import (
+    FULL,
+    PREFIX,
+    SUFFIX,
+    _exact_batch,
+    item_words,
+    run_hashes,
+    word_table,
+)
 from near_dedup_core.contamination.items import EvalItem, SampleRef, _text_reader
 from near_dedup_core.contamination.kernels import (
     _build_table,
@@ -20,12 +29,13 @@ from near_dedup_core.contamination.kernels import (
     least_overlap,
     prefix_plan,
     widen,
+    window_hashes,
 )
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.guard import guard_for
 from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
 from near_dedup_core.package import LineBlock, Package, dependency_order, head_records, parse_block
-from near_dedup_core.signature import MinHasher, utf8_code_points
+from near_dedup_core.signature import MinHasher, code_points, utf8_code_points
 
 SAMPLE_RECORDS = 1_000
 SAMPLE_CHARS = 4_000_000
@@ -53,6 +63,15 @@ class ProbeState(NamedTuple):
     item_start: np.ndarray
     item_chars: np.ndarray
     item_numbers: list[tuple[str, ...]]
+    words: np.ndarray
+    max_words: int
+    has_length: np.ndarray
+    run_table: np.ndarray
+    run_vals: np.ndarray
+    run_postings: np.ndarray
+    word_flat: np.ndarray
+    word_start: np.ndarray
+    half: np.ndarray
 
 
 class Hit(NamedTuple):
@@ -65,6 +84,8 @@ class Hit(NamedTuple):
     start: int
     end: int
     numbers_differ: bool
+    method: str  # "containment" or "exact"
+    text: str  # the matched span of the normalized training text
 
 
 _STATE: ProbeState | None = None
@@ -109,19 +130,47 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
     found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
                          st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
                          st.item_chars, st.threshold, per_text)
+    exact = _exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
+                         st.run_vals, st.run_postings, st.word_flat, st.word_start, st.half)
     hits = []
-    if found:
+    if found or exact:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
         norms: dict[int, str] = {}
-        for i, it, common, start, end in sorted(found):
+
+        def norm_of(i: int) -> str:
             norm = norms.get(i)
             if norm is None:
                 norm = norms[i] = text_at(cps, offsets, i)
-            start, end = widen(norm, int(start), int(end))
+            return norm
+
+        for i, it, _, start, end, in_run in sorted(found):
+            norm = norm_of(int(i))
+            item = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
+            wide_start, wide_end = widen(norm, int(start), int(end))
+            # at most the run's matched windows and one window per character widened
+            bound = int(in_run) + int(start - wide_start) + int(wide_end - end)
+            if bound / len(item) < st.threshold:
+                continue
+            start, end = wide_start, wide_end
+            local = _common_in(norm[start:end], item, hasher)
+            if local / len(item) < st.threshold:
+                continue  # the shingles are scattered, not one nearly contiguous copy
             numbers = guard.sequences(norm[start:end])[0]
-            hits.append(Hit(int(i), int(it), int(common), start, end,
-                            numbers != st.item_numbers[it]))
+            hits.append(Hit(int(i), int(it), local, start, end,
+                            numbers != st.item_numbers[it], "containment", norm[start:end]))
+        for i, it, start, end, words in sorted(exact):
+            text = norm_of(int(i))[int(start):int(end)]
+            differ = (words < st.word_start[it + 1] - st.word_start[it]
+                      and guard.sequences(text)[0] != st.item_numbers[it])
+            hits.append(Hit(int(i), int(it), int(words), int(start), int(end), bool(differ),
+                            "exact", text))
+        hits.sort()
     return hits, per_text
+
+
+def _common_in(span: str, item: np.ndarray, hasher: MinHasher) -> int:
+    """The item's shingles (sorted, distinct) found in ``span``."""
+    return int(np.isin(item, window_hashes(span, hasher)).sum())
 
 
 class BlockProbe(NamedTuple):
@@ -279,7 +328,10 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
         sample_df[found] = seen_df[where[found]]
     plans = [(n, least_overlap(n, t)) if exhaustive else prefix_plan(n, t)
              for n in sizes.tolist()]
+    short = np.asarray([len(it.text) < config.contamination_min_chars for it in items],
+                       dtype=bool)
     p = np.asarray([plan[0] for plan in plans], dtype=np.int64)
+    p[short] = 0  # a short item is found by its words (`exact`), not by its shingles
     need = [plan[1] for plan in plans]
     # every item's shingles in rarity order (a rank over the distinct shingles), its first p
     rank = np.empty(len(distinct_all), dtype=np.int64)
@@ -303,6 +355,67 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
         seed=config.seed, shingle_size=config.shingle_size, threshold=t,
         config_json=config.canonical_json(), bits=anchor_bits(distinct, n_bits), table=table,
         vals=vals, postings=postings, need=np.asarray(need, np.int32), item_flat=item_flat,
-        item_start=item_start, item_chars=np.asarray([len(it.text) for it in items], np.int64),
-        item_numbers=[guard.sequences(it.text)[0] for it in items])
+        item_start=item_start, item_chars=np.asarray([span_width(len(it.text), config)
+                                                      for it in items], np.int64),
+        item_numbers=[guard.sequences(it.text)[0] for it in items],
+        **_exact_state(items, short, t))
     return state, len(a_hash)
+
+
+def span_width(chars: int, config: NearDedupConfig) -> int:
+    """The width of training text in which an item's matched shingles are counted: its
+    own length and a quarter more (an edited copy may be a little longer), so a match is
+    one nearly contiguous copy, never shingles scattered over a long text."""
+    return max(chars + chars // 4 + config.shingle_size, 1)
+
+
+#: items of at most this many words are also found by their words (`exact`)
+EXACT_MAX_WORDS = 12
+
+
+def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
+                 ) -> dict[str, Any]:
+    """The run table of the items found by their words (`exact`): those shorter than
+    ``contamination_min_chars`` or of at most `EXACT_MAX_WORDS` words, with a letter (an
+    item of digits alone, a number, is no item). Each item's whole run is in it, and, when
+    all its words but one are still at or above the threshold ((L − 1) / L ≥ t), its first
+    ⌊L/2⌋ words and the rest: one of the two is intact when one word is substituted."""
+    table = word_table()
+    texts = [it.text for it in items]
+    cps, offsets = code_points(texts) if texts else (np.zeros(0, np.uint8),
+                                                     np.zeros(1, np.int64))
+    flat = np.zeros(max(int(offsets[-1]), 1), dtype=np.uint64)
+    start = np.zeros(len(items) + 1, dtype=np.int64)
+    runs = np.zeros(len(items), dtype=np.uint64)
+    item_words(cps, offsets, table, flat, start, runs)
+    n_words = np.diff(start)
+    letters = np.asarray([has_letter(t) for t in texts], dtype=bool)
+    chosen = np.flatnonzero((short | (n_words <= EXACT_MAX_WORDS)) & (n_words > 0) & letters)
+    half = np.zeros(len(items), dtype=np.int64)
+    for it in chosen.tolist():
+        n = int(n_words[it])
+        if n >= 2 and least_overlap(n, threshold) <= n - 1:
+            half[it] = n // 2
+    halved = np.flatnonzero(half)
+    keys = np.concatenate([runs[chosen],
+                           run_hashes(flat, start[halved], start[halved] + half[halved]),
+                           run_hashes(flat, start[halved] + half[halved], start[halved + 1])])
+    posts = np.concatenate([chosen * 4 + FULL, halved * 4 + PREFIX, halved * 4 + SUFFIX])
+    lengths = np.concatenate([n_words[chosen], half[halved], n_words[halved] - half[halved]])
+    order = np.lexsort((posts, keys))
+    distinct, block, postings = anchor_postings(keys[order], posts[order].astype(np.int32))
+    size = 1
+    while size < 2 * max(len(distinct), 1):
+        size *= 2
+    run_table, run_vals = _build_table(distinct, block, size)
+    max_words = int(lengths.max()) if len(lengths) else 0
+    has_length = np.zeros(max_words + 1, dtype=np.bool_)
+    has_length[lengths] = True
+    return {"words": table, "max_words": max_words, "has_length": has_length,
+            "run_table": run_table, "run_vals": run_vals, "run_postings": postings,
+            "word_flat": flat, "word_start": start, "half": half}
+
+
+def has_letter(text: str) -> bool:
+    """Whether a normalized text holds a letter (not only digits, signs and spaces)."""
+    return any(c.isalpha() for c in text)

@@ -9,15 +9,16 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
+from pydantic import BaseModel
 
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.dispatch import probe_workers, start_early
-from near_dedup_core.contamination.items import SampleRef, open_evals, read_items
-from near_dedup_core.contamination.kernels import EXTRA_HITS
+from near_dedup_core.contamination.items import EvalItem, SampleRef, open_evals, read_items
+from near_dedup_core.contamination.kernels import EXTRA_HITS, widen, window_hashes
 from near_dedup_core.contamination.probe import (
     ANCHOR_ORDER,
     BlockProbe,
@@ -29,18 +30,28 @@ from near_dedup_core.contamination.probe import (
 from near_dedup_core.contamination.report import (
     FORMAT,
     FORMAT_VERSION,
+    AllowEntry,
     Candidates,
+    Counts,
     EvalRef,
     FileLines,
     Files,
     Manifest,
     PackageEntry,
     PairLine,
+    SetAsideLine,
     Span,
     Summary,
     TrainingRef,
     counts_of,
     summarize,
+)
+from near_dedup_core.contamination.setaside import (
+    _WORD,
+    Allowlist,
+    Matched,
+    read_allowlist,
+    set_aside,
 )
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
@@ -59,6 +70,7 @@ from near_dedup_core.package import (
 )
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.results import FolderResult
+from near_dedup_core.signature import MinHasher
 from near_dedup_core.storage import LocalLocation, parse_location
 from near_dedup_core.wording import count
 
@@ -78,6 +90,12 @@ class Pair:
     start: int
     end: int
     numbers_differ: bool
+    method: str
+    text: str
+
+
+def _pair(h: Hit, sample: SampleRef) -> Pair:
+    return Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ, h.method, h.text)
 
 
 def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
@@ -128,8 +146,7 @@ def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig,
                 sample = SampleRef(pos[event.package_id], event.first_position + k,
                                    event.package_id, sample_id, event.split, event.file, line,
                                    domain)
-                pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
-                             for h in hits)
+                pairs.extend(_pair(h, sample) for h in hits)
         if result.problem is not None:
             raise result.problem
         bar.advance(len(result.ids))
@@ -216,8 +233,7 @@ def _probe_index(index: Index, pool: list[Package], state: ProbeState,
             samples[input_pos][k - int(starts[input_pos])]
         sample = SampleRef(input_pos, position, pool[input_pos].package_id, sample_id, split,
                            file, line, domain)
-        pairs.extend(Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ)
-                     for h in found[content])
+        pairs.extend(_pair(h, sample) for h in found[content])
     return pairs, int(count[of_sample].sum()), len(ranks)
 
 
@@ -263,8 +279,9 @@ class ContaminationResult(FolderResult):
         c = self.counts
         return (f"contamination report {self.path}: {c['items_leaked']:,} of "
                 f"{c['items_checked']:,} eval items leaked ({c['items_skipped_short']:,} "
-                f"skipped as too short) into {c['training_samples_contaminated']:,} of "
-                f"{count(c['training_samples'], 'training sample')}; {count(c['pairs'], 'pair')}")
+                f"numbers alone, not items) into {c['training_samples_contaminated']:,} of "
+                f"{count(c['training_samples'], 'training sample')}; {count(c['pairs'], 'pair')}; "
+                f"{count(c['items_set_aside'], 'item')} set aside as common or allowlisted")
 
 
 @dataclass(frozen=True)
@@ -272,6 +289,7 @@ class Computed:
     """A contamination report's contents, as the models of `report` hold them."""
 
     lines: list[PairLine]
+    set_aside: list[SetAsideLine]
     summary: Summary
     manifest: Manifest
 
@@ -280,13 +298,15 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
                          pool_paths: Sequence[str | Path], output_dir: str | Path, *,
                          workers: int = 1, progress: bool = False,
                          index: Index | None = None,
-                         executor: str | Executors = "local") -> ContaminationResult:
+                         executor: str | Executors = "local",
+                         allowlist: str | Path | None = None) -> ContaminationResult:
     """Check every eval item against every training sample of the pool; freeze the report
     in ``output_dir`` (docs/contamination.md). Nothing is written on any error. With
     ``index`` (the backend `index_store.open_index` made of a SQLite path, a PostgreSQL URL
     or an Iceberg location, holding every pool package, as for `scan`),
     the pool's normalized texts are read from the index instead of parsed and normalized
-    again (`_probe_index`); the report is the same bytes."""
+    again (`_probe_index`); the report is the same bytes. ``allowlist`` (a file,
+    `setaside.read_allowlist`) overrides the config's ``contamination_allowlist``."""
     output = parse_location(output_dir)
     evals_p = [parse_location(p) for p in eval_paths]
     pool_p = [parse_location(p) for p in pool_paths]
@@ -295,12 +315,15 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
                                                  if isinstance(p, LocalLocation)])
     else:
         output.require_new_output()
+    allow_file = allowlist if allowlist is not None else config.contamination_allowlist
+    entries = read_allowlist(allow_file) if allow_file is not None else []
     pool = open_packages(pool_p)
     evals = open_evals([p.path if isinstance(p, LocalLocation) else p.url for p in evals_p])
     computed = compute(config, evals, pool, workers=workers, progress=progress, index=index,
-                       executor=executor)
+                       executor=executor, allowlist=entries)
     with output.publish() as tmp:
         write_jsonl(tmp / "contamination.jsonl", report_lines(computed.lines))
+        write_jsonl(tmp / "set_aside.jsonl", report_lines(computed.set_aside))
         write_json(tmp / "summary.json", computed.summary.model_dump(mode="json"))
         write_json(tmp / "manifest.json", computed.manifest.model_dump(mode="json",
                                                                        by_alias=True))
@@ -309,16 +332,18 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
                                computed.manifest.counts.model_dump())
 
 
-def report_lines(lines: list[PairLine]) -> list[dict]:
+def report_lines(lines: Sequence[BaseModel]) -> list[dict]:
     """The lines of ``contamination.jsonl`` as JSON objects."""
     return [line.model_dump(mode="json") for line in lines]
 
 
 def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
             workers: int = 1, progress: bool = False, index: Index | None = None,
-            executor: str | Executors = "local") -> Computed:
+            executor: str | Executors = "local",
+            allowlist: Sequence[AllowEntry] = ()) -> Computed:
     """The report of these opened eval and pool packages (`contamination_report` without
-    the writing; `verify.rederive` runs it again to re-check a report)."""
+    the writing; `verify.rederive` runs it again to re-check a report, with the allowlist
+    entries the report records)."""
     pool_ids = {p.package_id for p in pool}
     for e in evals:
         if e.package_id in pool_ids:
@@ -340,25 +365,84 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     else:
         pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress,
                                                  executor)
-    pairs.sort(key=lambda p: (items[p.item].ref.key(), p.sample.key()))
-    lines = []
-    for pair in pairs:
-        item_shingles = int(state.item_start[pair.item + 1] - state.item_start[pair.item])
-        lines.append(PairLine(
-            eval=EvalRef(**_ref_json(items[pair.item].ref, False)),
-            training=TrainingRef(**_ref_json(pair.sample, True)),
-            containment=pair.common / item_shingles, item_shingles=item_shingles,
-            common_shingles=pair.common, span=Span(start=pair.start, end=pair.end),
-            numbers_differ=pair.numbers_differ))
+    pairs.sort(key=lambda p: (items[p.item].ref.key(), p.item, p.sample.key(),
+                             p.method != "exact"))
+    allow = Allowlist(allowlist)
+    hasher = MinHasher(1, config.seed, config.shingle_size)
+    item_spans = [item_span(items[p.item].text, p, hasher) for p in pairs]
+    n_words = {p.item: len(_WORD.findall(items[p.item].text)) for p in pairs
+               if p.method == "exact"}
+    kept, aside = set_aside([Matched(p.item, p.sample.key(),
+                                     items[p.item].text[start:end],
+                                     p.common == (n_words[p.item] if p.method == "exact" else
+                                                  state.item_start[p.item + 1] -
+                                                  state.item_start[p.item]))
+                             for p, (start, end) in zip(pairs, item_spans, strict=True)],
+                            allow, config.contamination_common_samples)
+    lines = report_pairs(config, items, [(pairs[k], item_spans[k]) for k in kept])
+    aside_lines = [SetAsideLine.model_validate({
+        "eval": EvalRef(**_ref_json(items[a.item].ref, False)), "field": items[a.item].field,
+        "reason": a.reason, "training_samples": a.samples, "allowlist_entry": a.entry,
+        "example": TrainingRef(**_ref_json(pairs[a.first].sample, True)),
+        "training_text": pairs[a.first].text}) for a in aside]
     eval_counts = [{"package_id": e.package_id, "items": per_eval[e.package_id],
                     "items_checked": per_eval[e.package_id] - skipped[e.package_id],
                     "items_skipped_short": skipped[e.package_id]} for e in evals]
-    summary = summarize(lines, eval_counts, samples)
+    summary = cast(Summary, summarize(lines, eval_counts, samples, aside_lines))
     manifest = Manifest(
         format=FORMAT, format_version=FORMAT_VERSION, tool_version=__version__,
         algorithm_version=ALGORITHM_VERSION, config=config.model_dump(mode="json"),
         candidates=Candidates(filter="prefix", order=ANCHOR_ORDER, extra_hits=EXTRA_HITS,
                               anchors=n_anchors, verified=candidates),
         evals=[_package_entry(e) for e in evals], inputs=[_package_entry(p) for p in pool],
-        counts=counts_of(summary), files=Files(pairs=FileLines(lines=len(lines))))
-    return Computed(lines, summary, manifest)
+        counts=cast(Counts, counts_of(summary)), allowlist=allow.entries,
+        files=Files(pairs=FileLines(lines=len(lines)),
+                    set_aside=FileLines(lines=len(aside_lines))))
+    return Computed(lines, aside_lines, summary, manifest)
+
+
+def report_pairs(config: NearDedupConfig, items: list[EvalItem],
+                 pairs: list[tuple[Pair, tuple[int, int]]]) -> list[PairLine]:
+    """The pair lines (each pair with its item span, `item_span`), one per (eval record,
+    training sample): the first of the record's items (`items.FIELDS` order) that the
+    sample contains."""
+    hasher = MinHasher(1, config.seed, config.shingle_size)
+    lines = []
+    seen: set[tuple] = set()
+    for pair, (start, end) in pairs:
+        item = items[pair.item]
+        key = (item.ref.key(), pair.sample.key())
+        if key in seen:
+            continue
+        seen.add(key)
+        size = (len(_WORD.findall(item.text)) if pair.method == "exact" else
+                len(hasher.shingle_set(item.text)))
+        lines.append(PairLine(
+            eval=EvalRef(**_ref_json(item.ref, False)),
+            training=TrainingRef(**_ref_json(pair.sample, True)),
+            containment=pair.common / size, item_shingles=size,
+            common_shingles=pair.common, span=Span(start=pair.start, end=pair.end),
+            numbers_differ=pair.numbers_differ, field=item.field,  # type: ignore[arg-type]
+            method=pair.method,  # type: ignore[arg-type]
+            item_span=Span(start=start, end=end), item_text=item.text[start:end],
+            training_text=pair.text))
+    return lines
+
+
+def item_span(item: str, pair: Pair, hasher: MinHasher) -> tuple[int, int]:
+    """[start, end) of what matched in the item's normalized text: an exact match's first
+    to last word; else `_item_span`."""
+    if pair.method == "exact":
+        words = list(_WORD.finditer(item))
+        return words[0].start(), words[-1].end()
+    return _item_span(item, pair.text, hasher)
+
+
+def _item_span(item: str, matched: str, hasher: MinHasher) -> tuple[int, int]:
+    """[start, end) in the item of its shingles found in the matched training text, from
+    the first to the end of the last, widened to whole words."""
+    windows = window_hashes(item, hasher)
+    hit = np.flatnonzero(np.isin(windows, window_hashes(matched, hasher)))
+    if not len(hit):
+        return 0, len(item)
+    return widen(item, int(hit[0]), min(int(hit[-1]) + hasher.shingle_size, len(item)))

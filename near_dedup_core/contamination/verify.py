@@ -22,13 +22,18 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.kernels import EXTRA_HITS
 from near_dedup_core.contamination.probe import ANCHOR_ORDER
 from near_dedup_core.contamination.report import (
-    FILES,
     FORMAT,
     FORMAT_VERSION,
+    NEW_IN_V2,
+    VERSIONS,
     Manifest,
+    ManifestV1,
     PairLine,
-    Summary,
+    PairLineV1,
+    SetAsideLine,
+    SummaryV1,
     counts_of,
+    models_of,
     problem,
     summarize,
 )
@@ -61,12 +66,14 @@ class ContaminationSummary(FolderResult):
 
     path: Path
     manifest: dict
-    model: Manifest
+    model: ManifestV1
     rederived: bool = False
 
     def summary(self) -> str:
         c = self.counts
         how = (", and the same pairs re-derived from its packages" if self.rederived else
+               f" (format {self.model.format_version}: its pairs are re-derived by the tool "
+               f"that made it)" if self.model.format_version != FORMAT_VERSION else
                " (its packages are not at the paths it records: re-derive the pairs with "
                "--inputs)")
         return (f"contamination report {self.path}: OK — checksums, manifest, summary and "
@@ -79,18 +86,37 @@ def iter_lines(path: Path) -> Iterator[tuple[int, dict]]:
     return iter_json_objects(path, "contamination.jsonl", f"contamination report {path}")
 
 
-def pair_lines(path: Path) -> Iterator[PairLine]:
+def pair_lines(path: Path) -> Iterator[PairLineV1]:
     """The pairs of a verified contamination report's ``contamination.jsonl``, in file
-    order."""
+    order (`PairLine`, or `PairLineV1` for a format 1 report)."""
+    model = models_of(_version(path)).pair
     for n, row in iter_lines(path):
         try:
-            yield PairLine.model_validate(row)
+            yield model.model_validate(row)
         except ValidationError as exc:
             raise NearDedupError(f"contamination report {path}: contamination.jsonl:{n}: "
                                  f"{problem(exc)}") from None
 
 
-def _line_problem(line: PairLine, threshold: float, evals: dict[str, int],
+def _version(path: Path) -> int:
+    version = read_json_object(Path(path) / "manifest.json", "report").get("format_version")
+    return version if type(version) is int and version in VERSIONS else FORMAT_VERSION
+
+
+def read_summary(path: Path) -> SummaryV1:
+    """``summary.json`` of a verified contamination report, as its format's model."""
+    return _read_summary(Path(path), f"contamination report {path}", _version(path))
+
+
+def set_aside_lines(path: Path) -> list[SetAsideLine]:
+    """The lines of a verified report's ``set_aside.jsonl`` (none in format 1)."""
+    if _version(path) == 1:
+        return []
+    return [SetAsideLine.model_validate(row) for _, row in
+            iter_json_objects(Path(path), "set_aside.jsonl", f"contamination report {path}")]
+
+
+def _line_problem(line: PairLineV1, threshold: float, evals: dict[str, int],
                   inputs: dict[str, int]) -> str | None:
     e, t = line.eval, line.training
     if e.package_id not in evals:
@@ -106,32 +132,46 @@ def _line_problem(line: PairLine, threshold: float, evals: dict[str, int],
         return f"containment {line.containment} is below the threshold {threshold}"
     if line.span.start >= line.span.end:
         return "span must have start < end"
+    if isinstance(line, PairLine):
+        if len(line.training_text) != line.span.end - line.span.start:
+            return "training_text is not as long as its span"
+        if len(line.item_text) != line.item_span.end - line.item_span.start:
+            return "item_text is not as long as its item_span"
+        if line.method == "exact" and c < n - 1:
+            return "an exact match holds every word of its item, or all but one"
     return None
 
 
-def _order_key(line: PairLine, evals: dict[str, int], inputs: dict[str, int]) -> tuple:
+def _order_key(line: PairLineV1, evals: dict[str, int], inputs: dict[str, int]) -> tuple:
     """Report order as far as the report shows it: eval package (as listed), then within one
     data file by line; the same for the training sample of one item."""
     e, t = line.eval, line.training
     return (evals[e.package_id], e.file, e.line, inputs[t.package_id], t.file, t.line)
 
 
-def _read_manifest(path: Path, label: str) -> tuple[dict, Manifest, NearDedupConfig]:
+def _read_manifest(path: Path, label: str) -> tuple[dict, ManifestV1, NearDedupConfig]:
     raw = read_json_object(path / "manifest.json", label)
     if raw.get("format") != FORMAT:
         raise NearDedupError(f"{label}: manifest.json is not a contamination report manifest")
+    version = raw.get("format_version")
+    if version not in VERSIONS or type(version) is not int:
+        raise NearDedupError(f"{label}: manifest.json: format_version {version!r} is not one "
+                             f"this tool reads ({', '.join(map(str, VERSIONS))})")
     try:
-        manifest = Manifest.model_validate(raw)
+        manifest = models_of(version).manifest.model_validate(raw)
     except ValidationError as exc:
         raise NearDedupError(f"{label}: manifest.json: {problem(exc)}") from None
-    if manifest.format_version != FORMAT_VERSION:
-        raise NearDedupError(f"{label}: manifest.json: format_version "
-                             f"{manifest.format_version} is not {FORMAT_VERSION}")
     try:
         config = NearDedupConfig.model_validate(manifest.config)
     except ValidationError as exc:
         raise NearDedupError(f"{label}: manifest.json: config: {problem(exc)}") from None
-    if config.model_dump(mode="json") != manifest.config:
+    complete = config.model_dump(mode="json")
+    if version == 1:
+        if any(key in manifest.config for key in NEW_IN_V2):
+            raise NearDedupError(f"{label}: manifest.json: config of a format 1 report holds "
+                                 f"keys of format 2")
+        complete = {k: v for k, v in complete.items() if k not in NEW_IN_V2}
+    if complete != manifest.config:
         raise NearDedupError(f"{label}: manifest.json: config is not complete (every key of "
                              f"the config, as the writer records it)")
     if (manifest.candidates.order, manifest.candidates.extra_hits) != (ANCHOR_ORDER,
@@ -168,21 +208,22 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
     if not path.is_dir():
         raise NearDedupError(f"{label}: not a directory")
     listed = verify_checksums(path, "contamination report")
-    expected = {"manifest.json", *FILES}
+    expected = {"manifest.json", *models_of(_version(path)).files}
     for name in sorted(expected - set(listed)):
         raise NearDedupError(f"{label}: {name} is not listed in checksums.sha256")
     for name in sorted(set(listed) - expected):
         raise NearDedupError(f"{label}: {name} is no file of a contamination report "
                              f"(it holds {', '.join(sorted(expected))} and {CHECKSUMS})")
     raw, manifest, config = _read_manifest(path, label)
+    models = models_of(manifest.format_version)
     evals = {e.package_id: k for k, e in enumerate(manifest.evals)}
     pool = {i.package_id: k for k, i in enumerate(manifest.inputs)}
-    lines: list[PairLine] = []
+    lines: list[PairLineV1] = []
     previous: tuple | None = None
     seen: set[tuple[str, str, str, str]] = set()
     for n, row in iter_lines(path):
         try:
-            line = PairLine.model_validate(row)
+            line = models.pair.model_validate(row)
         except ValidationError as exc:
             raise NearDedupError(f"{label}: contamination.jsonl:{n}: {problem(exc)}") from None
         bad = _line_problem(line, config.contamination_threshold, evals, pool)
@@ -203,7 +244,9 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
     if manifest.files.pairs.lines != len(lines):
         raise NearDedupError(f"{label}: contamination.jsonl has {len(lines)} lines, "
                              f"manifest.json says {manifest.files.pairs.lines}")
-    summary = _read_summary(path, label)
+    aside = _set_aside(path, label, manifest, evals, pool) if manifest.format_version > 1 \
+        else None
+    summary = _read_summary(path, label, manifest.format_version)
     eval_counts = [{"package_id": e.package_id, "items": e.items,
                     "items_checked": e.items_checked,
                     "items_skipped_short": e.items_skipped_short} for e in summary.evals]
@@ -216,27 +259,70 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
     if summary.training.samples != sum(i.records for i in manifest.inputs):
         raise NearDedupError(f"{label}: summary.json training samples differ from the "
                              f"inputs' records in manifest.json")
-    if summarize(lines, eval_counts, summary.training.samples) != summary:
+    if summarize(lines, eval_counts, summary.training.samples, aside) != summary:
         raise NearDedupError(f"{label}: summary.json does not match contamination.jsonl")
     if manifest.counts != counts_of(summary):
         raise NearDedupError(f"{label}: counts in manifest.json do not match "
                              f"contamination.jsonl and summary.json")
     result = ContaminationSummary(path, raw["counts"], raw, manifest)
-    if inputs is None and recorded:
+    if inputs is None and recorded and manifest.format_version == FORMAT_VERSION:
         inputs = _recorded_packages(manifest)
     if inputs is not None:
-        by_id = {}
-        for p in inputs:
-            pkg = load_package(p)
-            if pkg.package_id in by_id:
-                raise NearDedupError(f"{where(pkg.package_id)}: given twice with --inputs")
-            by_id[pkg.package_id] = pkg
-        rederive(path, manifest, config, by_id, workers=workers)
+        _rederive_given(path, manifest, config, inputs, workers)
         result.rederived = True
     return result
 
 
-def _recorded_packages(manifest: Manifest) -> list[str] | None:
+def _rederive_given(path: Path, manifest: ManifestV1, config: NearDedupConfig,
+                    inputs: Sequence[str | Path], workers: int) -> None:
+    if manifest.format_version != FORMAT_VERSION:
+        raise NearDedupError(f"contamination report {path}: a format "
+                             f"{manifest.format_version} report: this tool writes format "
+                             f"{FORMAT_VERSION} and cannot re-derive its pairs (run "
+                             f"contamination again for a current report)")
+    by_id = {}
+    for p in inputs:
+        pkg = load_package(p)
+        if pkg.package_id in by_id:
+            raise NearDedupError(f"{where(pkg.package_id)}: given twice with --inputs")
+        by_id[pkg.package_id] = pkg
+    rederive(path, manifest, config, by_id, workers=workers)
+
+
+def _set_aside(path: Path, label: str, manifest: ManifestV1, evals: dict[str, int],
+               pool: dict[str, int]) -> list[SetAsideLine]:
+    """The lines of ``set_aside.jsonl``, each checked against the manifest."""
+    assert isinstance(manifest, Manifest)
+    out = []
+    threshold = manifest.config["contamination_common_samples"]
+    for n, row in iter_json_objects(path, "set_aside.jsonl", label):
+        try:
+            line = SetAsideLine.model_validate(row)
+        except ValidationError as exc:
+            raise NearDedupError(f"{label}: set_aside.jsonl:{n}: {problem(exc)}") from None
+        bad = None
+        if line.eval.package_id not in evals:
+            bad = f"eval package {line.eval.package_id} is not among the manifest's evals"
+        elif line.example.package_id not in pool:
+            bad = f"training package {line.example.package_id} is not among the inputs"
+        elif (line.reason == "allowlist") != (line.allowlist_entry is not None):
+            bad = "allowlist_entry is given exactly for the reason allowlist"
+        elif line.allowlist_entry is not None and line.allowlist_entry >= len(
+                manifest.allowlist):
+            bad = f"allowlist_entry {line.allowlist_entry} is not in manifest.json's allowlist"
+        elif line.reason == "common" and line.training_samples < int(threshold):  # type: ignore[call-overload]
+            bad = (f"training_samples {line.training_samples} is below "
+                   f"contamination_common_samples {threshold}")
+        if bad is not None:
+            raise NearDedupError(f"{label}: set_aside.jsonl:{n}: {bad}")
+        out.append(line)
+    if manifest.files.set_aside.lines != len(out):
+        raise NearDedupError(f"{label}: set_aside.jsonl has {len(out)} lines, manifest.json "
+                             f"says {manifest.files.set_aside.lines}")
+    return out
+
+
+def _recorded_packages(manifest: ManifestV1) -> list[str] | None:
     """The paths the manifest records for its eval and pool packages, if every one of them
     opens there with the manifest sha256 the report records; None otherwise (moved, changed,
     or on another machine: the report's own files are all that can be checked)."""
@@ -267,15 +353,15 @@ def _out_of_order(previous: tuple, key: tuple) -> bool:
     return key[4] == previous[4] and key[5] <= previous[5]
 
 
-def _read_summary(path: Path, label: str) -> Summary:
+def _read_summary(path: Path, label: str, version: int = FORMAT_VERSION) -> SummaryV1:
     raw = read_json_object(path / "summary.json", label)
     try:
-        return Summary.model_validate(raw)
+        return models_of(version).summary.model_validate(raw)
     except ValidationError as exc:
         raise NearDedupError(f"{label}: summary.json: {problem(exc)}") from None
 
 
-def rederive(path: Path, manifest: Manifest, config: NearDedupConfig,
+def rederive(path: Path, manifest: ManifestV1, config: NearDedupConfig,
              packages: dict[str, Package], *, workers: int = 1) -> None:
     """Run the contamination check again on the packages the manifest names (``packages``
     by id: each one listed, with the same manifest sha256, none other) under the report's
@@ -309,11 +395,16 @@ def rederive(path: Path, manifest: Manifest, config: NearDedupConfig,
 
     evals = open_evals([packages[e.package_id].path for e in manifest.evals])
     pool = open_packages([packages[i.package_id].path for i in manifest.inputs])
-    fresh = compute(config, evals, pool, workers=workers)
+    assert isinstance(manifest, Manifest)
+    fresh = compute(config, evals, pool, workers=workers, allowlist=manifest.allowlist)
     mine = (path / "contamination.jsonl").read_bytes().splitlines(keepends=True)
     theirs = [json_line(row) for row in report_lines(fresh.lines)]
     if mine != theirs:
         raise NearDedupError(f"{label}: contamination.jsonl{_first_difference(mine, theirs)}")
+    if (path / "set_aside.jsonl").read_bytes() != b"".join(
+            json_line(row) for row in report_lines(fresh.set_aside)):
+        raise NearDedupError(f"{label}: set_aside.jsonl differs from the items set aside when "
+                             f"re-derived from its packages")
     if fresh.summary != _read_summary(path, label):
         raise NearDedupError(f"{label}: summary.json differs from the one re-derived from its "
                              f"packages")
@@ -324,7 +415,7 @@ def rederive(path: Path, manifest: Manifest, config: NearDedupConfig,
 
 
 def _pair_key(raw: bytes) -> tuple[str, str, str, str]:
-    line = PairLine.model_validate_json(raw)
+    line = PairLine.model_validate_json(raw)  # a re-derived report is the current format
     return (line.eval.package_id, line.eval.sample_id, line.training.package_id,
             line.training.sample_id)
 
@@ -359,7 +450,7 @@ class ContaminationView:
     manifest_sha256: str
     checksums_sha256: str
     manifest: dict
-    model: Manifest
+    model: ManifestV1
     contaminated: set[tuple[str, str]]  # training (package_id, sample_id) of the lines
     contaminated_split: dict[tuple[str, str], str]
 
@@ -372,8 +463,7 @@ def read_contamination(path: Path) -> ContaminationView:
     """Verify a contamination report and load its contaminated training samples."""
     verified = verify_contamination(path)
     split: dict[tuple[str, str], str] = {}
-    for _, row in iter_lines(path):
-        line = PairLine.model_validate(row)
+    for line in pair_lines(path):
         split[(line.training.package_id, line.training.sample_id)] = line.training.split
     return ContaminationView(path=path, manifest_sha256=sha256_file(path / "manifest.json"),
                              checksums_sha256=sha256_file(path / CHECKSUMS),
@@ -401,6 +491,10 @@ def recheck_for_mixture(view: ContaminationView, pool: list[Package], kind: str,
                                  f"path the report records, to re-derive its pairs: "
                                  f"{exc}") from None
         packages.setdefault(pkg.package_id, pkg)
+    if model.format_version != FORMAT_VERSION:
+        raise NearDedupError(f"{label}: a format {model.format_version} report: a mixture "
+                             f"re-derives its pairs, which this tool (format "
+                             f"{FORMAT_VERSION}) cannot; run contamination again")
     config = NearDedupConfig.model_validate(model.config)
     rederive(view.path, model, config, packages, workers=workers)
 

@@ -43,7 +43,8 @@ from near_dedup_core.audit.sources import (
 from near_dedup_core.compare import compared_text
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination import ContaminationSummary, pair_lines
-from near_dedup_core.contamination.report import EvalRef, Summary
+from near_dedup_core.contamination.report import EvalRef
+from near_dedup_core.contamination.verify import read_summary, set_aside_lines
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import (
     CHECKSUMS,
@@ -714,7 +715,7 @@ def _changes(w: Writer, diff: ReportDiff, old: Path) -> None:
 def _contamination(w: Writer, contam: ContaminationSummary, report: Path) -> None:
     path, manifest = contam.path, contam.model
     lines = list(pair_lines(path))
-    summary = Summary.model_validate_json((path / "summary.json").read_bytes())
+    summary = read_summary(path)
     pool = input_packages(manifest.inputs, path)
     evals = input_packages(manifest.evals, path)
     shown = lines[:MAX_CONTAMINATION_TEXTS]
@@ -746,7 +747,8 @@ def _contamination(w: Writer, contam: ContaminationSummary, report: Path) -> Non
                summary=summary, counts=manifest.counts, page=p, pages=total,
                rows=rows[(p - 1) * CONTAMINATION_PER_PAGE:p * CONTAMINATION_PER_PAGE],
                threshold=manifest.config.get("contamination_threshold"), notes=notes,
-               limit=MAX_CONTAMINATION_TEXTS)
+               limit=MAX_CONTAMINATION_TEXTS, set_aside=set_aside_lines(path),
+               allowlist=getattr(manifest, "allowlist", []))
 
 
 def _eval_texts(evals: dict[str, InputPackage], origins: dict[Key, EvalRef]

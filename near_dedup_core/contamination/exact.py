@@ -1,0 +1,188 @@
+"""Exact short matches: an item below the containment method's reach (normalized text shorter
+than ``contamination_min_chars``) is found where its words occur in a training text as one
+contiguous run of whole words (docs/contamination.md, "Short items").
+
+A *word* is a maximal run of letters and digits of the normalized text (``str.isalnum`` per
+code point; punctuation and spaces separate words and are not compared), so "3" is not found
+inside "13" nor "cat" inside "category", and "Hello, world!" matches "hello world". Each word
+is hashed (FNV-1a over its code points, finished by ``fmix64``); a run of words is hashed by
+chaining its word hashes. The items' runs sit in the same anchor table as the containment
+anchors use (`kernels._build_table`, `probe.anchor_postings`); per training text, every run
+of a length some item has is looked up there. A run found is compared word by word with the
+item (the hashes of each word), so a collision of run hashes is never reported."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from near_dedup_core.jit import njit
+from near_dedup_core.signature import _fmix64, map_find
+
+_FNV_OFFSET = np.uint64(0xCBF29CE484222325)
+_FNV_PRIME = np.uint64(0x100000001B3)
+_RUN_MUL = np.uint64(0x9E3779B97F4A7C15)
+_BMP = 0x10000
+
+
+@lru_cache(maxsize=1)
+def word_table() -> np.ndarray:
+    """``table[c]`` is 1 when code point ``c`` of the Basic Multilingual Plane is a letter
+    or a digit; code points above it count as letters."""
+    return np.fromiter((chr(c).isalnum() for c in range(_BMP)), dtype=np.uint8, count=_BMP)
+
+
+@njit(inline="always")
+def _is_word(c, table):
+    return c >= 0x10000 or table[c] != 0
+
+
+@njit(cache=True, nogil=True)
+def _words(cps, start, end, table, hashes, starts, ends):
+    """The words of cps[start:end]: their hashes and [start, end) offsets relative to
+    ``start``; returns their number."""
+    n = 0
+    j = start
+    while j < end:
+        if not _is_word(np.int64(cps[j]), table):
+            j += 1
+            continue
+        h = _FNV_OFFSET
+        s = j
+        while j < end and _is_word(np.int64(cps[j]), table):
+            h = (h ^ np.uint64(cps[j])) * _FNV_PRIME
+            j += 1
+        hashes[n] = _fmix64(h)
+        starts[n] = s - start
+        ends[n] = j - start
+        n += 1
+    return n
+
+
+@njit(inline="always")
+def _chain(run, word):
+    return _fmix64((run ^ word) * _RUN_MUL + np.uint64(1))
+
+
+@njit(cache=True, nogil=True)
+def run_hashes(flat, starts, ends):
+    """The hash of the run of words ``flat[starts[k]:ends[k]]``, for each k."""
+    out = np.zeros(starts.shape[0], dtype=np.uint64)
+    for k in range(starts.shape[0]):
+        h = np.uint64(0)
+        for x in range(starts[k], ends[k]):
+            h = _chain(h, flat[x])
+        out[k] = h
+    return out
+
+
+@njit(cache=True, nogil=True)
+def item_words(cps, offsets, table, flat, item_start, run_hash):
+    """The word hashes of each item (``flat[item_start[i]:item_start[i + 1]]``, the caller
+    sizes ``flat`` to the code points) and the hash of each item's whole run of words
+    (``run_hash``; 0 for an item without a word)."""
+    n_items = offsets.shape[0] - 1
+    longest = 1
+    for i in range(n_items):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    starts = np.empty(longest, dtype=np.int64)
+    ends = np.empty(longest, dtype=np.int64)
+    at = 0
+    for i in range(n_items):
+        item_start[i] = at
+        n = _words(cps, offsets[i], offsets[i + 1], table, flat[at:], starts, ends)
+        h = np.uint64(0)
+        for w in range(n):
+            h = _chain(h, flat[at + w])
+        run_hash[i] = h
+        at += n
+    item_start[n_items] = at
+
+
+#: what a run in the table is of its item (the posting is ``item * 4 + role``)
+FULL, PREFIX, SUFFIX = 0, 1, 2
+
+
+@njit(inline="always")
+def _mismatches(hashes, at, n, flat, first, length, most):
+    """Words of the item (``flat[first:first + length]``) that differ from the text's words
+    from ``at`` on, stopping past ``most``; ``most + 1`` when the text ends first."""
+    if at < 0 or at + length > n:
+        return most + 1
+    bad = 0
+    for q in range(length):
+        if flat[first + q] != hashes[at + q]:
+            bad += 1
+            if bad > most:
+                break
+    return bad
+
+
+@njit(cache=True, nogil=True)
+def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
+                 flat, item_start, half):
+    """Every (text, item) of the batch whose item's words occur in the text as one run of
+    whole words, at its first place, or else, for an item with a prefix and suffix in the
+    table (``half[item]`` words in its prefix, 0 for none), all but one of them in place (one
+    word substituted), at the first such place: [(text, item, start, end, words matched)]
+    with [start, end) the run's code points in the normalized text. ``has_length[L]`` tells
+    whether the table holds a run of L words (at most ``max_words``); ``run_table``/
+    ``run_vals`` map a run hash to its block in ``postings`` (`probe.anchor_postings`:
+    ``[mark, count, item * 4 + role, …]``, role `FULL`, `PREFIX` or `SUFFIX`)."""
+    size = run_table.shape[0]
+    mask = np.uint64(size - 1)
+    longest = 1
+    for i in range(offsets.shape[0] - 1):
+        longest = max(longest, offsets[i + 1] - offsets[i])
+    hashes = np.empty(longest, dtype=np.uint64)
+    starts = np.empty(longest, dtype=np.int64)
+    ends = np.empty(longest, dtype=np.int64)
+    n_items = item_start.shape[0] - 1
+    seen = np.full(n_items, -1, dtype=np.int64)  # last text with an exact match
+    near = np.full(n_items, -1, dtype=np.int64)  # last text with a one-word match
+    near_at = np.zeros(n_items, dtype=np.int64)
+    listed = np.empty(n_items, dtype=np.int64)
+    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
+           for _ in range(0)]
+    for i in range(offsets.shape[0] - 1):
+        n = _words(cps, offsets[i], offsets[i + 1], table, hashes, starts, ends)
+        n_near = 0
+        for w in range(n):
+            h = np.uint64(0)
+            for length in range(1, min(max_words, n - w) + 1):
+                h = _chain(h, hashes[w + length - 1])
+                if not has_length[length]:
+                    continue
+                o = map_find(run_table, run_vals, h, np.int64(h & mask), size - 1)
+                if o == -1:
+                    continue
+                for x in range(o + 2, o + 2 + postings[o + 1]):
+                    it = postings[x] >> 2
+                    role = postings[x] & 3
+                    if seen[it] == i:
+                        continue
+                    first = item_start[it]
+                    size_it = item_start[it + 1] - first
+                    at = w if role != SUFFIX else w - half[it]
+                    if role == FULL:
+                        if size_it != length or _mismatches(hashes, w, n, flat, first,
+                                                            size_it, 0) != 0:
+                            continue
+                        seen[it] = i
+                        out.append((np.int64(i), np.int64(it), starts[w],
+                                    ends[w + length - 1], np.int64(size_it)))
+                    elif near[it] != i and _mismatches(hashes, at, n, flat, first, size_it,
+                                                       1) <= 1:
+                        near[it] = i
+                        near_at[it] = at
+                        listed[n_near] = it
+                        n_near += 1
+        for q in range(n_near):
+            it = listed[q]
+            if seen[it] != i:
+                at = near_at[it]
+                size_it = item_start[it + 1] - item_start[it]
+                out.append((np.int64(i), np.int64(it), starts[at], ends[at + size_it - 1],
+                            np.int64(size_it - 1)))
+    return out

@@ -1,0 +1,259 @@
+"""Contamination of every kind of eval item: short items found as one exact run of whole words,
+multiple-choice stems with and without their options, one-line code, numbers (no item), and
+what is set aside: text common in the pool and allowlisted public text (docs/contamination.md,
+"Short items" and "Common text and the allowlist")."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+from helpers import make_package, refused, run_cli, stdlib_paragraphs, tree_bytes
+
+from near_dedup_core.contamination import exact
+from near_dedup_core.contamination.report import AllowEntry
+from near_dedup_core.contamination.setaside import Allowlist, Matched, set_aside
+from near_dedup_core.fsutil import write_checksums
+
+LICENCE = "Permission is hereby granted, free of charge, to any person obtaining a copy"
+QUOTE = "Four score and seven years ago our fathers brought forth on this continent"
+
+EVAL = [
+    {"id": "short", "text": "What is the capital of Burkina Faso?"},
+    {"id": "mc-stem", "text": "Which gas do green plants mostly absorb from the air?",
+     "choices": ["A. Oxygen", "B. Carbon dioxide", "C. Nitrogen", "D. Helium"], "answer": "B"},
+    {"id": "mc-options", "text": "Which metal is liquid at room temperature?",
+     "choices": ["A. Iron", "B. Mercury", "C. Copper", "D. Zinc"], "answer": "B"},
+    {"id": "code", "text": "print(sum(map(int, input().split())))"},
+    {"id": "number", "text": "42"},
+    {"id": "inside", "text": "cat sat"},
+    {"id": "digits", "text": "3 apples"},
+    {"id": "licence", "text": LICENCE},
+    {"id": "quote", "text": QUOTE},
+    {"id": "clean", "text": "Name the longest river of the Iberian peninsula."},
+    {"id": "one-word", "text": "Which planet has the largest number of known moons?"},
+    {"id": "three", "text": "Boil the water"},
+    {"id": "train", "text": "A train leaves the station at 3 pm"},
+]
+
+
+def _docs() -> list[str]:
+    paras = stdlib_paragraphs()
+    docs = [paras[i] + " " + paras[i + 1] for i in range(0, 80, 2)]
+    docs[0] += " Quiz: WHAT is the capital of Burkina-Faso ? Ouagadougou."
+    docs[1] = "Which gas do green plants mostly absorb from the air... " + docs[1]
+    docs[2] += ("\nWhich metal is liquid at room temperature?\nA. Iron\nB. Mercury\n"
+                "C. Copper\nD. Zinc")
+    docs[3] += " Solution: print(sum(map(int, input().split()))) and done."
+    docs[4] += " The concatenated sat down; 13 apples fell."
+    for k in range(5, 17):  # a licence header in twelve documents: common in the pool
+        docs[k] = f"# {LICENCE} of this software.\n" + docs[k]
+    docs[17] += f" As the speech says, {QUOTE}."
+    docs[18] = f"{QUOTE}, a new nation. " + docs[18]
+    docs[19] += " The answer is 42."
+    docs[20] += " Which planet has the biggest number of known moons today?"
+    docs[21] += " Boil some water."
+    docs[22] += " Trivia: a train leaves the station at 5 pm."
+    return docs
+
+
+@pytest.fixture(scope="module")
+def kinds(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("contam-kinds")
+    pool = make_package(tmp, "pool", {"train": [{"id": f"d{i}", "text": t}
+                                                for i, t in enumerate(_docs())]})
+    evals = make_package(tmp, "quiz", {"test": EVAL}, kind="cpt")
+    allow = tmp / "allowlist.jsonl"
+    allow.write_text(json.dumps({"text": QUOTE + ", a new nation",
+                                 "reason": "Gettysburg address, public domain"}) + "\n")
+    out = tmp / "report"
+    code, stdout, err = run_cli("--quiet", "contamination", "--evals", evals, "--inputs", pool,
+                                "--output", out, "--workers", 1, "--allowlist", allow)
+    assert code == 0, err
+    return {"tmp": tmp, "pool": pool, "evals": evals, "report": out, "allow": allow,
+            "stdout": stdout}
+
+
+def _rows(path: Path, name: str) -> list[dict]:
+    return [orjson.loads(x) for x in (path / name).read_bytes().splitlines()]
+
+
+def _pairs(report: Path) -> dict[tuple[str, str], dict]:
+    return {(r["eval"]["sample_id"], r["training"]["sample_id"]): r
+            for r in _rows(report, "contamination.jsonl")}
+
+
+def test_short_items_are_found_as_whole_words_with_their_spans(kinds):
+    pairs = _pairs(kinds["report"])
+    short = pairs[("short", "d0")]
+    assert short["method"] == "exact" and short["field"] == "text"
+    assert short["training_text"] == "what is the capital of burkina-faso"
+    assert short["item_text"] == "what is the capital of burkina faso"
+    assert short["item_shingles"] == short["common_shingles"] == 7
+    assert short["containment"] == 1.0
+    code = pairs[("code", "d3")]
+    assert code["method"] == "exact"
+    assert code["training_text"] == "print(sum(map(int, input().split"
+    # not inside a longer word or number; a number alone is no item
+    assert not {k for k in pairs if k[0] in ("inside", "digits", "number", "clean")}
+    summary = json.loads((kinds["report"] / "summary.json").read_text())["evals"][0]
+    assert summary["items"] == len(EVAL) and summary["items_skipped_short"] == 1
+    assert summary["items_checked"] == len(EVAL) - 1
+
+
+def test_one_word_may_differ_where_all_but_one_still_reach_the_threshold(kinds):
+    pairs = _pairs(kinds["report"])
+    moons = pairs[("one-word", "d20")]
+    assert moons["method"] == "exact" and moons["common_shingles"] == 8
+    assert moons["item_shingles"] == 9 and moons["containment"] == 8 / 9
+    assert moons["training_text"] == "which planet has the biggest number of known moons"
+    assert not moons["numbers_differ"]
+    train = pairs[("train", "d22")]  # a changed number is still a leak, and says so
+    assert train["common_shingles"] == 7 and train["numbers_differ"]
+    assert not any(k[0] == "three" for k in pairs)  # 2 of 3 words is below 0.8
+
+
+def test_a_multiple_choice_item_is_its_stem_with_and_without_its_options(kinds):
+    pairs = _pairs(kinds["report"])
+    stem = pairs[("mc-stem", "d1")]  # the stem alone, without its options
+    assert stem["method"] == "exact" and stem["field"] == "text"  # 10 words
+    options = pairs[("mc-options", "d2")]  # one pair per record and sample: the stem first
+    assert options["field"] == "text"
+    assert sum(1 for k in pairs if k[0] == "mc-options") == 1
+    assert not any(k[0] in ("mc-stem", "mc-options") and k[1] not in ("d1", "d2")
+                   for k in pairs)  # never the answer letter alone
+
+
+def test_common_and_allowlisted_text_is_set_aside_and_listed(kinds):
+    pairs = _pairs(kinds["report"])
+    assert not {k for k in pairs if k[0] in ("licence", "quote")}
+    aside = {r["eval"]["sample_id"]: r for r in _rows(kinds["report"], "set_aside.jsonl")}
+    assert aside["licence"]["reason"] == "common"
+    assert aside["licence"]["training_samples"] == 12
+    assert aside["licence"]["allowlist_entry"] is None
+    assert aside["quote"]["reason"] == "allowlist" and aside["quote"]["allowlist_entry"] == 0
+    assert aside["quote"]["training_samples"] == 2
+    manifest = json.loads((kinds["report"] / "manifest.json").read_text())
+    assert manifest["format_version"] == 2
+    assert manifest["allowlist"] == [{"text": QUOTE + ", a new nation",
+                                      "reason": "Gettysburg address, public domain"}]
+    assert manifest["counts"]["items_set_aside"] == 2
+    assert "2 items set aside" in kinds["stdout"]
+    code, out, err = run_cli("report", "verify", kinds["report"])
+    assert code == 0 and "the same pairs re-derived" in out, err
+
+
+def test_the_allowlist_setting_gives_the_same_report(kinds):
+    cfg = kinds["tmp"] / "cfg.json"
+    cfg.write_text(json.dumps({"contamination_allowlist": str(kinds["allow"])}))
+    again = kinds["tmp"] / "again"
+    code, _, err = run_cli("--quiet", "--config", cfg, "contamination", "--evals",
+                           kinds["evals"], "--inputs", kinds["pool"], "--output", again,
+                           "--workers", 2)
+    assert code == 0, err
+    mine = tree_bytes(again)
+    theirs = tree_bytes(kinds["report"])
+    assert mine.keys() == theirs.keys()
+    assert all(mine[k] == theirs[k] for k in mine if k not in ("manifest.json",
+                                                               "checksums.sha256"))
+    # without the allowlist, the quote is contamination
+    plain = kinds["tmp"] / "plain"
+    code, _, err = run_cli("--quiet", "contamination", "--evals", kinds["evals"], "--inputs",
+                           kinds["pool"], "--output", plain, "--workers", 1)
+    assert code == 0, err
+    assert {k for k in _pairs(plain) if k[0] == "quote"} == {("quote", "d17"), ("quote", "d18")}
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (b'{"text": "x"}\n', "allowlist.bad:1: reason"),
+    (b'{"text": "x", "reason": "r", "url": "u"}\n', "allowlist.bad:1: url"),
+    (b'{"text": "x", "reason": "r"}\n\n', "allowlist.bad:2: empty line"),
+    (b"oops\n", "allowlist.bad:1: not valid JSON"),
+    (b"", "no entries"),
+])
+def test_a_bad_allowlist_is_one_line_and_writes_nothing(kinds, content, fragment):
+    bad = kinds["tmp"] / "allowlist.bad"
+    bad.write_bytes(content)
+    out = kinds["tmp"] / "never"
+    refused(["contamination", "--evals", kinds["evals"], "--inputs", kinds["pool"],
+             "--output", out, "--allowlist", bad], fragment)
+    assert not out.exists()
+
+
+def test_words_and_runs():
+    table = exact.word_table()
+    assert table[ord("a")] and table[ord("7")] and table[ord("é")]
+    assert not table[ord("-")] and not table[ord(" ")] and not table[ord("_")]
+    allow = Allowlist([AllowEntry(text="The MIT License, Copyright (c)", reason="licence")])
+    assert allow.entry_of("the mit license") == 0
+    assert allow.entry_of("mit licenses") is None  # whole words only
+    matches = [Matched(0, (0, k), "the mit license") for k in range(3)] + \
+        [Matched(1, (0, k), "a leaked question") for k in range(3)] + \
+        [Matched(2, (0, 0), "another leaked question")]
+    kept, aside = set_aside(matches, allow, 3)
+    assert kept == [6]
+    assert [(a.item, a.reason, a.samples, a.entry) for a in aside] == [
+        (0, "allowlist", 3, 0), (1, "common", 3, None)]
+    # an instance of a template common in the pool: its partial matches are set aside, its
+    # whole copy is still a leak
+    template = [Matched(0, (0, 0), "gzip 1 3 2 unstable urgency low", True)] + \
+        [Matched(0, (0, k), "gzip 1 3 2 unstable urgency low", False) for k in range(1, 4)]
+    kept, aside = set_aside(template, allow, 3)
+    assert kept == [0] and [(a.reason, a.samples, a.first) for a in aside] == [("common", 4, 1)]
+
+
+V1 = Path(__file__).parent / "data" / "contamination-v1"
+
+
+def test_a_format_1_report_still_verifies(tmp_path, kinds):
+    code, out, err = run_cli("report", "verify", V1)
+    assert code == 0 and "OK" in out and "format 1" in out, err
+    refused(["report", "verify", V1, "--inputs", kinds["evals"], kinds["pool"]],
+            "format 1 report", "run contamination again")
+    forged = tmp_path / "forged"
+    shutil.copytree(V1, forged)
+    rows = _rows(forged, "contamination.jsonl")
+    rows[0]["common_shingles"] -= 1
+    (forged / "contamination.jsonl").write_bytes(b"".join(
+        orjson.dumps(r, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE) for r in rows))
+    (forged / "checksums.sha256").unlink()
+    write_checksums(forged)
+    refused(["report", "verify", forged], "contamination.jsonl:1", "containment")
+    (forged / "set_aside.jsonl").write_bytes(b"")
+    (forged / "checksums.sha256").unlink()
+    write_checksums(forged)
+    refused(["report", "verify", forged], "set_aside.jsonl", "no file")
+
+
+def test_report_explain_shows_every_flag_with_its_spans_and_method(kinds):
+    code, out, err = run_cli("report", "explain", kinds["report"], "quiz", "short")
+    assert code == 0, err
+    assert "eval item quiz/short" in out and "1 pair(s) of contamination" in out
+    assert "method: exact" in out and "7 of 7 words" in out
+    assert "item     [0, 35): 'what is the capital of burkina faso'" in out
+    assert "'what is the capital of burkina-faso'" in out
+    code, out, err = run_cli("report", "explain", kinds["report"], "quiz", "licence")
+    assert code == 0 and "set aside" in out and "common in the pool, in 12 training" in out, err
+    code, out, err = run_cli("report", "explain", kinds["report"], "pool", "d3", "--json")
+    assert code == 0, err
+    got = json.loads(out)
+    assert got["role"] == "training" and [p["eval"]["sample_id"] for p in got["pairs"]] == \
+        ["code"]
+    refused(["report", "explain", kinds["report"], "nope", "x"], "no eval or input package")
+
+
+def test_report_diff_lists_newly_contaminated_and_cleared_items_per_benchmark(kinds):
+    plain = kinds["tmp"] / "plain-diff"
+    code, _, err = run_cli("--quiet", "contamination", "--evals", kinds["evals"], "--inputs",
+                           kinds["pool"], "--output", plain, "--workers", 1)
+    assert code == 0, err
+    code, out, err = run_cli("report", "diff", kinds["report"], plain, "--json")
+    assert code == 0, err
+    (bench,) = json.loads(out)["benchmarks"]
+    assert bench["package_id"] == "quiz"
+    assert bench["newly_contaminated"] == ["quote"] and bench["cleared"] == []
+    code, out, err = run_cli("report", "diff", plain, kinds["report"])
+    assert code == 0 and "1 cleared" in out and "  - quote" in out, err
