@@ -22,7 +22,6 @@ at all, never twice."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
@@ -89,8 +88,7 @@ class IcebergBatch(BatchTransaction):
         self.committing = False
         if fresh:
             rows = binding_rows(config, created_at)
-            buckets = int(os.environ.get(it.BUCKETS_ENV, it.DEFAULT_BUCKETS))
-            rows.append({"key": it.BUCKETS_KEY, "value": str(buckets)})
+            rows.append({"key": it.BUCKETS_KEY, "value": str(it.bucket_count())})
             self.new["meta"] = [(r["key"], r["value"]) for r in rows]
             self._meta = {k: v for k, v in self.new["meta"]}
         else:
@@ -546,6 +544,7 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
     nothing published on failure."""
     from near_dedup_core.index_store.iceberg import errors
 
+    it.bucket_count()  # a malformed setting is refused before anything is written
     with ExitStack() as stack:
         with errors(location):  # the catalog's, the storage's and pyiceberg's: one line
             cat = stack.enter_context(it.writer(it.where(location)))

@@ -43,6 +43,25 @@ BUCKETS_KEY = "iceberg_buckets"
 #: Band-key buckets of a new index (docs/iceberg.md says how the count was chosen).
 DEFAULT_BUCKETS = 64
 BUCKETS_ENV = "NEAR_DEDUP_ICEBERG_BUCKETS"
+#: The bucket counts a new index takes (docs/iceberg.md: 10^10 contents want 16,384).
+MAX_BUCKETS = 65_536
+
+
+def bucket_count() -> int:
+    """The bucket count of a new index: `BUCKETS_ENV` if set, else `DEFAULT_BUCKETS`; a
+    setting that is not a whole number from 1 to `MAX_BUCKETS` is one line."""
+    value = os.environ.get(BUCKETS_ENV)
+    if value is None:
+        return DEFAULT_BUCKETS
+    try:
+        count = int(value.strip())
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_BUCKETS:
+        raise NearDedupError(f"{BUCKETS_ENV}={value!r}: not a bucket count; give a whole "
+                             f"number from 1 to {MAX_BUCKETS:,} (or leave it unset: "
+                             f"{DEFAULT_BUCKETS})")
+    return count
 #: Rows per Parquet row group: a probe skips the band row groups whose key range misses its
 #: keys; a text reader reads the content row groups whose id range holds its ids.
 ROW_GROUP_ROWS = {"bands": 65_536, "contents": 4_096}
