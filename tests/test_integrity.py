@@ -191,3 +191,54 @@ def test_a_commits_pointer_moved_back_in_the_catalog_is_one_line_for_check_and_i
     refused(["--index", ice(folder), "index", "--inputs", V3], fragment)
     refused(["--index", ice(folder), "index", "compact"], fragment)
     assert tree_bytes(folder) == before
+
+
+def test_bytes_flipped_inside_a_stored_text_of_a_sqlite_file_are_one_line(tmp_path):
+    """64 bytes flipped in a stored zstd frame, in the file itself: the frame still
+    decompresses to its length (no SQLite or zstd check sees it), the text no longer hashes
+    to its content_id."""
+    import sqlite3
+
+    import zstandard
+
+    index = tmp_path / "index.sqlite"
+    two_batches(index)
+    code, _, err = run_cli("--quiet", "--index", index, "scan", "--inputs", V2,
+                           "--output", tmp_path / "intact")
+    assert (code, err) == (0, ""), err
+    matched = {r["match"]["content_id"] for r in map(json.loads, (
+        tmp_path / "intact" / "relations.jsonl").read_text().splitlines())
+        if r["kind"] == "near" and r["match"]["content_id"]}
+    con = sqlite3.connect(index)
+    rows = con.execute("SELECT c.id, c.text_z, c.norm_chars, d.data FROM contents c LEFT JOIN "
+                       "dictionaries d ON d.id = c.dictionary WHERE lower(hex(c.content_id)) "
+                       "IN (%s) ORDER BY c.id" % ",".join("?" * len(matched)),
+                       sorted(matched)).fetchall()
+    con.close()
+    data = bytearray(index.read_bytes())
+    victim = None
+    for cid, blob, chars, dictionary in rows:
+        at = data.find(blob)
+        if at < 0 or len(blob) < 200:
+            continue
+        start = at + len(blob) // 2 - 32
+        flipped = bytes(data[start:start + 64])
+        changed = bytes(b ^ 0x5A for b in flipped)
+        frame = blob[:start - at] + changed + blob[start - at + 64:]
+        dctx = zstandard.ZstdDecompressor(
+            dict_data=zstandard.ZstdCompressionDict(dictionary) if dictionary else None)
+        try:
+            text = dctx.decompress(frame).decode()
+        except (zstandard.ZstdError, UnicodeDecodeError):
+            continue
+        if len(text) == chars:
+            data[start:start + 64] = changed
+            victim = cid
+            break
+    assert victim is not None, "no stored frame keeps its length with 64 bytes flipped"
+    index.write_bytes(bytes(data))
+    refused(["--index", index, "index", "check"],
+            f"the text of content row {victim} does not match its content_id")
+    refused(["--index", index, "scan", "--inputs", V2, "--output", tmp_path / "report"],
+            f"damaged (the text of content row {victim} does not match its content_id)")
+    assert not (tmp_path / "report").exists()
