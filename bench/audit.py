@@ -74,7 +74,7 @@ def write_package(folder: Path, records: int, seed: int = 1) -> Path:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)

@@ -53,7 +53,7 @@ def write(path: Path, keys: np.ndarray, contents: np.ndarray, per: int, call_row
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.band_insert",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.band_insert",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--index", type=Path, required=True)
     p.add_argument("--per", type=int, nargs="+", default=[db.BAND_ROWS_PER_INSERT])

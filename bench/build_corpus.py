@@ -270,10 +270,15 @@ def grow(real: list[dict], n: int, seed: int, reprint_share: float, prefix: str,
 
 
 def make_package(records, package_id: str, output: Path, work: Path,
-                 shard_records: int = 100_000) -> dict:
+                 shard_records: int = 100_000, total: int | None = None,
+                 progress: bool = True) -> dict:
     """Write records to plain JSONL shards of ``shard_records`` lines and turn them into a CPT
-    snapshot package (one ``data/train/part-NNNNN.jsonl`` per shard)."""
+    snapshot package (one ``data/train/part-NNNNN.jsonl`` per shard). ``progress``: the
+    records written (of ``total``, when known) on stderr, as the CLI shows its own."""
     from near_dedup_core.package import create_package
+    from near_dedup_core.progress import Progress
+
+    bar = Progress(f"corpus {package_id}: records", total, enabled=progress)
 
     work.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
@@ -290,8 +295,11 @@ def make_package(records, package_id: str, output: Path, work: Path,
         count += 1
         chars += len(rec["text"])
         text_bytes += len(rec["text"].encode("utf-8", "surrogatepass"))
+        bar.advance()
     if fh is not None:
         fh.close()
+    bar.finish()
+    bar.note(f"corpus {package_id}: creating the package from {count:,} records")
     t1 = time.monotonic()
     try:
         pkg = create_package(kind="cpt", package_id=package_id, tokenizer=TOKENIZER,
@@ -324,7 +332,7 @@ def cmd_scale(args: argparse.Namespace) -> None:
                         prefix=f"{args.package_id}-")
 
     print(orjson.dumps(make_package(records(), args.package_id, args.output, OUT / "work",
-                                    args.shard_records),
+                                    args.shard_records, args.records, not args.quiet),
                        option=orjson.OPT_INDENT_2).decode())
 
 
@@ -334,7 +342,7 @@ def cmd_next_day(args: argparse.Namespace) -> None:
     records = grow(real, args.records, args.seed, args.reprint_share,
                    prefix=f"{args.package_id}-", reprint_sources=set20k)
     print(orjson.dumps(make_package(records, args.package_id, args.output, OUT / "work",
-                                    args.shard_records),
+                                    args.shard_records, args.records, not args.quiet),
                        option=orjson.OPT_INDENT_2).decode())
 
 
@@ -358,7 +366,8 @@ def cmd_cumulative(args: argparse.Namespace) -> None:
             yield {**rec.data, "id": f"{args.package_id}-{rec.sample_id}"}
 
     print(orjson.dumps(make_package(records(), args.package_id, args.output, OUT / "work",
-                                    args.shard_records),
+                                    args.shard_records, pool[0].record_count,
+                                    not args.quiet),
                        option=orjson.OPT_INDENT_2).decode())
 
 
@@ -408,7 +417,8 @@ def ensure(*packages: str) -> list[Path]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m bench.build_corpus", description=__doc__)
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.build_corpus", description=__doc__)
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("real", help="collect real documents into bench/corpus/real.jsonl")
     r.add_argument("--out", type=Path, default=REAL)

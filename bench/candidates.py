@@ -39,7 +39,7 @@ def candidate_counts(keys: np.ndarray) -> np.ndarray:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.candidates",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.candidates",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--corpus", type=Path, default=SET20K)
     p.add_argument("--config", type=Path, default=ROOT / "config" / "near-dedup.json")

@@ -74,7 +74,7 @@ def one_run(args: argparse.Namespace, hint: bool, tmp: Path) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.cold_index",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.cold_index",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--index", type=Path, required=True)
     what = p.add_mutually_exclusive_group(required=True)

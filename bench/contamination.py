@@ -162,7 +162,7 @@ def ground_truth(evals: Path, pool: list[Path], first: int, n_items: int, worker
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.contamination", description=__doc__)
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.contamination", description=__doc__)
     p.add_argument("--pool", default="pool-100k")
     p.add_argument("--items", type=int, default=2_000)
     p.add_argument("--planted", type=int, default=1_000)

@@ -61,7 +61,7 @@ def probe(package: Path, blocks: int, config: Path) -> float:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.cpu_probe",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.cpu_probe",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--package", type=Path, required=True)
     p.add_argument("--blocks", type=int, default=80)

@@ -44,7 +44,7 @@ def row_sums(index: Path) -> list[list]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.cumulative_ab",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.cumulative_ab",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--pool", default="pool-1m")
     p.add_argument("--cumulative", default="cumulative-1m")

@@ -127,7 +127,7 @@ def _inputs(args: list[str]) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.e2e", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.e2e", description=__doc__.splitlines()[0])
     p.add_argument("--scale", choices=sorted(SCALES),
                    help="preset: builds the packages if missing, sets pool/day/history/out")
     p.add_argument("--pool", type=Path)

@@ -68,7 +68,7 @@ def cli(code: Path, args: list[str], log: Path) -> Measurement:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.e2e_ab", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.e2e_ab", description=__doc__.splitlines()[0])
     p.add_argument("--pool", default="pool-1m", help="a bench package name or a package path")
     p.add_argument("--a", required=True, help="git revision or checkout folder")
     p.add_argument("--b", required=True, help="git revision or checkout folder")

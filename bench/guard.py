@@ -362,7 +362,7 @@ def verify_cost(pairs: list[tuple[str, str, str]], guards: dict[str, object], ro
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", type=Path, help="write the figures here as well")

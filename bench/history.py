@@ -694,7 +694,7 @@ def layout_summary(round_name: str, lay: dict[str, Any]) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.history", description=__doc__,
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.history", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "history")
     p.add_argument("--pg-root", type=Path, default=Path("/tmp/near-dedup-history-pg"))

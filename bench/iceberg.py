@@ -50,7 +50,7 @@ def side(name: str, index: str, index_path: Path, pool: Path, out: Path, workers
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--pool", type=Path, required=True, help="a pool package folder")
     ap.add_argument("--out", type=Path, required=True, help="a folder for indexes and logs")
     ap.add_argument("--workers", type=int, default=2)

@@ -25,7 +25,7 @@ from near_dedup_core.index_store.iceberg.snapshot import Pinned, bucket_hits, bu
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--index", required=True, help="an iceberg:///folder index")
     ap.add_argument("--counts", default="16,64,256,1024")
     ap.add_argument("--probe-share", type=float, default=0.1)

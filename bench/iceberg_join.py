@@ -24,7 +24,7 @@ from near_dedup_core.index_store.iceberg.snapshot import (
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--index", required=True, help="an iceberg:///folder index")
     ap.add_argument("--probe-share", type=float, default=0.1)
     args = ap.parse_args(argv)

@@ -85,7 +85,7 @@ def commit_of(code: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.join_ab",
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.join_ab",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--probes", required=True, help="iceberg:/// index of the pool alone")
     ap.add_argument("--bands", type=Path, action="append", required=True,

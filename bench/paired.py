@@ -118,7 +118,7 @@ def datasketch_seconds(texts: list[str], cpu: int) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.paired", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.paired", description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--cpu", type=int, default=0, help="CPU datasketch is pinned to")

@@ -93,7 +93,7 @@ def check_identical_shingles(hasher, texts: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.peers", description=__doc__.splitlines()[0])
     p.add_argument("--corpus", type=Path, default=SET20K)
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--docs-per-round", type=int, default=1000)

@@ -79,7 +79,7 @@ def summarize(path: Path, top: int = 12) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.profile_summary",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.profile_summary",
                                 description=__doc__.splitlines()[0])
     p.add_argument("profile", type=Path)
     p.add_argument("--top", type=int, default=12)

@@ -48,7 +48,7 @@ def cli(args: list[str]) -> float:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.recall", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.recall", description=__doc__.splitlines()[0])
     p.add_argument("--corpus", type=Path, default=SET20K)
     p.add_argument("--package", type=Path, default=OUT / "pkg" / "set20k")
     p.add_argument("--config", type=Path, default=CONFIG)

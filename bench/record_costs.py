@@ -96,7 +96,7 @@ def costs(package: Path, blocks: int, index: Path | None, config: Path,
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.record_costs",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.record_costs",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--package", type=Path, required=True)
     p.add_argument("--index", type=Path, help="look the texts up in this index")

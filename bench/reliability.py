@@ -127,7 +127,7 @@ class Table:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=20_000)
     ap.add_argument("--trials", type=int, default=6)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "rel")

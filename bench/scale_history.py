@@ -76,6 +76,7 @@ from near_dedup_core.index_store.iceberg.batch import (
     write_band_files,
 )
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_hits
+from near_dedup_core.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
 CONFIG = ROOT / "config" / "near-dedup.json"
@@ -88,6 +89,10 @@ CONTENT_ID_BYTES = 16
 SHA_BYTES = 32
 CREATED_AT = "2026-11-28T00:00:00Z"
 THREADS = 2
+
+
+#: Whether the generators show their progress on stderr (``--quiet``: not).
+PROGRESS = {"enabled": True}
 
 
 def load() -> list[float]:
@@ -133,11 +138,13 @@ def band_groups(contents: int, bands: int, buckets: int, first: int, seed: int,
                 only: int | None = None):
     """The band rows of ``contents`` generated contents from id ``first``, `BUCKET_GROUP`
     buckets at a time, as arrow tables (bucket, key, content) sorted by bucket then key;
-    of the first ``only`` buckets alone when given."""
+    of the first ``only`` buckets alone when given. The rows generated show on stderr as the
+    CLI's progress does (``--quiet``: not)."""
     counts = rows_per_bucket(contents * bands, buckets)
     last = first + contents - 1
     schema = it.arrow_schema("bands")
     end = buckets if only is None else min(only, buckets)
+    bar = Progress("history: band rows", sum(counts[:end]), enabled=PROGRESS["enabled"])
     for start in range(0, end, BUCKET_GROUP):
         group = range(start, min(start + BUCKET_GROUP, end))
         with ThreadPoolExecutor(THREADS) as threads:
@@ -147,6 +154,8 @@ def band_groups(contents: int, bands: int, buckets: int, first: int, seed: int,
         yield pa.Table.from_arrays([pa.array(bucket), pa.array(np.concatenate(
             [k for k, _ in parts])), pa.array(np.concatenate([c for _, c in parts]))],
             schema=schema)
+        bar.advance(len(bucket))
+    bar.finish()
 
 
 def content_files(first: int, n: int, num_perm: int, scope: int, batch: int,
@@ -508,8 +517,9 @@ def built(package: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.scale_history",
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.scale_history",
                                  description=__doc__.splitlines()[0])
+    ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     sub = ap.add_subparsers(dest="command", required=True)
     a = sub.add_parser("append", help="append generated contents to an Iceberg index")
     a.add_argument("--index", required=True)
@@ -548,6 +558,7 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--buckets", type=int, default=1024)
     d.add_argument("--workers", type=int, default=2)
     args = ap.parse_args(argv)
+    PROGRESS["enabled"] = not args.quiet
     for name in ("pool", "day"):
         package = getattr(args, name, None)
         if package is not None:

@@ -50,7 +50,7 @@ def _report_bytes(report: Path) -> dict[str, bytes]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.scaleout", description=__doc__)
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.scaleout", description=__doc__)
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--backends", action="store_true")
     mode.add_argument("--executors", action="store_true")

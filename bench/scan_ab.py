@@ -69,7 +69,7 @@ def _label(index: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.scan_ab", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.scan_ab", description=__doc__.splitlines()[0])
     p.add_argument("--index", required=True, help="SQLite path or postgresql:// URL")
     p.add_argument("--b-index", help="the index version B scans (default: --index)")
     p.add_argument("--inputs", type=Path, nargs="+", required=True)

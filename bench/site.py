@@ -88,7 +88,7 @@ def open_times(site: Path, pages: tuple[str, ...] = ("index.html", "clusters/ind
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1_000_000)
     ap.add_argument("--workers", type=int, default=2, help="workers of the index and scan")
     ap.add_argument("--rounds", type=int, default=1)

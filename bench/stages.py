@@ -86,7 +86,7 @@ def _wrap(spec: str) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.stages", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.stages", description=__doc__.splitlines()[0])
     p.add_argument("--stage", action="append", help="module:function to time (repeatable)")
     p.add_argument("--totals", action="store_true",
                    help="one line per stage at the exit: calls, summed wall and thread CPU")

@@ -107,7 +107,7 @@ def cold_start(tree: Path, tmp: Path) -> dict[str, dict[str, tuple[float, float]
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.startup",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.startup",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--base", type=Path, help="another checkout to compare with (alternating)")
     p.add_argument("--rounds", type=int, default=5)

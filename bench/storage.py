@@ -76,7 +76,7 @@ def report_files(client: object, bucket: str, prefix: str) -> dict[str, bytes]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m bench.storage", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.storage", description=__doc__.splitlines()[0])
     p.add_argument("--pool", type=Path, help=f"a pool package (default: {POOL}, built if needed)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)

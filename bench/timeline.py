@@ -41,7 +41,7 @@ def _cpu_by_pid(root: psutil.Process, numbers: dict[int, int], t0: float) -> dic
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.timeline",
+    p = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.timeline",
                                 description=__doc__.splitlines()[0])
     p.add_argument("--every", type=float, default=1.0, help="seconds per interval")
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")

@@ -6,6 +6,7 @@ Exit codes: 0 success, 1 invalid input/usage/state (one line on stderr), 2 a lim
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import gc
 import logging
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from near_dedup_core import __version__, runtime
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.progress import close_bars, command_clock
 from near_dedup_core.workers import EXECUTORS, choose_executor
 
 if TYPE_CHECKING:
@@ -26,10 +28,46 @@ if TYPE_CHECKING:
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse that reports usage errors as one line and exit code 1."""
+    """argparse that reports usage errors as one line and exit code 1, takes options only
+    by their full names (``--input`` is not ``--inputs``), and names an unknown option
+    first: ``--ouptut`` is reported as unknown, not as a missing ``--output``."""
+
+    def __init__(self, **kwargs) -> None:
+        #: every option string of this parser, its parents' included
+        self.option_names: set[str] = set()
+        for parent in kwargs.get("parents", ()):
+            self.option_names |= getattr(parent, "option_names", set())
+        self._given: list[str] = []
+        super().__init__(allow_abbrev=False, **kwargs)
+
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self.option_names.update(action.option_strings)
+        return action
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
 
     def error(self, message: str) -> None:  # type: ignore[override]
+        unknown = self._unknown_option()
+        if unknown is not None and not message.startswith("unrecognized"):
+            close = difflib.get_close_matches(unknown, sorted(self.option_names), n=1)
+            message = f"unrecognized argument: {unknown}" + \
+                (f" (did you mean {close[0]}?)" if close else "")
         raise NearDedupError(f"usage: {message} (see near-dedup --help)")
+
+    def _unknown_option(self) -> str | None:
+        """The first option this parser was given that it does not know, if any."""
+        for token in self._given:
+            if token == "--":
+                break
+            name = token.split("=", 1)[0]
+            if name.startswith("--") or (len(name) == 2 and name[0] == "-"
+                                         and not name[1].isdigit()):
+                if name not in self.option_names:
+                    return name
+        return None
 
 
 def _workers(value: str) -> int:
@@ -208,6 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
     rx.add_argument("package_id", metavar="PACKAGE_ID", help="the sample's package id")
     rx.add_argument("sample_id", metavar="SAMPLE_ID", help="the sample's id")
     rx.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    _packages_option(rx)
     rd = rps.add_parser("diff", help="decisions that changed between two reports",
                         description="Compare two reports: config changes first, then counts "
                                     "and the samples whose decision or kept partner changed.")
@@ -216,22 +255,25 @@ def build_parser() -> argparse.ArgumentParser:
     rd.add_argument("--json", action="store_true", help="one JSON object on stdout")
     rd.add_argument("--limit", type=_workers, default=20, metavar="N",
                     help="samples shown per list (default 20; --json lists all)")
+    _packages_option(rd)
 
     rh = rps.add_parser("html", help="a report as a static site (HTML, no server needed)",
                         description="Write a self-contained static site of a verified report "
                                     "(overview, clusters with text diffs, guard pairs, per "
                                     "source, find a sample) from the report files and the "
                                     "input packages (no index needed); open index.html.")
-    rh.add_argument("report", type=Path, metavar="REPORT", help="the report folder")
-    rh.add_argument("--against", type=Path, metavar="OLD_REPORT",
+    rh.add_argument("report", type=_location, metavar="REPORT", help="the report folder")
+    rh.add_argument("--against", type=_location, metavar="OLD_REPORT",
                     help="also a page of the changes since this report (report diff)")
-    rh.add_argument("--contamination", type=Path, metavar="DIR",
+    rh.add_argument("--contamination", type=_location, metavar="DIR",
                     help="also a page of this contamination report's contaminated samples")
     rh.add_argument("--inputs", nargs="+", type=Path, default=[], metavar="PACKAGE",
                     help="input packages to read texts from, if they moved since the report "
-                         "was frozen (default: the paths in the report's manifest)")
-    rh.add_argument("--output", type=Path, required=True, metavar="DIR",
-                    help="new site folder (must not exist)")
+                         "was frozen (default: the paths in the report's manifest, also "
+                         "looked for below the report's folders and in --packages)")
+    rh.add_argument("--output", type=_location, required=True, metavar="DIR",
+                    help="new site folder or URL (must not exist)")
+    _packages_option(rh)
 
     sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
@@ -254,8 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="lineage parents (informational)")
     cr.add_argument("--created-at", metavar="TIMESTAMP",
                     help="ISO timestamp (default: now, UTC)")
-    cr.add_argument("--output", type=Path, required=True, metavar="DIR",
-                    help="new package folder (must not exist)")
+    cr.add_argument("--output", type=_location, required=True, metavar="DIR",
+                    help="new package folder or URL (must not exist)")
     va = sns.add_parser("validate", help="validate packages (together, as one command's inputs)",
                         description="Fully validate packages: manifests, checksums, every "
                                     "line and the references between them.")
@@ -282,6 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
                                     "near-dedup report embedded in it.")
     mv.add_argument("mixture", type=_location, metavar="MIXTURE", help="the mixture folder")
     return p
+
+
+def _packages_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--packages", nargs="+", type=Path, default=[], metavar="DIR",
+                        help="folders to look for the input packages in, if they are not at "
+                             "the paths the report recorded: the folder the scan ran in (a "
+                             "relative path is looked for below it), or one holding the "
+                             "package folders (docs/audit.md)")
 
 
 def _location(text: str) -> Location:
@@ -334,7 +384,7 @@ def _index_action(args: argparse.Namespace) -> str:
         from near_dedup_core.index_store.iceberg import maintain
 
         if args.action == "compact":
-            return maintain.compact(index.url)
+            return maintain.compact(index.url, progress=not args.quiet)
         return maintain.expire(index.url, getattr(args, "older_than", None))
 
 
@@ -413,10 +463,55 @@ def run(args: argparse.Namespace) -> None:
         args.executor = choose_executor(args.executor, args.workers)
     action = getattr(args, "action", None)
     name = f"index {action}" if action in ("check", "compact", "expire") else args.command
-    with runtime.command(name, inputs=getattr(args, "inputs", None) or (),
-                         workers=getattr(args, "workers", 1),
-                         executor=getattr(args, "executor", "local"), index=args.index):
-        _run(args)
+    with command_clock(progress=not args.quiet), \
+            runtime.command(name, inputs=getattr(args, "inputs", None) or (),
+                            workers=getattr(args, "workers", 1),
+                            executor=getattr(args, "executor", "local"), index=args.index):
+        try:
+            _run(args)
+        except NearDedupError as exc:
+            hint = None if exc.exit_code != 1 or str(exc).startswith("usage:") \
+                else _misplaced_folder(args)
+            if hint is None:
+                raise
+            raise NearDedupError(hint) from exc
+
+
+#: The folder arguments of each command: attribute, the kinds it takes (`folders.KINDS`),
+#: and how the command's messages name it.
+_FOLDER_ARGS: dict[str, tuple[tuple[str, tuple[str, ...], str], ...]] = {
+    "index": (("inputs", ("package",), "package"),),
+    "scan": (("inputs", ("package",), "package"),),
+    "contamination": (("evals", ("package",), "package"), ("inputs", ("package",), "package")),
+    "report verify": (("report", ("report", "contamination"), "report"),),
+    "report explain": (("report", ("report",), "report"),),
+    "report diff": (("old_report", ("report",), "report"), ("new_report", ("report",), "report")),
+    "report html": (("report", ("report",), "report"), ("against", ("report",), "report"),
+                    ("contamination", ("contamination",), "contamination report")),
+    "snapshot validate": (("packages", ("package",), "package"),),
+    "mixture verify": (("mixture", ("mixture",), "mixture"),),
+}
+
+
+def _misplaced_folder(args: argparse.Namespace) -> str | None:
+    """The one line for a local folder argument that is another kind of folder than the
+    command takes (a mixture given to `report verify`, a release day's folder of packages
+    given to `snapshot validate`), or None (`folders.misplaced`)."""
+    from near_dedup_core.folders import misplaced
+    from near_dedup_core.storage import LocalLocation
+
+    sub = getattr(args, f"{args.command}_command", None)
+    for attr, wanted, what in _FOLDER_ARGS.get(f"{args.command} {sub}" if sub else args.command,
+                                               ()):
+        value = getattr(args, attr, None)
+        for given in value if isinstance(value, list) else [value]:
+            if isinstance(given, LocalLocation):
+                given = given.path
+            if isinstance(given, Path):
+                hint = misplaced(given, wanted, what, str(given))
+                if hint is not None:
+                    return hint
+    return None
 
 
 def _run(args: argparse.Namespace) -> None:
@@ -448,30 +543,23 @@ def _run(args: argparse.Namespace) -> None:
                                    args.output, workers=args.workers, progress=progress,
                                    index=args.index, executor=args.executor).summary())
     elif args.command == "report":
-        if args.report_command in ("explain", "diff"):
-            _report_audit(args)
-        elif args.report_command == "html":
-            from near_dedup_core.site import build_site
+        from near_dedup_core.audit.sources import searching
 
-            site = build_site(args.report, args.output, against=args.against,
-                              contamination=args.contamination, inputs=args.inputs)
-            for note in site.notes:
-                print(f"near-dedup: note: {note}", file=sys.stderr)
-            print(site.summary())
-        else:
-            print(verify_any_report(args.report, args.inputs))
+        with searching(getattr(args, "packages", ())):  # report explain, diff, html
+            _run_report(args)
     elif args.command == "snapshot":
         from near_dedup_core import package
+        from near_dedup_core.wording import count
 
         if args.snapshot_command == "create":
             pkg = package.create_package(
                 kind=args.kind, package_id=args.package_id, tokenizer=args.tokenizer,
                 splits=package.parse_split_args(args.split), depends_on=args.depends_on,
                 parents=args.parent, created_at=args.created_at, output=args.output)
-            print(f"created {pkg.package_id} at {pkg.path} ({pkg.record_count} records)")
+            print(f"created {pkg.package_id} at {pkg.path} ({count(pkg.record_count, 'record')})")
         else:
             for pkg in package.validate_packages(args.packages):
-                print(f"valid: {pkg.package_id} ({pkg.kind}, {pkg.record_count} records, "
+                print(f"valid: {pkg.package_id} ({pkg.kind}, {count(pkg.record_count, 'record')}, "
                       f"manifest sha256 {pkg.manifest_sha256})")
     elif args.command == "mixture":
         from near_dedup_core import mixture
@@ -488,7 +576,24 @@ def _run(args: argparse.Namespace) -> None:
             from near_dedup_core.storage import in_place, local_folder
 
             with local_folder(args.mixture) as folder:
-                print(in_place(mixture.verify_mixture(folder).summary(), folder, args.mixture))
+                print(in_place(mixture.verify_mixture(folder, progress).summary(), folder,
+                               args.mixture))
+
+
+def _run_report(args: argparse.Namespace) -> None:
+    if args.report_command in ("explain", "diff"):
+        _report_audit(args)
+    elif args.report_command == "html":
+        from near_dedup_core.site import publish_site
+
+        site = publish_site(args.report, args.output, against=args.against,
+                            contamination=args.contamination, inputs=args.inputs,
+                            progress=not args.quiet)
+        for note in site.notes:
+            print(f"near-dedup: note: {note}", file=sys.stderr)
+        print(site.summary())
+    else:
+        print(verify_any_report(args.report, args.inputs))
 
 
 class Terminated(BaseException):
@@ -618,6 +723,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _stopped(exc: Terminated | KeyboardInterrupt) -> int:
     """The line and exit code of a command stopped by SIGTERM or Ctrl-C."""
+    close_bars()
     if isinstance(exc, Terminated):
         print("near-dedup: terminated", file=sys.stderr)
         return _TERMINATED
@@ -638,6 +744,7 @@ def _broken_pool(exc: BaseException) -> bool:
 
 
 def _fail(message: str, code: int = 1) -> int:
+    close_bars()
     print(f"near-dedup: error: {message}", file=sys.stderr)
     return code
 

@@ -494,7 +494,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m near_dedup_core.guard TEXT...``: what the guard reads in each text."""
     from near_dedup_core.normalize import normalize
 
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(allow_abbrev=False, 
         prog="python -m near_dedup_core.guard",
         description="Print the number and unit sequences the numeric/unit guard reads in the "
                     "normalized TEXT (built-in units; '-' reads the text from stdin).")

@@ -4,7 +4,8 @@
 pool does — normalize + sign + compress chunks in ``index``, exact Jaccard + guard over
 candidate chunks in ``scan`` — to Ray tasks. The cluster is the one ``RAY_ADDRESS`` names
 (``auto``, ``ray://head:10001``, ``host:6379``), read by Ray itself; when it is unset a local
-Ray is started for the run and stopped at its end.
+Ray of its own is started for the run (even beside a head started on this machine, which it
+does not join) and stopped at its end. Ray's own messages go to a log file (`ray_connect`).
 
 What stays on the driver is everything that must be serial and deterministic: the batch order
 and the index writes of ``index``, candidate generation (set-based band joins against the index),
@@ -41,6 +42,14 @@ from concurrent.futures import Executor, Future
 from typing import Any
 
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.ray_connect import (
+    TokenRefused,
+    check_token,
+    is_token_refusal,
+    ray_log,
+    ray_output_to,
+    token_message,
+)
 
 #: Attempts after the first for a task whose worker process or node died.
 MAX_RETRIES = 3
@@ -77,15 +86,20 @@ class RayExecutor(Executor):
                 _reachable(address)
             else:  # before Ray starts: a command killed while it starts leaves nothing
                 self._watchdog = start_watchdog(_mark_local_ray())
+            log = ray_log()
             try:
-                ray.init(address=address, num_cpus=None if address else local_cpus,
-                         include_dashboard=False, log_to_driver=False,
-                         logging_level=logging.ERROR, configure_logging=False)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
+                with ray_output_to(log):
+                    if address:
+                        check_token(address, ray)
+                    # "local": a Ray of its own, even beside a head started on this machine
+                    ray.init(address=address or "local",
+                             num_cpus=None if address else local_cpus,
+                             include_dashboard=False, log_to_driver=False,
+                             logging_level=logging.ERROR, configure_logging=False)
+            except (ConnectionError, RuntimeError, ValueError, TokenRefused,
+                    ray.exceptions.RayError) as exc:
                 self.shutdown()
-                where = f"cluster {address}" if address else "a local Ray"
-                raise NearDedupError(f"ray: cannot start or reach {where}: "
-                                     f"{_first_line(exc)}") from None
+                raise NearDedupError(_init_failure(address, exc, log, ray)) from None
             self._started = True
         self._remotes: dict[Callable, Any] = {}
 
@@ -106,7 +120,8 @@ class RayExecutor(Executor):
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         if self._started:
-            self._ray.shutdown()
+            with ray_output_to(ray_log()):
+                self._ray.shutdown()
             self._started = False
         if self._watchdog is not None:  # its input closed: it stops what is left, and ends
             stop_watchdog(self._watchdog)
@@ -130,6 +145,14 @@ def _reachable(address: str) -> None:
     except OSError as exc:
         raise NearDedupError(f"ray: cannot reach cluster {address} ({exc.strerror or exc})"
                              ) from None
+
+
+def _init_failure(address: str | None, exc: BaseException, log: str | None, ray: Any) -> str:
+    if address and is_token_refusal(exc, ray):
+        return token_message(address)
+    where = f"cluster {address}" if address else "a local Ray"
+    seen = f" (Ray's messages: {log})" if log else ""
+    return f"ray: cannot start or reach {where}: {_first_line(exc)}{seen}"
 
 
 def _settle(out: Future, done: Future, ray: Any) -> None:

@@ -21,8 +21,12 @@ published folder is complete when, and only when, its ``checksums.sha256`` exist
    is gone) are removed by the next publication beside them.
 
 A reader (`Location.verify`) refuses a folder without ``checksums.sha256``, so a run killed
-at any step leaves nothing that verifies. Every failure is one `NearDedupError` line naming
-the URL; credentials come only from the storage client's own chain and are never printed.
+at any step leaves nothing that verifies. A run that fails, or is stopped by SIGTERM or
+Ctrl-C, removes what it wrote before it ends (`RemoteLocation._commit`). Every storage call
+has a deadline (`storage_errors.deadline`). A key listed below a prefix must be a plain
+relative path (`storage_names`), so a fetched folder never writes outside itself. Every
+failure is one `NearDedupError` line naming the URL; credentials come only from the storage
+client's own chain and are never printed.
 """
 
 from __future__ import annotations
@@ -35,8 +39,11 @@ import logging
 import os
 import re
 import secrets
+import signal
 import socket
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -50,7 +57,9 @@ from near_dedup_core.fsutil import (
     require_new_output,
     verify_checksums,
 )
-from near_dedup_core.storage_errors import errors
+from near_dedup_core.progress import pause_point
+from near_dedup_core.storage_errors import deadline, errors
+from near_dedup_core.storage_names import check_key, check_location_text, key_problem, shown
 from near_dedup_core.storage_streams import (
     S3FS_ATTEMPTS,
     FileInfo,
@@ -150,14 +159,16 @@ class Location(abc.ABC):
         refused: it is not (or not yet) a published folder."""
 
     @abc.abstractmethod
-    def require_new_output(self) -> None:
-        """Refuse an output that already exists: outputs are never replaced."""
+    def require_new_output(self, marker: str = CHECKSUMS) -> None:
+        """Refuse an output that already exists: outputs are never replaced. ``marker``:
+        the file whose presence makes a folder on object storage published."""
 
     @abc.abstractmethod
-    def publish(self) -> contextlib.AbstractContextManager[Path]:
+    def publish(self, marker: str = CHECKSUMS) -> contextlib.AbstractContextManager[Path]:
         """Yield a local folder to write the output into; on success it appears at this
-        location as a whole, ``checksums.sha256`` last (which the folder must hold). On any
-        exception nothing is published."""
+        location as a whole, ``marker`` (``checksums.sha256``; a package's
+        ``manifest.json``) last, which the folder must hold. On any exception, and on a
+        SIGTERM or Ctrl-C before the marker is written, nothing is published."""
 
     def __str__(self) -> str:
         return self.url
@@ -189,6 +200,7 @@ def parse_location(text: str | Path | Location) -> Location:
     with the install command."""
     if isinstance(text, Location):
         return text
+    check_location_text(str(text))
     if isinstance(text, Path):
         return LocalLocation(text)
     m = _URL_RE.match(text)
@@ -275,10 +287,10 @@ class LocalLocation(Location):
     def verify(self, label: str) -> dict[str, str]:
         return verify_checksums(self.path, label)
 
-    def require_new_output(self) -> None:
+    def require_new_output(self, marker: str = CHECKSUMS) -> None:
         require_new_output(self.path)
 
-    def publish(self) -> contextlib.AbstractContextManager[Path]:
+    def publish(self, marker: str = CHECKSUMS) -> contextlib.AbstractContextManager[Path]:
         return atomic_dir(self.path)
 
 
@@ -294,7 +306,9 @@ class RemoteLocation(Location):
         self.url = url.rstrip("/")
         self.protocol = protocol
         self._cls = _filesystem_class(url, protocol)
-        self.root = self._cls._strip_protocol(self.url).rstrip("/")
+        import fsspec.core
+
+        self.root = fsspec.core.strip_protocol(self.url).rstrip("/")
         self._fs: AbstractFileSystem | None = None
         self._fs_pid = 0
 
@@ -326,6 +340,14 @@ class RemoteLocation(Location):
     def child(self, rel: str) -> RemoteLocation:
         return RemoteLocation(f"{self.url}/{rel}", self.protocol)
 
+    def _do(self, method: str, *args: Any, nbytes: int = 0, **kwargs: Any) -> Any:
+        """Call a method of the filesystem with a deadline (`storage_errors.deadline`, for
+        moving ``nbytes``): past it, the call is cancelled and fails (fsspec's ``timeout``
+        of an async filesystem's calls, which s3fs and gcsfs are)."""
+        if getattr(self.fs, "async_impl", False):
+            kwargs["timeout"] = deadline(nbytes)
+        return getattr(self.fs, method)(*args, **kwargs)
+
     def _key(self, rel: str) -> str:
         return f"{self.root}/{rel}" if rel else self.root
 
@@ -337,9 +359,17 @@ class RemoteLocation(Location):
 
     def list_files(self) -> dict[str, FileInfo]:
         with errors(self.url):
-            found = self.fs.find(self.root, detail=True)
-        files = {name[len(self.root) + 1:]: _file_info(info) for name, info in found.items()
-                 if info.get("type") == "file" and name.startswith(self.root + "/")}
+            found = self._do("find", self.root, detail=True)
+        files: dict[str, FileInfo] = {}
+        for name, info in found.items():
+            if info.get("type") != "file" or not name.startswith(self.root + "/"):
+                continue
+            rel = name[len(self.root) + 1:]
+            if (rel == "" or rel.endswith("/")) and not int(info.get("size") or 0) \
+                    and key_problem(rel.rstrip("/") or "x") is None:
+                continue  # an empty folder marker (``data/``), as consoles create them
+            check_key(self.url, rel)
+            files[rel] = _file_info(info)
         if not files:
             self._bucket_must_exist()
             raise NearDedupError(f"{self.url}: no such prefix (nothing is stored under it)")
@@ -348,13 +378,13 @@ class RemoteLocation(Location):
     def _bucket_must_exist(self) -> None:
         with errors(self.url):
             try:
-                self.fs.info(self._bucket())
+                self._do("info", self._bucket())
             except FileNotFoundError:
                 raise NearDedupError(f"{self.url}: no such bucket") from None
 
     def info(self, rel: str = "") -> FileInfo:
         with errors(self._url(rel)):
-            found = self.fs.info(self._key(rel))
+            found = self._do("info", self._key(rel))
         if found.get("type") != "file":
             raise NearDedupError(f"{self._url(rel)}: not a file")
         return _file_info(found)
@@ -362,12 +392,12 @@ class RemoteLocation(Location):
     def exists(self, rel: str = "") -> bool:
         with errors(self._url(rel)):
             self._bucket_must_exist()
-            return bool(self.fs.exists(self._key(rel)))
+            return bool(self._do("exists", self._key(rel)))
 
     def folders(self) -> list[str]:
         with errors(self.url):
             try:
-                found = self.fs.ls(self.root, detail=True)
+                found = self._do("ls", self.root, detail=True)
             except FileNotFoundError:
                 return []
         return sorted(str(info["name"]).rstrip("/").rsplit("/", 1)[-1] for info in found
@@ -429,29 +459,33 @@ class RemoteLocation(Location):
                                      f"{CHECKSUMS} (file changed)")
         return listed
 
-    def require_new_output(self) -> None:
+    def require_new_output(self, marker: str = CHECKSUMS) -> None:
         if "/" not in self.root.strip("/"):
             raise NearDedupError(f"output {self.url}: name a prefix inside the bucket "
                                  f"(s3://bucket/reports/name), not the bucket itself")
+        problem = key_problem(self.root.strip("/").split("/", 1)[1])
+        if problem is not None:
+            raise NearDedupError(f"output {self.url}: the prefix is not a plain path inside "
+                                 f"the bucket ({problem})")
         with errors(self.url):
             self._bucket_must_exist()
-            present = self.fs.exists(self.root)
-            complete = present and self.fs.exists(self._key(CHECKSUMS))
+            present = self._do("exists", self.root)
+            complete = present and self._do("exists", self._key(marker))
         if complete:
             raise NearDedupError(f"output {self.url} already exists; choose a new directory")
         if present:
-            raise NearDedupError(f"output {self.url} already exists and holds no {CHECKSUMS} "
+            raise NearDedupError(f"output {self.url} already exists and holds no {marker} "
                                  f"(an interrupted or concurrent publication); remove it or "
                                  f"choose a new directory")
 
     @contextlib.contextmanager
-    def publish(self) -> Iterator[Path]:
-        self.require_new_output()
+    def publish(self, marker: str = CHECKSUMS) -> Iterator[Path]:
+        self.require_new_output(marker)
         with tempfile.TemporaryDirectory(prefix="near-dedup-publish-") as tmp:
-            folder = Path(tmp) / self.name
+            folder = Path(tmp) / _local_name(self)
             folder.mkdir()
             yield folder
-            self._commit(folder)
+            self._commit(folder, marker)
 
     def _staging_prefix(self) -> str:
         parent, _, name = self.root.rpartition("/")
@@ -463,59 +497,101 @@ class RemoteLocation(Location):
         (as `fsutil.remove_stale_temporaries` does locally)."""
         parent, _, name = self.root.rpartition("/")
         stem = f"{parent}/.{name}.tmp-{_host()}-"
-        with errors(self.url, "nothing was published"):
-            try:
-                siblings = self.fs.ls(parent, detail=False)
-            except FileNotFoundError:  # nothing beside the output yet
-                return
+        try:
+            siblings = self._do("ls", parent, detail=False)
+        except FileNotFoundError:  # nothing beside the output yet
+            return
         for sibling in siblings:
             pid = sibling.rstrip("/")[len(stem):].partition("-")[0]
             if (sibling.startswith(stem) and pid.isdigit() and int(pid) != os.getpid()
                     and not _pid_alive(int(pid))):
-                with errors(self.url, "nothing was published"), \
-                        contextlib.suppress(FileNotFoundError):
-                    self.fs.rm(sibling, recursive=True)
+                with contextlib.suppress(FileNotFoundError):
+                    self._do("rm", sibling, recursive=True)
 
-    def _commit(self, folder: Path) -> None:
+    def _commit(self, folder: Path, marker: str) -> None:
+        """Publish ``folder`` (rules 3 to 5 of the module doc). The storage calls run on a
+        thread of their own while this one waits: a SIGTERM or Ctrl-C that stops the command
+        meanwhile lets the call in flight end (within its deadline), then the publication
+        stops at its next step and removes what it wrote — unless its marker was written,
+        which makes the output published — and only then does the stop propagate. So what a
+        stopped publication wrote is always known, and removed."""
         rels = sorted((p.relative_to(folder).as_posix() for p in folder.rglob("*")
                        if p.is_file()), key=checksum_order)
-        if CHECKSUMS not in rels:
+        if marker not in rels:
             raise NearDedupError(f"output {self.url}: the folder to publish has no "
-                                 f"{CHECKSUMS}; nothing was published")
-        data = [rel for rel in rels if rel != CHECKSUMS]
-        self._remove_stale_staging()
-        staging = self._staging_prefix()
-        copied: list[str] = []
+                                 f"{marker}; nothing was published")
+        stop, done = threading.Event(), threading.Event()
+        failed: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._publish_files(folder, [r for r in rels if r != marker], marker, stop)
+            except BaseException as exc:  # handed to the waiting thread
+                failed.append(exc)
+            finally:
+                done.set()
+
+        # waited for on an Event: a Thread.join interrupted by a signal may take the thread
+        # for ended while it runs (Python 3.11)
+        threading.Thread(target=run, name="near-dedup-publish", daemon=True).start()
+        try:
+            while not done.wait(0.1):
+                pass
+        except BaseException:  # SIGTERM or Ctrl-C: stop at the next step, undo, then stop
+            stop.set()
+            with _stops_held():
+                done.wait()
+            raise
+        if failed:
+            raise failed[0]
+
+    def _publish_files(self, folder: Path, data: list[str], marker: str,
+                       stop: threading.Event) -> None:
+        staging: str | None = None
+        copied: list[str] = []  # output keys this run may have written
         committed = False
         try:
             with errors(self.url, "nothing was published"):
-                for rel in data:
+                _step(stop, "publish-start")
+                self._remove_stale_staging()
+                staging = self._staging_prefix()
+                for n, rel in enumerate(data):
+                    _step(stop, "publish-staged" if n == 1 else None)
                     self._upload(folder / rel, f"{staging}/{rel}")
-                self.require_new_output()  # nobody published meanwhile
-                for rel in data:
-                    self.fs.copy(f"{staging}/{rel}", self._key(rel))
-                    copied.append(rel)
-                if not self._write_marker(folder / CHECKSUMS):
+                _step(stop, "publish-check")
+                self.require_new_output(marker)  # nobody published meanwhile
+                for n, rel in enumerate(data):
+                    _step(stop, "publish-copied" if n == 1 else None)
+                    copied.append(rel)  # before the call: it may land however it ends
+                    self._do("copy", f"{staging}/{rel}", self._key(rel))
+                _step(stop, "publish-marker")
+                if not self._write_marker(folder / marker, marker):
                     copied = []  # the output is the other run's now: leave its files be
                     raise NearDedupError(f"output {self.url} was published by another run "
                                          f"meanwhile; nothing of this run was published")
                 committed = True
-        except BaseException:
-            if not committed:
-                self._discard(staging, copied)
+        except BaseException as exc:
+            if committed:
+                raise
+            left = self._discard(staging, copied)
+            if left and isinstance(exc, NearDedupError):
+                raise NearDedupError(f"{exc} ({left} could not be removed; until it is, "
+                                     f"the next run to this output refuses it)") from None
             raise
+        pause_point("publish-done")
         with contextlib.suppress(Exception):  # the output is complete; this is tidying
-            self.fs.rm(staging, recursive=True)
+            self._do("rm", staging, recursive=True)
 
-    def _write_marker(self, local: Path) -> bool:
-        """Write ``checksums.sha256`` only if it does not exist yet (conditional write where
-        the storage has one: S3's ``If-None-Match: *``); False if it already existed."""
-        key = self._key(CHECKSUMS)
+    def _write_marker(self, local: Path, marker: str) -> bool:
+        """Write the marker (``checksums.sha256``) only if it does not exist yet (conditional
+        write where the storage has one: S3's ``If-None-Match: *``); False if it already
+        existed."""
+        key = self._key(marker)
         try:
             if self.protocol in ("s3", "s3a"):
                 self._upload(local, key, create=True)
             else:
-                if self.fs.exists(key):
+                if self._do("exists", key):
                     return False
                 self._upload(local, key)
         except FileExistsError:
@@ -528,19 +604,21 @@ class RemoteLocation(Location):
         under 100 MiB whole, and its `put` of several files sends them all at once: the
         whole report in memory at the end of the scan); a larger one goes in parts of
         `UPLOAD_PART` bytes, one at a time. ``create``: only if the key does not exist yet
-        (``If-None-Match: *``); FileExistsError if it does."""
-        if self.protocol not in ("s3", "s3a"):
-            self.fs.put_file(str(local), key)
-            return
+        (``If-None-Match: *``); FileExistsError if it does. The deadline grows with the
+        file (`storage_errors.deadline`)."""
         size = local.stat().st_size
+        if self.protocol not in ("s3", "s3a"):
+            self._do("put_file", str(local), key, nbytes=size)
+            return
         if size > _MAX_PUT:
             part = max(UPLOAD_PART, -(-size // _MAX_PARTS))
-            self.fs.put_file(str(local), key, chunksize=part, max_concurrency=1,
-                             mode="create" if create else "overwrite")
+            self._do("put_file", str(local), key, nbytes=size, chunksize=part,
+                     max_concurrency=1, mode="create" if create else "overwrite")
             return
         from fsspec.asyn import sync
 
-        sync(self.fs.loop, self._put_streamed, local, size, key, create)
+        sync(self.fs.loop, self._put_streamed, local, size, key, create,
+             timeout=deadline(size))
 
     async def _put_streamed(self, local: Path, size: int, key: str, create: bool) -> None:
         bucket, _, name = key.lstrip("/").partition("/")
@@ -558,14 +636,70 @@ class RemoteLocation(Location):
                     raise FileExistsError(key) from exc
                 raise
 
-    def _discard(self, staging: str, copied: list[str]) -> None:
-        """Remove what a failed publication wrote: its staging prefix and the files it
-        copied to the output (which holds no ``checksums.sha256``, so no reader took them)."""
-        with contextlib.suppress(Exception):
-            self.fs.rm(staging, recursive=True)
-        for rel in copied:
-            with contextlib.suppress(Exception):
-                self.fs.rm_file(self._key(rel))
+    def _discard(self, staging: str | None, copied: list[str]) -> str:
+        """Remove what a failed or stopped publication wrote: its staging prefix and the
+        files it copied to the output (which holds no marker, so no reader took them). All
+        of it within one deadline: against a storage that stopped answering, the command
+        still ends (what is left is what a killed run leaves, see the module doc). Returns
+        what could not be removed, in words ("" when everything was)."""
+        end = time.monotonic() + deadline()
+        keys = [self._key(rel) for rel in copied]
+        if staging is not None:
+            keys.append(staging)
+        failed: list[str] = []
+        for key in keys:
+            left = end - time.monotonic()
+            try:
+                if left <= 0:
+                    raise TimeoutError(key)
+                if getattr(self.fs, "async_impl", False):
+                    self.fs.rm(key, recursive=key == staging, timeout=left)
+                else:
+                    self.fs.rm(key, recursive=key == staging)
+            except FileNotFoundError:
+                continue
+            except Exception:  # unreachable, denied, past the deadline: said by the caller
+                failed.append(key)
+        if not failed:
+            return ""
+        output = [key for key in failed if key != staging]
+        words = [f"{len(output)} file(s) at the output"] if output else []
+        if staging in failed:
+            words.append(f"the staging prefix {self.protocol}://{staging.lstrip('/')}/")
+        return " and ".join(words)
+
+
+def _step(stop: threading.Event, stage: str | None) -> None:
+    """A point between two storage calls of a publication: stop there if the command was
+    stopped (`RemoteLocation._commit`). ``stage`` names it for `progress.pause_point`."""
+    if stage is not None:
+        pause_point(stage)
+    if stop.is_set():
+        raise _Stopped
+
+
+class _Stopped(BaseException):
+    """A publication stopped by a SIGTERM or Ctrl-C of the command (which propagates that)."""
+
+
+@contextlib.contextmanager
+def _stops_held() -> Iterator[None]:
+    """While a stopped publication removes what it wrote: a further Ctrl-C (or a first
+    SIGTERM after a Ctrl-C) waits instead of cutting the removal short; the command is
+    already stopping. A second SIGTERM still ends the process at once (its default
+    action, which the CLI restores after the first)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    held = {sig: handler for sig, handler in held.items() if callable(handler)}
+    for sig in held:
+        signal.signal(sig, lambda *_: None)
+    try:
+        yield
+    finally:
+        for sig, handler in held.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager
@@ -583,9 +717,12 @@ def local_folder(location: str | Path | Location) -> Iterator[Path]:
     assert isinstance(location, RemoteLocation)
     files = location.list_files()
     with tempfile.TemporaryDirectory(prefix="near-dedup-fetch-") as tmp:
-        folder = Path(tmp) / location.name
+        folder = Path(tmp) / _local_name(location)
         for rel, info in files.items():
-            target = folder / rel
+            target = folder / rel  # a plain relative path: `list_files` checked every key
+            if not target.resolve().is_relative_to(folder.resolve()):
+                raise NearDedupError(f"{location.url}: the object {shown(rel)} would be "
+                                     f"written outside the fetched folder; refused")
             target.parent.mkdir(parents=True, exist_ok=True)
             with location.open(rel, info) as src, open(target, "wb") as dst:
                 while chunk := src.read(_CHUNK):
@@ -614,7 +751,7 @@ def fetched_folder(location: str | Path | Location, *, fresh: bool = False) -> P
     if location.url not in _FETCHED:
         with local_folder(location) as folder:
             keep = tempfile.TemporaryDirectory(prefix="near-dedup-fetch-")
-            target = Path(keep.name) / location.name
+            target = Path(keep.name) / _local_name(location)
             os.rename(folder, target)
         _FETCHED[location.url] = (keep, target)
     return _FETCHED[location.url][1]
@@ -631,6 +768,12 @@ def in_place(text: str, folder: Path, location: str | Path | Location) -> str:
 def _file_info(info: dict) -> FileInfo:
     tag = info.get("ETag") or info.get("etag") or info.get("generation")
     return FileInfo(int(info.get("size") or 0), None if tag is None else str(tag))
+
+
+def _local_name(location: Location) -> str:
+    """The name of a local folder standing for ``location``: its own name where that is one
+    plain path segment."""
+    return location.name if key_problem(location.name) is None else "folder"
 
 
 def _host() -> str:

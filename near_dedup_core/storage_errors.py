@@ -7,10 +7,38 @@ description reads the error codes and class names along the exception's chain.""
 from __future__ import annotations
 
 import contextlib
+import math
+import os
 import urllib.parse
 from collections.abc import Iterator
 
 from near_dedup_core.errors import NearDedupError
+
+#: The setting of the deadline of each storage call, in seconds.
+TIMEOUT_ENV = "NEAR_DEDUP_STORAGE_TIMEOUT"
+#: Its default: longer than the client's own retries against a silent endpoint (about half a
+#: minute), so that those end first with their own message.
+DEFAULT_TIMEOUT = 60.0
+#: The slowest transfer an upload or a read is given time for on top of the deadline, bytes
+#: per second (a 5 GiB upload in one request: the deadline plus 85 minutes).
+MIN_RATE = 1 << 20
+
+
+def deadline(nbytes: int = 0) -> float:
+    """Seconds one storage call may take, retries included: `TIMEOUT_ENV` (or
+    `DEFAULT_TIMEOUT`), plus the time to move ``nbytes`` at `MIN_RATE`."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        base = DEFAULT_TIMEOUT
+    else:
+        try:
+            base = float(raw)
+        except ValueError:
+            base = math.nan
+        if not (math.isfinite(base) and base > 0):
+            raise NearDedupError(f"{TIMEOUT_ENV}={raw!r}: expected a number of seconds "
+                                 f"above 0")
+    return base + nbytes / MIN_RATE
 
 _BUCKET_MISSING = {"NoSuchBucket"}
 _EXPIRED = {"ExpiredToken", "ExpiredTokenException", "TokenRefreshRequired", "RequestExpired"}
@@ -27,6 +55,7 @@ _UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ReadTimeoutEr
                 "ConnectionError", "TimeoutError", "FSTimeoutError", "ResponseStreamingError",
                 "ClientPayloadError", "IncompleteReadError"}
 _CHANGED = {"FileExpired"}
+_MISSING = {"NoSuchKey", "404"}
 #: What botocore raises (a RuntimeError) when the credential chain (a credential process,
 #: an SSO or assumed-role cache, the container or instance role) hands out credentials whose
 #: expiration has passed, and refreshing them gives expired ones again.
@@ -80,13 +109,16 @@ def describe(exc: BaseException) -> str:
                 f"retries")
     if names & _CHANGED or "PreconditionFailed" in codes:
         return "changed while being read (its version is no longer the one listed)"
+    if "FSTimeoutError" in names:
+        return (f"no answer from the storage within the deadline ({deadline():g} s, "
+                f"{TIMEOUT_ENV})")
     if names & _UNREACHABLE:
         urls = [getattr(e, "kwargs", {}).get("endpoint_url") for e in chain
                 if isinstance(getattr(e, "kwargs", None), dict)]
         endpoint = next((origin(u) for u in urls if isinstance(u, str) and u), None)
         return (f"cannot reach the storage endpoint{' ' + endpoint if endpoint else ''} "
                 f"({type(chain[-1]).__name__}, still failing after the client's retries)")
-    if "FileNotFoundError" in names:
+    if "FileNotFoundError" in names or _MISSING & set(codes):
         return "not found"
     detail = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"storage error ({detail})"

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.storage_errors import errors
+from near_dedup_core.storage_errors import deadline, errors
 
 #: s3fs's own attempts around botocore's, and the requests for a body cut short.
 S3FS_ATTEMPTS = 2
@@ -108,7 +108,7 @@ class S3Stream(io.RawIOBase):
         from fsspec.asyn import sync
 
         with errors(self._url):
-            return int(sync(self._fs.loop, self._fill, view))
+            return int(sync(self._fs.loop, self._fill, view, timeout=deadline(len(view))))
 
     async def _fill(self, view: memoryview) -> int:
         got = 0
@@ -116,8 +116,10 @@ class S3Stream(io.RawIOBase):
         while got < len(view):
             if self._body is None:
                 stop = min(self._end, self._pos + REQUEST_BYTES)
-                answer = await self._fs._call_s3(
-                    "get_object", Bucket=self._bucket, Key=self._key,
+                await self._fs.set_session()
+                client = await self._fs.get_s3(self._bucket)
+                answer = await client.get_object(
+                    Bucket=self._bucket, Key=self._key,
                     Range=f"bytes={self._pos}-{stop - 1}", **self._match)
                 self._body, self._body_end = answer["Body"], stop
                 self.requested += stop - self._pos
@@ -151,7 +153,7 @@ class S3Stream(io.RawIOBase):
             from fsspec.asyn import sync
 
             with contextlib.suppress(Exception):
-                sync(self._fs.loop, self._aclose)
+                sync(self._fs.loop, self._aclose, timeout=deadline())
         super().close()
 
     async def _aclose(self) -> None:

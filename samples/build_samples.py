@@ -677,7 +677,7 @@ def build(output: Path, replace: bool) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(allow_abbrev=False, description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=HERE,
                         help="folder that receives cpt/ and sft/ (default: samples/)")
     parser.add_argument("--replace", action="store_true",

@@ -91,7 +91,7 @@ def day_summary(day: str, result) -> list[str]:
         (f"day {day}  {packages}: {scan['records_in']} records in, {scan['kept']} kept, "
          f"{scan['excluded']} excluded; {scan['history_only_relations']} history-only "
          f"relations, {scan['guard_blocked_relations']} kept apart by the numeric/unit guard"),
-        (f"  index    batch {index['batch']}, {index['new_contents']} new contents "
+        (f"  index    batch {index['batch']}, {index['new_contents']} new texts "
          f"({rel(index['index'])})"),
         (f"  mixture  {mix['selected']}/{mix['target_records']} selected, "
          f"{mix['excluded_by_report']} excluded by the report before quotas, "

@@ -205,7 +205,7 @@ def test_a_killed_worker_is_retried_and_the_index_is_the_same(cluster, packages,
     index = tmp_path / "ray.sqlite"
     marker = tmp_path / "died"
     run = _index_in_subprocess(cluster, index, v1, marker, always=False)
-    assert run.returncode == 0, run.stderr
+    assert (run.returncode, run.stderr) == (0, ""), run.stderr  # Ray's notices: in its logs
     assert marker.exists()  # a worker did die
     reports = []
     for idx in (local, index):
@@ -223,9 +223,8 @@ def test_a_task_that_keeps_failing_stops_with_one_line_and_writes_nothing(
     before = index.read_bytes()
     run = _index_in_subprocess(cluster, index, v2, tmp_path / "died", always=True)
     assert run.returncode == 1, run.stderr
-    last = run.stderr.strip().splitlines()[-1]
-    assert last.startswith("near-dedup: error: ray: a task failed after"), run.stderr
-    assert "Traceback" not in run.stderr
+    assert run.stderr.startswith("near-dedup: error: ray: a task failed after") \
+        and run.stderr.count("\n") == 1, run.stderr  # one line: Ray's own are in its logs
     assert index.read_bytes() == before
 
 
@@ -237,7 +236,8 @@ def test_a_cluster_that_cannot_be_reached_is_one_line(packages, tmp_path):
                           "--executor", "ray"], env=env, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 1, run.stderr
-    assert run.stderr.strip().splitlines()[-1].startswith("near-dedup: error: ray: cannot")
+    assert run.stderr.startswith("near-dedup: error: ray: cannot reach cluster 127.0.0.1:1") \
+        and run.stderr.count("\n") == 1, run.stderr
     assert not (tmp_path / "x.sqlite").exists()
 
 

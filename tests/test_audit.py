@@ -671,11 +671,12 @@ def test_explain_says_each_partners_own_decision_and_why_the_kept_one(readme_rep
         assert (r["partner_decision"], r["partner_reason"], r["partner_kept"]) == \
             (own["decision"], own["reason"], own["kept"])
     kept = f"{first['kept']['package_id']}/{first['kept']['sample_id']}"
-    assert e["why"] == (f"same content as cpt-v1/web-0009, the first sample of that content, "
-                        f"which was itself excluded (near_duplicate of {kept}): a later copy "
-                        f"goes with it, excluded in favour of {kept} with the same Jaccard")
+    assert e["why"] == (f"Excluded in favour of {kept} (Jaccard {e['jaccard']:.4f}) because it "
+                        f"is an exact copy of the earlier cpt-v1/web-0009, which was itself "
+                        f"excluded in favour of {kept}: every copy of a text gets the first "
+                        f"copy's decision.")
     out, _ = cli_ok("report", "explain", readme_report, "cpt-v2", "web-0009")
-    assert f"exclude (near_duplicate of {kept})" in out and "why       same content" in out
+    assert f"exclude (near_duplicate of {kept})" in out and "why       Excluded in favour" in out
     # pool-only report: no empty sources column
     assert "sources" not in out.split("relations (")[1].split("\n")[1]
     # a first sample excluded in favour of its earliest kept match, skipping excluded ones
@@ -685,7 +686,10 @@ def test_explain_says_each_partners_own_decision_and_why_the_kept_one(readme_rep
         e, _ = explain_json(readme_report, *key)
         if not any(r["kind"] == "exact" and r["listed_as"] == "sample" for r in e["relations"]):
             name = f"{d['kept']['package_id']}/{d['kept']['sample_id']}"
-            assert e["why"].startswith(f"{name} is the earliest kept sample"), e["why"]
+            assert e["why"].startswith(f"Excluded in favour of {name} (Jaccard "
+                                       f"{d['jaccard']:.4f}, at or above the threshold) "
+                                       f"because {name} is the earliest kept sample"), e["why"]
+            assert e["why"].count(". ") == 0 and e["why"].endswith(".")  # one sentence
             break
     else:
         pytest.fail("no first sample excluded as a near duplicate in the demo report")

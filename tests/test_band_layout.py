@@ -91,13 +91,14 @@ def test_small_batches_go_to_bands_recent_and_a_larger_one_folds_them(packages, 
     index(path, packages["day1"])
     assert layout(path) == (bands * len(FIRST), 0, len(FIRST))
     out = index(path, packages["day2"])
-    assert "folded" not in out
+    assert "merged" not in out
     assert layout(path) == (bands * len(FIRST), bands * len(SECOND), len(FIRST))
     check(path)
     code, out, err = run_cli("--index", path, "index", "--inputs", packages["day3"])
-    assert code == 0 and f"{bands * len(SECOND):,} band rows of earlier batches folded" in out
-    assert f"index: folding the band rows of {len(SECOND)} contents of earlier batches from " \
-           f"bands_recent into bands\n" in err, err
+    assert code == 0 and f"{bands * len(SECOND):,} lookup keys of earlier batches merged into " \
+        "the main lookup table" in out
+    assert f"index: merging the lookup keys of {len(SECOND)} texts of earlier batches into the " \
+           f"main lookup table (once in a while; this batch takes longer)\n" in err, err
     total = len(FIRST) + len(SECOND) + len(THIRD)
     assert layout(path) == (bands * total, 0, total) and max_content(path) == total
     check(path)
@@ -224,7 +225,7 @@ def test_a_sigkill_in_the_fold_leaves_the_index_as_before(packages, tmp_path):
     sigkill_in_the_fold(path, packages["day3"])
     assert rows(path) == before
     check(path)
-    assert "folded" in index(path, packages["day3"])
+    assert "merged into the main lookup table" in index(path, packages["day3"])
     assert layout(path)[1] == 0
 
 

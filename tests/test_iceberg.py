@@ -157,7 +157,7 @@ def test_6000_real_documents_compaction_and_a_killed_append(packages, tmp_path):
     proc.wait(timeout=30)
     assert scan_ok(index, tmp_path / "after-kill", v2, workers=2) == sqlite_report
     checked = maintain(index, "check")
-    assert "OK (2 batches" in checked and "orphan data files" not in checked  # kept by a snapshot
+    assert "OK (2 batches" in checked and "orphan data file" not in checked  # kept by a snapshot
     assert "batch 3 added cpt-v3" in ok(index, v3)
     ok(lite, v3)
     assert scan_ok(index, tmp_path / "ice-v3", v3) == scan_ok(lite, tmp_path / "lite-v3", v3)
@@ -198,10 +198,10 @@ def test_index_check_lists_orphan_files_and_expire_removes_them(tmp_path):
     stray = _data_files(index, "bands")[0].with_name("00000-0-stray.parquet")
     stray.write_bytes(_data_files(index, "bands")[0].read_bytes())
     checked = maintain(index, "check")
-    assert "1 orphan data files" in checked and str(stray) in checked
-    assert "removed 1 unreferenced data files" in maintain(index, "expire")
+    assert "1 orphan data file," in checked and str(stray) in checked
+    assert "removed 1 unreferenced data file" in maintain(index, "expire")
     assert not stray.exists()
-    assert "orphan data files" not in maintain(index, "check")
+    assert "orphan data file" not in maintain(index, "check")
 
 
 def test_a_published_state_without_a_content_row_is_one_line_for_check_and_scan(tmp_path):

@@ -282,14 +282,14 @@ def test_two_batches_through_the_cli(world, tmp_path):
                           "index", "--inputs", str(world.v1), "--workers", "2"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    assert run.stdout == (f"index {index}: batch 1 added cpt-v1: 26 records, 26 new contents, "
-                          f"0 sources of already known contents\n")
+    assert run.stdout == (f"index {index}: batch 1 added cpt-v1: 26 records, 26 new texts, "
+                          f"0 repeats of texts seen before\n")
     # progress (on stderr) only if the batch took over a second
     assert all(line.startswith("index: records: ") for line in run.stderr.splitlines())
 
     out = index_ok(index, world.v2)
-    assert out == (f"index {index}: batch 2 added cpt-v2: 24 records, 18 new contents, "
-                   f"6 sources of already known contents\n")
+    assert out == (f"index {index}: batch 2 added cpt-v2: 24 records, 18 new texts, "
+                   f"6 repeats of texts seen before\n")
     state = index_state(index)
     assert state["integrity"] == "ok"
     v1_sha = sha256_file(world.v1 / "manifest.json")
@@ -327,7 +327,7 @@ def test_bundled_samples_index_and_reindex(kind, index_location, tmp_path):
         records = sum(f["records"] for pid in ids for f in manifests[pid][1]["files"])
         assert out.startswith(f"index {name}: batch {batch} added {', '.join(ids)}: "
                               f"{records:,} records, "), out
-        known_sources.append(int(out.split(" new contents, ")[1].split(" ")[0].replace(",", "")))
+        known_sources.append(int(out.split(" new texts, ")[1].split(" ")[0].replace(",", "")))
     assert known_sources[-1] > 0, "later versions repeat earlier content"
     state = helpers.index_state(index)  # after `index check`'s invariants
     assert state["meta"]["kind"] == kind and state["meta"]["format"] == "near-dedup-index"
@@ -393,8 +393,8 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
     before_state, before_rows = index_state(index), contents_by_id(index)
 
     out = index_ok(index, pkg)
-    assert out == (f"index {index}: batch 2 added cpt-v3: 9 records, 3 new contents, "
-                   f"6 sources of already known contents\n")
+    assert out == (f"index {index}: batch 2 added cpt-v3: 9 records, 3 new texts, "
+                   f"6 repeats of texts seen before\n")
     assert sorted(signed) == sorted(normalize(t) for t in new)  # each new text signed once
     assert not {normalize(t) for t in P[:4]} & set(signed)
     assert not set(P[:4]) & set(normalized), "a known raw text is not even normalized again"
@@ -424,7 +424,7 @@ def test_an_appended_batch_writes_its_pages_without_a_statement_journal(index, t
     before = _bytes_written()
     out = index_ok(index, pkg)
     written = _bytes_written() - before
-    assert "6,144 records, 0 new contents" in out
+    assert "6,144 records, 0 new texts" in out
     grown = index.stat().st_size - size
     assert grown > 0 and written < 3 * grown, (written, grown)
 
@@ -482,7 +482,7 @@ def test_a_batch_too_small_to_train_a_dictionary_compresses_with_the_newest(tmp_
         index_ok(index, a, workers=workers)  # one block: it trains the dictionary
         with monkeypatch.context() as m:
             m.setattr(ingest_batch, "BLOCK_LINES", 40)
-            assert "20 new contents" in index_ok(index, b, workers=workers)
+            assert "20 new texts" in index_ok(index, b, workers=workers)
         con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
         try:
             assert con.execute("SELECT id, batch FROM dictionaries").fetchall() == [(1, 1)]
@@ -767,8 +767,8 @@ def test_refuses_depends_on_outside_the_inputs_even_if_indexed(world, index, tmp
     before.check()
     # given together, the indexed cpt-v1 is skipped and the ref resolves through the index
     out = index_ok(index, world.v1, v3)
-    assert out.startswith(f"index {index}: batch 2 added cpt-v3: 3 records, 2 new contents, "
-                          f"1 sources of already known contents")
+    assert out.startswith(f"index {index}: batch 2 added cpt-v3: 3 records, 2 new texts, "
+                          f"1 repeat of texts seen before")
     con = sqlite3.connect(f"file:{index}?mode=ro", uri=True)
     rows = dict(con.execute(
         "SELECT p.package_id || '/' || s.sample_id, s.content || ':' || hex(s.text_sha256) "
@@ -1136,7 +1136,7 @@ def test_a_check_and_a_scan_refused_for_its_output_leave_no_side_files(world, in
              blocker / "rep"], 1, str(blocker))
     assert leftovers(index) == [index.name]
     code, out, err = run_cli("--quiet", "--index", index, "index", "check")
-    assert (code, err) == (0, "") and out.startswith(f"index {index}: OK (1 batches"), err
+    assert (code, err) == (0, "") and out.startswith(f"index {index}: OK (1 batch"), err
     assert leftovers(index) == [index.name] and digest(index) == before
 
 
@@ -1294,7 +1294,7 @@ def test_sigkill_during_a_later_batch_leaves_the_index_as_before(world, big_pack
     assert digest(index) == before_digest
     out = index_ok(index, big_package, workers=2)
     assert out.startswith(f"index {index}: batch 2 added cpt-big: {KILL_RECORDS:,} records, "
-                          f"{KILL_RECORDS:,} new contents")
+                          f"{KILL_RECORDS:,} new texts")
     state = index_state(index)
     assert state["integrity"] == "ok"
     assert [p[0] for p in state["packages"]] == ["cpt-big", "cpt-v1"]

@@ -26,7 +26,7 @@ def ice(folder: Path) -> str:
 @pytest.mark.parametrize("value", ["0", "-3", "many", "65537"])
 def test_a_malformed_bucket_count_is_one_line_and_writes_nothing(tmp_path, monkeypatch, value):
     monkeypatch.setenv("NEAR_DEDUP_ICEBERG_BUCKETS", value)
-    line = refused(["--index", ice(tmp_path / "ice"), "index", "--inputs", V1],
+    line = refused(["--quiet", "--index", ice(tmp_path / "ice"), "index", "--inputs", V1],
                    "NEAR_DEDUP_ICEBERG_BUCKETS", "from 1 to 65,536")
     assert "Warning" not in line
     assert not (tmp_path / "ice").exists()
@@ -69,12 +69,12 @@ def test_flipped_bytes_in_an_iceberg_data_file_are_one_line_for_check_scan_and_i
     two_batches(ice(folder))
     flip(newest_contents_file(folder), at, count)
     before = tree_bytes(folder)
-    refused(["--index", ice(folder), "index", "check"], f"index {ice(folder)}: damaged (")
+    refused(["--quiet", "--index", ice(folder), "index", "check"], f"index {ice(folder)}: damaged (")
     out = tmp_path / "report"
-    refused(["--index", ice(folder), "scan", "--inputs", V2, "--output", out],
+    refused(["--quiet", "--index", ice(folder), "scan", "--inputs", V2, "--output", out],
             f"index {ice(folder)}: damaged (")
     assert not out.exists()
-    refused(["--index", ice(folder), "index", "--inputs", V3], f"index {ice(folder)}: damaged (")
+    refused(["--quiet", "--index", ice(folder), "index", "--inputs", V3], f"index {ice(folder)}: damaged (")
     assert tree_bytes(folder) == before
 
 
@@ -126,11 +126,11 @@ def test_a_stored_text_that_does_not_hash_to_its_content_id_is_one_line(tmp_path
     con.execute(SWAP_TEXT.format(donor=donor, victim=victim))
     con.commit()
     con.close()
-    refused(["--index", index, "index", "check"],
+    refused(["--quiet", "--index", index, "index", "check"],
             f"index {index}: the text of content row {victim} does not match its content_id")
     out = tmp_path / "report"
     for workers in ("1", "2"):
-        refused(["--index", index, "scan", "--inputs", V2, "--output", out, "--workers",
+        refused(["--quiet", "--index", index, "scan", "--inputs", V2, "--output", out, "--workers",
                  workers], f"index {index}: damaged (the text of content row {victim} does "
                            f"not match its content_id)")
         assert not out.exists()
@@ -167,7 +167,7 @@ def test_a_foreign_catalog_db_is_refused_by_every_command_and_left_as_it_was(tmp
     fragment = f"{folder / 'catalog.db'} is not an Iceberg catalog ("
     for argv in (["index", "--inputs", V1], ["index", "check"], ["index", "compact"],
                  ["index", "expire"], ["scan", "--inputs", V1, "--output", tmp_path / "r"]):
-        refused(["--index", ice(folder), *argv], fragment, "not a near-dedup index")
+        refused(["--quiet", "--index", ice(folder), *argv], fragment, "not a near-dedup index")
         assert tree_bytes(folder) == before, argv
     assert not (tmp_path / "r").exists()
 
@@ -186,10 +186,10 @@ def test_a_commits_pointer_moved_back_in_the_catalog_is_one_line_for_check_and_i
     before = tree_bytes(folder)
     fragment = ("damaged (the catalog points the commits table at commit 1, its metadata "
                 f"{folder.resolve()}/warehouse/near_dedup/commits/metadata/")
-    refused(["--index", ice(folder), "index", "check"], fragment,
+    refused(["--quiet", "--index", ice(folder), "index", "check"], fragment,
             "records commit 2, which the data tables hold")
-    refused(["--index", ice(folder), "index", "--inputs", V3], fragment)
-    refused(["--index", ice(folder), "index", "compact"], fragment)
+    refused(["--quiet", "--index", ice(folder), "index", "--inputs", V3], fragment)
+    refused(["--quiet", "--index", ice(folder), "index", "compact"], fragment)
     assert tree_bytes(folder) == before
 
 
@@ -237,8 +237,8 @@ def test_bytes_flipped_inside_a_stored_text_of_a_sqlite_file_are_one_line(tmp_pa
             break
     assert victim is not None, "no stored frame keeps its length with 64 bytes flipped"
     index.write_bytes(bytes(data))
-    refused(["--index", index, "index", "check"],
+    refused(["--quiet", "--index", index, "index", "check"],
             f"the text of content row {victim} does not match its content_id")
-    refused(["--index", index, "scan", "--inputs", V2, "--output", tmp_path / "report"],
+    refused(["--quiet", "--index", index, "scan", "--inputs", V2, "--output", tmp_path / "report"],
             f"damaged (the text of content row {victim} does not match its content_id)")
     assert not (tmp_path / "report").exists()

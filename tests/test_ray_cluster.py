@@ -103,3 +103,57 @@ def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
     assert "Ray runtime started" in run.stdout and "live nodes: 2" in run.stdout
     assert (tmp_path / "home" / ".ray" / "auth_token").is_file()  # the nodes' token
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+
+
+# A head with token authentication; drivers on this machine without its token, with a
+# wrong one, and with RAY_ADDRESS unset (docs/ray.md: "a local Ray").
+HEAD_AND_DRIVERS = """
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(ray get-auth-token --generate)
+ray start --head --port 6379 --num-cpus 1
+SCAN="near-dedup --quiet --index $INDEX scan --inputs $V1 --executor ray --output"
+started=$(date +%s%N)
+if env -u RAY_AUTH_MODE -u RAY_AUTH_TOKEN RAY_ADDRESS=127.0.0.1:6379 \\
+  NEAR_DEDUP_RAY_LOG="$PWD/ray.log" timeout 60 $SCAN none 2> none.err; then exit 3; fi
+echo $(( ($(date +%s%N) - started) / 1000000 )) > none.ms
+if env -u RAY_AUTH_MODE -u RAY_AUTH_TOKEN RAY_ADDRESS=127.0.0.1:6379 NEAR_DEDUP_RAY_LOG=- \\
+  timeout 60 $SCAN shown 2> shown.err; then exit 5; fi
+if RAY_AUTH_TOKEN=0123 RAY_ADDRESS=127.0.0.1:6379 timeout 60 $SCAN wrong 2> wrong.err; then
+  exit 4
+fi
+env -u RAY_AUTH_MODE -u RAY_AUTH_TOKEN timeout 300 $SCAN "$OUTPUT" 2> local.err
+ray stop
+"""
+
+
+def test_a_refused_token_is_one_line_and_a_local_ray_runs_beside_a_head(tmp_path):
+    """A driver that lacks the head's token (or has another) stops at once with one line
+    naming the settings, not Ray's twenty seconds of warnings; with RAY_ADDRESS unset a local
+    Ray of its own runs the scan beside the head (and stops with it); Ray's own messages stay
+    off the terminal."""
+    _need_namespaces()
+    index = tmp_path / "cpt.sqlite"
+    code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", V1)
+    assert (code, err) == (0, ""), err
+    code, _, err = run_cli("--quiet", "--index", index, "scan", "--inputs", V1,
+                           "--output", tmp_path / "local", "--workers", 1)
+    assert (code, err) == (0, ""), err
+
+    run = _in_namespaces(tmp_path, HEAD_AND_DRIVERS, INDEX=str(index), V1=str(V1),
+                         OUTPUT=str(tmp_path / "ray"))
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
+    assert int((tmp_path / "none.ms").read_text()) < 10_000  # Ray alone: 20 s of retries
+    assert (tmp_path / "none.err").read_text() == (
+        "near-dedup: error: ray: cluster 127.0.0.1:6379 requires its authentication token: set "
+        "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN to the token of its head (or "
+        "RAY_AUTH_TOKEN_PATH to a file holding it), as in docs/ray.md\n")
+    # Ray's own messages: in the log file, or on stderr when NEAR_DEDUP_RAY_LOG=- asks
+    assert "InvalidAuthToken" in (tmp_path / "ray.log").read_text()
+    shown = (tmp_path / "shown.err").read_text()
+    assert "InvalidAuthToken" in shown and shown.endswith((tmp_path / "none.err").read_text())
+    assert (tmp_path / "wrong.err").read_text() == (
+        "near-dedup: error: ray: cluster 127.0.0.1:6379 refused this command's authentication "
+        "token (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): set RAY_AUTH_TOKEN "
+        "to the token of its head\n")
+    assert (tmp_path / "local.err").read_text() == ""
+    assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
+    assert not any((tmp_path / name).exists() for name in ("none", "shown", "wrong"))

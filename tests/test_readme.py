@@ -95,3 +95,19 @@ def test_readme_explains_every_decision_reason_and_links_only_what_a_clone_has()
     for target in re.findall(r"\]\(([^)#]+)\)", README):
         assert (REPO / target).exists(), target
     assert "../shared" not in README
+
+
+def test_readme_figures_are_computed_or_absent():
+    """The candidate probabilities the config table gives follow from its banding; the README
+    keeps no test counts or timings that nothing checks."""
+    from near_dedup_core.config import NearDedupConfig
+
+    config = NearDedupConfig()
+    row = next(line for line in README.splitlines() if line.startswith("| `num_perm`"))
+
+    def p(j: float) -> float:
+        return 1 - (1 - j ** config.rows) ** config.bands
+
+    assert f"{p(0.9):.5f} at J=0.9" in row and f"{p(0.8):.3f} at 0.8" in row
+    assert not re.search(r"\d[\d,]* tests\b", README)
+    assert not re.search(r"\b(about|in) \d+ (minutes|seconds)\b", README)

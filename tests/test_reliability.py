@@ -216,8 +216,8 @@ def test_random_damaged_pages_never_give_a_traceback(corpus, index, tmp_path, se
 def test_index_check_passes_a_sound_index_and_changes_nothing(corpus, index):
     folder = listing(index.parent)
     out = cli_ok("--index", index, "index", "check")
-    assert out.startswith(f"index {index}: OK (1 batches, 1 packages, ")
-    assert out.endswith(f" contents, {POOL:,} sources)\n")
+    assert out.startswith(f"index {index}: OK (1 batch, 1 package, ")
+    assert out.endswith(f" distinct texts, {POOL:,} records)\n")
     assert listing(index.parent) == folder
 
 

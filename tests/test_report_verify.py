@@ -283,7 +283,8 @@ def test_tampered_report_fails_with_one_line_naming_the_file(copy, edit, fix_che
 def test_verify_refuses_a_path_that_is_not_a_report(tmp_path):
     assert "not a directory" in refused(["--quiet", "report", "verify", tmp_path / "missing"])
     pkg = make_package(tmp_path, "p", {"train": [cpt("a", plain_prose()[0])]})
-    assert "checksums.sha256 is missing" in refused(["--quiet", "report", "verify", pkg])
+    assert "this folder is a snapshot package, not a near-dedup report" in \
+        refused(["--quiet", "report", "verify", pkg])
 
 
 def test_verify_as_a_process_exit_codes_and_one_line(copy):

@@ -435,7 +435,7 @@ def test_workers_1_and_2_build_identical_index_contents(tmp_path, monkeypatch):
         code, out, err = run_cli("--quiet", "--index", index, "index", "--inputs", pkg,
                                  "--workers", workers)
         assert code == 0, err
-        assert "212 records, 202 new contents" in out
+        assert "212 records, 202 new texts" in out
         dumps.append(_index_dump(index))
     assert dumps[0] == dumps[1]
     contents = dumps[0]["contents"]

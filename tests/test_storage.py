@@ -288,7 +288,7 @@ def test_publish_then_verify_and_never_replace(s3: S3Server) -> None:
 def test_publish_failure_leaves_nothing(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     out = parse_location(s3.url("reports/r2"))
 
-    def failing_marker(self: RemoteLocation, local: Path) -> bool:
+    def failing_marker(self: RemoteLocation, local: Path, marker: str) -> bool:
         raise ConnectionResetError("connection lost while writing the marker")
 
     monkeypatch.setattr(RemoteLocation, "_write_marker", failing_marker)
@@ -321,8 +321,8 @@ out = storage.parse_location(sys.argv[1])
 fs = out.fs
 copy = fs.copy
 
-def copy_then_hang(src, dst):
-    copy(src, dst)
+def copy_then_hang(src, dst, **kwargs):
+    copy(src, dst, **kwargs)
     print("copied", flush=True)
     time.sleep(120)
 
@@ -415,8 +415,8 @@ def test_concurrent_publication_loses_on_the_conditional_marker(
     fs = out.fs
     copy = fs.copy
 
-    def copy_and_race(src: str, dst: str) -> None:
-        copy(src, dst)
+    def copy_and_race(src: str, dst: str, **kwargs: object) -> None:
+        copy(src, dst, **kwargs)
         if not s3.keys("reports/r5/checksums.sha256"):
             s3.client().put_object(Bucket=s3.bucket, Key="reports/r5/checksums.sha256",
                                    Body=theirs)

@@ -39,6 +39,7 @@ from near_dedup_core.formats.report import (
 )
 from near_dedup_core.guard import guard_for
 from near_dedup_core.report import verify_report
+from near_dedup_core.wording import count
 
 #: Most samples sharing a content whose domains are read for domain-specific guard units.
 MAX_DOMAIN_SAMPLES = 1_000
@@ -113,7 +114,7 @@ def explain_sample(  # noqa: C901 (the explanation's parts in the order it print
     report = Path(report)
     manifest = verify_report(report).model
     config = manifest.config
-    inputs = report_inputs(manifest)
+    inputs = report_inputs(manifest, report)
     if package_id not in inputs:
         raise NearDedupError(f"report {report}: no input package {package_id!r} (inputs: "
                              f"{', '.join(sorted(inputs)) or 'none'})")
@@ -236,55 +237,52 @@ def _name(ref: dict | None) -> str:
     return f"{ref['package_id']}/{ref['sample_id']}" if ref else "-"
 
 
-def _partner_reason(r: dict) -> str:
-    """A partner's own reason: ``near_duplicate of P/S``, ``unique``."""
-    kept = f" of {_name(r['partner_kept'])}" if r["partner_kept"] else ""
-    return f"{r['partner_reason']}{kept}"
-
-
-def _outcome(r: dict) -> str:
-    """A partner's own decision: ``exclude (near_duplicate of P/S)``, ``keep (unique)``."""
-    if r["partner_decision"] is None:
-        return "history content (not in the pool)"
-    return f"{r['partner_decision']} ({_partner_reason(r)})"
-
-
 def explain_why(dec: DecisionRow, relations: list[dict]) -> str:
-    """Why the decision is what it is, from the greedy rule (docs/contract.md "scan") over the
-    sample's relations (in relations.jsonl order, each with ``partner_decision``,
-    ``partner_reason`` and ``partner_kept``) and its partners' own decisions: in particular
-    why the kept sample it names is the one, and which earlier matches did not count."""
+    """Why the decision is what it is, in one plain sentence: what was decided, because of
+    which partner, with which similarity, under which rule (the greedy rule of
+    docs/contract.md "scan", over the sample's relations in relations.jsonl order, each with
+    ``partner_decision``, ``partner_reason`` and ``partner_kept``); then the earlier matches
+    that did not count, and that history outside the pool never excludes."""
     if dec.reason == "retained_split":
-        return f"split {dec.split} is retained: its samples are never deduplicated"
+        return (f"Kept because split {dec.split} is retained: samples of a retained split are "
+                f"never deduplicated.")
     earlier = [r for r in relations if r["listed_as"] == "sample" and not r["history_only"]]
     history = sum(r["history_only"] for r in relations if r["listed_as"] == "sample")
-    after = (f"; its {history} history-only relation{'s' if history != 1 else ''} never "
-             f"exclude" if history else "")
+    after = (f"; its {count(history, 'match')} with indexed history outside the pool "
+             f"{'does' if history == 1 else 'do'} not count" if history else "")
     first = next((r for r in earlier if r["kind"] == "exact"), None)
     kept = _name(dec.kept.model_dump()) if dec.kept else None
+    jaccard = f"{dec.jaccard:.4f}" if dec.jaccard is not None else "-"
     if first is not None:
-        head = f"same content as {_name(first['partner'])}, the first sample of that content"
         if dec.reason == "exact_duplicate":
-            return f"{head}, which was kept: a later copy is excluded in its favour{after}"
-        return (f"{head}, which was itself excluded ({_partner_reason(first)}): a later copy "
-                f"goes with it, excluded in favour of {kept} with the same Jaccard{after}")
+            return (f"Excluded because it is an exact copy (Jaccard 1.0000) of the earlier "
+                    f"{_name(first['partner'])}, which was kept: only the first copy of a "
+                    f"text is kept{after}.")
+        return (f"Excluded in favour of {kept} (Jaccard {jaccard}) because it is an exact "
+                f"copy of the earlier {_name(first['partner'])}, which was itself excluded in "
+                f"favour of {kept}: every copy of a text gets the first copy's decision"
+                f"{after}.")
     near = [r for r in earlier if r["kind"] == "near"]
     skipped = []
     for r in near:
         if r["blocked_by"] is None and r["partner_decision"] == "keep":
             break
         skipped.append(f"{_name(r['partner'])} "
-                       + (f"(blocked by {r['blocked_by']})" if r["blocked_by"]
-                          else f"(itself {_outcome(r)}; no transitivity)"))
+                       + (f"(different {r['blocked_by']}, kept apart by the guard)"
+                          if r["blocked_by"] else "(itself excluded)"))
     passed = f"; earlier matches that did not count: {', '.join(skipped)}" if skipped else ""
     if dec.reason == "near_duplicate":
-        return (f"{kept} is the earliest kept sample (decision order) among its unblocked "
-                f"matches, jaccard {dec.jaccard:.4f}{passed}{after}")
+        return (f"Excluded in favour of {kept} (Jaccard {jaccard}, at or above the threshold) "
+                f"because {kept} is the earliest kept sample it nearly duplicates: a later "
+                f"near duplicate of a kept sample is excluded{passed}{after}.")
     if dec.reason == "unique":
-        return f"no verified match with an earlier sample of the pool{after}"
+        return f"Kept because no earlier sample of the pool nearly duplicates it{after}."
     if dec.reason == "guard_blocked":
-        return f"every match with an earlier sample was kept apart by the guard{passed}{after}"
-    return f"every unblocked match with an earlier sample was itself excluded{passed}{after}"
+        return (f"Kept because every earlier sample it nearly duplicates differs from it in "
+                f"numbers or units, which the numeric/unit guard keeps apart{passed}{after}.")
+    return (f"Kept because every earlier sample it nearly duplicates was itself excluded, and "
+            f"a match with an excluded sample does not exclude (matches are not transitive)"
+            f"{passed}{after}.")
 
 
 def _diff_partner(kept: Key | None, relations: list[dict], excluded: list[dict]) -> Key | None:

@@ -73,7 +73,7 @@ class ReportCounts:
 
 def report_domains(report: str | Path, manifest: ReportManifest | None = None) -> Domains:
     manifest = report_manifest(report)[0] if manifest is None else manifest
-    return sample_domains(report_inputs(manifest))
+    return sample_domains(report_inputs(manifest, report))
 
 
 def count_report(report: str | Path, domains: Domains | None = None) -> ReportCounts:

@@ -19,7 +19,8 @@ from __future__ import annotations
 import gzip
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -93,38 +94,97 @@ class SampleText:
     domain: str | None
 
 
-def report_inputs(manifest: ReportManifest) -> dict[str, InputPackage]:
+def report_inputs(manifest: ReportManifest, report: str | Path | None = None
+                  ) -> dict[str, InputPackage]:
     """The report's input packages by id, each checked against the manifest sha256 the report
-    recorded (a cheap check: manifest bytes and file sizes, no data read)."""
-    return input_packages(manifest.inputs)
+    recorded (a cheap check: manifest bytes and file sizes, no data read); ``report``, the
+    report's folder, is where a package recorded by a relative path is also looked for
+    (`candidates`)."""
+    return input_packages(manifest.inputs, report)
 
 
-def input_packages(items: Iterable[PackageRecord]) -> dict[str, InputPackage]:
+#: Folders where packages are also looked for (``--packages``; `searching`).
+_SEARCH: tuple[Path, ...] = ()
+
+
+@contextmanager
+def searching(folders: Sequence[str | Path]) -> Iterator[None]:
+    """Within the block, input packages are also looked for in ``folders`` (`candidates`)."""
+    global _SEARCH
+    before = _SEARCH
+    _SEARCH = before + tuple(Path(f) for f in folders)
+    try:
+        yield
+    finally:
+        _SEARCH = before
+
+
+def candidates(recorded: str, report: str | Path | None = None) -> list[Path | str]:
+    """Where a package recorded at ``recorded`` is looked for, in order: a URL, or the path as
+    recorded (an absolute path; a relative one from the current folder, as the scan was given
+    it); for a relative path, below each folder holding the report, nearest first (a report
+    written inside the folder the scan ran in); then, for each ``--packages`` folder, the
+    relative path below it and the package's folder name in it."""
+    if is_url(recorded):
+        return [recorded]
+    path = Path(recorded)
+    found: list[Path | str] = [path]
+    if not path.is_absolute() and report is not None and not is_url(str(report)):
+        found += [folder / path for folder in Path(report).absolute().parents]
+    for folder in _SEARCH:
+        found += [folder / path] if not path.is_absolute() else []
+        found.append(folder / path.name)
+    return list(dict.fromkeys(found))
+
+
+def input_packages(items: Iterable[PackageRecord], report: str | Path | None = None
+                   ) -> dict[str, InputPackage]:
     """`report_inputs` for any list of recorded packages (a contamination report's inputs and
-    evals list them the same way)."""
+    evals list them the same way). A package is the first of its `candidates` whose id and
+    manifest sha256 are the recorded ones."""
     out: dict[str, InputPackage] = {}
     for item in items:
         pid, sha = item.package_id, item.manifest_sha256
-        path = item.path if is_url(item.path) else Path(item.path)
-        problem = None
+        places = candidates(item.path, report)
+        path = places[0]
+        problem: str | None = None
         depends: tuple[str, ...] = ()
         entries: tuple[FileEntry, ...] = ()
-        try:
-            pkg = load_package(path)
-        except NearDedupError as exc:
-            problem = f"package {pid} is no longer readable at {path} ({exc}); its texts are " \
-                      f"not shown"
-        else:
+        changed = None
+        for place in places:
+            try:
+                pkg = load_package(place)
+            except NearDedupError as exc:
+                if problem is None:
+                    problem = f"package {pid} is no longer readable at {path} ({exc}" + \
+                        _hint(item.path, len(places) > 1) + "; its texts are not shown"
+                continue
             if pkg.package_id != pid or pkg.manifest_sha256 != sha:
-                problem = (f"package {pid} at {path} has changed since the report was frozen "
-                           f"(manifest sha256 {pkg.manifest_sha256[:12]}…, the report recorded "
-                           f"{sha[:12]}…); its texts are not shown")
-            else:
-                depends = tuple(pkg.depends_on)
-                entries = tuple(pkg.files)
-        out[pid] = InputPackage(pid, item.kind, path, sha, problem, depends,
+                changed = changed or (
+                    f"package {pid} at {place} has changed since the report was frozen "
+                    f"(manifest sha256 {pkg.manifest_sha256[:12]}…, the report recorded "
+                    f"{sha[:12]}…); its texts are not shown")
+                continue
+            path, problem, changed = place, None, None
+            depends = tuple(pkg.depends_on)
+            entries = tuple(pkg.files)
+            break
+        out[pid] = InputPackage(pid, item.kind, path, sha, changed or problem, depends,
                                 tuple(e.path for e in entries), entries)
     return out
+
+
+def _hint(recorded: str, searched: bool) -> str:
+    """The end of a not-found note's parenthesis: where else was looked, what to pass."""
+    if is_url(recorded):
+        return ")"
+    name = Path(recorded).name
+    if Path(recorded).is_absolute():
+        looked = "; nor in the --packages folders" if searched else ""
+        return (f"{looked}): pass --packages DIR, a folder that holds {name}/")
+    looked = "; nor below the folders holding the report or --packages" if searched else ""
+    return (f"{looked}): the path is relative to the folder the scan ran in; run there, "
+            f"or pass --packages DIR, that folder or one that holds {name}/")
 
 
 def shard_lines(path: Path | str) -> Iterator[bytes]:

@@ -60,6 +60,7 @@ from near_dedup_core.package import (
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.results import FolderResult
 from near_dedup_core.storage import LocalLocation, parse_location
+from near_dedup_core.wording import count
 
 if TYPE_CHECKING:
     from near_dedup_core.index_store import Index
@@ -190,7 +191,7 @@ def _probe_index(index: Index, pool: list[Package], state: ProbeState,
             samples.append(rows)
         if fresh:
             jobs.append((fresh, probes.contents(snap, fresh)))
-        bar = Progress("contamination: training contents", len(at), enabled=progress)
+        bar = Progress("contamination: distinct training texts", len(at), enabled=progress)
         found: dict[int, list[Hit]] = {}
         count = np.zeros(len(at), dtype=np.int64)
         for ids, fut in jobs:
@@ -263,7 +264,7 @@ class ContaminationResult(FolderResult):
         return (f"contamination report {self.path}: {c['items_leaked']:,} of "
                 f"{c['items_checked']:,} eval items leaked ({c['items_skipped_short']:,} "
                 f"skipped as too short) into {c['training_samples_contaminated']:,} of "
-                f"{c['training_samples']:,} training samples; {c['pairs']:,} pairs")
+                f"{count(c['training_samples'], 'training sample')}; {count(c['pairs'], 'pair')}")
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ from near_dedup_core.fsutil import (
 )
 from near_dedup_core.package import Package, load_package
 from near_dedup_core.results import FolderResult
+from near_dedup_core.wording import count
 
 
 def is_contamination_report(path: Path) -> bool:
@@ -69,7 +70,7 @@ class ContaminationSummary(FolderResult):
                " (its packages are not at the paths it records: re-derive the pairs with "
                "--inputs)")
         return (f"contamination report {self.path}: OK — checksums, manifest, summary and "
-                f"{c['pairs']:,} pairs consistent ({c['items_leaked']:,} of "
+                f"{count(c['pairs'], 'pair')} consistent ({c['items_leaked']:,} of "
                 f"{c['items_checked']:,} eval items leaked into "
                 f"{c['training_samples_contaminated']:,} training samples){how}")
 

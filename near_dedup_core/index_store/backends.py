@@ -303,9 +303,9 @@ def open_index(location: str | Path | Index) -> Index:
         return IcebergIndex(value)
     scheme, sep, _rest = value.partition("://")
     if sep and scheme.replace("+", "").isalnum():
-        raise NearDedupError(f"index {value.split('@')[-1]}: unknown scheme {scheme}://; give a "
-                             f"SQLite file path, postgresql://user@host:port/dbname, "
-                             f"iceberg:///absolute/folder or "
+        raise NearDedupError(f"index {label(value)}: the scheme {scheme}:// is not supported; "
+                             f"an index is a SQLite file path, postgresql://user@host:port/"
+                             f"dbname, iceberg:///absolute/folder or "
                              f"iceberg+s3://bucket/prefix?catalog=postgresql://…")
     return SqliteIndex(Path(location))
 

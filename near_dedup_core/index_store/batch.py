@@ -35,6 +35,7 @@ from near_dedup_core.index_store.snapshot import (
     IndexedPackage,
 )
 from near_dedup_core.index_store.texts import SQL_IN, KnownTexts
+from near_dedup_core.wording import count
 
 
 class RefTarget(NamedTuple):
@@ -269,8 +270,8 @@ class BatchTransaction:
             return BandWrite(table, 0)
         earlier = first - 1 - merged
         if earlier > 0:
-            announce(f"folding the band rows of {earlier:,} contents of earlier batches from "
-                     f"bands_recent into bands")
+            announce(f"merging the lookup keys of {count(earlier, 'text')} of earlier batches "
+                     f"into the main lookup table (once in a while; this batch takes longer)")
         folded = self.fold_recent_bands()
         self.conn.execute(meta.update().where(meta.c.key == BANDS_MERGED_THROUGH)
                           .values(value=str(newest)))

@@ -29,6 +29,7 @@ from near_dedup_core.index_store.snapshot import (
     sqlite_errors,
 )
 from near_dedup_core.index_store.texts import Digests, TextReader, rows_in
+from near_dedup_core.wording import count
 
 
 class IndexCheck(NamedTuple):
@@ -40,8 +41,9 @@ class IndexCheck(NamedTuple):
     note: str = ""
 
     def summary(self) -> str:
-        return (f"index {self.path}: OK ({self.batches:,} batches, {self.packages:,} packages, "
-                f"{self.contents:,} contents, {self.sources:,} sources){self.note}")
+        return (f"index {self.path}: OK ({count(self.batches, 'batch')}, "
+                f"{count(self.packages, 'package')}, {count(self.contents, 'distinct text')}, "
+                f"{count(self.sources, 'record')}){self.note}")
 
 
 def check_sqlite(path: Path) -> IndexCheck:

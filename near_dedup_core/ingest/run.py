@@ -22,6 +22,7 @@ from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress
 from near_dedup_core.storage import LocalLocation, parse_location
+from near_dedup_core.wording import count
 from near_dedup_core.workers import Executors, choose_executor, parallelism, work_pool
 
 __all__ = ["IndexResult", "batch", "index_packages", "work"]
@@ -48,13 +49,13 @@ class IndexResult:
             return (f"index {self.index}: nothing to do, already indexed with the same manifest: "
                     f"{', '.join(self.packages_skipped)}")
         text = (f"index {self.index}: batch {self.batch} added {', '.join(self.packages_added)}: "
-                f"{self.records:,} records, {self.new_contents:,} new contents, "
-                f"{self.known_contents:,} sources of already known contents")
+                f"{count(self.records, 'record')}, {count(self.new_contents, 'new text')}, "
+                f"{count(self.known_contents, 'repeat')} of texts seen before")
         if self.packages_skipped:
             text += f"; already indexed: {', '.join(self.packages_skipped)}"
         if self.bands is not None and self.bands.folded:
-            text += (f"; {self.bands.folded:,} band rows of earlier batches folded from "
-                     f"bands_recent into bands")
+            text += (f"; {count(self.bands.folded, 'lookup key')} of earlier batches merged "
+                     f"into the main lookup table")
         return text
 
 

@@ -37,6 +37,7 @@ from near_dedup_core.mixture.plan import Plan, plan_mixture
 from near_dedup_core.package import stream_records
 from near_dedup_core.progress import Progress
 from near_dedup_core.storage import LocalLocation, Location, is_url, parse_location
+from near_dedup_core.wording import count
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class BuildResult:
         rep = self.manifest["near_dedup_report"]
         text = (f"built mixture {self.manifest['name']} at {self.output}: "
                 f"{c['selected']:,} selected of {c['target_records']:,} target "
-                f"(shortfall {c['shortfall']:,}), {c['retained']:,} retained records, "
-                f"{len(self.manifest['files'])} data files")
+                f"(shortfall {c['shortfall']:,}), {count(c['retained'], 'retained record')}, "
+                f"{count(len(self.manifest['files']), 'data file')}")
         if self.manifest.get("contamination_report") is not None:
             text += (f", contamination report embedded ({c['removed_contaminated']:,} pool "
                      f"samples removed)")

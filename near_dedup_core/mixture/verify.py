@@ -24,7 +24,9 @@ from near_dedup_core.mixture.formats import (
     PlanFile,
 )
 from near_dedup_core.mixture.inputs import SampleKey
+from near_dedup_core.progress import Progress
 from near_dedup_core.report import SampleDecision, verify_report
+from near_dedup_core.wording import count
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,7 @@ class VerifyResult:
     contaminated_samples: int | None = None
 
     def summary(self) -> str:
-        text = (f"mixture {self.path} OK: {self.files} files match checksums, "
+        text = (f"mixture {self.path} OK: {count(self.files, 'file')} match checksums, "
                 f"{self.selected:,} selected and {self.retained:,} retained records")
         if self.contaminated_samples is not None:
             text += (f", embedded contamination report verified (none of its "
@@ -207,7 +209,7 @@ def _check_text(obj: dict, kind: str, d: SampleDecision, loc: str) -> None:
                              f"sample in the embedded report (record edited)")
 
 
-def verify_mixture(path: Path) -> VerifyResult:  # noqa: C901 (its documented checks, in order)
+def verify_mixture(path: Path, progress: bool = False) -> VerifyResult:  # noqa: C901 (its documented checks, in order)
     """Re-check a mixture package from its own files alone (no inputs, no SQLite index).
 
     - ``checksums.sha256`` in canonical form over plain files (`fsutil.verify_checksums`);
@@ -252,6 +254,8 @@ def verify_mixture(path: Path) -> VerifyResult:  # noqa: C901 (its documented ch
     seen: set[SampleKey] = set()
     selected_by_domain: Counter[str] = Counter()
     selected = retained_n = 0
+    bar = Progress("mixture verify: records", sum(entry.records for entry in manifest.files),
+                   enabled=progress)
     for entry in manifest.files:
         rel, split = entry.path, entry.split
         if rel != f"data/{split}/part-00000.jsonl":
@@ -263,6 +267,7 @@ def verify_mixture(path: Path) -> VerifyResult:  # noqa: C901 (its documented ch
         order: tuple[int, int] = (-1, -1)
         for n, obj in _iter_data_lines(path, rel, label):
             lines += 1
+            bar.advance()
             key = (obj["origin"]["package_id"], obj["origin"]["sample_id"])
             if key[0] not in input_pos:
                 raise NearDedupError(f"{label}: {rel}:{n}: origin package {key[0]} is not "
@@ -293,6 +298,7 @@ def verify_mixture(path: Path) -> VerifyResult:  # noqa: C901 (its documented ch
         if lines != entry.records:
             raise NearDedupError(f"{label}: {rel} has {lines} records, manifest.json says "
                                  f"{entry.records}")
+    bar.finish()
     if decisions is not None:
         for key, d in decisions.items():
             if d.split in retained and key not in seen:

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from near_dedup_core.errors import NearDedupError, where
-from near_dedup_core.fsutil import atomic_dir, require_new_output
 from near_dedup_core.package.manifest import (
     DATA_DIR,
     FORMAT,
@@ -26,6 +25,8 @@ from near_dedup_core.package.manifest import (
 )
 from near_dedup_core.package.records import LineProblem, check_record
 from near_dedup_core.package.stream import stream_package
+from near_dedup_core.storage import Location, parse_location
+from near_dedup_core.storage_names import check_location_text
 
 _GZIP_MAGIC = b"\x1f\x8b"
 
@@ -103,8 +104,11 @@ def _copy_shard(kind: str, package_id: str, depends_on: set[str], source: Path, 
 
 def create_package(kind: str, package_id: str, tokenizer: str | None,
                    splits: Sequence[tuple[str, Path]], depends_on: Sequence[str],
-                   parents: Sequence[str], created_at: str | None, output: Path) -> Package:
+                   parents: Sequence[str], created_at: str | None,
+                   output: str | Path | Location) -> Package:
     """Build a package at ``output`` from plain JSONL files, atomically, and validate it.
+    ``output`` may be a URL (``s3://…``): the package is written locally, then published
+    there by the storage layer's rule, ``manifest.json`` last (`storage.Location.publish`).
 
     Each (split, file) becomes ``data/<split>/part-NNNNN.jsonl`` (numbered per split in the
     order given), copied byte for byte after every line was checked. Refs can only be checked
@@ -125,14 +129,15 @@ def create_package(kind: str, package_id: str, tokenizer: str | None,
     if not splits:
         raise NearDedupError(f"{loc}: give at least one --split SPLIT=FILE")
     for split, source in splits:
+        check_location_text(str(source))
         if not ID_RE.fullmatch(split):
             raise NearDedupError(f"{loc}: split name {split!r} must match {ID_PATTERN}")
         if not Path(source).is_file():
             raise NearDedupError(f"{where(package_id, str(source))}: no such file")
-    output = Path(output)
-    require_new_output(output)
+    output = parse_location(output)
+    output.require_new_output(MANIFEST)
 
-    with atomic_dir(output) as tmp:
+    with output.publish(MANIFEST) as tmp:
         files = []
         ids: set[str] = set()
         shard_numbers: dict[str, int] = collections.Counter()

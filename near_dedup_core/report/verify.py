@@ -35,6 +35,7 @@ from near_dedup_core.formats.report import (
 from near_dedup_core.fsutil import iter_json_objects, validate_model, verify_checksums
 from near_dedup_core.report.counts import Tally
 from near_dedup_core.results import FolderResult
+from near_dedup_core.wording import count
 
 KEEP_REASONS = ("unique", "guard_blocked", "match_not_kept", "retained_split")
 EXCLUDE_REASONS = ("near_duplicate", "exact_duplicate")
@@ -100,11 +101,11 @@ class ReportSummary(FolderResult):
     def summary(self) -> str:
         c = self.counts
         inputs = ("" if self.inputs_checked is None else
-                  f"; texts and origins of {self.inputs_checked:,} samples match the input "
+                  f"; texts and origins of {count(self.inputs_checked, 'sample')} match the input "
                   f"packages")
-        return (f"report {self.path}: OK — checksums, manifest and {c['samples']:,} decisions "
+        return (f"report {self.path}: OK — checksums, manifest and {count(c['samples'], 'decision')} "
                 f"consistent (keep {c['keep']:,}, exclude {c['exclude']:,}, "
-                f"{c['relations']:,} relations){inputs}")
+                f"{count(c['relations'], 'relation')}){inputs}")
 
 
 def _describe(decision: str, reason: str, kept: SampleKey | None, jaccard: float | None) -> str:

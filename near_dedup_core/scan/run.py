@@ -29,7 +29,7 @@ from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.fsutil import require_new_output_outside
 from near_dedup_core.package import Package, open_packages
-from near_dedup_core.progress import pause_point
+from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.report import decision_summary
 from near_dedup_core.results import FolderResult
 from near_dedup_core.scan.candidates import history_and_limits, pool_candidates
@@ -53,6 +53,7 @@ from near_dedup_core.scan.write import (
     write_report,
 )
 from near_dedup_core.storage import LocalLocation, Location, parse_location
+from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, submit_in_turn
 
 
@@ -62,8 +63,8 @@ class ScanResult(FolderResult):
 
     def summary(self) -> str:
         c = self.counts
-        return (f"report {self.path}: {c['samples']:,} samples, {decision_summary(c)}; "
-                f"{c['relations']:,} relations, "
+        return (f"report {self.path}: {count(c['samples'], 'sample')}, {decision_summary(c)}; "
+                f"{count(c['relations'], 'relation')}, "
                 f"{c['history_only_relations']:,} history-only, {c['blocked_relations']:,} "
                 f"blocked by the numeric/unit guard")
 
@@ -148,6 +149,11 @@ def _pools(executor: Executors, records: int) -> Iterator[_Pools]:
                 yield _Pools(executor, ex, thread, False, True)
 
 
+#: What `scan` does after each of its stages, as its progress shows it.
+STAGES = ("pool loaded; finding candidate pairs", "looking up the indexed history",
+          "verifying pairs", "deciding", "writing the report", "checking the index's pages")
+
+
 def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output: Location,
           executor: Executors, progress: bool) -> ScanResult:
     with index.errors(), index.snapshot(config) as snap, \
@@ -177,13 +183,17 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
             digests = side.submit(file_digests, data_files(pkgs))
             if pools.side_thread:  # on a connection of its own
                 side_origins = side.submit(write_origins, snap.location, *origins_args)
+        stages = Progress("scan", len(STAGES), enabled=progress)
         pool = load_pool(snap, indexed_rows, pkgs, domains=bool(config.extra_units))
         try:
             nodes = build_nodes(pool)
+            stages.step(STAGES[0])
             found = pool_candidates(snap, pool, nodes, config)
+            stages.step(STAGES[1])
             job = VerifyJob(snap, pool, nodes, config, pools.verify, pools.executor, progress)
             job.add_pool(found.pairs)  # the workers verify while the history is looked up
             cand = history_and_limits(snap, pool, nodes, config, found)
+            stages.step(STAGES[2])
         except Exception:
             check_files(pkgs, digests.result())
             raise
@@ -196,8 +206,12 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
                                  else text_digests(snap, rowids))
         pool_outside = pool_outside_sources(snap, pool, nodes)
         near, hist = job.collect()
+        stages.step(STAGES[3])
         decisions = decide(nodes, near, config)
+        stages.step(STAGES[4])
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
                               columns, origins, pool_outside)
+        stages.step(STAGES[5])
         snap.verify_pages()  # nothing is published from a damaged index
+        stages.finish()
     return ScanResult(output.path if isinstance(output, LocalLocation) else output.url, counts)

@@ -55,6 +55,7 @@ from near_dedup_core.fsutil import (
 )
 from near_dedup_core.normalize import normalize
 from near_dedup_core.package import load_package
+from near_dedup_core.progress import Progress
 from near_dedup_core.report import (
     REASONS,
     OriginRow,
@@ -69,6 +70,7 @@ from near_dedup_core.site.diffs import submit as submit_diff_pages
 from near_dedup_core.site.model import Cluster, SiteData
 from near_dedup_core.site.render import HERE, Writer
 from near_dedup_core.site.selection import DiffItem
+from near_dedup_core.wording import count
 from near_dedup_core.workers import choose_executor
 
 #: Samples per search-data shard (a shard is one ``<script>`` file loaded on demand).
@@ -94,7 +96,7 @@ SEARCH_TASK = 100_000
 
 @dataclass
 class SiteResult:
-    output: Path
+    output: Path | str  # a local folder, or the URL it was published to
     files: int
     samples: int
     clusters: int
@@ -103,9 +105,10 @@ class SiteResult:
     notes: list[str]
 
     def summary(self) -> str:
-        return (f"site {self.output}: {self.files:,} files; {self.samples:,} samples "
-                f"searchable, {self.clusters:,} clusters ({self.cluster_pages:,} with a page), "
-                f"{self.diffs:,} text diffs; open {self.output / 'index.html'}")
+        return (f"site {self.output}: {count(self.files, 'file')}; "
+                f"{count(self.samples, 'sample')} searchable, {count(self.clusters, 'cluster')} "
+                f"({self.cluster_pages:,} with a page), {count(self.diffs, 'text diff')}; "
+                f"open {self.output}/index.html")
 
 
 def _override_inputs(manifest: ReportManifest, paths: Sequence[Path]) -> ReportManifest:
@@ -133,21 +136,32 @@ def _name(key: Key | None) -> str:
     return "-" if key is None else f"{key[0]}/{key[1]}"
 
 
+#: What `report html` does after each of its stages, as its progress shows it.
+STAGES = ("report read; reading the input packages' domains", "reading the relations",
+          "reading the texts of the diffs", "writing the pages", "waiting for the diff pages",
+          "writing checksums.sha256")
+
+
 def build_site(report: str | Path, output: str | Path, *, against: str | Path | None = None,
                contamination: str | Path | None = None,
-               inputs: Sequence[str | Path] = ()) -> SiteResult:
-    """Write the static site of ``report`` into the new folder ``output``.
+               inputs: Sequence[str | Path] = (), progress: bool = False) -> SiteResult:
+    """Write the static site of ``report`` into the new folder ``output`` (``progress``:
+    its stages on stderr, `STAGES`).
 
     A large report is verified by a worker process while this one builds the site from its
     own plain reading of the files (`_verify_and_read`); the site's folder appears only once
     the report verified, and a report that does not verify is refused with the verifier's
     problem, whatever reading it as a verified one ran into meanwhile."""
     report, output = Path(report), Path(output)
+    stages = Progress("report html", len(STAGES), enabled=progress)
     with ExitStack() as stack:
         summary, packages, shard_codes, pool, verified = _verify_and_read(report, inputs, stack)
+        stages.step(STAGES[0])
         try:
-            return _build(report, output, summary, packages, shard_codes, pool, verified,
-                          against, contamination, inputs)
+            site = _build(report, output, summary, packages, shard_codes, pool, verified,
+                          against, contamination, inputs, stages)
+            stages.finish()
+            return site
         except Exception:
             if verified is not None:
                 verified.result()  # the verifier's problem first
@@ -158,7 +172,8 @@ def _build(report: Path, output: Path, summary: ReportSummary,
            packages: dict[str, InputPackage],
            shard_codes: dict[tuple[str, str], tuple[list[str], array, bool]], pool: Executor,
            verified: Future | None, against: str | Path | None,
-           contamination: str | Path | None, inputs: Sequence[str | Path]) -> SiteResult:
+           contamination: str | Path | None, inputs: Sequence[str | Path],
+           stages: Progress) -> SiteResult:
     old_summary = verify_report(Path(against)) if against is not None else None
     contam = None
     if contamination is not None:
@@ -177,7 +192,9 @@ def _build(report: Path, output: Path, summary: ReportSummary,
 
     domains = model.line_domains(report, summary, packages, shard_codes)
     counts = model.count_samples(summary, domains)
+    stages.step(STAGES[1])
     relations = model.read_relations(report, summary.samples)
+    stages.step(STAGES[2])
     data = SiteData(report, summary.model, summary, packages, domains, relations)
     config = manifest.config
     notes = [p.problem for p in packages.values() if p.problem]
@@ -200,7 +217,7 @@ def _build(report: Path, output: Path, summary: ReportSummary,
             w = Writer(tmp, base)
             diffs, computed = _write_pages(w, data, config, inline, diff_pages, diff_tasks,
                                            counts, notes, pool, against, old_summary, contam,
-                                           domains)
+                                           domains, stages)
         except BaseException:
             for f in diff_tasks:  # nothing may still write into the folder being removed
                 f.cancel()
@@ -208,6 +225,7 @@ def _build(report: Path, output: Path, summary: ReportSummary,
             raise
         if verified is not None:
             verified.result()
+        stages.step(STAGES[5])
         write_checksums(tmp, w.digests)
         files = sum(1 for p in tmp.rglob("*") if p.is_file())
     return SiteResult(output, files, len(summary.samples), len(relations.clusters),
@@ -218,7 +236,8 @@ def _write_pages(w: Writer, data: SiteData, config: NearDedupConfig,
                  inline: list[DiffItem], diff_pages: dict[Key, str], diff_tasks: list[Future],
                  counts: ReportCounts, notes: list[str], pool: Executor,
                  against: str | Path | None, old_summary: ReportSummary | None,
-                 contam: ContaminationSummary | None, domains: Domains) -> tuple[dict[Key, dict], int]:
+                 contam: ContaminationSummary | None, domains: Domains,
+                 stages: Progress) -> tuple[dict[Key, dict], int]:
     """Every page but the diff pages (written by ``diff_tasks``, whose files' digests join
     the writer's); returns the diffs of the cluster pages and how many the tasks computed."""
     report, summary, relations = data.report, data.summary, data.relations
@@ -233,6 +252,7 @@ def _write_pages(w: Writer, data: SiteData, config: NearDedupConfig,
     data.texts = texts
     diffs = selection.diffs(inline, texts)
     guard_rows = selection.guard_rows(guard_pairs, texts, config, data)
+    stages.step(STAGES[3])
 
     previous: ReportCounts | None = None
     changes = None
@@ -256,6 +276,7 @@ def _write_pages(w: Writer, data: SiteData, config: NearDedupConfig,
         _changes(w, changes, Path(against))  # type: ignore[arg-type]
     if contam is not None:
         _contamination(w, contam, report)
+    stages.step(STAGES[4])
     computed = 0
     for f in diff_tasks:
         digests, n = f.result()
@@ -288,7 +309,7 @@ def _verify_and_read(report: Path, inputs: Sequence[str | Path], stack: ExitStac
         manifest = summary.model
         if inputs:
             manifest = _override_inputs(manifest, [Path(p) for p in inputs])
-    packages = report_inputs(manifest)
+    packages = report_inputs(manifest, report)
     files = [(pkg, file) for pkg in packages.values() if pkg.available for file in pkg.files]
     records = sum(i.records for i in manifest.inputs)
     executor = choose_executor("local", WORKERS).for_work(records, POOL_SAMPLES)
@@ -695,8 +716,8 @@ def _contamination(w: Writer, contam: ContaminationSummary, report: Path) -> Non
     path, manifest = contam.path, contam.model
     lines = list(pair_lines(path))
     summary = Summary.model_validate_json((path / "summary.json").read_bytes())
-    pool = input_packages(manifest.inputs)
-    evals = input_packages(manifest.evals)
+    pool = input_packages(manifest.inputs, path)
+    evals = input_packages(manifest.evals, path)
     shown = lines[:MAX_CONTAMINATION_TEXTS]
     t_orig = {(t.package_id, t.sample_id): OriginRow(
         package_id=t.package_id, sample_id=t.sample_id, split=t.split, file=t.file,

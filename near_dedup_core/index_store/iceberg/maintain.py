@@ -43,6 +43,8 @@ from near_dedup_core.index_store.iceberg.snapshot import (
     read_every_page,
 )
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
+from near_dedup_core.progress import Progress
+from near_dedup_core.wording import count, duration
 
 
 def _damaged(location: str, what: str) -> NearDedupError:
@@ -168,13 +170,13 @@ def check_iceberg(location: str) -> IndexCheck:
         finally:
             con.close()
         orphans = orphan_files(pinned)
-    note = f"; {pinned.state.n:,} commits"
+    note = f"; {count(pinned.state.n, 'commit')}"
     if unchecked:
-        note += (f"; {unchecked:,} data files without page checksums (written by an earlier "
-                 f"version): read in full, their pages not checked")
+        note += (f"; {count(unchecked, 'data file')} without page checksums (written by an "
+                 f"earlier version): read in full, their pages not checked")
     if orphans:
         names = ", ".join(shown(f.uri) for f in orphans[:5])
-        note += (f"; {len(orphans):,} orphan data files, never read (`index expire` removes "
+        note += (f"; {count(len(orphans), 'orphan data file')}, never read (`index expire` removes "
                  f"them): {names}{', …' if len(orphans) > 5 else ''}")
     return result._replace(note=note)
 
@@ -191,26 +193,32 @@ def _writing(location: str) -> Iterator[Pinned]:
         yield Pinned(location) if restore_leftovers(pinned) else pinned
 
 
-def compact(location: str) -> str:
+def compact(location: str, progress: bool = False) -> str:
     """Rewrite the band files of every bucket that has more than one into one file sorted by
-    (key, content) in the writer's layout, published as a new commit; a one-line summary."""
+    (key, content) in the writer's layout, published as a new commit; a one-line summary.
+    ``progress``: its stages on stderr."""
+    stages = Progress("index compact", 3, enabled=progress)
     with _writing(location) as pinned:
         files: dict[int, int] = {}
         for f in pinned.data_files("bands"):
             files[int(f.partition[0])] = files.get(int(f.partition[0]), 0) + 1
         small = sorted(b for b, n in files.items() if n > 1)
         if not small:
-            return f"index {location}: nothing to compact ({len(files):,} buckets, one file each)"
+            return (f"index {location}: nothing to compact ({count(len(files), 'bucket')}, one "
+                    f"file each)")
         table = pinned.tables["bands"]
+        stages.step(f"reading the band rows of {len(small):,} buckets")
         rows = pinned.read("bands", ("key", "content"), it.one_of("bucket", small))
         buckets = int(dict(pinned.rows("meta", ("key", "value")))[it.BUCKETS_KEY])
         spec = BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties),
                         f"compact-{pinned.state.n + 1}", buckets)
         # one file a bucket, sorted, in the writer's layout; the old files dropped and the
         # new ones registered by one commit of the table
+        stages.step(f"writing {len(small):,} sorted files")
         written = write_band_files(spec, rows.column("key").to_numpy(),
                                    rows.column("content").to_numpy())
         del rows
+        stages.step("committing")
         with table.transaction() as tx:
             tx.delete(it.one_of("bucket", small))
             tx.add_files([f.path for f in written], check_duplicate_files=False)
@@ -220,7 +228,9 @@ def compact(location: str) -> str:
         snapshots["bands"] = current.snapshot_id
         publish(pinned, "compact", utc_now(), snapshots)
         before = sum(files[b] for b in small)
-        return (f"index {location}: compacted {before:,} band files of {len(small):,} buckets "
+        stages.finish()
+        return (f"index {location}: compacted {count(before, 'band file')} of "
+                f"{count(len(small), 'bucket')} "
                 f"into {len(small):,} (commit {pinned.state.n + 1:,})")
 
 
@@ -303,6 +313,7 @@ def expire(location: str, older_than: float | None = None) -> str:
         orphans = orphan_files(Pinned(location), cutoff)
         for found in orphans:
             it.delete_file(found.uri)
-    kept = "" if older_than is None else f" (kept the last {older_than:g}s)"
-    return (f"index {location}: expired {dropped:,} snapshots, removed {len(orphans):,} "
-            f"unreferenced data files{kept}")
+    kept = "" if older_than is None else \
+        f" (kept what was made or published in the last {duration(older_than)})"
+    return (f"index {location}: expired {count(dropped, 'snapshot')}, removed "
+            f"{count(len(orphans), 'unreferenced data file')}{kept}")
