@@ -508,6 +508,32 @@ def test_check_scan_and_append_stop_at_the_same_broken_invariant(server, url, tm
     assert table_digests(url) == before
 
 
+def test_a_stored_text_that_does_not_hash_to_its_content_id_stops_check_and_scan(
+        server, url, tmp_path):
+    """The text reader is SQLite's (`texts.IndexTexts`): a content row given another row's
+    text (which decompresses to its length) is one line, not a different report."""
+    ok(url, V1)
+    ok(url, V2)
+    code, _, err = run_cli("--quiet", "--index", url, "scan", "--inputs", V2, "--output",
+                           tmp_path / "intact")
+    assert (code, err) == (0, ""), err
+    near = [r for r in map(orjson.loads, (tmp_path / "intact" / "relations.jsonl")
+                           .read_bytes().splitlines())
+            if r["kind"] == "near" and r["match"]["content_id"]]
+    with _engine(url).begin() as conn:
+        victim = conn.execute(text("SELECT id FROM contents WHERE encode(content_id, 'hex') "
+                                   "= :c"), {"c": near[0]["match"]["content_id"]}).scalar_one()
+        conn.execute(text("UPDATE contents SET (text_z, dictionary, norm_chars) = (SELECT "
+                          "text_z, dictionary, norm_chars FROM contents WHERE id = :d) "
+                          "WHERE id = :v"), {"d": 1 if victim != 1 else 2, "v": victim})
+    fragment = f"the text of content row {victim} does not match its content_id"
+    refused(["--index", url, "index", "check"], fragment)
+    for workers in ("1", "2"):
+        refused(["--index", url, "scan", "--inputs", V2, "--output", tmp_path / "rep",
+                 "--workers", workers], f"damaged ({fragment})")
+        assert not (tmp_path / "rep").exists()
+
+
 def test_index_check_of_an_empty_a_foreign_or_an_unreachable_database_is_one_line(server, url):
     refused(["--index", url, "index", "check"], "empty database; not a near-dedup index")
     other = server.create_database()

@@ -403,6 +403,27 @@ def test_verify_with_inputs_needs_exactly_the_reports_inputs(report, tmp_path):
         refused(["report", "verify", report, "--inputs", changed, inputs[1]])
 
 
+def test_verify_with_inputs_refuses_a_redirected_input_path(report, copy, tmp_path):
+    """A resealed manifest whose inputs[].path names another folder (here a copy of the same
+    package) is consistent as far as the report's own files go; with the packages given, the
+    path that does not name them is one line."""
+    inputs = _inputs(report)
+    elsewhere = tmp_path / "elsewhere" / "v1"
+    shutil.copytree(inputs[0], elsewhere)
+
+    def redirect(manifest: dict) -> None:
+        manifest["inputs"][0]["path"] = str(elsewhere)
+
+    _edit_manifest(redirect)(copy)
+    write_checksums(copy)
+    cli_ok("report", "verify", copy)  # the files alone cannot tell (docs/tamper.md)
+    message = refused(["report", "verify", copy, "--inputs", *inputs])
+    assert f"manifest.json: inputs[0].path of package v1 is {str(elsewhere)!r}, the package " \
+           f"was given at {str(inputs[0])!r}" in message, message
+    # given where the report says it is, the same bytes verify
+    cli_ok("report", "verify", copy, "--inputs", elsewhere, inputs[1])
+
+
 # --------------------------------------------------------------------------- the models
 
 

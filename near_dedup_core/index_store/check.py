@@ -29,7 +29,7 @@ from near_dedup_core.index_store.sqlite.snapshot import (
     read_foreign,
     sqlite_errors,
 )
-from near_dedup_core.index_store.texts import ReadConnection, TextDecoder
+from near_dedup_core.index_store.texts import Digests, ReadConnection, TextDecoder, rows_in
 
 
 def check_sqlite(path: Path) -> IndexCheck:
@@ -145,15 +145,19 @@ def check_invariants(path: Path | str, con: ReadConnection, config: NearDedupCon
         if sources != records:
             raise package_sources_error(path, package_id, sources, records)
     reader = TextDecoder(con)
-    for cid, blob, dictionary, chars in stream(
-            "SELECT id, text_z, dictionary, norm_chars FROM contents"):
+    digests = Digests(path, lambda ids: dict(rows_in(
+        con, "SELECT id, scope_key FROM scopes WHERE id IN ({})", ids)), bad)
+    for cid, blob, dictionary, chars, digest, scope in stream(
+            "SELECT id, text_z, dictionary, norm_chars, content_id, scope FROM contents"):
         try:
-            text = reader.text(blob, dictionary)
+            utf8 = reader.utf8(blob, dictionary)
+            text = utf8.decode()
         except (zstandard.ZstdError, UnicodeDecodeError) as exc:
             raise bad(f"the text of content row {cid} does not decompress ({exc})") from None
         if len(text) != chars:
             raise bad(f"the text of content row {cid} has {len(text)} characters, "
                       f"norm_chars says {chars}")
+        digests.check([cid], [utf8], [(digest, scope)])
     counts = [con.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0]
               for t in ("packages", "contents", "sources")]
     return IndexCheck(path, max_batch, *counts)

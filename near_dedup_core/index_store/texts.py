@@ -9,20 +9,23 @@ content rows (`IndexTexts`, or `ShippedTexts` on another machine). Each opens it
 pydantic models: a worker forked from the pool's forkserver starts with only what it uses.
 
 Texts are zstd frames of the normalized text's UTF-8, each compressed on its own, with the
-batch's dictionary when it has one (``contents.dictionary``).
+batch's dictionary when it has one (``contents.dictionary``). Every text read for a decision
+is checked against its digest, the content's ``content_id`` (`Digests`): a text that changed
+in storage is one line naming the index, never a different report.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import urllib.parse
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Protocol
 
 import zstandard
 
+from near_dedup_core.compare import scope_hash
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.records import SAMPLE_COLUMNS
 
@@ -104,6 +107,37 @@ class TextDecoder:
         return dctx.decompress(blob)
 
 
+class Digests:
+    """Checks decompressed texts against their ``content_id`` (`compare.content_id`: sha256
+    of the scope key, NUL and the text, first 16 bytes), the scope keys fetched by
+    ``scope_keys(ids)`` as they are first needed and kept."""
+
+    def __init__(self, label: Path | str, scope_keys: Callable[[list[int]], dict[int, str]],
+                 error: Callable[[str], NearDedupError] | None = None) -> None:
+        self.label = label
+        self._fetch = scope_keys
+        self._error = error or (lambda detail: damaged(label, detail))
+        self._hashes: dict[int, Any] = {}
+
+    def check(self, ids: Sequence[int], utf8: Sequence[bytes],
+              digests: Sequence[tuple[bytes, int]]) -> None:
+        """``utf8[i]`` is the text of content row ``ids[i]`` whose (content_id, scope) is
+        ``digests[i]``; a mismatch raises `damaged` naming the first such row."""
+        missing = sorted({scope for _, scope in digests} - self._hashes.keys())
+        if missing:
+            found = self._fetch(missing)
+            for scope in missing:
+                if scope not in found:
+                    raise self._error(f"content row scope {scope} is missing")
+                self._hashes[scope] = scope_hash(found[scope])
+        for cid, text, (digest, scope) in zip(ids, utf8, digests, strict=True):
+            h = self._hashes[scope].copy()
+            h.update(text)
+            if h.digest()[:16] != bytes(digest or b""):
+                raise self._error(f"the text of content row {cid} does not match its "
+                                  f"content_id")
+
+
 SQL_IN = 900  # ids per ``IN (…)`` list, under SQLite's bound-parameter limit
 
 
@@ -145,6 +179,11 @@ class IndexTexts:
         self.location = str(path.resolve()) if isinstance(path, Path) else str(path)
         self._con = con
         self._reader = TextDecoder(con)
+        self._digests = Digests(path, self._scope_keys)
+
+    def _scope_keys(self, ids: list[int]) -> dict[int, str]:
+        return dict(rows_in(self._con, "SELECT id, scope_key FROM scopes WHERE id IN ({})",
+                            ids))
 
     @classmethod
     def open(cls, path: Path) -> IndexTexts:
@@ -178,9 +217,10 @@ class IndexTexts:
         """The compressed texts of these content ids with the dictionaries they need: what a
         task on another machine gets instead of a connection (``--executor ray``)."""
         blobs: dict[int, tuple[bytes, int | None]] = {}
-        for cid, blob, dictionary in rows_in(
-                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+        digests: dict[int, tuple[bytes, int]] = {}
+        for cid, blob, dictionary, digest, scope in rows_in(self._con, _TEXTS_SQL, ids):
             blobs[cid] = (bytes(blob), dictionary)
+            digests[cid] = (bytes(digest), scope)
         if len(blobs) != len(set(ids)):
             raise damaged(self.path, f"{len(set(ids)) - len(blobs):,} content rows are missing")
         dictionaries = {}
@@ -188,38 +228,47 @@ class IndexTexts:
             (data,) = self._con.execute("SELECT data FROM dictionaries WHERE id = ?",
                                         (d,)).fetchone()
             dictionaries[d] = bytes(data)
-        return ShippedTexts(str(self.path), blobs, dictionaries)
+        scopes = sorted({scope for _, scope in digests.values()})
+        return ShippedTexts(str(self.path), blobs, dictionaries, digests,
+                            self._scope_keys(scopes) if scopes else {})
 
     def texts(self, ids: list[int]) -> dict[int, str]:
         """Texts of these content ids, all of which exist (they come from sources or bands):
-        a missing row or a text that does not decompress means the index is damaged."""
-        out: dict[int, str] = {}
-        for cid, blob, dictionary in rows_in(
-                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+        a missing row, or a text that does not decompress, is not UTF-8 or does not match its
+        content_id, means the index is damaged."""
+        ids = list(dict.fromkeys(ids))
+        out = {}
+        for cid, text in zip(ids, self.utf8_texts(ids), strict=True):
             try:
-                out[cid] = self._reader.text(blob, dictionary)
-            except (zstandard.ZstdError, UnicodeDecodeError, TypeError) as exc:
-                raise damaged(self.path, f"the text of content row {cid} does not "
-                                         f"decompress: {exc}") from None
-        if len(out) != len(set(ids)):
-            raise damaged(self.path, f"{len(set(ids)) - len(out):,} content rows are missing")
+                out[cid] = text.decode()
+            except UnicodeDecodeError as exc:
+                raise damaged(self.path, f"the text of content row {cid} is not UTF-8: "
+                                         f"{exc}") from None
         return out
 
     def utf8_texts(self, ids: list[int]) -> list[bytes]:
         """The texts of these distinct content ids, in the order given, as UTF-8 bytes that
         the caller checks (`texts` of an id whose bytes are not UTF-8 names the damage):
-        decompressed without building Python strings."""
+        decompressed without building Python strings, each checked against its content_id
+        (`Digests`)."""
         out: dict[int, bytes] = {}
-        for cid, blob, dictionary in rows_in(
-                self._con, "SELECT id, text_z, dictionary FROM contents WHERE id IN ({})", ids):
+        digests: dict[int, tuple[bytes, int]] = {}
+        for cid, blob, dictionary, digest, scope in rows_in(self._con, _TEXTS_SQL, ids):
             try:
                 out[cid] = self._reader.utf8(blob, dictionary)
             except (zstandard.ZstdError, TypeError) as exc:
                 raise damaged(self.path, f"the text of content row {cid} does not "
                                          f"decompress: {exc}") from None
+            digests[cid] = (digest, scope)
         if len(out) != len(ids):
             raise damaged(self.path, f"{len(ids) - len(out):,} content rows are missing")
-        return [out[cid] for cid in ids]
+        texts = [out[cid] for cid in ids]
+        self._digests.check(ids, texts, [digests[cid] for cid in ids])
+        return texts
+
+
+_TEXTS_SQL = ("SELECT id, text_z, dictionary, content_id, scope FROM contents "
+              "WHERE id IN ({})")
 
 
 class ShippedTexts:
@@ -227,10 +276,16 @@ class ShippedTexts:
     ``texts(ids)`` as `IndexTexts` without any connection to the index."""
 
     def __init__(self, label: str, blobs: dict[int, tuple[bytes, int | None]],
-                 dictionaries: dict[int, bytes]) -> None:
+                 dictionaries: dict[int, bytes],
+                 digests: dict[int, tuple[bytes, int]] | None,
+                 scope_keys: dict[int, str]) -> None:
+        """``digests``: each content's (content_id, scope), the texts checked against them
+        (`Digests`, with ``scope_keys``); None only for texts that no index stores."""
         self.label = label
         self.blobs = blobs
         self.dictionaries = dictionaries
+        self.digests = digests
+        self.scope_keys = scope_keys
 
     def texts(self, ids: list[int]) -> dict[int, str]:
         return {cid: text.decode() for cid, text in zip(ids, self.utf8_texts(ids), strict=True)}
@@ -245,6 +300,10 @@ class ShippedTexts:
         for cid in ids:
             blob, dictionary = self.blobs[cid]
             out.append((plain if dictionary is None else by_dict[dictionary]).decompress(blob))
+        if self.digests is not None:
+            keys = self.scope_keys
+            Digests(self.label, lambda scopes: {s: keys[s] for s in scopes if s in keys}
+                    ).check(ids, out, [self.digests[cid] for cid in ids])
         return out
 
 

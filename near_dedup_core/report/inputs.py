@@ -31,11 +31,21 @@ def _origin_digest(split: str, file: str, line: int, source: object) -> bytes:
                                         option=orjson.OPT_SORT_KEYS), digest_size=16).digest()
 
 
+def _same_place(recorded: str, given: Path | str) -> bool:
+    """Whether a report's ``inputs[].path`` names the package given: the same URL, or the
+    same local folder (a relative path is read from the current directory, as `report
+    explain` reads it)."""
+    if isinstance(given, str) or "://" in recorded:
+        return recorded.rstrip("/") == str(given).rstrip("/")
+    return Path(recorded).resolve() == given.resolve()
+
+
 def verify_report_inputs(path: str | Path,
                          packages: Sequence[str | Path | Location]) -> ReportSummary:
     """`verify_report`, then every sample's text and origin re-read from ``packages``, which
-    must be exactly the report's inputs (same ids and manifest sha256). Any difference is one
-    line naming the report's file and line (or the package, file and line)."""
+    must be exactly the report's inputs (same ids and manifest sha256, at the places its
+    ``inputs[].path`` records). Any difference is one line naming the report's file and line
+    (or the package, file and line)."""
     path = Path(path)
     summary = verify_report(path, keep_text_sha256=True)
     label = f"report {path}"
@@ -50,6 +60,12 @@ def verify_report_inputs(path: str | Path,
             raise NearDedupError(f"{label}: package {pkg.package_id} at {pkg.path} is not the "
                                  f"report's input (manifest sha256 {pkg.manifest_sha256[:12]}…, "
                                  f"the report recorded {recorded['manifest_sha256'][:12]}…)")
+        if not _same_place(recorded["path"], pkg.path):
+            k = list(inputs).index(pkg.package_id)
+            raise NearDedupError(f"{label}: manifest.json: inputs[{k}].path of package "
+                                 f"{pkg.package_id} is {recorded['path']!r}, the package was "
+                                 f"given at {str(pkg.path)!r}: the report records another "
+                                 f"place for its input (moved, or the path was redirected)")
     missing = sorted(set(inputs) - {p.package_id for p in given})
     if missing:
         raise NearDedupError(f"{label}: input package {missing[0]} of the report is not among "

@@ -108,7 +108,8 @@ def warm_up() -> None:
              "hill, where the volunteers had set out beds, blankets and hot soup.").encode()
             for n in (3, 4, 3)]
     texts = db.ShippedTexts("warm-up", {k: (blob, None) for k, blob in
-                                         enumerate(db.compress_texts(utf8, None))}, {})
+                                         enumerate(db.compress_texts(utf8, None))}, {},
+                            None, {})
     pairs = np.array([[0, 1], [0, 2], [1, 2]], dtype=np.int64)
     verify_pairs(texts, WorkerParams.of(NearDedupConfig()), pairs, None)
 

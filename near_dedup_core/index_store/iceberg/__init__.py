@@ -50,12 +50,23 @@ def errors(location: str) -> Iterator[None]:
             raise
 
         detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+        if isinstance(exc, OSError) and it_checksum_failed(detail):
+            raise NearDedupError(f"index {location}: damaged (a data file fails its page "
+                                 f"checksum: {detail}); restore it from a backup or run "
+                                 f"`near-dedup --index {location} index check`") from None
         if isinstance(exc, ice.CommitFailedException):
             raise NearDedupError(f"index {location}: another writer committed meanwhile; "
                                  f"nothing of this run was published; run it again") from None
         raise NearDedupError(f"index {location}: cannot use the Iceberg tables "
                              f"({type(exc).__name__}: {detail}); run `near-dedup --index "
                              f"{location} index check`") from None
+
+
+def it_checksum_failed(detail: str) -> bool:
+    """Whether pyarrow's message says a Parquet page does not match its CRC32."""
+    from near_dedup_core.index_store.iceberg import tables as it
+
+    return it.CHECKSUM_FAILED in detail
 
 
 def _remote_error(location: str, exc: Exception) -> NearDedupError | None:

@@ -22,11 +22,10 @@ at all, never twice."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
-from contextlib import ExitStack, contextmanager, suppress
+from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -45,7 +44,12 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
-from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_of
+from near_dedup_core.index_store.iceberg.snapshot import (
+    IcebergSnapshot,
+    Pinned,
+    bucket_of,
+    files_check,
+)
 from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import binding_rows
 
@@ -89,8 +93,7 @@ class IcebergBatch:
         self.committing = False
         if fresh:
             rows = binding_rows(config, created_at)
-            buckets = int(os.environ.get(it.BUCKETS_ENV, it.DEFAULT_BUCKETS))
-            rows.append({"key": it.BUCKETS_KEY, "value": str(buckets)})
+            rows.append({"key": it.BUCKETS_KEY, "value": str(it.bucket_count())})
             self.new["meta"] = [(r["key"], r["value"]) for r in rows]
             self._meta = {k: v for k, v in self.new["meta"]}
         else:
@@ -292,7 +295,8 @@ class IcebergBatch:
             if data is None:
                 continue
             table = self.pinned.tables[name]
-            table.append(data)
+            table.add_files([write_rows_file(table, name, data, self.prefix)],
+                            check_duplicate_files=False)
             current = table.current_snapshot()
             assert current is not None
             snapshots[name] = current.snapshot_id
@@ -329,6 +333,7 @@ BAND_FILE_OPTIONS: dict[str, Any] = {
     "column_encoding": {"key": "DELTA_BINARY_PACKED", "content": "DELTA_BINARY_PACKED"},
     "row_group_size": it.ROW_GROUP_ROWS["bands"],
     "sorting_columns": [pq.SortingColumn(1), pq.SortingColumn(2)],
+    **it.CHECKED_WRITES,
 }
 
 
@@ -354,7 +359,7 @@ def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray
         bucket = int(buckets[start])
         part = pa.Table.from_arrays(
             [pa.array(buckets[start:end]), pa.array(keys[start:end]),
-             pa.array(contents[start:end])], schema=plain_schema("bands"))
+             pa.array(contents[start:end])], schema=it.with_checksum_mark(plain_schema("bands")))
         path = f"{spec.data}/bucket={bucket}/{spec.prefix}-{unique}-{bucket:05d}.parquet"
         with io.new_output(path).create(overwrite=True) as out:
             pq.write_table(part, out, **BAND_FILE_OPTIONS)
@@ -406,6 +411,18 @@ class BandTasks:
         return BandWrite("bands", 0)
 
 
+def write_rows_file(table: Table, name: str, rows: pa.Table, prefix: str) -> str:
+    """One data file of ``rows`` (a batch's rows of a small table, or its raw texts) under
+    ``table``'s data folder, written as `RowFiles` writes (page checksums); its URI, for
+    ``add_files``."""
+    path = f"{table.location().rstrip('/')}/data/{prefix}-{name}.parquet"
+    schema = it.with_checksum_mark(plain_schema(name))
+    with table.io.new_output(path).create(overwrite=True) as out:
+        pq.write_table(rows.cast(schema), out, compression=codec(name),
+                       row_group_size=it.ROW_GROUP_ROWS.get(name, 65_536), **it.CHECKED_WRITES)
+    return path
+
+
 def plain_schema(name: str) -> pa.Schema:
     """The Arrow schema of ``name``'s rows without Iceberg field ids: files registered by
     ``add_files`` must not carry them (the table maps columns by name)."""
@@ -428,7 +445,7 @@ class RowFiles:
         self.io = table.io
         self.data = f"{table.location().rstrip('/')}/data"
         self.prefix = prefix
-        self.schema = plain_schema(name)
+        self.schema = it.with_checksum_mark(plain_schema(name))
         self.group_rows = it.ROW_GROUP_ROWS.get(name, 65_536)
         self.pending: list[tuple] = []
         self.paths: list[str] = []
@@ -449,7 +466,8 @@ class RowFiles:
             path = f"{self.data}/{self.prefix}-{len(self.paths):05d}.parquet"
             self.paths.append(path)
             self._out = self.io.new_output(path).create(overwrite=True)
-            self._writer = pq.ParquetWriter(self._out, self.schema, compression=codec(self.name))
+            self._writer = pq.ParquetWriter(self._out, self.schema, compression=codec(self.name),
+                                            **it.CHECKED_WRITES)
         self._writer.write_table(to_arrow(self.name, rows, self.schema),
                                  row_group_size=self.group_rows)
         if self._out.tell() >= TARGET_FILE_BYTES:
@@ -498,9 +516,52 @@ def publish(pinned: Pinned, op: str, at: str, snapshots: dict[str, int | None]) 
                              f"nothing of this run was published; run it again") from None
 
 
+def metadata_version(uri: str) -> int:
+    """The version of a table metadata file (pyiceberg names them ``NNNNN-<uuid>``)."""
+    head = uri.rsplit("/", 1)[-1].split("-", 1)[0]
+    return int(head) if head.isdigit() else -1
+
+
+def check_pointers(pinned: Pinned) -> None:
+    """The catalog's pointers agree: a data table ahead of the snapshot the newest commit
+    records is a killed writer's leftover, unless a newer metadata file of the ``commits``
+    table (one the catalog does not point at) records a commit that publishes it: the
+    catalog's ``commits`` pointer was then moved back, and returning the tables to the
+    recorded state would drop published batches. One line."""
+    ahead = {}
+    for name in it.DATA_TABLES:
+        current = pinned.tables[name].current_snapshot()
+        if current is not None and current.snapshot_id != pinned.state.snapshots[name]:
+            ahead[name] = current.snapshot_id
+    if not ahead:
+        return
+    from pyiceberg.table import StaticTable
+
+    commits = pinned.tables[it.COMMITS]
+    at = commits.metadata_location
+    version = metadata_version(at)
+    for f in it.list_files(at.rsplit("/", 1)[0], ".metadata.json"):
+        if metadata_version(f.uri) <= version:
+            continue
+        newer = StaticTable.from_metadata(f.uri, properties=commits.io.properties)
+        snap = newer.current_snapshot()
+        if snap is None:
+            continue
+        for row in it.read(newer, snap.snapshot_id).to_pylist():
+            recorded = orjson.loads(row["tables"])
+            if row["n"] > pinned.state.n and any(recorded.get(t) == s for t, s in ahead.items()):
+                raise NearDedupError(
+                    f"index {pinned.location}: damaged (the catalog points the commits table "
+                    f"at commit {pinned.state.n:,}, its metadata {it.local_path(f.uri)} "
+                    f"records commit {row['n']:,}, which the data tables hold: the catalog "
+                    f"was moved back); restore the catalog from a backup")
+
+
 def restore_leftovers(pinned: Pinned) -> bool:
     """Return each data table whose current snapshot is not the one the newest commit
-    records (a killed writer's appends) to the recorded snapshot; whether any was."""
+    records (a killed writer's appends) to the recorded snapshot; whether any was. A
+    catalog whose ``commits`` pointer was moved back is refused (`check_pointers`)."""
+    check_pointers(pinned)
     restored = False
     for name in it.DATA_TABLES:
         table: Table = pinned.tables[name]
@@ -546,16 +607,25 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
     nothing published on failure."""
     from near_dedup_core.index_store.iceberg import errors
 
+    it.bucket_count()  # a malformed setting is refused before anything is written
     with ExitStack() as stack:
         with errors(location):  # the catalog's, the storage's and pyiceberg's: one line
             cat = stack.enter_context(it.writer(it.where(location)))
             pinned, fresh = open_for_write(location, cat)
+            files = None
             if not fresh:
                 check_binding(location, pinned_meta(pinned), config, writing=True)
                 IcebergSnapshot(pinned, config).quick_check()
+                # … and every data file reads back, checked meanwhile
+                files = files_check(pinned, idle=False)
+                stack.callback(files.close)
             batch = IcebergBatch(pinned, config, created_at, fresh)
         try:
-            yield batch
+            with files.explains_failures() if files is not None else nullcontext():
+                yield batch
+            if files is not None:
+                with errors(location):
+                    files.result()
             if batch.seq is not None:
                 with errors(location):
                     batch.commit(created_at)

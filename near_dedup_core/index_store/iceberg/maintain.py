@@ -31,11 +31,17 @@ from near_dedup_core.index_store.iceberg import errors
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.batch import (
     BandSpec,
+    check_pointers,
     publish,
     restore_leftovers,
     write_band_files,
 )
-from near_dedup_core.index_store.iceberg.snapshot import Pinned, bucket_of, local_path
+from near_dedup_core.index_store.iceberg.snapshot import (
+    Pinned,
+    bucket_of,
+    local_path,
+    read_every_page,
+)
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 from near_dedup_core.index_store.records import IndexCheck
 from near_dedup_core.progress import Progress
@@ -46,11 +52,14 @@ def _damaged(location: str, what: str) -> NearDedupError:
     return NearDedupError(f"index {location}: damaged ({what}); restore it from a backup")
 
 
-def check_files(pinned: Pinned) -> None:
+def check_files(pinned: Pinned) -> int:
     """Every data file of the published state is present, with its recorded size and row
-    count; band files hold only their bucket's keys, sorted."""
+    count, and read in full, each page checked against its CRC32; band files hold only their
+    bucket's keys, sorted. Returns how many files carry no page checksums (written by earlier
+    versions: read in full, their pages unchecked)."""
     location = pinned.location
     buckets = None
+    unchecked = 0
     for name in it.DATA_TABLES:
         for f in pinned.data_files(name):
             path = shown(f.file_path)
@@ -69,6 +78,8 @@ def check_files(pinned: Pinned) -> None:
                 raise _damaged(location, f"data file {path} of table {name} has "
                                          f"{meta.num_rows:,} rows, the table records "
                                          f"{f.record_count:,}")
+            unchecked += it.CHECKSUMS_KEY not in (meta.metadata or {})
+            read_every_page(location, f.file_path, name)
             if name == "bands":
                 if buckets is None:
                     buckets = int(dict(pinned.rows("meta", ("key", "value"))).get(
@@ -81,6 +92,7 @@ def check_files(pinned: Pinned) -> None:
                     raise _damaged(location, f"band file {path} holds keys of another bucket")
                 if len(keys) > 1 and (np.diff(keys) < 0).any():
                     raise _damaged(location, f"band file {path} is not sorted by key")
+    return unchecked
 
 
 def shown(uri: str) -> str:
@@ -144,7 +156,8 @@ def check_iceberg(location: str) -> IndexCheck:
         if pinned.state.n == 0:
             raise NearDedupError(f"index {location}: no batch committed yet; not a near-dedup "
                                  f"index to check")
-        check_files(pinned)
+        check_pointers(pinned)
+        unchecked = check_files(pinned)
         values = dict(pinned.rows("meta", ("key", "value")))
         ids = pinned.read("contents", ("id",)).column("id").to_numpy()
         values[BANDS_MERGED_THROUGH] = str(int(ids.max()) if len(ids) else 0)
@@ -159,6 +172,9 @@ def check_iceberg(location: str) -> IndexCheck:
             con.close()
         orphans = orphan_files(pinned)
     note = f"; {count(pinned.state.n, 'commit')}"
+    if unchecked:
+        note += (f"; {count(unchecked, 'data file')} without page checksums (written by an "
+                 f"earlier version): read in full, their pages not checked")
     if orphans:
         names = ", ".join(shown(f.uri) for f in orphans[:5])
         note += (f"; {count(len(orphans), 'orphan data file')}, never read (`index expire` removes "
@@ -172,6 +188,7 @@ def _writing(location: str) -> Iterator[Pinned]:
     if place.folder is not None and not place.shared \
             and not (place.folder / it.CATALOG_FILE).is_file():
         raise NearDedupError(f"index {location}: not found")
+    it.refuse_foreign_catalog(place)  # before the lock file is made
     with errors(location), it.writer_lock(place.lock_folder, location):
         pinned = Pinned(location)
         yield Pinned(location) if restore_leftovers(pinned) else pinned

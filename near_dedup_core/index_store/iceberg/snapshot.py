@@ -11,8 +11,9 @@ hits; the driver merges them."""
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Self
 
@@ -32,6 +33,7 @@ from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
     MISSING_SCOPE,
     SIGNATURE_MISMATCH,
+    BackgroundCheck,
     check_batch_packages,
     check_meta_keys,
     restore,
@@ -152,6 +154,44 @@ class Pinned:
 local_path = it.local_path
 
 
+def read_every_page(location: str, uri: str, name: str) -> None:
+    """Read every row group of a data file, each page checked against its CRC32 (when the
+    file has them) and decoded: a flipped byte is one line naming the file."""
+    try:
+        pf = it.parquet_file(uri)
+        for g in range(pf.metadata.num_row_groups):
+            pf.read_row_group(g, use_threads=False)
+    except (OSError, pa.ArrowException) as exc:
+        detail = " ".join(str(exc).split())[:200]
+        raise NearDedupError(f"index {location}: damaged (data file {local_path(uri)} of table "
+                             f"{name} does not read back: {detail}); restore it from a "
+                             f"backup") from None
+    finally:
+        pa.default_memory_pool().release_unused()
+
+
+def _read_file(location: str, uri: str, name: str, _: Any) -> None:
+    read_every_page(location, uri, name)
+
+
+class _NoConnection:
+    """The connection a `BackgroundCheck` of data files holds: none."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def files_check(pinned: Pinned, *, idle: bool) -> BackgroundCheck:
+    """`BackgroundCheck` of every data file of the pinned state, read in full (as SQLite's
+    page check reads every page, `invariants.sqlite_background_check`): a scan or an append
+    on a damaged index is one line, whatever pages it reads itself."""
+    files = [(f.file_path, name) for name in it.DATA_TABLES for f in pinned.data_files(name)]
+    location = pinned.location
+    checks: list[Callable[[Any], None]] = [
+        functools.partial(_read_file, location, uri, name) for uri, name in files]
+    return BackgroundCheck(_NoConnection(), checks, lambda: None, idle=idle)
+
+
 def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int, hi: int
                 ) -> tuple[np.ndarray, np.ndarray]:
     """One bucket's history join: the (key, content) rows of its data files ``paths`` whose
@@ -241,6 +281,11 @@ def bucket_of(keys: np.ndarray, buckets: int) -> np.ndarray:
 KEPT_ROW_GROUP_BYTES = 16 << 20
 
 
+#: The columns of a content row group that a text reader reads: the text, its dictionary and
+#: its digest (`texts.Digests`).
+TEXT_COLUMNS = ("id", "text_z", "dictionary", "content_id", "scope")
+
+
 class RowGroups:
     """The texts of the contents' data files, read by Parquet row group: the row groups whose
     id range (from the files' statistics) holds a wanted id, the most recently read ones kept
@@ -261,13 +306,14 @@ class RowGroups:
         self._lo = np.asarray(lo, dtype=np.int64)[order]
         self._hi = np.asarray(hi, dtype=np.int64)[order]
         self._where = [where[i] for i in order]
-        self._read: OrderedDict[int, tuple[np.ndarray, Any, Any]] = OrderedDict()
+        self._read: OrderedDict[int, tuple[np.ndarray, pa.Table]] = OrderedDict()
         self._kept: dict[int, int] = {}  # bytes of each kept row group
         self._kept_bytes = 0
 
-    def blobs(self, wanted: np.ndarray) -> dict[int, tuple[bytes, int | None]]:
-        """(text_z, dictionary) of the ``wanted`` ids (sorted, distinct) that the files hold."""
-        out: dict[int, tuple[bytes, int | None]] = {}
+    def blobs(self, wanted: np.ndarray) -> dict[int, tuple[bytes, int | None, bytes, int]]:
+        """(text_z, dictionary, content_id, scope) of the ``wanted`` ids (sorted, distinct)
+        that the files hold."""
+        out: dict[int, tuple[bytes, int | None, bytes, int]] = {}
         dropped = False
         at = np.searchsorted(self._lo, wanted, side="right") - 1
         for g in np.unique(at[at >= 0]).tolist():
@@ -279,24 +325,26 @@ class RowGroups:
                 self._read.move_to_end(g)
             else:
                 f, rg = self._where[g]
-                t = self._files[f].read_row_group(rg, columns=["id", "text_z", "dictionary"])
+                t = self._files[f].read_row_group(rg, columns=list(TEXT_COLUMNS))
                 gids = t.column("id").to_numpy()
                 if len(gids) > 1 and (np.diff(gids) < 0).any():  # written in id order as a rule
                     t = t.take(pa.array(np.argsort(gids, kind="stable")))
-                self._read[g] = (t.column("id").to_numpy(), t.column("text_z"),
-                                 t.column("dictionary"))
+                self._read[g] = (t.column("id").to_numpy(), t)
                 self._kept[g] = t.nbytes
                 self._kept_bytes += t.nbytes
                 while len(self._read) > 1 and self._kept_bytes > KEPT_ROW_GROUP_BYTES:
                     oldest, _ = self._read.popitem(last=False)
                     self._kept_bytes -= self._kept.pop(oldest)
                     dropped = True
-            gids, texts, dicts = self._read[g]
+            gids, t = self._read[g]
             pos = np.searchsorted(gids, ids)
             pos[pos == len(gids)] = 0
             found = gids[pos] == ids
-            for cid, k in zip(ids[found].tolist(), pos[found].tolist(), strict=True):
-                out[cid] = (texts[k].as_py(), dicts[k].as_py())
+            rows = t.take(pa.array(pos[found]))
+            for cid, *row in zip(ids[found].tolist(),
+                                 *(rows.column(c).to_pylist() for c in TEXT_COLUMNS[1:]),
+                                 strict=True):
+                out[cid] = tuple(row)
         if dropped:
             # the Parquet reader's buffers and the dropped row groups go back to the system
             # (Arrow's allocator would keep them for later allocations)
@@ -332,6 +380,7 @@ class IcebergTexts:
         self.path = pinned.location
         self.location = pinned.location
         self._dictionaries: dict[int, bytes] | None = None
+        self._scope_keys: dict[int, str] | None = None
         self._groups: RowGroups | None = None
 
     @classmethod
@@ -370,7 +419,12 @@ class IcebergTexts:
             self._groups = RowGroups([f.file_path for f in self._pinned.data_files("contents")])
         return self._groups
 
-    def _blobs(self, ids: list[int]) -> dict[int, tuple[bytes, int | None]]:
+    def scope_keys(self) -> dict[int, str]:
+        if self._scope_keys is None:
+            self._scope_keys = dict(self._pinned.rows("scopes", ("id", "scope_key")))
+        return self._scope_keys
+
+    def _blobs(self, ids: list[int]) -> dict[int, tuple[bytes, int | None, bytes, int]]:
         wanted = np.unique(np.asarray(ids, dtype=np.int64))
         if not len(wanted):
             return {}
@@ -380,10 +434,15 @@ class IcebergTexts:
         return blobs
 
     def shipped(self, ids: list[int]) -> ShippedTexts:
-        blobs = self._blobs(ids)
-        wanted = {d for _, d in blobs.values() if d is not None}
+        rows = self._blobs(ids)
+        wanted = {d for _, d, _, _ in rows.values() if d is not None}
         dicts = {d: v for d, v in self.dictionaries().items() if d in wanted}
-        return ShippedTexts(str(self.path), blobs, dicts)
+        keys = self.scope_keys()
+        scopes = {scope for _, _, _, scope in rows.values()}
+        return ShippedTexts(str(self.path), {c: (t, d) for c, (t, d, _, _) in rows.items()},
+                            dicts, {c: (digest, scope) for c, (_, _, digest, scope)
+                                    in rows.items()},
+                            {s: keys[s] for s in scopes if s in keys})
 
     def utf8_texts(self, ids: list[int]) -> list[bytes]:
         shipped = self.shipped(ids)
@@ -459,6 +518,8 @@ class IcebergSnapshot:
         self._signature_bytes = None if config is None else 2 * config.num_perm
         self._min_chars = None if config is None else config.min_chars
         self._scope_ids: np.ndarray | None = None
+        #: the read of every data file beside the scan (`files_check`, `verify_pages`)
+        self._pages: BackgroundCheck | None = None
         self._meta = dict(pinned.rows("meta", ("key", "value")))
         self._packages = [IndexedPackage(*r) for r in pinned.rows(
             "packages", ("id", "package_id", "kind", "manifest_sha256", "batch", "records"))]
@@ -484,6 +545,7 @@ class IcebergSnapshot:
             if config is not None:
                 check_binding(location, snap._meta, config)
             snap.quick_check()
+            snap._pages = files_check(snap._pinned, idle=True)
         except BaseException:
             if lock is not None:
                 lock.__exit__(None, None, None)
@@ -508,9 +570,17 @@ class IcebergSnapshot:
                                  f"are missing")
 
     def verify_pages(self) -> None:
-        """Iceberg's data files are checked by `index check` (present, size, row count)."""
+        """Wait for the read of every data file that runs beside the scan (`files_check`):
+        the damage line if one does not read back. Called before anything read from the
+        snapshot is published."""
+        if self._pages is not None:
+            pages, self._pages = self._pages, None
+            pages.result()
 
     def close(self) -> None:
+        if self._pages is not None:
+            pages, self._pages = self._pages, None
+            pages.close()
         if self._release is not None:
             release, self._release = self._release, None
             release.__exit__(None, None, None)

@@ -43,6 +43,25 @@ BUCKETS_KEY = "iceberg_buckets"
 #: Band-key buckets of a new index (docs/iceberg.md says how the count was chosen).
 DEFAULT_BUCKETS = 64
 BUCKETS_ENV = "NEAR_DEDUP_ICEBERG_BUCKETS"
+#: The bucket counts a new index takes (docs/iceberg.md: 10^10 contents want 16,384).
+MAX_BUCKETS = 65_536
+
+
+def bucket_count() -> int:
+    """The bucket count of a new index: `BUCKETS_ENV` if set, else `DEFAULT_BUCKETS`; a
+    setting that is not a whole number from 1 to `MAX_BUCKETS` is one line."""
+    value = os.environ.get(BUCKETS_ENV)
+    if value is None:
+        return DEFAULT_BUCKETS
+    try:
+        count = int(value.strip())
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_BUCKETS:
+        raise NearDedupError(f"{BUCKETS_ENV}={value!r}: not a bucket count; give a whole "
+                             f"number from 1 to {MAX_BUCKETS:,} (or leave it unset: "
+                             f"{DEFAULT_BUCKETS})")
+    return count
 #: Rows per Parquet row group: a probe skips the band row groups whose key range misses its
 #: keys; a text reader reads the content row groups whose id range holds its ids.
 ROW_GROUP_ROWS = {"bands": 65_536, "contents": 4_096}
@@ -266,12 +285,28 @@ def output(uri: str) -> tuple[Any, str]:
     return fs, path
 
 
+#: A data file written with a CRC32 of each page (`CHECKED_WRITES`) says so in its footer's
+#: key-value metadata; files without it (written by earlier versions) are read unchecked.
+CHECKSUMS_KEY = b"near_dedup.page_checksums"
+#: The writer options of every data file the index writes: a CRC32 in each page header,
+#: verified by every read (`parquet_file`, `read`) and by `index check`.
+CHECKED_WRITES: dict[str, Any] = {"write_page_checksum": True}
+#: pyarrow's message for a page whose bytes do not match its CRC32.
+CHECKSUM_FAILED = "CRC checksum verification failed"
+
+
+def with_checksum_mark(schema: pa.Schema) -> pa.Schema:
+    """``schema`` carrying `CHECKSUMS_KEY`, for a data file written with `CHECKED_WRITES`."""
+    return schema.with_metadata({**(schema.metadata or {}), CHECKSUMS_KEY: b"crc32"})
+
+
 def parquet_file(uri: str) -> Any:
-    """A data file opened as `pyarrow.parquet.ParquetFile` (through `filesystem`)."""
+    """A data file opened as `pyarrow.parquet.ParquetFile` (through `filesystem`), every page
+    read checked against its CRC32 when the file has them."""
     import pyarrow.parquet as pq
 
     fs, path = filesystem(uri)
-    return pq.ParquetFile(path, filesystem=fs)
+    return pq.ParquetFile(path, filesystem=fs, page_checksum_verification=True)
 
 
 #: Threads of a per-bucket join on S3, where the tasks mostly wait on requests.
@@ -385,6 +420,43 @@ def catalog(place: Path | Where, *, create: bool = False) -> SqlCatalog:
         raise catalog_error(place, exc) from None
 
 
+#: The tables of pyiceberg's SQL catalog: a ``catalog.db`` holding any other, or not these,
+#: is another program's file.
+CATALOG_TABLES = frozenset({"iceberg_tables", "iceberg_namespace_properties"})
+
+
+def refuse_foreign_catalog(place: Where) -> None:
+    """A ``catalog.db`` that is not pyiceberg's SQL catalog (an empty file, another program's
+    SQLite database) is one line, read without writing anything (`connect_reader`)."""
+    import sqlite3
+
+    from near_dedup_core.index_store.sqlite.snapshot import connect_reader, is_sqlite_file
+
+    if place.folder is None or place.shared:
+        return
+    path = place.folder / CATALOG_FILE
+    if not path.is_file():
+        return
+    refuse = (f"index {place.location}: {path} is not an Iceberg catalog ({{}}); not a "
+              f"near-dedup index; use a new or empty folder")
+    if not is_sqlite_file(path):
+        raise NearDedupError(refuse.format("empty" if not path.stat().st_size else "not SQLite"))
+    try:
+        con = connect_reader(path)
+        try:
+            names = {n for (n,) in con.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            con.close()
+    except sqlite3.Error as exc:
+        raise NearDedupError(refuse.format(" ".join(str(exc).split()))) from None
+    if not names or names - CATALOG_TABLES or "iceberg_tables" not in names:
+        other = sorted(names - CATALOG_TABLES)
+        raise NearDedupError(refuse.format(
+            f"it holds the tables {', '.join(other[:3])}{', …' if len(other) > 3 else ''}"
+            if other else "it holds no catalog tables"))
+
+
 def open_catalog(place: Where) -> SqlCatalog:
     """A reader's catalog: a local index without ``catalog.db`` is not found, or not an index
     when its folder holds anything else."""
@@ -398,6 +470,7 @@ def open_catalog(place: Where) -> SqlCatalog:
                 raise NearDedupError(f"index {place.location}: exists and is not a near-dedup "
                                      f"index (no {CATALOG_FILE})")
             raise NearDedupError(f"index {place.location}: not found; index the inputs first")
+        refuse_foreign_catalog(place)
     return catalog(place)
 
 
@@ -543,14 +616,29 @@ def published(tables: dict[str, Table]) -> Published:
 
 def read(table: Table, snapshot: int | None, columns: tuple[str, ...] = ("*",),
          row_filter: BooleanExpression | None = None) -> pa.Table:
-    """Rows of ``table`` at ``snapshot`` (an empty table of those columns when None)."""
+    """Rows of ``table`` at ``snapshot`` (an empty table of those columns when None): the
+    data files that pyiceberg plans for ``row_filter``, each read by pyarrow with its pages
+    checked against their CRC32 (`parquet_file`), in the planned order."""
+    schema = table.schema().as_arrow()
+    schema = pa.schema([pa.field(c, schema.field(c).type) for c in
+                        (schema.names if columns == ("*",) else columns)])
     if snapshot is None:
-        schema = table.schema().as_arrow()
-        if columns != ("*",):
-            schema = pa.schema([schema.field(c) for c in columns])
         return schema.empty_table()
-    return table.scan(row_filter=row_filter if row_filter is not None else AlwaysTrue(),
-                      selected_fields=columns, snapshot_id=snapshot).to_arrow()
+    import pyarrow.parquet as pq
+    from pyiceberg.expressions.visitors import bind
+    from pyiceberg.io.pyarrow import expression_to_pyarrow
+
+    scan = table.scan(row_filter=row_filter if row_filter is not None else AlwaysTrue(),
+                      selected_fields=columns, snapshot_id=snapshot)
+    where = None if row_filter is None else expression_to_pyarrow(
+        bind(table.schema(), row_filter, case_sensitive=True))
+    parts = []
+    for task in scan.plan_files():
+        fs, path = filesystem(task.file.file_path)
+        part = pq.read_table(path, filesystem=fs, columns=schema.names, filters=where,
+                             partitioning=None, page_checksum_verification=True)
+        parts.append(part.cast(schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def refuse_foreign(place: Where) -> None:
@@ -569,6 +657,7 @@ def refuse_foreign(place: Where) -> None:
             and {p.name for p in folder.iterdir()} - {WRITER_LOCK}:
         raise NearDedupError(f"index {location}: the folder exists and is not a near-dedup "
                              f"index (no {CATALOG_FILE}); use a new or empty folder")
+    refuse_foreign_catalog(place)
 
 
 @contextmanager
