@@ -502,8 +502,9 @@ _FOLDER_ARGS: dict[str, tuple[tuple[str, tuple[str, ...], str], ...]] = {
     "scan": (("inputs", ("package",), "package"),),
     "contamination": (("evals", ("package",), "package"), ("inputs", ("package",), "package")),
     "report verify": (("report", ("report", "contamination"), "report"),),
-    "report explain": (("report", ("report",), "report"),),
-    "report diff": (("old_report", ("report",), "report"), ("new_report", ("report",), "report")),
+    "report explain": (("report", ("report", "contamination"), "report"),),
+    "report diff": (("old_report", ("report", "contamination"), "report"),
+                    ("new_report", ("report", "contamination"), "report")),
     # --against given a contamination report: its own line says to pass it as --contamination
     "report html": (("report", ("report",), "report"),
                     ("against", ("report", "contamination"), "--against"),
