@@ -59,7 +59,7 @@ def scan_ok(index: str | Path, out: Path, *inputs: Path, workers: int = 1,
 
 
 def maintain(index: str, action: str) -> str:
-    code, out, err = run_cli("--index", index, "index", action)
+    code, out, err = run_cli("--quiet", "--index", index, "index", action)
     assert (code, err) == (0, ""), err
     return out
 

@@ -158,7 +158,7 @@ def test_a_failed_batch_removes_every_data_file_it_wrote(pool, tmp_path, monkeyp
     lines.append(b'{"id": "c-bad", "text": ')
     bad = make_package(tmp_path, "cpt-bad", {"train": lines},
                        created_at="2026-11-27T00:00:00Z")
-    refused(["--index", index, "index", "--inputs", bad, "--workers", 2], "cpt-bad",
+    refused(["--quiet", "--index", index, "index", "--inputs", bad, "--workers", 2], "cpt-bad",
             "part-00000.jsonl:2601")
     assert tree_bytes(folder) == before
 
