@@ -183,8 +183,9 @@ class _NoConnection:
 
 def files_check(pinned: Pinned, *, idle: bool) -> BackgroundCheck:
     """`BackgroundCheck` of every data file of the pinned state, read in full (as SQLite's
-    page check reads every page, `invariants.sqlite_background_check`): a scan or an append
-    on a damaged index is one line, whatever pages it reads itself."""
+    page check reads every page, `invariants.sqlite_background_check`): an append on a
+    damaged index is one line, whatever pages it reads itself. (A scan needs no such read:
+    every page it reads is checked as it is read, `IcebergSnapshot.verify_pages`.)"""
     files = [(f.file_path, name) for name in it.DATA_TABLES for f in pinned.data_files(name)]
     location = pinned.location
     checks: list[Callable[[Any], None]] = [
@@ -518,8 +519,6 @@ class IcebergSnapshot:
         self._signature_bytes = None if config is None else 2 * config.num_perm
         self._min_chars = None if config is None else config.min_chars
         self._scope_ids: np.ndarray | None = None
-        #: the read of every data file beside the scan (`files_check`, `verify_pages`)
-        self._pages: BackgroundCheck | None = None
         self._meta = dict(pinned.rows("meta", ("key", "value")))
         self._packages = [IndexedPackage(*r) for r in pinned.rows(
             "packages", ("id", "package_id", "kind", "manifest_sha256", "batch", "records"))]
@@ -545,7 +544,6 @@ class IcebergSnapshot:
             if config is not None:
                 check_binding(location, snap._meta, config)
             snap.quick_check()
-            snap._pages = files_check(snap._pinned, idle=True)
         except BaseException:
             if lock is not None:
                 lock.__exit__(None, None, None)
@@ -570,17 +568,12 @@ class IcebergSnapshot:
                                  f"are missing")
 
     def verify_pages(self) -> None:
-        """Wait for the read of every data file that runs beside the scan (`files_check`):
-        the damage line if one does not read back. Called before anything read from the
-        snapshot is published."""
-        if self._pages is not None:
-            pages, self._pages = self._pages, None
-            pages.result()
+        """Nothing to wait for: every page the scan read was checked against its CRC as it
+        was read (`tables.read`, `tables.parquet_file`: pyarrow's
+        ``page_checksum_verification``), and every text against its ``content_id``; the pages
+        it did not read cannot change its report. `index check` reads every file."""
 
     def close(self) -> None:
-        if self._pages is not None:
-            pages, self._pages = self._pages, None
-            pages.close()
         if self._release is not None:
             release, self._release = self._release, None
             release.__exit__(None, None, None)
