@@ -91,7 +91,7 @@ def scan_ok(index: str | Path, out: Path, *inputs: Path) -> dict[str, bytes]:
 
 
 def maintain(index: str, *action: str) -> str:
-    code, out, err = run_cli("--index", index, "index", *action)
+    code, out, err = run_cli("--quiet", "--index", index, "index", *action)
     assert (code, err) == (0, ""), err
     return out
 
