@@ -21,13 +21,13 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 	$(MAKE) --no-print-directory lint
 
 # Everything but the web-UI test (needs Chromium) and the tests marked slow: PostgreSQL, Ray and
 # Dagster runs, start-up tests, the whole tamper catalogue, kills of running commands.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not webserver and not slow"
+	$(PY) -m pytest -q -n 2 -m "not webserver and not slow"
 
 # ruff (lint + import order), mypy (pydantic plugin) and the import floors (import-linter),
 # configured in pyproject.toml.

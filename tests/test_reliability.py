@@ -15,6 +15,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -828,14 +829,17 @@ def read_only_run(read_only: list[Path], argv: list, env: dict[str, str]
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="mounts read-only folders in a namespace of its own (root)")
 @pytest.mark.parametrize("cache_setting", ["home", "numba-cache-dir"])
-def test_index_and_scan_work_where_no_numba_cache_can_be_written(corpus, tmp_path,
+def test_index_and_scan_work_where_no_numba_cache_can_be_written(corpus, tmp_path, request,
                                                                  cache_setting):
     """The package's own ``__pycache__`` folders, the home folder and (for the second case)
     a configured ``NUMBA_CACHE_DIR`` are read-only: the kernels are cached in a private
     folder of the user's in the temporary directory instead, never "cannot cache"."""
-    home, temp = tmp_path / "home", tmp_path / "tmp"
+    home = tmp_path / "home"
     home.mkdir()
-    temp.mkdir()
+    # a short temporary folder: the pool's forkserver puts its socket there, and a socket's
+    # path may not exceed 107 bytes (a parallel run's tmp_path is longer)
+    temp = Path(tempfile.mkdtemp(prefix="nd-"))
+    request.addfinalizer(lambda: shutil.rmtree(temp, ignore_errors=True))
     env = {k: v for k, v in env_with().items() if k not in ("XDG_CACHE_HOME", "NUMBA_CACHE_DIR")}
     env.update(HOME=str(home), TMPDIR=str(temp))
     read_only = [REPO / "near_dedup_core", home]
