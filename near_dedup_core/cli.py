@@ -519,15 +519,15 @@ def _misplaced_folder(args: argparse.Namespace) -> str | None:
     command takes (a mixture given to `report verify`, a release day's folder of packages
     given to `snapshot validate`), or None (`folders.misplaced`)."""
     from near_dedup_core.folders import misplaced
-    from near_dedup_core.storage import LocalLocation
+    from near_dedup_core.storage import Location
 
     sub = getattr(args, f"{args.command}_command", None)
     for attr, wanted, what in _FOLDER_ARGS.get(f"{args.command} {sub}" if sub else args.command,
                                                ()):
         value = getattr(args, attr, None)
         for given in value if isinstance(value, list) else [value]:
-            if isinstance(given, LocalLocation):
-                given = given.path
+            if isinstance(given, Location):
+                given = given.local_path
             if isinstance(given, Path):
                 hint = misplaced(given, wanted, what, str(given))
                 if hint is not None:

@@ -44,7 +44,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +54,7 @@ from near_dedup_core.fsutil import (
     _parse_checksums,
     atomic_dir,
     checksum_order,
-    require_new_output,
+    require_new_output_outside,
     verify_checksums,
 )
 from near_dedup_core.progress import pause_point
@@ -110,6 +110,11 @@ class Location(abc.ABC):
         ...
 
     @property
+    def local_path(self) -> Path | None:
+        """The folder on this machine; None on object storage."""
+        return None
+
+    @property
     def name(self) -> str:
         """The last component (``cpt-v9`` of ``s3://bucket/snapshots/cpt-v9``)."""
         return self.url.rstrip("/").rsplit("/", 1)[-1]
@@ -159,9 +164,11 @@ class Location(abc.ABC):
         refused: it is not (or not yet) a published folder."""
 
     @abc.abstractmethod
-    def require_new_output(self, marker: str = CHECKSUMS) -> None:
+    def require_new_output(self, marker: str = CHECKSUMS, *,
+                           outside: Sequence[Location] = ()) -> None:
         """Refuse an output that already exists: outputs are never replaced. ``marker``:
-        the file whose presence makes a folder on object storage published."""
+        the file whose presence makes a folder on object storage published. ``outside``:
+        the command's inputs; a local output inside a local one is refused, naming it."""
 
     @abc.abstractmethod
     def publish(self, marker: str = CHECKSUMS) -> contextlib.AbstractContextManager[Path]:
@@ -227,6 +234,10 @@ class LocalLocation(Location):
         return True
 
     @property
+    def local_path(self) -> Path:
+        return self.path
+
+    @property
     def name(self) -> str:
         return self.path.name
 
@@ -287,8 +298,10 @@ class LocalLocation(Location):
     def verify(self, label: str) -> dict[str, str]:
         return verify_checksums(self.path, label)
 
-    def require_new_output(self, marker: str = CHECKSUMS) -> None:
-        require_new_output(self.path)
+    def require_new_output(self, marker: str = CHECKSUMS, *,
+                           outside: Sequence[Location] = ()) -> None:
+        require_new_output_outside(self.path, [p.local_path for p in outside
+                                               if p.local_path is not None])
 
     def publish(self, marker: str = CHECKSUMS) -> contextlib.AbstractContextManager[Path]:
         return atomic_dir(self.path)
@@ -459,7 +472,9 @@ class RemoteLocation(Location):
                                      f"{CHECKSUMS} (file changed)")
         return listed
 
-    def require_new_output(self, marker: str = CHECKSUMS) -> None:
+    def require_new_output(self, marker: str = CHECKSUMS, *,
+                           outside: Sequence[Location] = ()) -> None:
+        # a prefix on a bucket is never inside a local input
         if "/" not in self.root.strip("/"):
             raise NearDedupError(f"output {self.url}: name a prefix inside the bucket "
                                  f"(s3://bucket/reports/name), not the bucket itself")

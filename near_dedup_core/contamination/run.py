@@ -55,7 +55,6 @@ from near_dedup_core.contamination.setaside import (
 )
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
-    require_new_output_outside,
     write_checksums,
     write_json,
     write_jsonl,
@@ -71,7 +70,7 @@ from near_dedup_core.package import (
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.results import FolderResult
 from near_dedup_core.signature import MinHasher
-from near_dedup_core.storage import LocalLocation, parse_location
+from near_dedup_core.storage import parse_location
 from near_dedup_core.wording import count
 
 if TYPE_CHECKING:
@@ -310,15 +309,11 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
     output = parse_location(output_dir)
     evals_p = [parse_location(p) for p in eval_paths]
     pool_p = [parse_location(p) for p in pool_paths]
-    if isinstance(output, LocalLocation):
-        require_new_output_outside(output.path, [p.path for p in evals_p + pool_p
-                                                 if isinstance(p, LocalLocation)])
-    else:
-        output.require_new_output()
+    output.require_new_output(outside=evals_p + pool_p)
     allow_file = allowlist if allowlist is not None else config.contamination_allowlist
     entries = read_allowlist(allow_file) if allow_file is not None else []
     pool = open_packages(pool_p)
-    evals = open_evals([p.path if isinstance(p, LocalLocation) else p.url for p in evals_p])
+    evals = open_evals([p.local_path or p.url for p in evals_p])
     computed = compute(config, evals, pool, workers=workers, progress=progress, index=index,
                        executor=executor, allowlist=entries)
     with output.publish() as tmp:
@@ -328,7 +323,7 @@ def contamination_report(config: NearDedupConfig, eval_paths: Sequence[str | Pat
         write_json(tmp / "manifest.json", computed.manifest.model_dump(mode="json",
                                                                        by_alias=True))
         write_checksums(tmp)
-    return ContaminationResult(output.path if isinstance(output, LocalLocation) else output.url,
+    return ContaminationResult(output.local_path or output.url,
                                computed.manifest.counts.model_dump())
 
 

@@ -22,7 +22,7 @@ from near_dedup_core.ingest import batch, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress
-from near_dedup_core.storage import LocalLocation, parse_location
+from near_dedup_core.storage import parse_location
 from near_dedup_core.wording import count
 from near_dedup_core.workers import Executors, choose_executor, parallelism, work_pool
 
@@ -144,7 +144,7 @@ def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
     chosen = choose_executor(executor, workers)
     index = db.open_index(index)
     paths = [parse_location(p) for p in package_paths]
-    index.check_target([p.path for p in paths if isinstance(p, LocalLocation)])
+    index.check_target([p.local_path for p in paths if p.local_path is not None])
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs),
                               "; split it into several batches")

@@ -36,7 +36,7 @@ from near_dedup_core.mixture.inputs import SampleKey, resolve_ref
 from near_dedup_core.mixture.plan import Plan, plan_mixture
 from near_dedup_core.package import stream_records
 from near_dedup_core.progress import Progress
-from near_dedup_core.storage import LocalLocation, Location, is_url, parse_location
+from near_dedup_core.storage import Location, is_url, parse_location
 from near_dedup_core.wording import count
 
 
@@ -152,18 +152,18 @@ def build_mixture(cfg: MixtureConfig, output: str | Path | Location, *,
     """Plan, then write the immutable mixture package atomically at ``output`` (a local
     folder, or a URL that `storage` publishes to)."""
     location = parse_location(output)
-    if not isinstance(location, LocalLocation):
+    folder = location.local_path
+    if folder is None:
         location.require_new_output()
         return _build(cfg, location, location.url, progress)
-    output = location.path
-    require_new_output_outside(output, [p for p in cfg.inputs if not is_url(p)])
+    require_new_output_outside(folder, [p for p in cfg.inputs if not is_url(p)])
     if cfg.near_dedup_report is not None and not is_url(cfg.near_dedup_report) and \
-            is_within(output, Path(cfg.near_dedup_report)):
-        raise NearDedupError(f"output {output} is inside the near-dedup report")
+            is_within(folder, Path(cfg.near_dedup_report)):
+        raise NearDedupError(f"output {folder} is inside the near-dedup report")
     if cfg.contamination_report is not None and not is_url(cfg.contamination_report) and \
-            is_within(output, Path(cfg.contamination_report)):
-        raise NearDedupError(f"output {output} is inside the contamination report")
-    return _build(cfg, location, output, progress)
+            is_within(folder, Path(cfg.contamination_report)):
+        raise NearDedupError(f"output {folder} is inside the contamination report")
+    return _build(cfg, location, folder, progress)
 
 
 def _build(cfg: MixtureConfig, location: Location, output: Path | str,

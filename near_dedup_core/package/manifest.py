@@ -148,11 +148,11 @@ def load_package(path: str | Path | Location) -> Package:
     every listed file, no data read. A URL (``s3://…``) is read through `storage`: the
     manifest, and one listing of the package's objects (size and version tag of each)."""
     from near_dedup_core.package.model import ManifestProblem, parse_manifest
-    from near_dedup_core.storage import LocalLocation, parse_location
+    from near_dedup_core.storage import parse_location
 
     location = parse_location(path)
     listing: dict[str, FileInfo] | None = None
-    path = location.path if isinstance(location, LocalLocation) else location.url
+    path = location.local_path or location.url
     if isinstance(path, Path):
         raw, manifest_sha256 = _read_manifest(path)
     else:

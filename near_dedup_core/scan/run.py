@@ -27,7 +27,6 @@ from typing import NamedTuple
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.fsutil import require_new_output_outside
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.report import decision_summary
@@ -52,7 +51,7 @@ from near_dedup_core.scan.write import (
     write_origins,
     write_report,
 )
-from near_dedup_core.storage import LocalLocation, Location, parse_location
+from near_dedup_core.storage import Location, parse_location
 from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, submit_in_turn
 
@@ -80,11 +79,7 @@ def scan_pool(index: str | Path | db.Index, config: NearDedupConfig,
     output = parse_location(output_dir)
     index = db.open_index(index)
     paths = [parse_location(p) for p in package_paths]
-    if isinstance(output, LocalLocation):
-        require_new_output_outside(output.path, [p.path for p in paths
-                                                 if isinstance(p, LocalLocation)])
-    else:
-        output.require_new_output()
+    output.require_new_output(outside=paths)
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs))
     try:
@@ -214,4 +209,4 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         stages.step(STAGES[5])
         snap.verify_pages()  # nothing is published from a damaged index
         stages.finish()
-    return ScanResult(output.path if isinstance(output, LocalLocation) else output.url, counts)
+    return ScanResult(output.local_path or output.url, counts)
