@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(PY) scripts/demo.py
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 	$(MAKE) --no-print-directory lint
 
 # Everything but the web-UI test (needs Chromium) and the tests marked slow: PostgreSQL, Ray and

@@ -33,7 +33,7 @@ from helpers import (
     tree_bytes,
 )
 
-from near_dedup_core import fsutil, index_store, normalize
+from near_dedup_core import cli, fsutil, index_store, normalize
 from near_dedup_core.fsutil import atomic_dir, sha256_file
 from near_dedup_core.ingest import work as ingest_work
 from near_dedup_core.scan import candidates as candidates_stage
@@ -490,7 +490,8 @@ def test_sigterm_during_a_large_append_exits_within_seconds(large_append, tmp_pa
             os.kill(proc.pid, signal.SIGTERM)
             started = time.monotonic()
             proc.wait(timeout=10)
-            assert time.monotonic() - started < 10
+            took = time.monotonic() - started
+            assert took < 10
             assert session_empties(proc, 5), session_processes(proc.pid)
         finally:
             stop_session(proc)
@@ -501,7 +502,18 @@ def test_sigterm_during_a_large_append_exits_within_seconds(large_append, tmp_pa
             continue
         assert proc.returncode == 143, (proc.returncode, err)
         assert err == "near-dedup: terminated\n", err
-        assert listing(index.parent) == before  # rolled back: no -wal, -shm or lock file
+        after = listing(index.parent)
+        if took >= cli.TERM_GRACE:  # a loaded machine: the deadline ended the unwinding, and
+            # SQLite's own recovery undoes the batch (its -wal and -shm may still be there)
+            assert after["cpt.sqlite"] == before["cpt.sqlite"], after
+            cli_ok("--index", index, "index", "check")
+            continue
+        if after != before:  # the signal came after the batch's commit, as the line was printed
+            assert list(after) == ["cpt.sqlite"], after  # no -wal, -shm or lock file
+            cli_ok("--index", index, "index", "check")
+            assert "nothing to do, already indexed" in cli_ok(
+                "--index", index, "index", "--inputs", package)
+        # otherwise rolled back: the folder as it was, no -wal, -shm or lock file
 
 
 class Interrupted(BaseException):
