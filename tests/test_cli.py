@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 
@@ -96,3 +97,35 @@ def test_every_command_and_option_has_help():
         assert "-h, --help" in options, path
         assert all(options.values()), (path, options)
         assert all(_entries(text, "commands", 4).values()), path
+
+
+def _leaf_commands(parser: argparse.ArgumentParser, prefix: str = "") -> list[str]:
+    """The commands a parser chooses between, as typed: a parser whose sub-commands are
+    optional (`index`) is a command of its own as well."""
+    names = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            if not action.required and prefix:
+                names.append(prefix.strip())
+            for name, child in action.choices.items():
+                names += _leaf_commands(child, f"{prefix}{name} ")
+            return names
+    return [prefix.strip()]
+
+
+def test_every_command_is_a_row_of_the_command_table_and_each_row_a_command():
+    from near_dedup_core.commands import COMMANDS, build_parser, chosen
+
+    parser = build_parser()
+    leaves = _leaf_commands(parser)
+    assert sorted(leaves) == sorted(command.name for command in COMMANDS)
+    for name in leaves:  # each parse names its own row
+        extra = {"report verify": ["r"], "report explain": ["r", "p", "s"],
+                 "report diff": ["a", "b"], "report html": ["r", "--output", "o"],
+                 "snapshot validate": ["p"], "mixture plan": ["c"], "mixture build":
+                 ["c", "--output", "o"], "mixture verify": ["m"],
+                 "scan": ["--inputs", "p", "--output", "o"],
+                 "contamination": ["--evals", "e", "--inputs", "p", "--output", "o"],
+                 "snapshot create": ["--kind", "cpt", "--package-id", "x", "--split",
+                                     "train=f", "--output", "o"]}.get(name, [])
+        assert chosen(parser.parse_args([*name.split(), *extra])).name == name

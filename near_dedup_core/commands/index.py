@@ -1,0 +1,86 @@
+"""`index` (append a batch) and `index check|compact|expire`."""
+
+from __future__ import annotations
+
+import argparse
+
+from near_dedup_core.commands.options import (
+    CommandParser,
+    duration,
+    location,
+    need_index,
+    workers_option,
+)
+from near_dedup_core.errors import NearDedupError
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    ix = sub.add_parser("index", help="append one batch of snapshot packages to the index; "
+                                      "`index check` verifies the index",
+                        usage="near-dedup index --inputs PACKAGE... [--workers N] "
+                              "[--executor {local,ray}] [global options]\n"
+                              "       near-dedup index check|compact|expire [global options]",
+                        description="Append the packages to the index as one batch, in one "
+                                    "transaction. Packages already indexed are skipped; index "
+                                    "each version in its own batch, oldest first. "
+                                    "`near-dedup --index PATH|URL index check` checks the "
+                                    "index's own invariants instead (a SQLite file after "
+                                    "its integrity check; a PostgreSQL database in one "
+                                    "read-only snapshot, its pages left to pg_amcheck; "
+                                    "Iceberg tables with every data file). An iceberg:// "
+                                    "index also has `index compact` and `index expire`.")
+    ix.set_defaults(command_name="index")
+    ixs = ix.add_subparsers(dest="action", required=False, parser_class=CommandParser,
+                            title="commands", metavar="COMMAND")
+    ixs.add_parser("check", help="check the index's own invariants (and SQLite's "
+                                 "integrity_check) instead of appending",
+                   description="Check the index's own invariants: a SQLite file after its "
+                               "integrity check; a PostgreSQL database in one read-only "
+                               "snapshot, its pages left to pg_amcheck."
+                   ).set_defaults(command_name="index check")
+    ixs.add_parser("compact", help="an iceberg:// index: rewrite each band bucket's files "
+                                   "into one sorted file, as a new commit",
+                   description="Rewrite the band files of every bucket of an Iceberg index "
+                               "into one file sorted by key, published as a new commit "
+                               "(docs/iceberg.md)."
+                   ).set_defaults(command_name="index compact")
+    expire = ixs.add_parser(
+        "expire", help="an iceberg:// index: drop old snapshots and the data files only they "
+                       "referenced",
+        description="Drop every snapshot of an Iceberg index but the published one and remove "
+                    "the data files no kept snapshot references; refused while a scan reads "
+                    "the index. With --older-than (always, 24h by default, with a shared "
+                    "catalog): keep every snapshot made or published within that time "
+                    "(docs/iceberg.md).")
+    expire.set_defaults(command_name="index expire")
+    expire.add_argument("--older-than", type=duration, metavar="DURATION",
+                        help="keep what was made or still published within this time: 90s, "
+                             "30m, 24h, 7d")
+    ix.add_argument("--inputs", nargs="+", type=location, metavar="PACKAGE",
+                    help="package folders of the batch (with the packages they depend on)")
+    workers_option(ix)
+
+
+def append(args: argparse.Namespace) -> None:
+    from near_dedup_core.config import load_config
+    from near_dedup_core.ingest.run import index_packages
+
+    if not args.inputs:
+        raise NearDedupError("usage: index needs --inputs PACKAGE... (see near-dedup --help)")
+    print(index_packages(need_index(args), load_config(args.config), args.inputs,
+                         workers=args.workers, executor=args.executor,
+                         progress=not args.quiet).summary())
+
+
+def action(args: argparse.Namespace) -> None:
+    """`index check`; `index compact` and `index expire`, which the backend refuses unless
+    it needs them (an index kept as Iceberg tables)."""
+    if args.inputs:
+        raise NearDedupError(f"usage: index {args.action} takes no --inputs (see near-dedup "
+                             f"--help)")
+    index = need_index(args)
+    if args.action == "check":
+        print(index.check().summary())
+    else:
+        print(index.maintain(args.action, getattr(args, "older_than", None),
+                             progress=not args.quiet))
