@@ -151,7 +151,10 @@ def build_parser() -> argparse.ArgumentParser:
                                       "`index check` verifies the index",
                         usage="near-dedup index --inputs PACKAGE... [--workers N] "
                               "[--executor {local,ray}] [global options]\n"
-                              "       near-dedup index check|compact|expire [global options]",
+                              "       near-dedup index check|compact|expire [global options]\n"
+                              "       near-dedup index find (--text FILE... | --jsonl FILE... | "
+                              "--package DIR --sample ID... | --hash HASH...) [--mixtures "
+                              "DIR...] [--json] [global options]",
                         description="Append the packages to the index as one batch, in one "
                                     "transaction. Packages already indexed are skipped; index "
                                     "each version in its own batch, oldest first. "
@@ -184,6 +187,31 @@ def build_parser() -> argparse.ArgumentParser:
     expire.add_argument("--older-than", type=_duration, metavar="DURATION",
                         help="keep what was made or still published within this time: 90s, "
                              "30m, 24h, 7d")
+    fd = ixs.add_parser(
+        "find", help="every indexed copy (same text or near copy) of texts, samples or hashes, "
+                     "with every source and batch",
+        description="For each query, every indexed content that is the same text (normalized) "
+                    "or a near copy (exact Jaccard at or above the index's threshold, found "
+                    "through the scan's LSH bands; the numeric/unit guard's verdict shown, not "
+                    "applied), each with every sample it was ingested from: package, sample, "
+                    "split, scope, batch and date (docs/provenance.md). Exit 0 whether or not "
+                    "anything matched.")
+    fd.add_argument("--text", nargs="+", type=Path, default=[], metavar="FILE",
+                    help="a file holding one text (UTF-8), compared as a CPT text")
+    fd.add_argument("--jsonl", nargs="+", type=Path, default=[], metavar="FILE",
+                    help='one query per line: {"id", "text"} or an SFT record (id, task, '
+                         'messages, …) as packages carry it')
+    fd.add_argument("--package", type=_location, metavar="DIR",
+                    help="a package whose samples (--sample) are the queries")
+    fd.add_argument("--sample", nargs="+", default=[], metavar="ID", help="sample ids of --package")
+    fd.add_argument("--hash", nargs="+", default=[], metavar="HASH",
+                    help="a content_id (32 hex digits) or text_sha256 (64) of a report")
+    fd.add_argument("--mixtures", nargs="+", type=_location, metavar="DIR",
+                    help="shipped mixture folders: say which held each matching sample")
+    fd.add_argument("--json", action="store_true", help="one JSON object per query")
+    fd.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
+                    help=_WORKERS_HELP)
+    fd.add_argument("--executor", choices=EXECUTORS, default="local", help=_EXECUTOR_HELP)
     ix.add_argument("--inputs", nargs="+", type=_location, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     ix.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
@@ -480,7 +508,8 @@ def run(args: argparse.Namespace) -> None:
     if hasattr(args, "executor"):  # chosen once: the stages ask it, never which one it is
         args.executor = choose_executor(args.executor, args.workers)
     action = getattr(args, "action", None)
-    name = f"index {action}" if action in ("check", "compact", "expire") else args.command
+    name = f"index {action}" if action in ("check", "compact", "expire", "find") \
+        else args.command
     with command_clock(progress=not args.quiet), \
             runtime.command(name, inputs=getattr(args, "inputs", None) or (),
                             workers=getattr(args, "workers", 1),
@@ -539,7 +568,11 @@ def _run(args: argparse.Namespace) -> None:
     from near_dedup_core.config import load_config
 
     progress = not args.quiet
-    if args.command == "index" and args.action is not None:
+    if args.command == "index" and args.action == "find":
+        from near_dedup_core.history.command import run_find
+
+        print(run_find(args, _need_index(args)), end="")
+    elif args.command == "index" and args.action is not None:
         print(_index_action(args))
     elif args.command == "index":
         from near_dedup_core.ingest.run import index_packages
