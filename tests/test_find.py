@@ -8,10 +8,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from helpers import cpt, make_package, refused, run_cli, scan, stdlib_paragraphs
+from helpers import (
+    REPO,
+    cpt,
+    make_package,
+    read_jsonl,
+    refused,
+    run_cli,
+    scan,
+    stdlib_paragraphs,
+)
 
 from near_dedup_core.compare import content_id, cpt_scope
 from near_dedup_core.history import find as find_module
@@ -220,3 +234,82 @@ def test_table(built, backend):
     assert "the guard keeps it apart (numbers differ)" in out
     assert "query unrelated (jsonl, cpt, " in out and "): no match" in out
 
+
+
+@pytest.mark.slow
+def test_on_ray_the_same_bytes(built, backend):
+    """``--executor ray`` (a local Ray started for the run, in a private network namespace
+    holding only the loopback interface where ``unshare`` is available, as in test_ray.py):
+    the verify tasks are shipped their texts and, on Iceberg, the per-bucket join runs as Ray
+    tasks; the answer is the local one, byte for byte."""
+    pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
+    if backend == "postgresql":
+        pytest.skip("the namespace's loopback does not reach the test's PostgreSQL server")
+    location, _, _, (_, b, _), _, _ = built
+    args = ["--quiet", "--index", location, "index", "find", "--json", "--package", str(b),
+            "--sample", "b0", "b1", "b2", "b3", "--executor", "ray", "--workers", "2"]
+    cmd = " ".join(shlex.quote(a) for a in [sys.executable, "-m", "near_dedup_core", *args])
+    if os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
+        argv = ["unshare", "-n", "sh", "-c", f"ip link set lo up && exec {cmd}"]
+    else:
+        argv = ["sh", "-c", f"exec {cmd}"]
+    run = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    local = find(location, "--package", b, "--sample", "b0", "b1", "b2", "b3", "--workers", 1)
+    assert run.stdout == "".join(json.dumps(a, separators=(",", ":"), ensure_ascii=False)
+                                 + "\n" for a in local)
+    assert run.stdout == EXPECTED.get("samples --json", run.stdout)
+
+
+def _mixture(folder: Path, name: str, inputs: list[Path], report: Path | None,
+             target: int) -> Path:
+    config = folder / f"{name}.json"
+    config.write_text(json.dumps({
+        "name": name, "kind": "cpt", "inputs": [str(p) for p in inputs],
+        **({"near_dedup_report": str(report)} if report else {}), "target_records": target,
+        "group_by": "domain", "strategy": {"type": "temperature", "temperature": 2.0},
+        "quality": {"min_chars": 0}, "allow_shortfall": False, "redistribute": True,
+        "seed": 7}), encoding="utf-8")
+    out = folder / name
+    code, _, err = run_cli("--quiet", "mixture", "build", config, "--output", out)
+    assert code == 0, err
+    return out
+
+
+def _held(mixture: Path) -> set[tuple[str, str]]:
+    """(package, sample) of every record of a mixture's data files."""
+    return {(r["origin"]["package_id"], r["origin"]["sample_id"])
+            for path in sorted((mixture / "data").rglob("*.jsonl")) for r in read_jsonl(path)}
+
+
+def test_which_shipped_mixtures_held_each_source(built, backend, tmp_path):
+    """``--mixtures``: per source, the mixtures (as given) whose frozen files hold that
+    sample; a copy the report excluded is in none; a mixture whose data file changed is
+    one line."""
+    if backend != "sqlite":
+        pytest.skip("the mixtures are read from their own files, whatever the index")
+    location, _, texts, (a, b, _), _, _ = built
+    report = scan(location, [a, b], tmp_path / "report").path
+    deduped = _mixture(tmp_path, "mix-deduped", [a, b], report, 5)
+    plain = _mixture(tmp_path, "mix-plain", [a], None, 2)
+    held = {m: _held(m) for m in (deduped, plain)}
+    assert ("cpt-b", "b0") not in held[deduped]  # the exact copy of a0, excluded
+    answers = find(location, "--package", b, "--sample", "b0", "b1", "b2", "b4",
+                   "--mixtures", deduped, plain, "--workers", 1)
+    seen = 0
+    for answer in answers:
+        for m in answer["matches"]:
+            for s in m["sources"]:
+                key = (s["package_id"], s["sample_id"])
+                assert s["mixtures"] == [str(x) for x in (deduped, plain) if key in held[x]]
+                seen += bool(s["mixtures"])
+    assert seen >= 2
+    b0 = matches(answers[0])[cid(texts["a0"])]["sources"]
+    assert [s["mixtures"] for s in b0 if s["sample_id"] == "b0"] == [[]]
+    without = find(location, "--package", b, "--sample", "b0", "--workers", 1)
+    assert all(s["mixtures"] is None for m in without[0]["matches"] for s in m["sources"])
+    data = next((deduped / "data").rglob("*.jsonl"))
+    data.write_bytes(data.read_bytes().replace(b'"text":"', b'"text":"x', 1))
+    refused(["--index", location, "index", "find", "--package", b, "--sample", "b0",
+             "--mixtures", deduped], f"mixture {deduped}", "does not match the sha256")
