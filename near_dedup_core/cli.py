@@ -190,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
     fd = ixs.add_parser(
         "find", help="every indexed copy (same text or near copy) of texts, samples or hashes, "
                      "with every source and batch",
+        usage="near-dedup index find (--text FILE... | --jsonl FILE... | --package DIR "
+              "--sample ID... | --hash HASH...) [--mixtures DIR...] [--json] [--workers N] "
+              "[--executor {local,ray}] [global options]",
         description="For each query, every indexed content that is the same text (normalized) "
                     "or a near copy (exact Jaccard at or above the index's threshold, found "
                     "through the scan's LSH bands; the numeric/unit guard's verdict shown, not "
