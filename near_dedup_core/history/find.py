@@ -44,7 +44,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.history.mixtures import ShippedMixtures
 from near_dedup_core.history.queries import Query
 from near_dedup_core.history.verify import WORKER_MODULES, PairResult, verify_queries
-from near_dedup_core.normalize import normalize_many
+from near_dedup_core.normalize import normalize
 from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress
 from near_dedup_core.scan.candidates import band_key_hits, filter_pairs, min_agreement
@@ -57,7 +57,7 @@ FIND_CHUNK = 4_000
 
 #: What `index find` does after each of its stages, as its progress shows it.
 STAGES = ("queries signed; looking up the same texts", "looking up band keys",
-          "verifying near copies", "reading the sources")
+          "verifying near copies", "reading the sources", "checking the index's pages")
 
 
 @dataclass
@@ -225,13 +225,15 @@ def _candidates(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
     contents = snap.content_columns(np.unique(hits[:, 0]))
     rows = np.searchsorted(contents.rowid, hits[:, 0])
     queries = signed.long[hits[:, 1]]
-    allowed = {(n, s) for n, ss in enumerate(scopes) for s in ss}
-    in_scope = np.fromiter(((int(q), int(contents.scope[r])) in allowed
-                            for q, r in zip(queries, rows, strict=True)),
-                           dtype=bool, count=len(rows))
-    not_exact = np.fromiter((int(c) not in exact.get(int(q), ())
-                             for q, c in zip(queries, hits[:, 0], strict=True)),
-                            dtype=bool, count=len(rows))
+    width = int(contents.scope.max()) + 1
+    allowed = np.zeros((len(scopes), width), dtype=bool)
+    for n, ss in enumerate(scopes):
+        allowed[n, [s for s in ss if s < width]] = True
+    in_scope = allowed[queries, contents.scope[rows]]
+    span = int(hits[:, 0].max()) + 1
+    same = np.asarray([n * span + c for n, cs in exact.items() for c in cs if c < span],
+                      dtype=np.int64)
+    not_exact = ~np.isin(queries * span + hits[:, 0], same)
     passed = filter_pairs(queries, rows, signed.sigs, signed.sizes, contents.signatures,
                           contents.shingles, config.threshold,
                           min_agreement(config.num_perm, config.threshold))
@@ -283,7 +285,9 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     content_scope = dict(zip(named_columns.rowid.tolist(), named_columns.scope.tolist(),
                              strict=True))
     named_texts = snap.texts(named) if named else {}
-    normalized = normalize_many([q.text for q in queries if q.text is not None])
+    # one text at a time: the table `normalize_many` builds first (about a second) pays off
+    # over millions of texts, not over a command's queries
+    normalized = [normalize(q.text) for q in queries if q.text is not None]
     it = iter(normalized)
     texts: list[str | None] = []
     for n, q in enumerate(queries):
@@ -349,6 +353,8 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
                                   "kind": _kind(q, scopes[n], scope_keys, text),
                                   "normalized_chars": None if text is None else len(text)},
                         "matches": [m[3] for m in matches]})
+    stages.step(STAGES[4])
+    snap.verify_pages()  # nothing is printed from a damaged index
     stages.finish()
     return FindResult(answers)
 
