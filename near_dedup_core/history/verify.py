@@ -12,7 +12,7 @@ from typing import NamedTuple
 import numpy as np
 
 from near_dedup_core import index_store as db
-from near_dedup_core.guard import compare, guard_for
+from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.params import WorkerParams
 from near_dedup_core.signature import MinHasher, pair_jaccards, utf8_batch
 
@@ -57,11 +57,18 @@ def verify_queries(source: str | db.TextReader | db.ShippedTexts, params: Worker
     if bad >= 0:
         raise ValueError(f"a text of find's verify task is not UTF-8 (text {bad})")
     bounds = offsets.tolist()
+    seqs: dict[tuple[int, int], Sequences] = {}
+
+    def sequences(guard: Guard, i: int) -> Sequences:  # once per text and guard
+        key = (id(guard), i)
+        found = seqs.get(key)
+        if found is None:
+            found = seqs[key] = guard.sequences(buf[bounds[i]:bounds[i + 1]].decode())
+        return found
+
     out = []
     for k in np.flatnonzero(jaccards >= params.threshold).tolist():
         guard = guard_for(params, domains[k] if domains is not None else frozenset())
-        a, b = int(left[k]), int(right[k])
-        verdict = compare(guard.sequences(buf[bounds[a]:bounds[a + 1]].decode()),
-                          guard.sequences(buf[bounds[b]:bounds[b + 1]].decode()))
+        verdict = compare(sequences(guard, int(left[k])), sequences(guard, int(right[k])))
         out.append(PairResult(k, float(jaccards[k]), verdict))
     return out
