@@ -313,3 +313,22 @@ def test_which_shipped_mixtures_held_each_source(built, backend, tmp_path):
     data.write_bytes(data.read_bytes().replace(b'"text":"', b'"text":"x', 1))
     refused(["--index", location, "index", "find", "--package", b, "--sample", "b0",
              "--mixtures", deduped], f"mixture {deduped}", "does not match the sha256")
+
+
+def test_the_benchmark_runs(backend, tmp_path):
+    """`bench.find` (docs/measurements/2026-12-06-find.md) on the sample packages: the find
+    and the scan of the same texts, each round measured, and the answers counted."""
+    if backend != "sqlite":
+        pytest.skip("the benchmark's index is a SQLite file")
+    samples = REPO / "samples" / "cpt"
+    work = tmp_path / "find"
+    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
+                          "2", "--workers", "1", "--pool", samples / "2026-11-25" / "cpt-v1",
+                          "--day", samples / "2026-11-26" / "cpt-v2", "--work", work],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((work / "find.json").read_text(encoding="utf-8"))
+    assert [len(result["rounds"][c]) for c in ("find", "scan")] == [2, 2]
+    assert result["queries"] == 20 and result["find_over_scan_cpu"] > 0
+    assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
