@@ -332,3 +332,30 @@ def test_the_benchmark_runs(backend, tmp_path):
     assert [len(result["rounds"][c]) for c in ("find", "scan")] == [2, 2]
     assert result["queries"] == 20 and result["find_over_scan_cpu"] > 0
     assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
+
+
+def test_an_sft_record_is_found_in_its_own_scope_only(backend, tmp_path):
+    """An SFT query is compared within its scope (task, system, material, images), as a
+    scan compares it: the record as the package carries it is found, the same messages
+    under another system prompt are not."""
+    if backend != "sqlite":
+        pytest.skip("the scope rule does not depend on the backend")
+    sft = REPO / "samples" / "sft" / "sft-v1"
+    location = tmp_path / "sft.sqlite"
+    code, _, err = run_cli("--quiet", "--index", location, "index", "--inputs", sft,
+                           "--workers", 1)
+    assert code == 0, err
+    record = json.loads((sft / "data" / "train" / "part-00000.jsonl").read_text(
+        encoding="utf-8").splitlines()[0])
+    lines = tmp_path / "q.jsonl"
+    other = {**record, "id": "other-system", "system": "You answer in French."}
+    lines.write_text(json.dumps(record) + "\n" + json.dumps(other) + "\n", encoding="utf-8")
+    same, moved = find(str(location), "--jsonl", lines, "--workers", 1)
+    assert same["query"]["kind"] == "sft"
+    exact = [m for m in same["matches"] if m["kind"] == "exact"]
+    assert len(exact) == 1 and exact[0]["scope"].startswith("sft:extract_kpi:")
+    assert ("sft-v1", record["id"]) in {(s["package_id"], s["sample_id"])
+                                        for s in exact[0]["sources"]}
+    assert moved["matches"] == []
+    by_sample = find(str(location), "--package", sft, "--sample", record["id"], "--workers", 1)
+    assert by_sample[0]["matches"] == same["matches"]
