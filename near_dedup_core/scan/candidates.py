@@ -329,7 +329,7 @@ def _filtered_history_pairs(hist: HistoryCandidates, slots: Slots,
     c, h = contents, hist.contents
     rows = np.searchsorted(h.rowid, hist.pairs[:, 1])
     passed = filter_pairs(slots.content[hist.pairs[:, 0]], rows, c.signatures, c.shingles,
-                           h.signatures, h.shingles, threshold, agree_min)
+                          h.signatures, h.shingles, threshold, agree_min)
     return np.stack([slots.nodes[hist.pairs[passed, 0]], hist.pairs[passed, 1]], axis=1)
 
 
@@ -342,8 +342,8 @@ def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, contents: db.ContentCo
     lut = slots.nodes
     c = contents
     kept = pairs[filter_pairs(slots.content[pairs[:, 0]], slots.content[pairs[:, 1]],
-                               c.signatures, c.shingles, c.signatures, c.shingles, threshold,
-                               agree_min)]
+                              c.signatures, c.shingles, c.signatures, c.shingles, threshold,
+                              agree_min)]
     pool_pairs = np.stack([lut[kept[:, 0]], lut[kept[:, 1]]], axis=1)
     pool_pairs.sort(axis=1)
     return pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]
