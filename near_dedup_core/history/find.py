@@ -96,8 +96,10 @@ class FindResult:
 
 
 class _Signed:
-    """The queries' normalized texts, their scopes and, for those of at least ``min_chars``,
-    signatures (stored values), shingle-set sizes and band keys."""
+    """The queries' normalized texts (None: a hash the index does not hold), their UTF-8 and,
+    for those of at least ``min_chars`` (``long``), their signatures (stored values),
+    shingle-set sizes and band keys (``keys``, one row per text of ``long``), as `index`
+    computes them."""
 
     def __init__(self, texts: list[str | None], config: NearDedupConfig) -> None:
         self.texts = texts
