@@ -210,7 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     fd.add_argument("--hash", nargs="+", default=[], metavar="HASH",
                     help="a content_id (32 hex digits) or text_sha256 (64) of a report")
     fd.add_argument("--mixtures", nargs="+", type=_location, metavar="DIR",
-                    help="shipped mixture folders: say which held each matching sample")
+                    help="shipped mixture folders, or folders of them (the release's "
+                         "mixture root): say which held each matching sample")
     fd.add_argument("--json", action="store_true", help="one JSON object per query")
     fd.add_argument("--workers", type=_workers, default=os.cpu_count() or 1, metavar="N",
                     help=_WORKERS_HELP)

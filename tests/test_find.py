@@ -307,6 +307,14 @@ def test_which_shipped_mixtures_held_each_source(built, backend, tmp_path):
     assert seen >= 2
     b0 = matches(answers[0])[cid(texts["a0"])]["sources"]
     assert [s["mixtures"] for s in b0 if s["sample_id"] == "b0"] == [[]]
+    # the folder holding them (as the release's mixture root): each of its mixtures
+    root = find(location, "--package", b, "--sample", "b0", "b1", "b2", "b4",
+                "--mixtures", tmp_path, "--workers", 1)
+    assert root == answers  # its mixtures in name order: mix-deduped, mix-plain
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused(["--index", location, "index", "find", "--package", b, "--sample", "b0",
+             "--mixtures", empty], str(empty), "neither a mixture nor a folder of mixtures")
     without = find(location, "--package", b, "--sample", "b0", "--workers", 1)
     assert all(s["mixtures"] is None for m in without[0]["matches"] for s in m["sources"])
     data = next((deduped / "data").rglob("*.jsonl"))

@@ -15,7 +15,7 @@ import orjson
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import read_model
-from near_dedup_core.mixture.formats import MixtureManifest
+from near_dedup_core.mixture.formats import FORMAT, MixtureManifest
 from near_dedup_core.storage import Location, local_folder, parse_location
 
 
@@ -29,15 +29,17 @@ class ShippedMixtures:
 
     @classmethod
     def read(cls, paths: Sequence[str | Path | Location]) -> ShippedMixtures:
+        """The mixtures at ``paths``: each a mixture folder, or a local folder whose
+        mixtures are its subfolders (the release's mixture root), taken in name order."""
         shipped = cls()
         for given in paths:
-            location = parse_location(given)
-            name = str(location.local_path or location.url)
-            if name in shipped.names:
-                continue
-            with local_folder(location) as folder:
-                shipped._add(name, folder)
-            shipped.names.append(name)
+            for location in _mixtures_at(parse_location(given)):
+                name = str(location.local_path or location.url)
+                if name in shipped.names:
+                    continue
+                with local_folder(location) as folder:
+                    shipped._add(name, folder)
+                shipped.names.append(name)
         return shipped
 
     def _add(self, name: str, folder: Path) -> None:
@@ -73,3 +75,23 @@ class ShippedMixtures:
     def containing(self, package_id: str, manifest_sha256: str, sample_id: str) -> list[str]:
         """The mixtures holding this sample, in the order they were given."""
         return list(self._held.get((package_id, manifest_sha256, sample_id), ()))
+
+
+def _is_mixture(folder: Path) -> bool:
+    try:
+        manifest = orjson.loads((folder / "manifest.json").read_bytes())
+    except (OSError, orjson.JSONDecodeError):
+        return False
+    return isinstance(manifest, dict) and manifest.get("format") == FORMAT
+
+
+def _mixtures_at(location: Location) -> list[Location]:
+    """``location`` itself, or, for a local folder without a ``manifest.json``, its
+    subfolders that are mixtures (a folder holding none is one line)."""
+    path = location.local_path
+    if path is None or not path.is_dir() or (path / "manifest.json").exists():
+        return [location]
+    found = [parse_location(p) for p in sorted(path.iterdir()) if _is_mixture(p)]
+    if not found:
+        raise NearDedupError(f"{path}: neither a mixture nor a folder of mixtures")
+    return found
