@@ -287,8 +287,8 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     content_scope = dict(zip(named_columns.rowid.tolist(), named_columns.scope.tolist(),
                              strict=True))
     named_texts = snap.texts(named) if named else {}
-    # one text at a time: the table `normalize_many` builds first (about a second) pays off
-    # over millions of texts, not over a command's queries
+    # one text at a time: the table `normalize_many` builds first pays off over millions of
+    # texts, not over a command's queries (5,000 of the bench: 0.8 s with it, 0.3 s without)
     normalized = [normalize(q.text) for q in queries if q.text is not None]
     it = iter(normalized)
     texts: list[str | None] = []
