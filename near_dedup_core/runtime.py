@@ -69,6 +69,7 @@ PROFILES: dict[str, Profile] = {
                     pool=("near_dedup_core.scan", "near_dedup_core.normalize",
                           "near_dedup_core.scan.verify")),
     "contamination": Profile(bulk=True, kernels=True),
+    "index find": Profile(kernels=True),
     "mixture": Profile(bulk=True),
     "report": Profile(bulk=True),
 }

@@ -7,7 +7,7 @@ CPU); every later process loads it in milliseconds. Right after an install no su
 exists, so the first `index` took about 1 s of CPU more and the first `scan` about 2.5 s more.
 ``make install`` runs this script to take that cost at install time: it runs the commands of
 the daily flow on the bundled samples (`index` day by day, `scan` with and without history,
-an SFT index and scan, `contamination`) in a temporary folder, in this one process, inline
+an SFT index and scan, `contamination`, `index find`) in a temporary folder, in this one process, inline
 (``--workers 1``), which compiles the kernels for the argument types those commands use. A
 rarer combination of types (e.g. a batch whose text fits one byte per code point when the
 samples needed four) is still compiled on first use, once, and cached from then on.
@@ -41,6 +41,8 @@ def commands(tmp: Path) -> list[list[str]]:
                  *one])
     runs.append(["contamination", "--evals", str(days[0]), "--inputs", str(days[-1]),
                  "--output", str(tmp / "contamination"), *one])
+    runs.append([*cpt_index, "index", "find", "--package", str(days[-1]), "--sample",
+                 "web-0009", *one])
     return runs
 
 

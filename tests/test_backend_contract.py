@@ -154,6 +154,21 @@ def test_the_snapshot_reads(backend, built):
         same_everywhere("history hits", len(found))
         outside = snap.outside_sources([contents["b0"]], {"cpt-b"})
         same_everywhere("outside", [(o.package_id, o.sample_id, o.split) for o in outside])
+        # provenance (`index find`)
+        keys_ = snap.scope_keys()
+        assert sorted(keys_) == sorted(labels)
+        same_everywhere("scope keys", sorted(keys_.values()))
+        dates = snap.batch_dates()
+        assert sorted(dates) == [1, 2] and all(d.endswith("Z") for d in dates.values())
+        b0_id = bytes(columns.content_id[ids.tolist().index(contents["b0"])])
+        assert snap.content_rows([b0_id, b"\0" * 16, b0_id]) == {b0_id: contents["b0"]}
+        sources = snap.content_sources([contents["b0"], contents["b3"], contents["b0"]])
+        same_everywhere("content sources", [
+            (s.sample_id, s.split, s.text_sha256.hex(), s.domain) for s in sources])
+        assert [(s.content, s.package) for s in sources] == sorted(
+            [(contents["b0"], by_id["cpt-a"].rowid), (contents["b0"], b.rowid),
+             (contents["b3"], b.rowid)])
+        assert sources[0].text_sha256 == hashlib.sha256(texts["a0"].encode()).digest()
 
 
 def idx_location(snap, location: str) -> str:

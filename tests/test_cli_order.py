@@ -53,7 +53,7 @@ def test_a_missing_index_says_where_it_goes_in_one_line(tmp_path):
                    "the command)\n")
     code, _, err = run_cli("index", "--index", tmp_path / "i.sqlite", "verify")
     assert code == 1 and err.count("\n") == 1
-    assert "invalid choice: 'verify' (choose from 'check', 'compact', 'expire')" in err and "action" not in err
+    assert "invalid choice: 'verify' (choose from 'check', 'compact', 'expire', 'find')" in err and "action" not in err
 
 
 def test_index_check_reads_as_a_command_in_the_help():

@@ -76,6 +76,8 @@ def test_command_line_block_runs_verbatim_in_bash(tmp_path):
     assert "report data/example/reports/near-cpt-v2: OK" in out
     assert "created cpt-v4 at data/example/snapshots/cpt-v4 (8 records)" in out
     assert "mixture data/example/mixtures/cpt-mix-example OK" in out
+    assert "query cpt-v2/web-0009 (sample, cpt, 464 normalized characters): 3 matches" in out
+    assert "cpt-v1 web-0021 (train), batch 1 of " in out and "in mixtures: none" in out
     assert (root / "data" / "example" / "plan.json").is_file()
     assert (root / "data" / "example" / "site" / "near-cpt-v2" / "index.html").is_file()
 

@@ -47,6 +47,7 @@ COMMANDS: tuple[Command, ...] = (
     Command("index check", index.action),
     Command("index compact", index.action),
     Command("index expire", index.action),
+    Command("index find", index.find, profile="index find"),
     Command("scan", scan.scan, profile="scan", folders=_PACKAGES),
     Command("contamination", scan.contamination, profile="contamination",
             folders=(FolderArg("evals", ("package",), "package"), *_PACKAGES)),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from near_dedup_core.commands.options import (
     CommandParser,
@@ -19,7 +20,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                                       "`index check` verifies the index",
                         usage="near-dedup index --inputs PACKAGE... [--workers N] "
                               "[--executor {local,ray}] [global options]\n"
-                              "       near-dedup index check|compact|expire [global options]",
+                              "       near-dedup index check|compact|expire [global options]\n"
+                              "       near-dedup index find (--text FILE... | --jsonl FILE... | "
+                              "--package DIR --sample ID... | --hash HASH...) [--mixtures "
+                              "DIR...] [--json] [global options]",
                         description="Append the packages to the index as one batch, in one "
                                     "transaction. Packages already indexed are skipped; index "
                                     "each version in its own batch, oldest first. "
@@ -56,6 +60,34 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     expire.add_argument("--older-than", type=duration, metavar="DURATION",
                         help="keep what was made or still published within this time: 90s, "
                              "30m, 24h, 7d")
+    fd = ixs.add_parser(
+        "find", help="every indexed copy (same text or near copy) of texts, samples or hashes, "
+                     "with every source and batch",
+        usage="near-dedup index find (--text FILE... | --jsonl FILE... | --package DIR "
+              "--sample ID... | --hash HASH...) [--mixtures DIR...] [--json] [--workers N] "
+              "[--executor {local,ray}] [global options]",
+        description="For each query, every indexed content that is the same text (normalized) "
+                    "or a near copy (exact Jaccard at or above the index's threshold, found "
+                    "through the scan's LSH bands; the numeric/unit guard's verdict shown, not "
+                    "applied), each with every sample it was ingested from: package, sample, "
+                    "split, scope, batch and date (docs/provenance.md). Exit 0 whether or not "
+                    "anything matched.")
+    fd.set_defaults(command_name="index find")
+    fd.add_argument("--text", nargs="+", type=Path, default=[], metavar="FILE",
+                    help="a file holding one text (UTF-8), compared as a CPT text")
+    fd.add_argument("--jsonl", nargs="+", type=Path, default=[], metavar="FILE",
+                    help='one query per line: {"id", "text"} or an SFT record (id, task, '
+                         'messages, …) as packages carry it')
+    fd.add_argument("--package", type=location, metavar="DIR",
+                    help="a package whose samples (--sample) are the queries")
+    fd.add_argument("--sample", nargs="+", default=[], metavar="ID", help="sample ids of --package")
+    fd.add_argument("--hash", nargs="+", default=[], metavar="HASH",
+                    help="a content_id (32 hex digits) or text_sha256 (64) of a report")
+    fd.add_argument("--mixtures", nargs="+", type=location, metavar="DIR",
+                    help="shipped mixture folders, or folders of them (the release's "
+                         "mixture root): say which held each matching sample")
+    fd.add_argument("--json", action="store_true", help="one JSON object per query")
+    workers_option(fd)
     ix.add_argument("--inputs", nargs="+", type=location, metavar="PACKAGE",
                     help="package folders of the batch (with the packages they depend on)")
     workers_option(ix)
@@ -84,3 +116,9 @@ def action(args: argparse.Namespace) -> None:
     else:
         print(index.maintain(args.action, getattr(args, "older_than", None),
                              progress=not args.quiet))
+
+
+def find(args: argparse.Namespace) -> None:
+    from near_dedup_core.history.command import run_find
+
+    print(run_find(args, need_index(args)), end="")

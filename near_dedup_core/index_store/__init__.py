@@ -83,6 +83,7 @@ from near_dedup_core.index_store.records import (
     BandHits,
     BandWrite,
     ContentColumns,
+    ContentSource,
     IndexedPackage,
     OutsideSource,
     RefTarget,
@@ -100,7 +101,7 @@ from near_dedup_core.index_store.texts import (
 
 __all__ = [
     "BANDS_MERGED_THROUGH", "BAND_TABLES", "FORMAT", "SCHEMA_VERSION", "BandChunks",
-    "BandHits", "BandWrite", "Batch", "ContentColumns", "IcebergIndex", "Index",
+    "BandHits", "BandWrite", "Batch", "ContentColumns", "ContentSource", "IcebergIndex", "Index",
     "IndexBackend", "IndexTexts", "IndexedPackage", "KnownTexts", "OutsideSource",
     "PostgresIndex", "RawTextLookup", "RefTarget", "ShippedTexts", "Snapshot", "SqliteIndex",
     "TextDecoder", "TextReader", "compress_texts", "connect_reader", "damaged",

@@ -35,6 +35,7 @@ from near_dedup_core.index_store.records import (
     BandHits,
     BandWrite,
     ContentColumns,
+    ContentSource,
     ContentSplit,
     IndexCheck,
     IndexCounts,
@@ -161,6 +162,23 @@ class Snapshot(TextReader, Protocol):
     def outside_sources(self, contents_: list[int],
                         pool_package_ids: set[str]) -> list[OutsideSource]:
         """Sources of these contents in packages other than ``pool_package_ids``."""
+        ...
+
+    # -- provenance (`index find`)
+    def scope_keys(self) -> dict[int, str]:
+        """Scope row id -> its key (`compare.Scope.key`)."""
+        ...
+
+    def batch_dates(self) -> dict[int, str]:
+        """Batch sequence number -> when it was committed (``created_at``)."""
+        ...
+
+    def content_rows(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        """Row ids of the given content ids that the snapshot holds."""
+        ...
+
+    def content_sources(self, ids: list[int]) -> list[ContentSource]:
+        """Every source of these contents, sorted by (content, package, sample_id)."""
         ...
 
 

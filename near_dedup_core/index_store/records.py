@@ -63,6 +63,18 @@ class OutsideSource(NamedTuple):
     split: str
 
 
+class ContentSource(NamedTuple):
+    """A source of a content: one indexed sample that holds it (``package`` is the
+    package's row id, `IndexedPackage.rowid`), with its raw text's sha256 and its domain."""
+
+    content: int
+    package: int
+    sample_id: str
+    split: str
+    text_sha256: bytes
+    domain: str | None
+
+
 class RefTarget(NamedTuple):
     """What a ``ref`` to an indexed sample resolves to."""
 

@@ -133,7 +133,7 @@ def _rehash(old, new):
 
 
 @njit(cache=True)
-def _filter_pairs(left, right, sigs_l, sizes_l, sigs_r, sizes_r, threshold, agree_min):
+def filter_pairs(left, right, sigs_l, sizes_l, sigs_r, sizes_r, threshold, agree_min):
     """Mask of pairs (sigs_l[left[k]], sigs_r[right[k]]) that pass the set-size ratio bound and
     the signature-agreement bound."""
     keep = np.zeros(left.shape[0], dtype=np.bool_)
@@ -225,6 +225,16 @@ def _history_hits(snap: db.Snapshot, keys: np.ndarray, pool: Pool, nodes: Nodes,
                   pool_nodes: set[tuple[int, str]]) -> np.ndarray:
     """Indexed contents outside the pool sharing a band key with a long-node slot, looked up
     in the index's band table: distinct (content row id, slot) pairs, sorted."""
+    return band_key_hits(snap, keys, distinct(pool.contents.rowid[nodes.content]).tolist(),
+                         pool_nodes)
+
+
+def band_key_hits(snap: db.Snapshot, keys: np.ndarray, pool_contents: list[int],
+                  pool_nodes: set[tuple[int, str]]) -> np.ndarray:
+    """Indexed contents sharing a band key with a row of ``keys`` (one row of band keys per
+    slot), looked up in the index's band table (`Snapshot.history_band_hits`, which leaves
+    out ``pool_contents`` but where ``pool_nodes`` says otherwise): distinct (content row id,
+    slot) pairs, sorted. The scan's history lookup, and `index find`'s."""
     if not len(keys):
         return np.zeros((0, 2), dtype=np.int64)
     flat_keys = keys.reshape(-1)
@@ -232,11 +242,9 @@ def _history_hits(snap: db.Snapshot, keys: np.ndarray, pool: Pool, nodes: Nodes,
     sorted_keys = flat_keys[by_key]
     slot_of = (by_key // keys.shape[1]).astype(np.int64)
     probes = sorted_keys[np.concatenate(([True], sorted_keys[1:] != sorted_keys[:-1]))]
-    rowid = pool.contents.rowid
     pause_point("scan-history")
     # distinct keys in key order: the probes walk the band B-tree in order
-    found = snap.history_band_hits(probes, distinct(rowid[nodes.content]).tolist(),
-                                   pool_nodes)
+    found = snap.history_band_hits(probes, pool_contents, pool_nodes)
     if not len(found.keys):
         return np.zeros((0, 2), dtype=np.int64)
     lo = np.searchsorted(sorted_keys, found.keys, side="left")
@@ -320,8 +328,8 @@ def _filtered_history_pairs(hist: HistoryCandidates, slots: Slots,
         return np.zeros((0, 2), dtype=np.int64)
     c, h = contents, hist.contents
     rows = np.searchsorted(h.rowid, hist.pairs[:, 1])
-    passed = _filter_pairs(slots.content[hist.pairs[:, 0]], rows, c.signatures, c.shingles,
-                           h.signatures, h.shingles, threshold, agree_min)
+    passed = filter_pairs(slots.content[hist.pairs[:, 0]], rows, c.signatures, c.shingles,
+                          h.signatures, h.shingles, threshold, agree_min)
     return np.stack([slots.nodes[hist.pairs[passed, 0]], hist.pairs[passed, 1]], axis=1)
 
 
@@ -333,9 +341,9 @@ def _filtered_pool_pairs(pairs: np.ndarray, slots: Slots, contents: db.ContentCo
         return np.zeros((0, 2), dtype=np.int64)
     lut = slots.nodes
     c = contents
-    kept = pairs[_filter_pairs(slots.content[pairs[:, 0]], slots.content[pairs[:, 1]],
-                               c.signatures, c.shingles, c.signatures, c.shingles, threshold,
-                               agree_min)]
+    kept = pairs[filter_pairs(slots.content[pairs[:, 0]], slots.content[pairs[:, 1]],
+                              c.signatures, c.shingles, c.signatures, c.shingles, threshold,
+                              agree_min)]
     pool_pairs = np.stack([lut[kept[:, 0]], lut[kept[:, 1]]], axis=1)
     pool_pairs.sort(axis=1)
     return pool_pairs[np.lexsort((pool_pairs[:, 1], pool_pairs[:, 0]))]

@@ -42,6 +42,7 @@ from near_dedup_core.index_store.records import (
     SAMPLE_COLUMNS,
     BandHits,
     ContentColumns,
+    ContentSource,
     ContentSplit,
     IndexCounts,
     IndexedPackage,
@@ -750,3 +751,26 @@ class IcebergSnapshot:
             if names.get(p) not in pool_package_ids:
                 out.append(OutsideSource(c, names[p], s, split))
         return out
+
+    # -- provenance (`index find`)
+    def scope_keys(self) -> dict[int, str]:
+        return dict(self._texts.scope_keys())
+
+    def batch_dates(self) -> dict[int, str]:
+        return dict(self._pinned.rows("batches", ("seq", "created_at")))
+
+    def content_rows(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        wanted = sorted(set(content_ids))
+        if not wanted:
+            return {}
+        t = self._pinned.read("contents", ("id", "content_id"))
+        t = t.filter(pc.is_in(t.column("content_id"),
+                              value_set=pa.array(wanted, type=t.schema.field("content_id").type)))
+        return {bytes(c): i for c, i in zip(t.column("content_id").to_pylist(),
+                                            t.column("id").to_pylist(), strict=True)}
+
+    def content_sources(self, ids: list[int]) -> list[ContentSource]:
+        columns = ("content", "package", "sample_id", "split", "text_sha256", "domain")
+        t = self._sources_of(ids, columns)
+        return sorted(ContentSource(c, p, s, split, bytes(sha), d) for c, p, s, split, sha, d
+                      in zip(*(t.column(x).to_pylist() for x in columns), strict=True))

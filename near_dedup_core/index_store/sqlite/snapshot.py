@@ -38,6 +38,7 @@ from near_dedup_core.index_store.invariants import (
 from near_dedup_core.index_store.records import (
     BandHits,
     ContentColumns,
+    ContentSource,
     ContentSplit,
     IndexCounts,
     IndexedPackage,
@@ -483,6 +484,24 @@ class IndexSnapshot(IndexTexts):
             if row[1] not in pool_package_ids:
                 out.append(OutsideSource(*row))
         return out
+
+    # -- provenance (`index find`)
+    def scope_keys(self) -> dict[int, str]:
+        return dict(self._con.execute("SELECT id, scope_key FROM scopes"))
+
+    def batch_dates(self) -> dict[int, str]:
+        return dict(self._con.execute("SELECT seq, created_at FROM batches"))
+
+    def content_rows(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        return {bytes(c): i for c, i in rows_in(
+            self._con, "SELECT content_id, id FROM contents WHERE content_id IN ({})",
+            sorted(set(content_ids)))}
+
+    def content_sources(self, ids: list[int]) -> list[ContentSource]:
+        rows = [ContentSource(c, p, s, split, bytes(sha), d) for c, p, s, split, sha, d in rows_in(
+            self._con, "SELECT content, package, sample_id, split, text_sha256, domain "
+                       "FROM sources WHERE content IN ({})", sorted(set(ids)))]
+        return sorted(rows)
 
 
 def _fill_temp(con: sqlite3.Connection, table: str, values: list[int], rows: int = 500) -> None:

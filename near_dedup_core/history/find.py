@@ -1,0 +1,373 @@
+"""`index find`: every indexed content that is a query's text or a near copy of it, with
+every source it was ingested from, read from ONE snapshot of the index.
+
+For each query:
+
+1. **text** — its compared text normalized as `index` normalizes it (a hash query's text is
+   the indexed content's, already normalized), its MinHash signature, shingle-set size and
+   LSH band keys as `index` computes them;
+2. **scopes** — where it is looked up: a CPT text in every CPT scope (tokenizer) of the index,
+   an SFT text in its own scope (task, system, material, images), as a scan compares it;
+   a hash query in the scopes of the contents it names (every CPT scope if one is CPT);
+3. **same text** — its content id in each of those scopes, looked up in the index;
+4. **near copies** — for a text of at least ``min_chars``, the indexed contents sharing a
+   band key with it (`scan.candidates.band_key_hits`: the scan's history lookup, per bucket
+   on the executor on Iceberg), of one of its scopes, through the scan's two filters
+   (`scan.candidates.filter_pairs`), then verified by exact Jaccard on the executor
+   (`history.verify`); those at or above the index's threshold are near copies, with the
+   numeric/unit guard's verdict shown (``blocked_by``), not applied;
+5. **sources** — every sample each match was ingested from: package, sample id, split, the
+   batch and its date; with mixtures, which of them contained that sample
+   (`history.mixtures`).
+
+The parameters are the index's own (its ``config`` meta row). The result is ordered (queries
+as given; per query the same text first, then by Jaccard, descending, then content id;
+sources by batch, package, sample, split), so it is the same on every backend and executor.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, Future
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import orjson
+
+from near_dedup_core import index_store as db
+from near_dedup_core.compare import scope_hash
+from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.history.mixtures import ShippedMixtures
+from near_dedup_core.history.queries import Query
+from near_dedup_core.history.verify import WORKER_MODULES, PairResult, verify_queries
+from near_dedup_core.normalize import normalize
+from near_dedup_core.params import WorkerParams
+from near_dedup_core.progress import Progress
+from near_dedup_core.scan.candidates import band_key_hits, filter_pairs, min_agreement
+from near_dedup_core.signature import MinHasher, band_keys, stored_values
+from near_dedup_core.wording import count
+from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
+
+#: pairs per verify task
+FIND_CHUNK = 4_000
+
+#: What `index find` does after each of its stages, as its progress shows it.
+STAGES = ("queries signed; looking up the same texts", "looking up band keys",
+          "verifying near copies", "reading the sources", "checking the index's pages")
+
+
+@dataclass
+class FindResult:
+    """One JSON object per query (docs/provenance.md), in query order."""
+
+    answers: list[dict] = field(default_factory=list)
+
+    def json_lines(self) -> str:
+        return "".join(orjson.dumps(a).decode() + "\n" for a in self.answers)
+
+    def table(self) -> str:
+        lines = []
+        for a in self.answers:
+            q = a["query"]
+            what = ", ".join(x for x in (q["from"], q["kind"]) if x)
+            chars = "" if q["normalized_chars"] is None else \
+                f", {q['normalized_chars']:,} normalized characters"
+            head = f"query {q['id']} ({what}{chars}): "
+            if q["kind"] is None:
+                lines.append(head + "not in the index")
+                continue
+            lines.append(head + (count(len(a["matches"]), "match") if a["matches"]
+                                 else "no match"))
+            for m in a["matches"]:
+                guard = "" if m["blocked_by"] is None else \
+                    f", the guard keeps it apart ({m['blocked_by']} differ)"
+                lines.append(f"  {m['kind']:<5} J={m['jaccard']:.4f}  content {m['content_id']}"
+                             f"  {m['scope']}{guard}")
+                for s in m["sources"]:
+                    mixtures = "" if s["mixtures"] is None else \
+                        "  in mixtures: " + (", ".join(s["mixtures"]) or "none")
+                    lines.append(f"      {s['package_id']} {s['sample_id']} ({s['split']}), "
+                                 f"batch {s['batch']} of {s['batch_date']}{mixtures}")
+        return "\n".join(lines)
+
+
+class _Signed:
+    """The queries' normalized texts (None: a hash the index does not hold), their UTF-8 and,
+    for those of at least ``min_chars`` (``long``), their signatures (stored values),
+    shingle-set sizes and band keys (``keys``, one row per text of ``long``), as `index`
+    computes them."""
+
+    def __init__(self, texts: list[str | None], config: NearDedupConfig) -> None:
+        self.texts = texts
+        self.utf8 = [(t or "").encode() for t in texts]
+        n = len(texts)
+        chars = np.fromiter((len(t or "") for t in texts), dtype=np.int64, count=n)
+        present = np.fromiter((t is not None for t in texts), dtype=bool, count=n)
+        self.long = np.flatnonzero((chars >= config.min_chars) & present)
+        self.sigs = np.zeros((n, config.num_perm), dtype=np.uint16)
+        self.sizes = np.zeros(n, dtype=np.int64)
+        if len(self.long):
+            hasher = MinHasher(config.num_perm, config.seed, config.shingle_size)
+            sigs, sizes = hasher.signatures_and_sizes([texts[i] or "" for i in self.long])
+            self.sigs[self.long] = stored_values(sigs)
+            self.sizes[self.long] = sizes
+        self.keys = band_keys(self.sigs[self.long], config.bands, config.rows)
+
+
+def index_config(snap: db.Snapshot) -> NearDedupConfig:
+    """The parameters the index is bound to (its ``config`` meta row)."""
+    return NearDedupConfig.model_validate(orjson.loads(snap.meta()["config"]))
+
+
+def find_texts(index: str | Path | db.Index, queries: Sequence[Query], *, workers: int = 1,
+               executor: str | Executors = "local", mixtures: ShippedMixtures | None = None,
+               progress: bool = False) -> FindResult:
+    """The answer to each query (module doc) from one snapshot of ``index``."""
+    chosen = choose_executor(executor, workers)
+    index = db.open_index(index)
+    try:
+        with index.errors(), index.snapshot() as snap, \
+                _pool(chosen, len(queries), index) as (ex, running):
+            if not running.in_process:  # a per-bucket history join's tasks run there
+                snap.join_executor = ex
+            return _find(index, snap, list(queries), ex, running, mixtures, progress)
+    except (LookupError, ValueError, TypeError, AttributeError) as exc:
+        index.raise_if_damaged(exc)
+        raise
+
+
+@contextmanager
+def _pool(executor: Executors, queries: int, index: db.Index
+          ) -> Iterator[tuple[Executor, Executors]]:
+    running = executor.for_work(queries, POOL_RECORDS)
+    preload = (*index.worker_modules, *WORKER_MODULES) if running.workers_read_index else ()
+    with running.start(preload=preload) as ex:
+        yield ex, running
+
+
+def _scope_sets(queries: list[Query], resolved: dict[int, list[int]],
+                scope_keys: dict[int, str], content_scope: dict[int, int]) -> list[list[int]]:
+    """Each query's scope row ids (module doc, step 2)."""
+    cpt = sorted(i for i, key in scope_keys.items() if json.loads(key)[0] == "cpt")
+    by_key = {key: i for i, key in scope_keys.items()}
+    out = []
+    for n, q in enumerate(queries):
+        if q.hash is not None:
+            scopes = {content_scope[c] for c in resolved.get(n, [])}
+            if any(s in cpt for s in scopes):
+                scopes.update(cpt)
+            out.append(sorted(scopes))
+        elif q.kind == "cpt":
+            out.append(cpt)
+        else:
+            out.append([by_key[q.scope_key]] if q.scope_key in by_key else [])
+    return out
+
+
+def _resolve_hashes(index: db.Index, snap: db.Snapshot, queries: list[Query]
+                    ) -> dict[int, list[int]]:
+    """Query number -> the content row ids its hash names in the snapshot: a content id, or
+    a raw text's sha256 held by one of the snapshot's sources (the raw-text lookup may see a
+    later batch; its sources may not)."""
+    ids = {n: q.hash for n, q in enumerate(queries) if q.hash is not None and len(q.hash) == 16}
+    shas = {n: q.hash for n, q in enumerate(queries) if q.hash is not None and len(q.hash) == 32}
+    out: dict[int, list[int]] = {}
+    if ids:
+        rows = snap.content_rows(list(ids.values()))
+        for n, cid in ids.items():
+            if cid in rows:
+                out[n] = [rows[cid]]
+    if shas:
+        lookup = index.known_texts()
+        try:
+            found = lookup.contents(sorted(set(shas.values())))
+        finally:
+            lookup.close()
+        candidates = sorted(set(found.values()))
+        held = {(s.text_sha256, s.content) for s in snap.content_sources(candidates)}
+        for n, sha in shas.items():
+            contents = sorted({c for (h, _), c in found.items() if h == sha and (sha, c) in held})
+            if contents:
+                out[n] = contents
+    return out
+
+
+def _exact(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
+           scope_keys: dict[int, str]) -> dict[int, set[int]]:
+    """Query number -> the contents that are its text (its content id in one of its
+    scopes)."""
+    hashes = {s: scope_hash(scope_keys[s]) for s in {s for ss in scopes for s in ss}}
+    wanted: dict[bytes, list[int]] = defaultdict(list)
+    for n, (utf8, ss) in enumerate(zip(signed.utf8, scopes, strict=True)):
+        if signed.texts[n] is None:
+            continue
+        for s in ss:
+            h = hashes[s].copy()
+            h.update(utf8)
+            wanted[h.digest()[:16]].append(n)
+    rows = snap.content_rows(list(wanted))
+    out: dict[int, set[int]] = defaultdict(set)
+    for cid, row in rows.items():
+        for n in wanted[cid]:
+            out[n].add(row)
+    return out
+
+
+def _candidates(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
+                exact: dict[int, set[int]], config: NearDedupConfig) -> np.ndarray:
+    """(query number, content row id) pairs sharing a band key, in one of the query's scopes,
+    through the scan's filters, the same texts left out; sorted."""
+    hits = band_key_hits(snap, signed.keys, [], set())
+    if not len(hits):
+        return np.zeros((0, 2), dtype=np.int64)
+    contents = snap.content_columns(np.unique(hits[:, 0]))
+    rows = np.searchsorted(contents.rowid, hits[:, 0])
+    queries = signed.long[hits[:, 1]]
+    width = int(contents.scope.max()) + 1
+    allowed = np.zeros((len(scopes), width), dtype=bool)
+    for n, ss in enumerate(scopes):
+        allowed[n, [s for s in ss if s < width]] = True
+    in_scope = allowed[queries, contents.scope[rows]]
+    span = int(hits[:, 0].max()) + 1
+    same = np.asarray([n * span + c for n, cs in exact.items() for c in cs if c < span],
+                      dtype=np.int64)
+    not_exact = ~np.isin(queries * span + hits[:, 0], same)
+    passed = filter_pairs(queries, rows, signed.sigs, signed.sizes, contents.signatures,
+                          contents.shingles, config.threshold,
+                          min_agreement(config.num_perm, config.threshold))
+    keep = in_scope & not_exact & passed & contents.has_signature[rows]
+    pairs = np.stack([queries[keep], hits[keep, 0]], axis=1)
+    return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+
+
+def _verify(snap: db.Snapshot, pairs: np.ndarray, signed: _Signed, queries: list[Query],
+            domains: dict[int, frozenset[str]] | None, config: NearDedupConfig, ex: Executor,
+            running: Executors) -> dict[tuple[int, int], PairResult]:
+    """(query number, content) -> the verified pairs at or above the threshold."""
+    params = WorkerParams.of(config)
+    futures: list[tuple[np.ndarray, Future]] = []
+    for start in range(0, len(pairs), FIND_CHUNK):
+        chunk = pairs[start:start + FIND_CHUNK]
+        local, dense = np.unique(chunk[:, 0], return_inverse=True)
+        args = np.stack([dense.reshape(-1), chunk[:, 1]], axis=1)
+        source: str | db.TextReader | db.ShippedTexts
+        if running.in_process:
+            source = snap
+        elif running.workers_read_index:
+            source = snap.location
+        else:
+            source = snap.shipped(np.unique(chunk[:, 1]).tolist())
+        doms = None if domains is None else [
+            domains.get(int(c), frozenset()) | frozenset(
+                [d] if (d := queries[int(q)].domain) else [])
+            for q, c in chunk.tolist()]
+        futures.append((chunk, ex.submit(verify_queries, source, params,
+                                         [signed.utf8[i] for i in local.tolist()], args,
+                                         doms)))
+    out = {}
+    for chunk, future in futures:
+        for r in future.result():
+            q, c = chunk[r.k].tolist()
+            out[(q, c)] = r
+    return out
+
+
+def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor,
+          running: Executors, mixtures: ShippedMixtures | None, progress: bool) -> FindResult:
+    config = index_config(snap)
+    stages = Progress("index find", len(STAGES), enabled=progress)
+    scope_keys = snap.scope_keys()
+    resolved = _resolve_hashes(index, snap, queries)
+    named = sorted({c for cs in resolved.values() for c in cs})
+    named_columns = snap.content_columns(np.asarray(named, dtype=np.int64))
+    content_scope = dict(zip(named_columns.rowid.tolist(), named_columns.scope.tolist(),
+                             strict=True))
+    named_texts = snap.texts(named) if named else {}
+    # one text at a time: the table `normalize_many` builds first pays off over millions of
+    # texts, not over a command's queries (5,000 of the bench: 0.8 s with it, 0.3 s without)
+    normalized = [normalize(q.text) for q in queries if q.text is not None]
+    it = iter(normalized)
+    texts: list[str | None] = []
+    for n, q in enumerate(queries):
+        if q.hash is not None:
+            texts.append(named_texts[resolved[n][0]] if n in resolved else None)
+        else:
+            texts.append(next(it))
+    signed = _Signed(texts, config)
+    scopes = _scope_sets(queries, resolved, scope_keys, content_scope)
+    stages.step(STAGES[0])
+    exact = _exact(snap, signed, scopes, scope_keys)
+    for n, cs in resolved.items():  # a hash names its contents: they are its text
+        exact.setdefault(n, set()).update(cs)
+    stages.step(STAGES[1])
+    pairs = _candidates(snap, signed, scopes, exact, config)
+    stages.step(STAGES[2])
+    sources_of: dict[int, list[db.ContentSource]] = defaultdict(list)
+    domains: dict[int, frozenset[str]] | None = None
+    if config.extra_units and len(pairs):
+        for s in snap.content_sources(np.unique(pairs[:, 1]).tolist()):
+            sources_of[s.content].append(s)
+        domains = {c: frozenset(s.domain for s in ss if s.domain)
+                   for c, ss in sources_of.items()}
+    verified = _verify(snap, pairs, signed, queries, domains, config, ex, running)
+    stages.step(STAGES[3])
+    matched = sorted({c for cs in exact.values() for c in cs} | {c for _, c in verified})
+    todo = [c for c in matched if c not in sources_of]
+    for s in snap.content_sources(todo):
+        sources_of[s.content].append(s)
+    columns = snap.content_columns(np.asarray(matched, dtype=np.int64))
+    row = {c: k for k, c in enumerate(columns.rowid.tolist())}
+    labels = snap.scope_labels()
+    packages = {p.rowid: p for p in snap.indexed_packages()}
+    dates = snap.batch_dates()
+    near: dict[int, list[tuple[int, float, str | None, str]]] = defaultdict(list)
+    for (qn, c), r in verified.items():
+        near[qn].append((c, r.jaccard, r.blocked_by, "near"))
+    answers = []
+    for n, q in enumerate(queries):
+        found: list[tuple[int, float, str | None, str]] = [
+            (c, 1.0, None, "exact") for c in exact.get(n, ())]
+        found += near.get(n, [])
+        matches: list[tuple[bool, float, str, dict]] = []
+        for c, jac, blocked, kind in found:
+            k = row[c]
+            cid = columns.content_id[k].hex()
+            srcs = []
+            for s in sources_of[c]:
+                p = packages[s.package]
+                srcs.append({"package_id": p.package_id, "sample_id": s.sample_id,
+                             "split": s.split, "batch": p.batch,
+                             "batch_date": dates[p.batch],
+                             "mixtures": None if mixtures is None else
+                             mixtures.containing(p.package_id, p.manifest_sha256,
+                                                 s.sample_id)})
+            srcs.sort(key=lambda x: (x["batch"], x["package_id"], x["sample_id"], x["split"]))
+            matches.append((kind != "exact", -jac, cid, {"content_id": cid, "scope": labels[int(columns.scope[k])],
+                            "kind": kind, "jaccard": jac, "blocked_by": blocked,
+                            "first_batch": int(columns.batch[k]), "sources": srcs}))
+        matches.sort(key=lambda m: m[:3])
+        text = texts[n]
+        answers.append({"query": {"id": q.id, "from": q.source,
+                                  "kind": _kind(q, scopes[n], scope_keys, text),
+                                  "normalized_chars": None if text is None else len(text)},
+                        "matches": [m[3] for m in matches]})
+    stages.step(STAGES[4])
+    snap.verify_pages()  # nothing is printed from a damaged index
+    stages.finish()
+    return FindResult(answers)
+
+
+def _kind(q: Query, scopes: list[int], scope_keys: dict[int, str],
+          text: str | None) -> str | None:
+    """A query's kind; a hash query's is its contents' (None: not in the index)."""
+    if q.hash is None:
+        return q.kind
+    if text is None:
+        return None
+    return str(json.loads(scope_keys[scopes[0]])[0]) if scopes else None
+
+
