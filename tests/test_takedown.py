@@ -4,19 +4,28 @@ its writer; bad input and a reused request id change nothing."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from helpers import (
+    THRESHOLD,
     cli_ok,
     cpt,
+    drop_every,
     index,
     index_bytes,
     index_state,
+    jaccard,
     make_package,
+    near_copy,
     plain_prose,
     refused,
+    reverse_every,
+    scan,
+    tree_bytes,
 )
 
 
@@ -109,3 +118,105 @@ def test_a_takedown_needs_an_index(tmp_path, backend, new_index_location):
     refused(["--index", location, "takedown", "add", "--request", "R", "--reason", "x",
              "--text", text], "index")
     assert index_bytes(location) is None
+
+
+# --------------------------------------------------------------------------- scans
+
+
+@pytest.fixture(scope="module")
+def pool(backend, new_index_location, tmp_path_factory):
+    """An index holding ``cpt-a`` (plain prose, the first text the one to take down, and a
+    short text) then ``cpt-b``: edited copies of that text from a few words changed to
+    every fifth word reversed, in train and in validation, and other prose; a report frozen
+    before any takedown."""
+    folder = tmp_path_factory.mktemp(f"takedown-scan-{backend}")
+    prose = plain_prose()
+    target, donor, others = prose[10], prose[11], prose[12:18]
+    copies = {"copy-near": near_copy(target, donor),
+              "copy-drop": drop_every(target, 25),
+              **{f"copy-rev{k}": reverse_every(target, k) for k in (40, 20, 12, 8, 5, 3)}}
+    short = "Remove this line, please."
+    a = make_package(folder, "cpt-a", {"train": [cpt("target", target), cpt("short", short),
+                                                 *(cpt(f"a{i}", t) for i, t in enumerate(others[:3]))]})
+    b = make_package(folder, "cpt-b", {
+        "train": [*(cpt(k, t) for k, t in copies.items()), cpt("short-again", short),
+                  *(cpt(f"b{i}", t) for i, t in enumerate(others[3:]))],
+        "validation": [cpt("val-copy", copies["copy-rev20"]), cpt("val-other", donor)]})
+    location = new_index_location(folder)
+    index(location, a)
+    index(location, b)
+    before = scan(location, [a, b], folder / "before")
+    return location, folder, a, b, target, short, copies, before
+
+
+def test_a_scan_takes_down_every_copy_the_scan_relates_in_every_split(pool):
+    location, folder, a, b, target, short, copies, before = pool
+    text = folder / "target.txt"
+    text.write_text(target)
+    cli_ok("--index", location, "takedown", "add", "--request", "REQ-7", "--reason", "opt-out",
+           "--text", text)
+    report = scan(location, [a, b], folder / "after")
+    assert cli_ok("report", "verify", report.path).startswith(f"report {report.path}: OK")
+    assert report.manifest["format_version"] == 2
+    down = {d["sample_id"]: d for d in report.decisions if d["reason"] == "takedown"}
+    assert all(d["decision"] == "exclude" and d["kept"] is None for d in down.values())
+    relations = {r["sample"]["sample_id"]: r for r in report.relations if "takedown" in r}
+    assert set(relations) == set(down)
+    assert {r["takedown"]["request_id"] for r in relations.values()} == {"REQ-7"}
+    # recall equals the scan's: the train copies taken down are exactly those the scan
+    # related to the original, with the same Jaccard; the original is taken down itself
+    related = {r["sample"]["sample_id"]: r["jaccard"] for r in before.relations
+               if r["match"]["sample_id"] == "target" and r["sample"]["package_id"] == "cpt-b"}
+    assert related and set(related) < set(copies)
+    train_down = {s: relations[s]["jaccard"] for s in down if s not in ("target", "val-copy")}
+    assert train_down == related
+    assert relations["target"]["jaccard"] == 1.0 and relations["target"]["kind"] == "exact"
+    # … and exactly the copies at or above the threshold by exact Jaccard, in validation too
+    expected = {k for k, t in copies.items() if jaccard(target, t) >= THRESHOLD}
+    assert set(train_down) == expected and expected != set(copies)
+    assert jaccard(target, copies["copy-rev20"]) >= THRESHOLD
+    assert down["val-copy"]["split"] == "validation"
+    # what the takedown left alone is decided as before, the short text included
+    kept_before = {d["sample_id"]: d for d in before.decisions}
+    for d in report.decisions:
+        if d["sample_id"] not in down and d["decision"] == "keep":
+            assert kept_before[d["sample_id"]]["decision"] == "keep"
+    assert report.manifest["takedowns"] == [{"request_id": "REQ-7", "act": 1, "texts": 1,
+                                             "samples": len(down)}]
+    assert report.manifest["counts"]["by_reason"]["takedown"] == len(down)
+
+    # a short text (under min_chars) is taken down where it is exactly the same text
+    lines = folder / "short.jsonl"
+    lines.write_text(json.dumps({"id": "s", "text": "  remove THIS line, please. "}) + "\n")
+    cli_ok("--index", location, "takedown", "add", "--request", "REQ-8", "--reason", "pii",
+           "--jsonl", lines)
+    both = scan(location, [a, b], folder / "both")
+    short_down = {d["sample_id"] for d in both.decisions if d["reason"] == "takedown"} - set(down)
+    assert short_down == {"short", "short-again"}
+    assert cli_ok("report", "verify", both.path)
+
+    # lifted, the takedowns no longer apply: the report is the one before, byte for byte
+    cli_ok("--index", location, "takedown", "lift", "REQ-7", "--reason", "withdrawn")
+    cli_ok("--index", location, "takedown", "lift", "REQ-8", "--reason", "withdrawn")
+    lifted = scan(location, [a, b], folder / "lifted")
+    assert tree_bytes(lifted.path) == tree_bytes(before.path)
+    assert before.manifest["format_version"] == 1 and "takedowns" not in before.manifest
+
+
+def test_report_verify_refuses_a_takedown_turned_into_a_keep(pool, tmp_path):
+    location, folder, a, b, target, *_ = pool
+    report = folder / "after"
+    if not report.exists():
+        pytest.skip("needs the scan of the test before")
+    copy = tmp_path / "r"
+    shutil.copytree(report, copy)
+    lines = (copy / "decisions.jsonl").read_text().splitlines(keepends=True)
+    k = next(i for i, line in enumerate(lines) if '"reason":"takedown"' in line)
+    row = json.loads(lines[k])
+    row.update(decision="keep", reason="unique", jaccard=None)
+    lines[k] = json.dumps(row, sort_keys=True, separators=(",", ":")) + "\n"
+    (copy / "decisions.jsonl").write_text("".join(lines))
+    sums = "".join(f"{hashlib.sha256((copy / n).read_bytes()).hexdigest()}  {n}\n"
+                   for n in sorted(p.name for p in copy.iterdir() if p.name != "checksums.sha256"))
+    (copy / "checksums.sha256").write_text(sums)
+    refused(["report", "verify", copy], "relations.jsonl gives exclude (takedown)")
