@@ -24,6 +24,7 @@ from helpers import (
     plain_prose,
     refused,
     reverse_every,
+    run_cli,
     scan,
     tree_bytes,
 )
@@ -184,6 +185,24 @@ def test_a_scan_takes_down_every_copy_the_scan_relates_in_every_split(pool):
     assert report.manifest["takedowns"] == [{"request_id": "REQ-7", "act": 1, "texts": 1,
                                              "samples": len(down)}]
     assert report.manifest["counts"]["by_reason"]["takedown"] == len(down)
+    # report explain names the request, the text and the Jaccard; report diff lists them
+    near = next(s for s in train_down if relations[s]["kind"] == "near")
+    code, out, err = run_cli("report", "explain", report.path, "cpt-b", near)
+    assert code == 0, err
+    assert (f"taken down by request REQ-7 (near copy of target.txt, "
+            f"J={train_down[near]:.4f})") in out
+    explained = json.loads(cli_ok("report", "explain", report.path, "cpt-b", "val-copy",
+                                  "--json"))
+    assert explained["reason"] == "takedown" and explained["kept"] is None
+    assert [r["takedown"] for r in explained["relations"] if "takedown" in r] == [
+        {"request_id": "REQ-7", "item": "target.txt"}]
+    diff = json.loads(cli_ok("report", "diff", before.path, report.path, "--json"))
+    assert diff["takedowns"] == {"old": {}, "new": {"REQ-7": len(down)}, "added": ["REQ-7"],
+                                 "gone": []}
+    assert {(x["sample_id"], x["new"]["reason"]) for x in diff["newly_excluded"]} >= {
+        ("val-copy", "takedown"), ("target", "takedown")}
+    assert "takedowns" not in json.loads(cli_ok("report", "diff", before.path, before.path,
+                                                "--json"))
 
     # a short text (under min_chars) is taken down where it is exactly the same text
     lines = folder / "short.jsonl"
