@@ -19,6 +19,7 @@ from helpers import (
     index_bytes,
     index_state,
     jaccard,
+    load_report,
     make_package,
     near_copy,
     plain_prose,
@@ -239,3 +240,52 @@ def test_report_verify_refuses_a_takedown_turned_into_a_keep(pool, tmp_path):
                    for n in sorted(p.name for p in copy.iterdir() if p.name != "checksums.sha256"))
     (copy / "checksums.sha256").write_text(sums)
     refused(["report", "verify", copy], "relations.jsonl gives exclude (takedown)")
+
+
+def test_the_mixture_drops_taken_down_samples_and_verify_proves_none_remain(pool, tmp_path):
+    from near_dedup_core.fsutil import json_line, write_checksums, write_json
+
+    location, folder, a, b, *_ = pool
+    report = folder / "after"
+    if not report.exists():
+        pytest.skip("needs the scan of the first test")
+    down = {d["sample_id"]: d for d in load_report(report).decisions
+            if d["reason"] == "takedown"}
+    assert down["val-copy"]["split"] == "validation"
+    config = tmp_path / "mix.json"
+    config.write_text(json.dumps({
+        "name": "mix", "kind": "cpt", "inputs": [str(a), str(b)], "target_records": 6,
+        "group_by": "domain", "strategy": {"type": "temperature", "temperature": 1.0},
+        "quality": {"min_chars": 0}, "allow_shortfall": True, "redistribute": True, "seed": 7,
+        "near_dedup_report": str(report)}))
+    built = tmp_path / "mixture"
+    cli_ok("mixture", "build", config, "--output", built)
+    verified = cli_ok("mixture", "verify", built)
+    assert verified.startswith(f"mixture {built} OK")
+    assert f"none of its {len(down)} samples taken down remains" in verified
+    records = [json.loads(line) for p in sorted(built.glob("data/*/part-00000.jsonl"))
+               for line in p.read_text().splitlines()]
+    ids = {r["origin"]["sample_id"] for r in records}
+    assert ids and not ids & set(down)
+    assert "val-other" in ids  # the rest of the retained split is copied whole
+
+    # a taken-down sample put back, with every checksum and count made to agree: refused
+    val = built / "data/validation/part-00000.jsonl"
+    text = next(r for r in (json.loads(line) for line in
+                            (b / "data/validation/part-00000.jsonl").read_text().splitlines())
+                if r["id"] == "val-copy")
+    val.write_bytes(json_line(text | {"origin": {"package_id": "cpt-b", "sample_id": "val-copy"}})
+                    + val.read_bytes())  # in its place: before val-other
+    manifest = json.loads((built / "manifest.json").read_text())
+    for f in manifest["files"]:
+        f["sha256"] = hashlib.sha256((built / f["path"]).read_bytes()).hexdigest()
+        f["records"] += f["split"] == "validation"
+    manifest["counts"]["retained"] += 1
+    manifest["counts"]["by_split"]["validation"] += 1
+    write_json(built / "manifest.json", manifest)
+    plan = json.loads((built / "plan.json").read_text())
+    plan["retained_records"]["validation"] += 1
+    write_json(built / "plan.json", plan)
+    (built / "checksums.sha256").unlink()
+    write_checksums(built)
+    refused(["mixture", "verify", built], "cpt-b/val-copy was taken down")
