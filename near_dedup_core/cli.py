@@ -379,6 +379,13 @@ def _takedown_parser(sub) -> None:
                         description="The request's acts and its texts' ids and digests.")
     ts.add_argument("request", metavar="ID", help="the request's id")
     ts.add_argument("--json", action="store_true", help="one JSON object")
+    tc = tds.add_parser("check", help="built mixtures hold nothing the takedowns in force "
+                                      "take down",
+                        description="Compare every record of built mixtures with the "
+                                    "takedowns in force in the index now (a takedown recorded "
+                                    "after a mixture's report is not in its report).")
+    tc.add_argument("mixtures", nargs="+", type=Path, metavar="MIXTURE",
+                    help="mixture folders")
 
 
 def _run_takedown(args: argparse.Namespace) -> None:
@@ -395,6 +402,11 @@ def _run_takedown(args: argparse.Namespace) -> None:
         act = takedown.add(index, args.request, args.reason, texts, by=args.by,
                            keep_text=args.keep_text)
         print(takedown.summary(act, index.label))
+    elif sub == "check":
+        from near_dedup_core.mixture.takedowns import check_mixture_takedowns
+
+        for folder in args.mixtures:
+            print(check_mixture_takedowns(folder, index))
     elif sub == "lift":
         print(takedown.summary(takedown.lift(index, args.request, args.reason, by=args.by),
                                index.label))

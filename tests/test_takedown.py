@@ -244,8 +244,9 @@ def test_report_verify_refuses_a_takedown_turned_into_a_keep(pool, tmp_path):
 
 def test_the_mixture_drops_taken_down_samples_and_verify_proves_none_remain(pool, tmp_path):
     from near_dedup_core.fsutil import json_line, write_checksums, write_json
+    from near_dedup_core.index_store import open_index
 
-    location, folder, a, b, *_ = pool
+    location, folder, a, b, target, *_ = pool
     report = folder / "after"
     if not report.exists():
         pytest.skip("needs the scan of the first test")
@@ -268,6 +269,23 @@ def test_the_mixture_drops_taken_down_samples_and_verify_proves_none_remain(pool
     ids = {r["origin"]["sample_id"] for r in records}
     assert ids and not ids & set(down)
     assert "val-other" in ids  # the rest of the retained split is copied whole
+
+    # takedown check compares built mixtures with the takedowns in force now: a mixture of
+    # the report before the takedown holds the text, one of the report after does not
+    stale_config = tmp_path / "stale.json"
+    stale_config.write_text(config.read_text().replace(str(report), str(folder / "before")))
+    stale = tmp_path / "stale"
+    cli_ok("mixture", "build", stale_config, "--output", stale)
+    text = folder / "again.txt"
+    text.write_text(target)
+    cli_ok("--index", location, "takedown", "add", "--request", "REQ-9", "--reason", "again",
+           "--text", text)
+    assert cli_ok("--index", location, "takedown", "check", built) == (
+        f"mixture {built}: no taken-down content ({len(records)} records against 1 takedown "
+        f"in force in index {open_index(location).label})\n")
+    line = refused(["--index", location, "takedown", "check", stale],
+                   f"mixture {stale}: data/", "is taken down by request REQ-9 (copy of again.txt")
+    assert "cpt-a/target" in line or "cpt-b/copy-" in line or "cpt-b/val-copy" in line
 
     # a taken-down sample put back, with every checksum and count made to agree: refused
     val = built / "data/validation/part-00000.jsonl"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
@@ -78,7 +78,11 @@ def find_takedowns(snap: db.Snapshot, contents: db.ContentColumns, config: NearD
         exact=np.asarray([found[r][1] for r in rows], dtype=bool))
 
 
-def _near_copies(snap: db.Snapshot, contents: db.ContentColumns, config: NearDedupConfig,
+class _Texts(Protocol):
+    def texts(self, ids: list[int]) -> dict[int, str]: ...
+
+
+def _near_copies(snap: _Texts, contents: db.ContentColumns, config: NearDedupConfig,
                  items: list[tuple[int, int, TakedownItem]],
                  found: dict[tuple[int, int, int], tuple[float, bool]]) -> None:
     """Pool contents with a signature sharing a band key with a taken-down text, verified
@@ -168,3 +172,63 @@ def applied(hits: TakedownHits, samples_down: dict[int, int]) -> list[dict]:
     the pool samples it took down (``samples_down``: act -> samples)."""
     return [{"request_id": act.request_id, "act": act.seq, "texts": len(act.items),
              "samples": samples_down.get(a, 0)} for a, act in enumerate(hits.acts)]
+
+
+class TextHit(NamedTuple):
+    """A text (by its index in the texts given) that a takedown in force takes down."""
+
+    text: int
+    request_id: str
+    item: str
+    jaccard: float
+
+
+def texts_taken_down(texts: list[str], acts: list[TakedownAct],
+                     config: NearDedupConfig) -> list[TextHit]:
+    """Which of these compared texts (as a record holds them; normalized here) the takedowns
+    ``acts`` take down, by the rule of a scan (LSH bands, then exact Jaccard; exact only
+    under ``min_chars``): what `find_takedowns` finds in a pool, for texts outside an index
+    (a mixture's records). Sorted by text, then act, then item."""
+    from near_dedup_core.normalize import normalize_many
+    from near_dedup_core.signature import stored_values
+
+    items = [(a, i, item) for a, act in enumerate(acts) for i, item in enumerate(act.items)]
+    if not items or not texts:
+        return []
+    norms = normalize_many(list(texts))
+    hasher = MinHasher(config.num_perm, config.seed, config.shingle_size)
+    long_rows = [k for k, t in enumerate(norms) if len(t) >= config.min_chars]
+    signatures = np.zeros((len(norms), config.num_perm), dtype=np.uint16)
+    if long_rows:
+        signatures[long_rows] = stored_values(hasher.signatures([norms[k] for k in long_rows]))
+    has = np.zeros(len(norms), dtype=bool)
+    has[long_rows] = True
+    digests = [hashlib.sha256(t.encode()).hexdigest() for t in norms]
+    found: dict[tuple[int, int, int], tuple[float, bool]] = {}
+    columns = _TextColumns(norms, signatures, has)
+    long_items = [x for x in items if x[2].signature is not None]
+    if long_items:
+        _near_copies(columns, columns.contents, config, long_items, found)
+    for k, digest in enumerate(digests):
+        if not has[k]:
+            for a, i, item in items:
+                if item.signature is None and item.text_sha256 == digest:
+                    found[(k, a, i)] = (1.0, True)
+    return [TextHit(k, acts[a].request_id, acts[a].items[i].id, found[(k, a, i)][0])
+            for k, a, i in sorted(found)]
+
+
+class _TextColumns:
+    """Plain texts as `_near_copies` reads a pool: ``contents`` (row ids are the texts'
+    indexes) and ``texts`` (the normalized texts by row id)."""
+
+    def __init__(self, norms: list[str], signatures: np.ndarray, has: np.ndarray) -> None:
+        self.norms = norms
+        n = len(norms)
+        self.contents = db.ContentColumns(
+            rowid=np.arange(n, dtype=np.int64), content_id=[b""] * n,
+            scope=np.zeros(n, dtype=np.int64), batch=np.zeros(n, dtype=np.int64),
+            shingles=np.zeros(n, dtype=np.int64), signatures=signatures, has_signature=has)
+
+    def texts(self, ids: list[int]) -> dict[int, str]:
+        return {i: self.norms[i] for i in ids}
