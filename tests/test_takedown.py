@@ -204,6 +204,16 @@ def test_a_scan_takes_down_every_copy_the_scan_relates_in_every_split(pool):
         ("val-copy", "takedown"), ("target", "takedown")}
     assert "takedowns" not in json.loads(cli_ok("report", "diff", before.path, before.path,
                                                 "--json"))
+    # the reviewer site lists the takedowns applied and explains each sample taken down
+    site = folder / "site-after"
+    cli_ok("report", "html", report.path, "--output", site)
+    overview = (site / "index.html").read_text()
+    assert "<h2>Takedowns</h2>" in overview
+    assert (f'<tr><td>REQ-7</td><td class="n">1</td><td class="n">1</td>'
+            f'<td class="n">{len(down)}</td></tr>') in overview
+    searchable = "".join(p.read_text() for p in sorted((site / "data").rglob("*.js")))
+    assert "Excluded: taken down by request REQ-7 (near copy of target.txt" in searchable
+    assert '"takedown":{"request_id":"REQ-7","item":"target.txt"}' in searchable
 
     # a short text (under min_chars) is taken down where it is exactly the same text
     lines = folder / "short.jsonl"
