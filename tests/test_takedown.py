@@ -317,3 +317,35 @@ def test_the_mixture_drops_taken_down_samples_and_verify_proves_none_remain(pool
     (built / "checksums.sha256").unlink()
     write_checksums(built)
     refused(["mixture", "verify", built], "cpt-b/val-copy was taken down")
+
+
+def test_an_sft_takedown_applies_whatever_the_scope_and_to_refs(tmp_path):
+    """SFT: the QA text (``role: content`` lines) is compared whatever the sample's scope
+    (task, system, material): messages given alone take the sample down; a sample of a
+    later package that refers to a taken-down sample is taken down too."""
+    from helpers import SAMPLES
+
+    location = tmp_path / "sft.sqlite"
+    v1, v2 = SAMPLES / "sft" / "sft-v1", SAMPLES / "sft" / "sft-v2"
+    index(location, v1)
+    index(location, v1, v2)
+    refs = [json.loads(line) for line in (v2 / "data/train/part-00000.jsonl").read_text()
+            .splitlines()]
+    ref = next(r for r in refs if "ref" in r)
+    target = ref["ref"]["id"]
+    refused(["--index", location, "takedown", "add", "--request", "S-0", "--reason", "x",
+             "--package", v2, "--sample", ref["id"]], f"refers to sample {target}")
+    cli_ok("--index", location, "takedown", "add", "--request", "S-1", "--reason", "opt-out",
+           "--package", v1, "--sample", target)
+    other = next(r for r in (json.loads(line) for line in
+                             (v1 / "data/train/part-00000.jsonl").read_text().splitlines())
+                 if r["id"] != target)
+    lines = tmp_path / "messages.jsonl"
+    lines.write_text(json.dumps({"id": "m", "messages": other["messages"]}) + "\n")
+    cli_ok("--index", location, "takedown", "add", "--request", "S-2", "--reason", "opt-out",
+           "--jsonl", lines)
+    report = scan(location, [v1, v2], tmp_path / "report")
+    down = {(d["package_id"], d["sample_id"]) for d in report.decisions
+            if d["reason"] == "takedown"}
+    assert {("sft-v1", target), ("sft-v2", ref["id"]), ("sft-v1", other["id"])} <= down
+    assert cli_ok("report", "verify", report.path)
