@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from near_dedup_core import __version__, runtime
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.progress import close_bars, command_clock
+from near_dedup_core.takedown.command import add_parser as takedown_parser
 from near_dedup_core.workers import EXECUTORS, choose_executor
 
 if TYPE_CHECKING:
@@ -336,91 +337,24 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Check a mixture folder's checksums, its records and the "
                                     "near-dedup report embedded in it.")
     mv.add_argument("mixture", type=_location, metavar="MIXTURE", help="the mixture folder")
-    _takedown_parser(sub)
+    takedown_parser(sub, _CommandParser)
     return p
 
 
-def _takedown_parser(sub) -> None:
-    """`takedown add|lift|list|show` (docs/takedowns.md)."""
-    td = sub.add_parser("takedown", help="record takedowns in the index, which every later "
-                                         "scan applies",
-                        description="Record, lift, list and show takedowns kept in the index: "
-                                    "every later scan excludes each pool sample that is a "
-                                    "taken-down text or a near copy of it (docs/takedowns.md).")
-    tds = td.add_subparsers(dest="takedown_command", required=True, parser_class=_CommandParser,
-                            title="commands", metavar="COMMAND")
-    ta = tds.add_parser("add", help="record a takedown (its texts' fingerprints, not the texts)",
-                        description="Record one takedown request in the index, in one "
-                                    "transaction: who, when, why and each text's fingerprint "
-                                    "(never the text itself unless --keep-text).")
-    ta.add_argument("--request", required=True, metavar="ID", help="the request's id (used once)")
-    ta.add_argument("--reason", required=True, metavar="TEXT", help="why")
-    ta.add_argument("--by", metavar="WHO", help="who records it (default: the OS user)")
-    given = ta.add_mutually_exclusive_group(required=True)
-    given.add_argument("--text", type=Path, metavar="FILE", help="one text, a UTF-8 file")
-    given.add_argument("--jsonl", type=Path, metavar="FILE",
-                       help='texts, one {"id", "text"} or {"id", "messages"} per line')
-    given.add_argument("--package", type=Path, metavar="DIR",
-                       help="samples of a package (with --sample)")
-    ta.add_argument("--sample", nargs="+", default=[], metavar="ID",
-                    help="the package's sample ids")
-    ta.add_argument("--keep-text", action="store_true",
-                    help="also keep the texts themselves in the index")
-    tl = tds.add_parser("lift", help="record that a takedown no longer applies",
-                        description="Record the lifting of a takedown (a new act; the "
-                                    "takedown stays in the log).")
-    tl.add_argument("request", metavar="ID", help="the request's id")
-    tl.add_argument("--reason", required=True, metavar="TEXT", help="why")
-    tl.add_argument("--by", metavar="WHO", help="who lifts it (default: the OS user)")
-    tds.add_parser("list", help="every takedown request, in force or lifted",
-                   description="One line per request: id, state, texts, recorded at, by, "
-                               "reason (tab-separated).")
-    ts = tds.add_parser("show", help="everything recorded about one request",
-                        description="The request's acts and its texts' ids and digests.")
-    ts.add_argument("request", metavar="ID", help="the request's id")
-    ts.add_argument("--json", action="store_true", help="one JSON object")
-    tc = tds.add_parser("check", help="built mixtures hold nothing the takedowns in force "
-                                      "take down",
-                        description="Compare every record of built mixtures with the "
-                                    "takedowns in force in the index now (a takedown recorded "
-                                    "after a mixture's report is not in its report).")
-    tc.add_argument("mixtures", nargs="+", type=Path, metavar="MIXTURE",
-                    help="mixture folders")
-
-
 def _run_takedown(args: argparse.Namespace) -> None:
-    from near_dedup_core import takedown
-
+    """`takedown` (docs/takedowns.md): `takedown check` reads mixtures; the rest is the
+    takedown stage's (`takedown.command`)."""
     index = _need_index(args)
-    sub = args.takedown_command
-    if sub == "add":
-        if args.sample and args.package is None:
-            raise NearDedupError("usage: takedown add --sample goes with --package DIR")
-        texts = (takedown.texts_from_file(args.text) if args.text is not None else
-                 takedown.texts_from_jsonl(args.jsonl) if args.jsonl is not None else
-                 takedown.texts_from_package(args.package, args.sample))
-        act = takedown.add(index, args.request, args.reason, texts, by=args.by,
-                           keep_text=args.keep_text)
-        print(takedown.summary(act, index.label))
-    elif sub == "check":
+    if args.takedown_command == "check":
         from near_dedup_core.mixture.takedowns import check_mixture_takedowns
 
-        for folder in args.mixtures:
-            print(check_mixture_takedowns(folder, index))
-    elif sub == "lift":
-        print(takedown.summary(takedown.lift(index, args.request, args.reason, by=args.by),
-                               index.label))
+        lines = [check_mixture_takedowns(folder, index) for folder in args.mixtures]
     else:
-        acts, _config = takedown.read_acts(index)
-        if sub == "list":
-            for line in takedown.list_lines(acts):
-                print(line)
-        else:
-            import orjson
+        from near_dedup_core.takedown.command import run as run_takedown
 
-            shown = takedown.show(acts, args.request, index.label)
-            print(orjson.dumps(shown, option=orjson.OPT_SORT_KEYS).decode() if args.json
-                  else takedown.show_text(shown))
+        lines = run_takedown(args, index)
+    for line in lines:
+        print(line)
 
 
 def _packages_option(parser: argparse.ArgumentParser) -> None:
