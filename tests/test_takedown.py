@@ -186,6 +186,15 @@ def test_a_scan_takes_down_every_copy_the_scan_relates_in_every_split(pool):
     assert report.manifest["takedowns"] == [{"request_id": "REQ-7", "act": 1, "texts": 1,
                                              "samples": len(down)}]
     assert report.manifest["counts"]["by_reason"]["takedown"] == len(down)
+    # the format 2 files parse into their models and dump back to the same bytes
+    from near_dedup_core.formats.report import ROW_MODELS, ReportManifest
+    from near_dedup_core.fsutil import json_line
+
+    for name, model in ROW_MODELS.items():
+        for raw in (report.path / name).read_bytes().splitlines(keepends=True):
+            assert json_line(model.model_validate_json(raw).model_dump(mode="json")) == raw
+    assert ReportManifest.model_validate_json((report.path / "manifest.json").read_bytes()) \
+        .model_dump(mode="json", by_alias=True) == report.manifest
     # report explain names the request, the text and the Jaccard; report diff lists them
     near = next(s for s in train_down if relations[s]["kind"] == "near")
     code, out, err = run_cli("report", "explain", report.path, "cpt-b", near)
