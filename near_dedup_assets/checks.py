@@ -16,6 +16,11 @@ mixture from being built, a failing mixture check fails the run. They are thin w
 around the core's `report verify` and `mixture verify` (checksums and consistency, no index
 needed); the failure description is the core's one-line message.
 
+`no_taken_down_content` (blocking) compares every record of the day's mixture with the
+takedowns in force in the index when the check runs (`takedown check`, docs/takedowns.md):
+the day's scan applied those recorded before it without any setting, and a takedown recorded
+since fails the check until the mixture is rebuilt from a new scan.
+
 `exclusion_rates` (docs/audit.md) watches the report's exclusion rates by domain and package,
 also against the previous release day. It warns; with ``NEAR_DEDUP_RATE_CHECKS_BLOCKING=true``
 (read when the code location loads, like the graph itself) it is an error and blocking, and
@@ -31,6 +36,7 @@ import dagster as dg
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import verify_checksums
 from near_dedup_core.mixture import verify_mixture
+from near_dedup_core.mixture.takedowns import check_mixture_takedowns
 from near_dedup_core.report import verify_report
 from near_dedup_core.storage import in_place
 
@@ -177,6 +183,38 @@ def mixture_verify(context: dg.AssetCheckExecutionContext,
     return for_release_day(context, release, MIXTURE, check_day)
 
 
+@release_day_check(asset=MIXTURE, blocking=True,
+                   description="No record of the day's mixture is a text, or a near copy of a "
+                               "text, that a takedown in force in the index takes down "
+                               "(docs/takedowns.md).")
+def no_taken_down_content(context: dg.AssetCheckExecutionContext,
+                          release: ReleaseSettings):
+    """The day's mixture holds nothing the takedowns in force in the index take down."""
+    def check_day(day: str) -> dg.AssetCheckResult:
+        done = no_release_result(release, day)
+        if done is not None:
+            return done
+        if not release.near_dedup_enabled:
+            return dg.AssetCheckResult(passed=True, description="near-dedup is off: no index, "
+                                                                "no takedowns",
+                                       metadata={"day": dg.MetadataValue.text(day),
+                                                 "near_dedup": dg.MetadataValue.text("off")})
+        path = release.mixture_dir(day)
+
+        def verify() -> str:
+            from near_dedup_core.index_store import open_index
+
+            if not is_folder(path):
+                raise NearDedupError(f"mixture {path}: does not exist")
+            index = open_index(release.index_path)
+            return checked(path, lambda folder: in_place(
+                check_mixture_takedowns(folder, index), folder, path))
+
+        return _verified(day, "mixture", path, verify)
+
+    return for_release_day(context, release, MIXTURE, check_day)
+
+
 def exclusion_rates_check(blocking: bool) -> dg.AssetChecksDefinition:
     """The exclusion-rate check; ``blocking``: an ERROR that stops the day's mixture, else a
     WARN that does not (the definition's badge and the result's severity agree)."""
@@ -221,7 +259,8 @@ def rate_checks_blocking(environ: Mapping[str, str] | None = None) -> bool:
 
 
 def release_checks(rates_blocking: bool = False) -> list[dg.AssetChecksDefinition]:
-    return [report_checksums, mixture_verify, exclusion_rates_check(rates_blocking)]
+    return [report_checksums, mixture_verify, no_taken_down_content,
+            exclusion_rates_check(rates_blocking)]
 
 
 #: The checks of the code location, with the blocking setting it loaded with.

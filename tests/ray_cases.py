@@ -101,6 +101,26 @@ def test_the_ray_executor_gives_the_local_report_byte_for_byte(cluster, packages
     assert b'"reason":"near_duplicate"' in local["decisions.jsonl"]
 
 
+def test_a_scan_with_takedowns_on_ray_is_the_local_report_byte_for_byte(cluster, packages,
+                                                                         tmp_path):
+    """Takedowns in force (docs/takedowns.md) give the same format 2 report on Ray."""
+    v1, v2 = packages
+    reports = {}
+    for executor in ("local", "ray"):
+        index = tmp_path / f"{executor}-takedowns.sqlite"
+        _run(index, executor, "index", "--inputs", v1)
+        _run(index, executor, "index", "--inputs", v2)
+        code, _, err = run_cli("--quiet", "--index", index, "takedown", "add", "--request",
+                               "R-1", "--reason", "test", "--package", v1, "--sample", "a0",
+                               "a1", "a2")
+        assert code == 0, err
+        out = tmp_path / f"takedown-report-{executor}"
+        _run(index, executor, "scan", "--inputs", v2, "--output", out)
+        reports[executor] = tree_bytes(out)
+    assert reports["ray"] == reports["local"]
+    assert b'"reason":"takedown"' in reports["local"]["decisions.jsonl"]
+
+
 def test_contamination_on_ray_is_the_local_report_byte_for_byte(cluster, packages, tmp_path):
     """`contamination --executor ray`, reading the packages or (texts shipped from the driver's
     snapshot) an index: the same report as the local pool's."""

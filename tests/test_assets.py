@@ -179,7 +179,7 @@ def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule()
         "validated_snapshot", "index_append", "scan_report", "mixture"}
     assert {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys} == {
         ("scan_report", "report_checksums"), ("scan_report", "exclusion_rates"),
-        ("mixture", "mixture_verify")}
+        ("mixture", "mixture_verify"), ("mixture", "no_taken_down_content")}
     index_step = graph.get(INDEX_APPEND)
     assert index_step.pools == {"index_writer"}
     assert all(graph.get(k).partitions_def == release_days() for k in graph.get_all_asset_keys())
@@ -452,7 +452,8 @@ def test_a_refused_rerun_after_a_root_change_leaves_the_day_valid(tmp_path, snap
     # "planned" (shown as skipped), and the day's earlier results stay as they were
     rows = check_rows(instance, DAYS[0])
     refused_run = {check: row for check, row in rows.items() if row.run_id == result.run_id}
-    assert sorted(refused_run) == ["exclusion_rates", "mixture_verify", "report_checksums"]
+    assert sorted(refused_run) == ["exclusion_rates", "mixture_verify", "no_taken_down_content",
+                                   "report_checksums"]
     for row in refused_run.values():
         assert row.status == AssetCheckExecutionRecordStatus.FAILED
         evaluation = row.event.dagster_event.asset_check_evaluation_data
@@ -460,7 +461,7 @@ def test_a_refused_rerun_after_a_root_change_leaves_the_day_valid(tmp_path, snap
     earlier = [r for check in GRAPH_CHECKS for r in instance.event_log_storage.
                get_asset_check_execution_history(check, limit=10)
                if r.partition == DAYS[0] and r.run_id != result.run_id]
-    assert len(earlier) == 3 and all(r.status != AssetCheckExecutionRecordStatus.PLANNED
+    assert len(earlier) == 4 and all(r.status != AssetCheckExecutionRecordStatus.PLANNED
                                      for r in earlier)
 
     # without a valid earlier report there is nothing to keep: the day fails
@@ -509,7 +510,8 @@ def test_a_day_without_a_snapshot_is_a_day_without_a_release(tmp_path, instance)
             f"no release on {DAYS[0]}: no snapshot folder {folder}; nothing was released. If "
             f"the snapshot arrives later, materialize the day again")}
     checks = check_results(result)
-    assert set(checks) == {"report_checksums", "exclusion_rates", "mixture_verify"}
+    assert set(checks) == {"report_checksums", "exclusion_rates", "mixture_verify",
+                           "no_taken_down_content"}
     for check in checks.values():
         assert check.passed
         assert check.description == (f"no release on {DAYS[0]}: no snapshot folder {folder}: "
@@ -651,7 +653,7 @@ def test_checks_executed_without_a_day_check_the_latest_released_day(tmp_path, s
     day: the check's latest result is a real one, for a real day. Before any release it checks
     nothing and does not pass. (The UI: tests/test_webserver.py.)"""
     settings = settings_for(tmp_path, snapshots)
-    names = {"report_checksums", "exclusion_rates", "mixture_verify"}
+    names = {"report_checksums", "exclusion_rates", "mixture_verify", "no_taken_down_content"}
 
     def execute_all():
         return dg.materialize(GRAPH, resources={"release": settings}, instance=instance,

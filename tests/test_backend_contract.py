@@ -223,6 +223,8 @@ def test_a_batch_left_by_an_error_changes_nothing(backend, built):
         assert seq == 3 and batch.seq == 3
         batch.add_package("cpt-c", "cpt", "0" * 64, seq, 0, "{}")
         batch.add_scope("other", "other scope")
+        batch.add_takedown("takedown/000001", "{}")
+        assert batch.meta()["takedown/000001"] == "{}"
         batch.upgrade_schema(batch.meta())
         with ThreadPoolExecutor(1) as executor:
             chunks = batch.band_writer(executor, 1)

@@ -126,6 +126,9 @@ def test_every_command_is_a_row_of_the_command_table_and_each_row_a_command():
                  ["c", "--output", "o"], "mixture verify": ["m"],
                  "scan": ["--inputs", "p", "--output", "o"],
                  "contamination": ["--evals", "e", "--inputs", "p", "--output", "o"],
+                 "takedown add": ["--request", "r", "--reason", "x", "--text", "f"],
+                 "takedown lift": ["r", "--reason", "x"], "takedown show": ["r"],
+                 "takedown check": ["m"],
                  "snapshot create": ["--kind", "cpt", "--package-id", "x", "--split",
                                      "train=f", "--output", "o"]}.get(name, [])
         assert chosen(parser.parse_args([*name.split(), *extra])).name == name

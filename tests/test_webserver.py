@@ -288,7 +288,7 @@ def test_a_check_executed_for_a_day_reports_that_days_rates_and_without_a_day_th
 
     day = "2026-11-25"
     every_check = [("scan_report", "report_checksums"), ("scan_report", "exclusion_rates"),
-                   ("mixture", "mixture_verify")]
+                   ("mixture", "mixture_verify"), ("mixture", "no_taken_down_content")]
     released = launch_run(webserver, list(ASSETS), every_check, day)
     assert run_status(webserver, released) == "SUCCESS"
 

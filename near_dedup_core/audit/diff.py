@@ -102,10 +102,25 @@ class ReportDiff:
     counts: dict
     notes: list[str] = field(default_factory=list)
     contents: dict = field(default_factory=dict)
+    #: when either report applied takedowns (format 2): `_takedown_change`
+    takedowns: dict | None = None
 
     def to_json(self) -> dict:
         return {"config_changed": self.config_changed, **self.lists,
-                "contents": self.contents, "counts": self.counts}
+                "contents": self.contents, "counts": self.counts,
+                **({"takedowns": self.takedowns} if self.takedowns is not None else {})}
+
+
+def _takedown_change(old: ReportManifest, new: ReportManifest) -> dict | None:
+    """The takedowns each report applied (request id -> samples it took down), those the new
+    one applies that the old did not (``added``) and those no longer applied (``gone``: lifted
+    since, or recorded after the old report); None when neither applied any."""
+    if old.takedowns is None and new.takedowns is None:
+        return None
+    o = {t.request_id: t.samples for t in old.takedowns or ()}
+    n = {t.request_id: t.samples for t in new.takedowns or ()}
+    return {"old": o, "new": n, "added": sorted(set(n) - set(o)),
+            "gone": sorted(set(o) - set(n))}
 
 
 def _config_change(old: ReportManifest, new: ReportManifest) -> dict:
@@ -221,7 +236,8 @@ def diff_reports(old: str | Path, new: str | Path, *, old_domains: Domains | Non
     notes = list(dict.fromkeys(notes))
     if notes:
         notes.append("samples of these packages are counted with domain null")
-    return ReportDiff(old, new, _config_change(mo, mn), lists, counts, notes, contents)
+    return ReportDiff(old, new, _config_change(mo, mn), lists, counts, notes, contents,
+                      _takedown_change(mo, mn))
 
 
 def _content_diff(old: _Contents, new: _Contents, kept_o: dict[Key, str],

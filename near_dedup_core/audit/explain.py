@@ -135,7 +135,9 @@ def explain_sample(  # noqa: C901 (the explanation's parts in the order it print
         relations.append({"listed_as": listed_as, "partner": partner, "kind": rel.kind,
                           "jaccard": rel.jaccard, "history_only": rel.history_only,
                           "blocked_by": rel.blocked_by,
-                          "match_sources": [m.model_dump() for m in rel.match_sources]})
+                          "match_sources": [m.model_dump() for m in rel.match_sources],
+                          **({"takedown": rel.takedown.model_dump()}
+                             if rel.takedown is not None else {})})
 
     # pass 2: the sample, its partners, and the samples it excluded
     partners = {k for k in (_key(r["partner"]) for r in relations) if k is not None}
@@ -163,6 +165,9 @@ def explain_sample(  # noqa: C901 (the explanation's parts in the order it print
     for r in relations:
         pk = _key(r["partner"])
         row = found.get(pk) if pk is not None else None
+        if "takedown" in r:  # a taken-down text: no partner in the pool
+            r["partner_decision"] = r["partner_reason"] = r["partner_kept"] = None
+            continue
         if r["listed_as"] == "match" and row is not None:
             r["partner"]["content_id"] = row[0].content_id
         pd = row[0] if row is not None else None
@@ -223,6 +228,9 @@ def explain_sample(  # noqa: C901 (the explanation's parts in the order it print
             notes.append(f"no text diff: the text of "
                          f"{'this sample' if b is None else f'{diff_key[0]}/{diff_key[1]}'} "
                          f"is not available")
+    if any("takedown" in r for r in relations):
+        notes.append("a taken-down text is not among the report's inputs: the index keeps "
+                     "its fingerprint, not its text (docs/takedowns.md)")
     if any(r["history_only"] for r in relations):
         notes.append("history-only partners are not among the report's inputs: their texts "
                      "(and guard sequences) are only in the index")
@@ -243,6 +251,8 @@ def explain_why(dec: DecisionRow, relations: list[dict]) -> str:
     docs/contract.md "scan", over the sample's relations in relations.jsonl order, each with
     ``partner_decision``, ``partner_reason`` and ``partner_kept``); then the earlier matches
     that did not count, and that history outside the pool never excludes."""
+    if dec.reason == "takedown":
+        return taken_down_why(relations)
     if dec.reason == "retained_split":
         return (f"Kept because split {dec.split} is retained: samples of a retained split are "
                 f"never deduplicated.")
@@ -285,10 +295,21 @@ def explain_why(dec: DecisionRow, relations: list[dict]) -> str:
             f"{passed}{after}.")
 
 
+def taken_down_why(relations: list[dict]) -> str:
+    """Why a sample taken down is excluded: each takedown match, the first deciding."""
+    down = [r for r in relations if "takedown" in r]
+    parts = [f"taken down by request {r['takedown']['request_id']} "
+             f"({'exact' if r['kind'] == 'exact' else 'near'} copy of "
+             f"{r['takedown']['item']}, J={r['jaccard']:.4f})" for r in down]
+    return (f"Excluded: {'; '.join(parts)}. A takedown applies in every split and scope, "
+            f"whatever else the sample matches.")
+
+
 def _diff_partner(kept: Key | None, relations: list[dict], excluded: list[dict]) -> Key | None:
     if kept is not None:
         return kept
-    pool = [r for r in relations if not r["history_only"] and _key(r["partner"])]
+    pool = [r for r in relations if not r["history_only"] and "takedown" not in r
+            and _key(r["partner"])]
     for rows in ([r for r in pool if r["blocked_by"]], pool):
         if rows:
             return _key(rows[0]["partner"])

@@ -58,10 +58,19 @@ def _source(rec: dict) -> str:
 
 def _decision(r: dict) -> str:
     """A relation partner's own decision, e.g. ``exclude (near_duplicate of cpt-v1/web-0021)``."""
+    if "takedown" in r:
+        return f"(taken down by {r['takedown']['request_id']})"
     if r["partner_decision"] is None:
         return "(history)"
     kept = f" of {_name(r['partner_kept'])}" if r["partner_kept"] else ""
     return f"{r['partner_decision']} ({r['partner_reason']}{kept})"
+
+
+def _partner(r: dict) -> str:
+    """A relation's partner: a pool sample, history content, or a taken-down text."""
+    if "takedown" in r:
+        return f"(takedown) {r['takedown']['item']}"
+    return _name(r["partner"])
 
 
 def _seq(values: list[str] | None) -> str:
@@ -86,7 +95,7 @@ def explanation_text(e: Explanation) -> str:
         out.append(table(
             ["listed as", "partner", "partner's decision", "kind", "jaccard", "history-only",
              "blocked by", *(["history sources"] if sources else [])],
-            [[r["listed_as"], _name(r["partner"]), _decision(r), r["kind"], r["jaccard"],
+            [[r["listed_as"], _partner(r), _decision(r), r["kind"], r["jaccard"],
               r["history_only"], r["blocked_by"],
               *([", ".join(f"{m['package_id']}/{m['sample_id']}"
                            for m in r["match_sources"][:3])
@@ -159,6 +168,13 @@ def diff_text(d: ReportDiff, limit: int) -> str:
             [[r[group] if r[group] is not None else "(unknown)", r["old"]["keep"],
               r["old"]["exclude"], r["new"]["keep"], r["new"]["exclude"],
               *(r[n] for n in (*CHANGES, "only_old", "only_new"))] for r in rows]))
+    if d.takedowns is not None:
+        td = d.takedowns
+        out.append("")
+        out.append(table(["takedown", "old samples", "new samples", ""],
+                         [[r, td["old"].get(r, "-"), td["new"].get(r, "-"),
+                           "added" if r in td["added"] else "gone" if r in td["gone"] else ""]
+                          for r in sorted(set(td["old"]) | set(td["new"]))]))
     out.extend(_contents_text(d.contents, limit))
     for name in LISTS:
         items = d.lists[name]

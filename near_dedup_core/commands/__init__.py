@@ -1,15 +1,15 @@
 """The command line's commands, in one table (`COMMANDS`): each command's name as typed, the
 function that runs it, its process set-up and its folder arguments. Each group of commands
 keeps its parser and its functions in a module of this package (`index`, `scan`, `report`,
-`snapshot`, `mixture`); `cli` parses, looks the command up here and maps failures to exit
-codes. A new command is a parser in its group's module and a row here."""
+`snapshot`, `mixture`, `takedown`); `cli` parses, looks the command up here and maps failures
+to exit codes. A new command is a parser in its group's module and a row here."""
 
 from __future__ import annotations
 
 import argparse
 
 from near_dedup_core import __version__
-from near_dedup_core.commands import index, mixture, report, scan, snapshot
+from near_dedup_core.commands import index, mixture, report, scan, snapshot, takedown
 from near_dedup_core.commands.options import CommandParser, Parser, global_options
 from near_dedup_core.commands.table import Command, FolderArg
 
@@ -68,6 +68,12 @@ COMMANDS: tuple[Command, ...] = (
     Command("mixture build", mixture.build, profile="mixture"),
     Command("mixture verify", mixture.verify, profile="mixture",
             folders=(FolderArg("mixture", ("mixture",), "mixture"),)),
+    Command("takedown add", takedown.record),
+    Command("takedown lift", takedown.record),
+    Command("takedown list", takedown.record),
+    Command("takedown show", takedown.record),
+    Command("takedown check", takedown.check,
+            folders=(FolderArg("mixtures", ("mixture",), "mixture"),)),
 )
 
 _BY_NAME = {command.name: command for command in COMMANDS}
@@ -83,7 +89,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the version and exit")
     sub = p.add_subparsers(dest="command", required=True, parser_class=CommandParser,
                            title="commands", metavar="COMMAND")
-    for group in (index, scan, report, snapshot, mixture):
+    for group in (index, scan, report, snapshot, mixture, takedown):
         group.add_parsers(sub)
     return p
 

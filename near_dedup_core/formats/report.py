@@ -2,6 +2,12 @@
 "scan"): ``manifest.json`` (`ReportManifest`) and the lines of ``decisions.jsonl``
 (`DecisionRow`), ``relations.jsonl`` (`RelationRow`) and ``origins.jsonl`` (`OriginRow`).
 
+Format 2 is format 1 with takedowns (docs/takedowns.md): a scan of an index that holds
+takedowns in force writes format 2, whose manifest lists them (``takedowns``), whose
+decisions may have the reason ``takedown`` and whose relations to a taken-down text carry
+``takedown`` (request id and text id); a scan of any other index writes format 1, byte for
+byte as before. The models read both; a format 1 report holds none of these.
+
 The scan writes the JSONL files with a byte writer (`near_dedup_core.scan.write`); the
 verifier (`near_dedup_core.report.verify`) and the audit tools (`near_dedup_core.audit`) read
 them through these models with `iter_rows`, so every line has exactly its fields with strict
@@ -17,14 +23,22 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 import orjson
-from pydantic import Field, TypeAdapter, ValidationError
+from pydantic import (
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    ValidationError,
+    model_serializer,
+)
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.formats import StrictModel
 
 FORMAT = "near-dedup-report"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: The format versions this tool reads and verifies.
+VERSIONS = (1, 2)
 FILES = ("decisions.jsonl", "relations.jsonl", "origins.jsonl")
 
 HEX32 = r"^[0-9a-f]{32}$"  # a content id is 16 bytes
@@ -41,7 +55,7 @@ PATTERN_NAMES = {HEX32: "32 lowercase hex digits", HEX64: "64 lowercase hex digi
 
 Decision = Literal["keep", "exclude"]
 Reason = Literal["unique", "retained_split", "guard_blocked", "match_not_kept",
-                 "exact_duplicate", "near_duplicate"]
+                 "exact_duplicate", "near_duplicate", "takedown"]
 SampleKey = tuple[str, str]  # (package_id, sample_id)
 
 
@@ -106,8 +120,18 @@ class ReportFiles(StrictModel):
     origins: FileLines = Field(alias="origins.jsonl")
 
 
+class AppliedTakedown(StrictModel):
+    """A takedown in force when the report was frozen (format 2): its request, the act that
+    recorded it, its texts, and the pool samples it took down."""
+
+    request_id: str = Field(min_length=1)
+    act: int = Field(ge=1)
+    texts: int = Field(ge=0)
+    samples: int = Field(ge=0)
+
+
 class ReportManifest(StrictModel):
-    """``manifest.json`` of a report (format_version 1)."""
+    """``manifest.json`` of a report (format_version 1, or 2 with ``takedowns``)."""
 
     format: Literal["near-dedup-report"]
     format_version: int
@@ -119,6 +143,14 @@ class ReportManifest(StrictModel):
     index: IndexState
     counts: ReportCounts
     files: ReportFiles
+    takedowns: list[AppliedTakedown] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if self.takedowns is None:
+            data.pop("takedowns", None)
+        return data
 
     @property
     def kinds(self) -> list[str]:
@@ -181,8 +213,18 @@ class DecisionRow(StrictModel):
         return (self.package_id, self.sample_id)
 
 
+class TakedownRef(StrictModel):
+    """The takedown a relation is to (format 2): its request and the taken-down text's id
+    within it; the relation's ``match.content_id`` is the text's id in reports
+    (`formats.takedown.TakedownItem.text_id`)."""
+
+    request_id: str = Field(min_length=1)
+    item: str = Field(min_length=1)
+
+
 class RelationRow(StrictModel):
-    """One line of ``relations.jsonl``: a verified pair, from the later sample's side."""
+    """One line of ``relations.jsonl``: a verified pair, from the later sample's side, or a
+    sample's match with a taken-down text (``takedown``, format 2)."""
 
     sample: SampleRef
     match: MatchRef
@@ -191,6 +233,14 @@ class RelationRow(StrictModel):
     history_only: bool
     match_sources: list[MatchSource]
     blocked_by: Literal["numbers", "units"] | None
+    takedown: TakedownRef | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent(self, handler: SerializerFunctionWrapHandler) -> dict:
+        data = handler(self)
+        if self.takedown is None:
+            data.pop("takedown", None)
+        return data
 
 
 class OriginRow(StrictModel):

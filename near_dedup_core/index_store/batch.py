@@ -110,6 +110,10 @@ class BatchTransaction:
     def set_kind(self, kind: str) -> None:
         self.conn.execute(insert(meta).values(key="kind", value=kind))
 
+    def add_takedown(self, key: str, act_json: str) -> None:
+        """A takedown act's ``meta`` row (its primary key refuses a key recorded before)."""
+        self.conn.execute(insert(meta).values(key=key, value=act_json))
+
     def indexed_packages(self) -> dict[str, IndexedPackage]:
         p = packages.c
         return {row.package_id: IndexedPackage(*row) for row in self.conn.execute(

@@ -221,6 +221,11 @@ class Batch(Protocol):
     def add_package(self, package_id: str, kind: str, manifest_sha256: str, batch: int,
                     records: int, manifest_json: str) -> int: ...
 
+    def add_takedown(self, key: str, act_json: str) -> None:
+        """One recorded takedown act (`formats.takedown`) as a new ``meta`` row: published
+        with the transaction, even without a batch row; an existing key is an error."""
+        ...
+
     def upgrade_schema(self, values: dict[str, str]) -> None:
         """An index of the upgradable schema becomes one of the current schema, inside the
         batch (nothing to do where there is no older schema)."""

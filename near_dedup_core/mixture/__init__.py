@@ -5,7 +5,8 @@ Config. A JSON object validated by `MixtureConfig` (unknown keys refused). Relat
 ``inputs`` and ``near_dedup_report`` are relative to the current working directory, and are
 recorded in the mixture exactly as written.
 
-Pools. Samples of the *retained splits* are copied whole; every other split forms the
+Pools. Samples of the *retained splits* are copied whole (but for those the report takes
+down: a takedown applies in every split, docs/takedowns.md); every other split forms the
 sampling pool (the report's "train pool"), and selected samples keep their split. The
 report's inputs must be exactly the mixture's inputs (package ids and manifest sha256s, in
 any order), else the report is stale and must be rescanned. With a report the retained splits are the report config's
@@ -64,7 +65,8 @@ checks the canonical checksums over plain files (the embedded report through
 `report.verify_report`), manifest and plan with strict types, each data file against its
 ``files[]`` sha256 and record count, the plan recomputed from its own counts, and with a
 report: inputs equal the report's inputs, every line's sample is a ``keep`` decision of its
-split whose ``text_sha256`` the record's text matches, retained splits are complete. A plain
+split whose ``text_sha256`` the record's text matches (so no sample taken down remains),
+retained splits are complete but for the samples taken down. A plain
 mixture has no decisions to check its records against; its own counts are checked. What the
 files can and cannot prove: docs/tamper.md.
 

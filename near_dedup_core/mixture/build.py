@@ -93,7 +93,8 @@ def _write_data(plan: Plan, work: Path, out: Path, progress: bool) -> list[DataF
         for rec in stream_records(plan.packages):
             bar.advance()
             key = (rec.package_id, rec.sample_id)
-            wanted = rec.split in retained or key in plan.selected
+            wanted = (rec.split in retained and key not in plan.retained_dropped) \
+                or key in plan.selected
             if not wanted and key not in needed:
                 continue
             if rec.ref is not None:

@@ -45,6 +45,9 @@ class Plan:
     ref_of: dict[SampleKey, SampleKey] = field(repr=False)
     retained_refs: set[SampleKey] = field(repr=False)
     contamination: ContaminationView | None = None
+    #: samples of retained splits the report excludes (taken down, docs/takedowns.md): left
+    #: out like every excluded sample
+    retained_dropped: set[SampleKey] = field(default_factory=set, repr=False)
 
     @property
     def removed_contaminated(self) -> int:
@@ -221,6 +224,7 @@ class _PoolScan:
     retained_records: Counter[str] = field(default_factory=Counter)
     ref_of: dict[SampleKey, SampleKey] = field(default_factory=dict)
     retained_refs: set[SampleKey] = field(default_factory=set)
+    retained_dropped: set[SampleKey] = field(default_factory=set)
 
 
 def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
@@ -251,6 +255,9 @@ def _scan_pool(cfg: MixtureConfig, packages: list[Package], retained: set[str],
             value = resolved.get(cfg.group_by)
             slim[key] = ({} if value is None else {cfg.group_by: value}), chars
         if rec.split in retained:
+            if key in excluded:  # only a takedown excludes a sample of a retained split
+                scan.retained_dropped.add(key)
+                continue
             scan.retained_records[rec.split] += 1
             if rec.ref is not None:
                 scan.retained_refs.add(key)
@@ -318,7 +325,7 @@ def plan_mixture(cfg: MixtureConfig, *, progress: bool = True) -> Plan:
     plan = Plan(config=cfg, packages=packages, report=report, retained_splits=retained,
                 rows=rows, retained_records=dict(sorted(scan.retained_records.items())),
                 selected=selected, ref_of=scan.ref_of, retained_refs=scan.retained_refs,
-                contamination=contamination)
+                contamination=contamination, retained_dropped=scan.retained_dropped)
     if plan.shortfall and not cfg.allow_shortfall:
         short = ", ".join(f"{r['domain']} {r['eligible']:,} eligible for quota {r['quota']:,}"
                           for r in rows if r["shortfall"])

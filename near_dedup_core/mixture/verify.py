@@ -39,6 +39,8 @@ class VerifyResult:
     retained: int
     report_decisions: int | None
     contaminated_samples: int | None = None
+    #: samples the embedded report takes down (None: a report without takedowns)
+    taken_down: int | None = None
 
     def summary(self) -> str:
         text = (f"mixture {self.path} OK: {count(self.files, 'file')} match checksums, "
@@ -48,6 +50,11 @@ class VerifyResult:
                      f"{self.contaminated_samples:,} contaminated samples selected)")
         if self.report_decisions is None:
             return text + ", no near-dedup report (plain mixture)"
+        if self.taken_down is not None:
+            return (text + f", embedded near-dedup report verified ({self.report_decisions:,} "
+                    f"decisions): no excluded sample selected, none of its "
+                    f"{count(self.taken_down, 'sample')} taken down remains, retained splits "
+                    f"complete but for those")
         return (text + f", embedded near-dedup report verified ({self.report_decisions:,} "
                 f"decisions): no excluded sample selected, retained splits complete")
 
@@ -188,6 +195,9 @@ def _check_kept(d: SampleDecision | None, key: SampleKey, split: str,
     if d is None:
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} is not in the embedded "
                              f"report's decisions")
+    if d.reason == "takedown":
+        raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} was taken down (the embedded "
+                             f"report's reason takedown) but is in the mixture")
     if d.decision != "keep":
         kept = d.kept or ("?", "?")
         raise NearDedupError(f"{loc}: sample {key[0]}/{key[1]} was excluded by the near-dedup "
@@ -223,8 +233,9 @@ def verify_mixture(path: Path, progress: bool = False) -> VerifyResult:  # noqa:
     - every line's origin is an input sample, appears once, in input package order; with a
       report it is a ``keep`` decision of its split, lines follow the report's sample order
       and the record's compared text hashes to the sample's ``text_sha256`` (so a record
-      edited with manifest.json and checksums regenerated is caught); retained splits are
-      complete. A plain mixture has no reference for the text of its records.
+      edited with manifest.json and checksums regenerated is caught), so no sample the
+      report takes down (reason ``takedown``) remains; retained splits are complete but for
+      those. A plain mixture has no reference for the text of its records.
     """
     path = Path(path)
     label = f"mixture {path}"
@@ -237,7 +248,7 @@ def verify_mixture(path: Path, progress: bool = False) -> VerifyResult:  # noqa:
     group_by = manifest.group_by
     decisions = _embedded_decisions(path, manifest, label)
     report_excluded = None if decisions is None else sum(
-        1 for d in decisions.values() if d.decision == "exclude")
+        1 for d in decisions.values() if d.decision == "exclude" and d.split not in retained)
     _check_plan(manifest, plan, report_excluded, label)
     contaminated = _embedded_contamination(path, manifest, label)
 
@@ -301,7 +312,7 @@ def verify_mixture(path: Path, progress: bool = False) -> VerifyResult:  # noqa:
     bar.finish()
     if decisions is not None:
         for key, d in decisions.items():
-            if d.split in retained and key not in seen:
+            if d.split in retained and key not in seen and d.reason != "takedown":
                 raise NearDedupError(f"{label}: retained split {d.split} is incomplete: "
                                      f"sample {key[0]}/{key[1]} is missing")
     counts = manifest.counts
@@ -315,4 +326,11 @@ def verify_mixture(path: Path, progress: bool = False) -> VerifyResult:  # noqa:
     return VerifyResult(path=path, files=len(listed), selected=selected, retained=retained_n,
                         report_decisions=None if decisions is None else len(decisions),
                         contaminated_samples=None if manifest.contamination_report is None
-                        else len(contaminated))
+                        else len(contaminated),
+                        taken_down=_taken_down(decisions))
+
+
+def _taken_down(decisions: dict[SampleKey, SampleDecision] | None) -> int | None:
+    """Samples the embedded report takes down; None without a report or without any."""
+    n = sum(d.reason == "takedown" for d in (decisions or {}).values())
+    return n or None

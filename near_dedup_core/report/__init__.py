@@ -15,6 +15,7 @@ from near_dedup_core.formats.report import (
     FILES,
     FORMAT,
     FORMAT_VERSION,
+    VERSIONS,
     DecisionRow,
     OriginRow,
     RelationRow,
@@ -52,4 +53,4 @@ __all__ = ["EXCLUDE_REASONS", "FILES", "FORMAT", "FORMAT_VERSION", "HISTOGRAM_BI
            "bin_labels", "count_decisions", "decision_rows", "decision_summary",
            "iter_decisions", "jaccard_bin", "jaccard_edges", "jaccard_histogram",
            "load_manifest", "origin_rows", "relation_rows", "report_manifest",
-           "verify_report"]
+           "verify_report", "VERSIONS"]

@@ -21,6 +21,7 @@ REASONS = {
     "match_not_kept": ("keep", "matches only earlier samples that were themselves excluded"),
     "exact_duplicate": ("exclude", "same normalized text as an earlier kept sample"),
     "near_duplicate": ("exclude", "Jaccard at or above the threshold with an earlier kept one"),
+    "takedown": ("exclude", "a taken-down text or a near copy of it (docs/takedowns.md)"),
 }
 
 
@@ -86,12 +87,13 @@ class Tally:
         self.by_reason[reason] += count
 
     def relation(self, kind: str, history_only: bool, blocked_by: str | None,
-                 jaccard: float, count: int = 1) -> None:
-        """``count`` relations alike."""
+                 jaccard: float, count: int = 1, takedown: bool = False) -> None:
+        """``count`` relations alike (``takedown``: to a taken-down text, which the Jaccard
+        histogram of near relations leaves out)."""
         self.relations += count
         self.history_only += count * bool(history_only)
         self.blocked += count * (blocked_by is not None)
-        if kind == "near" and blocked_by is None:
+        if kind == "near" and blocked_by is None and not takedown:
             self.near_jaccards.extend([jaccard] * count)
 
     def counts(self) -> dict:

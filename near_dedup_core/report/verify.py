@@ -24,6 +24,7 @@ from near_dedup_core.formats.report import (
     FORMAT,
     FORMAT_VERSION,
     ROW_MODELS,
+    VERSIONS,
     DecisionRow,
     MatchSource,
     OriginRow,
@@ -38,7 +39,7 @@ from near_dedup_core.results import FolderResult
 from near_dedup_core.wording import count
 
 KEEP_REASONS = ("unique", "guard_blocked", "match_not_kept", "retained_split")
-EXCLUDE_REASONS = ("near_duplicate", "exact_duplicate")
+EXCLUDE_REASONS = ("near_duplicate", "exact_duplicate", "takedown")
 
 
 def report_manifest(path: str | Path) -> tuple[ReportManifest, dict]:
@@ -56,9 +57,15 @@ def report_manifest(path: str | Path) -> tuple[ReportManifest, dict]:
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise NearDedupError(f"{label}: manifest.json is not a near-dedup report manifest")
     version = raw.get("format_version")
-    if type(version) is not int or version != FORMAT_VERSION:
-        raise NearDedupError(f"{label}: format_version {version!r} is not {FORMAT_VERSION}")
-    return validate_model(ReportManifest, raw, f"{label}: manifest.json"), raw
+    if type(version) is not int or version not in VERSIONS:
+        raise NearDedupError(f"{label}: format_version {version!r} is not one of "
+                             f"{', '.join(map(str, VERSIONS))} (this tool writes "
+                             f"{FORMAT_VERSION})")
+    model = validate_model(ReportManifest, raw, f"{label}: manifest.json")
+    if (version == 1) != (model.takedowns is None):
+        raise NearDedupError(f"{label}: manifest.json: takedowns are listed by format 2 "
+                             f"reports, and only there")
+    return model, raw
 
 
 def load_manifest(path: str | Path) -> dict:
@@ -153,6 +160,11 @@ class _ReportCheck:
         self.near: dict[SampleKey, _NearState] = {}
         self.tally = Tally(manifest.config.threshold)
         self.lines = {"decisions.jsonl": 0, "relations.jsonl": 0, "origins.jsonl": 0}
+        #: format 2: the takedowns in force (request id -> act), each sample's first
+        #: takedown Jaccard, and the samples each request took down
+        self.takedowns = {t.request_id: t.act for t in manifest.takedowns or ()}
+        self.down: dict[SampleKey, float] = {}
+        self.down_by: dict[str, set[SampleKey]] = {r: set() for r in self.takedowns}
 
     def fail(self, message: str) -> NoReturn:
         raise NearDedupError(f"report {self.path}: {message}")
@@ -197,6 +209,35 @@ class _ReportCheck:
 
     # ---------------------------------------------------------------- decisions.jsonl
 
+    def _outcome(self, loc: str, decision: str, reason: str, kept: SampleKey | None,
+                 jaccard: float | None) -> None:
+        """A decision's fields agree with each other."""
+        if reason == "takedown":
+            if self.m.takedowns is None:
+                self.fail(f"{loc}: reason takedown is for format 2 reports")
+            if decision != "exclude" or kept is not None or jaccard is None \
+                    or not self.threshold <= jaccard <= 1.0:
+                self.fail(f"{loc}: a sample taken down is excluded, names no kept sample "
+                          f"and has the jaccard of its first takedown match")
+        elif decision == "keep":
+            if kept is not None:
+                self.fail(f"{loc}: a kept sample names a kept sample; kept must be null")
+            if jaccard is not None:
+                self.fail(f"{loc}: a kept sample has jaccard {jaccard!r}, expected null")
+            if reason not in KEEP_REASONS:
+                self.fail(f"{loc}: reason {reason!r} is not a reason to keep")
+        else:
+            if kept is None:
+                self.fail(f"{loc}: an excluded sample names the sample it is excluded for "
+                          f"(kept)")
+            if reason not in EXCLUDE_REASONS:
+                self.fail(f"{loc}: reason {reason!r} is not a reason to exclude")
+            if jaccard is None or not self.threshold <= jaccard <= 1.0 \
+                    or (reason == "exact_duplicate" and jaccard != 1.0):
+                self.fail(f"{loc}: jaccard must be a number from the threshold "
+                          f"{self.threshold} to 1 (1.0 for exact_duplicate), found "
+                          f"{jaccard!r}")
+
     def decisions(self) -> None:
         last_pos = 0
         per_package: Counter = Counter()
@@ -215,27 +256,11 @@ class _ReportCheck:
             if key in self.decided:
                 self.fail(f"{loc}: sample {pid}/{sid} is decided twice")
             kept = row.kept.key if row.kept is not None else None
-            if decision == "keep":
-                if kept is not None:
-                    self.fail(f"{loc}: a kept sample names a kept sample; kept must be null")
-                if jaccard is not None:
-                    self.fail(f"{loc}: a kept sample has jaccard {jaccard!r}, expected null")
-                if reason not in KEEP_REASONS:
-                    self.fail(f"{loc}: reason {reason!r} is not a reason to keep")
-            else:
-                if kept is None:
-                    self.fail(f"{loc}: an excluded sample names the sample it is excluded for "
-                              f"(kept)")
-                if reason not in EXCLUDE_REASONS:
-                    self.fail(f"{loc}: reason {reason!r} is not a reason to exclude")
-                if jaccard is None or not self.threshold <= jaccard <= 1.0 \
-                        or (reason == "exact_duplicate" and jaccard != 1.0):
-                    self.fail(f"{loc}: jaccard must be a number from the threshold "
-                              f"{self.threshold} to 1 (1.0 for exact_duplicate), found "
-                              f"{jaccard!r}")
-            if split in self.retained and decision == "exclude":
+            self._outcome(loc, decision, reason, kept, jaccard)
+            if split in self.retained and decision == "exclude" and reason != "takedown":
                 self.fail(f"{loc}: a sample of retained split {split} is excluded")
-            if (split in self.retained) != (reason == "retained_split"):
+            if (split in self.retained) != (reason == "retained_split") \
+                    and reason != "takedown":
                 self.fail(f"{loc}: reason retained_split is for the samples of retained splits "
                           f"{sorted(self.retained)} only, and the only reason there")
             node_key = (row.content_id, split)
@@ -327,6 +352,10 @@ class _ReportCheck:
                 section, last_block, last_hist = -1, -1, ""
                 near_nodes = set()
                 last_near = -1
+            if row.takedown is not None:
+                self._takedown_relation(loc, row, key, section)
+                section = 4
+                continue
             own = self.node_content[node]
             match_key = None
             if hist:
@@ -398,6 +427,26 @@ class _ReportCheck:
             self.tally.relation(kind, hist, blocked, jaccard)
         self._line_count("relations.jsonl", self.m.files.relations.lines)
 
+    def _takedown_relation(self, loc: str, row: RelationRow, key: SampleKey,
+                           section: int) -> None:
+        """A relation to a taken-down text (format 2): of a takedown the manifest lists, no
+        pool match, listed last among the sample's relations."""
+        assert row.takedown is not None
+        request = row.takedown.request_id
+        if request not in self.takedowns:
+            self.fail(f"{loc}: takedown {request} is not among the manifest's takedowns")
+        match = row.match
+        if match.package_id is not None or match.sample_id is not None or row.history_only \
+                or row.match_sources or row.blocked_by is not None \
+                or (row.kind == "exact" and row.jaccard != 1.0):
+            self.fail(f"{loc}: a takedown relation has null package_id and sample_id, no "
+                      f"history, sources or guard block (and jaccard 1.0 if exact)")
+        if section > 4:
+            self.fail(f"{loc}: relations of {key[0]}/{key[1]} are out of order (takedowns last)")
+        self.down.setdefault(key, row.jaccard)
+        self.down_by[request].add(key)
+        self.tally.relation(row.kind, False, None, row.jaccard, takedown=True)
+
     def _exact_batch(self, node: int) -> bool:
         """The content's first-ingest batch is known: a sample of it came with the index's
         first batch (otherwise only an upper bound, its samples' earliest batch, is)."""
@@ -423,6 +472,15 @@ class _ReportCheck:
                 self.fail(f"{loc}: {key[0]}/{key[1]} shares content and split with "
                           f"{first[0]}/{first[1]}, but relations.jsonl has no exact relation "
                           f"between them")
+            expected: tuple[str, str, SampleKey | None, float | None]
+            if key in self.down or d.reason == "takedown":
+                expected = ("exclude", "takedown", None, self.down.get(key))
+                if (d.decision, d.reason, d.kept, d.jaccard) != expected:
+                    self.fail(f"{loc}: {key[0]}/{key[1]} is "
+                              f"{_describe(d.decision, d.reason, d.kept, d.jaccard)} but "
+                              f"relations.jsonl gives "
+                              f"{_describe(*expected) if key in self.down else 'no takedown'}")
+                continue
             if d.reason == "retained_split":
                 continue
             if key != first:
@@ -481,6 +539,12 @@ class _ReportCheck:
         self._line_count("origins.jsonl", self.m.files.origins.lines)
 
     def counts(self, raw: dict) -> None:
+        for t in self.m.takedowns or ():
+            if len(self.down_by[t.request_id]) != t.samples:
+                self.fail(f"manifest.json: takedown {t.request_id} took down {t.samples} "
+                          f"samples, relations.jsonl has {len(self.down_by[t.request_id])}")
+        if len(self.takedowns) != len(self.m.takedowns or ()):
+            self.fail("manifest.json: takedowns lists a request twice")
         recorded = {k: v for k, v in raw["counts"].items() if k != "candidates"}
         if recorded != self.tally.counts():
             self.fail("counts in manifest.json do not match decisions.jsonl and "

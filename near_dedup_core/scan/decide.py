@@ -10,7 +10,9 @@ other:
   otherwise ``near_duplicate`` of the same kept sample as the first;
 - kept samples without any earlier pool match are ``unique``; those whose only earlier matches
   were kept apart by the numeric/unit guard are ``guard_blocked``;
-- history-only matches are relations and never exclude.
+- history-only matches are relations and never exclude;
+- a node that a takedown in force takes down (`near_dedup_core.takedown.match`) is excluded
+  (``takedown``) whatever its split, and counts as not kept for the nodes after it.
 
 The rule runs over the nodes in one compiled loop: a node's outcome depends only on its own
 matches (sorted by the earlier node) and the outcomes of earlier nodes.
@@ -27,6 +29,7 @@ from near_dedup_core.scan.records import (
     MATCH_NOT_KEPT,
     NEAR_DUPLICATE,
     RETAINED_SPLIT,
+    TAKEDOWN,
     UNIQUE,
     Decisions,
     Matches,
@@ -35,13 +38,16 @@ from near_dedup_core.scan.records import (
 
 
 @numba.njit(cache=True)
-def _greedy(retained, start, other, jaccard, blocked, reason, kept_by, jac):
+def _greedy(retained, down, start, other, jaccard, blocked, reason, kept_by, jac):
     """Node i's matches are rows start[i]:start[i+1] of (other, jaccard, blocked), sorted by
-    the earlier node ``other``."""
+    the earlier node ``other``; ``down[i]``: a takedown takes node i down."""
     n = retained.shape[0]
     kept = np.zeros(n, dtype=np.bool_)
     for i in range(n):
         kept_by[i] = -1
+        if down[i]:
+            reason[i] = TAKEDOWN
+            continue
         if retained[i]:
             kept[i] = True
             reason[i] = RETAINED_SPLIT
@@ -67,9 +73,12 @@ def _greedy(retained, start, other, jaccard, blocked, reason, kept_by, jac):
             reason[i] = UNIQUE
 
 
-def decide(nodes: Nodes, near: Matches, config: NearDedupConfig) -> Decisions:
+def decide(nodes: Nodes, near: Matches, config: NearDedupConfig,
+           down: np.ndarray | None = None, down_jaccard: np.ndarray | None = None
+           ) -> Decisions:
     """The outcome of every node, greedy over nodes in first-ingest order (``near`` sorted by
-    (later, other), as `verify` gives them)."""
+    (later, other), as `verify` gives them); ``down``: the nodes a takedown takes down, with
+    ``down_jaccard`` their first takedown match's Jaccard."""
     n = len(nodes)
     labels = set(config.retained_splits)
     retained = np.asarray([x in labels for x in nodes.split_labels] or [False])[nodes.split] \
@@ -79,5 +88,10 @@ def decide(nodes: Nodes, near: Matches, config: NearDedupConfig) -> Decisions:
     reason = np.zeros(n, dtype=np.int8)
     kept_by = np.full(n, -1, dtype=np.int64)
     jaccard = np.zeros(n, dtype=np.float64)
-    _greedy(retained, start, near.other, near.jaccard, near.blocked, reason, kept_by, jaccard)
+    if down is None:
+        down = np.zeros(n, dtype=np.bool_)
+    _greedy(retained, down, start, near.other, near.jaccard, near.blocked, reason, kept_by,
+            jaccard)
+    if down_jaccard is not None:
+        jaccard[down] = down_jaccard[down]
     return Decisions(reason, kept_by, jaccard)

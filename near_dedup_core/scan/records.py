@@ -138,15 +138,16 @@ class Verified(NamedTuple):
 
 #: ``Decisions.reason`` codes, and the decision each one stands for.
 REASONS: tuple[str, ...] = ("retained_split", "unique", "guard_blocked", "match_not_kept",
-                            "near_duplicate")
-RETAINED_SPLIT, UNIQUE, GUARD_BLOCKED, MATCH_NOT_KEPT, NEAR_DUPLICATE = 0, 1, 2, 3, 4
+                            "near_duplicate", "takedown")
+RETAINED_SPLIT, UNIQUE, GUARD_BLOCKED, MATCH_NOT_KEPT, NEAR_DUPLICATE, TAKEDOWN = range(6)
 
 
 @dataclass
 class Decisions:
-    """The greedy outcome per node: ``reason`` codes `REASONS` (``near_duplicate`` nodes are
-    excluded, all others kept); an excluded node's ``kept_by`` is the earlier kept node it
-    duplicates (-1 otherwise) with that match's ``jaccard``. A kept node's further samples
+    """The greedy outcome per node: ``reason`` codes `REASONS` (``near_duplicate`` and
+    ``takedown`` nodes are excluded, all others kept); a ``near_duplicate`` node's ``kept_by``
+    is the earlier kept node it duplicates (-1 otherwise) with that match's ``jaccard``; a
+    ``takedown`` node's ``jaccard`` is its first takedown match's. A kept node's further samples
     are exact duplicates of its first sample, unless its split is retained."""
 
     reason: np.ndarray  # int8

@@ -52,6 +52,7 @@ from near_dedup_core.scan.write import (
     write_report,
 )
 from near_dedup_core.storage import Location, parse_location
+from near_dedup_core.takedown.match import find_takedowns, per_node
 from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor, submit_in_turn
 
@@ -200,12 +201,14 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         columns = report_columns(pool, side_digests.result() if side_digests is not None
                                  else text_digests(snap, rowids))
         pool_outside = pool_outside_sources(snap, pool, nodes)
+        hits = find_takedowns(snap, pool.contents, config)
+        down = per_node(hits, nodes.content) if hits is not None else None
         near, hist = job.collect()
         stages.step(STAGES[3])
-        decisions = decide(nodes, near, config)
+        decisions = decide(nodes, near, config, *((down.down, down.jaccard) if down else ()))
         stages.step(STAGES[4])
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
-                              columns, origins, pool_outside)
+                              columns, origins, pool_outside, hits, down)
         stages.step(STAGES[5])
         snap.verify_pages()  # nothing is published from a damaged index
         stages.finish()

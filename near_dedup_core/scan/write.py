@@ -37,6 +37,7 @@ from near_dedup_core.scan.records import (
     NEAR_DUPLICATE,
     REASONS,
     RETAINED_SPLIT,
+    TAKEDOWN,
     ByteStrings,
     Candidates,
     Decisions,
@@ -45,6 +46,7 @@ from near_dedup_core.scan.records import (
     Pool,
     ReportColumns,
 )
+from near_dedup_core.takedown.match import NodeTakedowns, TakedownHits, applied
 
 
 @contextmanager
@@ -198,9 +200,9 @@ def report_columns(pool: Pool, text_sha256: ByteStrings) -> ReportColumns:
 _PIECES = (b'{"content_id":"', b'","decision":"exclude","jaccard":', b',"kept":',
            b'{"package_id":', b',"sample_id":', b'},"package_id":',
            b'","decision":"exclude","jaccard":1.0,"kept":', b',"scope":', b',"split":',
-           b',"text_sha256":"', b'"}\n')
+           b',"text_sha256":"', b'"}\n', b',"kept":null,"package_id":')
 (_OPEN, _MID_NEAR, _KEPT, _REF_OPEN, _REF_SID, _REF_CLOSE, _MID_EXACT, _SCOPE, _SPLIT, _SHA,
- _CLOSE) = range(len(_PIECES))
+ _CLOSE, _KEPT_NONE) = range(len(_PIECES))
 _MIDDLE = len(_PIECES)
 
 
@@ -234,15 +236,17 @@ def _decision_lines(pool: Pool, nodes: Nodes, decisions: Decisions, columns: Rep
     reason = decisions.reason[node_of]
     exact = len(REASONS)  # outcome code of an exact duplicate of its node's first sample
     outcome = np.where((reason == NEAR_DUPLICATE) | (reason == RETAINED_SPLIT)
-                       | (head == np.arange(n)), reason, exact).astype(np.int64)
-    labels = [("exclude" if r == NEAR_DUPLICATE else "keep", REASONS[r])
+                       | (reason == TAKEDOWN) | (head == np.arange(n)), reason,
+                       exact).astype(np.int64)
+    labels = [("exclude" if r in (NEAR_DUPLICATE, TAKEDOWN) else "keep", REASONS[r])
               for r in range(len(REASONS))] + [("exclude", "exact_duplicate")]
     split_codes = len(s.split_labels)
     per = np.bincount(s.split * (exact + 1) + outcome, minlength=split_codes * (exact + 1))
     for code in np.flatnonzero(per).tolist():
         tally.decision(s.split_labels[code // (exact + 1)], *labels[code % (exact + 1)],
                        count=int(per[code]))
-    near_nodes = np.flatnonzero(decisions.reason == NEAR_DUPLICATE)
+    near_nodes = np.flatnonzero((decisions.reason == NEAR_DUPLICATE)
+                                | (decisions.reason == TAKEDOWN))
     kept_by = np.where(decisions.kept_by >= 0, first[decisions.kept_by], -1)[node_of]
     kept = np.where(outcome == NEAR_DUPLICATE, kept_by, np.where(outcome == exact, head, -1))
     pieces = list(_PIECES)
@@ -294,7 +298,7 @@ def _put_hex(out, pos, data, start, j):
 @numba.njit(cache=True, nogil=True)
 def _render_decisions(lo, hi, out, bound, outcome, content, package, split, scope, kept,
                       jaccard, text, text_start, sid, sid_start, cid, cid_start, sha,
-                      sha_start, near, exact):
+                      sha_start, near, exact, down):
     """Decision lines of samples ``lo``… into ``out`` while one more line (at most ``bound``
     bytes) fits, and at least one; returns (the next sample, bytes written). The arguments
     are the fields of `_DecisionLines` and its `ByteStrings` (``text``: the pieces, ``sid``,
@@ -319,6 +323,10 @@ def _render_decisions(lo, hi, out, bound, outcome, content, package, split, scop
             pos = _put(out, pos, text, text_start, _REF_SID)
             pos = _put(out, pos, sid, sid_start, k)
             pos = _put(out, pos, text, text_start, _REF_CLOSE)
+        elif o == down:  # taken down: its Jaccard, no kept sample
+            pos = _put(out, pos, text, text_start, _MID_NEAR)
+            pos = _put(out, pos, text, text_start, jaccard[i])
+            pos = _put(out, pos, text, text_start, _KEPT_NONE)
         else:
             pos = _put(out, pos, text, text_start, _MIDDLE + o)
         pos = _put(out, pos, text, text_start, package[i])
@@ -350,21 +358,51 @@ def _write_decisions(path: Path, lines: _DecisionLines) -> tuple[int, str]:
                 i, n, out, p.bound, p.outcome, p.content, p.package, p.split, p.scope, p.kept,
                 p.jaccard, p.pieces.data, p.pieces.start, c.sample_id_json.data,
                 c.sample_id_json.start, c.content_id.data, c.content_id.start,
-                c.text_sha256.data, c.text_sha256.start, NEAR_DUPLICATE, len(REASONS))
+                c.text_sha256.data, c.text_sha256.start, NEAR_DUPLICATE, len(REASONS),
+                TAKEDOWN)
             data = out[:m].data
             fh.write(data)
             h.update(data)
     return n, h.hexdigest()
 
 
+def _takedown_rows(hits: TakedownHits | None, down: NodeTakedowns, node: int, members: int,
+                   tally: Tally, samples_down: dict[int, int] | None
+                   ) -> list[tuple[bytes, bytes, str, float]]:
+    """The takedown relations of a node taken down, each (JSON up to the sample, JSON after
+    it, kind, Jaccard), counted for its ``members`` samples in ``tally`` and, per act, in
+    ``samples_down``."""
+    assert hits is not None and samples_down is not None
+    rows = range(int(down.start[node]), int(down.end[node]))
+    for a in {int(hits.act[q]) for q in rows}:
+        samples_down[a] = samples_down.get(a, 0) + members
+    out = []
+    for q in rows:
+        item = hits.item_of(q)
+        kind = "exact" if hits.exact[q] else "near"
+        j = float(hits.jaccard[q])
+        out.append((b"".join((
+            b'{"blocked_by":null,"history_only":false,"jaccard":', _dumps(j), b',"kind":',
+            _dumps(kind), b',"match":{"content_id":"', item.text_id.encode(),
+            b'","package_id":null,"sample_id":null},"match_sources":[],"sample":')),
+            b',"takedown":' + _dumps({"item": item.id,
+                                      "request_id": hits.acts[int(hits.act[q])].request_id},
+                                     option=orjson.OPT_SORT_KEYS) + b"}\n", kind, j))
+        tally.relation(kind, False, None, j, members, takedown=True)
+    return out
+
+
 def _relation_lines(snap: db.Snapshot, pool: Pool, nodes: Nodes, near: Matches,
                     hist: Matches, render: _Render, tally: Tally,
-                    pool_outside: OutsideSources) -> Iterator[bytes]:
+                    pool_outside: OutsideSources, hits: TakedownHits | None = None,
+                    down: NodeTakedowns | None = None,
+                    samples_down: dict[int, int] | None = None) -> Iterator[bytes]:
     """``relations.jsonl`` rows: per node and sample in decision order, the exact relation to
-    the node's first sample, the exact history relation, near matches in the pool, then near
-    history matches by content_id. ``match_sources`` lists the matched content's sources in
-    the same split outside the current pool (``pool_outside``: those of the pool's contents,
-    `pool_outside_sources`)."""
+    the node's first sample, the exact history relation, near matches in the pool, near
+    history matches by content_id, then the takedowns that take the node down (``hits``,
+    per node ``down``; ``samples_down`` counts the samples each act took down).
+    ``match_sources`` lists the matched content's sources in the same split outside the
+    current pool (``pool_outside``: those of the pool's contents, `pool_outside_sources`)."""
     rowid = pool.contents.rowid
     node_rowid = rowid[nodes.content]
     outside = dict(pool_outside)
@@ -385,6 +423,8 @@ def _relation_lines(snap: db.Snapshot, pool: Pool, nodes: Nodes, near: Matches,
     near_bounds = np.searchsorted(near.later, np.arange(len(nodes) + 1))
     hist_bounds = np.searchsorted(hist.later, np.arange(len(nodes) + 1))
     busy = (np.diff(nodes.start) > 1) | (np.diff(near_bounds) > 0) | (np.diff(hist_bounds) > 0)
+    if down is not None:
+        busy |= down.down
     if outside:
         busy |= np.fromiter(((c, split_labels[sp]) in outside
                              for c, sp in zip(node_rowid.tolist(), nodes.split.tolist(), strict=True)),
@@ -444,6 +484,8 @@ def _relation_lines(snap: db.Snapshot, pool: Pool, nodes: Nodes, near: Matches,
             tally.relation("exact", False, None, 1.0, m - 1)
             exact_row = b"".join((exact_head, render.match(own_hex, members[0]),
                                   b',"match_sources":', own_sources, b',"sample":'))
+        takedown_rows = [] if down is None or not down.down[at[node]] else \
+            _takedown_rows(hits, down, int(at[node]), m, tally, samples_down)
         history_row = b""
         if own_history:
             tally.relation("exact", True, None, 1.0, m)
@@ -457,33 +499,42 @@ def _relation_lines(snap: db.Snapshot, pool: Pool, nodes: Nodes, near: Matches,
                 yield history_row + sample
             for row in rows:
                 yield row + sample
+            if takedown_rows:
+                own = ref(sample_index)
+                for head, tail, _, _ in takedown_rows:
+                    yield head + own + tail
 
 
 def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
                  config: NearDedupConfig, columns: ReportColumns,
-                 origins: tuple[int, str], pool_outside: OutsideSources) -> dict:
+                 origins: tuple[int, str], pool_outside: OutsideSources,
+                 hits: TakedownHits | None = None, down: NodeTakedowns | None = None) -> dict:
     """Write decisions, relations, manifest and checksums into the staging ``folder``, where
     ``origins.jsonl`` (``origins``: its lines and sha256) is already; ``columns`` come from
-    `report_columns`, ``pool_outside`` from `pool_outside_sources`. Returns the manifest's
-    ``counts``."""
+    `report_columns`, ``pool_outside`` from `pool_outside_sources`; ``hits`` and ``down``:
+    the takedowns in force and the nodes they take down (None: none in force, and the report
+    is of format 1). Returns the manifest's ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
     lines = _decision_lines(pool, nodes, decisions, columns, tally)
+    samples_down: dict[int, int] = {}
     with ThreadPoolExecutor(max_workers=1) as thread:
         # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl
         written = thread.submit(_write_decisions, folder / "decisions.jsonl", lines)
         n_rel, rel_sha = write_lines(
             folder / "relations.jsonl",
-            _relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside))
+            _relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside, hits,
+                            down, samples_down))
         n_dec, digests["decisions.jsonl"] = written.result()
     digests["relations.jsonl"] = rel_sha
     counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
                             "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "tool_version": __version__,
+        "format": FORMAT, "format_version": FORMAT_VERSION if hits is not None else 1,
+        "tool_version": __version__,
         "algorithm_version": ALGORITHM_VERSION,
         "config": config.model_dump(mode="json"), "config_fingerprint": config.fingerprint(),
         "inputs": [{"package_id": p.package_id, "kind": p.kind,
@@ -496,6 +547,8 @@ def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                   "relations.jsonl": {"lines": n_rel},
                   "origins.jsonl": {"lines": origins[0]}},
     }
+    if hits is not None:
+        manifest["takedowns"] = applied(hits, samples_down)
     write_json(folder / "manifest.json", manifest)
     write_checksums(folder, digests)
     return counts

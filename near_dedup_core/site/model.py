@@ -175,6 +175,9 @@ def read_relations(report: Path, samples: dict[Key, SampleDecision]) -> Relation
                       "match_sources": [{"package_id": x["package_id"],
                                          "sample_id": x["sample_id"], "split": x["split"]}
                                         for x in r["match_sources"]]}
+            if "takedown" in r:  # a taken-down text: no partner in the pool
+                common["takedown"] = {"request_id": r["takedown"]["request_id"],
+                                      "item": r["takedown"]["item"]}
             by_sample[s].append({"listed_as": "sample",
                                  "partner": {"content_id": match["content_id"],
                                              "package_id": match["package_id"],

@@ -91,6 +91,8 @@ class IcebergBatch:
         self.band_files: list[BandFile] = []
         self.band_tasks: list[BandTasks] = []
         self.committing = False
+        #: takedown acts recorded (`add_takedown`): published even without a batch row
+        self.takedowns = 0
         if fresh:
             rows = binding_rows(config, created_at)
             rows.append({"key": it.BUCKETS_KEY, "value": str(it.bucket_count())})
@@ -118,6 +120,14 @@ class IcebergBatch:
 
     def indexed_packages(self) -> dict[str, IndexedPackage]:
         return dict(self._packages)
+
+    def add_takedown(self, key: str, act_json: str) -> None:
+        """A takedown act's ``meta`` row, published by the batch's commit."""
+        if key in self._meta:
+            raise ValueError(f"meta key {key} is recorded already")
+        self.new["meta"].append((key, act_json))
+        self._meta[key] = act_json
+        self.takedowns += 1
 
     def add_batch(self, created_at: str, tool_version: str, package_ids: list[str]) -> int:
         self.seq = self._max_seq + 1
@@ -259,9 +269,9 @@ class IcebergBatch:
             for path in data.glob(f"bucket=*/{self.prefix}-*.parquet"):
                 path.unlink(missing_ok=True)
 
-    def commit(self, created_at: str) -> None:
+    def commit(self, created_at: str, op: str = "batch") -> None:
         """Register every table's new files or rows (one Iceberg commit each), then publish
-        them by one ``commits`` row."""
+        them by one ``commits`` row (``op``: what it records, a batch or takedown acts)."""
         self.committing = True
         snapshots = dict(self.pinned.state.snapshots)
         for name in it.DATA_TABLES:
@@ -300,7 +310,7 @@ class IcebergBatch:
             current = table.current_snapshot()
             assert current is not None
             snapshots[name] = current.snapshot_id
-        publish(self.pinned, "batch", created_at, snapshots)
+        publish(self.pinned, op, created_at, snapshots)
 
 
 class BandSpec(NamedTuple):
@@ -626,9 +636,9 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
             if files is not None:
                 with errors(location):
                     files.result()
-            if batch.seq is not None:
+            if batch.seq is not None or (batch.takedowns and not fresh):
                 with errors(location):
-                    batch.commit(created_at)
+                    batch.commit(created_at, "batch" if batch.seq is not None else "takedown")
         except BaseException:
             # the files it wrote (a new local index's folder goes as well); one it cannot
             # remove (the storage unreachable) is an orphan, never read, that `index check`

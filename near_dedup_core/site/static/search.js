@@ -86,13 +86,15 @@
     out.appendChild(node);
   }
 
-  function partner(p) {
+  function partner(p, r) {
+    if (r && r.takedown) return el("span", null, "(takedown) " + r.takedown.item);
     if (p.package_id === null) return el("span", null, "(history) content " + String(p.content_id).slice(0, 12) + "…");
     return link(p.package_id, p.sample_id);
   }
 
   // A partner's own decision as `report explain` prints it: "exclude (near_duplicate of P/S)".
   function outcome(r) {
+    if (r.takedown) return "taken down by request " + r.takedown.request_id;
     if (r.partner_decision === null) return "history content (not in the pool)";
     var span = el("span", null, r.partner_decision + " (" + r.partner_reason);
     if (r.partner_kept) {
@@ -136,7 +138,7 @@
     if (rels.length) {
       box.appendChild(table(["listed as", "partner", "kind", "jaccard", "history-only", "blocked by", "partner's own decision", "sources"],
         rels.map(function (r) {
-          return [r.listed_as, partner(r.partner), r.kind, jac(r.jaccard), r.history_only, r.blocked_by, outcome(r),
+          return [r.listed_as, partner(r.partner, r), r.kind, jac(r.jaccard), r.history_only, r.blocked_by, outcome(r),
             r.match_sources.slice(0, 3).map(function (m) { return m.package_id + "/" + m.sample_id; }).join(", ") + (r.match_sources.length > 3 ? " …" : "")];
         })));
       if (rec.relations_total > rels.length) box.appendChild(el("p", "src", "First " + rels.length + " of " + rec.relations_total + "."));
