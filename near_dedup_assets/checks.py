@@ -32,12 +32,12 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import verify_checksums
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.report import verify_report
-from near_dedup_core.storage import in_place
+from near_dedup_core.storage import Location, in_place
 
 from near_dedup_assets import daily
 from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
 from near_dedup_assets.audit import exclusion_rate_result
-from near_dedup_assets.locations import Where, checked, is_folder, location_value
+from near_dedup_assets.locations import checked, is_folder, location_value
 from near_dedup_assets.partitions import RELEASE_DAYS
 from near_dedup_assets.resources import ReleaseSettings, current_environment, parse_flag
 
@@ -121,7 +121,7 @@ def release_day_check(**kwargs) -> Callable:
     return decorate
 
 
-def _verified(day: str, label: str, path: Where,
+def _verified(day: str, label: str, path: Location,
               verify: Callable[[], str]) -> dg.AssetCheckResult:
     metadata = {"day": dg.MetadataValue.text(day), label: location_value(path)}
     try:
