@@ -29,7 +29,6 @@ from collections.abc import Callable, Mapping
 import dagster as dg
 
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import verify_checksums
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.report import verify_report
 from near_dedup_core.storage import Location, in_place
@@ -156,7 +155,8 @@ def report_checksums(context: dg.AssetCheckExecutionContext,
 @release_day_check(asset=MIXTURE, blocking=True)
 def mixture_verify(context: dg.AssetCheckExecutionContext,
                    release: ReleaseSettings):
-    """The day's mixture passes `mixture verify` and its release record its checksums."""
+    """The day's mixture passes `mixture verify`; its release record passes its checksums and
+    its release.json reads as a `ReleaseRecord`."""
     def check_day(day: str) -> dg.AssetCheckResult:
         done = no_release_result(release, day)
         if done is not None:
@@ -169,7 +169,7 @@ def mixture_verify(context: dg.AssetCheckExecutionContext,
                 raise NearDedupError(f"mixture {path}: does not exist")
             summary = checked(path, lambda folder: in_place(verify_mixture(folder).summary(),
                                                             folder, path))
-            checked(record, lambda folder: verify_checksums(folder, "release record"))
+            checked(record, daily.verify_release_record)
             return summary
 
         return _verified(day, "mixture", path, verify)

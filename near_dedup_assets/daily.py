@@ -29,6 +29,17 @@ from pathlib import Path
 from near_dedup_core import runtime
 from near_dedup_core.config import NearDedupConfig, validate_model
 from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.formats.release import FILE as RELEASE_FILE
+from near_dedup_core.formats.release import FORMAT as RELEASE_FORMAT
+from near_dedup_core.formats.release import FORMAT_VERSION as RELEASE_FORMAT_VERSION
+from near_dedup_core.formats.release import (
+    ReleasedContamination,
+    ReleasedInput,
+    ReleasedMixture,
+    ReleasedReport,
+    ReleaseRecord,
+    read_release,
+)
 from near_dedup_core.fsutil import (
     CHECKSUMS,
     atomic_dir,
@@ -41,7 +52,7 @@ from near_dedup_core.fsutil import (
 from near_dedup_core.ingest.run import IndexResult, index_packages
 from near_dedup_core.mixture import MixtureConfig, build_mixture, verify_mixture
 from near_dedup_core.package import Package, open_packages, validate_packages
-from near_dedup_core.report import load_manifest, verify_report
+from near_dedup_core.report import load_manifest, report_manifest, verify_report
 from near_dedup_core.scan import scan_pool
 from near_dedup_core.storage import Location, parse_location
 
@@ -56,11 +67,6 @@ from near_dedup_assets.locations import (
 )
 from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, resolve_location
 
-RELEASE_FORMAT = "near-dedup-release"
-#: 2: every path is relative to its root (``NEAR_DEDUP_SNAPSHOT_ROOT``, ``..._REPORT_ROOT``,
-#: ``..._MIXTURE_ROOT``, ``..._CONTAMINATION_ROOT``), so a record does not depend on where
-#: the roots are mounted and a rebuild after they moved is byte-identical.
-RELEASE_FORMAT_VERSION = 2
 #: Mixture fields that the release fills in per day; a template must not set them.
 PER_DAY_MIXTURE_FIELDS = ("name", "inputs", "near_dedup_report", "contamination_report")
 
@@ -340,41 +346,38 @@ def build_day_mixture(settings: ReleaseSettings, pool: DayPool,
 
 
 def release_record(settings: ReleaseSettings, pool: DayPool, report: Location | None,
-                   mixture: MixtureOutcome) -> dict:
+                   mixture: MixtureOutcome) -> ReleaseRecord:
     """What was released on the day: inputs, report, contamination report (when the mixture
     used one) and mixture, with their manifest hashes."""
-    record: dict = {
-        "format": RELEASE_FORMAT,
-        "format_version": RELEASE_FORMAT_VERSION,
-        "day": pool.day,
-        "kind": settings.release_kind,
-        "near_dedup": report is not None,
-        "inputs": [{"package_id": p.package_id, "manifest_sha256": p.manifest_sha256,
-                    "records": p.record_count,
-                    "path": _relative(p.location, settings.snapshot_root)} for p in pool.packages],
-        "index": None,
-        "report": None,
-        "mixture": {"name": mixture.config.name,
-                    "path": _relative(mixture.path, settings.mixture_root),
-                    "manifest_sha256": mixture.manifest_sha256,
-                    "counts": mixture.manifest["counts"]},
-    }
+    inputs = [ReleasedInput(package_id=p.package_id, manifest_sha256=p.manifest_sha256,
+                            records=p.record_count,
+                            path=_relative(p.location, settings.snapshot_root))
+              for p in pool.packages]
+    released = ReleasedMixture(name=mixture.config.name,
+                               path=_relative(mixture.path, settings.mixture_root),
+                               manifest_sha256=mixture.manifest_sha256,
+                               counts=mixture.manifest["counts"])
+    index, frozen = None, None
     if report is not None:
         folder = local(report)
-        manifest = load_manifest(folder)
-        record["index"] = settings.index_label
-        record["report"] = {"path": _relative(report, settings.report_root),
-                            "manifest_sha256": sha256_file(folder / "manifest.json"),
-                            "config_fingerprint": manifest["config_fingerprint"],
-                            "counts": manifest["counts"]}
+        manifest = report_manifest(folder)[0]
+        index = settings.index_label
+        frozen = ReleasedReport(path=_relative(report, settings.report_root),
+                                manifest_sha256=sha256_file(folder / "manifest.json"),
+                                config_fingerprint=manifest.config_fingerprint,
+                                counts=manifest.counts)
+    contamination = None
     if mixture.config.contamination_report is not None:  # only then: older records unchanged
         where = parse_location(mixture.config.contamination_report)
         folder = local(where)
-        contamination = read_json_object(folder / "manifest.json", "contamination report")
-        record["contamination"] = {"path": _relative(where, settings.contamination_root),
-                                   "manifest_sha256": sha256_file(folder / "manifest.json"),
-                                   "counts": contamination.get("counts")}
-    return record
+        raw = read_json_object(folder / "manifest.json", "contamination report")
+        contamination = ReleasedContamination(
+            path=_relative(where, settings.contamination_root),
+            manifest_sha256=sha256_file(folder / "manifest.json"), counts=raw.get("counts"))
+    return ReleaseRecord(format=RELEASE_FORMAT, format_version=RELEASE_FORMAT_VERSION,
+                         day=pool.day, kind=settings.kind, near_dedup=report is not None,
+                         inputs=inputs, index=index, report=frozen, mixture=released,
+                         contamination=contamination)
 
 
 def portable_mixture_config(settings: ReleaseSettings, cfg: MixtureConfig) -> dict:
@@ -409,11 +412,17 @@ def write_release_record(settings: ReleaseSettings, pool: DayPool, report: Locat
 
     def build(out: Path) -> None:
         with atomic_dir(out) as tmp:
-            write_json(tmp / "release.json", record)
+            write_json(tmp / RELEASE_FILE, record.to_json())
             write_json(tmp / "mixture.json", portable_mixture_config(settings, mixture.config))
             write_checksums(tmp)
 
     target = settings.release_dir(pool.day)
-    reused = publish(target, build, lambda p: verify_checksums(p, "release record"),
-                     "release record")
+    reused = publish(target, build, verify_release_record, "release record")
     return target, reused
+
+
+def verify_release_record(folder: Path) -> ReleaseRecord:
+    """A published release record: its checksums pass and its ``release.json`` is a
+    `ReleaseRecord`."""
+    verify_checksums(folder, "release record")
+    return read_release(folder)
