@@ -29,27 +29,25 @@ record that they checked nothing, and why (`checks_unrun`), rather than a skippe
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import dagster as dg
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store import open_index
 from near_dedup_core.site import build_site, site_of
+from near_dedup_core.storage import Location, parse_location
 
 from near_dedup_assets import audit, daily, summaries
 from near_dedup_assets.checks_unrun import record_unrun_checks
 from near_dedup_assets.locations import (
-    Where,
-    as_where,
-    below,
     checked,
-    exists,
     is_folder,
     local,
     location_value,
-    name_of,
     naming,
     publish_folder,
+    sibling,
     staged,
 )
 from near_dedup_assets.partitions import PREVIOUS_DAY, RELEASE_DAYS
@@ -187,7 +185,7 @@ def index_and_report(context: dg.AssetExecutionContext,
         report_metadata.update(audit.comparison_metadata(report.folder, previous))
         compared = "vs_previous_config_changed" in report_metadata
         site = report_site(report, previous if compared else None)
-        report_metadata["site"] = location_value(below(site, "index.html"))
+        report_metadata["site"] = location_value(site.child("index.html"))
     index_metadata = summaries.index_metadata(index, report)
     if refused is not None:
         stands = dg.MetadataValue.text(f"refused: {refused}; the day's earlier report "
@@ -220,32 +218,31 @@ def indexed_days(instance: dg.DagsterInstance) -> set[str]:
         cursor = page.cursor
 
 
-def report_site(report: daily.ReportOutcome, against: Where | None) -> Where:
+def report_site(report: daily.ReportOutcome, against: Location | None) -> Location:
     """The reviewers' static site of the report (`report html`), next to it as
     ``<report>-site``: built once (on object storage: built locally, then published), and
     an existing site must be the one of this report."""
-    site = _sibling(report.path, f"{name_of(report.path)}-site")
-    if isinstance(site, str):
-        if not exists(site):
-            with staged(site, lambda s: s) as folder, naming(report.path, report.folder):
-                build_site(report.folder, folder,
-                           against=None if against is None else local(against))
-                publish_folder(folder, site)
-        elif not checked(site, lambda folder: site_of(folder, report.folder)):
+    site = sibling(report.path, f"{report.path.name}-site")
+
+    def build(out: Path) -> None:
+        build_site(report.folder, out, against=None if against is None else local(against))
+
+    path = site.local_path
+    if path is not None:
+        if not path.exists():
+            build(path)
+        elif not site_of(path, report.folder):
             raise NearDedupError(f"site {site} was built from another report than "
                                  f"{report.path}; move it away to rebuild it")
         return site
     if not site.exists():
-        build_site(report.path, site, against=against)
-    elif not site_of(site, report.path):
+        with staged(site, lambda s: s) as folder, naming(report.path, report.folder):
+            build(folder)
+            publish_folder(folder, site)
+    elif not checked(site, lambda folder: site_of(folder, report.folder)):
         raise NearDedupError(f"site {site} was built from another report than "
                              f"{report.path}; move it away to rebuild it")
     return site
-
-
-def _sibling(where: Where, name: str) -> Where:
-    return where.with_name(name) if not isinstance(where, str) else \
-        f"{where.rsplit('/', 1)[0]}/{name}"
 
 
 def _earlier_valid_report(context: dg.AssetExecutionContext, release: ReleaseSettings,
@@ -264,7 +261,7 @@ def _earlier_valid_report(context: dg.AssetExecutionContext, release: ReleaseSet
     entry = record.asset_materialization.metadata.get("report")
     if entry is None:
         return None
-    path = as_where(str(entry.value))
+    path = parse_location(str(entry.value))
     try:
         return daily.reuse_report(path, pool, release.dedup_config())
     except NearDedupError:

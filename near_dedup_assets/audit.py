@@ -14,21 +14,22 @@ import dagster as dg
 
 from near_dedup_core import audit
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.storage import Location
 
-from near_dedup_assets.locations import Where, checked, exists, location_value
+from near_dedup_assets.locations import checked, location_value
 from near_dedup_assets.resources import ReleaseSettings
 from near_dedup_assets.summaries import md_table, rate_key
 
 
-def previous_report(release: ReleaseSettings, day: str, days: Sequence[str]) -> Where | None:
+def previous_report(release: ReleaseSettings, day: str, days: Sequence[str]) -> Location | None:
     for earlier in sorted((d for d in days if d < day), reverse=True):
         path = release.report_dir(earlier)
-        if exists(path, "manifest.json"):
+        if path.exists("manifest.json"):
             return path
     return None
 
 
-def comparison_metadata(report: Path, previous: Where | None) -> dict:
+def comparison_metadata(report: Path, previous: Location | None) -> dict:
     """`report diff` of the local folder ``report`` against the previous day's report:
     counts and a small table."""
     if previous is None:

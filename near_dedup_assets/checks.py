@@ -34,16 +34,15 @@ from collections.abc import Callable, Mapping
 import dagster as dg
 
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import verify_checksums
 from near_dedup_core.mixture import verify_mixture
 from near_dedup_core.mixture.takedowns import check_mixture_takedowns
 from near_dedup_core.report import verify_report
-from near_dedup_core.storage import in_place
+from near_dedup_core.storage import Location, in_place
 
 from near_dedup_assets import daily
 from near_dedup_assets.assets import MIXTURE, SCAN_REPORT
 from near_dedup_assets.audit import exclusion_rate_result
-from near_dedup_assets.locations import Where, checked, is_folder, location_value
+from near_dedup_assets.locations import checked, is_folder, location_value
 from near_dedup_assets.partitions import RELEASE_DAYS
 from near_dedup_assets.resources import ReleaseSettings, current_environment, parse_flag
 
@@ -127,7 +126,7 @@ def release_day_check(**kwargs) -> Callable:
     return decorate
 
 
-def _verified(day: str, label: str, path: Where,
+def _verified(day: str, label: str, path: Location,
               verify: Callable[[], str]) -> dg.AssetCheckResult:
     metadata = {"day": dg.MetadataValue.text(day), label: location_value(path)}
     try:
@@ -162,7 +161,8 @@ def report_checksums(context: dg.AssetCheckExecutionContext,
 @release_day_check(asset=MIXTURE, blocking=True)
 def mixture_verify(context: dg.AssetCheckExecutionContext,
                    release: ReleaseSettings):
-    """The day's mixture passes `mixture verify` and its release record its checksums."""
+    """The day's mixture passes `mixture verify`; its release record passes its checksums and
+    its release.json reads as a `ReleaseRecord`."""
     def check_day(day: str) -> dg.AssetCheckResult:
         done = no_release_result(release, day)
         if done is not None:
@@ -175,7 +175,7 @@ def mixture_verify(context: dg.AssetCheckExecutionContext,
                 raise NearDedupError(f"mixture {path}: does not exist")
             summary = checked(path, lambda folder: in_place(verify_mixture(folder).summary(),
                                                             folder, path))
-            checked(record, lambda folder: verify_checksums(folder, "release record"))
+            checked(record, daily.verify_release_record)
             return summary
 
         return _verified(day, "mixture", path, verify)

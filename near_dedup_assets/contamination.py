@@ -30,6 +30,7 @@ from near_dedup_core.contamination import verify_contamination
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import read_json_object
 from near_dedup_core.package import load_package
+from near_dedup_core.storage import Location
 
 from near_dedup_assets import daily
 from near_dedup_assets.assets import (
@@ -42,9 +43,7 @@ from near_dedup_assets.assets import (
 )
 from near_dedup_assets.checks import for_release_day, release_day_check
 from near_dedup_assets.locations import (
-    Where,
     checked,
-    exists,
     is_folder,
     local,
     location_value,
@@ -63,13 +62,13 @@ LIMITS_VAR = f"{ENV_PREFIX}CONTAMINATION_LIMITS"
 
 @dataclass(frozen=True)
 class ContaminationOutcome:
-    path: Where
+    path: Location
     manifest: dict
     summary: dict
     reused: bool
 
 
-def eval_package_paths(settings: ReleaseSettings) -> list[Where]:
+def eval_package_paths(settings: ReleaseSettings) -> list[Location]:
     folder = settings.evals_dir
     if folder is None or not is_folder(folder):
         raise NearDedupError(f"{EVALS_VAR}={settings.evals!r}: not a folder of eval packages")
@@ -88,8 +87,8 @@ def freeze_contamination(settings: ReleaseSettings, pool: daily.DayPool) -> Cont
     into a staging folder renamed into place (on object storage: published by the run)."""
     target = settings.contamination_dir(pool.day)
     config = settings.dedup_config()
-    evals = eval_package_paths(settings)
-    reused = exists(target)
+    evals = [str(p) for p in eval_package_paths(settings)]
+    reused = target.exists()
     if reused:
         hint = f"frozen reports are never replaced: move {target} away to recheck day {pool.day}"
         folder = local(target, fresh=True)
@@ -105,24 +104,24 @@ def freeze_contamination(settings: ReleaseSettings, pool: daily.DayPool) -> Cont
                 or manifest["config"] != config.model_dump(mode="json")):
             raise NearDedupError(f"contamination report {target} was made from other inputs, "
                                  f"eval packages or config than day {pool.day} has now; {hint}")
-    elif isinstance(target, str):
+    elif (path := target.local_path) is None:
         with runtime.command("contamination"):
-            run_contamination(config, evals, pool.paths, target, workers=settings.worker_count,
-                              progress=False)
+            run_contamination(config, evals, pool.paths, target.url,
+                              workers=settings.worker_count, progress=False)
         folder = local(target)
         manifest = read_json_object(folder / "manifest.json", "contamination report")
     else:
-        folder = target
-        staging = target.with_name(f".{target.name}.staging-{os.getpid()}")
+        folder = path
+        staging = folder.with_name(f".{folder.name}.staging-{os.getpid()}")
         shutil.rmtree(staging, ignore_errors=True)
         try:
             with runtime.command("contamination"):
                 run_contamination(config, evals, pool.paths, staging,
                                   workers=settings.worker_count, progress=False)
-            os.rename(staging, target)
+            os.rename(staging, folder)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        manifest = read_json_object(target / "manifest.json", "contamination report")
+        manifest = read_json_object(folder / "manifest.json", "contamination report")
     summary = read_json_object(folder / "summary.json", "contamination report")
     return ContaminationOutcome(target, manifest, summary, reused)
 
@@ -174,7 +173,7 @@ def build_check(blocking: bool) -> dg.AssetChecksDefinition:
         def check_day(day: str) -> dg.AssetCheckResult:
             path = release.contamination_dir(day)
             meta = {"day": dg.MetadataValue.text(day), "report": location_value(path)}
-            if not exists(path) and daily.is_no_release_day(release, day):
+            if not path.exists() and daily.is_no_release_day(release, day):
                 return dg.AssetCheckResult(passed=True, severity=severity, metadata=meta,
                                            description=f"no release on {day} (no snapshot "
                                                        f"folder): no contamination report")
@@ -227,7 +226,7 @@ def build_benchmark_check(package_id: str, limit: int, blocking: bool
             meta: dict[str, dg.MetadataValue] = {"day": dg.MetadataValue.text(day),
                                                   "report": location_value(path),
                                                   "limit": dg.MetadataValue.int(limit)}
-            if not exists(path) and daily.is_no_release_day(release, day):
+            if not path.exists() and daily.is_no_release_day(release, day):
                 return dg.AssetCheckResult(passed=True, severity=severity, metadata=meta,
                                            description=f"no release on {day} (no snapshot "
                                                        f"folder): no contamination report")

@@ -15,7 +15,7 @@ where its outputs go and what happens when a day is materialized again:
 * Mixtures and release records are deterministic. A day whose mixture or record exists is
   rebuilt into a staging folder: identical checksums → the published one stays (same
   package); different → the step fails and nothing is replaced.
-* Any root may be a URL of object storage (`locations`): the staging folder is then a local
+* Any root may be a URL of object storage (a `Location`, `locations`): the staging folder is then a local
   temporary folder, published by the storage layer's rule instead of renamed.
 """
 
@@ -29,6 +29,17 @@ from pathlib import Path
 from near_dedup_core import runtime
 from near_dedup_core.config import NearDedupConfig, validate_model
 from near_dedup_core.errors import NearDedupError, where
+from near_dedup_core.formats.release import FILE as RELEASE_FILE
+from near_dedup_core.formats.release import FORMAT as RELEASE_FORMAT
+from near_dedup_core.formats.release import FORMAT_VERSION as RELEASE_FORMAT_VERSION
+from near_dedup_core.formats.release import (
+    ReleasedContamination,
+    ReleasedInput,
+    ReleasedMixture,
+    ReleasedReport,
+    ReleaseRecord,
+    read_release,
+)
 from near_dedup_core.fsutil import (
     CHECKSUMS,
     atomic_dir,
@@ -41,14 +52,12 @@ from near_dedup_core.fsutil import (
 from near_dedup_core.ingest.run import IndexResult, index_packages
 from near_dedup_core.mixture import MixtureConfig, build_mixture, verify_mixture
 from near_dedup_core.package import Package, open_packages, validate_packages
-from near_dedup_core.report import load_manifest, verify_report
+from near_dedup_core.report import load_manifest, report_manifest, verify_report
 from near_dedup_core.scan import scan_pool
+from near_dedup_core.storage import Location, parse_location
 
 from near_dedup_assets.locations import (
-    Where,
-    as_where,
     checked,
-    exists,
     is_folder,
     local,
     naming,
@@ -58,11 +67,6 @@ from near_dedup_assets.locations import (
 )
 from near_dedup_assets.resources import ENV_PREFIX, ReleaseSettings, resolve_location
 
-RELEASE_FORMAT = "near-dedup-release"
-#: 2: every path is relative to its root (``NEAR_DEDUP_SNAPSHOT_ROOT``, ``..._REPORT_ROOT``,
-#: ``..._MIXTURE_ROOT``, ``..._CONTAMINATION_ROOT``), so a record does not depend on where
-#: the roots are mounted and a rebuild after they moved is byte-identical.
-RELEASE_FORMAT_VERSION = 2
 #: Mixture fields that the release fills in per day; a template must not set them.
 PER_DAY_MIXTURE_FIELDS = ("name", "inputs", "near_dedup_report", "contamination_report")
 
@@ -72,7 +76,7 @@ class DayPool:
     """The input pool of one release day: its packages in name order."""
 
     day: str
-    folder: Where
+    folder: Location
     packages: list[Package]
 
     @property
@@ -88,7 +92,7 @@ class DayPool:
         return sum(p.record_count for p in self.packages)
 
 
-def day_package_paths(settings: ReleaseSettings, day: str) -> list[Where]:
+def day_package_paths(settings: ReleaseSettings, day: str) -> list[Location]:
     """Package folders of ``day``; a missing or empty snapshot folder is an error."""
     folder = settings.snapshot_dir(day)
     if not is_folder(folder):
@@ -111,7 +115,7 @@ def no_release(settings: ReleaseSettings, day: str) -> str | None:
     for label, output in (("report", settings.report_dir(day)),
                           ("mixture", settings.mixture_dir(day)),
                           ("release record", settings.release_dir(day))):
-        if exists(output):
+        if output.exists():
             raise NearDedupError(f"release day {day}: snapshot folder {folder} does not exist, "
                                  f"but the day's {label} {output} does; restore the snapshot "
                                  f"folder to release the day again")
@@ -173,7 +177,7 @@ def index_day(settings: ReleaseSettings, pool: DayPool) -> IndexResult:
 
 @dataclass(frozen=True)
 class ReportOutcome:
-    path: Where
+    path: Location
     manifest: dict
     reused: bool
 
@@ -198,13 +202,13 @@ def later_batch_packages(manifest: dict, pool: DayPool) -> list[str]:
     return sorted(pid for pid, batch in batches.items() if batch > day_batch)
 
 
-def _reuse_report(target: Where, pool: DayPool, config: NearDedupConfig) -> dict:
+def _reuse_report(target: Location, pool: DayPool, config: NearDedupConfig) -> dict:
     folder = local(target, fresh=True)
     with naming(target, folder):
         return _reuse_folder(target, folder, pool, config)
 
 
-def _reuse_folder(target: Where, folder: Path, pool: DayPool, config: NearDedupConfig) -> dict:
+def _reuse_folder(target: Location, folder: Path, pool: DayPool, config: NearDedupConfig) -> dict:
     manifest = load_manifest(folder)
     frozen = [(i["package_id"], i["manifest_sha256"]) for i in manifest["inputs"]]
     hint = f"frozen reports are never replaced: move {target} away to rescan day {pool.day}"
@@ -222,7 +226,7 @@ def _reuse_folder(target: Where, folder: Path, pool: DayPool, config: NearDedupC
     return manifest
 
 
-def reuse_report(target: Where, pool: DayPool, config: NearDedupConfig) -> ReportOutcome:
+def reuse_report(target: Location, pool: DayPool, config: NearDedupConfig) -> ReportOutcome:
     """The frozen report at ``target`` if it was made from the day's inputs and config and
     still verifies (an error otherwise)."""
     return ReportOutcome(target, _reuse_report(target, pool, config), reused=True)
@@ -232,7 +236,7 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     """The day's frozen report: the existing one if it matches, else a new scan."""
     target = settings.report_dir(pool.day)
     config = settings.dedup_config()
-    if exists(target):
+    if target.exists():
         return reuse_report(target, pool, config)
     with staged(target, _staging) as staging:
         with runtime.command("scan", inputs=pool.paths, workers=settings.worker_count,
@@ -251,11 +255,11 @@ def freeze_report(settings: ReleaseSettings, pool: DayPool) -> ReportOutcome:
     return ReportOutcome(target, manifest, reused=False)
 
 
-def _put(staging: Path, target: Where) -> None:
+def _put(staging: Path, target: Location) -> None:
     """Publish the complete ``staging`` folder at ``target``: a rename on this machine, the
     storage layer's publication on object storage."""
-    if isinstance(target, Path):
-        os.rename(staging, target)
+    if target.local_path is not None:
+        os.rename(staging, target.local_path)
     else:
         publish_folder(staging, target)
 
@@ -264,7 +268,7 @@ def _put(staging: Path, target: Where) -> None:
 
 
 def mixture_config(settings: ReleaseSettings, pool: DayPool,
-                   report: Where | None) -> MixtureConfig:
+                   report: Location | None) -> MixtureConfig:
     """The day's mixture: the template's fields plus name, inputs and (near-dedup on) report."""
     path = settings.template_path
     raw = read_json_object(path, "mixture template")
@@ -288,13 +292,13 @@ def mixture_config(settings: ReleaseSettings, pool: DayPool,
     return validate_model(MixtureConfig, raw, f"mixture template {path}")
 
 
-def publish(target: Where, build: Callable[[Path], object], verify: Callable[[Path], object],
+def publish(target: Location, build: Callable[[Path], object], verify: Callable[[Path], object],
             label: str) -> bool:
     """Build into a staging folder and publish it at ``target`` (`_put`); True if ``target``
     existed with identical content (checksums) and was kept, an error if it differs."""
     with staged(target, _staging) as staging:
         build(staging)
-        if not exists(target):
+        if not target.exists():
             _put(staging, target)
             return False
         def published_checksums(folder: Path) -> bytes:
@@ -310,7 +314,7 @@ def publish(target: Where, build: Callable[[Path], object], verify: Callable[[Pa
 
 @dataclass(frozen=True)
 class MixtureOutcome:
-    path: Where
+    path: Location
     config: MixtureConfig
     manifest: dict
     plan: dict
@@ -319,7 +323,7 @@ class MixtureOutcome:
 
 
 def build_day_mixture(settings: ReleaseSettings, pool: DayPool,
-                      report: Where | None) -> MixtureOutcome:
+                      report: Location | None) -> MixtureOutcome:
     """Build (or keep the identical published) mixture of the day. Its manifest and plan are
     read from the build (the published mixture holds the same bytes: same checksums)."""
     cfg = mixture_config(settings, pool, report)
@@ -341,80 +345,84 @@ def build_day_mixture(settings: ReleaseSettings, pool: DayPool,
 # --------------------------------------------------------------------------- release record
 
 
-def release_record(settings: ReleaseSettings, pool: DayPool, report: Where | None,
-                   mixture: MixtureOutcome) -> dict:
+def release_record(settings: ReleaseSettings, pool: DayPool, report: Location | None,
+                   mixture: MixtureOutcome) -> ReleaseRecord:
     """What was released on the day: inputs, report, contamination report (when the mixture
     used one) and mixture, with their manifest hashes."""
-    record: dict = {
-        "format": RELEASE_FORMAT,
-        "format_version": RELEASE_FORMAT_VERSION,
-        "day": pool.day,
-        "kind": settings.release_kind,
-        "near_dedup": report is not None,
-        "inputs": [{"package_id": p.package_id, "manifest_sha256": p.manifest_sha256,
-                    "records": p.record_count,
-                    "path": _relative(p.path, settings.snapshot_root)} for p in pool.packages],
-        "index": None,
-        "report": None,
-        "mixture": {"name": mixture.config.name,
-                    "path": _relative(mixture.path, settings.mixture_root),
-                    "manifest_sha256": mixture.manifest_sha256,
-                    "counts": mixture.manifest["counts"]},
-    }
+    inputs = [ReleasedInput(package_id=p.package_id, manifest_sha256=p.manifest_sha256,
+                            records=p.record_count,
+                            path=_relative(p.location, settings.snapshot_root))
+              for p in pool.packages]
+    released = ReleasedMixture(name=mixture.config.name,
+                               path=_relative(mixture.path, settings.mixture_root),
+                               manifest_sha256=mixture.manifest_sha256,
+                               counts=mixture.manifest["counts"])
+    index, frozen = None, None
     if report is not None:
         folder = local(report)
-        manifest = load_manifest(folder)
-        record["index"] = settings.index_label
-        record["report"] = {"path": _relative(report, settings.report_root),
-                            "manifest_sha256": sha256_file(folder / "manifest.json"),
-                            "config_fingerprint": manifest["config_fingerprint"],
-                            "counts": manifest["counts"]}
+        manifest = report_manifest(folder)[0]
+        index = settings.index_label
+        frozen = ReleasedReport(path=_relative(report, settings.report_root),
+                                manifest_sha256=sha256_file(folder / "manifest.json"),
+                                config_fingerprint=manifest.config_fingerprint,
+                                counts=manifest.counts)
+    contamination = None
     if mixture.config.contamination_report is not None:  # only then: older records unchanged
-        where = as_where(mixture.config.contamination_report)
+        where = parse_location(mixture.config.contamination_report)
         folder = local(where)
-        contamination = read_json_object(folder / "manifest.json", "contamination report")
-        record["contamination"] = {"path": _relative(where, settings.contamination_root),
-                                   "manifest_sha256": sha256_file(folder / "manifest.json"),
-                                   "counts": contamination.get("counts")}
-    return record
+        raw = read_json_object(folder / "manifest.json", "contamination report")
+        contamination = ReleasedContamination(
+            path=_relative(where, settings.contamination_root),
+            manifest_sha256=sha256_file(folder / "manifest.json"), counts=raw.get("counts"))
+    return ReleaseRecord(format=RELEASE_FORMAT, format_version=RELEASE_FORMAT_VERSION,
+                         day=pool.day, kind=settings.kind, near_dedup=report is not None,
+                         inputs=inputs, index=index, report=frozen, mixture=released,
+                         contamination=contamination)
 
 
 def portable_mixture_config(settings: ReleaseSettings, cfg: MixtureConfig) -> dict:
     """The day's mixture config as the release record keeps it: its paths relative to their
     roots, as in release.json."""
     raw = cfg.model_dump(mode="json")
-    raw["inputs"] = [_relative(as_where(p), settings.snapshot_root) for p in cfg.inputs]
+    raw["inputs"] = [_relative(parse_location(p), settings.snapshot_root) for p in cfg.inputs]
     for key, root in (("near_dedup_report", settings.report_root),
                       ("contamination_report", settings.contamination_root)):
         if raw.get(key) is not None:
-            raw[key] = _relative(as_where(raw[key]), root)
+            raw[key] = _relative(parse_location(raw[key]), root)
     return raw
 
 
-def _relative(path: Where, root: str) -> str:
-    """``path`` relative to the release root ``root`` (as a POSIX path), on this machine or
+def _relative(where: Location, root: str) -> str:
+    """``where`` relative to the release root ``root`` (as a POSIX path), on this machine or
     below a URL root alike; a URL outside its root as it is."""
     base = resolve_location(root)
-    if isinstance(path, Path) and isinstance(base, Path):
-        return Path(os.path.relpath(path, base)).as_posix()
-    if isinstance(path, str) and isinstance(base, str) and path.startswith(base + "/"):
-        return path[len(base) + 1:]
-    return str(path)
+    if where.local_path is not None and base.local_path is not None:
+        return Path(os.path.relpath(where.local_path, base.local_path)).as_posix()
+    if where.local_path is None and base.local_path is None \
+            and where.url.startswith(base.url + "/"):
+        return where.url[len(base.url) + 1:]
+    return where.url
 
 
-def write_release_record(settings: ReleaseSettings, pool: DayPool, report: Where | None,
-                         mixture: MixtureOutcome) -> tuple[Where, bool]:
+def write_release_record(settings: ReleaseSettings, pool: DayPool, report: Location | None,
+                         mixture: MixtureOutcome) -> tuple[Location, bool]:
     """``<release_root>/<kind>-<day>/``: release.json, the day's mixture.json (paths relative to
     their roots), checksums."""
     record = release_record(settings, pool, report, mixture)
 
     def build(out: Path) -> None:
         with atomic_dir(out) as tmp:
-            write_json(tmp / "release.json", record)
+            write_json(tmp / RELEASE_FILE, record.to_json())
             write_json(tmp / "mixture.json", portable_mixture_config(settings, mixture.config))
             write_checksums(tmp)
 
     target = settings.release_dir(pool.day)
-    reused = publish(target, build, lambda p: verify_checksums(p, "release record"),
-                     "release record")
+    reused = publish(target, build, verify_release_record, "release record")
     return target, reused
+
+
+def verify_release_record(folder: Path) -> ReleaseRecord:
+    """A published release record: its checksums pass and its ``release.json`` is a
+    `ReleaseRecord`."""
+    verify_checksums(folder, "release record")
+    return read_release(folder)

@@ -11,7 +11,8 @@ load with its message instead of failing every run.
 
 The snapshot, report, mixture, release and contamination roots and the eval folder may be
 URLs of object storage (``s3://bucket/prefix``, see ``docs/storage.md``): a location below a
-URL root is then that URL string (`Where`), below a local root an absolute `Path`.
+URL root is then on object storage, below a local root an absolute local folder (either way a
+`near_dedup_core.storage.Location`).
 
 Per day (partition key ``YYYY-MM-DD``) the settings name every location of the release:
 
@@ -40,9 +41,7 @@ from pydantic import Field, ValidationError
 
 from near_dedup_core.config import NearDedupConfig, load_config
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.storage import is_url
-
-from near_dedup_assets.locations import Where, below, name_of
+from near_dedup_core.storage import Location, is_url, parse_location
 
 ENV_PREFIX = "NEAR_DEDUP_"
 #: The settings file read at the start of every run, relative to the working directory.
@@ -140,34 +139,34 @@ class ReleaseSettings(dg.ConfigurableResource):
     def template_path(self) -> Path:
         return resolve_path(self.mixture_template)
 
-    def snapshot_dir(self, day: str) -> Where:
+    def snapshot_dir(self, day: str) -> Location:
         """The folder whose package subfolders form the input pool of ``day``."""
         try:
             name = date.fromisoformat(day).strftime(self.snapshot_day_format)
         except ValueError as exc:
             raise NearDedupError(f"release day {day!r}: {exc}") from None
-        return below(resolve_location(self.snapshot_root), name)
+        return resolve_location(self.snapshot_root).child(name)
 
-    def report_dir(self, day: str) -> Where:
-        return below(resolve_location(self.report_root), f"near-{self.release_kind}-{day}")
+    def report_dir(self, day: str) -> Location:
+        return resolve_location(self.report_root).child(f"near-{self.release_kind}-{day}")
 
-    def mixture_dir(self, day: str) -> Where:
-        return below(resolve_location(self.mixture_root), f"{self.release_kind}-mix-{day}")
+    def mixture_dir(self, day: str) -> Location:
+        return resolve_location(self.mixture_root).child(f"{self.release_kind}-mix-{day}")
 
-    def release_dir(self, day: str) -> Where:
-        return below(resolve_location(self.release_root), f"{self.release_kind}-{day}")
+    def release_dir(self, day: str) -> Location:
+        return resolve_location(self.release_root).child(f"{self.release_kind}-{day}")
 
     @property
-    def evals_dir(self) -> Where | None:
+    def evals_dir(self) -> Location | None:
         """The folder of eval packages (``NEAR_DEDUP_EVALS``); None: no contamination step."""
         return resolve_location(self.evals) if self.evals.strip() else None
 
-    def contamination_dir(self, day: str) -> Where:
-        return below(resolve_location(self.contamination_root),
-                     f"contamination-{self.release_kind}-{day}")
+    def contamination_dir(self, day: str) -> Location:
+        return resolve_location(self.contamination_root).child(
+            f"contamination-{self.release_kind}-{day}")
 
     def mixture_name(self, day: str) -> str:
-        return name_of(self.mixture_dir(day))
+        return self.mixture_dir(day).name
 
 
 def resolve_path(value: str) -> Path:
@@ -175,10 +174,10 @@ def resolve_path(value: str) -> Path:
     return Path(os.path.abspath(Path(value).expanduser()))
 
 
-def resolve_location(value: str) -> Where:
+def resolve_location(value: str) -> Location:
     """A root setting: a URL as given (without a trailing ``/``), else `resolve_path`."""
     url = value.strip()
-    return url.rstrip("/") if is_url(url) else resolve_path(value)
+    return parse_location(url.rstrip("/") if is_url(url) else resolve_path(value))
 
 
 

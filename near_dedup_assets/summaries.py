@@ -21,9 +21,10 @@ from near_dedup_core.index_store import open_index
 from near_dedup_core.ingest.run import IndexResult
 from near_dedup_core.package import Package, open_packages, stream_records
 from near_dedup_core.report import bin_labels, iter_decisions, jaccard_bin, jaccard_edges
+from near_dedup_core.storage import Location
 
 from near_dedup_assets.daily import DayPool, MixtureOutcome, ReportOutcome
-from near_dedup_assets.locations import Where, location_value
+from near_dedup_assets.locations import location_value
 
 NO_DOMAIN = "(none)"
 HISTOGRAM_BINS = 5
@@ -253,7 +254,7 @@ def disabled_metadata(step: str) -> dict:
 # --------------------------------------------------------------------------- mixture
 
 
-def mixture_metadata(outcome: MixtureOutcome, release: Where, reused_release: bool) -> dict:
+def mixture_metadata(outcome: MixtureOutcome, release: Location, reused_release: bool) -> dict:
     counts = outcome.manifest["counts"]
     rows = [[r["domain"], r["available_before_dedup"], r["available_after_dedup"],
              float(r["weight"]), r["quota"], r["selected"], r["shortfall"]]

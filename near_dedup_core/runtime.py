@@ -63,6 +63,11 @@ class Profile:
 #: `index` workers run `ingest.work.WORKER_MODULES` (kept there, beside the work they do).
 _INDEX_POOL = ("near_dedup_core.ingest.work",)
 
+#: A pool's modules are given by their dotted names, not imported: the forkserver imports
+#: them while this process imports its own (`tests/test_startup.py` checks that every name
+#: here, in `ingest.work.WORKER_MODULES`, `contamination.probe.PRELOAD` and the backends'
+#: `worker_modules` is a module of the package).
+
 PROFILES: dict[str, Profile] = {
     "index": Profile(bulk=True, pool=_INDEX_POOL),
     "scan": Profile(bulk=True, kernels=True,

@@ -165,8 +165,9 @@ def assert_reason_shown_once(result, instance) -> None:
 
 def outputs(settings: ReleaseSettings, day: str) -> dict[str, dict[str, bytes]]:
     return {name: tree_bytes(path) for name, path in (
-        ("report", settings.report_dir(day)), ("mixture", settings.mixture_dir(day)),
-        ("release", settings.release_dir(day))) if path.exists()}
+        ("report", settings.report_dir(day).local_path),
+        ("mixture", settings.mixture_dir(day).local_path),
+        ("release", settings.release_dir(day).local_path)) if path.exists()}
 
 
 # --------------------------------------------------------------------------- definitions
@@ -309,10 +310,10 @@ def test_materialize_one_day_freezes_report_builds_mixture_and_passes_checks(
     checks = check_results(result)
     assert checks["report_checksums"].passed and checks["mixture_verify"].passed
 
-    report = settings.report_dir(DAYS[0])
+    report = settings.report_dir(DAYS[0]).local_path
     assert verify_report(report).counts["samples"] == 14
-    assert verify_mixture(settings.mixture_dir(DAYS[0])).report_decisions == 14
-    record = json.loads((settings.release_dir(DAYS[0]) / "release.json").read_text())
+    assert verify_mixture(settings.mixture_dir(DAYS[0]).local_path).report_decisions == 14
+    record = json.loads((settings.release_dir(DAYS[0]).local_path / "release.json").read_text())
     assert record["near_dedup"] is True
     assert record["format_version"] == 2  # paths relative to their roots
     assert record["report"]["path"] == report.name == "near-cpt-2026-11-25"
@@ -359,14 +360,14 @@ def day_by_day(tmp_path_factory, snapshots):
 
 def test_days_in_order_see_earlier_days_as_history(day_by_day):
     settings, _ = day_by_day
-    day2 = load_manifest(settings.report_dir(DAYS[1]))
+    day2 = load_manifest(settings.report_dir(DAYS[1]).local_path)
     assert [p["package_id"] for p in day2["index"]["packages"]] == ["cpt-v1", "cpt-v2"]
     counts = day2["counts"]
     assert counts["history_only_relations"] > 0  # cpt-v1 is history on day 2
     assert counts["by_reason"]["exact_duplicate"] >= 1  # c0-copy
     assert counts["by_reason"]["near_duplicate"] >= 1  # c1-edit
     assert counts["blocked_relations"] >= 1  # 4200 → 4300 units
-    day3 = load_manifest(settings.report_dir(DAYS[2]))
+    day3 = load_manifest(settings.report_dir(DAYS[2]).local_path)
     assert day3["index"]["batches"] == 3
 
 
@@ -403,9 +404,9 @@ def test_moved_output_roots_rebuild_byte_identical_outputs(tmp_path, snapshots, 
     assert result.success
     assert metadata(result, MIXTURE)["reused_published_mixture"] is True
     assert outputs(second, DAYS[0]) == before
-    plan = json.loads((second.mixture_dir(DAYS[0]) / "plan.json").read_text())
+    plan = json.loads((second.mixture_dir(DAYS[0]).local_path / "plan.json").read_text())
     assert plan["near_dedup_report"]["path"] == "near-cpt-2026-11-25"
-    record = (second.release_dir(DAYS[0]) / "release.json").read_text()
+    record = (second.release_dir(DAYS[0]).local_path / "release.json").read_text()
     assert str(moved) not in record and str(tmp_path / "a" / "reports") not in record
 
 
@@ -413,7 +414,7 @@ def test_a_lost_report_is_not_rescanned_against_later_days(tmp_path, snapshots, 
     settings = settings_for(tmp_path, snapshots)
     for day in DAYS[:2]:
         assert release(day, settings, instance).success
-    shutil.rmtree(settings.report_dir(DAYS[0]))
+    shutil.rmtree(settings.report_dir(DAYS[0]).local_path)
     result = release(DAYS[0], settings, instance)
     assert not result.success
     assert failure_message(result).startswith(
@@ -465,7 +466,7 @@ def test_a_refused_rerun_after_a_root_change_leaves_the_day_valid(tmp_path, snap
                                      for r in earlier)
 
     # without a valid earlier report there is nothing to keep: the day fails
-    shutil.rmtree(settings.report_dir(DAYS[0]))
+    shutil.rmtree(settings.report_dir(DAYS[0]).local_path)
     result = release(DAYS[0], moved, instance)
     assert not result.success and "stands" not in failure_message(result)
 
@@ -491,7 +492,7 @@ def test_days_out_of_order_are_refused(tmp_path, snapshots, instance):
     assert "earlier day(s) 2026-11-25 have snapshots but are not indexed yet" in \
         failure_message(result)
     assert not settings.index_path.exists()
-    assert not settings.report_dir(DAYS[1]).exists()
+    assert not settings.report_dir(DAYS[1]).local_path.exists()
 
 
 # --------------------------------------------------------------------------- bad snapshots
@@ -537,7 +538,7 @@ def test_a_snapshot_that_arrives_after_its_day_is_released_before_later_days(
     assert f"earlier day(s) {DAYS[0]} have snapshots but are not indexed yet" in \
         failure_message(later)
     assert release(DAYS[0], settings, instance).success
-    assert settings.report_dir(DAYS[0]).is_dir()
+    assert settings.report_dir(DAYS[0]).local_path.is_dir()
     assert release(DAYS[1], settings, instance).success
 
 
@@ -612,9 +613,9 @@ def test_report_check_fails_on_a_tampered_report_and_blocks_the_mixture(
                     selection=dg.AssetSelection.assets("validated_snapshot", INDEX_APPEND,
                                                        SCAN_REPORT))
     assert first.success
-    decisions = settings.report_dir(DAYS[0]) / "decisions.jsonl"
+    decisions = settings.report_dir(DAYS[0]).local_path / "decisions.jsonl"
     decisions.write_bytes(decisions.read_bytes().replace(b'"keep"', b'"exclude"', 1))
-    tampered = tree_bytes(settings.report_dir(DAYS[0]))
+    tampered = tree_bytes(settings.report_dir(DAYS[0]).local_path)
 
     result = release(DAYS[0], settings, instance,
                      selection=dg.AssetSelection.checks_for_assets(SCAN_REPORT)
@@ -624,18 +625,18 @@ def test_report_check_fails_on_a_tampered_report_and_blocks_the_mixture(
     assert not check.passed
     assert "decisions.jsonl does not match its sha256" in check.description
     assert "mixture" not in executed_steps(result)
-    assert not settings.mixture_dir(DAYS[0]).exists()
+    assert not settings.mixture_dir(DAYS[0]).local_path.exists()
 
     again = release(DAYS[0], settings, instance)  # a frozen report is never replaced
     assert not again.success
     assert "move" in failure_message(again) and "away to rescan" in failure_message(again)
-    assert tree_bytes(settings.report_dir(DAYS[0])) == tampered
+    assert tree_bytes(settings.report_dir(DAYS[0]).local_path) == tampered
 
 
 def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance):
     settings = settings_for(tmp_path, snapshots)
     assert release(DAYS[0], settings, instance).success
-    shard = settings.mixture_dir(DAYS[0]) / "data" / "train" / "part-00000.jsonl"
+    shard = settings.mixture_dir(DAYS[0]).local_path / "data" / "train" / "part-00000.jsonl"
     shard.write_bytes(shard.read_bytes() + b"\n")
     # a check alone has no partitions in a run: re-validate the snapshot along with it
     result = release(DAYS[0], settings, instance,
@@ -710,10 +711,10 @@ def test_near_dedup_off_builds_mixtures_without_report_or_index(tmp_path, snapsh
     assert check_results(result)["report_checksums"].passed
     assert not settings.index_path.exists()
     assert not (tmp_path / "reports").exists()
-    mixture = settings.mixture_dir(DAYS[1])
+    mixture = settings.mixture_dir(DAYS[1]).local_path
     assert verify_mixture(mixture).report_decisions is None
     assert json.loads((mixture / "manifest.json").read_text())["near_dedup_report"] is None
-    record = json.loads((settings.release_dir(DAYS[1]) / "release.json").read_text())
+    record = json.loads((settings.release_dir(DAYS[1]).local_path / "release.json").read_text())
     assert record["near_dedup"] is False and record["report"] is None
     assert metadata(result, MIXTURE)["near_dedup_report"] == "none: near-dedup is off"
 
@@ -819,10 +820,11 @@ def test_backfill_of_several_days_equals_running_them_day_by_day(tmp_path, snaps
     assert all("scan_report" in keys for _, keys in runs if "index_append" in keys)
     assert index_rows(filled.index_path) == index_rows(one_by_one.index_path)
     for day in DAYS:
-        assert tree_bytes(filled.report_dir(day)) == tree_bytes(one_by_one.report_dir(day)), day
+        assert tree_bytes(filled.report_dir(day).local_path) == \
+            tree_bytes(one_by_one.report_dir(day).local_path), day
         for name in ("manifest.json", "data/train/part-00000.jsonl"):
-            assert (filled.mixture_dir(day) / name).read_bytes() == \
-                (one_by_one.mixture_dir(day) / name).read_bytes(), (day, name)
+            assert (filled.mixture_dir(day).local_path / name).read_bytes() == \
+                (one_by_one.mixture_dir(day).local_path / name).read_bytes(), (day, name)
 
 
 # --------------------------------------------------------------------------- every backend
@@ -862,18 +864,18 @@ def test_the_release_on_every_backend_freezes_the_sqlite_reports(backend, index_
             assert index["backend"] == BACKEND_NAMES[backend]
             assert (index["batch"], index["packages_added"]) == (str(n), f"cpt-v{n}")
             assert index["records_appended"] == verify_report(
-                settings.report_dir(day)).counts["samples"]
+                settings.report_dir(day).local_path).counts["samples"]
             assert index["new_contents"] > 0 and index["report"] == str(settings.report_dir(day))
             assert index["index"] == settings.index_label
             assert ("index_bytes" in index) == (backend == "sqlite")
             assert "near-dedup-test" not in json.dumps(index, default=str)
             scan = metadata(result, SCAN_REPORT)
             assert scan["history_only_relations"] == load_manifest(
-                settings.report_dir(day))["counts"]["history_only_relations"]
+                settings.report_dir(day).local_path)["counts"]["history_only_relations"]
         for day in DAYS[:2]:
             assert frozen(settings, day) == frozen(sqlite_release, day), day
         assert "near-dedup-test" not in \
-            (settings.release_dir(DAYS[1]) / "release.json").read_text()  # no password
+            (settings.release_dir(DAYS[1]).local_path / "release.json").read_text()  # no password
     assert index_kind({"NEAR_DEDUP_INDEX": index_location}) == BADGES[backend]
     spec = defs.resolve_asset_graph().get(INDEX_APPEND)
     assert spec.kinds == {index_kind(current_environment())}  # the loaded location's index

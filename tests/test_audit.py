@@ -514,14 +514,17 @@ def test_explain_guard_uses_the_domain_units_of_the_report_config(tmp_path):
 
 def test_comparison_with_an_unreadable_previous_report_is_a_note_not_a_failure(versions,
                                                                                tmp_path):
+    from near_dedup_core.storage import parse_location
+
     from near_dedup_assets.audit import comparison_metadata
 
     broken = tmp_path / "near-cpt-previous"
     shutil.copytree(versions["day1"], broken)
     (broken / "manifest.json").write_text("{")
-    meta = comparison_metadata(versions["day2"], broken)
+    meta = comparison_metadata(versions["day2"], parse_location(broken))
     assert "no comparison: report" in meta["vs_previous"].value
-    meta = comparison_metadata(versions["day2"], versions["day1"])
+    assert meta["previous_day"].value == str(broken)
+    meta = comparison_metadata(versions["day2"], parse_location(versions["day1"]))
     assert meta["vs_previous_newly_kept"].value == 1
     assert "web" in meta["vs_previous"].value
 

@@ -87,14 +87,14 @@ def test_warning_check_and_a_mixture_without_the_contaminated_sample(release_set
     assert not check.passed and check.severity == dg.AssetCheckSeverity.WARN
     meta = metadata(result, CONTAMINATION_REPORT)
     assert meta["leaked/bench-qa"] == 1 and meta["training_samples_contaminated"] == 1
-    report = settings.contamination_dir(DAY)
+    report = settings.contamination_dir(DAY).local_path
     assert verify_contamination(report).counts["pairs"] == 1
-    mixture = settings.mixture_dir(DAY)
+    mixture = settings.mixture_dir(DAY).local_path
     assert "none of its 1 contaminated" in verify_mixture(mixture).summary()
     ids = {orjson.loads(x)["origin"]["sample_id"]
            for x in (mixture / "data/train/part-00000.jsonl").read_bytes().splitlines()}
     assert ids and "a3" not in ids
-    record = orjson.loads((settings.release_dir(DAY) / "release.json").read_bytes())
+    record = orjson.loads((settings.release_dir(DAY).local_path / "release.json").read_bytes())
     assert record["contamination"]["path"] == report.name  # relative to its root
     assert record["contamination"]["counts"]["pairs"] == 1
     again = _run(settings, blocking=False)  # frozen report reused, same mixture
@@ -108,7 +108,7 @@ def test_blocking_check_stops_the_mixture(release_setup):
     check = check_results(result)["no_new_contamination"]
     assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
     assert "mixture" not in executed_steps(result)
-    assert not settings.mixture_dir(DAY).exists()
+    assert not settings.mixture_dir(DAY).local_path.exists()
 
 
 def test_one_check_per_benchmark_with_its_limit(release_setup, tmp_path):

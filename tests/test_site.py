@@ -118,11 +118,12 @@ def test_worker_processes_write_the_same_site(reports, site, tmp_path, monkeypat
     worker processes, a range of decisions.jsonl lines per task: the same bytes as one
     process writes for a small report."""
     from near_dedup_core.site import build
+    from near_dedup_core.site.pages import search
 
     monkeypatch.setattr(build, "POOL_SAMPLES", 0)
-    monkeypatch.setattr(build, "SEARCH_TASK", 7)
+    monkeypatch.setattr(search, "SEARCH_TASK", 7)
     samples = len(decisions(reports["new"]))
-    assert samples > 3 * build.SEARCH_TASK
+    assert samples > 3 * search.SEARCH_TASK
     out = tmp_path / "pooled"
     result = build.build_site(reports["new"], out, against=reports["old"])
     assert result.samples == samples
@@ -603,16 +604,16 @@ def test_the_daily_release_writes_each_days_site_and_links_it(tmp_path):
             result = release(day, settings, instance)
             assert result.success, day
             page = Path(metadata(result, SCAN_REPORT)["site"])
-            report = settings.report_dir(day)
+            report = settings.report_dir(day).local_path
             assert page == report.with_name(f"{report.name}-site") / "index.html"
             assert page.is_file() and site_of(page.parent, report)
             assert (page.parent / "changes" / "index.html").is_file() == (day == DAYS[1])
         before = tree_bytes(page.parent)
         again = release(DAYS[1], settings, instance)  # the same report: the site is kept
         assert again.success and tree_bytes(page.parent) == before
-        first = settings.report_dir(DAYS[0]).with_name(f"{settings.report_dir(DAYS[0]).name}"
-                                                        f"-site")
-        assert not site_of(first, settings.report_dir(DAYS[1]))
+        day1 = settings.report_dir(DAYS[0]).local_path
+        first = day1.with_name(f"{day1.name}-site")
+        assert not site_of(first, settings.report_dir(DAYS[1]).local_path)
         # a site that is not the report's own (here: edited) fails the day, and stays
         (page.parent / "index.html").write_text("edited", encoding="utf-8")
         failed = release(DAYS[1], settings, instance)

@@ -216,3 +216,25 @@ def test_side_work_runs_one_call_at_a_time_and_a_failure_cancels_the_rest():
             failed[1].result(timeout=30)
         assert failed[2].cancelled()
     assert most == [1]
+
+
+def test_every_module_named_for_the_forkserver_is_a_module_of_the_package():
+    """The modules a worker pool's forkserver imports are named by their dotted names, so
+    that naming them imports nothing in the command's own process (the server's imports
+    overlap the command's, `runtime`); a module renamed or moved without its name here would
+    only fail in a pooled run of a large input. Every name resolves to a module."""
+    import importlib.util
+
+    from near_dedup_core import runtime
+    from near_dedup_core.contamination import probe
+    from near_dedup_core.index_store import backends
+    from near_dedup_core.ingest import work
+
+    named = {name for profile in runtime.PROFILES.values() for name in profile.pool}
+    named |= {*work.WORKER_MODULES, *probe.PRELOAD, *workers._NOT_PRELOADED}
+    for backend in (backends.SqliteIndex, backends.PostgresIndex, backends.IcebergIndex):
+        named |= set(backend.worker_modules)
+    assert {"near_dedup_core.scan.verify", "near_dedup_core.index_store.postgres"} <= named
+    missing = sorted(n for n in named
+                     if not n.startswith("near_dedup_core.") or importlib.util.find_spec(n) is None)
+    assert not missing, missing

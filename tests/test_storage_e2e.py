@@ -462,21 +462,21 @@ def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
         packages = {str(p): s3.url(f"snapshots/{day}/{p.name}")
                     for p in (snapshots / day).iterdir()}
         report = f"release/reports/near-cpt-{day}"
-        same_report(tree_bytes(Path(local.report_dir(day))), download(s3, report), packages)
+        same_report(tree_bytes(local.report_dir(day).local_path), download(s3, report), packages)
         # the reviewers' site, published next to the report
         site = download(s3, f"{report}-site")
-        assert sorted(site) == sorted(tree_bytes(Path(local.report_dir(day)).with_name(
+        assert sorted(site) == sorted(tree_bytes(local.report_dir(day).local_path.with_name(
             f"near-cpt-{day}-site")))
         assert b"index.html" in site["checksums.sha256"]
         # the mixture's data and the day's portable mixture config are the local bytes
         mixture = download(s3, f"release/mixtures/cpt-mix-{day}")
-        local_mixture = tree_bytes(Path(local.mixture_dir(day)))
+        local_mixture = tree_bytes(local.mixture_dir(day).local_path)
         assert sorted(mixture) == sorted(local_mixture)
         for name, body in local_mixture.items():
             if name.startswith("data/"):
                 assert mixture[name] == body, name
         record = download(s3, f"release/records/cpt-{day}")
-        assert record["mixture.json"] == (Path(local.release_dir(day)) / "mixture.json"
+        assert record["mixture.json"] == (local.release_dir(day).local_path / "mixture.json"
                                           ).read_bytes()
         released = json.loads(record["release.json"])
         assert released["report"]["path"] == f"near-cpt-{day}"
@@ -535,11 +535,11 @@ def test_the_release_contamination_step_on_the_bucket_matches_the_local_run(
                 for settings in (local, remote, remote)]
     assert all(run.success for run in runs)
     report = f"contamination/contamination-cpt-{day}"
-    local_tree = tree_bytes(Path(local.contamination_dir(day)))
+    local_tree = tree_bytes(local.contamination_dir(day).local_path)
     assert b'"eval"' in local_tree["contamination.jsonl"]
     same_report(local_tree, download(s3, report), {str(V1): pool, str(V2): evals})
     mixture = download(s3, f"mixtures/cpt-mix-{day}")
-    for name, body in tree_bytes(Path(local.mixture_dir(day))).items():
+    for name, body in tree_bytes(local.mixture_dir(day).local_path).items():
         if name.startswith("data/"):
             assert mixture[name] == body, name
     [first, again] = [{e.asset_key: e.materialization.metadata

@@ -155,7 +155,7 @@ def sqlite_demo_reports(tmp_path: Path, root: Path) -> dict[str, dict[str, bytes
             result = dg.materialize([*RELEASE_ASSETS, *RELEASE_CHECKS], partition_key=day,
                                     resources={"release": settings}, instance=instance)
             assert result.success
-    return {day: tree_bytes(settings.report_dir(day)) for day in DAYS}
+    return {day: tree_bytes(settings.report_dir(day).local_path) for day in DAYS}
 
 
 def test_the_team_deployment_runs_as_written_from_a_fresh_clone(server, tmp_path):

@@ -42,7 +42,7 @@ SAMPLE_CHARS = 4_000_000
 ANCHOR_ORDER = (f"document frequency among {SAMPLE_RECORDS:,} training samples from the heads of "
                 f"the pool's data files, then among the eval items, then hash")
 #: imported by the worker pool's forkserver: `warm_up`
-PRELOAD = ("near_dedup_core.contamination.probe",)
+PRELOAD = (__name__,)
 ANCHOR_BITS_PER_ANCHOR = 16
 MAX_ANCHOR_BITS = 1 << 24
 

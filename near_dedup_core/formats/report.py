@@ -1,6 +1,7 @@
 """The near-dedup report's files as typed models, one per file format (docs/contract.md,
-"scan"): ``manifest.json`` (`ReportManifest`) and the lines of ``decisions.jsonl``
-(`DecisionRow`), ``relations.jsonl`` (`RelationRow`) and ``origins.jsonl`` (`OriginRow`).
+"scan"): ``manifest.json`` (`ReportManifest`, which the scan builds and writes) and the
+lines of ``decisions.jsonl`` (`DecisionRow`), ``relations.jsonl`` (`RelationRow`) and
+``origins.jsonl`` (`OriginRow`).
 
 Format 2 is format 1 with takedowns (docs/takedowns.md): a scan of an index that holds
 takedowns in force writes format 2, whose manifest lists them (``takedowns``), whose
@@ -20,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import orjson
 from pydantic import (
@@ -35,7 +36,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.formats import StrictModel
 
-FORMAT = "near-dedup-report"
+FORMAT: Final = "near-dedup-report"
 FORMAT_VERSION = 2
 #: The format versions this tool reads and verifies.
 VERSIONS = (1, 2)
@@ -119,6 +120,13 @@ class ReportFiles(StrictModel):
     relations: FileLines = Field(alias="relations.jsonl")
     origins: FileLines = Field(alias="origins.jsonl")
 
+    @classmethod
+    def of_lines(cls, *, decisions: int, relations: int, origins: int) -> ReportFiles:
+        """The line counts of the three JSONL files."""
+        return cls.model_validate({"decisions.jsonl": {"lines": decisions},
+                                   "relations.jsonl": {"lines": relations},
+                                   "origins.jsonl": {"lines": origins}})
+
 
 class AppliedTakedown(StrictModel):
     """A takedown in force when the report was frozen (format 2): its request, the act that
@@ -156,6 +164,11 @@ class ReportManifest(StrictModel):
     def kinds(self) -> list[str]:
         """The kinds of data of the inputs (one, as a scan's inputs are of one kind)."""
         return sorted({i.kind for i in self.inputs})
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of ``manifest.json`` (the scan writes it with `fsutil.write_json`:
+        keys sorted, so the bytes follow from the values)."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
 # --------------------------------------------------------------------------- JSONL rows

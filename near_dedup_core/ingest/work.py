@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 #: process of a pooled `index` imports this module for its records alone, and never the
 #: kernels: numba, about 0.3 s of CPU): this module, the kernels' modules, then their
 #: warm-up (numba's CPU target and the normalization table, `near_dedup_core._forkserver`).
-WORKER_MODULES = ("near_dedup_core.ingest.work", "near_dedup_core.compare",
+WORKER_MODULES = (__name__, "near_dedup_core.compare",
                   "near_dedup_core.normalize", "near_dedup_core.signature")
 
 

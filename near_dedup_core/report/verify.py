@@ -130,6 +130,31 @@ class _NearState:
     first_kept: tuple[SampleKey, float] | None = None  # earliest open match with a kept sample
 
 
+@dataclass
+class _RelationCursor:
+    """Where the pass over relations.jsonl is: the content blocks and samples listed so
+    far, and within the current sample its last section and matches."""
+
+    blocks: dict[int, int] = field(default_factory=dict)  # node -> its block's position
+    matched_unlisted: set[int] = field(default_factory=set)  # matched before their block
+    samples_seen: set[SampleKey] = field(default_factory=set)
+    max_cid: str = ""  # greatest content_id of the blocks listed so far
+    node: int = -1
+    order: tuple = ()  # (batch, input position, sample id) of the current sample
+    sample: SampleKey | None = None
+    section: int = -1  # 0 exact, 1 history exact, 2 near, 3 history near
+    last_block: int = -1
+    last_hist: str = ""
+    near_nodes: set[int] = field(default_factory=set)
+    last_near: int = -1
+
+    def enter_sample(self, key: SampleKey, order: tuple) -> None:
+        self.sample, self.order = key, order
+        self.section, self.last_block, self.last_hist = -1, -1, ""
+        self.near_nodes = set()
+        self.last_near = -1
+
+
 class _ReportCheck:
     """The cross-checks of `verify_report`, one streaming pass per file.
 
@@ -300,131 +325,45 @@ class _ReportCheck:
             previous = here
         return bool(sources)
 
-    def relations(self) -> None:  # noqa: C901 (one pass, one message per broken rule)
-        blocks: dict[int, int] = {}
-        matched_unlisted: set[int] = set()
-        samples_seen: set[SampleKey] = set()
-        cur_node = -1
-        cur_sample: SampleKey | None = None
-        cur_order: tuple = ()
-        section, last_block, last_hist = -1, -1, ""
-        near_nodes: set[int] = set()
-        last_near = -1
-        max_cid = ""  # greatest content_id of the blocks listed so far
+    def relations(self) -> None:
+        """One pass over relations.jsonl: each line's own fields, then where it stands in
+        the listing (its content's block, its sample, its section), then what its match says
+        for the greedy rule (`rule`)."""
+        cur = _RelationCursor()
         row: RelationRow
         for loc, row in self._rows("relations.jsonl"):
             key = row.sample.key
             d = self.decided.get(key)
             if d is None:
                 self.fail(f"{loc}: sample {key[0]}/{key[1]} is not in decisions.jsonl")
-            kind, jaccard, hist, blocked = (row.kind, row.jaccard, row.history_only,
-                                            row.blocked_by)
-            match = row.match
-            if not self.threshold <= jaccard <= 1.0:
+            if not self.threshold <= row.jaccard <= 1.0:
                 self.fail(f"{loc}: jaccard must be a number from the threshold "
-                          f"{self.threshold} to 1, found {jaccard!r}")
+                          f"{self.threshold} to 1, found {row.jaccard!r}")
             has_sources = self._match_sources(loc, row.match_sources, d.split)
-            node = d.node
-            if node != cur_node:
-                if node in blocks:
-                    self.fail(f"{loc}: relations of content {self.node_content[node][:12]}… "
-                              f"in split {d.split} are not listed together")
-                if node in matched_unlisted:
-                    self.fail(f"{loc}: sample {key[0]}/{key[1]} is listed after a sample that "
-                              f"matched it; relations follow decision order")
-                if self._exact_batch(node) and self.node_content[node] < max_cid:
-                    self.fail(f"{loc}: content {self.node_content[node][:12]}… is listed after "
-                              f"a content that comes later in first-ingest order")
-                max_cid = max(max_cid, self.node_content[node])
-                blocks[node] = len(blocks)
-                cur_node = node
-                cur_order = ()
-            if key != cur_sample:
-                if key in samples_seen:
-                    self.fail(f"{loc}: relations of sample {key[0]}/{key[1]} are not listed "
-                              f"together")
-                samples_seen.add(key)
-                order = (self.batch[key[0]], self.input_pos[key[0]], key[1])
-                if order <= cur_order:
-                    self.fail(f"{loc}: samples of one content are not in decision order "
-                              f"(package batch, input position, sample id)")
-                cur_sample, cur_order = key, order
-                section, last_block, last_hist = -1, -1, ""
-                near_nodes = set()
-                last_near = -1
+            if d.node != cur.node:
+                self._enter_content(loc, cur, key, d)
+            if key != cur.sample:
+                self._enter_sample(loc, cur, key)
             if row.takedown is not None:
-                self._takedown_relation(loc, row, key, section)
-                section = 4
+                self._takedown_relation(loc, row, key, cur.section)
+                cur.section = 4
                 continue
-            own = self.node_content[node]
-            match_key = None
-            if hist:
-                if match.package_id is not None or match.sample_id is not None:
-                    self.fail(f"{loc}: a history_only match has null package_id and sample_id")
-                if not has_sources:
-                    self.fail(f"{loc}: a history_only match lists its match_sources")
+            if row.history_only:
+                self._history_match(loc, row, has_sources)
+                match_key = None
             else:
-                match_key = match.key
-                md = self.decided.get(match_key) if match_key is not None else None
-                if match_key is None or md is None:
-                    self.fail(f"{loc}: match is not a sample in decisions.jsonl")
-                if md.split != d.split or self.node_content[md.node] != match.content_id:
-                    self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} has another split "
-                              f"or content_id in decisions.jsonl")
-                if self.node_first[md.node][1] != match_key:
-                    self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} is not the first "
-                              f"sample of its content in decision order")
-            if kind == "exact":
-                if jaccard != 1.0 or blocked is not None or match.content_id != own:
-                    self.fail(f"{loc}: an exact relation has jaccard 1.0, no guard block and "
-                              f"the sample's own content_id")
-                sec = 1 if hist else 0
-                if match_key is not None:
-                    if match_key == key:
-                        self.fail(f"{loc}: sample matches itself")
-                    self.exact_link[key] = match_key
+                match_key = self._pool_match(loc, row, d)
+            if row.kind == "exact":
+                section = self._exact(loc, row, key, d, match_key)
+            elif match_key is None:
+                section = self._history_near(loc, cur, row, d)
             else:
-                if match.content_id == own:
-                    self.fail(f"{loc}: a near relation matches the sample's own content")
-                if hist:
-                    sec = 3
-                    if match.content_id <= last_hist:
-                        self.fail(f"{loc}: history near matches are not sorted by content_id")
-                    last_hist = match.content_id
-                else:
-                    sec = 2
-                    assert match_key is not None
-                    md = self.decided[match_key]
-                    if md.node in near_nodes:
-                        self.fail(f"{loc}: {key[0]}/{key[1]} matches {match_key[0]}/"
-                                  f"{match_key[1]} twice")
-                    near_nodes.add(md.node)
-                    if not self._before(md.node, node) or (
-                            last_near >= 0 and not self._before(last_near, md.node)):
-                        self.fail(f"{loc}: near matches of {key[0]}/{key[1]} are not earlier "
-                                  f"contents in first-ingest order")
-                    last_near = md.node
-                    block = blocks.get(md.node)
-                    if block is None:
-                        matched_unlisted.add(md.node)
-                    elif block <= last_block:
-                        self.fail(f"{loc}: near matches of {key[0]}/{key[1]} are not in "
-                                  f"decision order")
-                    else:
-                        last_block = block
-                    st = self.near.get(key)
-                    if st is None:
-                        st = self.near[key] = _NearState()
-                    st.edge = True
-                    if blocked is None:
-                        st.open = True
-                        if st.first_kept is None and md.decision == "keep":
-                            st.first_kept = (match_key, jaccard)
-            if sec < section or (sec == section and sec < 2):
+                section = self._pool_near(loc, cur, row, key, d, match_key)
+            if section < cur.section or (section == cur.section and section < 2):
                 self.fail(f"{loc}: relations of {key[0]}/{key[1]} are out of order (exact, "
                           f"history exact, near, history near; one exact of each)")
-            section = sec
-            self.tally.relation(kind, hist, blocked, jaccard)
+            cur.section = section
+            self.tally.relation(row.kind, row.history_only, row.blocked_by, row.jaccard)
         self._line_count("relations.jsonl", self.m.files.relations.lines)
 
     def _takedown_relation(self, loc: str, row: RelationRow, key: SampleKey,
@@ -446,6 +385,121 @@ class _ReportCheck:
         self.down.setdefault(key, row.jaccard)
         self.down_by[request].add(key)
         self.tally.relation(row.kind, False, None, row.jaccard, takedown=True)
+
+    def _enter_content(self, loc: str, cur: _RelationCursor, key: SampleKey,
+                       d: SampleDecision) -> None:
+        """The first line of a content's block: its relations are listed together, after
+        nothing that matched it, in first-ingest order where that is known."""
+        node = d.node
+        if node in cur.blocks:
+            self.fail(f"{loc}: relations of content {self.node_content[node][:12]}… "
+                      f"in split {d.split} are not listed together")
+        if node in cur.matched_unlisted:
+            self.fail(f"{loc}: sample {key[0]}/{key[1]} is listed after a sample that "
+                      f"matched it; relations follow decision order")
+        if self._exact_batch(node) and self.node_content[node] < cur.max_cid:
+            self.fail(f"{loc}: content {self.node_content[node][:12]}… is listed after "
+                      f"a content that comes later in first-ingest order")
+        cur.max_cid = max(cur.max_cid, self.node_content[node])
+        cur.blocks[node] = len(cur.blocks)
+        cur.node = node
+        cur.order = ()
+
+    def _enter_sample(self, loc: str, cur: _RelationCursor, key: SampleKey) -> None:
+        """The first line of a sample's relations: listed together, the samples of one
+        content in decision order."""
+        if key in cur.samples_seen:
+            self.fail(f"{loc}: relations of sample {key[0]}/{key[1]} are not listed "
+                      f"together")
+        cur.samples_seen.add(key)
+        order = (self.batch[key[0]], self.input_pos[key[0]], key[1])
+        if order <= cur.order:
+            self.fail(f"{loc}: samples of one content are not in decision order "
+                      f"(package batch, input position, sample id)")
+        cur.enter_sample(key, order)
+
+    def _history_match(self, loc: str, row: RelationRow, has_sources: bool) -> None:
+        """A history-only match names no pool sample and lists where it came from."""
+        if row.match.package_id is not None or row.match.sample_id is not None:
+            self.fail(f"{loc}: a history_only match has null package_id and sample_id")
+        if not has_sources:
+            self.fail(f"{loc}: a history_only match lists its match_sources")
+
+    def _pool_match(self, loc: str, row: RelationRow, d: SampleDecision) -> SampleKey:
+        """A pool match is the first sample, in decision order, of a content of the same
+        split in decisions.jsonl."""
+        match = row.match
+        match_key = match.key
+        md = self.decided.get(match_key) if match_key is not None else None
+        if match_key is None or md is None:
+            self.fail(f"{loc}: match is not a sample in decisions.jsonl")
+        if md.split != d.split or self.node_content[md.node] != match.content_id:
+            self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} has another split "
+                      f"or content_id in decisions.jsonl")
+        if self.node_first[md.node][1] != match_key:
+            self.fail(f"{loc}: match {match_key[0]}/{match_key[1]} is not the first "
+                      f"sample of its content in decision order")
+        return match_key
+
+    def _exact(self, loc: str, row: RelationRow, key: SampleKey, d: SampleDecision,
+               match_key: SampleKey | None) -> int:
+        """An exact relation (section 0, history: 1) links the sample to its content's first
+        sample."""
+        if row.jaccard != 1.0 or row.blocked_by is not None \
+                or row.match.content_id != self.node_content[d.node]:
+            self.fail(f"{loc}: an exact relation has jaccard 1.0, no guard block and "
+                      f"the sample's own content_id")
+        if match_key is not None:
+            if match_key == key:
+                self.fail(f"{loc}: sample matches itself")
+            self.exact_link[key] = match_key
+        return 1 if row.history_only else 0
+
+    def _near_content(self, loc: str, row: RelationRow, d: SampleDecision) -> None:
+        if row.match.content_id == self.node_content[d.node]:
+            self.fail(f"{loc}: a near relation matches the sample's own content")
+
+    def _history_near(self, loc: str, cur: _RelationCursor, row: RelationRow,
+                      d: SampleDecision) -> int:
+        """A history near relation (section 3): sorted by content_id."""
+        self._near_content(loc, row, d)
+        if row.match.content_id <= cur.last_hist:
+            self.fail(f"{loc}: history near matches are not sorted by content_id")
+        cur.last_hist = row.match.content_id
+        return 3
+
+    def _pool_near(self, loc: str, cur: _RelationCursor, row: RelationRow, key: SampleKey,
+                   d: SampleDecision, match_key: SampleKey) -> int:
+        """A pool near relation (section 2): each earlier content once, in decision order;
+        it feeds the sample's `_NearState`."""
+        self._near_content(loc, row, d)
+        md = self.decided[match_key]
+        if md.node in cur.near_nodes:
+            self.fail(f"{loc}: {key[0]}/{key[1]} matches {match_key[0]}/"
+                      f"{match_key[1]} twice")
+        cur.near_nodes.add(md.node)
+        if not self._before(md.node, d.node) or (
+                cur.last_near >= 0 and not self._before(cur.last_near, md.node)):
+            self.fail(f"{loc}: near matches of {key[0]}/{key[1]} are not earlier "
+                      f"contents in first-ingest order")
+        cur.last_near = md.node
+        block = cur.blocks.get(md.node)
+        if block is None:
+            cur.matched_unlisted.add(md.node)
+        elif block <= cur.last_block:
+            self.fail(f"{loc}: near matches of {key[0]}/{key[1]} are not in "
+                      f"decision order")
+        else:
+            cur.last_block = block
+        st = self.near.get(key)
+        if st is None:
+            st = self.near[key] = _NearState()
+        st.edge = True
+        if row.blocked_by is None:
+            st.open = True
+            if st.first_kept is None and md.decision == "keep":
+                st.first_kept = (match_key, row.jaccard)
+        return 2
 
     def _exact_batch(self, node: int) -> bool:
         """The content's first-ingest batch is known: a sample of it came with the index's

@@ -29,9 +29,21 @@ import orjson
 from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.formats.report import (
+    FORMAT,
+    FORMAT_VERSION,
+    AppliedTakedown,
+    CandidateCounts,
+    IndexState,
+    IndexStatePackage,
+    ReportCounts,
+    ReportFiles,
+    ReportInput,
+    ReportManifest,
+)
 from near_dedup_core.fsutil import json_line, write_checksums, write_json, write_lines
 from near_dedup_core.jit import numba
-from near_dedup_core.report import FORMAT, FORMAT_VERSION, Tally
+from near_dedup_core.report import Tally
 from near_dedup_core.scan.records import (
     BLOCKED_BY,
     NEAR_DUPLICATE,
@@ -529,26 +541,23 @@ def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                             down, samples_down))
         n_dec, digests["decisions.jsonl"] = written.result()
     digests["relations.jsonl"] = rel_sha
-    counts = tally.counts()
-    counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,
-                            "after_filters": len(cand.pool_pairs) + len(cand.history_pairs)}
-    manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION if hits is not None else 1,
-        "tool_version": __version__,
-        "algorithm_version": ALGORITHM_VERSION,
-        "config": config.model_dump(mode="json"), "config_fingerprint": config.fingerprint(),
-        "inputs": [{"package_id": p.package_id, "kind": p.kind,
-                    "manifest_sha256": p.manifest_sha256, "records": p.record_count,
-                    "path": str(p.path)} for p in pool.packages],
-        "index": {"packages": pool.index_packages, "batches": pool.index_batches,
-                  "contents": pool.index_contents},
-        "counts": counts,
-        "files": {"decisions.jsonl": {"lines": n_dec},
-                  "relations.jsonl": {"lines": n_rel},
-                  "origins.jsonl": {"lines": origins[0]}},
-    }
-    if hits is not None:
-        manifest["takedowns"] = applied(hits, samples_down)
-    write_json(folder / "manifest.json", manifest)
+    manifest = ReportManifest(
+        format=FORMAT, format_version=FORMAT_VERSION if hits is not None else 1,
+        tool_version=__version__,
+        algorithm_version=ALGORITHM_VERSION, config=config,
+        config_fingerprint=config.fingerprint(),
+        inputs=[ReportInput.model_validate({
+            "package_id": p.package_id, "kind": p.kind, "manifest_sha256": p.manifest_sha256,
+            "records": p.record_count, "path": str(p.path)}) for p in pool.packages],
+        index=IndexState(packages=[IndexStatePackage(**p) for p in pool.index_packages],
+                         batches=pool.index_batches, contents=pool.index_contents),
+        counts=ReportCounts(**tally.counts(), candidates=CandidateCounts(
+            lsh_pairs=cand.lsh_pairs,
+            after_filters=len(cand.pool_pairs) + len(cand.history_pairs))),
+        files=ReportFiles.of_lines(decisions=n_dec, relations=n_rel, origins=origins[0]),
+        takedowns=None if hits is None else [AppliedTakedown.model_validate(t)
+                                             for t in applied(hits, samples_down)])
+    raw = manifest.to_json()
+    write_json(folder / "manifest.json", raw)
     write_checksums(folder, digests)
-    return counts
+    return raw["counts"]
