@@ -6,6 +6,7 @@ waits for work a thread never started fails the test instead of hanging it."""
 
 from __future__ import annotations
 
+import json
 import resource
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from test_reliability import docs, env_with, texts
 RECORDS = 6000
 #: Caps (MiB) from "no thread can start" to "the scan completes", through the caps where
 #: threads and arrays fail to be allocated in turn (measured on this pool).
-SCAN_CAPS = [300, 400, 450, 500, 800]
+SCAN_CAPS = [300, 385, 405, 450, 800]
 INDEX_CAPS = [300, 450, 700]
 #: A run that takes longer than this is taken for a hang (a healthy one takes seconds).
 HANG = 120
@@ -100,6 +101,58 @@ def test_index_under_any_address_space_cap_ends_by_itself_in_one_line(pool, tmp_
             assert sorted(p.name for p in index.parent.iterdir()) == ["cpt.sqlite"]
         outcomes[limit] = built
     assert not outcomes[INDEX_CAPS[0]] and outcomes[INDEX_CAPS[-1]], outcomes
+
+
+_LATE_LOADS = """
+import json, sys, threading
+from numba.core.dispatcher import Dispatcher
+from near_dedup_core import cli
+from near_dedup_core.scan import reserve
+
+loaded = []  # (kernel, thread) of each overload added once the writer's first task is done
+ready = threading.Event()
+load_kernels = reserve.load_kernels
+
+def preload(inline=False):
+    load_kernels(inline)
+    ready.set()
+
+compile_ = Dispatcher.compile
+
+def compile(self, sig):
+    before = len(self.overloads)
+    try:
+        return compile_(self, sig)
+    finally:
+        if ready.is_set() and len(self.overloads) > before:
+            loaded.append([self.py_func.__qualname__, threading.current_thread().name])
+
+if __name__ == "__main__":
+    reserve.load_kernels = preload
+    Dispatcher.compile = compile
+    code = cli.main(["--quiet", *sys.argv[1:]])
+    print(json.dumps({"code": code, "ready": ready.is_set(), "late": loaded}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_scan_loads_its_kernels_and_starts_its_writer_thread_at_its_start(pool, tmp_path,
+                                                                             workers):
+    """numba loads a kernel (or compiles it) at its first call, in LLVM, which aborts the
+    process when memory runs out; a thread first touching a library's thread-local data
+    aborts in glibc. So the scan's writer thread starts, and loads every kernel the scan's
+    own process runs, before the pool is loaded: the scan, inline or with its process pool,
+    loads no kernel after that (a kernel called with other argument types would be)."""
+    package, index = pool
+    script = tmp_path / "late.py"
+    script.write_text(_LATE_LOADS)
+    done = subprocess.run([sys.executable, str(script), "--index", str(index), "scan",
+                           "--inputs", str(package), "--output", str(tmp_path / "report"),
+                           "--workers", str(workers)], env=env_with(), capture_output=True,
+                          text=True, timeout=HANG)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1]) == {"code": 0, "ready": True, "late": []}
 
 
 _WAITS_FOR_A_FAILED_THREAD = """

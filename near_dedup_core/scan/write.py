@@ -7,7 +7,8 @@ bytes (`tests/test_report_verify.py::test_written_files_round_trip_through_their
 
 Rows are rendered and written a buffer at a time (never a list of a million dicts), each
 file hashed as it is written: ``relations.jsonl`` in the main process, and beside it, in a
-thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL (`_render_decisions`).
+thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL (`_render_decisions`);
+that thread is started, and the kernel loaded, at the start of the scan (`reserve`).
 ``origins.jsonl`` and the samples' text digests depend on nothing but the input packages,
 so `write_origins` and `text_digests` run in a worker from the start of the scan, reading
 the packages' sources on a connection of its own.
@@ -18,10 +19,9 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import orjson
@@ -45,6 +45,9 @@ from near_dedup_core.scan.records import (
     Pool,
     ReportColumns,
 )
+
+if TYPE_CHECKING:
+    from near_dedup_core.scan.reserve import Reserved
 
 
 @contextmanager
@@ -335,22 +338,48 @@ def _render_decisions(lo, hi, out, bound, outcome, content, package, split, scop
     return i, pos
 
 
+def _readonly(data: np.ndarray) -> np.ndarray:
+    """``data`` as a read-only view (the bytes of `ByteStrings` made by ``np.frombuffer`` are;
+    those a worker sent back are not): one type, so one compiled overload of the kernel."""
+    view = data.view()
+    view.flags.writeable = False
+    return view
+
+
+def _render(lines: _DecisionLines, i: int, out: np.ndarray) -> tuple[int, int]:
+    """`_render_decisions` of ``lines`` from sample ``i`` into ``out``, with the argument
+    types `reserve.load_kernels` loads it for."""
+    p, c = lines, lines.columns
+    return _render_decisions(
+        i, len(p.outcome), out, p.bound, p.outcome, p.content, p.package, p.split, p.scope,
+        p.kept, p.jaccard, _readonly(p.pieces.data), p.pieces.start,
+        _readonly(c.sample_id_json.data), c.sample_id_json.start,
+        _readonly(c.content_id.data), c.content_id.start, _readonly(c.text_sha256.data),
+        c.text_sha256.start, NEAR_DUPLICATE, len(REASONS))
+
+
+def render_nothing() -> None:
+    """Run the decisions kernel on no samples (`reserve.load_kernels`, in the thread that
+    will write ``decisions.jsonl``)."""
+    none = np.zeros(0, dtype=np.int64)
+    empty = ByteStrings(np.frombuffer(b"", dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    _render(_DecisionLines(outcome=none, content=none, package=none, split=none, scope=none,
+                           kept=none, jaccard=none, pieces=empty,
+                           columns=ReportColumns(empty, empty, empty), bound=0),
+            0, np.zeros(1, dtype=np.uint8))
+
+
 def _write_decisions(path: Path, lines: _DecisionLines) -> tuple[int, str]:
     """Write ``decisions.jsonl``, a buffer at a time; returns (lines, sha256 hex of the
     file). Rendering, writing and hashing release the GIL: this runs in a thread beside the
     relations (few buffers, so few waits for the GIL)."""
-    p, c = lines, lines.columns
-    n = len(p.outcome)
-    out = np.empty(max(DECISIONS_BUFFER, 2 * p.bound), dtype=np.uint8)
+    n = len(lines.outcome)
+    out = np.empty(max(DECISIONS_BUFFER, 2 * lines.bound), dtype=np.uint8)
     h = hashlib.sha256()
     i = 0
     with open(path, "wb") as fh:
         while i < n:
-            i, m = _render_decisions(
-                i, n, out, p.bound, p.outcome, p.content, p.package, p.split, p.scope, p.kept,
-                p.jaccard, p.pieces.data, p.pieces.start, c.sample_id_json.data,
-                c.sample_id_json.start, c.content_id.data, c.content_id.start,
-                c.text_sha256.data, c.text_sha256.start, NEAR_DUPLICATE, len(REASONS))
+            i, m = _render(lines, i, out)
             data = out[:m].data
             fh.write(data)
             h.update(data)
@@ -462,22 +491,24 @@ def _relation_lines(snap: db.Snapshot, pool: Pool, nodes: Nodes, near: Matches,
 def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
                  config: NearDedupConfig, columns: ReportColumns,
-                 origins: tuple[int, str], pool_outside: OutsideSources) -> dict:
+                 origins: tuple[int, str], pool_outside: OutsideSources,
+                 writer: Reserved) -> dict:
     """Write decisions, relations, manifest and checksums into the staging ``folder``, where
     ``origins.jsonl`` (``origins``: its lines and sha256) is already; ``columns`` come from
-    `report_columns`, ``pool_outside`` from `pool_outside_sources`. Returns the manifest's
-    ``counts``."""
+    `report_columns`, ``pool_outside`` from `pool_outside_sources`; ``decisions.jsonl`` is
+    written by ``writer``'s thread, reserved at the start of the scan (`reserve.reserved`).
+    Returns the manifest's ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
     lines = _decision_lines(pool, nodes, decisions, columns, tally)
-    with ThreadPoolExecutor(max_workers=1) as thread:
-        # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl
-        written = thread.submit(_write_decisions, folder / "decisions.jsonl", lines)
-        n_rel, rel_sha = write_lines(
-            folder / "relations.jsonl",
-            _relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside))
-        n_dec, digests["decisions.jsonl"] = written.result()
+    writer.ready.result()  # its kernels are loaded (a failure to load them is raised here)
+    # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl
+    written = writer.thread.submit(_write_decisions, folder / "decisions.jsonl", lines)
+    n_rel, rel_sha = write_lines(
+        folder / "relations.jsonl",
+        _relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside))
+    n_dec, digests["decisions.jsonl"] = written.result()
     digests["relations.jsonl"] = rel_sha
     counts = tally.counts()
     counts["candidates"] = {"lsh_pairs": cand.lsh_pairs,

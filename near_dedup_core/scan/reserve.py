@@ -1,0 +1,102 @@
+"""What a scan takes at its start, before its memory grows: the thread that writes
+``decisions.jsonl`` (`write.write_report`) and the compiled kernels its own process runs.
+
+Under an address-space cap (``ulimit -v``, RLIMIT_AS) what fails late in a run is whatever
+is mapped late, and some of it cannot fail cleanly: a thread's stack (Python raises "can't
+start new thread", which the CLI reports in one line), but also a compiled kernel that numba
+loads from its cache (or compiles) at its first call, in LLVM, which aborts the process when
+an allocation fails (``std::bad_alloc``, "LLVM ERROR: out of memory"), and a new thread's
+first use of a library's thread-local data, which glibc allocates lazily and aborts on
+("cannot allocate memory for thread-local data"). Python can catch none of these: the
+process dies with SIGABRT, its staging folder left behind.
+
+So a scan starts its writer thread as it opens its output (a thread that cannot start is the
+one-line ``out of memory`` error there, nothing written yet), and that thread's first task
+loads every kernel of the scan's own process (`KERNELS`) and runs the decisions kernel once
+on nothing: each kernel is in memory and the thread has touched what it will use long
+before the pool, the candidates and the report's columns take their space. The kernels are
+loaded for the argument types the scan passes them (`tests/test_exhaustion.py` checks that
+a scan loads none later); a cold cache compiles them here, once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, NamedTuple
+
+from near_dedup_core.jit import numba
+
+types = numba.types
+
+
+def _c(dtype: Any, ndim: int = 1, *, readonly: bool = False) -> Any:
+    return types.Array(dtype, ndim, "C", readonly=readonly)
+
+
+_I = _c(types.int64)
+_RO_BYTES = _c(types.uint8, readonly=True)
+
+
+def _kernels(inline: bool) -> list[tuple[Any, tuple]]:
+    """(kernel, argument types) of each kernel the scan's own process calls, as it calls
+    them (with ``inline``, the verification's too): a type that differs (a dtype, a layout,
+    a read-only array) is another overload, loaded at the first call."""
+    from near_dedup_core.scan import candidates, decide, write
+    from near_dedup_core.signature import _pair_common_utf8, band_keys_into, components
+
+    sig16 = _c(types.uint16, 2)
+    verify = [(_pair_common_utf8, (_RO_BYTES, _I, types.int64, types.uint64, _I,
+                                   _c(types.bool_), types.int64, _I, _I, _I, _I, _I))]
+    return [*(verify if inline else []),
+        (band_keys_into, (sig16, types.int64, types.int64, _c(types.int64, 2))),
+        (candidates._band_runs, (_I, _I, _c(types.int64, 2), _I)),
+        (candidates._insert_run_pairs, (_I, _I, types.int64, _I, _I)),
+        (candidates._filter_pairs, (_I, _I, sig16, _I, sig16, _I, types.float64,
+                                    types.int64)),
+        (components, (types.Array(types.int64, 1, "A"), types.Array(types.int64, 1, "A"),
+                      types.int64)),
+        (decide._greedy, (_c(types.bool_), _I, _I, _c(types.float64), _c(types.int8),
+                          _c(types.int8), _I, _c(types.float64))),
+        (write._render_decisions, (types.int64, types.int64, _c(types.uint8), types.int64,
+                                   *[_I] * 7, _RO_BYTES, _I, _RO_BYTES, _I, _RO_BYTES, _I,
+                                   _RO_BYTES, _I, types.int64, types.int64)),
+    ]
+
+
+def load_kernels(inline: bool = False) -> None:
+    """Load (or compile) `_kernels` now, then run the decisions kernel on nothing and hash
+    nothing in this thread (the one that will write ``decisions.jsonl``)."""
+    from near_dedup_core.scan import write
+
+    for kernel, args in _kernels(inline):
+        kernel.compile(args)
+    write.render_nothing()
+    hashlib.sha256(b"").hexdigest()
+
+
+class Reserved(NamedTuple):
+    """The writer thread, and its first task (`load_kernels`)."""
+
+    thread: ThreadPoolExecutor
+    ready: Future
+
+
+@contextmanager
+def reserved(inline: bool) -> Iterator[Reserved]:
+    """The scan's writer thread, started now with `load_kernels` as its first task (with
+    ``inline``, the verification runs in this process: its kernel too). On the
+    way out it is joined once it has loaded them (a ``decisions.jsonl`` it is writing is
+    finished before its folder is removed); a block that fails (a SIGTERM) while it still
+    loads them leaves without waiting for that (seconds, on a cold cache)."""
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="near-dedup-writer")
+    ready = thread.submit(load_kernels, inline)
+    try:
+        yield Reserved(thread, ready)
+    except BaseException:
+        # decisions are submitted only after `ready`: while it runs, nothing else is queued
+        thread.shutdown(wait=ready.done(), cancel_futures=True)
+        raise
+    thread.shutdown(wait=True)
