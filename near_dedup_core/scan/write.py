@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -71,7 +71,7 @@ def write_origins(source: str | db.TextReader, package_rowids: list[int],
     then package order) with its file, line and original ``source`` object; returns (lines,
     sha256). ``source`` is the scan's snapshot or the index location (`_reader`)."""
     with _reader(source) as reader:
-        return write_lines(path, (
+        return write_lines(path, _checked(
             json_line({"package_id": package_id, "sample_id": sample_id, "split": split,
                        "file": file, "line": line,
                        "source": orjson.loads(src) if src is not None else None})
@@ -109,11 +109,37 @@ def _outside_sources(snap: db.Snapshot, pool: Pool,
 _dumps = orjson.dumps
 _NULL = b"null"
 
+#: Address space (bytes) that must be free before orjson renders a block of the report.
+#: orjson does not check its own allocations: an output buffer it cannot grow is a
+#: segmentation fault (orjson 3.13 under ``ulimit -v``), not a MemoryError. So the scan asks
+#: for the room first (`_headroom`), where running out is numpy's MemoryError, the one-line
+#: ``out of memory`` error.
+HEADROOM = 8 << 20
+#: Report lines rendered between two `_headroom` checks.
+HEADROOM_LINES = 4096
+
+
+def _headroom(nbytes: int = 0) -> None:
+    """Map ``nbytes`` (at least `HEADROOM`) and let go of them at once (never touched, so
+    never paid for): a MemoryError now if they are not there."""
+    np.empty(max(nbytes, HEADROOM), dtype=np.uint8)
+
+
+def _checked(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """``lines``, with a `_headroom` check before each block of `HEADROOM_LINES`."""
+    for k, line in enumerate(lines):
+        if k % HEADROOM_LINES == 0:
+            _headroom()
+        yield line
+
 
 def _float_json(values: np.ndarray) -> list[bytes]:
     """Each float's JSON as ``orjson.dumps`` renders it, from one call for all of them (a
-    number's JSON holds no comma)."""
-    return _dumps(values.tolist())[1:-1].split(b",") if len(values) else []
+    number's JSON holds no comma), once twice its length is free (`_headroom`)."""
+    if not len(values):
+        return []
+    _headroom(2 * 32 * len(values))  # a float's JSON takes at most 24 bytes and a comma
+    return _dumps(values.tolist())[1:-1].split(b",")
 
 
 #: Bytes of ``decisions.jsonl`` rendered per write (at least two of its longest lines).
@@ -173,6 +199,7 @@ def _sample_id_json(ids: list[str]) -> ByteStrings:
     nul = np.flatnonzero(raw == 0)
     if len(nul) != max(0, len(ids) - 1) or \
             np.any((raw < 0x20) & (raw != 0)) or b'"' in joined or b"\\" in joined:
+        _headroom()
         return ByteStrings.of([_dumps(x) for x in ids])
     start = np.zeros(len(ids) + 1, dtype=np.int64)
     if ids:  # id k's text starts at nul[k - 1] + 1; each NUL before it became two quotes
@@ -369,12 +396,12 @@ def render_nothing() -> None:
             0, np.zeros(1, dtype=np.uint8))
 
 
-def _write_decisions(path: Path, lines: _DecisionLines) -> tuple[int, str]:
-    """Write ``decisions.jsonl``, a buffer at a time; returns (lines, sha256 hex of the
-    file). Rendering, writing and hashing release the GIL: this runs in a thread beside the
-    relations (few buffers, so few waits for the GIL)."""
+def _write_decisions(path: Path, lines: _DecisionLines, out: np.ndarray) -> tuple[int, str]:
+    """Write ``decisions.jsonl``, a buffer ``out`` at a time (room for two of the longest
+    lines); returns (lines, sha256 hex of the file). Rendering, writing and hashing release
+    the GIL: this runs in a thread beside the relations (few buffers, so few waits for the
+    GIL)."""
     n = len(lines.outcome)
-    out = np.empty(max(DECISIONS_BUFFER, 2 * lines.bound), dtype=np.uint8)
     h = hashlib.sha256()
     i = 0
     with open(path, "wb") as fh:
@@ -503,11 +530,13 @@ def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
     digests = {"origins.jsonl": origins[1]}
     lines = _decision_lines(pool, nodes, decisions, columns, tally)
     writer.ready.result()  # its kernels are loaded (a failure to load them is raised here)
-    # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl
-    written = writer.thread.submit(_write_decisions, folder / "decisions.jsonl", lines)
+    # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl; its
+    # buffer is taken here, before the relations' first `_headroom` check
+    out = np.empty(max(DECISIONS_BUFFER, 2 * lines.bound), dtype=np.uint8)
+    written = writer.thread.submit(_write_decisions, folder / "decisions.jsonl", lines, out)
     n_rel, rel_sha = write_lines(
         folder / "relations.jsonl",
-        _relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside))
+        _checked(_relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside)))
     n_dec, digests["decisions.jsonl"] = written.result()
     digests["relations.jsonl"] = rel_sha
     counts = tally.counts()
