@@ -152,8 +152,9 @@ def test_a_scan_loads_its_kernels_and_starts_its_writer_thread_at_its_start(pool
     """numba loads a kernel (or compiles it) at its first call, in LLVM, which aborts the
     process when memory runs out; a thread first touching a library's thread-local data
     aborts in glibc. So the scan's writer thread starts, and loads every kernel the scan's
-    own process runs, before the pool is loaded: the scan, inline or with its process pool,
-    loads no kernel after that (a kernel called with other argument types would be)."""
+    own process runs, before the scan does anything else: the scan, inline or with its
+    process pool, loads no kernel after that (a kernel called with other argument types
+    would be)."""
     package, index = pool
     script = tmp_path / "late.py"
     script.write_text(_LATE_LOADS)

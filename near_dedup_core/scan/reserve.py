@@ -11,21 +11,23 @@ first use of a library's thread-local data, which glibc allocates lazily and abo
 process dies with SIGABRT, its staging folder left behind.
 
 So a scan starts its writer thread as it opens its output (a thread that cannot start is the
-one-line ``out of memory`` error there, nothing written yet), and that thread's first task
-loads every kernel of the scan's own process (`KERNELS`) and runs the decisions kernel once
-on nothing: each kernel is in memory and the thread has touched what it will use long
-before the pool, the candidates and the report's columns take their space. The kernels are
-loaded for the argument types the scan passes them (`tests/test_exhaustion.py` checks that
-a scan loads none later); a cold cache compiles them here, once.
+one-line ``out of memory`` error there, nothing written yet), and that thread's first task,
+which the scan waits for before it does anything else, asks for `KERNEL_ROOM` (LLVM aborts
+where numpy raises MemoryError: `write._headroom`), then loads every kernel of the scan's
+own process (`_kernels`) and runs the decisions kernel once on nothing: each kernel is in
+memory and the thread has touched what it will use before the pool, the candidates and the
+report's columns take their space. The kernels are loaded for the argument types the scan
+passes them (`tests/test_exhaustion.py` checks that a scan loads none later); a cold cache
+compiles them here, once.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 from near_dedup_core.jit import numba
 
@@ -66,37 +68,37 @@ def _kernels(inline: bool) -> list[tuple[Any, tuple]]:
     ]
 
 
+#: Address space that must be free before numba loads the kernels (it took 20 MiB, the
+#: thread's stack included, on a warm cache).
+KERNEL_ROOM = 64 << 20
+
+
 def load_kernels(inline: bool = False) -> None:
-    """Load (or compile) `_kernels` now, then run the decisions kernel on nothing and hash
-    nothing in this thread (the one that will write ``decisions.jsonl``)."""
+    """Load (or compile) `_kernels` now, once `KERNEL_ROOM` is free, then run the decisions
+    kernel on nothing and hash nothing in this thread (the one that will write
+    ``decisions.jsonl``)."""
     from near_dedup_core.scan import write
 
+    write._headroom(KERNEL_ROOM)
     for kernel, args in _kernels(inline):
         kernel.compile(args)
     write.render_nothing()
     hashlib.sha256(b"").hexdigest()
 
 
-class Reserved(NamedTuple):
-    """The writer thread, and its first task (`load_kernels`)."""
-
-    thread: ThreadPoolExecutor
-    ready: Future
-
-
 @contextmanager
-def reserved(inline: bool) -> Iterator[Reserved]:
-    """The scan's writer thread, started now with `load_kernels` as its first task (with
-    ``inline``, the verification runs in this process: its kernel too). On the
-    way out it is joined once it has loaded them (a ``decisions.jsonl`` it is writing is
-    finished before its folder is removed); a block that fails (a SIGTERM) while it still
-    loads them leaves without waiting for that (seconds, on a cold cache)."""
+def reserved(inline: bool) -> Iterator[ThreadPoolExecutor]:
+    """The scan's writer thread, started now, once it has run `load_kernels` (with
+    ``inline``, the verification runs in this process: its kernel too). On the way out it is
+    joined (a ``decisions.jsonl`` it is writing is finished before its folder is removed),
+    unless the wait for its first task was stopped (a SIGTERM: seconds, on a cold cache)."""
     thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="near-dedup-writer")
-    ready = thread.submit(load_kernels, inline)
+    loaded = False
     try:
-        yield Reserved(thread, ready)
+        thread.submit(load_kernels, inline).result()
+        loaded = True
+        yield thread
     except BaseException:
-        # decisions are submitted only after `ready`: while it runs, nothing else is queued
-        thread.shutdown(wait=ready.done(), cancel_futures=True)
+        thread.shutdown(wait=loaded, cancel_futures=True)
         raise
     thread.shutdown(wait=True)

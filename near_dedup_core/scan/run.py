@@ -184,7 +184,6 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
             if pools.side_thread:  # on a connection of its own
                 side_origins = side.submit(write_origins, snap.location, *origins_args)
         stages = Progress("scan", len(STAGES), enabled=progress)
-        writer.ready.result()  # the kernels are loaded before the pool takes its memory
         pool = load_pool(snap, indexed_rows, pkgs, domains=bool(config.extra_units))
         try:
             nodes = build_nodes(pool)

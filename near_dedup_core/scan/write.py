@@ -47,7 +47,7 @@ from near_dedup_core.scan.records import (
 )
 
 if TYPE_CHECKING:
-    from near_dedup_core.scan.reserve import Reserved
+    from concurrent.futures import Executor
 
 
 @contextmanager
@@ -519,21 +519,20 @@ def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
                  config: NearDedupConfig, columns: ReportColumns,
                  origins: tuple[int, str], pool_outside: OutsideSources,
-                 writer: Reserved) -> dict:
+                 writer: Executor) -> dict:
     """Write decisions, relations, manifest and checksums into the staging ``folder``, where
     ``origins.jsonl`` (``origins``: its lines and sha256) is already; ``columns`` come from
     `report_columns`, ``pool_outside`` from `pool_outside_sources`; ``decisions.jsonl`` is
-    written by ``writer``'s thread, reserved at the start of the scan (`reserve.reserved`).
+    written by ``writer``, the thread reserved at the start of the scan (`reserve.reserved`).
     Returns the manifest's ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
     lines = _decision_lines(pool, nodes, decisions, columns, tally)
-    writer.ready.result()  # its kernels are loaded (a failure to load them is raised here)
     # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl; its
     # buffer is taken here, before the relations' first `_headroom` check
     out = np.empty(max(DECISIONS_BUFFER, 2 * lines.bound), dtype=np.uint8)
-    written = writer.thread.submit(_write_decisions, folder / "decisions.jsonl", lines, out)
+    written = writer.submit(_write_decisions, folder / "decisions.jsonl", lines, out)
     n_rel, rel_sha = write_lines(
         folder / "relations.jsonl",
         _checked(_relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside)))
