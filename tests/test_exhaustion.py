@@ -23,7 +23,7 @@ RECORDS = 6000
 #: threads and arrays fail to be allocated in turn, measured on this pool in steps of 2–5 MiB
 #: (docs/reliability.md). Before the scan took its writer thread and kernels at its start
 #: (`scan.reserve`), numba's late load of a kernel aborted it in LLVM at 385 and 405 MiB;
-#: before it asked for room ahead of orjson (`scan.write._headroom`), orjson's segmentation
+#: before it asked for room ahead of orjson (`scan.write.headroom`), orjson's segmentation
 #: fault ended it at 395 (now the `out of memory` line, at 396–402 as at 400).
 SCAN_CAPS = [300, 385, 400, 405, 450, 800]
 #: At 310 MiB `index` printed multiprocessing's traceback after its line (the pool's

@@ -13,7 +13,7 @@ process dies with SIGABRT, its staging folder left behind.
 So a scan starts its writer thread as it opens its output (a thread that cannot start is the
 one-line ``out of memory`` error there, nothing written yet), and that thread's first task,
 which the scan waits for before it does anything else, asks for `KERNEL_ROOM` (LLVM aborts
-where numpy raises MemoryError: `write._headroom`), then loads every kernel of the scan's
+where numpy raises MemoryError: `write.headroom`), then loads every kernel of the scan's
 own process (`_kernels`) and runs the decisions kernel once on nothing: each kernel is in
 memory and the thread has touched what it will use before the pool, the candidates and the
 report's columns take their space. The kernels are loaded for the argument types the scan
@@ -50,9 +50,7 @@ def _kernels(inline: bool) -> list[tuple[Any, tuple]]:
     from near_dedup_core.signature import _pair_common_utf8, band_keys_into, components
 
     sig16 = _c(types.uint16, 2)
-    verify = [(_pair_common_utf8, (_RO_BYTES, _I, types.int64, types.uint64, _I,
-                                   _c(types.bool_), types.int64, _I, _I, _I, _I, _I))]
-    return [*(verify if inline else []),
+    kernels = [
         (band_keys_into, (sig16, types.int64, types.int64, _c(types.int64, 2))),
         (candidates._band_runs, (_I, _I, _c(types.int64, 2), _I)),
         (candidates._insert_run_pairs, (_I, _I, types.int64, _I, _I)),
@@ -66,6 +64,11 @@ def _kernels(inline: bool) -> list[tuple[Any, tuple]]:
                                    *[_I] * 7, _RO_BYTES, _I, _RO_BYTES, _I, _RO_BYTES, _I,
                                    _RO_BYTES, _I, types.int64, types.int64)),
     ]
+    if inline:
+        kernels.append((_pair_common_utf8, (_RO_BYTES, _I, types.int64, types.uint64, _I,
+                                            _c(types.bool_), types.int64, _I, _I, _I, _I,
+                                            _I)))
+    return kernels
 
 
 #: Address space that must be free before numba loads the kernels (it took 20 MiB, the
@@ -79,7 +82,7 @@ def load_kernels(inline: bool = False) -> None:
     ``decisions.jsonl``)."""
     from near_dedup_core.scan import write
 
-    write._headroom(KERNEL_ROOM)
+    write.headroom(KERNEL_ROOM)
     for kernel, args in _kernels(inline):
         kernel.compile(args)
     write.render_nothing()

@@ -112,33 +112,33 @@ _NULL = b"null"
 #: Address space (bytes) that must be free before orjson renders a block of the report.
 #: orjson does not check its own allocations: an output buffer it cannot grow is a
 #: segmentation fault (orjson 3.13 under ``ulimit -v``), not a MemoryError. So the scan asks
-#: for the room first (`_headroom`), where running out is numpy's MemoryError, the one-line
+#: for the room first (`headroom`), where running out is numpy's MemoryError, the one-line
 #: ``out of memory`` error.
 HEADROOM = 8 << 20
-#: Report lines rendered between two `_headroom` checks.
+#: Report lines rendered between two `headroom` checks.
 HEADROOM_LINES = 4096
 
 
-def _headroom(nbytes: int = 0) -> None:
+def headroom(nbytes: int = 0) -> None:
     """Map ``nbytes`` (at least `HEADROOM`) and let go of them at once (never touched, so
     never paid for): a MemoryError now if they are not there."""
     np.empty(max(nbytes, HEADROOM), dtype=np.uint8)
 
 
 def _checked(lines: Iterable[bytes]) -> Iterator[bytes]:
-    """``lines``, with a `_headroom` check before each block of `HEADROOM_LINES`."""
+    """``lines``, with a `headroom` check before each block of `HEADROOM_LINES`."""
     for k, line in enumerate(lines):
         if k % HEADROOM_LINES == 0:
-            _headroom()
+            headroom()
         yield line
 
 
 def _float_json(values: np.ndarray) -> list[bytes]:
     """Each float's JSON as ``orjson.dumps`` renders it, from one call for all of them (a
-    number's JSON holds no comma), once twice its length is free (`_headroom`)."""
+    number's JSON holds no comma), once twice its length is free (`headroom`)."""
     if not len(values):
         return []
-    _headroom(2 * 32 * len(values))  # a float's JSON takes at most 24 bytes and a comma
+    headroom(2 * 32 * len(values))  # a float's JSON takes at most 24 bytes and a comma
     return _dumps(values.tolist())[1:-1].split(b",")
 
 
@@ -199,7 +199,7 @@ def _sample_id_json(ids: list[str]) -> ByteStrings:
     nul = np.flatnonzero(raw == 0)
     if len(nul) != max(0, len(ids) - 1) or \
             np.any((raw < 0x20) & (raw != 0)) or b'"' in joined or b"\\" in joined:
-        _headroom()
+        headroom()
         return ByteStrings.of([_dumps(x) for x in ids])
     start = np.zeros(len(ids) + 1, dtype=np.int64)
     if ids:  # id k's text starts at nul[k - 1] + 1; each NUL before it became two quotes
@@ -530,7 +530,7 @@ def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
     digests = {"origins.jsonl": origins[1]}
     lines = _decision_lines(pool, nodes, decisions, columns, tally)
     # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl; its
-    # buffer is taken here, before the relations' first `_headroom` check
+    # buffer is taken here, before the relations' first `headroom` check
     out = np.empty(max(DECISIONS_BUFFER, 2 * lines.bound), dtype=np.uint8)
     written = writer.submit(_write_decisions, folder / "decisions.jsonl", lines, out)
     n_rel, rel_sha = write_lines(
