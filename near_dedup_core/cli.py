@@ -213,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(f"an extension module failed ({exc}), as happens when memory runs out; "
                      f"nothing was changed; try fewer --workers or a smaller input pool")
     except OSError as exc:  # a path that cannot be read or written: bad input or state
+        if exc.errno == errno.ENOMEM:  # a mapping, a fork or a pipe that memory refused
+            return _fail(_OUT_OF_MEMORY.format(f" ({exc.strerror or exc})"))
         where_ = f"{exc.filename}: " if exc.filename else ""
         if exc.errno in _NO_SPACE:
             return _fail(f"{where_}{exc.strerror or exc} (out of disk space or over the "

@@ -171,7 +171,39 @@ def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext
     os.environ[PRELOAD_ENV] = ",".join(_preload(preload))  # read by the server as it starts
     multiprocessing.forkserver.set_forkserver_preload(["near_dedup_core._forkserver"])
     multiprocessing.forkserver.ensure_running()
+    _remove_temp_dir_by_name()
     return multiprocessing.get_context("forkserver")
+
+
+def _remove_temp_dir_by_name() -> None:
+    """multiprocessing removes its temporary folder (``pymp-…``, which holds the forkserver's
+    socket) at exit with ``shutil.rmtree``, which lists the folder first: a command that
+    ended because memory ran out could not (``Cannot allocate memory``), printed that
+    traceback after its one line and left the folder. It is removed by name instead
+    (`_remove_folder`), listed only if something else is in it."""
+    from multiprocessing import util
+
+    registry = getattr(util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        args = getattr(finalizer, "_args", None)
+        if getattr(finalizer, "_callback", None) is getattr(util, "_remove_temp_dir", None) \
+                and isinstance(args, tuple) and len(args) == 2:
+            finalizer._args = (_remove_folder, args[1])
+
+
+def _remove_folder(folder: str) -> None:
+    """Remove multiprocessing's temporary ``folder``: the forkserver's socket in it by name,
+    then the folder; anything else in it, or a failure, by ``shutil.rmtree``, quietly."""
+    import shutil
+    from multiprocessing import forkserver
+
+    address = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_address", None)
+    try:
+        if isinstance(address, str) and os.path.dirname(address) == folder:
+            os.unlink(address)
+        os.rmdir(folder)
+    except OSError:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 #: What multiprocessing's resource tracker must not print: it cleans up the semaphores of a

@@ -12,7 +12,8 @@ stops at a changed file); the pool's candidate pairs go to the
 workers before the history is looked up; while the workers verify, the main process prepares
 the report's other columns (`report_columns`: sample ids, content ids) and reads the pool's
 contents' sources outside the pool (`pool_outside_sources`); and at the end it
-writes ``relations.jsonl`` while a thread writes ``decisions.jsonl``. With one worker
+writes ``relations.jsonl`` while a thread writes ``decisions.jsonl`` (a thread started, and
+the kernels of the main process loaded, at the start: `reserve`). With one worker
 everything runs in order, inline; with Ray the side work runs in a thread of the main
 process (Ray tasks may run on machines without the packages or the index file)."""
 
@@ -43,6 +44,7 @@ from near_dedup_core.scan.pool import (
     load_pool,
 )
 from near_dedup_core.scan.records import ByteStrings
+from near_dedup_core.scan.reserve import reserved
 from near_dedup_core.scan.verify import VerifyJob
 from near_dedup_core.scan.write import (
     pool_outside_sources,
@@ -154,8 +156,11 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
           executor: Executors, progress: bool) -> ScanResult:
     with index.errors(), index.snapshot(config) as snap, \
             output.publish() as folder, \
-            _pools(executor, sum(p.record_count for p in pkgs)) as pools:
-        # (the pool is left, and its workers stopped, before the staging folder is removed)
+            _pools(executor, sum(p.record_count for p in pkgs)) as pools, \
+            reserved(pools.executor.in_process) as writer:
+        # (the writer thread has written, and the pool is left, its workers stopped, before
+        # the staging folder is removed; the writer thread and the kernels are taken before
+        # the scan's memory grows: `reserve`)
         indexed_rows = snap.indexed_packages()
         indexed = indexed_inputs(indexed_rows, snap.path, pkgs)
         if not pools.executor.in_process:  # a per-bucket history join's tasks run there
@@ -208,7 +213,7 @@ def _scan(index: db.Index, config: NearDedupConfig, pkgs: list[Package], output:
         decisions = decide(nodes, near, config, *((down.down, down.jaccard) if down else ()))
         stages.step(STAGES[4])
         counts = write_report(folder, snap, pool, nodes, decisions, near, hist, cand, config,
-                              columns, origins, pool_outside, hits, down)
+                              columns, origins, pool_outside, writer, hits, down)
         stages.step(STAGES[5])
         snap.verify_pages()  # nothing is published from a damaged index
         stages.finish()

@@ -7,7 +7,8 @@ bytes (`tests/test_report_verify.py::test_written_files_round_trip_through_their
 
 Rows are rendered and written a buffer at a time (never a list of a million dicts), each
 file hashed as it is written: ``relations.jsonl`` in the main process, and beside it, in a
-thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL (`_render_decisions`).
+thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL (`_render_decisions`);
+that thread is started, and the kernel loaded, at the start of the scan (`reserve`).
 ``origins.jsonl`` and the samples' text digests depend on nothing but the input packages,
 so `write_origins` and `text_digests` run in a worker from the start of the scan, reading
 the packages' sources on a connection of its own.
@@ -17,11 +18,10 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import orjson
@@ -60,6 +60,9 @@ from near_dedup_core.scan.records import (
 )
 from near_dedup_core.takedown.match import NodeTakedowns, TakedownHits, applied
 
+if TYPE_CHECKING:
+    from concurrent.futures import Executor
+
 
 @contextmanager
 def _reader(source: str | db.TextReader) -> Iterator[db.TextReader]:
@@ -82,7 +85,7 @@ def write_origins(source: str | db.TextReader, package_rowids: list[int],
     then package order) with its file, line and original ``source`` object; returns (lines,
     sha256). ``source`` is the scan's snapshot or the index location (`_reader`)."""
     with _reader(source) as reader:
-        return write_lines(path, (
+        return write_lines(path, _checked(
             json_line({"package_id": package_id, "sample_id": sample_id, "split": split,
                        "file": file, "line": line,
                        "source": orjson.loads(src) if src is not None else None})
@@ -120,11 +123,37 @@ def _outside_sources(snap: db.Snapshot, pool: Pool,
 _dumps = orjson.dumps
 _NULL = b"null"
 
+#: Address space (bytes) that must be free before orjson renders a block of the report.
+#: orjson does not check its own allocations: an output buffer it cannot grow is a
+#: segmentation fault (orjson 3.13 under ``ulimit -v``), not a MemoryError. So the scan asks
+#: for the room first (`headroom`), where running out is numpy's MemoryError, the one-line
+#: ``out of memory`` error.
+HEADROOM = 8 << 20
+#: Report lines rendered between two `headroom` checks.
+HEADROOM_LINES = 4096
+
+
+def headroom(nbytes: int = 0) -> None:
+    """Map ``nbytes`` (at least `HEADROOM`) and let go of them at once (never touched, so
+    never paid for): a MemoryError now if they are not there."""
+    np.empty(max(nbytes, HEADROOM), dtype=np.uint8)
+
+
+def _checked(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """``lines``, with a `headroom` check before each block of `HEADROOM_LINES`."""
+    for k, line in enumerate(lines):
+        if k % HEADROOM_LINES == 0:
+            headroom()
+        yield line
+
 
 def _float_json(values: np.ndarray) -> list[bytes]:
     """Each float's JSON as ``orjson.dumps`` renders it, from one call for all of them (a
-    number's JSON holds no comma)."""
-    return _dumps(values.tolist())[1:-1].split(b",") if len(values) else []
+    number's JSON holds no comma), once twice its length is free (`headroom`)."""
+    if not len(values):
+        return []
+    headroom(2 * 32 * len(values))  # a float's JSON takes at most 24 bytes and a comma
+    return _dumps(values.tolist())[1:-1].split(b",")
 
 
 #: Bytes of ``decisions.jsonl`` rendered per write (at least two of its longest lines).
@@ -184,6 +213,7 @@ def _sample_id_json(ids: list[str]) -> ByteStrings:
     nul = np.flatnonzero(raw == 0)
     if len(nul) != max(0, len(ids) - 1) or \
             np.any((raw < 0x20) & (raw != 0)) or b'"' in joined or b"\\" in joined:
+        headroom()
         return ByteStrings.of([_dumps(x) for x in ids])
     start = np.zeros(len(ids) + 1, dtype=np.int64)
     if ids:  # id k's text starts at nul[k - 1] + 1; each NUL before it became two quotes
@@ -355,23 +385,48 @@ def _render_decisions(lo, hi, out, bound, outcome, content, package, split, scop
     return i, pos
 
 
-def _write_decisions(path: Path, lines: _DecisionLines) -> tuple[int, str]:
-    """Write ``decisions.jsonl``, a buffer at a time; returns (lines, sha256 hex of the
-    file). Rendering, writing and hashing release the GIL: this runs in a thread beside the
-    relations (few buffers, so few waits for the GIL)."""
+def _readonly(data: np.ndarray) -> np.ndarray:
+    """``data`` as a read-only view (the bytes of `ByteStrings` made by ``np.frombuffer`` are;
+    those a worker sent back are not): one type, so one compiled overload of the kernel."""
+    view = data.view()
+    view.flags.writeable = False
+    return view
+
+
+def _render(lines: _DecisionLines, i: int, out: np.ndarray) -> tuple[int, int]:
+    """`_render_decisions` of ``lines`` from sample ``i`` into ``out``, with the argument
+    types `reserve.load_kernels` loads it for."""
     p, c = lines, lines.columns
-    n = len(p.outcome)
-    out = np.empty(max(DECISIONS_BUFFER, 2 * p.bound), dtype=np.uint8)
+    return _render_decisions(
+        i, len(p.outcome), out, p.bound, p.outcome, p.content, p.package, p.split, p.scope,
+        p.kept, p.jaccard, _readonly(p.pieces.data), p.pieces.start,
+        _readonly(c.sample_id_json.data), c.sample_id_json.start,
+        _readonly(c.content_id.data), c.content_id.start, _readonly(c.text_sha256.data),
+        c.text_sha256.start, NEAR_DUPLICATE, len(REASONS), TAKEDOWN)
+
+
+def render_nothing() -> None:
+    """Run the decisions kernel on no samples (`reserve.load_kernels`, in the thread that
+    will write ``decisions.jsonl``)."""
+    none = np.zeros(0, dtype=np.int64)
+    empty = ByteStrings(np.frombuffer(b"", dtype=np.uint8), np.zeros(1, dtype=np.int64))
+    _render(_DecisionLines(outcome=none, content=none, package=none, split=none, scope=none,
+                           kept=none, jaccard=none, pieces=empty,
+                           columns=ReportColumns(empty, empty, empty), bound=0),
+            0, np.zeros(1, dtype=np.uint8))
+
+
+def _write_decisions(path: Path, lines: _DecisionLines, out: np.ndarray) -> tuple[int, str]:
+    """Write ``decisions.jsonl``, a buffer ``out`` at a time (room for two of the longest
+    lines); returns (lines, sha256 hex of the file). Rendering, writing and hashing release
+    the GIL: this runs in a thread beside the relations (few buffers, so few waits for the
+    GIL)."""
+    n = len(lines.outcome)
     h = hashlib.sha256()
     i = 0
     with open(path, "wb") as fh:
         while i < n:
-            i, m = _render_decisions(
-                i, n, out, p.bound, p.outcome, p.content, p.package, p.split, p.scope, p.kept,
-                p.jaccard, p.pieces.data, p.pieces.start, c.sample_id_json.data,
-                c.sample_id_json.start, c.content_id.data, c.content_id.start,
-                c.text_sha256.data, c.text_sha256.start, NEAR_DUPLICATE, len(REASONS),
-                TAKEDOWN)
+            i, m = _render(lines, i, out)
             data = out[:m].data
             fh.write(data)
             h.update(data)
@@ -521,25 +576,28 @@ def write_report(folder: Path, snap: db.Snapshot, pool: Pool, nodes: Nodes,
                  decisions: Decisions, near: Matches, hist: Matches, cand: Candidates,
                  config: NearDedupConfig, columns: ReportColumns,
                  origins: tuple[int, str], pool_outside: OutsideSources,
-                 hits: TakedownHits | None = None, down: NodeTakedowns | None = None) -> dict:
+                 writer: Executor, hits: TakedownHits | None = None,
+                 down: NodeTakedowns | None = None) -> dict:
     """Write decisions, relations, manifest and checksums into the staging ``folder``, where
     ``origins.jsonl`` (``origins``: its lines and sha256) is already; ``columns`` come from
-    `report_columns`, ``pool_outside`` from `pool_outside_sources`; ``hits`` and ``down``:
-    the takedowns in force and the nodes they take down (None: none in force, and the report
-    is of format 1). Returns the manifest's ``counts``."""
+    `report_columns`, ``pool_outside`` from `pool_outside_sources`; ``decisions.jsonl`` is
+    written by ``writer``, the thread reserved at the start of the scan (`reserve.reserved`);
+    ``hits`` and ``down``: the takedowns in force and the nodes they take down (None: none in
+    force, and the report is of format 1). Returns the manifest's ``counts``."""
     tally = Tally(config.threshold)
     render = _Render(pool, cand.history)
     digests = {"origins.jsonl": origins[1]}
     lines = _decision_lines(pool, nodes, decisions, columns, tally)
     samples_down: dict[int, int] = {}
-    with ThreadPoolExecutor(max_workers=1) as thread:
-        # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl
-        written = thread.submit(_write_decisions, folder / "decisions.jsonl", lines)
-        n_rel, rel_sha = write_lines(
-            folder / "relations.jsonl",
-            _relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside, hits,
-                            down, samples_down))
-        n_dec, digests["decisions.jsonl"] = written.result()
+    # decisions.jsonl is rendered by a kernel without the GIL, beside relations.jsonl; its
+    # buffer is taken here, before the relations' first `headroom` check
+    out = np.empty(max(DECISIONS_BUFFER, 2 * lines.bound), dtype=np.uint8)
+    written = writer.submit(_write_decisions, folder / "decisions.jsonl", lines, out)
+    n_rel, rel_sha = write_lines(
+        folder / "relations.jsonl",
+        _checked(_relation_lines(snap, pool, nodes, near, hist, render, tally, pool_outside,
+                                hits, down, samples_down)))
+    n_dec, digests["decisions.jsonl"] = written.result()
     digests["relations.jsonl"] = rel_sha
     manifest = ReportManifest(
         format=FORMAT, format_version=FORMAT_VERSION if hits is not None else 1,
