@@ -69,7 +69,13 @@ from near_dedup_core.index_store.backends import (
     open_snapshot,
     open_texts,
 )
-from near_dedup_core.index_store.common import BAND_TABLES, FORMAT, SCHEMA_VERSION, longest_run
+from near_dedup_core.index_store.common import (
+    BAND_TABLES,
+    FORMAT,
+    SCHEMA_VERSION,
+    LostCommit,
+    longest_run,
+)
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 from near_dedup_core.index_store.protocols import (
     BandChunks,
@@ -101,7 +107,7 @@ from near_dedup_core.index_store.texts import (
 __all__ = [
     "BANDS_MERGED_THROUGH", "BAND_TABLES", "FORMAT", "SCHEMA_VERSION", "BandChunks",
     "BandHits", "BandWrite", "Batch", "ContentColumns", "IcebergIndex", "Index",
-    "IndexBackend", "IndexTexts", "IndexedPackage", "KnownTexts", "OutsideSource",
+    "IndexBackend", "IndexTexts", "IndexedPackage", "KnownTexts", "LostCommit", "OutsideSource",
     "PostgresIndex", "RawTextLookup", "RefTarget", "ShippedTexts", "Snapshot", "SqliteIndex",
     "TextDecoder", "TextReader", "compress_texts", "connect_reader", "damaged",
     "database_errors", "longest_run", "open_index", "open_known_texts", "open_snapshot",

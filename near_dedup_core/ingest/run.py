@@ -6,6 +6,8 @@ registers at its commit) and runs the pipeline of
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -134,6 +136,14 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
     result.bands = writer.bands
 
 
+#: Tries of a batch whose commit another writer's beats (an Iceberg index with a shared
+#: catalog, whose writers take no lock): each runs the batch on the newly published state.
+COMMIT_TRIES = 5
+#: Up to this many seconds (times the try) between two tries, at random, so that writers
+#: that collided do not collide again in step.
+RETRY_PAUSE = 1.0
+
+
 def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
                    package_paths: Sequence[str | Path], *, workers: int = 1,
                    executor: str | Executors = "local", progress: bool = False) -> IndexResult:
@@ -148,7 +158,19 @@ def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs),
                               "; split it into several batches")
-    result = IndexResult(index=index.file or index.label, batch=None)
-    with index.batch(config, utc_now()) as store:
-        _append_in(store, config, pkgs, result, chosen, progress)
-    return result
+    for attempt in range(1, COMMIT_TRIES + 1):
+        result = IndexResult(index=index.file or index.label, batch=None)
+        try:
+            with index.batch(config, utc_now()) as store:
+                _append_in(store, config, pkgs, result, chosen, progress)
+            return result
+        except db.LostCommit:
+            # another writer published first: the batch number, the row ids and every
+            # "seen before" depend on the state, so the whole batch runs again on the new one
+            if attempt == COMMIT_TRIES:
+                raise NearDedupError(
+                    f"index {result.index}: another writer committed first {COMMIT_TRIES} "
+                    f"times in a row; nothing of this run was published; run it again"
+                ) from None
+            time.sleep(random.uniform(0, RETRY_PAUSE * attempt))
+    raise AssertionError("unreachable")

@@ -52,6 +52,7 @@ from near_dedup_core.index_store.iceberg.snapshot import (
 )
 from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import binding_rows
+from near_dedup_core.progress import pause_point
 
 #: Band rows that the writer gathers before handing them to the executor's tasks (about
 #: 64 MB of keys and content ids): each chunk becomes one file per bucket, so a batch of R
@@ -300,6 +301,7 @@ class IcebergBatch:
             current = table.current_snapshot()
             assert current is not None
             snapshots[name] = current.snapshot_id
+        pause_point("index-publish")
         publish(self.pinned, "batch", created_at, snapshots)
 
 
@@ -512,8 +514,9 @@ def publish(pinned: Pinned, op: str, at: str, snapshots: dict[str, int | None]) 
     try:
         commits.append(row)
     except CommitFailedException:
-        raise NearDedupError(f"index {pinned.location}: another writer committed meanwhile; "
-                             f"nothing of this run was published; run it again") from None
+        from near_dedup_core.index_store.iceberg import lost_commit
+
+        raise lost_commit(pinned.location) from None
 
 
 def metadata_version(uri: str) -> int:
