@@ -29,7 +29,7 @@ First-ingest order of a content is (contents.batch, contents.content_id).
 
 Modules (plain imports: a reader, mypy and a code walker follow every name)
 - `protocols`: the contract (`IndexBackend`, `Snapshot`, `Batch`, `TextReader`,
-  `RawTextLookup`, `BandChunks`) and `records`, the named records it passes;
+  `RawTextLookup`, `BandChunks`, `WorkFiles`) and `records`, the named records it passes;
 - `backends`: ``--index`` parsed once (`open_index`) into `SqliteIndex`, `PostgresIndex` or
   `IcebergIndex`, which a command asks for its snapshot, batch, workers' readers, check and
   maintenance;
@@ -84,6 +84,7 @@ from near_dedup_core.index_store.protocols import (
     RawTextLookup,
     Snapshot,
     TextReader,
+    WorkFiles,
 )
 from near_dedup_core.index_store.records import (
     BandHits,
@@ -109,7 +110,7 @@ __all__ = [
     "BandHits", "BandWrite", "Batch", "ContentColumns", "IcebergIndex", "Index",
     "IndexBackend", "IndexTexts", "IndexedPackage", "KnownTexts", "LostCommit", "OutsideSource",
     "PostgresIndex", "RawTextLookup", "RefTarget", "ShippedTexts", "Snapshot", "SqliteIndex",
-    "TextDecoder", "TextReader", "compress_texts", "connect_reader", "damaged",
+    "TextDecoder", "TextReader", "WorkFiles", "compress_texts", "connect_reader", "damaged",
     "database_errors", "longest_run", "open_index", "open_known_texts", "open_snapshot",
     "open_texts", "train_text_dictionary",
 ]

@@ -42,6 +42,8 @@ class IndexResult:
     new_contents: int = 0
     new_sources: int = 0
     bands: BandWrite | None = None  # where the batch's band rows went
+    blocks: int = 0  # blocks of new packages' lines the workers had to work on
+    resumed: int = 0  # … whose results a killed earlier run of the batch had kept
 
     @property
     def known_contents(self) -> int:
@@ -60,6 +62,9 @@ class IndexResult:
         if self.bands is not None and self.bands.folded:
             text += (f"; {count(self.bands.folded, 'lookup key')} of earlier batches merged "
                      f"into the main lookup table")
+        if self.resumed:
+            text += (f"; resumed: {self.resumed:,} of {count(self.blocks, 'block')} taken from "
+                     f"an interrupted run")
         return text
 
 
@@ -134,6 +139,8 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
     result.new_contents = writer.new_contents
     result.new_sources = writer.new_sources
     result.bands = writer.bands
+    result.blocks = writer.submitted
+    result.resumed = writer.reused
 
 
 #: Tries of a batch whose commit another writer's beats (an Iceberg index with a shared

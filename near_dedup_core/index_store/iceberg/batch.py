@@ -44,6 +44,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
+from near_dedup_core.index_store.iceberg.resume import IcebergWorkFiles
 from near_dedup_core.index_store.iceberg.snapshot import (
     IcebergSnapshot,
     Pinned,
@@ -108,6 +109,7 @@ class IcebergBatch:
         seqs = [s for (s,) in pinned.rows("batches", ("seq",))]
         self._max_seq = max(seqs, default=0)
         self._content_ids: HashedRows | None = None
+        self.work: IcebergWorkFiles | None = None
 
     # -- the index as a whole
     def meta(self) -> dict[str, str]:
@@ -212,6 +214,14 @@ class IcebergBatch:
     def upgrade_schema(self, values: dict[str, str]) -> None:
         """An Iceberg index is created at the current schema."""
 
+    def work_files(self, inputs: str) -> IcebergWorkFiles | None:
+        """The workers' results kept for a rerun of this batch if it is killed
+        (`resume.IcebergWorkFiles`); none for a first batch (its tables are made anew)."""
+        if self.reader_location is None:
+            return None
+        self.work = IcebergWorkFiles(self.pinned, inputs)
+        return self.work
+
     def band_writer(self, executor: Executor, parallelism: int) -> BandTasks:
         """The batch's band rows go, a chunk at a time, to tasks of ``executor`` that write
         them as data files (`BandTasks`)."""
@@ -303,6 +313,10 @@ class IcebergBatch:
             snapshots[name] = current.snapshot_id
         pause_point("index-publish")
         publish(self.pinned, "batch", created_at, snapshots)
+        if self.work is not None:
+            # published: a failure to tidy up leaves files that the next commit removes
+            with suppress(Exception):
+                self.work.drop_through(self.pinned)
 
 
 class BandSpec(NamedTuple):
@@ -632,12 +646,17 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
             if batch.seq is not None:
                 with errors(location):
                     batch.commit(created_at)
-        except BaseException:
+        except BaseException as exc:
             # the files it wrote (a new local index's folder goes as well); one it cannot
             # remove (the storage unreachable) is an orphan, never read, that `index check`
             # lists: the error to report stays the batch's own
             with suppress(Exception):
                 batch.discard()
+            if batch.work is not None and isinstance(exc, Exception):
+                # an error (bad input, a lost commit), not a signal: a rerun would not
+                # resume from them
+                with suppress(Exception):
+                    batch.work.drop()
             raise
 
 
