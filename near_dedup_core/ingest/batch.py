@@ -103,7 +103,7 @@ class BatchWriter:
     def __init__(self, store: Batch, config: NearDedupConfig, batch: int,
                  executor: Executor, parallelism: int, known_texts: str | None,
                  progress: Progress, shared: SharedBlocks | None = None,
-                 ranges: bool = False) -> None:
+                 ranges: bool = False, work: WorkFiles | None = None) -> None:
         self.store = store
         self.config = config
         self.batch = batch
@@ -138,7 +138,7 @@ class BatchWriter:
         self.awaiting_dictionary = False  # the first block, training its own, is in flight
         self.training_ahead = False  # a block training the next group's dictionary is in flight
         self.trained_ahead: bytes | None = None  # the next group's dictionary, once trained
-        self.work: WorkFiles | None = None  # where the workers' results are kept for a rerun
+        self.work = work  # where the workers' results are kept for a rerun (`replay`)
         self.submitted = 0  # blocks submitted so far
         self.finished = 0  # blocks applied so far
         self.reused = 0  # blocks whose result a killed earlier run kept
@@ -155,9 +155,6 @@ class BatchWriter:
         """Read every block of ``pkgs`` (packages not in ``new_rowids`` are only checked) and
         write the batch's rows; raises the first problem in input order."""
         self.new_rowids = new_rowids
-        if new_rowids:
-            self.work = self.store.work_files(
-                replay.inputs_digest(pkgs, set(new_rowids), self.config))
         self.ids = SampleIds(pkgs)
         self.tokenizers = {p.package_id: p.tokenizer for p in pkgs}
         for event in read_blocks(pkgs, block_lines=BLOCK_LINES, shared=self.shared,

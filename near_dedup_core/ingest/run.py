@@ -20,7 +20,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store import BandWrite, Batch
-from near_dedup_core.ingest import batch, work
+from near_dedup_core.ingest import batch, replay, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress
@@ -114,7 +114,15 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
     result.batch = seq
     new_records = sum(p.record_count for p in new)
     bar = Progress("index: records", new_records, enabled=progress)
-    executor = executor.for_work(new_records, 2 * batch.BLOCK_LINES)  # little: no processes
+    # the workers' results that a killed earlier try of this batch kept (`replay`)
+    kept = store.work_files(replay.inputs_digest(pkgs, {p.package_id for p in new}, config))
+    left, planned = new_records, executor.workers
+    if kept is not None and kept.names():
+        # about this many records are left to work on: few, and the pool's start (about
+        # 2 s of CPU per worker) costs more than the work; the blocks are worked inline
+        left = max(0, new_records - len(kept.names()) * batch.BLOCK_LINES)
+        left = left if left > RESUME_INLINE_RECORDS else 0
+    executor = executor.for_work(left, 2 * batch.BLOCK_LINES)  # little: no processes
     # where workers read the committed index: processes of this machine, or any machine
     # for a server
     known_texts = (store.reader_location if executor.workers_read_index or store.served
@@ -127,8 +135,11 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
         init, initargs = ((work.init_worker, shared.worker_args()) if shared is not None
                           else (None, ()))
         with work_pool(executor, executor.workers, init, initargs, work.WORKER_MODULES) as pool:
-            writer = BatchWriter(store, config, seq, pool, parallelism(pool, executor.workers),
-                                 known_texts, bar, shared, ranges=executor.reads_storage)
+            # a rerun worked inline keeps the blocks in flight of the pool it replaces, so
+            # that its jobs (which blocks wait for the first dictionary) are the kept ones
+            width = parallelism(pool, executor.workers) if left else planned
+            writer = BatchWriter(store, config, seq, pool, width, known_texts, bar, shared,
+                                 ranges=executor.reads_storage, work=kept)
             writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
             writer.run(pkgs, rowids)
     finally:
@@ -143,6 +154,10 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
     result.resumed = writer.reused
 
 
+#: A rerun of a killed batch with at most about this many records left to work on (its
+#: blocks whose results the killed try kept aside) works them in this process, without
+#: starting the worker pool.
+RESUME_INLINE_RECORDS = 32 * batch.BLOCK_LINES
 #: Tries of a batch whose commit another writer's beats (an Iceberg index with a shared
 #: catalog, whose writers take no lock): each runs the batch on the newly published state.
 COMMIT_TRIES = 5
