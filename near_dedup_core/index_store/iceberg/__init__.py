@@ -13,6 +13,7 @@ readers on several machines, the catalog's optimistic commit their only coordina
 - `snapshot`: a scan's reads from one published state (`IcebergSnapshot`), the per-bucket
   history join, the workers' readers;
 - `batch`: one appended batch (`IcebergBatch`) and its commit;
+- `resume`: the work files a batch keeps for its rerun after a kill (`IcebergWorkFiles`);
 - `maintain`: `index check`, `index compact`, `index expire`.
 
 Imported only when an ``iceberg://`` index is used (the ``[iceberg]`` extra).

@@ -17,8 +17,10 @@ The rule (docs/iceberg.md, "Commits"): readers read each data table at the snaps
 the newest ``commits`` row records. A writer, under the writer's lock, first returns every
 data table whose current snapshot is not the recorded one (the leftovers of a killed writer)
 to the recorded snapshot, then appends; the ``commits`` append checks that the commit table
-is still at the snapshot the writer read (no retry), so a batch is published whole or not
-at all, never twice."""
+is still at the snapshot the writer read (no retry of the commit itself: a refused batch is
+run again on the new state by `ingest.run`), so a batch is published whole or not at all,
+never twice. A batch's workers' results are kept as work files (`resume`) for its rerun
+after a kill."""
 
 from __future__ import annotations
 
@@ -521,8 +523,9 @@ def to_arrow(name: str, rows: list[tuple], schema: pa.Schema | None = None) -> p
 
 
 def publish(pinned: Pinned, op: str, at: str, snapshots: dict[str, int | None]) -> None:
-    """The commit point: one ``commits`` row recording ``snapshots``; refused (one line,
-    nothing published) when another writer committed since ``pinned`` was read."""
+    """The commit point: one ``commits`` row recording ``snapshots``; refused (`LostCommit`,
+    nothing published: `ingest.run` runs the batch again on the new state) when another
+    writer committed since ``pinned`` was read."""
     row = to_arrow(it.COMMITS, [(pinned.state.n + 1, op, at, orjson.dumps(snapshots).decode())])
     commits = pinned.tables[it.COMMITS]
     try:
