@@ -1,7 +1,8 @@
 """Writers of an Iceberg index that share no lock (docs/iceberg.md, "Commits"): two `index`
 processes racing on one shared catalog (PostgreSQL, the warehouse on moto's S3 server or in
 a folder) end with the index and the reports of the serial order in which their commits
-landed; a writer beaten at every try stops with one line.
+landed; a writer beaten at every try stops with one line; a day killed on an S3 warehouse
+resumes from the work files it kept in the bucket.
 """
 
 from __future__ import annotations
@@ -177,3 +178,25 @@ def test_a_writer_beaten_at_every_try_stops_with_one_line(monkeypatch, tmp_path)
     monkeypatch.undo()
     assert published_rows(index) == before
     assert "batch 2 added cpt-v2" in ok(index, V2)
+
+
+def test_a_killed_day_on_s3_resumes_from_the_bucket(env, tmp_path):
+    """The work files of a day killed on an S3 warehouse are objects under the index's prefix;
+    the rerun takes them, removes them at its commit, and publishes the rows of a run never
+    killed."""
+    from helpers import make_package
+    from test_iceberg_resume import KILLED_AT, day_records, killed_at_block
+
+    s3, _ = env
+    day = make_package(tmp_path, "day", {"train": day_records("day")})
+    whole = f"iceberg://{tmp_path / 'whole'}"
+    ok(whole, V1)
+    ok(whole, day)
+    index = new_location(env, "s3", tmp_path, "resumed")
+    prefix = index.split("?", 1)[0].split("/", 3)[3]
+    ok(index, V1)
+    killed_at_block(index, day, KILLED_AT, tmp_path)
+    assert len([k for k in s3.keys(prefix) if k.endswith(".work")]) == KILLED_AT
+    assert f"; resumed: {KILLED_AT} of 6 blocks taken from an interrupted run" in ok(index, day)
+    assert [k for k in s3.keys(prefix) if "/_resume/" in k] == []
+    assert published_rows(index) == published_rows(whole)
