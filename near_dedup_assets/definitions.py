@@ -23,6 +23,7 @@ with one_line_when_validating():  # the modules below read the settings that sha
         with_contamination,
     )
     from near_dedup_assets.jobs import daily_release, schedule_from_env
+    from near_dedup_assets.maintenance import index_maintenance
     from near_dedup_assets.resources import (
         ReleaseSettings,
         current_environment,
@@ -37,7 +38,7 @@ def build_defs(settings: ReleaseSettings | dg.ResourceDefinition,
     """The release graph with the given settings or settings resource (and schedule, if any);
     ``contamination`` = (enabled, blocking) adds the contamination step
     (``NEAR_DEDUP_EVALS``); ``rates_blocking`` makes the exclusion-rate check blocking."""
-    assets, checks = list(RELEASE_ASSETS), release_checks(rates_blocking)
+    assets, checks = [*RELEASE_ASSETS, index_maintenance], release_checks(rates_blocking)
     if contamination[0]:
         assets, checks = with_contamination(assets, checks, blocking=contamination[1])
     return dg.Definitions(

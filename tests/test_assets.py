@@ -173,16 +173,17 @@ def outputs(settings: ReleaseSettings, day: str) -> dict[str, dict[str, bytes]]:
 # --------------------------------------------------------------------------- definitions
 
 
-def test_definitions_load_with_four_partitioned_assets_checks_job_and_schedule():
+def test_definitions_load_with_five_partitioned_assets_checks_job_and_schedule():
     dg.Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     assert {k.to_user_string() for k in graph.get_all_asset_keys()} == {
-        "validated_snapshot", "index_append", "scan_report", "mixture"}
+        "validated_snapshot", "index_append", "scan_report", "mixture", "index_maintenance"}
     assert {(k.asset_key.to_user_string(), k.name) for k in graph.asset_check_keys} == {
         ("scan_report", "report_checksums"), ("scan_report", "exclusion_rates"),
         ("mixture", "mixture_verify"), ("mixture", "no_taken_down_content")}
     index_step = graph.get(INDEX_APPEND)
     assert index_step.pools == {"index_writer"}
+    assert graph.get(dg.AssetKey("index_maintenance")).pools == {"index_writer"}
     assert all(graph.get(k).partitions_def == release_days() for k in graph.get_all_asset_keys())
     job = defs.resolve_job_def("daily_release")
     assert {"index_and_report", "scan_report_report_checksums",

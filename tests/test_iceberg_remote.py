@@ -4,7 +4,7 @@ in a folder (docs/iceberg.md, "Where the index lives").
 `index` + `scan` give reports byte-identical to a SQLite index, also after `index compact`;
 a SIGKILL during an append leaves an index whose next scan is the report of before; of two
 concurrent appends (two processes, no lock between them) the one that loses the catalog's
-commit publishes nothing and says so in one line, and runs again as the next batch; expiry
+commit runs again on the new state and lands as the next batch; expiry
 keeps the state a running scan pinned; `index check` works on the bucket; bad locations and
 states are one line, exit 1, nothing written.
 """
@@ -239,9 +239,9 @@ def test_a_folder_warehouse_with_a_shared_catalog(env, tmp_path):
 
 def test_two_concurrent_appends_each_land_once(remote, tmp_path):
     """Two `index` processes append to one index with no lock between them: the one that
-    commits second is refused by the catalog (one line, exit 1, nothing published), runs
-    again and lands as the next batch. Each batch is in the index once, and `index check`
-    finds its invariants (sources, contents, bands) whole."""
+    commits second is refused by the catalog, runs its batch again on the new state and
+    lands as the next batch. Each batch is in the index once, and `index check` finds its
+    invariants (sources, contents, bands) whole."""
     index = remote
     ok(index, V1)
     flag = tmp_path / "flag"
@@ -253,11 +253,9 @@ def test_two_concurrent_appends_each_land_once(remote, tmp_path):
     assert second.returncode == 0, second.stderr
     assert "batch 2 added cpt-v3" in second.stdout
     flag.unlink()
-    _, err = first.communicate(timeout=120)
-    assert first.returncode == 1, err
-    assert err.count("\n") == 1 and "another writer committed meanwhile" in err \
-        and "nothing of this run was published" in err, err
-    assert "batch 3 added cpt-v2" in ok(index, V2)
+    out, err = first.communicate(timeout=300)
+    assert first.returncode == 0, err
+    assert "batch 3 added cpt-v2" in out
 
     from near_dedup_core.index_store.iceberg.snapshot import Pinned
 

@@ -28,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-ASSETS = ("validated_snapshot", "index_append", "scan_report", "mixture")
+ASSETS = ("validated_snapshot", "index_append", "scan_report", "mixture", "index_maintenance")
 START_TIMEOUT = 120.0
 
 pytestmark = pytest.mark.webserver
@@ -257,6 +257,7 @@ def test_webserver_serves_the_asset_graph(webserver, tmp_path):
     assert all(n["isPartitioned"] and n["groupName"] == "release" for n in nodes)
     assert by_key["scan_report"]["hasAssetChecks"] and by_key["mixture"]["hasAssetChecks"]
     assert by_key["index_append"]["pools"] == ["index_writer"]
+    assert by_key["index_maintenance"]["pools"] == ["index_writer"]
     assert by_key["index_append"]["kinds"] == ["sqlite"]  # the index's backend
 
     with chromium() as driver:

@@ -29,7 +29,7 @@ First-ingest order of a content is (contents.batch, contents.content_id).
 
 Modules (plain imports: a reader, mypy and a code walker follow every name)
 - `protocols`: the contract (`IndexBackend`, `Snapshot`, `Batch`, `TextReader`,
-  `RawTextLookup`, `BandChunks`) and `records`, the named records it passes;
+  `RawTextLookup`, `BandChunks`, `WorkFiles`) and `records`, the named records it passes;
 - `backends`: ``--index`` parsed once (`open_index`) into `SqliteIndex`, `PostgresIndex` or
   `IcebergIndex`, which a command asks for its snapshot, batch, workers' readers, check and
   maintenance;
@@ -69,7 +69,13 @@ from near_dedup_core.index_store.backends import (
     open_snapshot,
     open_texts,
 )
-from near_dedup_core.index_store.common import BAND_TABLES, FORMAT, SCHEMA_VERSION, longest_run
+from near_dedup_core.index_store.common import (
+    BAND_TABLES,
+    FORMAT,
+    SCHEMA_VERSION,
+    LostCommit,
+    longest_run,
+)
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 from near_dedup_core.index_store.protocols import (
     BandChunks,
@@ -78,6 +84,7 @@ from near_dedup_core.index_store.protocols import (
     RawTextLookup,
     Snapshot,
     TextReader,
+    WorkFiles,
 )
 from near_dedup_core.index_store.records import (
     BandHits,
@@ -102,9 +109,9 @@ from near_dedup_core.index_store.texts import (
 __all__ = [
     "BANDS_MERGED_THROUGH", "BAND_TABLES", "FORMAT", "SCHEMA_VERSION", "BandChunks",
     "BandHits", "BandWrite", "Batch", "ContentColumns", "ContentSource", "IcebergIndex", "Index",
-    "IndexBackend", "IndexTexts", "IndexedPackage", "KnownTexts", "OutsideSource",
+    "IndexBackend", "IndexTexts", "IndexedPackage", "KnownTexts", "LostCommit", "OutsideSource",
     "PostgresIndex", "RawTextLookup", "RefTarget", "ShippedTexts", "Snapshot", "SqliteIndex",
-    "TextDecoder", "TextReader", "compress_texts", "connect_reader", "damaged",
+    "TextDecoder", "TextReader", "WorkFiles", "compress_texts", "connect_reader", "damaged",
     "database_errors", "longest_run", "open_index", "open_known_texts", "open_snapshot",
     "open_texts", "train_text_dictionary",
 ]

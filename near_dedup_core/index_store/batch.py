@@ -212,6 +212,10 @@ class BatchTransaction:
         through `write_bands`."""
         return None
 
+    def work_files(self, inputs: str) -> None:
+        """A SQL batch keeps no worker results: a killed one is rolled back whole."""
+        return None
+
     def write_bands(self, ranges: Iterable[tuple[np.ndarray, np.ndarray]],
                     announce: Callable[[str], None] = lambda _text: None) -> BandWrite:
         """The batch's band rows, after its contents: into ``bands_recent``, or with it

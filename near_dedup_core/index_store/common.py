@@ -22,6 +22,12 @@ SCHEMA_VERSION = "3"
 BAND_TABLES = ("bands", "bands_recent")
 
 
+class LostCommit(NearDedupError):
+    """A batch's commit refused because another writer committed first (an index whose
+    writers share no lock: Iceberg with a shared catalog). Nothing of the batch was
+    published; `ingest.run.index_packages` runs the batch again on the new state."""
+
+
 def check_index_path(path: Path, input_dirs: list[Path]) -> None:
     """Refuse paths that are not a dedicated index file (docs/contract.md §4, index)."""
     if path.name == "pipeline.db":

@@ -193,6 +193,22 @@ class BandChunks(Protocol):
     def finish(self) -> BandWrite: ...
 
 
+class WorkFiles(Protocol):
+    """The results of a batch's worker tasks, kept by the index beside its tables
+    (`Batch.work_files`) under names that say which job made them, so that a run of the
+    same batch killed before its commit is resumed from them. Never read by a scan."""
+
+    def names(self) -> set[str]:
+        """The names kept (by a killed earlier try of this batch)."""
+        ...
+
+    def get(self, name: str) -> bytes | None:
+        """A kept result (None: not kept, or it does not read back whole)."""
+        ...
+
+    def put(self, name: str, data: bytes) -> None: ...
+
+
 class Batch(Protocol):
     """The write side of one open batch: every write `index` makes. Nothing is visible to
     readers until the backend commits it, whole, when the batch's block ends without an
@@ -265,6 +281,14 @@ class Batch(Protocol):
     def band_writer(self, executor: Executor, parallelism: int) -> BandChunks | None:
         """Where `index` hands the band rows while it runs, for tasks of ``executor`` to
         write; None: all of them at the end, through `write_bands`."""
+        ...
+
+    # -- resuming
+    def work_files(self, inputs: str) -> WorkFiles | None:
+        """Where the batch keeps its workers' results for a run of the same batch (same
+        ``inputs`` digest: packages, config, tool version) on the same published state, if
+        this one is killed; None: the backend keeps none (a killed SQL batch is rolled back
+        whole by its database)."""
         ...
 
     def write_bands(self, ranges: Iterable[tuple[np.ndarray, np.ndarray]],

@@ -16,7 +16,8 @@ is built in a temporary sibling file that is renamed into place after the commit
 Results do not depend on the number of workers.
 
 Modules: `work` (the workers' side, step 2), `batch` (the main process's side, steps 1
-and 3) and `run` (the entry point, ``from near_dedup_core.ingest.run import
-index_packages``). This package imports none of them: `work` imports neither SQLAlchemy nor
+and 3), `replay` (a worker's result kept for the rerun of a killed batch) and `run` (the
+entry point, ``from near_dedup_core.ingest.run import index_packages``; a batch whose commit
+another writer's beat runs again there). This package imports none of them: `work` imports neither SQLAlchemy nor
 pydantic, so the pool's workers, which import it, start without them.
 """

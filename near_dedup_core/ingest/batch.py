@@ -46,8 +46,8 @@ import numpy as np
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.index_store import BandChunks, BandWrite, Batch, RefTarget
-from near_dedup_core.ingest import work
+from near_dedup_core.index_store import BandChunks, BandWrite, Batch, RefTarget, WorkFiles
+from near_dedup_core.ingest import replay, work
 from near_dedup_core.package import (
     BLOCK_BYTES,
     LineBlock,
@@ -94,6 +94,7 @@ class _InFlight(NamedTuple):
     use_trained: bool  # … and compresses with it (the batch's first block with new content)
     deferred: bool  # sent while that block was under way: its texts come back uncompressed
     future: Future
+    keep: str | None = None  # the name to keep the worker's result under (`WorkFiles`)
 
 
 class BatchWriter:
@@ -102,7 +103,7 @@ class BatchWriter:
     def __init__(self, store: Batch, config: NearDedupConfig, batch: int,
                  executor: Executor, parallelism: int, known_texts: str | None,
                  progress: Progress, shared: SharedBlocks | None = None,
-                 ranges: bool = False) -> None:
+                 ranges: bool = False, work: WorkFiles | None = None) -> None:
         self.store = store
         self.config = config
         self.batch = batch
@@ -137,6 +138,10 @@ class BatchWriter:
         self.awaiting_dictionary = False  # the first block, training its own, is in flight
         self.training_ahead = False  # a block training the next group's dictionary is in flight
         self.trained_ahead: bytes | None = None  # the next group's dictionary, once trained
+        self.work = work  # where the workers' results are kept for a rerun (`replay`)
+        self.submitted = 0  # blocks submitted so far
+        self.finished = 0  # blocks applied so far
+        self.reused = 0  # blocks whose result a killed earlier run kept
 
     # -- refs
     def track_targets(self, package_ids: set[str], indexed: dict[str, int]) -> None:
@@ -189,8 +194,34 @@ class BatchWriter:
         job = work.BlockJob(block, self.params, self.tokenizers[block.package_id],
                             self.known_texts, dict_data, train, use_trained, validate_only,
                             compress=not deferred)
-        self.in_flight.append(_InFlight(block, dict_id, train, use_trained, deferred,
-                                        self.executor.submit(work.process_block, job)))
+        keep = None
+        future = None
+        if self.work is not None:
+            keep = replay.job_name(self.submitted, job)
+            future = self._kept(keep)
+        self.submitted += 1
+        if future is None:
+            future = self.executor.submit(work.process_block, job)
+        else:
+            keep = None
+        self.in_flight.append(_InFlight(block, dict_id, train, use_trained, deferred, future,
+                                        keep))
+
+    def _kept(self, name: str) -> Future | None:
+        """The result that a killed earlier run of this batch kept for this job, if any and
+        whole (`replay`), as a finished future."""
+        assert self.work is not None
+        data = self.work.get(name)
+        if data is None:
+            return None
+        try:
+            res = replay.decode(data)
+        except (ValueError, KeyError, OSError, TypeError):  # not a result of this version
+            return None
+        self.reused += 1
+        future: Future = Future()
+        future.set_result(res)
+        return future
 
     def _finish(self, item: _InFlight | ShardEnd) -> None:
         if isinstance(item, ShardEnd):
@@ -199,6 +230,9 @@ class BatchWriter:
             return
         block = item.block
         res: work.BlockResult = item.future.result()
+        if item.keep is not None and res.problem is None:
+            assert self.work is not None
+            self.work.put(item.keep, replay.encode(res))
         if block.shared is not None:
             assert self.shared is not None
             self.shared.release(block.shared[0])
@@ -225,7 +259,9 @@ class BatchWriter:
                     blobs=db.compress_texts(res.new.blobs, dict_data)))
         self._apply(block, res, dict_id)
         self.progress.advance(len(res.sample_ids))
+        self.finished += 1
         pause_point("index-write")
+        pause_point(f"index-block-{self.finished}")  # (a test kills the run there)
 
     # -- rows
     def _scope_id(self, key: str, label: str) -> int:

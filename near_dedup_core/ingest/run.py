@@ -6,6 +6,8 @@ registers at its commit) and runs the pipeline of
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store import BandWrite, Batch
-from near_dedup_core.ingest import batch, work
+from near_dedup_core.ingest import batch, replay, work
 from near_dedup_core.ingest.batch import BatchWriter
 from near_dedup_core.package import Package, open_packages
 from near_dedup_core.progress import Progress
@@ -40,6 +42,8 @@ class IndexResult:
     new_contents: int = 0
     new_sources: int = 0
     bands: BandWrite | None = None  # where the batch's band rows went
+    blocks: int = 0  # blocks of new packages' lines the workers had to work on
+    resumed: int = 0  # … whose results a killed earlier run of the batch had kept
 
     @property
     def known_contents(self) -> int:
@@ -58,6 +62,9 @@ class IndexResult:
         if self.bands is not None and self.bands.folded:
             text += (f"; {count(self.bands.folded, 'lookup key')} of earlier batches merged "
                      f"into the main lookup table")
+        if self.resumed:
+            text += (f"; resumed: {self.resumed:,} of {count(self.blocks, 'block')} taken from "
+                     f"an interrupted run")
         return text
 
 
@@ -107,7 +114,15 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
     result.batch = seq
     new_records = sum(p.record_count for p in new)
     bar = Progress("index: records", new_records, enabled=progress)
-    executor = executor.for_work(new_records, 2 * batch.BLOCK_LINES)  # little: no processes
+    # the workers' results that a killed earlier try of this batch kept (`replay`)
+    kept = store.work_files(replay.inputs_digest(pkgs, {p.package_id for p in new}, config))
+    left, planned = new_records, executor.workers
+    if kept is not None and kept.names():
+        # about this many records are left to work on: few, and the pool's start (about
+        # 2 s of CPU per worker) costs more than the work; the blocks are worked inline
+        left = max(0, new_records - len(kept.names()) * batch.BLOCK_LINES)
+        left = left if left > RESUME_INLINE_RECORDS else 0
+    executor = executor.for_work(left, 2 * batch.BLOCK_LINES)  # little: no processes
     # where workers read the committed index: processes of this machine, or any machine
     # for a server
     known_texts = (store.reader_location if executor.workers_read_index or store.served
@@ -120,8 +135,11 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
         init, initargs = ((work.init_worker, shared.worker_args()) if shared is not None
                           else (None, ()))
         with work_pool(executor, executor.workers, init, initargs, work.WORKER_MODULES) as pool:
-            writer = BatchWriter(store, config, seq, pool, parallelism(pool, executor.workers),
-                                 known_texts, bar, shared, ranges=executor.reads_storage)
+            # a rerun worked inline keeps the blocks in flight of the pool it replaces, so
+            # that its jobs (which blocks wait for the first dictionary) are the kept ones
+            width = parallelism(pool, executor.workers) if left else planned
+            writer = BatchWriter(store, config, seq, pool, width, known_texts, bar, shared,
+                                 ranges=executor.reads_storage, work=kept)
             writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
             writer.run(pkgs, rowids)
     finally:
@@ -132,6 +150,20 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
     result.new_contents = writer.new_contents
     result.new_sources = writer.new_sources
     result.bands = writer.bands
+    result.blocks = writer.submitted
+    result.resumed = writer.reused
+
+
+#: A rerun of a killed batch with at most about this many records left to work on (its
+#: blocks whose results the killed try kept aside) works them in this process, without
+#: starting the worker pool.
+RESUME_INLINE_RECORDS = 32 * batch.BLOCK_LINES
+#: Tries of a batch whose commit another writer's beats (an Iceberg index with a shared
+#: catalog, whose writers take no lock): each runs the batch on the newly published state.
+COMMIT_TRIES = 5
+#: Up to this many seconds (times the try) between two tries, at random, so that writers
+#: that collided do not collide again in step.
+RETRY_PAUSE = 1.0
 
 
 def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
@@ -148,7 +180,19 @@ def index_packages(index: str | Path | db.Index, config: NearDedupConfig,
     pkgs = open_packages(paths)
     config.check_pool_records(sum(p.record_count for p in pkgs),
                               "; split it into several batches")
-    result = IndexResult(index=index.file or index.label, batch=None)
-    with index.batch(config, utc_now()) as store:
-        _append_in(store, config, pkgs, result, chosen, progress)
-    return result
+    for attempt in range(1, COMMIT_TRIES + 1):
+        result = IndexResult(index=index.file or index.label, batch=None)
+        try:
+            with index.batch(config, utc_now()) as store:
+                _append_in(store, config, pkgs, result, chosen, progress)
+            return result
+        except db.LostCommit:
+            # another writer published first: the batch number, the row ids and every
+            # "seen before" depend on the state, so the whole batch runs again on the new one
+            if attempt == COMMIT_TRIES:
+                raise NearDedupError(
+                    f"index {result.index}: another writer committed first {COMMIT_TRIES} "
+                    f"times in a row; nothing of this run was published; run it again"
+                ) from None
+            time.sleep(random.uniform(0, RETRY_PAUSE * attempt))
+    raise AssertionError("unreachable")

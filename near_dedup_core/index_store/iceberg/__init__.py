@@ -13,6 +13,7 @@ readers on several machines, the catalog's optimistic commit their only coordina
 - `snapshot`: a scan's reads from one published state (`IcebergSnapshot`), the per-bucket
   history join, the workers' readers;
 - `batch`: one appended batch (`IcebergBatch`) and its commit;
+- `resume`: the work files a batch keeps for its rerun after a kill (`IcebergWorkFiles`);
 - `maintain`: `index check`, `index compact`, `index expire`.
 
 Imported only when an ``iceberg://`` index is used (the ``[iceberg]`` extra).
@@ -55,11 +56,18 @@ def errors(location: str) -> Iterator[None]:
                                  f"checksum: {detail}); restore it from a backup or run "
                                  f"`near-dedup --index {location} index check`") from None
         if isinstance(exc, ice.CommitFailedException):
-            raise NearDedupError(f"index {location}: another writer committed meanwhile; "
-                                 f"nothing of this run was published; run it again") from None
+            raise lost_commit(location) from None
         raise NearDedupError(f"index {location}: cannot use the Iceberg tables "
                              f"({type(exc).__name__}: {detail}); run `near-dedup --index "
                              f"{location} index check`") from None
+
+
+def lost_commit(location: str) -> NearDedupError:
+    """The line of a commit that another writer's commit beat (`common.LostCommit`)."""
+    from near_dedup_core.index_store.common import LostCommit
+
+    return LostCommit(f"index {location}: another writer committed meanwhile; nothing of "
+                      f"this run was published; run it again")
 
 
 def it_checksum_failed(detail: str) -> bool:

@@ -17,8 +17,10 @@ The rule (docs/iceberg.md, "Commits"): readers read each data table at the snaps
 the newest ``commits`` row records. A writer, under the writer's lock, first returns every
 data table whose current snapshot is not the recorded one (the leftovers of a killed writer)
 to the recorded snapshot, then appends; the ``commits`` append checks that the commit table
-is still at the snapshot the writer read (no retry), so a batch is published whole or not
-at all, never twice."""
+is still at the snapshot the writer read (no retry of the commit itself: a refused batch is
+run again on the new state by `ingest.run`), so a batch is published whole or not at all,
+never twice. A batch's workers' results are kept as work files (`resume`) for its rerun
+after a kill."""
 
 from __future__ import annotations
 
@@ -44,6 +46,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
+from near_dedup_core.index_store.iceberg.resume import IcebergWorkFiles
 from near_dedup_core.index_store.iceberg.snapshot import (
     IcebergSnapshot,
     Pinned,
@@ -52,6 +55,7 @@ from near_dedup_core.index_store.iceberg.snapshot import (
 )
 from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import binding_rows
+from near_dedup_core.progress import pause_point
 
 #: Band rows that the writer gathers before handing them to the executor's tasks (about
 #: 64 MB of keys and content ids): each chunk becomes one file per bucket, so a batch of R
@@ -109,6 +113,7 @@ class IcebergBatch:
         seqs = [s for (s,) in pinned.rows("batches", ("seq",))]
         self._max_seq = max(seqs, default=0)
         self._content_ids: HashedRows | None = None
+        self.work: IcebergWorkFiles | None = None
 
     # -- the index as a whole
     def meta(self) -> dict[str, str]:
@@ -221,6 +226,14 @@ class IcebergBatch:
     def upgrade_schema(self, values: dict[str, str]) -> None:
         """An Iceberg index is created at the current schema."""
 
+    def work_files(self, inputs: str) -> IcebergWorkFiles | None:
+        """The workers' results kept for a rerun of this batch if it is killed
+        (`resume.IcebergWorkFiles`); none for a first batch (its tables are made anew)."""
+        if self.reader_location is None:
+            return None
+        self.work = IcebergWorkFiles(self.pinned, inputs)
+        return self.work
+
     def band_writer(self, executor: Executor, parallelism: int) -> BandTasks:
         """The batch's band rows go, a chunk at a time, to tasks of ``executor`` that write
         them as data files (`BandTasks`)."""
@@ -310,7 +323,12 @@ class IcebergBatch:
             current = table.current_snapshot()
             assert current is not None
             snapshots[name] = current.snapshot_id
+        pause_point("index-publish")
         publish(self.pinned, op, created_at, snapshots)
+        if self.work is not None:
+            # published: a failure to tidy up leaves files that the next commit removes
+            with suppress(Exception):
+                self.work.drop_through(self.pinned)
 
 
 class BandSpec(NamedTuple):
@@ -515,15 +533,17 @@ def to_arrow(name: str, rows: list[tuple], schema: pa.Schema | None = None) -> p
 
 
 def publish(pinned: Pinned, op: str, at: str, snapshots: dict[str, int | None]) -> None:
-    """The commit point: one ``commits`` row recording ``snapshots``; refused (one line,
-    nothing published) when another writer committed since ``pinned`` was read."""
+    """The commit point: one ``commits`` row recording ``snapshots``; refused (`LostCommit`,
+    nothing published: `ingest.run` runs the batch again on the new state) when another
+    writer committed since ``pinned`` was read."""
     row = to_arrow(it.COMMITS, [(pinned.state.n + 1, op, at, orjson.dumps(snapshots).decode())])
     commits = pinned.tables[it.COMMITS]
     try:
         commits.append(row)
     except CommitFailedException:
-        raise NearDedupError(f"index {pinned.location}: another writer committed meanwhile; "
-                             f"nothing of this run was published; run it again") from None
+        from near_dedup_core.index_store.iceberg import lost_commit
+
+        raise lost_commit(pinned.location) from None
 
 
 def metadata_version(uri: str) -> int:
@@ -639,12 +659,17 @@ def iceberg_batch(location: str, config: NearDedupConfig, created_at: str
             if batch.seq is not None or (batch.takedowns and not fresh):
                 with errors(location):
                     batch.commit(created_at, "batch" if batch.seq is not None else "takedown")
-        except BaseException:
+        except BaseException as exc:
             # the files it wrote (a new local index's folder goes as well); one it cannot
             # remove (the storage unreachable) is an orphan, never read, that `index check`
             # lists: the error to report stays the batch's own
             with suppress(Exception):
                 batch.discard()
+            if batch.work is not None and isinstance(exc, Exception):
+                # an error (bad input, a lost commit), not a signal: a rerun would not
+                # resume from them
+                with suppress(Exception):
+                    batch.work.drop()
             raise
 
 
