@@ -230,8 +230,9 @@ def what_if_short(items: list[tuple[dict, dict]], pool: list[dict], pairs: dict[
             if len(tokens) > 16 or len(letters) not in (3, 4):
                 continue
             words = [index.vocab.get(t, -1) for t in tokens]
-            for j in letters:
-                near |= {pool[k]["id"] for k in index.docs(index.runs(words, j))}
+            whole = {pool[k]["id"] for k in index.docs(index.runs(words))}
+            for j in letters:  # the product has judged the whole copies (pairs, set aside)
+                near |= {pool[k]["id"] for k in index.docs(index.runs(words, j))} - whole
         out[rec["id"]] = found if len(found | near) >= common else found | near
     return out
 

@@ -6,6 +6,8 @@ what is set aside: text common in the pool and allowlisted public text (docs/con
 from __future__ import annotations
 
 import json
+import random
+import re
 import shutil
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from near_dedup_core.contamination.items import EvalItem, SampleRef
 from near_dedup_core.contamination.report import AllowEntry
 from near_dedup_core.contamination.setaside import Allowlist, Matched, set_aside
 from near_dedup_core.fsutil import write_checksums
+from near_dedup_core.signature import code_points
 
 LICENCE = "Permission is hereby granted, free of charge, to any person obtaining a copy"
 QUOTE = "Four score and seven years ago our fathers brought forth on this continent"
@@ -327,3 +330,45 @@ def test_an_exact_match_is_checked_word_by_word(kinds, tmp_path, sample, change,
     (forged / "checksums.sha256").unlink()
     write_checksums(forged)
     refused(["report", "verify", forged], f"contamination.jsonl:{at + 1}", fragment)
+
+
+def test_the_word_run_kernel_agrees_with_a_plain_search():
+    """`exact._exact_batch` against a word-by-word search of every place, on random items of
+    3–16 words (some of them numbers) and texts holding copies with words replaced."""
+    rng = random.Random(5)
+    vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "12", "7", "2024"]
+    items = [" ".join(rng.choice(vocab) for _ in range(rng.randint(3, 16))) for _ in range(60)]
+    texts = []
+    for _ in range(120):
+        words = [rng.choice(vocab) for _ in range(rng.randint(0, 30))]
+        copy = rng.choice(items).split()
+        for _ in range(rng.randint(0, 3)):
+            copy[rng.randrange(len(copy))] = rng.choice(vocab)
+        at = rng.randint(0, len(words))
+        texts.append(" ".join(words[:at] + copy + words[at:]))
+    refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
+    st = probe._exact_state(refs, np.ones(len(items), dtype=bool), 0.8)
+    cps, offsets = code_points(texts)
+    got = sorted(exact._exact_batch(cps, offsets, st["words"], st["max_words"],
+                                    st["has_length"], st["run_table"], st["run_vals"],
+                                    st["run_postings"], st["word_flat"], st["word_number"],
+                                    st["word_start"], st["tolerance"]))
+    want = []
+    for i, text in enumerate(texts):
+        spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"[^\W_]+", text)]
+        for it, item in enumerate(items):
+            words = item.split()
+            k = probe.tolerance_of(sum(not w.isdigit() for w in words), 0.8)
+            places = []
+            for at in range(len(spans) - len(words) + 1):
+                differ = [a for a, (_, _, b) in zip(words, spans[at:at + len(words)],
+                                                    strict=True) if a != b]
+                if len(differ) <= k and not any(a.isdigit() for a in differ):
+                    places.append((len(differ), at))
+            if places:
+                bad, at = min(places) if min(places)[0] == 0 else \
+                    min(places, key=lambda p: p[1])
+                want.append((i, it, spans[at][0], spans[at + len(words) - 1][1],
+                             len(words) - bad))
+    assert [tuple(int(x) for x in g) for g in got] == sorted(want)
+    assert any(w[4] < len(items[w[1]].split()) - 1 for w in want)  # two words or more differ
