@@ -36,7 +36,7 @@ from near_dedup_core.contamination import (
     verify_contamination,
 )
 from near_dedup_core.contamination import run as contamination_run
-from near_dedup_core.contamination.probe import span_width
+from near_dedup_core.contamination.probe import span_width, tolerance_of
 from near_dedup_core.contamination.setaside import words_of
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import write_checksums
@@ -183,11 +183,13 @@ def test_planted_items_found_with_exact_containment(planted):
     assert found / len(leaked) >= 0.99, (found, len(leaked))
     items = {(pid, sid): text for pid, sid, text in planted["items"]}
     for key, row in reported.items():
-        if row["method"] == "exact":  # an item of at most 12 words: by its words
+        if row["method"] == "exact":  # an item of at most 16 words: by its words
             item, span = words_of(items[key[:2]]).split(), words_of(row["training_text"]).split()
-            assert len(item) <= 12 and len(span) == len(item)
-            assert sum(a != b for a, b in zip(item, span, strict=True)) == \
-                row["item_shingles"] - row["common_shingles"] <= 1
+            assert len(item) <= 16 and len(span) == len(item)
+            differ = [a for a, b in zip(item, span, strict=True) if a != b]
+            letters = sum(not w.isdigit() for w in item)
+            assert len(differ) == row["item_shingles"] - row["common_shingles"] <= \
+                tolerance_of(letters, 0.8) and not any(w.isdigit() for w in differ)
             continue
         assert key in leaked, key  # verified pairs only: nothing below the threshold
         assert row["containment"] == leaked[key]

@@ -6,17 +6,22 @@ what is set aside: text common in the pool and allowlisted public text (docs/con
 from __future__ import annotations
 
 import json
+import random
+import re
 import shutil
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from helpers import make_package, refused, run_cli, stdlib_paragraphs, tree_bytes
 
-from near_dedup_core.contamination import exact
+from near_dedup_core.contamination import exact, probe
+from near_dedup_core.contamination.items import EvalItem, SampleRef
 from near_dedup_core.contamination.report import AllowEntry
 from near_dedup_core.contamination.setaside import Allowlist, Matched, set_aside
 from near_dedup_core.fsutil import write_checksums
+from near_dedup_core.signature import code_points
 
 LICENCE = "Permission is hereby granted, free of charge, to any person obtaining a copy"
 QUOTE = "Four score and seven years ago our fathers brought forth on this continent"
@@ -37,6 +42,9 @@ EVAL = [
     {"id": "one-word", "text": "Which planet has the largest number of known moons?"},
     {"id": "three", "text": "Boil the water"},
     {"id": "train", "text": "A train leaves the station at 3 pm"},
+    {"id": "two-words", "text": "Which river flows through the ancient city of Baghdad in Iraq"},
+    {"id": "version", "text": "rhash (1.3.2-2) unstable; urgency=low"},
+    {"id": "date", "text": "2001-12-14 Hrvoje Niksic <hniksic@arsdigita.com>"},
 ]
 
 
@@ -57,6 +65,9 @@ def _docs() -> list[str]:
     docs[20] += " Which planet has the biggest number of known moons today?"
     docs[21] += " Boil some water."
     docs[22] += " Trivia: a train leaves the station at 5 pm."
+    docs[23] += " Which river runs through the old city of Baghdad in Iraq? The Tigris."
+    docs[24] = "gzip (1.3.2-2) unstable; urgency=low\n" + docs[24]
+    docs[25] = "2001-12-02 Hrvoje Niksic <hniksic@arsdigita.com>\n" + docs[25]
     return docs
 
 
@@ -104,16 +115,42 @@ def test_short_items_are_found_as_whole_words_with_their_spans(kinds):
     assert summary["items_checked"] == len(EVAL) - 1
 
 
-def test_one_word_may_differ_where_all_but_one_still_reach_the_threshold(kinds):
+def test_words_with_a_letter_may_differ_where_the_rest_still_reach_the_threshold(kinds):
     pairs = _pairs(kinds["report"])
     moons = pairs[("one-word", "d20")]
     assert moons["method"] == "exact" and moons["common_shingles"] == 8
     assert moons["item_shingles"] == 9 and moons["containment"] == 8 / 9
     assert moons["training_text"] == "which planet has the biggest number of known moons"
     assert not moons["numbers_differ"]
-    train = pairs[("train", "d22")]  # a changed number is still a leak, and says so
-    assert train["common_shingles"] == 7 and train["numbers_differ"]
+    # 11 words: two may differ (9 / 11 ≥ 0.8); an item of 16 words or fewer is found by its
+    # words, not by its shingles
+    river = pairs[("two-words", "d23")]
+    assert river["method"] == "exact" and river["common_shingles"] == 9
+    assert river["item_shingles"] == 11
+    assert river["training_text"] == "which river runs through the old city of baghdad in iraq"
     assert not any(k[0] == "three" for k in pairs)  # 2 of 3 words is below 0.8
+    # the numbers of a short item are what it says: another time, version or date is another
+    # line, and they do not count among the words that may differ (rhash, unstable, urgency,
+    # low: four, none may differ)
+    assert not {k for k in pairs if k[0] in ("train", "version", "date")}
+
+
+def test_the_tolerance_of_an_item_counts_its_words_with_a_letter():
+    assert [probe.tolerance_of(w, 0.8) for w in (0, 1, 4, 5, 9, 10, 15, 16)] == \
+        [0, 0, 0, 1, 1, 2, 3, 3]
+    assert probe.tolerance_of(10, 1.0) == 0 and probe.tolerance_of(200, 0.5) == \
+        exact.MAX_TOLERANCE
+    items = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), text) for k, text in
+             enumerate(["rhash 1 3 2 2 unstable urgency low", "a b c d e 1 2",
+                        "x" * 60 + " two words"])]
+    state = probe._exact_state(items, np.asarray([True, True, False]), 0.8)
+    assert state["tolerance"].tolist() == [0, 1, 0]
+    assert [sorted(c.elements()) if c is not None else None
+            for c in state["short_numbers"]] == [["1", "2", "2", "3"], ["1", "2"], []]
+    # a span found by shingles holds every number of an item found by its words
+    assert probe.holds_numbers(state["short_numbers"][0], "gzip 1 3 2 2 unstable")
+    assert not probe.holds_numbers(state["short_numbers"][0], "gzip 1 3 2 1 unstable")
+    assert probe.holds_numbers(None, "any numbers 4 5")
 
 
 def test_a_multiple_choice_item_is_its_stem_with_and_without_its_options(kinds):
@@ -137,7 +174,7 @@ def test_common_and_allowlisted_text_is_set_aside_and_listed(kinds):
     assert aside["quote"]["reason"] == "allowlist" and aside["quote"]["allowlist_entry"] == 0
     assert aside["quote"]["training_samples"] == 2
     manifest = json.loads((kinds["report"] / "manifest.json").read_text())
-    assert manifest["format_version"] == 2
+    assert manifest["format_version"] == 3
     assert manifest["allowlist"] == [{"text": QUOTE + ", a new nation",
                                       "reason": "Gettysburg address, public domain"}]
     assert manifest["counts"]["items_set_aside"] == 2
@@ -257,3 +294,81 @@ def test_report_diff_lists_newly_contaminated_and_cleared_items_per_benchmark(ki
     assert bench["newly_contaminated"] == ["quote"] and bench["cleared"] == []
     code, out, err = run_cli("report", "diff", plain, kinds["report"])
     assert code == 0 and "1 cleared" in out and "  - quote" in out, err
+
+
+V2 = Path(__file__).parent / "data" / "contamination-v2"
+
+
+def test_a_format_2_report_still_verifies(tmp_path, kinds):
+    """Format 2 (made before short items were judged by the words with a letter, their
+    numbers kept): its files verify, with an exact pair whose number differs; its pairs are
+    not re-derived."""
+    code, out, err = run_cli("report", "verify", V2)
+    assert code == 0 and "OK" in out and "format 2" in out, err
+    rows = _rows(V2, "contamination.jsonl")
+    assert rows[0]["method"] == "exact" and rows[0]["numbers_differ"]
+    refused(["report", "verify", V2, "--inputs", kinds["evals"], kinds["pool"]],
+            "format 2 report", "run contamination again")
+
+
+@pytest.mark.parametrize("sample, change, fragment", [
+    ("two-words", lambda r: r.update(common_shingles=10, containment=10 / 11),
+     "item_shingles − common_shingles words"),
+    ("one-word", lambda r: r.update(item_text=r["item_text"].replace("largest", "1234567")),
+     "every number of its item"),
+    ("one-word", lambda r: r.update(training_text=r["training_text"].replace(" ", "x")),
+     "each hold item_shingles words"),
+])
+def test_an_exact_match_is_checked_word_by_word(kinds, tmp_path, sample, change, fragment):
+    forged = tmp_path / "forged"
+    shutil.copytree(kinds["report"], forged)
+    rows = _rows(forged, "contamination.jsonl")
+    at = next(n for n, r in enumerate(rows) if r["eval"]["sample_id"] == sample)
+    change(rows[at])
+    (forged / "contamination.jsonl").write_bytes(b"".join(
+        orjson.dumps(r, option=orjson.OPT_SORT_KEYS | orjson.OPT_APPEND_NEWLINE) for r in rows))
+    (forged / "checksums.sha256").unlink()
+    write_checksums(forged)
+    refused(["report", "verify", forged], f"contamination.jsonl:{at + 1}", fragment)
+
+
+def test_the_word_run_kernel_agrees_with_a_plain_search():
+    """`exact._exact_batch` against a word-by-word search of every place, on random items of
+    3–16 words (some of them numbers) and texts holding copies with words replaced."""
+    rng = random.Random(5)
+    vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "12", "7", "2024"]
+    items = [" ".join(rng.choice(vocab) for _ in range(rng.randint(3, 16))) for _ in range(60)]
+    texts = []
+    for _ in range(120):
+        words = [rng.choice(vocab) for _ in range(rng.randint(0, 30))]
+        copy = rng.choice(items).split()
+        for _ in range(rng.randint(0, 3)):
+            copy[rng.randrange(len(copy))] = rng.choice(vocab)
+        at = rng.randint(0, len(words))
+        texts.append(" ".join(words[:at] + copy + words[at:]))
+    refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
+    st = probe._exact_state(refs, np.ones(len(items), dtype=bool), 0.8)
+    cps, offsets = code_points(texts)
+    got = sorted(exact._exact_batch(cps, offsets, st["words"], st["max_words"],
+                                    st["has_length"], st["run_table"], st["run_vals"],
+                                    st["run_postings"], st["word_flat"], st["word_number"],
+                                    st["word_start"], st["tolerance"]))
+    want = []
+    for i, text in enumerate(texts):
+        spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"[^\W_]+", text)]
+        for it, item in enumerate(items):
+            words = item.split()
+            k = probe.tolerance_of(sum(not w.isdigit() for w in words), 0.8)
+            places = []
+            for at in range(len(spans) - len(words) + 1):
+                differ = [a for a, (_, _, b) in zip(words, spans[at:at + len(words)],
+                                                    strict=True) if a != b]
+                if len(differ) <= k and not any(a.isdigit() for a in differ):
+                    places.append((len(differ), at))
+            if places:
+                bad, at = min(places) if min(places)[0] == 0 else \
+                    min(places, key=lambda p: p[1])
+                want.append((i, it, spans[at][0], spans[at + len(words) - 1][1],
+                             len(words) - bad))
+    assert [tuple(int(x) for x in g) for g in got] == sorted(want)
+    assert any(w[4] < len(items[w[1]].split()) - 1 for w in want)  # two words or more differ

@@ -9,7 +9,11 @@ is hashed (FNV-1a over its code points, finished by ``fmix64``); a run of words 
 chaining its word hashes. The items' runs sit in the same anchor table as the containment
 anchors use (`kernels._build_table`, `probe.anchor_postings`); per training text, every run
 of a length some item has is looked up there. A run found is compared word by word with the
-item (the hashes of each word), so a collision of run hashes is never reported."""
+item (the hashes of each word), so a collision of run hashes is never reported.
+
+Words of digits alone are *numbers*: in a short item they are what the item says (a date, a
+version, a count), so a match holds every number of the item in place; the words that may
+differ are words with a letter (`tolerance`)."""
 
 from __future__ import annotations
 
@@ -26,11 +30,17 @@ _RUN_MUL = np.uint64(0x9E3779B97F4A7C15)
 _BMP = 0x10000
 
 
+#: ``word_table`` values: not a word character, a letter (any other word character), a digit
+GAP, LETTER, DIGIT = 0, 1, 2
+
+
 @lru_cache(maxsize=1)
 def word_table() -> np.ndarray:
-    """``table[c]`` is 1 when code point ``c`` of the Basic Multilingual Plane is a letter
-    or a digit; code points above it count as letters."""
-    return np.fromiter((chr(c).isalnum() for c in range(_BMP)), dtype=np.uint8, count=_BMP)
+    """``table[c]`` for code point ``c`` of the Basic Multilingual Plane: `DIGIT` for a
+    digit (``str.isdigit``), `LETTER` for any other letter or digit (``str.isalnum``),
+    `GAP` otherwise; code points above it count as letters."""
+    return np.fromiter(((DIGIT if chr(c).isdigit() else LETTER) if chr(c).isalnum() else GAP
+                        for c in range(_BMP)), dtype=np.uint8, count=_BMP)
 
 
 @njit(inline="always")
@@ -78,9 +88,10 @@ def run_hashes(flat, starts, ends):
 
 
 @njit(cache=True, nogil=True)
-def item_words(cps, offsets, table, flat, item_start, run_hash):
+def item_words(cps, offsets, table, flat, number, item_start, run_hash):
     """The word hashes of each item (``flat[item_start[i]:item_start[i + 1]]``, the caller
-    sizes ``flat`` to the code points) and the hash of each item's whole run of words
+    sizes ``flat`` and ``number`` to the code points), whether each word is a number (its
+    code points all digits: ``number``), and the hash of each item's whole run of words
     (``run_hash``; 0 for an item without a word)."""
     n_items = offsets.shape[0] - 1
     longest = 1
@@ -95,24 +106,44 @@ def item_words(cps, offsets, table, flat, item_start, run_hash):
         h = np.uint64(0)
         for w in range(n):
             h = _chain(h, flat[at + w])
+            digits = True
+            for j in range(offsets[i] + starts[w], offsets[i] + ends[w]):
+                c = np.int64(cps[j])
+                if c >= 0x10000 or table[c] != DIGIT:
+                    digits = False
+                    break
+            number[at + w] = digits
         run_hash[i] = h
         at += n
     item_start[n_items] = at
 
 
-#: what a run in the table is of its item (the posting is ``item * 4 + role``)
-FULL, PREFIX, SUFFIX = 0, 1, 2
+#: a posting of the run table is ``item * ROLES + role``: role `FULL` is the item's whole run,
+#: role ``1 + q`` its part ``q`` (`part_start`)
+ROLES = 32
+FULL = 0
+#: most words that may differ in one item (``ROLES - 2``: its parts are at most ``ROLES - 1``)
+MAX_TOLERANCE = ROLES - 2
 
 
 @njit(inline="always")
-def _mismatches(hashes, at, n, flat, first, length, most):
+def part_start(q, words, parts):
+    """The first word of part ``q`` of an item of ``words`` words cut in ``parts`` parts."""
+    return q * words // parts
+
+
+@njit(inline="always")
+def _mismatches(hashes, at, n, flat, number, first, length, most):
     """Words of the item (``flat[first:first + length]``) that differ from the text's words
-    from ``at`` on, stopping past ``most``; ``most + 1`` when the text ends first."""
+    from ``at`` on, stopping past ``most``; ``most + 1`` when the text ends first or a number
+    of the item (``number``) differs."""
     if at < 0 or at + length > n:
         return most + 1
     bad = 0
     for q in range(length):
         if flat[first + q] != hashes[at + q]:
+            if number[first + q]:
+                return most + 1
             bad += 1
             if bad > most:
                 break
@@ -121,15 +152,17 @@ def _mismatches(hashes, at, n, flat, first, length, most):
 
 @njit(cache=True, nogil=True)
 def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
-                 flat, item_start, half):
+                 flat, number, item_start, tolerance):
     """Every (text, item) of the batch whose item's words occur in the text as one run of
-    whole words, at its first place, or else, for an item with a prefix and suffix in the
-    table (``half[item]`` words in its prefix, 0 for none), all but one of them in place (one
-    word substituted), at the first such place: [(text, item, start, end, words matched)]
-    with [start, end) the run's code points in the normalized text. ``has_length[L]`` tells
-    whether the table holds a run of L words (at most ``max_words``); ``run_table``/
-    ``run_vals`` map a run hash to its block in ``postings`` (`probe.anchor_postings`:
-    ``[mark, count, item * 4 + role, …]``, role `FULL`, `PREFIX` or `SUFFIX`)."""
+    whole words, at its first place, or else, for an item that tolerates ``k =
+    tolerance[item]`` differing words (its numbers never among them), all but at most k of
+    them in place, at the first such place: [(text, item, start, end, words matched)] with
+    [start, end) the run's code points in the normalized text. Such an item's k + 1 parts
+    are in the table: when at most k words differ, one part is intact (pigeonhole), and a
+    part found places the whole item, compared word by word. ``has_length[L]`` tells whether
+    the table holds a run of L words (at most ``max_words``); ``run_table``/``run_vals`` map
+    a run hash to its block in ``postings`` (`probe.anchor_postings`: ``[mark, count, item *
+    ROLES + role, …]``)."""
     size = run_table.shape[0]
     mask = np.uint64(size - 1)
     longest = 1
@@ -140,8 +173,9 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
     ends = np.empty(longest, dtype=np.int64)
     n_items = item_start.shape[0] - 1
     seen = np.full(n_items, -1, dtype=np.int64)  # last text with an exact match
-    near = np.full(n_items, -1, dtype=np.int64)  # last text with a one-word match
+    near = np.full(n_items, -1, dtype=np.int64)  # last text with a near match
     near_at = np.zeros(n_items, dtype=np.int64)
+    near_bad = np.zeros(n_items, dtype=np.int64)
     listed = np.empty(n_items, dtype=np.int64)
     out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
@@ -158,31 +192,38 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
                 if o == -1:
                     continue
                 for x in range(o + 2, o + 2 + postings[o + 1]):
-                    it = postings[x] >> 2
-                    role = postings[x] & 3
+                    it = postings[x] // ROLES
+                    role = postings[x] % ROLES
                     if seen[it] == i:
                         continue
                     first = item_start[it]
                     size_it = item_start[it + 1] - first
-                    at = w if role != SUFFIX else w - half[it]
                     if role == FULL:
-                        if size_it != length or _mismatches(hashes, w, n, flat, first,
+                        if size_it != length or _mismatches(hashes, w, n, flat, number, first,
                                                             size_it, 0) != 0:
                             continue
                         seen[it] = i
                         out.append((np.int64(i), np.int64(it), starts[w],
                                     ends[w + length - 1], np.int64(size_it)))
-                    elif near[it] != i and _mismatches(hashes, at, n, flat, first, size_it,
-                                                       1) <= 1:
+                        continue
+                    k = tolerance[it]
+                    at = w - part_start(role - 1, size_it, k + 1)
+                    if near[it] == i and at >= near_at[it]:
+                        continue
+                    bad = _mismatches(hashes, at, n, flat, number, first, size_it, k)
+                    if bad > k:
+                        continue
+                    if near[it] != i:
                         near[it] = i
-                        near_at[it] = at
                         listed[n_near] = it
                         n_near += 1
+                    near_at[it] = at
+                    near_bad[it] = bad
         for q in range(n_near):
             it = listed[q]
             if seen[it] != i:
                 at = near_at[it]
                 size_it = item_start[it + 1] - item_start[it]
                 out.append((np.int64(i), np.int64(it), starts[at], ends[at + size_it - 1],
-                            np.int64(size_it - 1)))
+                            np.int64(size_it - near_bad[it])))
     return out

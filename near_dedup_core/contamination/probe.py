@@ -5,6 +5,7 @@ against it, from raw line blocks (`probe_block`) or from an index's normalized t
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -14,8 +15,8 @@ import numpy as np
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.exact import (
     FULL,
-    PREFIX,
-    SUFFIX,
+    MAX_TOLERANCE,
+    ROLES,
     _exact_batch,
     item_words,
     run_hashes,
@@ -31,6 +32,7 @@ from near_dedup_core.contamination.kernels import (
     widen,
     window_hashes,
 )
+from near_dedup_core.contamination.setaside import _WORD
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.guard import guard_for
 from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
@@ -71,7 +73,10 @@ class ProbeState(NamedTuple):
     run_postings: np.ndarray
     word_flat: np.ndarray
     word_start: np.ndarray
-    half: np.ndarray
+    word_number: np.ndarray
+    tolerance: np.ndarray
+    #: the numbers (words of digits alone) of each item found by its words, None for others
+    short_numbers: list[Counter[str] | None]
 
 
 class Hit(NamedTuple):
@@ -131,7 +136,8 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
                          st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
                          st.item_chars, st.threshold, per_text)
     exact = _exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
-                         st.run_vals, st.run_postings, st.word_flat, st.word_start, st.half)
+                         st.run_vals, st.run_postings, st.word_flat, st.word_number,
+                         st.word_start, st.tolerance)
     hits = []
     if found or exact:
         guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
@@ -155,6 +161,8 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
             local = _common_in(norm[start:end], item, hasher)
             if local / len(item) < st.threshold:
                 continue  # the shingles are scattered, not one nearly contiguous copy
+            if not holds_numbers(st.short_numbers[it], norm[start:end]):
+                continue  # another date, version or count: another line of a template
             numbers = guard.sequences(norm[start:end])[0]
             hits.append(Hit(int(i), int(it), local, start, end,
                             numbers != st.item_numbers[it], "containment", norm[start:end]))
@@ -330,6 +338,7 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
              for n in sizes.tolist()]
     short = np.asarray([len(it.text) < config.contamination_min_chars for it in items],
                        dtype=bool)
+    exact_state = _exact_state(items, short, t)
     p = np.asarray([plan[0] for plan in plans], dtype=np.int64)
     p[short] = 0  # a short item is found by its words (`exact`), not by its shingles
     need = [plan[1] for plan in plans]
@@ -358,7 +367,7 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
         item_start=item_start, item_chars=np.asarray([span_width(len(it.text), config)
                                                       for it in items], np.int64),
         item_numbers=[guard.sequences(it.text)[0] for it in items],
-        **_exact_state(items, short, t))
+        **exact_state)
     return state, len(a_hash)
 
 
@@ -369,51 +378,76 @@ def span_width(chars: int, config: NearDedupConfig) -> int:
     return max(chars + chars // 4 + config.shingle_size, 1)
 
 
-#: items of at most this many words are also found by their words (`exact`)
-EXACT_MAX_WORDS = 12
+#: items of at most this many words are found by their words (`exact`), not by their shingles
+EXACT_MAX_WORDS = 16
+
+
+def tolerance_of(letter_words: int, threshold: float) -> int:
+    """The words of an item that may differ in a match (`exact`): as many of its
+    ``letter_words`` words with a letter as leave the rest at or above the threshold
+    (``(W − k) / W ≥ t``), at most `MAX_TOLERANCE`; its numbers never differ."""
+    return min(letter_words - least_overlap(letter_words, threshold), MAX_TOLERANCE) \
+        if letter_words else 0
 
 
 def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
                  ) -> dict[str, Any]:
-    """The run table of the items found by their words (`exact`): those shorter than
-    ``contamination_min_chars`` or of at most `EXACT_MAX_WORDS` words, with a letter (an
-    item of digits alone, a number, is no item). Each item's whole run is in it, and, when
-    all its words but one are still at or above the threshold ((L − 1) / L ≥ t), its first
-    ⌊L/2⌋ words and the rest: one of the two is intact when one word is substituted."""
+    """The run table of the items found by their words (`exact`): those shorter than ``contamination_min_chars`` or of at most `EXACT_MAX_WORDS` words, with a
+    letter (an item of digits alone, a number, is no item). Each item's whole run is in it,
+    and, for an item that tolerates k differing words (`tolerance_of`), its k + 1 parts
+    (`exact.part_start`): one of them is intact when at most k words differ."""
     table = word_table()
     texts = [it.text for it in items]
     cps, offsets = code_points(texts) if texts else (np.zeros(0, np.uint8),
                                                      np.zeros(1, np.int64))
     flat = np.zeros(max(int(offsets[-1]), 1), dtype=np.uint64)
+    number = np.zeros(len(flat), dtype=np.bool_)
     start = np.zeros(len(items) + 1, dtype=np.int64)
     runs = np.zeros(len(items), dtype=np.uint64)
-    item_words(cps, offsets, table, flat, start, runs)
+    item_words(cps, offsets, table, flat, number, start, runs)
     n_words = np.diff(start)
     letters = np.asarray([has_letter(t) for t in texts], dtype=bool)
-    chosen = np.flatnonzero((short | (n_words <= EXACT_MAX_WORDS)) & (n_words > 0) & letters)
-    half = np.zeros(len(items), dtype=np.int64)
+    by_words = (short | (n_words <= EXACT_MAX_WORDS)) & (n_words > 0) & letters
+    chosen = np.flatnonzero(by_words)
+    so_far = np.concatenate([[0], np.cumsum(number[:start[-1]], dtype=np.int64)])
+    numbers = so_far[start[1:]] - so_far[start[:-1]]
+    tolerance = np.zeros(len(items), dtype=np.int64)
     for it in chosen.tolist():
+        tolerance[it] = tolerance_of(int(n_words[it] - numbers[it]), threshold)
+    keys, posts, lengths = [runs[chosen]], [chosen * ROLES + FULL], [n_words[chosen]]
+    for it in np.flatnonzero(tolerance).tolist():
+        parts = int(tolerance[it]) + 1
         n = int(n_words[it])
-        if n >= 2 and least_overlap(n, threshold) <= n - 1:
-            half[it] = n // 2
-    halved = np.flatnonzero(half)
-    keys = np.concatenate([runs[chosen],
-                           run_hashes(flat, start[halved], start[halved] + half[halved]),
-                           run_hashes(flat, start[halved] + half[halved], start[halved + 1])])
-    posts = np.concatenate([chosen * 4 + FULL, halved * 4 + PREFIX, halved * 4 + SUFFIX])
-    lengths = np.concatenate([n_words[chosen], half[halved], n_words[halved] - half[halved]])
-    order = np.lexsort((posts, keys))
-    distinct, block, postings = anchor_postings(keys[order], posts[order].astype(np.int32))
+        cuts = np.asarray([q * n // parts for q in range(parts + 1)], dtype=np.int64)
+        keys.append(run_hashes(flat, start[it] + cuts[:-1], start[it] + cuts[1:]))
+        posts.append(it * ROLES + 1 + np.arange(parts, dtype=np.int64))
+        lengths.append(np.diff(cuts))
+    key = np.concatenate(keys)
+    post = np.concatenate(posts)
+    length = np.concatenate(lengths)
+    order = np.lexsort((post, key))
+    distinct, block, postings = anchor_postings(key[order], post[order].astype(np.int32))
     size = 1
     while size < 2 * max(len(distinct), 1):
         size *= 2
     run_table, run_vals = _build_table(distinct, block, size)
-    max_words = int(lengths.max()) if len(lengths) else 0
+    max_words = int(length.max()) if len(length) else 0
     has_length = np.zeros(max_words + 1, dtype=np.bool_)
-    has_length[lengths] = True
+    has_length[length] = True
     return {"words": table, "max_words": max_words, "has_length": has_length,
             "run_table": run_table, "run_vals": run_vals, "run_postings": postings,
-            "word_flat": flat, "word_start": start, "half": half}
+            "word_flat": flat, "word_number": number, "word_start": start,
+            "tolerance": tolerance,
+            "short_numbers": [Counter(w for w in _WORD.findall(text) if w.isdigit())
+                              if by_words[k] else None for k, text in enumerate(texts)]}
+
+
+def holds_numbers(numbers: Counter[str] | None, span: str) -> bool:
+    """Whether a matched span holds every number of an item found by its words (``numbers``,
+    `ProbeState.short_numbers`; None: an item of more words, whose numbers may differ)."""
+    if not numbers:
+        return True
+    return not numbers - Counter(w for w in _WORD.findall(span) if w.isdigit())
 
 
 def has_letter(text: str) -> bool:

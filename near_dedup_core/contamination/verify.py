@@ -37,6 +37,7 @@ from near_dedup_core.contamination.report import (
     problem,
     summarize,
 )
+from near_dedup_core.contamination.setaside import _WORD
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
     CHECKSUMS,
@@ -117,7 +118,7 @@ def set_aside_lines(path: Path) -> list[SetAsideLine]:
 
 
 def _line_problem(line: PairLineV1, threshold: float, evals: dict[str, int],
-                  inputs: dict[str, int]) -> str | None:
+                  inputs: dict[str, int], version: int) -> str | None:
     e, t = line.eval, line.training
     if e.package_id not in evals:
         return f"eval package {e.package_id} is not among the manifest's evals"
@@ -137,8 +138,28 @@ def _line_problem(line: PairLineV1, threshold: float, evals: dict[str, int],
             return "training_text is not as long as its span"
         if len(line.item_text) != line.item_span.end - line.item_span.start:
             return "item_text is not as long as its item_span"
-        if line.method == "exact" and c < n - 1:
-            return "an exact match holds every word of its item, or all but one"
+        if line.method == "exact":
+            return _exact_problem(line, version)
+    return None
+
+
+def _exact_problem(line: PairLine, version: int) -> str | None:
+    """What is wrong with an exact match: in format 2, fewer than all its item's words but
+    one; from format 3, words of the item (its ``item_text``) and of the span
+    (``training_text``) that differ in place other than ``item_shingles −
+    common_shingles`` of them, or a number among them."""
+    n, c = line.item_shingles, line.common_shingles
+    if version == 2:
+        return "an exact match holds every word of its item, or all but one" if c < n - 1 \
+            else None
+    mine, theirs = _WORD.findall(line.item_text), _WORD.findall(line.training_text)
+    if len(mine) != n or len(theirs) != n:
+        return "an exact match's item_text and training_text each hold item_shingles words"
+    differ = [a for a, b in zip(mine, theirs, strict=True) if a != b]
+    if len(differ) != n - c:
+        return "an exact match differs from its item in item_shingles − common_shingles words"
+    if any(a.isdigit() for a in differ):
+        return "an exact match holds every number of its item"
     return None
 
 
@@ -226,7 +247,8 @@ def verify_contamination(path: str | Path, inputs: Sequence[str | Path] | None =
             line = models.pair.model_validate(row)
         except ValidationError as exc:
             raise NearDedupError(f"{label}: contamination.jsonl:{n}: {problem(exc)}") from None
-        bad = _line_problem(line, config.contamination_threshold, evals, pool)
+        bad = _line_problem(line, config.contamination_threshold, evals, pool,
+                            manifest.format_version)
         if bad is not None:
             raise NearDedupError(f"{label}: contamination.jsonl:{n}: {bad}")
         pair = (line.eval.package_id, line.eval.sample_id, line.training.package_id,
