@@ -1,8 +1,9 @@
 """What an Iceberg index's driver reads of the history
 (docs/measurements/2026-12-04-scale.md, "What grows with the history on the driver"): pinning a state reads no content row (the count from the snapshot's
-summary, the highest id from the manifests); the content-id and raw-text lookups of an
-`index` run find the rows by sorted hash arrays (`lookup.HashedRows`), exactly, and give the
-SQLite backend's reports.
+summary, the highest id from the manifests); the content-id lookups of an index of an
+earlier version find the rows by sorted hash arrays (`lookup.HashedRows`), exactly; the
+lookups laid out by hash (`keyed.KeyedFiles`, tests/test_iceberg_keyed.py) give the SQLite
+backend's reports without reading a whole column of the contents.
 """
 
 from __future__ import annotations
