@@ -200,3 +200,36 @@ def test_an_index_reads_in_full_only_the_files_published_since_the_batch_before(
     pinned = Pinned(index)
     now = {f.file_path for name in it.DATA_TABLES for f in pinned.data_files(name)}
     assert {u for u, _ in unverified_files(pinned)} == now - first
+
+
+def test_index_check_finds_content_ids_that_do_not_match_the_contents(tmp_path):
+    """A published ``content_keys`` whose rows are all there but one content's id is
+    another's (a lookup would find the wrong content) is one line of `index check`."""
+    from pyiceberg.expressions import AlwaysTrue
+
+    from near_dedup_core.index_store.iceberg.batch import publish
+
+    index = ice(tmp_path / "ice")
+    ok("--index", index, "index", "--inputs", day(tmp_path, "c1", texts(200),
+                                                  "2026-11-25T00:00:00Z"))
+    assert "OK" in ok("--index", index, "index", "check")
+    pinned = Pinned(index)
+    rows = pinned.read("content_keys", ("content_id", "id")).sort_by("id")
+    ids = rows.column("id").to_pylist()
+    ids[0], ids[1] = ids[1], ids[0]
+    table = pinned.tables["content_keys"]
+    written = write_keyed_files(table, "content_keys", "swapped", "content_id",
+                                pa.table({"content_id": rows.column("content_id"),
+                                          "id": pa.array(ids, pa.int64())}), 0)
+    with table.transaction() as tx:
+        tx.delete(AlwaysTrue())
+        tx.add_files(written, check_duplicate_files=False)
+    snapshots = dict(pinned.state.snapshots)
+    current = table.current_snapshot()
+    assert current is not None
+    snapshots["content_keys"] = current.snapshot_id
+    publish(pinned, "compact", "2026-11-25T01:00:00Z", snapshots)
+    code, out, err = run_cli("--index", index, "index", "check")
+    assert code == 1 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert "damaged (the content ids table does not hold the contents' (content_id, id) " \
+           "pairs)" in err, err

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.expressions import AlwaysTrue
 
@@ -39,7 +40,13 @@ from near_dedup_core.index_store.iceberg.batch import (
     restore_leftovers,
     write_band_files,
 )
-from near_dedup_core.index_store.iceberg.keyed import bits_for, keyed_files, write_keyed_files
+from near_dedup_core.index_store.iceberg.keyed import (
+    bits_for,
+    buckets_of,
+    keyed_files,
+    write_keyed_files,
+)
+from near_dedup_core.index_store.iceberg.lookup import hash_words
 from near_dedup_core.index_store.iceberg.snapshot import (
     Pinned,
     bucket_of,
@@ -97,6 +104,34 @@ def check_files(pinned: Pinned) -> int:
                 if len(keys) > 1 and (np.diff(keys) < 0).any():
                     raise _damaged(location, f"band file {path} is not sorted by key")
     return unchecked
+
+
+def check_content_keys(pinned: Pinned) -> None:
+    """``content_keys`` holds, when it covers the contents (`batch.content_lookup`), exactly
+    the contents' (content_id, id) pairs, each file sorted by ``content_id`` and holding only
+    its bucket's: a lookup would otherwise miss a content the index holds."""
+    location = pinned.location
+    if pinned.total_records("content_keys") != pinned.total_records("contents"):
+        return  # not yet built (an index of an earlier version): the lookups read contents
+    for f in keyed_files(pinned, "content_keys"):
+        keys = it.parquet_file(f.path).read(columns=["content_id"]).column("content_id")
+        if len(keys) and pc.any(pc.not_equal(pc.binary_length(keys), 16)).as_py():
+            raise _damaged(location, f"content id file {shown(f.path)} holds a content id "
+                                     f"of other than 16 bytes")
+        words = hash_words(keys, 16)[:, 0].byteswap()
+        if (buckets_of(words, f.bits) != f.bucket).any():
+            raise _damaged(location, f"content id file {shown(f.path)} holds content ids of "
+                                     f"another bucket")
+        if len(keys) > 1 and not pc.all(pc.less(keys[:-1], keys[1:])).as_py():
+            raise _damaged(location, f"content id file {shown(f.path)} is not sorted")
+    ids = pinned.read("content_keys", ("content_id", "id"))
+    rows = pinned.read("contents", ("content_id", "id"))
+    ids = ids.sort_by("id")
+    rows = rows.sort_by("id")
+    if not (ids.column("id").equals(rows.column("id"))
+            and ids.column("content_id").equals(rows.column("content_id"))):
+        raise _damaged(location, "the content ids table does not hold the contents' "
+                                 "(content_id, id) pairs")
 
 
 def shown(uri: str) -> str:
@@ -164,6 +199,7 @@ def check_iceberg(location: str) -> IndexCheck:
                                  f"index to check")
         check_pointers(pinned)
         unchecked = check_files(pinned)
+        check_content_keys(pinned)
         values = dict(pinned.rows("meta", ("key", "value")))
         ids = pinned.read("contents", ("id",)).column("id").to_numpy()
         values[BANDS_MERGED_THROUGH] = str(int(ids.max()) if len(ids) else 0)
