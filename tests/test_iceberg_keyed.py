@@ -233,3 +233,28 @@ def test_index_check_finds_content_ids_that_do_not_match_the_contents(tmp_path):
     assert code == 1 and out == "" and err.count("\n") == 1, (code, out, err)
     assert "damaged (the content ids table does not hold the contents' (content_id, id) " \
            "pairs)" in err, err
+
+
+def test_raw_text_lookups_kept_from_run_to_run_follow_the_published_state(tmp_path,
+                                                                         monkeypatch):
+    """A raw-text lookup kept past its run (the writer's own process indexes inline) reads
+    the newly published state: the texts of the next batch are found, and the files that a
+    compaction replaced and an expiry removed are not read."""
+    from near_dedup_core.index_store.iceberg.snapshot import IcebergKnownTexts
+
+    monkeypatch.setattr(IcebergKnownTexts, "RECHECK_S", 0.0)
+    index = ice(tmp_path / "ice")
+    first, second = texts(50), [f"{t} (second)" for t in texts(50)]
+    ok("--index", index, "index", "--inputs", day(tmp_path, "k1", first,
+                                                  "2026-11-25T00:00:00Z"))
+    kept = IcebergKnownTexts(index)
+
+    def sha(t: str) -> bytes:
+        return hashlib.sha256(t.encode()).digest()
+
+    assert len(kept.contents([sha(t) for t in first])) == 50
+    ok("--index", index, "index", "--inputs", day(tmp_path, "k2", second,
+                                                  "2026-11-26T00:00:00Z"))
+    ok("--index", index, "index", "compact")
+    ok("--index", index, "index", "expire", "--older-than", "0s")
+    assert len(kept.contents([sha(t) for t in first + second])) == 100

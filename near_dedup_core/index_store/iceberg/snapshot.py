@@ -12,6 +12,7 @@ hits; the driver merges them."""
 from __future__ import annotations
 
 import functools
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
@@ -504,16 +505,32 @@ class IcebergKnownTexts:
     """Contents of the raw compared texts of the published state: (text_sha256, scope key) ->
     content row id, from the row groups of the ``raw_texts`` files (each sorted by
     ``text_sha256``) whose hash range holds an asked sha256 (`keyed.KeyedFiles`; an `index`
-    worker keeps the files' footers for its life)."""
+    worker keeps the files' footers for its life). Kept longer (the writer's own process,
+    from run to run), it re-reads the published state when that moved on: at most once a
+    `RECHECK_S` it asks the catalog for the commit table's snapshot."""
+
+    #: Seconds between two checks that the published state is still the one read.
+    RECHECK_S = 1.0
 
     def __init__(self, location: str) -> None:
         self._location = location
         self._rows: KeyedFiles | None = None
         self._keys: dict[int, str] = {}
+        self._pinned: Pinned | None = None
+        self._checked = 0.0
 
     def _load(self) -> KeyedFiles:
+        now = time.monotonic()
+        if self._rows is not None and self._pinned is not None \
+                and now - self._checked >= self.RECHECK_S:
+            self._checked = now
+            commits = self._pinned.tables[it.COMMITS].refresh().current_snapshot()
+            if (None if commits is None else commits.snapshot_id) \
+                    != self._pinned.state.commit_snapshot:
+                self._rows = None
         if self._rows is None:
-            pinned = Pinned(self._location, expected=False)
+            pinned = self._pinned = Pinned(self._location, expected=False)
+            self._checked = now
             self._keys = dict(pinned.rows("scopes", ("id", "scope_key")))
             self._rows = KeyedFiles(self._location, keyed_files(pinned, "raw_texts"),
                                     "text_sha256", SHA256_BYTES, ("scope", "content"),
