@@ -65,6 +65,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
 
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.batch import (
@@ -75,6 +76,7 @@ from near_dedup_core.index_store.iceberg.batch import (
     to_arrow,
     write_band_files,
 )
+from near_dedup_core.index_store.iceberg.keyed import bits_for, write_keyed_files
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, bucket_hits
 from near_dedup_core.progress import Progress
 
@@ -253,12 +255,37 @@ def append(location: str, contents: int, seed: int = 1) -> dict:
             committed(name)
         tag = f"history-{seq}"
         t = time.perf_counter()
-        uris = write_files(tables["contents"], content_files(
-            first, contents, num_perm, scope, seq, sizes, seed), tag, "none",
+        keys: list[pa.Table] = []
+
+        def kept(parts):
+            for part in parts:
+                keys.append(part.select(["content_id", "id"]))
+                yield part
+
+        uris = write_files(tables["contents"], kept(content_files(
+            first, contents, num_perm, scope, seq, sizes, seed)), tag, "none",
             it.ROW_GROUP_ROWS["contents"])
         tables["contents"].add_files(uris, check_duplicate_files=False)
         committed("contents")
         contents_s = time.perf_counter() - t
+        # the content ids as `index compact` lays them out for the index's size
+        t = time.perf_counter()
+        if "content_keys" in tables:
+            total = pinned.total_records("contents") + contents
+            rows = pa.concat_tables(keys)
+            del keys[:]
+            if pinned.total_records("content_keys"):
+                rows = pa.concat_tables([pinned.read("content_keys", ("content_id", "id")),
+                                         rows])
+            uris = write_keyed_files(tables["content_keys"], "content_keys", tag,
+                                     "content_id", rows, bits_for(total))
+            del rows
+            with tables["content_keys"].transaction() as tx:
+                if pinned.total_records("content_keys"):
+                    tx.delete(AlwaysTrue())
+                tx.add_files(uris, check_duplicate_files=False)
+            committed("content_keys")
+        keys_s = time.perf_counter() - t
         t = time.perf_counter()
         uris = write_files(tables["sources"], source_files(
             first_source, first, contents, package_rowid, seed), tag, "zstd", 1 << 20)
@@ -278,7 +305,7 @@ def append(location: str, contents: int, seed: int = 1) -> dict:
         publish(pinned, "batch", CREATED_AT, snapshots)
     return {"contents": contents, "first_content": first, "batch": seq, "buckets": buckets,
             "band_rows": contents * bands, "band_files": len(uris),
-            "contents_s": round(contents_s, 1), "sources_s": round(sources_s, 1),
+            "contents_s": round(contents_s, 1), "content_keys_s": round(keys_s, 1), "sources_s": round(sources_s, 1),
             "bands_s": round(bands_s, 1), "total_s": round(time.perf_counter() - started, 1),
             "load": load()}
 

@@ -373,8 +373,11 @@ def test_a_killed_compaction_leaves_the_published_state_and_the_next_one_lands(t
                              "index", "compact"], env={**os.environ, "PYTHONPATH": str(REPO)},
                             start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
-    line = proc.stderr.readline() if proc.stderr else b""
-    assert b"paused before the commit" in line, line
+    # the compaction's progress lines (a loaded box: its steps last past the delay) come first
+    lines = [proc.stderr.readline() if proc.stderr else b"" for _ in range(1)]
+    while lines[-1] and b"paused before the commit" not in lines[-1] and len(lines) < 20:
+        lines.append(proc.stderr.readline() if proc.stderr else b"")
+    assert b"paused before the commit" in lines[-1], lines
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert scan_ok(index, tmp_path / "after-kill", V1, V2) == before

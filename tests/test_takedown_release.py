@@ -37,7 +37,7 @@ def test_the_release_applies_recorded_takedowns_and_blocks_a_mixture_holding_one
         first = release(DAYS[0], settings, instance)
         assert first.success
         assert check_results(first)["no_taken_down_content"].passed
-        assert "web-0010" in mixture_ids(settings.mixture_dir(DAYS[0]))  # validation: whole
+        assert "web-0010" in mixture_ids(settings.mixture_dir(DAYS[0]).local_path)  # validation: whole
 
         # a takedown recorded after the day's release: its mixture now fails the check
         day1 = REPO / "samples" / "cpt" / DAYS[0] / "cpt-v1"
@@ -55,10 +55,10 @@ def test_the_release_applies_recorded_takedowns_and_blocks_a_mixture_holding_one
         # is taken down, left out of the mixture, and the check passes
         second = release(DAYS[1], settings, instance)
         assert second.success
-        report = json.loads((settings.report_dir(DAYS[1]) / "manifest.json").read_text())
+        report = json.loads((settings.report_dir(DAYS[1]).local_path / "manifest.json").read_text())
         assert [t["request_id"] for t in report["takedowns"]] == ["DSR-12"]
         assert report["takedowns"][0]["samples"] == 1
-        assert "web-0010" not in mixture_ids(settings.mixture_dir(DAYS[1]))
+        assert "web-0010" not in mixture_ids(settings.mixture_dir(DAYS[1]).local_path)
         checks = check_results(second)
         assert checks["no_taken_down_content"].passed and checks["mixture_verify"].passed
         assert "no taken-down content" in checks["no_taken_down_content"].description

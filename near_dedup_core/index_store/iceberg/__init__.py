@@ -12,6 +12,8 @@ readers on several machines, the catalog's optimistic commit their only coordina
   readers' locks;
 - `snapshot`: a scan's reads from one published state (`IcebergSnapshot`), the per-bucket
   history join, the workers' readers;
+- `keyed`: the lookups of an `index` laid out by hash (``content_keys``, ``raw_texts``):
+  files sorted by the hash, bucketed by its prefix, read by the row groups a key falls into;
 - `batch`: one appended batch (`IcebergBatch`) and its commit;
 - `resume`: the work files a batch keeps for its rerun after a kill (`IcebergWorkFiles`);
 - `maintain`: `index check`, `index compact`, `index expire`.

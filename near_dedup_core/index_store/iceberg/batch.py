@@ -45,6 +45,7 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
 from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, KeyedWriter, keyed_files
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.resume import IcebergWorkFiles
 from near_dedup_core.index_store.iceberg.snapshot import (
@@ -89,8 +90,12 @@ class IcebergBatch:
         self.new: dict[str, list[tuple]] = {t: [] for t in it.DATA_TABLES}
         #: the batch's files carry this prefix (a failed batch removes them by it)
         self.prefix = uuid.uuid4().hex
-        self.streams = {name: RowFiles(pinned.tables[name], name, self.prefix)
-                        for name in STREAMED}
+        self.streams: dict[str, RowFiles | KeyedWriter] = {
+            name: RowFiles(pinned.tables[name], name, self.prefix) for name in STREAMED}
+        if "content_keys" in pinned.tables:
+            self.streams["content_keys"] = KeyedWriter(
+                pinned.tables["content_keys"], "content_keys", self.prefix, "content_id",
+                ("id",))
         self.raw_parts: list[pa.Table] = []
         self.band_files: list[BandFile] = []
         self.band_tasks: list[BandTasks] = []
@@ -112,7 +117,7 @@ class IcebergBatch:
         self._dicts = pinned.rows("dictionaries", ("id", "data"))
         seqs = [s for (s,) in pinned.rows("batches", ("seq",))]
         self._max_seq = max(seqs, default=0)
-        self._content_ids: HashedRows | None = None
+        self._content_ids: HashedRows | KeyedFiles | None = None
         self.work: IcebergWorkFiles | None = None
 
     # -- the index as a whole
@@ -181,10 +186,9 @@ class IcebergBatch:
 
     def _known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         if self._content_ids is None:
-            files = [(f.file_path, f.record_count) for f in self.pinned.data_files("contents")]
-            self._content_ids = HashedRows(
-                self.label, files, "content_id", CONTENT_ID_BYTES, ("id",),
-                it.io_threads(self.label, LOOKUP_THREADS))
+            self._content_ids = content_lookup(self.pinned)
+        if isinstance(self._content_ids, KeyedFiles):
+            return {k: rows[0][0] for k, rows in self._content_ids.find(content_ids).items()}
         asked, rows = self._content_ids.find(content_ids)
         ids = self._content_ids.values["id"][rows]
         return {content_ids[a]: i for a, i in zip(asked.tolist(), ids.tolist(), strict=True)}
@@ -221,6 +225,8 @@ class IcebergBatch:
             if rows[0][0] <= self._max_content:
                 raise ValueError("content rows must come in id order")
             self.streams["contents"].add(rows)
+            if "content_keys" in self.streams:
+                self.streams["content_keys"].add([(r[1], r[0]) for r in rows])
             self._max_content = max(self._max_content, max(r[0] for r in rows))
 
     def upgrade_schema(self, values: dict[str, str]) -> None:
@@ -293,7 +299,7 @@ class IcebergBatch:
                 if any(not t.finished for t in self.band_tasks):
                     raise ValueError("the band tasks of the batch are not finished")
                 paths = [f.path for f in self.band_files]
-            elif name in STREAMED:
+            elif name in self.streams:
                 paths = self.streams[name].close()
             if paths is not None:
                 if paths:
@@ -329,6 +335,20 @@ class IcebergBatch:
             # published: a failure to tidy up leaves files that the next commit removes
             with suppress(Exception):
                 self.work.drop_through(self.pinned)
+
+
+def content_lookup(pinned: Pinned) -> HashedRows | KeyedFiles:
+    """What `IcebergBatch.known_contents` asks: the ``content_keys`` files probed per bucket
+    (`keyed.KeyedFiles`) when they hold every content of the state; else (an index of an
+    earlier version, until `index compact` builds its ``content_keys``) the contents'
+    ``content_id`` column read whole (`lookup.HashedRows`)."""
+    threads = it.io_threads(pinned.location, LOOKUP_THREADS)
+    if pinned.total_records("content_keys") == pinned.total_records("contents"):
+        return KeyedFiles(pinned.location, keyed_files(pinned, "content_keys"), "content_id",
+                          CONTENT_ID_BYTES, ("id",), threads)
+    files = [(f.file_path, f.record_count) for f in pinned.data_files("contents")]
+    return HashedRows(pinned.location, files, "content_id", CONTENT_ID_BYTES, ("id",),
+                      threads)
 
 
 class BandSpec(NamedTuple):
@@ -559,7 +579,7 @@ def check_pointers(pinned: Pinned) -> None:
     catalog's ``commits`` pointer was then moved back, and returning the tables to the
     recorded state would drop published batches. One line."""
     ahead = {}
-    for name in it.DATA_TABLES:
+    for name in pinned.present:
         current = pinned.tables[name].current_snapshot()
         if current is not None and current.snapshot_id != pinned.state.snapshots[name]:
             ahead[name] = current.snapshot_id
@@ -593,7 +613,7 @@ def restore_leftovers(pinned: Pinned) -> bool:
     catalog whose ``commits`` pointer was moved back is refused (`check_pointers`)."""
     check_pointers(pinned)
     restored = False
-    for name in it.DATA_TABLES:
+    for name in pinned.present:
         table: Table = pinned.tables[name]
         recorded = pinned.state.snapshots[name]
         current = table.current_snapshot()
@@ -617,6 +637,8 @@ def open_for_write(location: str, cat: SqlCatalog) -> tuple[Pinned, bool]:
         it.create_tables(cat)
         if place.lock_folder is not None:
             (place.lock_folder / it.READERS_LOCK).touch()
+    else:  # an index of an earlier version gets the tables it lacks
+        it.add_missing_tables(cat, it.load_tables(cat) or {})
     pinned = Pinned(location, expected=False)
     if pinned.state.n == 0:  # a first batch killed before its commit: start again
         it.drop_tables(cat)

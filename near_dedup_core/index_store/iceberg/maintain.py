@@ -7,7 +7,9 @@
   database). Data files under the tables' folders that no snapshot references (a killed
   writer's, a compaction's replaced files after expiry) are listed: they are never read.
 - compact: each bucket's band files rewritten into one file sorted by key (the writer's
-  `batch.write_band_files`), as a new commit.
+  `batch.write_band_files`), and the ``content_keys`` table re-partitioned at the bucket
+  count the index's size asks for (built from the contents for an index of an earlier
+  version), as a new commit.
 - expire: every snapshot but the published one dropped, and the data files that no snapshot
   references any more removed; refused while a scan holds the readers' lock.
 """
@@ -22,7 +24,9 @@ from contextlib import contextmanager
 import numpy as np
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from pyiceberg.expressions import AlwaysTrue
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
@@ -36,6 +40,13 @@ from near_dedup_core.index_store.iceberg.batch import (
     restore_leftovers,
     write_band_files,
 )
+from near_dedup_core.index_store.iceberg.keyed import (
+    bits_for,
+    buckets_of,
+    keyed_files,
+    write_keyed_files,
+)
+from near_dedup_core.index_store.iceberg.lookup import hash_words
 from near_dedup_core.index_store.iceberg.snapshot import (
     Pinned,
     bucket_of,
@@ -60,7 +71,7 @@ def check_files(pinned: Pinned) -> int:
     location = pinned.location
     buckets = None
     unchecked = 0
-    for name in it.DATA_TABLES:
+    for name in pinned.present:
         for f in pinned.data_files(name):
             path = shown(f.file_path)
             size = it.file_size(f.file_path)
@@ -95,6 +106,34 @@ def check_files(pinned: Pinned) -> int:
     return unchecked
 
 
+def check_content_keys(pinned: Pinned) -> None:
+    """``content_keys`` holds, when it covers the contents (`batch.content_lookup`), exactly
+    the contents' (content_id, id) pairs, each file sorted by ``content_id`` and holding only
+    its bucket's: a lookup would otherwise miss a content the index holds."""
+    location = pinned.location
+    if pinned.total_records("content_keys") != pinned.total_records("contents"):
+        return  # not yet built (an index of an earlier version): the lookups read contents
+    for f in keyed_files(pinned, "content_keys"):
+        keys = it.parquet_file(f.path).read(columns=["content_id"]).column("content_id")
+        if len(keys) and pc.any(pc.not_equal(pc.binary_length(keys), 16)).as_py():
+            raise _damaged(location, f"content id file {shown(f.path)} holds a content id "
+                                     f"of other than 16 bytes")
+        words = hash_words(keys, 16)[:, 0].byteswap()
+        if (buckets_of(words, f.bits) != f.bucket).any():
+            raise _damaged(location, f"content id file {shown(f.path)} holds content ids of "
+                                     f"another bucket")
+        if len(keys) > 1 and not pc.all(pc.less(keys[:-1], keys[1:])).as_py():
+            raise _damaged(location, f"content id file {shown(f.path)} is not sorted")
+    ids = pinned.read("content_keys", ("content_id", "id"))
+    rows = pinned.read("contents", ("content_id", "id"))
+    ids = ids.sort_by("id")
+    rows = rows.sort_by("id")
+    if not (ids.column("id").equals(rows.column("id"))
+            and ids.column("content_id").equals(rows.column("content_id"))):
+        raise _damaged(location, "the content ids table does not hold the contents' "
+                                 "(content_id, id) pairs")
+
+
 def shown(uri: str) -> str:
     """A data file in messages: its local path, or its ``s3://`` URL."""
     return local_path(uri)
@@ -103,7 +142,7 @@ def shown(uri: str) -> str:
 def referenced_files(pinned: Pinned) -> set[str]:
     """Every data file that any snapshot still kept references (as `shown`)."""
     out: set[str] = set()
-    for name in (*it.DATA_TABLES, it.COMMITS):
+    for name in (*pinned.present, it.COMMITS):
         table = pinned.tables[name]
         for snap in table.snapshots():
             for task in table.scan(snapshot_id=snap.snapshot_id).plan_files():
@@ -117,7 +156,7 @@ def orphan_files(pinned: Pinned, before: float | None = None) -> list[it.Stored]
     machine may have written a file it has not committed yet)."""
     kept = referenced_files(pinned)
     found = []
-    for name in (*it.DATA_TABLES, it.COMMITS):
+    for name in (*pinned.present, it.COMMITS):
         data = f"{pinned.tables[name].location().rstrip('/')}/data"
         found += [f for f in it.list_files(data) if shown(f.uri) not in kept
                   and (before is None or f.mtime < before)]
@@ -133,6 +172,8 @@ def _mirror(pinned: Pinned, values: dict[str, str]) -> sqlite3.Connection:
     column names (``bands`` without its bucket column, an empty ``bands_recent``)."""
     con = sqlite3.connect(":memory:")
     for name in it.DATA_TABLES:
+        if name in it.ADDED_TABLES:  # no SQLite table: checked against the contents
+            continue
         columns = [(c, k) for c, k in it.COLUMNS[name] if not (name == "bands" and c == "bucket")]
         con.execute(f"CREATE TABLE {name} ({', '.join(f'{c} {_SQL_TYPES[k.__name__]}' for c, k in columns)})")
         if name == "meta":
@@ -158,6 +199,7 @@ def check_iceberg(location: str) -> IndexCheck:
                                  f"index to check")
         check_pointers(pinned)
         unchecked = check_files(pinned)
+        check_content_keys(pinned)
         values = dict(pinned.rows("meta", ("key", "value")))
         ids = pinned.read("contents", ("id",)).column("id").to_numpy()
         values[BANDS_MERGED_THROUGH] = str(int(ids.max()) if len(ids) else 0)
@@ -191,6 +233,8 @@ def _writing(location: str) -> Iterator[Pinned]:
     it.refuse_foreign_catalog(place)  # before the lock file is made
     with errors(location), it.writer_lock(place.lock_folder, location):
         pinned = Pinned(location)
+        if it.add_missing_tables(pinned.catalog, pinned.tables):
+            pinned = Pinned(location)
         yield Pinned(location) if restore_leftovers(pinned) else pinned
 
 
@@ -198,15 +242,23 @@ def compact(location: str, progress: bool = False) -> str:
     """Rewrite the band files of every bucket that has more than one into one file sorted by
     (key, content) in the writer's layout, published as a new commit; a one-line summary.
     ``progress``: its stages on stderr."""
-    stages = Progress("index compact", 3, enabled=progress)
+    stages = Progress("index compact", 4, enabled=progress)
     with _writing(location) as pinned:
         files: dict[int, int] = {}
         for f in pinned.data_files("bands"):
             files[int(f.partition[0])] = files.get(int(f.partition[0]), 0) + 1
         small = sorted(b for b, n in files.items() if n > 1)
-        if not small:
+        snapshots = dict(pinned.state.snapshots)
+        stages.step("laying out the content ids by hash bucket")
+        keys = "; ".join(x for x in (compact_keys(pinned, snapshots),
+                                      merge_raw_texts(pinned, snapshots)) if x) or None
+        if not small and keys is None:
             return (f"index {location}: nothing to compact ({count(len(files), 'bucket')}, one "
-                    f"file each)")
+                    f"file each; the content ids in {count(1 << keyed_bits(pinned), 'bucket')})")
+        if not small:
+            publish(pinned, "compact", utc_now(), snapshots)
+            stages.finish()
+            return f"index {location}: {keys} (commit {pinned.state.n + 1:,})"
         table = pinned.tables["bands"]
         stages.step(f"reading the band rows of {len(small):,} buckets")
         rows = pinned.read("bands", ("key", "content"), it.one_of("bucket", small))
@@ -225,14 +277,73 @@ def compact(location: str, progress: bool = False) -> str:
             tx.add_files([f.path for f in written], check_duplicate_files=False)
         current = table.current_snapshot()
         assert current is not None
-        snapshots = dict(pinned.state.snapshots)
         snapshots["bands"] = current.snapshot_id
         publish(pinned, "compact", utc_now(), snapshots)
         before = sum(files[b] for b in small)
         stages.finish()
+        also = "" if keys is None else f"; {keys}"
         return (f"index {location}: compacted {count(before, 'band file')} of "
                 f"{count(len(small), 'bucket')} "
-                f"into {len(small):,} (commit {pinned.state.n + 1:,})")
+                f"into {len(small):,}{also} (commit {pinned.state.n + 1:,})")
+
+
+def merge_raw_texts(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
+    """The ``raw_texts`` files (one per batch, each sorted by ``text_sha256``) merged into
+    one sorted file in the lookup's layout (`keyed.keyed_options`), when there are several:
+    a raw-text lookup reads a row group per key in each file. ``snapshots`` gets the table's
+    new snapshot; what was done, or None (nothing)."""
+    files = pinned.data_files("raw_texts")
+    if len(files) < 2:
+        return None
+    rows = pinned.read("raw_texts", ("text_sha256", "scope", "content"))
+    table = pinned.tables["raw_texts"]
+    written = write_keyed_files(table, "raw_texts", f"compact-{pinned.state.n + 1}",
+                                "text_sha256", rows, 0)
+    del rows
+    with table.transaction() as tx:
+        tx.delete(AlwaysTrue())
+        tx.add_files(written, check_duplicate_files=False)
+    current = table.current_snapshot()
+    assert current is not None
+    snapshots["raw_texts"] = current.snapshot_id
+    return f"the raw texts' {count(len(files), 'file')} merged into one"
+
+
+def keyed_bits(pinned: Pinned) -> int:
+    """The bucket bits of ``content_keys`` when every file has the same (else -1)."""
+    bits = {f.bits for f in keyed_files(pinned, "content_keys")}
+    return bits.pop() if len(bits) == 1 else (0 if not bits else -1)
+
+
+def compact_keys(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
+    """``content_keys`` rewritten as one file per bucket at the bit count the index's size
+    asks for (`keyed.bits_for`: buckets grow with the index), when it is not laid out so: its
+    files at other bit counts, several files in a bucket, or (an index of an earlier version)
+    not every content's row, then built from the contents. ``snapshots`` gets the table's
+    new snapshot; what was done, or None (nothing)."""
+    contents = pinned.total_records("contents")
+    files = keyed_files(pinned, "content_keys")
+    bits = bits_for(contents)
+    covered = pinned.total_records("content_keys") == contents
+    per_bucket = len({f.bucket for f in files}) == len(files)
+    if covered and per_bucket and all(f.bits == bits for f in files):
+        return None
+    source = "content_keys" if covered else "contents"
+    rows = pinned.read(source, ("content_id", "id"))
+    table = pinned.tables["content_keys"]
+    written = write_keyed_files(table, "content_keys", f"compact-{pinned.state.n + 1}",
+                                "content_id", rows, bits)
+    del rows
+    with table.transaction() as tx:
+        if files:
+            tx.delete(AlwaysTrue())
+        tx.add_files(written, check_duplicate_files=False)
+    current = table.current_snapshot()
+    assert current is not None
+    snapshots["content_keys"] = current.snapshot_id
+    what = "laid out" if covered else "built from the contents"
+    return (f"the content ids {what} in {count(len(written), 'file')} of "
+            f"{count(1 << bits, 'bucket')}")
 
 
 #: The retention of `index expire` with a shared catalog when none is given: a scan that
@@ -259,7 +370,7 @@ def kept_snapshots(pinned: Pinned, cutoff: float) -> dict[str, set[int]]:
     seconds): the published state's; every snapshot of a state that was still the newest
     after ``cutoff`` (a scan may have pinned it since); every snapshot made after ``cutoff``
     (Iceberg's own rule; a writer's snapshots not published yet)."""
-    keep: dict[str, set[int]] = {name: set() for name in (*it.DATA_TABLES, it.COMMITS)}
+    keep: dict[str, set[int]] = {name: set() for name in (*pinned.present, it.COMMITS)}
     for name, sid in pinned.state.snapshots.items():
         if sid is not None:
             keep[name].add(sid)
@@ -303,7 +414,7 @@ def expire(location: str, older_than: float | None = None) -> str:
         else:
             keep = {name: set(ids) for name, ids in kept_snapshots(pinned, cutoff).items()}
         dropped = 0
-        for name in (*it.DATA_TABLES, it.COMMITS):
+        for name in (*pinned.present, it.COMMITS):
             table = pinned.tables[name]
             old = [s.snapshot_id for s in table.snapshots() if s.snapshot_id not in keep[name]]
             if old:

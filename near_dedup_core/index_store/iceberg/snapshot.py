@@ -12,12 +12,14 @@ hits; the driver merges them."""
 from __future__ import annotations
 
 import functools
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Self
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import zstandard
@@ -28,7 +30,7 @@ from pyiceberg.types import LongType
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding, longest_run, package_sources_error
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.lookup import HashedRows
+from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, keyed_files
 from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
     MISSING_SCOPE,
@@ -89,10 +91,14 @@ class Pinned:
         self.where = it.where(location)
         self.catalog = it.open_catalog(self.where)
         tables = it.load_tables(self.catalog)
-        if tables is None or set(tables) != {*it.DATA_TABLES, it.COMMITS}:
+        if tables is None or set(tables) - set(it.ADDED_TABLES) \
+                != {*it.DATA_TABLES, it.COMMITS} - set(it.ADDED_TABLES):
             raise NearDedupError(f"index {location}: not a near-dedup index (its catalog "
                                  f"lacks the index's tables)")
         self.tables = tables
+        #: the data tables this index has (one of an earlier version lacks `ADDED_TABLES`
+        #: until its next writer adds them), and the commit table
+        self.present = tuple(n for n in it.DATA_TABLES if n in tables)
         self.state = it.published(tables)
         if expected and self.state.n == 0:
             raise NearDedupError(f"index {location}: no batch committed yet; index the inputs "
@@ -113,14 +119,14 @@ class Pinned:
     def data_files(self, table: str) -> list[Any]:
         """The data files of ``table`` at the pinned state (pyiceberg ``DataFile``s)."""
         sid = self.state.snapshots[table]
-        if sid is None:
+        if sid is None or table not in self.tables:
             return []
         return [task.file for task in self.tables[table].scan(snapshot_id=sid).plan_files()]
 
     def total_records(self, table: str) -> int:
         """Rows of ``table`` at the pinned state, from its snapshot's summary."""
         sid = self.state.snapshots[table]
-        if sid is None:
+        if sid is None or table not in self.tables:
             return 0
         snap = self.tables[table].snapshot_by_id(sid)
         if snap is None:
@@ -182,12 +188,47 @@ class _NoConnection:
         """Nothing to close."""
 
 
+def unverified_files(pinned: Pinned) -> list[tuple[str, str]]:
+    """The data files of the pinned state (URI, table) that no earlier `index` read in full:
+    those added by a snapshot that no commit up to the one before the newest batch records.
+    The writer of the newest batch read every file of the state it appended to (this check,
+    by induction from the first batch); a file still published now and added by a snapshot
+    that an earlier state records was in that state. So a day reads the files published
+    since the day before (its batch, a compaction's), not the history."""
+    commits = pinned.tables[it.COMMITS]
+    rows = commits.scan(snapshot_id=pinned.state.commit_snapshot).to_arrow().to_pylist() \
+        if pinned.state.commit_snapshot is not None else []
+    batches = [int(r["n"]) for r in rows if r["op"] == "batch"]
+    newest = max(batches, default=0)
+    seen: set[int] = set()
+    for r in rows:
+        if int(r["n"]) < newest:
+            seen.update(s for s in orjson.loads(r["tables"]).values() if s is not None)
+    out = []
+    for name in pinned.present:
+        sid = pinned.state.snapshots[name]
+        if sid is None:
+            continue
+        table = pinned.tables[name]
+        snap = table.snapshot_by_id(sid)
+        if snap is None:
+            raise restore(pinned.location, f"table {name} lacks snapshot {sid} that the "
+                                           f"newest commit records")
+        for manifest in snap.manifests(table.io):
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.snapshot_id not in seen:
+                    out.append((entry.data_file.file_path, name))
+    return out
+
+
 def files_check(pinned: Pinned, *, idle: bool) -> BackgroundCheck:
-    """`BackgroundCheck` of every data file of the pinned state, read in full (as SQLite's
-    page check reads every page, `invariants.sqlite_background_check`): an append on a
-    damaged index is one line, whatever pages it reads itself. (A scan needs no such read:
-    every page it reads is checked as it is read, `IcebergSnapshot.verify_pages`.)"""
-    files = [(f.file_path, name) for name in it.DATA_TABLES for f in pinned.data_files(name)]
+    """`BackgroundCheck` of every data file of the pinned state that no earlier `index` read
+    (`unverified_files`), read in full (as SQLite's page check reads every page,
+    `invariants.sqlite_background_check`): no batch is appended on top of a file that was
+    never read back whole, whatever pages it reads itself. (A scan needs no such read: every
+    page it reads is checked as it is read, `IcebergSnapshot.verify_pages`; `index check`
+    reads every file.)"""
+    files = unverified_files(pinned)
     location = pinned.location
     checks: list[Callable[[Any], None]] = [
         functools.partial(_read_file, location, uri, name) for uri, name in files]
@@ -463,21 +504,38 @@ class IcebergTexts:
 
 class IcebergKnownTexts:
     """Contents of the raw compared texts of the published state: (text_sha256, scope key) ->
-    content row id, from the ``raw_texts`` rows read once (`lookup.HashedRows`: sorted
-    arrays, no Python object per row; an `index` worker keeps them for its life)."""
+    content row id, from the row groups of the ``raw_texts`` files (each sorted by
+    ``text_sha256``) whose hash range holds an asked sha256 (`keyed.KeyedFiles`; an `index`
+    worker keeps the files' footers for its life). Kept longer (the writer's own process,
+    from run to run), it re-reads the published state when that moved on: at most once a
+    `RECHECK_S` it asks the catalog for the commit table's snapshot."""
+
+    #: Seconds between two checks that the published state is still the one read.
+    RECHECK_S = 1.0
 
     def __init__(self, location: str) -> None:
         self._location = location
-        self._rows: HashedRows | None = None
+        self._rows: KeyedFiles | None = None
         self._keys: dict[int, str] = {}
+        self._pinned: Pinned | None = None
+        self._checked = 0.0
 
-    def _load(self) -> HashedRows:
+    def _load(self) -> KeyedFiles:
+        now = time.monotonic()
+        if self._rows is not None and self._pinned is not None \
+                and now - self._checked >= self.RECHECK_S:
+            self._checked = now
+            commits = self._pinned.tables[it.COMMITS].refresh().current_snapshot()
+            if (None if commits is None else commits.snapshot_id) \
+                    != self._pinned.state.commit_snapshot:
+                self._rows = None
         if self._rows is None:
-            pinned = Pinned(self._location, expected=False)
+            pinned = self._pinned = Pinned(self._location, expected=False)
+            self._checked = now
             self._keys = dict(pinned.rows("scopes", ("id", "scope_key")))
-            files = [(f.file_path, f.record_count) for f in pinned.data_files("raw_texts")]
-            self._rows = HashedRows(self._location, files, "text_sha256", SHA256_BYTES,
-                                    ("scope", "content"), it.io_threads(self._location, 1))
+            self._rows = KeyedFiles(self._location, keyed_files(pinned, "raw_texts"),
+                                    "text_sha256", SHA256_BYTES, ("scope", "content"),
+                                    it.io_threads(self._location, 1))
         return self._rows
 
     def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
@@ -490,16 +548,14 @@ class IcebergKnownTexts:
 
     def _contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
         rows = self._load()
-        wanted = [bytes(sha) for sha in shas]
-        asked, at = rows.find(wanted)
-        scopes = rows.values["scope"][at].tolist()
-        contents = rows.values["content"][at].tolist()
+        found = rows.find([bytes(sha) for sha in shas])
         out = {}
-        for a, scope, content in zip(asked.tolist(), scopes, contents, strict=True):
-            key = self._keys.get(scope)
-            if key is None:
-                raise damaged(self._location, MISSING_SCOPE)
-            out[(wanted[a], key)] = content
+        for sha, hits in found.items():
+            for scope, content in hits:
+                key = self._keys.get(scope)
+                if key is None:
+                    raise damaged(self._location, MISSING_SCOPE)
+                out[(sha, key)] = content
         return out
 
     def close(self) -> None:

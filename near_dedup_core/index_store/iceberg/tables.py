@@ -64,7 +64,9 @@ def bucket_count() -> int:
     return count
 #: Rows per Parquet row group: a probe skips the band row groups whose key range misses its
 #: keys; a text reader reads the content row groups whose id range holds its ids.
-ROW_GROUP_ROWS = {"bands": 65_536, "contents": 4_096}
+#: An `index`'s lookups (`keyed`) read the row groups of ``content_keys`` and ``raw_texts``
+#: whose hash range holds one of their keys: at most this many rows a key.
+ROW_GROUP_ROWS = {"bands": 65_536, "contents": 4_096, "content_keys": 1_024, "raw_texts": 1_024}
 
 L, B, S = LongType, BinaryType, StringType
 
@@ -83,16 +85,25 @@ COLUMNS: dict[str, list[tuple[str, Any]]] = {
                 ("domain", S), ("source", S)],
     "raw_texts": [("text_sha256", B), ("scope", L), ("content", L)],
     "bands": [("bucket", IntegerType), ("key", L), ("content", L)],
+    # the contents' row ids by content_id, partitioned by hash bucket (`keyed`)
+    "content_keys": [("bits", IntegerType), ("bucket", IntegerType), ("content_id", B),
+                     ("id", L)],
 }
+#: Bytes of the key of a keyed table (`keyed`).
+KEY_BYTES = {"content_keys": 16, "raw_texts": 32}
 #: The tables a commit publishes, at the snapshot ids its ``commits`` row records.
 DATA_TABLES = tuple(COLUMNS)
+#: Data tables that an index made by an earlier version lacks until its next writer adds
+#: them (`add_missing_tables`); a reader takes a missing one as empty.
+ADDED_TABLES = ("content_keys",)
 #: The commit table: one row per commit (a batch, a compaction), the newest row is the
 #: published state.
 COMMITS = "commits"
 COMMIT_COLUMNS = [("n", L), ("op", S), ("at", S), ("tables", S)]
 #: The column each table's rows are sorted by inside a data file.
 SORTED_BY = {"batches": "seq", "packages": "id", "scopes": "id", "dictionaries": "id",
-             "contents": "id", "sources": "id", "raw_texts": "text_sha256", "bands": "key"}
+             "contents": "id", "sources": "id", "raw_texts": "text_sha256", "bands": "key",
+             "content_keys": "content_id"}
 
 
 #: pyiceberg's row filters, built from (column, value): its expression classes are pydantic
@@ -538,21 +549,38 @@ def create_tables(cat: Catalog) -> dict[str, Table]:
         cat.create_namespace(NAMESPACE)
     except Exception:  # noqa: BLE001 -- exists already (a first batch killed earlier)
         pass
-    out = {}
-    for name in (*DATA_TABLES, COMMITS):
-        columns = COMMIT_COLUMNS if name == COMMITS else COLUMNS[name]
-        schema = schema_of(columns)
-        spec = PartitionSpec()
-        order = SortOrder()
-        if name == "bands":
-            spec = PartitionSpec(PartitionField(source_id=1, field_id=1000,
-                                                transform=IdentityTransform(), name="bucket"))
-        if name in SORTED_BY:
-            source = [c for c, _ in columns].index(SORTED_BY[name]) + 1
-            order = SortOrder(SortField(source_id=source, transform=IdentityTransform()))
-        out[name] = cat.create_table(f"{NAMESPACE}.{name}", schema=schema, partition_spec=spec,
-                                     sort_order=order, properties=_properties(name))
-    return out
+    return {name: create_table(cat, name) for name in (*DATA_TABLES, COMMITS)}
+
+
+def create_table(cat: Catalog, name: str) -> Table:
+    """One table of the index, with its partitioning and sort order."""
+    columns = COMMIT_COLUMNS if name == COMMITS else COLUMNS[name]
+    schema = schema_of(columns)
+    spec = PartitionSpec()
+    order = SortOrder()
+    if name == "bands":
+        spec = PartitionSpec(PartitionField(source_id=1, field_id=1000,
+                                            transform=IdentityTransform(), name="bucket"))
+    if name == "content_keys":
+        spec = PartitionSpec(
+            PartitionField(source_id=1, field_id=1000, transform=IdentityTransform(),
+                           name="bits"),
+            PartitionField(source_id=2, field_id=1001, transform=IdentityTransform(),
+                           name="bucket"))
+    if name in SORTED_BY:
+        source = [c for c, _ in columns].index(SORTED_BY[name]) + 1
+        order = SortOrder(SortField(source_id=source, transform=IdentityTransform()))
+    return cat.create_table(f"{NAMESPACE}.{name}", schema=schema, partition_spec=spec,
+                            sort_order=order, properties=_properties(name))
+
+
+def add_missing_tables(cat: Catalog, tables: dict[str, Table]) -> bool:
+    """Create the `ADDED_TABLES` an index of an earlier version lacks (a writer, under its
+    lock); whether any was."""
+    missing = [name for name in ADDED_TABLES if name not in tables]
+    for name in missing:
+        tables[name] = create_table(cat, name)
+    return bool(missing)
 
 
 def drop_tables(cat: Catalog) -> None:

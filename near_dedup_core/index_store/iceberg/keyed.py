@@ -1,0 +1,270 @@
+"""Tables an `index` looks rows up in by a fixed-width hash (docs/iceberg.md, "Lookups"): the
+``content_keys`` table (``content_id`` -> content row id) and ``raw_texts`` (raw text sha256
+-> scope, content). Each data file is sorted by the hash and belongs to one hash bucket: the
+hash's first ``bits`` bits (its first eight bytes read big-endian), ``bits`` and ``bucket``
+the file's identity partition (a ``raw_texts`` file, which has no such columns, is bucket 0
+of 0 bits: every hash). Since buckets are prefixes, a file of ``bits`` holds one contiguous
+range of hashes, and files of different bit counts can sit side by side in one state: a
+batch writes its rows at the bit count its own size asks for (`bits_for`), and
+`index compact` rewrites a table at the bit count the whole table asks for. The bucket count
+grows with the index; nobody chooses it.
+
+A lookup (`KeyedFiles.find`) reads, in each file of the buckets its keys fall into, only the
+row groups (`KEYED_GROUP_ROWS` rows) whose hash range (the files' Parquet statistics) holds
+one of its keys: the rows read are at most (keys × rows of a row group), whatever the
+history holds. The files' footers are read once per lookup object."""
+
+from __future__ import annotations
+
+import bisect
+import math
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.lookup import hash_words
+from near_dedup_core.index_store.texts import damaged
+
+#: Rows a bucket of a compacted keyed table holds at most (the bit count is the smallest
+#: that keeps every bucket at or under it): about 8 MiB of ``content_keys`` rows.
+BUCKET_ROWS = 1 << 18
+#: Rows per row group of a keyed file: a lookup reads at most this many rows per key.
+KEYED_GROUP_ROWS = it.ROW_GROUP_ROWS["content_keys"]
+
+
+def bits_for(rows: int) -> int:
+    """The bucket bits for ``rows`` rows: the fewest that keep a bucket within
+    `BUCKET_ROWS` (0 bits: one bucket)."""
+    return max(0, math.ceil(math.log2(rows / BUCKET_ROWS))) if rows > BUCKET_ROWS else 0
+
+
+def prefixes(keys: list[bytes]) -> np.ndarray:
+    """The first eight bytes of each key as a big-endian uint64."""
+    raw = b"".join(k[:8] for k in keys)
+    return np.frombuffer(raw, dtype=">u8").astype(np.uint64)
+
+
+def buckets_of(prefix: np.ndarray, bits: int) -> np.ndarray:
+    """The bucket of each hash prefix under ``bits`` bits."""
+    if bits == 0:
+        return np.zeros(len(prefix), dtype=np.int64)
+    return (prefix >> np.uint64(64 - bits)).astype(np.int64)
+
+
+class KeyedFile(NamedTuple):
+    """A data file of a keyed table: its URI, row count, bucket bits and bucket."""
+
+    path: str
+    rows: int
+    bits: int
+    bucket: int
+
+
+def keyed_files(pinned: Any, table: str) -> list[KeyedFile]:
+    """The data files of ``table`` at ``pinned``'s state with their partitions (a table
+    without a ``bits`` column: every file is bucket 0 of 0 bits)."""
+    spec = pinned.tables[table].spec()
+    names = [f.name for f in spec.fields]
+    out = []
+    for f in pinned.data_files(table):
+        if "bits" in names:
+            values = dict(zip(names, f.partition, strict=True))
+            bits, bucket = int(values["bits"]), int(values["bucket"])
+        else:
+            bits, bucket = 0, 0
+        out.append(KeyedFile(f.file_path, int(f.record_count), bits, bucket))
+    return out
+
+
+class _Footer(NamedTuple):
+    meta: Any
+    mins: list[bytes]
+    maxs: list[bytes]
+
+
+class KeyedFiles:
+    """Rows of a keyed table's files ``files``, looked up by their ``width``-byte ``key``
+    column; ``values`` are the int64 columns a lookup returns."""
+
+    def __init__(self, label: str, files: list[KeyedFile], key: str, width: int,
+                 values: tuple[str, ...], threads: int = 2) -> None:
+        self.label = label
+        self.files = files
+        self.key = key
+        self.width = width
+        self.values = values
+        self.threads = max(1, threads)
+        self._footers: dict[str, _Footer] = {}
+        #: rows and row groups read so far (what a lookup costs: bench/, tests)
+        self.rows_read = 0
+        self.groups_read = 0
+
+    def find(self, keys: list[bytes]) -> dict[bytes, list[tuple[int, ...]]]:
+        """Each of ``keys`` that a row holds -> the rows' ``values``, in the files' order."""
+        if not keys or not self.files:
+            return {}
+        if any(len(k) != self.width for k in keys):
+            raise ValueError(f"a key of other than {self.width} bytes")
+        wanted = sorted(set(keys))
+        prefix = prefixes(wanted)
+        work = []
+        for f in self.files:
+            at = np.flatnonzero(buckets_of(prefix, f.bits) == f.bucket) if f.bits else None
+            mine = wanted if at is None else [wanted[i] for i in at.tolist()]
+            if mine:
+                work.append((f, mine))
+        out: dict[bytes, list[tuple[int, ...]]] = {}
+        if self.threads > 1 and len(work) > 1:
+            with ThreadPoolExecutor(max_workers=self.threads) as pool:
+                parts = list(pool.map(lambda w: self._probe(*w), work))
+        else:
+            parts = [self._probe(*w) for w in work]
+        for part in parts:
+            for k, row in part:
+                out.setdefault(k, []).append(row)
+        return out
+
+    def _footer(self, path: str) -> _Footer:
+        found = self._footers.get(path)
+        if found is None:
+            meta = it.parquet_file(path).metadata
+            column = meta.schema.names.index(self.key)
+            mins, maxs = [], []
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(column).statistics
+                if stats is None or not stats.has_min_max:
+                    mins.append(b"")
+                    maxs.append(b"\xff" * (self.width + 1))
+                else:
+                    mins.append(bytes(stats.min))
+                    maxs.append(bytes(stats.max))
+            found = self._footers[path] = _Footer(meta, mins, maxs)
+        return found
+
+    def _probe(self, f: KeyedFile, keys: list[bytes]) -> list[tuple[bytes, tuple[int, ...]]]:
+        footer = self._footer(f.path)
+        groups = set()
+        for k in keys:
+            g = bisect.bisect_right(footer.mins, k) - 1
+            # a file is sorted by its key: the one row group whose range can hold k
+            if g >= 0 and k <= footer.maxs[g]:
+                groups.add(g)
+        if not groups:
+            return []
+        fs, at = it.filesystem(f.path)
+        pf = pq.ParquetFile(at, filesystem=fs, metadata=footer.meta,
+                            page_checksum_verification=True)
+        t = pf.read_row_groups(sorted(groups), columns=[self.key, *self.values],
+                               use_threads=False)
+        self.rows_read += t.num_rows
+        self.groups_read += len(groups)
+        column = t.column(self.key)
+        hit = pc.is_in(column, value_set=pa.array(keys, column.type))
+        t = t.filter(hit)
+        for name in self.values:
+            if t.column(name).null_count:
+                raise damaged(self.label, f"data file {it.local_path(f.path)}: a null in "
+                                          f"column {name}")
+        found = t.column(self.key).to_pylist()
+        values = [t.column(name).to_pylist() for name in self.values]
+        return [(bytes(k), row) for k, row in zip(found, zip(*values, strict=True),
+                                                   strict=True)]
+
+
+class KeyedWriter:
+    """A batch's rows of a keyed table, gathered as they come and written at its commit
+    (`close`): sorted by the key, one file per bucket at the bit count the batch's size asks
+    for (`bits_for`), in the layout of `keyed_options`."""
+
+    def __init__(self, table: Any, name: str, prefix: str, key: str,
+                 values: tuple[str, ...]) -> None:
+        self.table = table
+        self.name = name
+        self.prefix = prefix
+        self.key = key
+        self.value_names = values
+        #: the rows so far, in Arrow form (about 24 bytes a content id)
+        self.parts: list[pa.Table] = []
+        self.paths: list[str] = []
+
+    def add(self, rows: list[tuple]) -> None:
+        """Rows (key, *values)."""
+        if rows:
+            columns = list(zip(*rows, strict=True))
+            self.parts.append(pa.table(
+                {self.key: pa.array(columns[0], pa.binary()),
+                 **{n: pa.array(c, pa.int64())
+                    for n, c in zip(self.value_names, columns[1:], strict=True)}}))
+
+    def close(self) -> list[str]:
+        """The files written (none for no rows)."""
+        if not self.parts:
+            return []
+        rows = pa.concat_tables(self.parts)
+        self.parts = []
+        self.paths = write_keyed_files(self.table, self.name,
+                                       f"{self.prefix}-{uuid.uuid4().hex[:8]}", self.key,
+                                       rows, bits_for(rows.num_rows))
+        return list(self.paths)
+
+    def discard(self) -> None:
+        self.parts = []
+        for path in self.paths:
+            self.table.io.delete(path)
+        self.paths = []
+
+
+def keyed_options(name: str) -> dict[str, Any]:
+    """The Parquet layout of a keyed file: small row groups, no codec (hashes), the sort
+    order declared."""
+    columns = [c for c, _ in it.COLUMNS[name]]
+    return {"compression": "none", "row_group_size": it.ROW_GROUP_ROWS[name],
+            "sorting_columns": [pq.SortingColumn(columns.index(it.SORTED_BY[name]))],
+            **it.CHECKED_WRITES}
+
+
+def write_keyed_files(table: Any, name: str, prefix: str, key: str, rows: pa.Table,
+                      bits: int) -> list[str]:
+    """``rows`` (the key column and the values) of the keyed table ``name`` sorted by key,
+    as one file per bucket of ``bits`` bits under ``table``'s data folder, written through
+    its FileIO; their URIs."""
+    rows = rows.take(pc.sort_indices(rows, sort_keys=[(key, "ascending")]))
+    column = rows.column(key).combine_chunks()
+    if pc.any(pc.not_equal(pc.binary_length(column), it.KEY_BYTES[name])).as_py():
+        raise ValueError(f"a {key} of other than {it.KEY_BYTES[name]} bytes")
+    bucket = buckets_of(prefixes_of(column, it.KEY_BYTES[name]), bits)
+    edges = np.flatnonzero(np.diff(bucket)) + 1
+    starts, ends = [0, *edges.tolist()], [*edges.tolist(), len(bucket)]
+    schema = it.with_checksum_mark(pa.schema([pa.field(f.name, f.type)
+                                              for f in it.arrow_schema(name)]))
+    data = table.location().rstrip("/") + "/data"
+    paths = []
+    for start, end in zip(starts, ends, strict=True):
+        b = int(bucket[start])
+        part = rows.slice(start, end - start)
+        arrays = []
+        for c in schema.names:
+            if c == "bits":
+                arrays.append(pa.array(np.full(end - start, bits), schema.field(c).type))
+            elif c == "bucket":
+                arrays.append(pa.array(np.full(end - start, b), schema.field(c).type))
+            else:
+                arrays.append(part.column(c).cast(schema.field(c).type))
+        path = f"{data}/bits={bits}/bucket={b}/{prefix}-{bits:02d}-{b:06d}.parquet"
+        with table.io.new_output(path).create(overwrite=True) as out:
+            pq.write_table(pa.Table.from_arrays(arrays, schema=schema), out,
+                           **keyed_options(name))
+        paths.append(path)
+    return paths
+
+
+def prefixes_of(column: pa.Array, width: int) -> np.ndarray:
+    """The first eight bytes of each ``width``-byte value of a binary array as big-endian
+    uint64."""
+    return hash_words(column, width)[:, 0].byteswap()

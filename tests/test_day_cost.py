@@ -1,0 +1,35 @@
+"""`bench/day_cost.py` (docs/benchmarks.md, docs/measurements/2026-12-06-day.md) at a small
+scale: both indexes get the base package, the history index the generated contents (their
+``content_keys`` in the index's layout, so a day's lookups read them by bucket), and each
+measured day is indexed into both, in turns."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+import pytest
+from helpers import REPO
+
+pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
+
+from near_dedup_core.index_store.iceberg.batch import content_lookup  # noqa: E402
+from near_dedup_core.index_store.iceberg.keyed import KeyedFiles  # noqa: E402
+from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
+
+
+def test_day_cost_measures_a_day_against_an_empty_index_and_a_generated_history(tmp_path):
+    out = tmp_path / "day-cost"
+    subprocess.run([sys.executable, "-m", "bench.day_cost", "--contents", "3000", "--out",
+                    str(out), "--base", "60", "--day-records", "40", "--days", "1"],
+                   cwd=REPO, check=True, capture_output=True)
+    result = orjson.loads((out / "result.json").read_bytes())
+    assert [(r["day"], r["index"]) for r in result["runs"]] == [(1, "empty"), (1, "history")]
+    assert all(r["cpu_s"] > 0 and r["peak_tree_rss_mib"] > 0 for r in result["runs"])
+    assert len(result["ratio_cpu_s"]) == 1
+    history = Pinned(f"iceberg://{out / 'history'}")
+    contents = history.total_records("contents")
+    assert contents > 3000
+    assert history.total_records("content_keys") == contents
+    assert isinstance(content_lookup(history), KeyedFiles)

@@ -1,0 +1,260 @@
+"""The lookups of an Iceberg `index` laid out by hash (docs/iceberg.md, "Lookups"): the
+``content_keys`` and ``raw_texts`` files are sorted by their hash and bucketed by its
+prefix; a lookup reads only the row groups its keys fall into; the bucket count grows with
+the index (`index compact` re-partitions), an index of an earlier version is built by
+`index compact`, and the reports stay SQLite's throughout. An `index` reads in full only the
+data files published since the batch before."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
+
+pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
+
+from near_dedup_core.index_store.iceberg import keyed  # noqa: E402
+from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
+from near_dedup_core.index_store.iceberg.batch import content_lookup  # noqa: E402
+from near_dedup_core.index_store.iceberg.keyed import (  # noqa: E402
+    KeyedFile,
+    KeyedFiles,
+    keyed_files,
+    write_keyed_files,
+)
+from near_dedup_core.index_store.iceberg.snapshot import Pinned, unverified_files  # noqa: E402
+
+P = stdlib_paragraphs()
+
+
+def ice(folder: Path) -> str:
+    return f"iceberg://{folder.resolve()}"
+
+
+def ok(*argv: object) -> str:
+    code, out, err = run_cli("--quiet", *argv)
+    assert (code, err) == (0, ""), err
+    return out
+
+
+def texts(count: int, offset: int = 0) -> list[str]:
+    n = len(P)
+    return [f"{P[(i + offset) % n]} {P[(i + offset + i // n + 1) % n]}" for i in range(count)]
+
+
+def day(tmp_path: Path, name: str, items: list[str], at: str) -> Path:
+    return make_package(tmp_path, name, {"train": [
+        {"id": f"{name}-{i}", "text": t, "domain": "docs"} for i, t in enumerate(items)]},
+        created_at=at)
+
+
+class _Table:
+    """What `write_keyed_files` asks of a table: its location and FileIO."""
+
+    def __init__(self, folder: Path) -> None:
+        from pyiceberg.io.pyarrow import PyArrowFileIO
+
+        self.folder = folder
+        self.io = PyArrowFileIO()
+
+    def location(self) -> str:
+        return f"file://{self.folder}"
+
+
+def test_keyed_files_of_several_bit_counts_find_what_a_dict_finds_reading_few_rows(
+        tmp_path, monkeypatch):
+    """Files of 0, 1 and 5 bucket bits side by side (as batches and a compaction leave them),
+    row groups of 64 rows: every asked key gets exactly its rows, absent keys none, and a
+    lookup reads only the row groups its keys fall into."""
+    monkeypatch.setitem(it.ROW_GROUP_ROWS, "content_keys", 64)
+    table = _Table(tmp_path)
+    ids = iter(range(1, 1 << 20))
+    expected: dict[bytes, int] = {}
+    files: list[KeyedFile] = []
+    for part, (rows, bits) in enumerate(((3000, 0), (2000, 1), (6000, 5), (1, 0))):
+        keys = [hashlib.sha256(f"{part}-{i}".encode()).digest()[:16] for i in range(rows)]
+        values = [next(ids) for _ in keys]
+        expected.update(zip(keys, values, strict=True))
+        paths = write_keyed_files(table, "content_keys", f"p{part}", "content_id",
+                                  pa.table({"content_id": pa.array(keys, pa.binary()),
+                                            "id": pa.array(values, pa.int64())}), bits)
+        for path in paths:
+            b = int(path.split("bucket=")[1].split("/")[0])
+            files.append(KeyedFile(path, 0, bits, b))
+    assert len(files) == 1 + 2 + 32 + 1
+    lookup = KeyedFiles("test", files, "content_id", 16, ("id",), threads=2)
+    present = list(expected)[::797]
+    absent = [hashlib.sha256(f"absent-{i}".encode()).digest()[:16] for i in range(10)]
+    found = lookup.find([*present, *absent, present[0]])
+    assert found == {k: [(expected[k],)] for k in present}
+    # each key reads at most the one row group of its range in each of the four layers of
+    # files (two of 0 bits, one of 1, one of 5) that hold its bucket
+    assert lookup.groups_read <= (len(present) + len(absent)) * 4
+    assert lookup.rows_read <= lookup.groups_read * 64 < len(expected) / 2
+    assert lookup.find([]) == {}
+    with pytest.raises(ValueError, match="other than 16 bytes"):
+        lookup.find([b"short"])
+
+
+def test_buckets_grow_by_compaction_and_the_reports_stay_sqlites(tmp_path, monkeypatch):
+    """With buckets of 128 rows: each batch writes its content ids at the bucket count its
+    own size asks for, `index compact` re-partitions them at the count the whole index asks
+    for (one file a bucket) and merges the raw texts' files into one; a day's lookups then
+    find every repeat, and the reports before and after the compaction are byte-identical
+    and SQLite's."""
+    monkeypatch.setattr(keyed, "BUCKET_ROWS", 128)
+    index, lite = ice(tmp_path / "ice"), tmp_path / "lite.sqlite"
+    d1 = day(tmp_path, "g1", texts(500), "2026-11-25T00:00:00Z")
+    d2 = day(tmp_path, "g2", texts(400, offset=500), "2026-11-26T00:00:00Z")
+    # day 3: contents seen before under other raw texts, and raw texts seen before as they were
+    d3 = day(tmp_path, "g3", [*(t.replace(" ", "  ") for t in texts(300, offset=300)),
+                              *texts(100)], "2026-11-27T00:00:00Z")
+    for target in (index, lite):
+        ok("--index", target, "index", "--inputs", d1)
+        ok("--index", target, "index", "--inputs", d2)
+    pinned = Pinned(index)
+    contents = pinned.total_records("contents")
+    assert pinned.total_records("content_keys") == contents
+    grown = keyed.bits_for(contents)
+    # each batch's own size asked for fewer buckets than the two together
+    assert max(f.bits for f in keyed_files(pinned, "content_keys")) < grown
+
+    def report(target: object, name: str) -> dict:
+        ok("--index", target, "scan", "--inputs", d1, d2, "--output", tmp_path / name)
+        return tree_bytes(tmp_path / name)
+
+    before = report(index, "before")
+    assert before == report(lite, "lite")
+    out = ok("--index", index, "index", "compact")
+    assert "content ids laid out in" in out and f"of {1 << grown:,} buckets" in out, out
+    pinned = Pinned(index)
+    files = keyed_files(pinned, "content_keys")
+    assert {f.bits for f in files} == {grown}
+    assert len({f.bucket for f in files}) == len(files) == 1 << grown
+    assert "raw texts' 2 files merged into one" in out
+    assert len(pinned.data_files("raw_texts")) == 1
+    assert report(index, "after") == before
+    assert "nothing to compact" in ok("--index", index, "index", "compact")
+    # the next day's repeats are found in the re-partitioned files
+    for target in (index, lite):
+        ok("--index", target, "index", "--inputs", d3)
+    assert report(index, "day3") == report(lite, "lite3")
+    assert "OK" in ok("--index", index, "index", "check")
+
+
+def test_an_index_of_an_earlier_version_gets_its_content_keys_from_compaction(
+        tmp_path, monkeypatch):
+    """An index without the ``content_keys`` table (made by an earlier version): the next
+    `index` adds the table and still finds the history's contents (the whole column, as
+    before); `index compact` builds the table from the contents; from then on the lookups
+    read it by bucket, and the reports are SQLite's throughout."""
+    index, lite = ice(tmp_path / "ice"), tmp_path / "lite.sqlite"
+    d1 = day(tmp_path, "o1", texts(400), "2026-11-25T00:00:00Z")
+    d2 = day(tmp_path, "o2", [*(t.replace(" ", "  ") for t in texts(300)),
+                              *(f"{t} (new {i})" for i, t in enumerate(texts(100)))],
+             "2026-11-26T00:00:00Z")
+    d3 = day(tmp_path, "o3", texts(300, offset=200), "2026-11-27T00:00:00Z")
+    with monkeypatch.context() as m:  # the tables and commits of an earlier version
+        m.setattr(it, "DATA_TABLES", tuple(t for t in it.DATA_TABLES if t != "content_keys"))
+        for target in (index, lite):
+            ok("--index", target, "index", "--inputs", d1)
+    old = Pinned(index)
+    assert "content_keys" not in old.tables and old.total_records("content_keys") == 0
+    assert "OK" in ok("--index", index, "index", "check")
+    for target in (index, lite):
+        ok("--index", target, "index", "--inputs", d2)
+    pinned = Pinned(index)
+    assert 0 < pinned.total_records("content_keys") < pinned.total_records("contents")
+    assert not isinstance(content_lookup(pinned), KeyedFiles)
+    out = ok("--index", index, "index", "compact")
+    assert "content ids built from the contents" in out, out
+    pinned = Pinned(index)
+    assert pinned.total_records("content_keys") == pinned.total_records("contents")
+    assert isinstance(content_lookup(pinned), KeyedFiles)
+    for target in (index, lite):
+        ok("--index", target, "index", "--inputs", d3)
+        ok("--index", target, "scan", "--inputs", d2, d3, "--output", tmp_path / f"r-{target}"
+           .replace("/", "_").replace(":", "_"))
+    reports = [tree_bytes(p) for p in sorted(tmp_path.glob("r-*"))]
+    assert len(reports) == 2 and reports[0] == reports[1]
+
+
+def test_an_index_reads_in_full_only_the_files_published_since_the_batch_before(tmp_path):
+    """After batches 1 and 2, the files an `index` reads in full are batch 2's (batch 1's
+    were read by batch 2's run); after a compaction, the compaction's files as well."""
+    index = ice(tmp_path / "ice")
+    ok("--index", index, "index", "--inputs", day(tmp_path, "v1", texts(300),
+                                                  "2026-11-25T00:00:00Z"))
+    first = {f.file_path for name in it.DATA_TABLES for f in Pinned(index).data_files(name)}
+    assert {u for u, _ in unverified_files(Pinned(index))} == first
+    ok("--index", index, "index", "--inputs", day(tmp_path, "v2", texts(300, offset=250),
+                                                  "2026-11-26T00:00:00Z"))
+    pinned = Pinned(index)
+    every = {f.file_path for name in it.DATA_TABLES for f in pinned.data_files(name)}
+    second = {u for u, _ in unverified_files(pinned)}
+    assert second and second == every - first
+    ok("--index", index, "index", "compact")
+    pinned = Pinned(index)
+    now = {f.file_path for name in it.DATA_TABLES for f in pinned.data_files(name)}
+    assert {u for u, _ in unverified_files(pinned)} == now - first
+
+
+def test_index_check_finds_content_ids_that_do_not_match_the_contents(tmp_path):
+    """A published ``content_keys`` whose rows are all there but one content's id is
+    another's (a lookup would find the wrong content) is one line of `index check`."""
+    from pyiceberg.expressions import AlwaysTrue
+
+    from near_dedup_core.index_store.iceberg.batch import publish
+
+    index = ice(tmp_path / "ice")
+    ok("--index", index, "index", "--inputs", day(tmp_path, "c1", texts(200),
+                                                  "2026-11-25T00:00:00Z"))
+    assert "OK" in ok("--index", index, "index", "check")
+    pinned = Pinned(index)
+    rows = pinned.read("content_keys", ("content_id", "id")).sort_by("id")
+    ids = rows.column("id").to_pylist()
+    ids[0], ids[1] = ids[1], ids[0]
+    table = pinned.tables["content_keys"]
+    written = write_keyed_files(table, "content_keys", "swapped", "content_id",
+                                pa.table({"content_id": rows.column("content_id"),
+                                          "id": pa.array(ids, pa.int64())}), 0)
+    with table.transaction() as tx:
+        tx.delete(AlwaysTrue())
+        tx.add_files(written, check_duplicate_files=False)
+    snapshots = dict(pinned.state.snapshots)
+    current = table.current_snapshot()
+    assert current is not None
+    snapshots["content_keys"] = current.snapshot_id
+    publish(pinned, "compact", "2026-11-25T01:00:00Z", snapshots)
+    code, out, err = run_cli("--index", index, "index", "check")
+    assert code == 1 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert "damaged (the content ids table does not hold the contents' (content_id, id) " \
+           "pairs)" in err, err
+
+
+def test_raw_text_lookups_kept_from_run_to_run_follow_the_published_state(tmp_path,
+                                                                         monkeypatch):
+    """A raw-text lookup kept past its run (the writer's own process indexes inline) reads
+    the newly published state: the texts of the next batch are found, and the files that a
+    compaction replaced and an expiry removed are not read."""
+    from near_dedup_core.index_store.iceberg.snapshot import IcebergKnownTexts
+
+    monkeypatch.setattr(IcebergKnownTexts, "RECHECK_S", 0.0)
+    index = ice(tmp_path / "ice")
+    first, second = texts(50), [f"{t} (second)" for t in texts(50)]
+    ok("--index", index, "index", "--inputs", day(tmp_path, "k1", first,
+                                                  "2026-11-25T00:00:00Z"))
+    kept = IcebergKnownTexts(index)
+
+    def sha(t: str) -> bytes:
+        return hashlib.sha256(t.encode()).digest()
+
+    assert len(kept.contents([sha(t) for t in first])) == 50
+    ok("--index", index, "index", "--inputs", day(tmp_path, "k2", second,
+                                                  "2026-11-26T00:00:00Z"))
+    ok("--index", index, "index", "compact")
+    ok("--index", index, "index", "expire", "--older-than", "0s")
+    assert len(kept.contents([sha(t) for t in first + second])) == 100
