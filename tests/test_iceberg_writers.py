@@ -113,6 +113,23 @@ def wait_for(flag: Path, proc: subprocess.Popen) -> None:
         time.sleep(0.05)
 
 
+def test_batches_in_one_process_find_the_raw_texts_of_the_batch_just_before(env, tmp_path):
+    """Three `index` runs in one process, one right after the other, on a shared catalog
+    (v1, v3, then v2, whose every text v1 or v3 holds): the last batch finds each of its raw
+    texts, v3's among them, and adds no ``raw_texts`` row; no (text_sha256, scope) pair is
+    held twice."""
+    from near_dedup_core.index_store.iceberg.snapshot import Pinned
+
+    index = new_location(env, "folder", tmp_path, "index")
+    ok(index, V1)
+    ok(index, V3)
+    before = Pinned(index).rows("raw_texts", ("text_sha256", "scope", "content"))
+    out = ok(index, V2)
+    assert "batch 3 added cpt-v2: 73 records, 0 new texts, 73 repeats" in out, out
+    after = Pinned(index).rows("raw_texts", ("text_sha256", "scope", "content"))
+    assert len({(sha, scope) for sha, scope, _ in after}) == len(after) == len(before) == 90
+
+
 @pytest.mark.parametrize("warehouse", ["s3", "folder"])
 def test_the_writer_that_loses_the_commit_runs_again_on_the_new_state(env, warehouse,
                                                                       tmp_path):

@@ -131,6 +131,7 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
         known_texts = None
     # local worker processes parse the lines from memory shared with this process
     shared = batch.shared_blocks(executor.workers) if executor.shares_memory else None
+    work.forget_known_texts()  # inline blocks read the state this batch was pinned at
     try:
         init, initargs = ((work.init_worker, shared.worker_args()) if shared is not None
                           else (None, ()))
@@ -143,6 +144,7 @@ def _append_in(store: Batch, config: NearDedupConfig, pkgs: list[Package],
             writer.track_targets({d for p in new for d in p.depends_on}, indexed_rowids)
             writer.run(pkgs, rowids)
     finally:
+        work.forget_known_texts()
         if shared is not None:
             shared.close()
     bar.finish()

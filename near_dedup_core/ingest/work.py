@@ -114,10 +114,23 @@ def init_worker(shared_fd: int | None, shared_size: int) -> None:
         attach_shared(shared_fd, shared_size)
 
 
+def forget_known_texts() -> None:
+    """Drop the raw-text lookups this process keeps (`_known_contents`): the writer's own
+    process calls it at each batch's start and end, so that a batch never looks raw texts up
+    in a lookup kept from an earlier batch, which may still read the state that batch was
+    pinned at (an Iceberg lookup checks at most once a second that the published state moved
+    on) and miss the texts committed since."""
+    kept = list(_kept_known_texts.values())
+    _kept_known_texts.clear()
+    for known in kept:
+        known.close()
+
+
 def _known_contents(location: str, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
     """Raw-text lookups on a read connection of this worker. A pool worker keeps its
     connection (and its page cache) for its life, which ends before the writer closes the
-    index; inline, in the writer's own process, a SQLite connection lives for one block only
+    index; inline, in the writer's own process, a lookup is kept for one batch
+    (`forget_known_texts`) and a SQLite connection for one block only
     (`index_store.IndexBackend.inline_readers_close`): the writer closes last and removes the
     index's -wal and -shm files."""
     index = db.open_index(location)

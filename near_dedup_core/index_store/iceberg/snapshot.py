@@ -506,9 +506,11 @@ class IcebergKnownTexts:
     """Contents of the raw compared texts of the published state: (text_sha256, scope key) ->
     content row id, from the row groups of the ``raw_texts`` files (each sorted by
     ``text_sha256``) whose hash range holds an asked sha256 (`keyed.KeyedFiles`; an `index`
-    worker keeps the files' footers for its life). Kept longer (the writer's own process,
-    from run to run), it re-reads the published state when that moved on: at most once a
-    `RECHECK_S` it asks the catalog for the commit table's snapshot."""
+    worker keeps the files' footers for its life). Kept longer, it re-reads the published
+    state when that moved on: at most once a `RECHECK_S` it asks the catalog for the commit
+    table's snapshot, so until then it may answer from the state it read (an `index` writer
+    that works blocks inline drops its kept lookups at each batch,
+    `ingest.work.forget_known_texts`)."""
 
     #: Seconds between two checks that the published state is still the one read.
     RECHECK_S = 1.0
