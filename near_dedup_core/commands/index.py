@@ -7,6 +7,7 @@ from pathlib import Path
 
 from near_dedup_core.commands.options import (
     CommandParser,
+    Subcommands,
     duration,
     location,
     need_index,
@@ -15,7 +16,7 @@ from near_dedup_core.commands.options import (
 from near_dedup_core.errors import NearDedupError
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     ix = sub.add_parser("index", help="append one batch of snapshot packages to the index; "
                                       "`index check` verifies the index",
                         usage="near-dedup index --inputs PACKAGE... [--workers N] "

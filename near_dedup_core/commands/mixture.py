@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from near_dedup_core.commands.options import CommandParser, global_options, location
+from near_dedup_core.commands.options import CommandParser, Subcommands, global_options, location
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     own_config = [global_options(after_command=True, config=False)]  # MIXTURE_JSON is theirs
     mx = sub.add_parser("mixture", help="mixtures built on a frozen report",
                         description="Plan, build and verify mixtures on a frozen report.")

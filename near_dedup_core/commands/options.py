@@ -9,7 +9,7 @@ import difflib
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.workers import EXECUTORS
@@ -17,6 +17,10 @@ from near_dedup_core.workers import EXECUTORS
 if TYPE_CHECKING:
     from near_dedup_core.index_store import Index
     from near_dedup_core.storage import Location
+
+#: What ``ArgumentParser.add_subparsers`` returns, to which each group of commands adds its
+#: parsers (``add_parser``); argparse names its class privately.
+Subcommands = Any
 
 
 class Parser(argparse.ArgumentParser):

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from near_dedup_core.commands.options import (
     CommandParser,
+    Subcommands,
     location,
     packages_option,
     workers_count,
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from near_dedup_core.storage import Location
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     rp = sub.add_parser("report", help="frozen reports",
                         description="Work with frozen near-dedup reports.")
     rps = rp.add_subparsers(dest="report_command", required=True, parser_class=CommandParser,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from near_dedup_core.commands.options import location, need_index, workers_option
+from near_dedup_core.commands.options import Subcommands, location, need_index, workers_option
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     sc = sub.add_parser("scan", help="freeze the near-dedup report of one input pool",
                         description="Decide keep/exclude for every sample of the input pool "
                                     "against the pool and the index's history, and write the "

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from near_dedup_core.commands.options import CommandParser, location
+from near_dedup_core.commands.options import CommandParser, Subcommands, location
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     sn = sub.add_parser("snapshot", help="snapshot packages",
                         description="Create or validate snapshot packages.")
     sns = sn.add_subparsers(dest="snapshot_command", required=True, parser_class=CommandParser,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from near_dedup_core.commands.options import CommandParser, need_index
+from near_dedup_core.commands.options import CommandParser, Subcommands, need_index
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
+def add_parsers(sub: Subcommands) -> None:
     td = sub.add_parser("takedown", help="record takedowns in the index, which every later "
                                          "scan applies",
                         description="Record, lift, list and show takedowns kept in the index: "
