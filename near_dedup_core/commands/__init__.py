@@ -21,7 +21,9 @@ without them. `index` adds packages to a persistent index (a SQLite file, a Post
 database or Iceberg tables); `scan` freezes an auditable near-duplicate report of an input
 pool against that index; `report explain` and `report diff` audit reports; `contamination`
 finds evaluation items inside training samples; `mixture build` builds a mixture on the
-frozen reports, which `report verify` and `mixture verify` check later without the index."""
+frozen reports, which `report verify` and `mixture verify` check later without the index.
+`index find` says where a text went (every release, package and mixture that held it or a
+near copy); `takedown` records texts that every later scan excludes with their near copies."""
 
 EPILOG = """\
 global options (--index, --config, --quiet) go before or after the command:
@@ -68,10 +70,10 @@ COMMANDS: tuple[Command, ...] = (
     Command("mixture build", mixture.build, profile="mixture"),
     Command("mixture verify", mixture.verify, profile="mixture",
             folders=(FolderArg("mixture", ("mixture",), "mixture"),)),
-    Command("takedown add", takedown.record),
-    Command("takedown lift", takedown.record),
-    Command("takedown list", takedown.record),
-    Command("takedown show", takedown.record),
+    Command("takedown add", takedown.add),
+    Command("takedown lift", takedown.lift),
+    Command("takedown list", takedown.list_all),
+    Command("takedown show", takedown.show),
     Command("takedown check", takedown.check,
             folders=(FolderArg("mixtures", ("mixture",), "mixture"),)),
 )

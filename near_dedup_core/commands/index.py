@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from near_dedup_core.commands.options import (
     CommandParser,
@@ -14,6 +15,9 @@ from near_dedup_core.commands.options import (
     workers_option,
 )
 from near_dedup_core.errors import NearDedupError
+
+if TYPE_CHECKING:
+    from near_dedup_core.history.queries import Query
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -120,6 +124,42 @@ def action(args: argparse.Namespace) -> None:
 
 
 def find(args: argparse.Namespace) -> None:
-    from near_dedup_core.history.command import run_find
+    """`index find`: the queries read and checked first (nothing is opened before every
+    query is known good), then the mixtures, then the join (`history.find_texts`)."""
+    from near_dedup_core.history.find import find_texts
+    from near_dedup_core.history.mixtures import ShippedMixtures
 
-    print(run_find(args, need_index(args)), end="")
+    if args.inputs:
+        raise NearDedupError("usage: index find takes no --inputs (see near-dedup index find "
+                             "--help)")
+    queries = _find_queries(args)
+    mixtures = None if args.mixtures is None else ShippedMixtures.read(args.mixtures)
+    found = find_texts(need_index(args), queries, workers=args.workers,
+                       executor=args.executor, mixtures=mixtures, progress=not args.quiet)
+    print(found.json_lines() if args.json else found.table() + "\n", end="")
+
+
+def _find_queries(args: argparse.Namespace) -> list[Query]:
+    """The queries of the command line, in the order of its options' kinds: texts, JSONL
+    lines, package samples, hashes."""
+    from near_dedup_core.history.queries import (
+        hash_query,
+        jsonl_queries,
+        sample_queries,
+        text_query,
+    )
+
+    if (args.package is None) != (not args.sample):
+        raise NearDedupError("usage: index find takes --package DIR with --sample ID... "
+                             "(both or neither)")
+    queries: list[Query] = [text_query(p) for p in args.text]
+    for path in args.jsonl:
+        queries += jsonl_queries(path)
+    if args.package is not None:
+        queries += sample_queries(args.package, args.sample)
+    queries += [hash_query(h) for h in args.hash]
+    if not queries:
+        raise NearDedupError("usage: index find needs --text FILE, --jsonl FILE, --package "
+                             "DIR --sample ID... or --hash HASH (see near-dedup index find "
+                             "--help)")
+    return queries

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from near_dedup_core.commands.options import CommandParser, Subcommands, need_index
+from near_dedup_core.errors import NearDedupError
 
 
 def add_parsers(sub: Subcommands) -> None:
@@ -60,12 +61,45 @@ def add_parsers(sub: Subcommands) -> None:
                     help="mixture folders")
 
 
-def record(args: argparse.Namespace) -> None:
-    """`takedown add|lift|list|show`: the takedown stage's (`takedown.command`)."""
-    from near_dedup_core.takedown.command import run
+def add(args: argparse.Namespace) -> None:
+    from near_dedup_core.takedown import record
 
-    for line in run(args, need_index(args)):
+    index = need_index(args)
+    if args.sample and args.package is None:
+        raise NearDedupError("usage: takedown add --sample goes with --package DIR")
+    texts = (record.texts_from_file(args.text) if args.text is not None else
+             record.texts_from_jsonl(args.jsonl) if args.jsonl is not None else
+             record.texts_from_package(args.package, args.sample))
+    print(record.summary(record.add(index, args.request, args.reason, texts, by=args.by,
+                                    keep_text=args.keep_text), index.label))
+
+
+def lift(args: argparse.Namespace) -> None:
+    from near_dedup_core.takedown import record
+
+    index = need_index(args)
+    print(record.summary(record.lift(index, args.request, args.reason, by=args.by),
+                         index.label))
+
+
+def list_all(args: argparse.Namespace) -> None:
+    from near_dedup_core.takedown import record
+
+    acts, _config = record.read_acts(need_index(args))
+    for line in record.list_lines(acts):
         print(line)
+
+
+def show(args: argparse.Namespace) -> None:
+    import orjson
+
+    from near_dedup_core.takedown import record
+
+    index = need_index(args)
+    acts, _config = record.read_acts(index)
+    shown = record.show(acts, args.request, index.label)
+    print(orjson.dumps(shown, option=orjson.OPT_SORT_KEYS).decode() if args.json
+          else record.show_text(shown))
 
 
 def check(args: argparse.Namespace) -> None:
