@@ -194,9 +194,9 @@ def _run_in(folder: Path, location: str, form: str | None, args: tuple, workers:
         os.chdir(here)
 
 
+# the queries are read before the index is opened
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_bad_input_is_one_line(built, backend, tmp_path):
-    if backend != "sqlite":
-        pytest.skip("the queries are read before the index is opened")
     location, _, _, (_, b, _), q1, _ = built
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "x", "text": "fine"}\n{"id": "y"}\n', encoding="utf-8")
@@ -220,9 +220,9 @@ def test_bad_input_is_one_line(built, backend, tmp_path):
             "missing.sqlite", "not found")
 
 
+# the same bytes as on SQLite (test_the_same_bytes_everywhere)
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_table(built, backend):
-    if backend != "sqlite":
-        pytest.skip("the same bytes as on SQLite (test_the_same_bytes_everywhere)")
     location, _, texts, _, q1, lines = built
     code, out, err = run_cli("--quiet", "--index", location, "index", "find", "--text", q1,
                              "--jsonl", lines, "--workers", 1)
@@ -237,14 +237,14 @@ def test_table(built, backend):
 
 
 @pytest.mark.slow
+# the namespace's loopback does not reach the test's PostgreSQL server
+@pytest.mark.parametrize("backend", ["sqlite", "iceberg"], indirect=True, scope="module")
 def test_on_ray_the_same_bytes(built, backend):
     """``--executor ray`` (a local Ray started for the run, in a private network namespace
     holding only the loopback interface where ``unshare`` is available, as in test_ray.py):
     the verify tasks are shipped their texts and, on Iceberg, the per-bucket join runs as Ray
     tasks; the answer is the local one, byte for byte."""
     pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
-    if backend == "postgresql":
-        pytest.skip("the namespace's loopback does not reach the test's PostgreSQL server")
     location, _, _, (_, b, _), _, _ = built
     args = ["--quiet", "--index", location, "index", "find", "--json", "--package", str(b),
             "--sample", "b0", "b1", "b2", "b3", "--executor", "ray", "--workers", "2"]
@@ -283,12 +283,12 @@ def _held(mixture: Path) -> set[tuple[str, str]]:
             for path in sorted((mixture / "data").rglob("*.jsonl")) for r in read_jsonl(path)}
 
 
+# the mixtures are read from their own files, whatever the index
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_which_shipped_mixtures_held_each_source(built, backend, tmp_path):
     """``--mixtures``: per source, the mixtures (as given) whose frozen files hold that
     sample; a copy the report excluded is in none; a mixture whose data file changed is
     one line."""
-    if backend != "sqlite":
-        pytest.skip("the mixtures are read from their own files, whatever the index")
     location, _, texts, (a, b, _), _, _ = built
     report = scan(location, [a, b], tmp_path / "report").path
     deduped = _mixture(tmp_path, "mix-deduped", [a, b], report, 5)
@@ -323,11 +323,11 @@ def test_which_shipped_mixtures_held_each_source(built, backend, tmp_path):
              "--mixtures", deduped], f"mixture {deduped}", "does not match the sha256")
 
 
+# the benchmark's index is a SQLite file
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_the_benchmark_runs(backend, tmp_path):
     """`bench.find` (docs/measurements/2026-12-06-find.md) on the sample packages: the find
     and the scan of the same texts, each round measured, and the answers counted."""
-    if backend != "sqlite":
-        pytest.skip("the benchmark's index is a SQLite file")
     samples = REPO / "samples" / "cpt"
     work = tmp_path / "find"
     run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
@@ -342,12 +342,12 @@ def test_the_benchmark_runs(backend, tmp_path):
     assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
 
 
+# the scope rule does not depend on the backend
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_an_sft_record_is_found_in_its_own_scope_only(backend, tmp_path):
     """An SFT query is compared within its scope (task, system, material, images), as a
     scan compares it: the record as the package carries it is found, the same messages
     under another system prompt are not."""
-    if backend != "sqlite":
-        pytest.skip("the scope rule does not depend on the backend")
     sft = REPO / "samples" / "sft" / "sft-v1"
     location = tmp_path / "sft.sqlite"
     code, _, err = run_cli("--quiet", "--index", location, "index", "--inputs", sft,

@@ -451,7 +451,7 @@ def test_the_daily_release_on_the_bucket_matches_the_local_run(s3: S3Server,
                                         resources={"release": settings}, raise_on_error=False)
                 assert result.success, day
                 checks = result.get_asset_check_evaluations()
-                assert len(checks) == 3 and all(c.passed for c in checks), checks
+                assert len(checks) == 4 and all(c.passed for c in checks), checks
                 found.append({e.asset_key: e.materialization.metadata
                               for e in result.get_asset_materialization_events()})
         return found
@@ -548,5 +548,5 @@ def test_the_release_contamination_step_on_the_bucket_matches_the_local_run(
     assert first[CONTAMINATION_REPORT]["reused"] == dg.MetadataValue.bool(False)
     assert again[CONTAMINATION_REPORT]["reused"] == dg.MetadataValue.bool(True)
     checks = [(c.check_name, c.passed) for run in runs for c in run.get_asset_check_evaluations()]
-    assert len(checks) == 3 * 4  # no_new_contamination warns: the eval set is in the pool
+    assert len(checks) == 3 * 5  # no_new_contamination warns: the eval set is in the pool
     assert checks == [(name, name != "no_new_contamination") for name, _ in checks]
