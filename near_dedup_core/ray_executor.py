@@ -29,6 +29,7 @@ rolls its transaction back and ``scan`` has written nothing.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
@@ -215,9 +216,18 @@ def start_watchdog(mark: str) -> subprocess.Popen:
         stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
 
+#: What `stop_watchdog` tells the watchdog before it closes its pipe: the command is done
+#: with Ray, not killed.
+DONE = b"done"
+
+
 def stop_watchdog(watchdog: subprocess.Popen, timeout: float = 10.0) -> None:
     if watchdog.stdin is not None:
-        watchdog.stdin.close()
+        with contextlib.suppress(OSError):
+            watchdog.stdin.write(DONE)
+            watchdog.stdin.flush()
+        with contextlib.suppress(OSError):
+            watchdog.stdin.close()
     try:
         watchdog.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -262,6 +272,7 @@ def watch() -> None:
     mark = f"{OWNER_ENV}={sys.argv[2]}".encode()
     seen: dict[int, str] = {}
     others: set[tuple[int, str]] = set()
+    done = False  # the command said it is done with Ray (`stop_watchdog`), not killed
     while True:
         for pid, started in _descendants(root, _processes()).items():
             if pid not in seen and (pid, started) not in others:
@@ -270,8 +281,11 @@ def watch() -> None:
                 else:
                     others.add((pid, started))
         ready, _, _ = select.select([sys.stdin], [], [], WATCH_EVERY)
-        if ready and not os.read(sys.stdin.fileno(), 4096):
-            break
+        if ready:
+            said = os.read(sys.stdin.fileno(), 4096)
+            if not said:
+                break
+            done = done or DONE in said
     # freeze them first, so that none starts another (Ray's servers restart their agents),
     # then take in what they started meanwhile, and kill them all
     table = _processes()
@@ -292,6 +306,27 @@ def watch() -> None:
         doomed.update(more)
     for pid in doomed:
         _signal(pid, signal.SIGKILL)
+    if not done:  # the command was killed: nothing of its Ray may outlive it
+        _sweep(mark)
+
+
+#: After a killed command's Ray is killed, how long no process of it may show up before the
+#: watchdog leaves (seconds).
+SWEEP_QUIET = 1.0
+
+
+def _sweep(mark: bytes) -> None:
+    """Kill every Ray process that carries ``mark`` until none has shown up for
+    `SWEEP_QUIET` seconds: one that was starting as the others were stopped (an agent whose
+    server forked it between two listings, still without its name) is found once it has
+    one."""
+    quiet_until = time.monotonic() + SWEEP_QUIET
+    while time.monotonic() < quiet_until:
+        time.sleep(0.1)
+        for pid in _processes():
+            if pid != os.getpid() and _carries(pid, mark) and _is_ray(pid):
+                _signal(pid, signal.SIGKILL)
+                quiet_until = time.monotonic() + SWEEP_QUIET
 
 
 def _carries(pid: int, mark: bytes) -> bool:
