@@ -32,7 +32,7 @@ from s3_server import (
     run_s3_server,
 )
 
-from near_dedup_core import storage, storage_streams
+from near_dedup_core import storage, storage_remote, storage_streams
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import CHECKSUMS, verify_checksums, write_checksums
 from near_dedup_core.storage import FileInfo, LocalLocation, RemoteLocation, parse_location
@@ -352,7 +352,8 @@ def test_killed_publish_leaves_nothing_that_verifies(s3: S3Server) -> None:
     keys = s3.keys("reports/")
     assert "reports/r4/part-0.jsonl" in keys
     assert "reports/r4/checksums.sha256" not in keys
-    staging = [k for k in keys if k.startswith(f"reports/.r4.tmp-{storage._host()}-{proc.pid}-")]
+    stem = f"reports/.r4.tmp-{storage_remote._host()}-{proc.pid}-"
+    staging = [k for k in keys if k.startswith(stem)]
     assert len(staging) == 3
     out = parse_location(url)
     with pytest.raises(NearDedupError) as exc:
@@ -374,14 +375,14 @@ def test_killed_publish_leaves_nothing_that_verifies(s3: S3Server) -> None:
 
 BOUNDED_PUBLISH = """
 import os, sys, tracemalloc
-from near_dedup_core import storage
+from near_dedup_core import storage, storage_remote
 from near_dedup_core.fsutil import write_checksums
 
-storage._MAX_PUT = int(sys.argv[2])
+storage_remote._MAX_PUT = int(sys.argv[2])
 out = storage.parse_location(sys.argv[1])
 with out.publish() as folder:
     for i in range(3):
-        (folder / f"part-{i}.bin").write_bytes(os.urandom(3 * storage.UPLOAD_PART))
+        (folder / f"part-{i}.bin").write_bytes(os.urandom(3 * storage_remote.UPLOAD_PART))
     write_checksums(folder)
     tracemalloc.start()
 print(tracemalloc.get_traced_memory()[1])
@@ -398,12 +399,13 @@ def test_publish_does_not_hold_the_folder_in_memory(s3: S3Server, max_put: int) 
                           cwd=REPO, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     peak = int(done.stdout)
-    bound = storage.UPLOAD_PART if max_put > storage.UPLOAD_PART else 3 * storage.UPLOAD_PART
+    part = storage_remote.UPLOAD_PART
+    bound = part if max_put > part else 3 * part
     assert peak < bound, f"{peak / 2**20:.1f} MiB held while publishing"
     listed = parse_location(url).verify("report")
     assert sorted(listed) == ["part-0.bin", "part-1.bin", "part-2.bin"]
     head = s3.client().head_object(Bucket=s3.bucket, Key=f"reports/big-{max_put}/part-0.bin")
-    assert head["ContentLength"] == 3 * storage.UPLOAD_PART
+    assert head["ContentLength"] == 3 * storage_remote.UPLOAD_PART
 
 
 def test_concurrent_publication_loses_on_the_conditional_marker(
@@ -531,7 +533,7 @@ def test_server_stopped_mid_run(s3: S3Server, tmp_path: Path) -> None:
 
 def test_hung_endpoint_is_a_bounded_wait(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that accepts connections and never answers: read timeouts, not minutes."""
-    monkeypatch.setattr(storage, "READ_TIMEOUT", 1.0)
+    monkeypatch.setattr(storage_remote, "READ_TIMEOUT", 1.0)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)
@@ -542,7 +544,8 @@ def test_hung_endpoint_is_a_bounded_wait(s3: S3Server, monkeypatch: pytest.Monke
             loc.list_files()
         elapsed = time.monotonic() - started
     # each attempt: the timeout, then botocore's backoff (at most 2 ** attempt seconds)
-    bound = storage.S3FS_ATTEMPTS * storage.MAX_ATTEMPTS * (1.0 + 2 ** storage.MAX_ATTEMPTS)
+    attempts = storage_remote.MAX_ATTEMPTS
+    bound = storage_remote.S3FS_ATTEMPTS * attempts * (1.0 + 2**attempts)
     assert elapsed < bound
     refusal(exc, loc.url, "cannot reach the storage endpoint")
 
@@ -584,7 +587,7 @@ def test_throttled_request_fails_after_retries(s3: S3Server,
         server.shutdown()
         server.server_close()
     refusal(exc, loc.url, "throttled by the storage (SlowDown)", "after")
-    assert _SlowDown.requests >= storage.MAX_ATTEMPTS  # botocore retried before giving up
+    assert _SlowDown.requests >= storage_remote.MAX_ATTEMPTS  # botocore retried before giving up
 
 
 class _ExpiredToken(_SlowDown):

@@ -23,7 +23,8 @@ from helpers import REPO, SAMPLES, refused, run_cli
 from s3_server import S3Server, run_s3_server
 
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.storage import _host, parse_location
+from near_dedup_core.storage import parse_location
+from near_dedup_core.storage_remote import _host
 
 CONFIG = REPO / "config" / "near-dedup.json"
 V1 = SAMPLES / "cpt/2026-11-25/cpt-v1"
