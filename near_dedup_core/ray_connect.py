@@ -74,14 +74,22 @@ def check_token(address: str, ray: Any) -> None:
     _, sep, port = address.rpartition(":")
     if address.startswith("ray://") or not sep or not port.isdigit():
         return
-    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # as Ray's own tools
-
     try:
-        GcsClient(address=address)
+        _ask_control_service(address)
     except ray.exceptions.AuthenticationError:
         raise TokenRefused from None
     except Exception:  # noqa: BLE001 - unreachable, not a cluster: ray.init says which
         return
+
+
+def _ask_control_service(address: str) -> None:
+    """Connect once to the control service (GCS) of the cluster at ``address``."""
+    # Ray (2.60) has no public call that asks the GCS once: `ray.init` retries for twenty
+    # seconds, and `ray.util.state` asks the dashboard; Ray's own CLI and state API use this
+    # class, which its type stub (`_raylet.pyi`) does not declare.
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]
+
+    GcsClient(address=address)
 
 
 def token_message(address: str) -> str:

@@ -19,12 +19,13 @@ multiprocessing itself is imported only when a pool starts.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from near_dedup_core.collector import use_bulk_threshold
@@ -179,28 +180,33 @@ def _remove_temp_dir_by_name() -> None:
     """multiprocessing removes its temporary folder (``pymp-…``, which holds the forkserver's
     socket) at exit with ``shutil.rmtree``, which lists the folder first: a command that
     ended because memory ran out could not (``Cannot allocate memory``), printed that
-    traceback after its one line and left the folder. It is removed by name instead
-    (`_remove_folder`), listed only if something else is in it."""
+    traceback after its one line and left the folder. It is removed by the names it holds
+    once the forkserver runs (listed now, while there is memory to list it) instead
+    (`_remove_folder`), and listed at exit only if something else was put in it."""
     from multiprocessing import util
 
+    # CPython 3.11 offers no public way to choose how this folder is removed at
+    # exit, so the exit finalizer `util.get_temp_dir` registered is handed our removal.
     registry = getattr(util, "_finalizer_registry", {})
     for finalizer in list(registry.values()):
         args = getattr(finalizer, "_args", None)
         if getattr(finalizer, "_callback", None) is getattr(util, "_remove_temp_dir", None) \
                 and isinstance(args, tuple) and len(args) == 2:
-            finalizer._args = (_remove_folder, args[1])
+            folder = args[1]
+            finalizer._args = (functools.partial(_remove_folder, names=os.listdir(folder)),
+                               folder)
 
 
-def _remove_folder(folder: str) -> None:
-    """Remove multiprocessing's temporary ``folder``: the forkserver's socket in it by name,
-    then the folder; anything else in it, or a failure, by ``shutil.rmtree``, quietly."""
+def _remove_folder(folder: str, names: Sequence[str]) -> None:
+    """Remove multiprocessing's temporary ``folder``: the ``names`` it held when the pool
+    started, then the folder; anything else in it, or a failure, by ``shutil.rmtree``,
+    quietly."""
     import shutil
-    from multiprocessing import forkserver
 
-    address = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_address", None)
     try:
-        if isinstance(address, str) and os.path.dirname(address) == folder:
-            os.unlink(address)
+        for name in names:
+            with suppress(FileNotFoundError):
+                os.unlink(os.path.join(folder, name))
         os.rmdir(folder)
     except OSError:
         shutil.rmtree(folder, ignore_errors=True)
