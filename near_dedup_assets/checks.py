@@ -117,6 +117,19 @@ def no_release_result(release: ReleaseSettings, day: str,
                                          "no_release": dg.MetadataValue.text(str(reason))})
 
 
+def near_dedup_off_result(release: ReleaseSettings, day: str, missing: str,
+                          severity: dg.AssetCheckSeverity = dg.AssetCheckSeverity.ERROR
+                          ) -> dg.AssetCheckResult | None:
+    """The result of a check of the report or the index while near-dedup is off: it passes,
+    saying what there is not (``missing``); None while near-dedup is on."""
+    if release.near_dedup_enabled:
+        return None
+    return dg.AssetCheckResult(passed=True, severity=severity,
+                               description=f"near-dedup is off: {missing}",
+                               metadata={"day": dg.MetadataValue.text(day),
+                                         "near_dedup": dg.MetadataValue.text("off")})
+
+
 def release_day_check(**kwargs) -> Callable:
     """``dg.asset_check`` partitioned by release day (its PreviewWarning silenced: known)."""
     def decorate(fn: Callable) -> dg.AssetChecksDefinition:
@@ -144,13 +157,10 @@ def report_checksums(context: dg.AssetCheckExecutionContext,
                      release: ReleaseSettings):
     """The day's report matches its checksums.sha256 and is internally consistent."""
     def check_day(day: str) -> dg.AssetCheckResult:
-        done = no_release_result(release, day)
+        done = no_release_result(release, day) or near_dedup_off_result(release, day,
+                                                                        "no report")
         if done is not None:
             return done
-        if not release.near_dedup_enabled:
-            return dg.AssetCheckResult(passed=True, description="near-dedup is off: no report",
-                                       metadata={"day": dg.MetadataValue.text(day),
-                                                 "near_dedup": dg.MetadataValue.text("off")})
         path = release.report_dir(day)
         return _verified(day, "report", path, lambda: checked(
             path, lambda folder: in_place(verify_report(folder).summary(), folder, path)))
@@ -191,14 +201,10 @@ def no_taken_down_content(context: dg.AssetCheckExecutionContext,
                           release: ReleaseSettings):
     """The day's mixture holds nothing the takedowns in force in the index take down."""
     def check_day(day: str) -> dg.AssetCheckResult:
-        done = no_release_result(release, day)
+        done = no_release_result(release, day) or near_dedup_off_result(
+            release, day, "no index, no takedowns")
         if done is not None:
             return done
-        if not release.near_dedup_enabled:
-            return dg.AssetCheckResult(passed=True, description="near-dedup is off: no index, "
-                                                                "no takedowns",
-                                       metadata={"day": dg.MetadataValue.text(day),
-                                                 "near_dedup": dg.MetadataValue.text("off")})
         path = release.mixture_dir(day)
 
         def verify() -> str:
@@ -232,13 +238,10 @@ def exclusion_rates_check(blocking: bool) -> dg.AssetChecksDefinition:
     def exclusion_rates(context: dg.AssetCheckExecutionContext,
                         release: ReleaseSettings):
         def check_day(day: str) -> dg.AssetCheckResult:
-            done = no_release_result(release, day, severity)
+            done = no_release_result(release, day, severity) or near_dedup_off_result(
+                release, day, "no report", severity)
             if done is not None:
                 return done
-            if not release.near_dedup_enabled:
-                return dg.AssetCheckResult(passed=True, severity=severity,
-                                           description="near-dedup is off: no report",
-                                           metadata={"day": dg.MetadataValue.text(day)})
             try:
                 return exclusion_rate_result(release, day, RELEASE_DAYS.get_partition_keys(),
                                              severity)

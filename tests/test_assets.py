@@ -709,7 +709,12 @@ def test_near_dedup_off_builds_mixtures_without_report_or_index(tmp_path, snapsh
     result = release(DAYS[1], settings, instance)
     assert result.success
     assert metadata(result, SCAN_REPORT)["near_dedup"] == "off"
-    assert check_results(result)["report_checksums"].passed
+    checks = check_results(result)
+    for name, missing in (("report_checksums", "no report"), ("exclusion_rates", "no report"),
+                          ("no_taken_down_content", "no index, no takedowns")):
+        assert checks[name].passed, name
+        assert checks[name].description == f"near-dedup is off: {missing}"
+        assert checks[name].metadata["near_dedup"].value == "off"
     assert not settings.index_path.exists()
     assert not (tmp_path / "reports").exists()
     mixture = settings.mixture_dir(DAYS[1]).local_path

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -130,9 +131,7 @@ def explain_or_diff(args: argparse.Namespace) -> None:
         for folder, where in zip(folders, given, strict=True):
             text = in_place(text, folder, where)
             notes = [in_place(note, folder, where) for note in notes]
-    for note in notes:
-        print(f"near-dedup: note: {note}", file=sys.stderr)
-    print_to_reader(text)
+    notes_then(notes, text)
 
 
 def html(args: argparse.Namespace) -> None:
@@ -143,9 +142,14 @@ def html(args: argparse.Namespace) -> None:
         site = publish_site(args.report, args.output, against=args.against,
                             contamination=args.contamination, inputs=args.inputs,
                             progress=not args.quiet)
-    for note in site.notes:
+    notes_then(site.notes, site.summary())
+
+
+def notes_then(notes: Iterable[str], text: str) -> None:
+    """A command's notes on stderr, one line each, then its text on stdout."""
+    for note in notes:
         print(f"near-dedup: note: {note}", file=sys.stderr)
-    print(site.summary())
+    print_to_reader(text)
 
 
 def print_to_reader(text: str) -> None:
