@@ -648,6 +648,52 @@ def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance
     assert "data/train/part-00000.jsonl" in check.description
 
 
+def as_format_1(settings: ReleaseSettings, folder: Path) -> None:
+    """Rewrite the release record ``folder`` as the release wrote it before format 2 (up to
+    9d6d5ea): ``format_version`` 1, every path as the release was given it (absolute), the
+    day's mixture.json the mixture config as it was (absolute paths), then sealed again."""
+    from near_dedup_core.fsutil import write_checksums, write_json
+
+    raw = json.loads((folder / "release.json").read_text())
+    snapshots, reports = Path(settings.snapshot_root), Path(settings.report_root)
+    raw["format_version"] = 1
+    for item in raw["inputs"]:
+        item["path"] = str(snapshots / item["path"])
+    raw["mixture"]["path"] = str(Path(settings.mixture_root) / raw["mixture"]["path"])
+    if raw["report"] is not None:
+        raw["report"]["path"] = str(reports / raw["report"]["path"])
+    config = json.loads((folder / "mixture.json").read_text())
+    config["inputs"] = [str(snapshots / p) for p in config["inputs"]]
+    if config.get("near_dedup_report") is not None:
+        config["near_dedup_report"] = str(reports / config["near_dedup_report"])
+    (folder / "checksums.sha256").unlink()
+    write_json(folder / "release.json", raw)
+    write_json(folder / "mixture.json", config)
+    write_checksums(folder)
+
+
+def test_a_release_record_of_format_1_passes_the_mixture_check(tmp_path, snapshots, instance):
+    """A day released before format 2 keeps its record: the mixture check reads it through
+    the model and passes; a rerun of the day, whose record would be of format 2, leaves it
+    as it is and says so (published outputs are never replaced)."""
+    settings = settings_for(tmp_path, snapshots)
+    assert release(DAYS[0], settings, instance).success
+    folder = settings.release_dir(DAYS[0]).local_path
+    as_format_1(settings, folder)
+    record = json.loads((folder / "release.json").read_text())
+    assert record["format_version"] == 1 and Path(record["mixture"]["path"]).is_absolute()
+    kept = tree_bytes(folder)
+    result = release(DAYS[0], settings, instance,
+                     selection=dg.AssetSelection.checks_for_assets(MIXTURE)
+                     | dg.AssetSelection.assets("validated_snapshot"))
+    check = check_results(result)["mixture_verify"]
+    assert check.passed, check.description
+    again = release(DAYS[0], settings, instance)
+    assert not again.success
+    assert "already exists with other content than this build" in failure_message(again)
+    assert tree_bytes(folder) == kept
+
+
 def test_checks_executed_without_a_day_check_the_latest_released_day(tmp_path, snapshots,
                                                                      instance):
     """A run of the checks without a release day (the checks tab's "Execute all") checks the

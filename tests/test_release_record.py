@@ -47,7 +47,7 @@ def test_a_written_record_reads_back_the_same(tmp_path, contamination):
 
 
 @pytest.mark.parametrize(("change", "problem"), [
-    ({"format_version": 1}, "format_version"),
+    ({"format_version": 3}, "format_version"),
     ({"kind": "pretrain"}, "kind"),
     ({"inputs": []}, "inputs"),
     ({"extra": 1}, "extra"),

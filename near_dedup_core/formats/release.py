@@ -4,7 +4,9 @@ what was released that day, with the manifest hash of each output. The Dagster r
 `fsutil.write_json`; its checks read it back through the same model (`read_release`).
 
 Every path is relative to its root (the release's snapshot, report, mixture or
-contamination root setting), so a record does not depend on where the roots are mounted. The
+contamination root setting), so a record does not depend on where the roots are mounted; a
+record of format 1 (written before 2026-12-03) holds each path as the release was given it,
+absolute, and still reads (a day released then is checked as it is). The
 ``counts`` of the report are the report manifest's (`ReportCounts`); those of the mixture and
 of the contamination report are copied from their manifests as they are there (each file's
 own model checks them).
@@ -23,7 +25,7 @@ from near_dedup_core.fsutil import read_model
 
 FORMAT: Final = "near-dedup-release"
 #: 2: every path is relative to its root, so a rebuild after the roots moved is
-#: byte-identical.
+#: byte-identical (1: every path as the release was given it; the same fields).
 FORMAT_VERSION: Final = 2
 FILE: Final = "release.json"
 
@@ -64,12 +66,12 @@ class ReleasedContamination(StrictModel):
 
 
 class ReleaseRecord(StrictModel):
-    """``release.json`` (format_version 2). ``index`` and ``report`` are null on a day
-    released with near-dedup off; ``contamination`` is absent unless the mixture used a
-    contamination report."""
+    """``release.json`` (format_version 2, or 1 with every path absolute). ``index`` and
+    ``report`` are null on a day released with near-dedup off; ``contamination`` is absent
+    unless the mixture used a contamination report."""
 
     format: Literal["near-dedup-release"]
-    format_version: Literal[2]
+    format_version: Literal[1, 2]
     day: str
     kind: Literal["cpt", "sft"]
     near_dedup: bool
