@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import orjson
@@ -38,22 +38,25 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
 from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.bands import (
+    BAND_FILE_OPTIONS as BAND_FILE_OPTIONS,
+)
+from near_dedup_core.index_store.iceberg.bands import (
+    BandFile,
+    BandSpec,
+    bucket_of,
+    write_band_files,
+)
 from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, KeyedWriter, keyed_files
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.resume import IcebergWorkFiles
-from near_dedup_core.index_store.iceberg.snapshot import (
-    IcebergSnapshot,
-    Pinned,
-    bucket_of,
-    files_check,
-)
+from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, files_check
 from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import binding_rows
 from near_dedup_core.progress import pause_point
@@ -349,70 +352,6 @@ def content_lookup(pinned: Pinned) -> HashedRows | KeyedFiles:
     files = [(f.file_path, f.record_count) for f in pinned.data_files("contents")]
     return HashedRows(pinned.location, files, "content_id", CONTENT_ID_BYTES, ("id",),
                       threads)
-
-
-class BandSpec(NamedTuple):
-    """What a band task needs to write its files: the band table's data folder (a URI), the
-    table's FileIO properties, the batch's file-name prefix, the index's bucket count."""
-
-    data: str
-    io_properties: dict[str, str]
-    prefix: str
-    buckets: int
-
-
-class BandFile(NamedTuple):
-    """A band data file a task wrote: its URI, bucket and row count."""
-
-    path: str
-    bucket: int
-    rows: int
-
-
-#: How a band data file is written (docs/measurements/2026-12-04-scale.md, "The per-bucket
-#: join"): the keys sorted, so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
-#: content ids as their differences, near the values' entropy, so no codec (it would cost
-#: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
-#: rows (a probe skips those whose key range holds none of its keys); the sort order
-#: declared, so a join task takes it as given (`snapshot.bucket_hits`).
-BAND_FILE_OPTIONS: dict[str, Any] = {
-    "compression": "none",
-    "use_dictionary": ["bucket"],
-    "column_encoding": {"key": "DELTA_BINARY_PACKED", "content": "DELTA_BINARY_PACKED"},
-    "row_group_size": it.ROW_GROUP_ROWS["bands"],
-    "sorting_columns": [pq.SortingColumn(1), pq.SortingColumn(2)],
-    **it.CHECKED_WRITES,
-}
-
-
-def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray
-                     ) -> list[BandFile]:
-    """The band rows (``keys[i]``, ``contents[i]``) as one Parquet file per bucket under the
-    band table's data folder (``bucket=<b>/<prefix>-<unique>-<b>.parquet``), each sorted by
-    (key, content) in the layout of `BAND_FILE_OPTIONS`; written through the table's FileIO.
-    Runs in a task of the index's executor (or in the writer's own process)."""
-    if not len(keys):
-        return []
-    buckets = bucket_of(keys, spec.buckets)
-    order = np.lexsort((contents, keys, buckets))
-    keys, contents, buckets = keys[order], contents[order], buckets[order]
-    del order
-    cuts = np.flatnonzero(np.diff(buckets)) + 1
-    starts = np.concatenate(([0], cuts)).tolist()
-    ends = np.concatenate((cuts, [len(buckets)])).tolist()
-    io = load_file_io(spec.io_properties, spec.data)
-    unique = uuid.uuid4().hex[:12]
-    written = []
-    for start, end in zip(starts, ends, strict=True):
-        bucket = int(buckets[start])
-        part = pa.Table.from_arrays(
-            [pa.array(buckets[start:end]), pa.array(keys[start:end]),
-             pa.array(contents[start:end])], schema=it.with_checksum_mark(plain_schema("bands")))
-        path = f"{spec.data}/bucket={bucket}/{spec.prefix}-{unique}-{bucket:05d}.parquet"
-        with io.new_output(path).create(overwrite=True) as out:
-            pq.write_table(part, out, **BAND_FILE_OPTIONS)
-        written.append(BandFile(path, bucket, end - start))
-    return written
 
 
 class BandTasks:

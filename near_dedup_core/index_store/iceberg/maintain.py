@@ -6,8 +6,9 @@
   (`check.check_invariants`, run on the published rows loaded into an in-memory SQLite
   database). Data files under the tables' folders that no snapshot references (a killed
   writer's, a compaction's replaced files after expiry) are listed: they are never read.
-- compact: each bucket's band files rewritten into one file sorted by key (the writer's
-  `batch.write_band_files`), and the ``content_keys`` table re-partitioned at the bucket
+- compact: the band table rewritten one bucket at a time, into one file a bucket sorted by
+  key (the writer's `bands.write_band_files`), at the bucket count the index's size asks
+  for (`bands.buckets_for`: the count grows with the index), and the ``content_keys`` table re-partitioned at the bucket
   count the index's size asks for (built from the contents for an index of an earlier
   version), as a new commit.
 - expire: every snapshot but the published one dropped, and the data files that no snapshot
@@ -33,12 +34,18 @@ from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.check import check_invariants, check_meta
 from near_dedup_core.index_store.iceberg import errors
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.batch import (
+from near_dedup_core.index_store.iceberg.bands import (
     BandSpec,
+    bucket_of,
+    buckets_for,
+    write_band_files,
+)
+from near_dedup_core.index_store.iceberg.batch import (
     check_pointers,
     publish,
     restore_leftovers,
-    write_band_files,
+    to_arrow,
+    write_rows_file,
 )
 from near_dedup_core.index_store.iceberg.keyed import (
     bits_for,
@@ -47,12 +54,7 @@ from near_dedup_core.index_store.iceberg.keyed import (
     write_keyed_files,
 )
 from near_dedup_core.index_store.iceberg.lookup import hash_words
-from near_dedup_core.index_store.iceberg.snapshot import (
-    Pinned,
-    bucket_of,
-    local_path,
-    read_every_page,
-)
+from near_dedup_core.index_store.iceberg.snapshot import Pinned, local_path, read_every_page
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 from near_dedup_core.index_store.records import IndexCheck
 from near_dedup_core.progress import Progress
@@ -239,52 +241,85 @@ def _writing(location: str) -> Iterator[Pinned]:
 
 
 def compact(location: str, progress: bool = False) -> str:
-    """Rewrite the band files of every bucket that has more than one into one file sorted by
-    (key, content) in the writer's layout, published as a new commit; a one-line summary.
-    ``progress``: its stages on stderr."""
+    """Rewrite the band table one bucket at a time (`compact_bands`): at the bucket count the
+    index's size asks for (`bands.buckets_for`), or, at the same count, the files of every
+    bucket that has more than one into one file sorted by (key, content) in the writer's
+    layout; lay out ``content_keys`` and merge the raw texts; all published as one new
+    commit; a one-line summary. ``progress``: its stages on stderr."""
     stages = Progress("index compact", 4, enabled=progress)
     with _writing(location) as pinned:
-        files: dict[int, int] = {}
-        for f in pinned.data_files("bands"):
-            files[int(f.partition[0])] = files.get(int(f.partition[0]), 0) + 1
-        small = sorted(b for b, n in files.items() if n > 1)
         snapshots = dict(pinned.state.snapshots)
         stages.step("laying out the content ids by hash bucket")
         keys = "; ".join(x for x in (compact_keys(pinned, snapshots),
                                       merge_raw_texts(pinned, snapshots)) if x) or None
-        if not small and keys is None:
+        bands = compact_bands(pinned, snapshots, stages)
+        if bands is None and keys is None:
+            files = {int(f.partition[0]) for f in pinned.data_files("bands")}
             return (f"index {location}: nothing to compact ({count(len(files), 'bucket')}, one "
                     f"file each; the content ids in {count(1 << keyed_bits(pinned), 'bucket')})")
-        if not small:
-            publish(pinned, "compact", utc_now(), snapshots)
-            stages.finish()
-            return f"index {location}: {keys} (commit {pinned.state.n + 1:,})"
-        table = pinned.tables["bands"]
-        stages.step(f"reading the band rows of {len(small):,} buckets")
-        rows = pinned.read("bands", ("key", "content"), it.one_of("bucket", small))
-        buckets = int(dict(pinned.rows("meta", ("key", "value")))[it.BUCKETS_KEY])
-        spec = BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties),
-                        f"compact-{pinned.state.n + 1}", buckets)
-        # one file a bucket, sorted, in the writer's layout; the old files dropped and the
-        # new ones registered by one commit of the table
-        stages.step(f"writing {len(small):,} sorted files")
-        written = write_band_files(spec, rows.column("key").to_numpy(),
-                                   rows.column("content").to_numpy())
-        del rows
         stages.step("committing")
-        with table.transaction() as tx:
-            tx.delete(it.one_of("bucket", small))
-            tx.add_files([f.path for f in written], check_duplicate_files=False)
-        current = table.current_snapshot()
-        assert current is not None
-        snapshots["bands"] = current.snapshot_id
         publish(pinned, "compact", utc_now(), snapshots)
-        before = sum(files[b] for b in small)
         stages.finish()
-        also = "" if keys is None else f"; {keys}"
-        return (f"index {location}: compacted {count(before, 'band file')} of "
-                f"{count(len(small), 'bucket')} "
-                f"into {len(small):,}{also} (commit {pinned.state.n + 1:,})")
+        done = "; ".join(x for x in (bands, keys) if x)
+        return f"index {location}: {done} (commit {pinned.state.n + 1:,})"
+
+
+def compact_bands(pinned: Pinned, snapshots: dict[str, int | None],
+                  stages: Progress) -> str | None:
+    """The band table rewritten one old bucket at a time, so that only that bucket's rows are
+    held: when the index has outgrown its bucket count (`bands.buckets_for`), every bucket
+    is split into the buckets of the grown count (one file each) and ``meta`` records the new
+    count; else the files of each bucket that has more than one are merged into one. The old
+    files are dropped and the new ones added by one transaction of the table (and of
+    ``meta``); ``snapshots`` gets the new snapshots. What was done, or None (nothing)."""
+    meta = pinned.rows("meta", ("key", "value"))
+    buckets = int(dict(meta)[it.BUCKETS_KEY])
+    files: dict[int, list[str]] = {}
+    rows = 0
+    for f in pinned.data_files("bands"):
+        files.setdefault(int(f.partition[0]), []).append(f.file_path)
+        rows += f.record_count
+    grown = buckets_for(rows, buckets)
+    chosen = sorted(b for b, paths in files.items() if grown != buckets or len(paths) > 1)
+    if not chosen:
+        return None
+    table = pinned.tables["bands"]
+    prefix = f"compact-{pinned.state.n + 1}"
+    spec = BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties), prefix,
+                    grown)
+    stages.step(f"rewriting the band files of {count(len(chosen), 'bucket')}")
+    written: list[str] = []
+    for b in chosen:
+        parts = [it.parquet_file(path).read(columns=["key", "content"], use_threads=False)
+                 for path in files[b]]
+        held = pa.concat_tables(parts)
+        del parts
+        written += [f.path for f in write_band_files(spec, held.column("key").to_numpy(),
+                                                     held.column("content").to_numpy())]
+        del held
+    stages.step(f"registering {count(len(written), 'band file')}")
+    with table.transaction() as tx:
+        tx.delete(AlwaysTrue() if grown != buckets else it.one_of("bucket", chosen))
+        tx.add_files(written, check_duplicate_files=False)
+    current = table.current_snapshot()
+    assert current is not None
+    snapshots["bands"] = current.snapshot_id
+    before = sum(len(files[b]) for b in chosen)
+    if grown == buckets:
+        return (f"compacted {count(before, 'band file')} of {count(len(chosen), 'bucket')} "
+                f"into {len(written):,}")
+    meta_table = pinned.tables["meta"]
+    rows_now = [(k, str(grown) if k == it.BUCKETS_KEY else v) for k, v in meta]
+    path = write_rows_file(meta_table, "meta", to_arrow("meta", rows_now), prefix)
+    with meta_table.transaction() as tx:
+        tx.delete(AlwaysTrue())
+        tx.add_files([path], check_duplicate_files=False)
+    current = meta_table.current_snapshot()
+    assert current is not None
+    snapshots["meta"] = current.snapshot_id
+    return (f"compacted {count(before, 'band file')} of {count(len(chosen), 'bucket')} "
+            f"into {len(written):,}: the band buckets grown from {buckets:,} to {grown:,} "
+            f"({count(rows, 'band row')})")
 
 
 def merge_raw_texts(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:

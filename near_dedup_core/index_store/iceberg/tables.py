@@ -38,17 +38,19 @@ CATALOG_FILE = "catalog.db"
 WAREHOUSE = "warehouse"
 WRITER_LOCK = "writer.lock"
 READERS_LOCK = "readers.lock"
-#: meta key: the number of band-key buckets, fixed when the index is created.
+#: meta key: the number of band-key buckets of the published state; `index compact` grows
+#: it with the index (`bands.buckets_for`).
 BUCKETS_KEY = "iceberg_buckets"
-#: Band-key buckets of a new index (docs/iceberg.md says how the count was chosen).
-DEFAULT_BUCKETS = 64
+#: Band-key buckets of a new index (docs/iceberg.md, "Buckets grow with the index"): few
+#: files a batch while the index is small, enough tasks for the history join's workers.
+DEFAULT_BUCKETS = 16
 BUCKETS_ENV = "NEAR_DEDUP_ICEBERG_BUCKETS"
 #: The bucket counts a new index takes (docs/iceberg.md: 10^10 contents want 16,384).
 MAX_BUCKETS = 65_536
 
 
 def bucket_count() -> int:
-    """The bucket count of a new index: `BUCKETS_ENV` if set, else `DEFAULT_BUCKETS`; a
+    """The bucket count a new index starts at: `BUCKETS_ENV` if set, else `DEFAULT_BUCKETS`; a
     setting that is not a whole number from 1 to `MAX_BUCKETS` is one line."""
     value = os.environ.get(BUCKETS_ENV)
     if value is None:
