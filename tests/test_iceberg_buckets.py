@@ -18,7 +18,8 @@ pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
 from near_dedup_core.index_store.iceberg import bands, maintain  # noqa: E402
 from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
-from near_dedup_core.index_store.iceberg.snapshot import Pinned, local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
 
 P = stdlib_paragraphs()
 
@@ -35,9 +36,16 @@ def texts(count: int) -> list[str]:
 
 
 def day(tmp_path: Path, name: str, items: list[str], at: str) -> Path:
-    return make_package(tmp_path, name, {"train": [
-        {"id": f"{name}-{i}", "text": t, "domain": "docs"} for i, t in enumerate(items)]},
-        created_at=at)
+    return make_package(
+        tmp_path,
+        name,
+        {
+            "train": [
+                {"id": f"{name}-{i}", "text": t, "domain": "docs"} for i, t in enumerate(items)
+            ]
+        },
+        created_at=at,
+    )
 
 
 def band_buckets(index: str) -> tuple[int, dict[int, list[str]]]:
@@ -60,8 +68,7 @@ def test_the_growth_rule_doubles_while_a_bucket_holds_more_than_its_rows():
     assert bands.buckets_for(10, 1_024) == 1_024  # never fewer
 
 
-def test_the_band_table_is_re_partitioned_by_compaction_and_the_reports_stay(
-        tmp_path, monkeypatch):
+def test_the_band_table_is_re_partitioned_by_compaction_and_the_reports_stay(tmp_path, monkeypatch):
     """With buckets of 128 band rows: two batches at the 16 buckets of a new index; `index
     compact` splits each old bucket into its buckets at the grown count (one at a time: a
     rewrite holds one old bucket's rows), one file each, ``meta`` records the count; the
@@ -74,14 +81,20 @@ def test_the_band_table_is_re_partitioned_by_compaction_and_the_reports_stay(
     d1 = day(tmp_path, "g1", every[:300], "2026-11-25T00:00:00Z")
     d2 = day(tmp_path, "g2", every[300:600], "2026-11-26T00:00:00Z")
     # day 3: contents seen before under other raw texts, and new ones
-    d3 = day(tmp_path, "g3", [*(t.replace(" ", "  ") for t in every[200:350]), *every[600:]],
-             "2026-11-27T00:00:00Z")
+    d3 = day(
+        tmp_path,
+        "g3",
+        [*(t.replace(" ", "  ") for t in every[200:350]), *every[600:]],
+        "2026-11-27T00:00:00Z",
+    )
     for target in (index, lite):
         ok("--index", target, "index", "--inputs", d1)
         ok("--index", target, "index", "--inputs", d2)
     start, files = band_buckets(index)
     assert start == it.DEFAULT_BUCKETS == 16
-    assert len(files) == 16 and all(len(paths) >= 2 for paths in files.values()), {b: len(p) for b, p in files.items()}
+    assert len(files) == 16 and all(len(paths) >= 2 for paths in files.values()), {
+        b: len(p) for b, p in files.items()
+    }
     old = sum(len(paths) for paths in files.values())
     rows = Pinned(index).total_records("bands")
     grown = bands.buckets_for(rows, 16)
@@ -102,8 +115,10 @@ def test_the_band_table_is_re_partitioned_by_compaction_and_the_reports_stay(
 
     monkeypatch.setattr(maintain, "write_band_files", recorded)
     out = ok("--index", index, "index", "compact")
-    assert f"compacted {old} band files of 16 buckets into {grown}: the band buckets grown " \
-           f"from 16 to {grown:,} ({rows:,} band rows)" in out, out
+    assert (
+        f"compacted {old} band files of 16 buckets into {grown}: the band buckets grown "
+        f"from 16 to {grown:,} ({rows:,} band rows)" in out
+    ), out
     # one old bucket at a time: each rewrite held that bucket's rows, no more
     assert len(held) == 16 and sum(held) == rows and max(held) < rows / 4
     count, files = band_buckets(index)

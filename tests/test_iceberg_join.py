@@ -18,7 +18,7 @@ pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
 from near_dedup_core.index_store.iceberg import bands  # noqa: E402
 from near_dedup_core.index_store.iceberg.bands import bucket_hits  # noqa: E402
-from near_dedup_core.index_store.iceberg.snapshot import local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
 
 BUCKETS = 4
 

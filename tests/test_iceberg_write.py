@@ -31,7 +31,8 @@ from near_dedup_core.config import NearDedupConfig  # noqa: E402
 from near_dedup_core.index_store.iceberg import batch as ice_batch  # noqa: E402
 from near_dedup_core.index_store.iceberg import snapshot as ice_snapshot  # noqa: E402
 from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
-from near_dedup_core.index_store.iceberg.snapshot import Pinned, local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
 from near_dedup_core.ingest.run import index_packages  # noqa: E402
 from near_dedup_core.workers import Executors, InlineExecutor  # noqa: E402
 

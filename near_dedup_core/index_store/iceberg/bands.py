@@ -18,6 +18,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
 
+from near_dedup_core.index_store.iceberg import datafiles
+
+#: The band rows a bucket holds at most before `index compact` doubles the bucket count
 from near_dedup_core.index_store.iceberg import tables as it
 
 #: The band rows a bucket holds at most before `index compact` doubles the bucket count
@@ -71,7 +74,7 @@ BAND_FILE_OPTIONS: dict[str, Any] = {
     "column_encoding": {"key": "DELTA_BINARY_PACKED", "content": "DELTA_BINARY_PACKED"},
     "row_group_size": it.ROW_GROUP_ROWS["bands"],
     "sorting_columns": [pq.SortingColumn(1), pq.SortingColumn(2)],
-    **it.CHECKED_WRITES,
+    **datafiles.CHECKED_WRITES,
 }
 
 
@@ -100,7 +103,7 @@ def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray) -> 
                 pa.array(keys[start:end]),
                 pa.array(contents[start:end]),
             ],
-            schema=it.with_checksum_mark(_BAND_SCHEMA),
+            schema=datafiles.with_checksum_mark(_BAND_SCHEMA),
         )
         path = f"{spec.data}/bucket={bucket}/{spec.prefix}-{unique}-{bucket:05d}.parquet"
         with io.new_output(path).create(overwrite=True) as out:
@@ -118,7 +121,7 @@ def bucket_hits(
     keys_out, contents_out = [], []
     if len(probes):
         for path in paths:
-            keys, contents = file_hits(it.parquet_file(path), probes)
+            keys, contents = file_hits(datafiles.parquet_file(path), probes)
             keep = (contents < lo) | (contents > hi)
             if len(skip):
                 keep &= ~np.isin(contents, skip)

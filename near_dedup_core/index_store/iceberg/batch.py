@@ -43,6 +43,7 @@ from pyiceberg.table import Table
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
+from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import (
     BAND_FILE_OPTIONS as BAND_FILE_OPTIONS,
@@ -286,7 +287,7 @@ class IcebergBatch:
             io.delete(f.path)
         self.band_files = []
         # files of tasks whose results never came back (a local index: found by prefix)
-        data = Path(it.local_path(self.band_spec().data))
+        data = Path(datafiles.local_path(self.band_spec().data))
         if data.is_dir():
             for path in data.glob(f"bucket=*/{self.prefix}-*.parquet"):
                 path.unlink(missing_ok=True)
@@ -403,10 +404,10 @@ def write_rows_file(table: Table, name: str, rows: pa.Table, prefix: str) -> str
     ``table``'s data folder, written as `RowFiles` writes (page checksums); its URI, for
     ``add_files``."""
     path = f"{table.location().rstrip('/')}/data/{prefix}-{name}.parquet"
-    schema = it.with_checksum_mark(plain_schema(name))
+    schema = datafiles.with_checksum_mark(plain_schema(name))
     with table.io.new_output(path).create(overwrite=True) as out:
         pq.write_table(rows.cast(schema), out, compression=codec(name),
-                       row_group_size=it.ROW_GROUP_ROWS.get(name, 65_536), **it.CHECKED_WRITES)
+                       row_group_size=it.ROW_GROUP_ROWS.get(name, 65_536), **datafiles.CHECKED_WRITES)
     return path
 
 
@@ -432,7 +433,7 @@ class RowFiles:
         self.io = table.io
         self.data = f"{table.location().rstrip('/')}/data"
         self.prefix = prefix
-        self.schema = it.with_checksum_mark(plain_schema(name))
+        self.schema = datafiles.with_checksum_mark(plain_schema(name))
         self.group_rows = it.ROW_GROUP_ROWS.get(name, 65_536)
         self.pending: list[tuple] = []
         self.paths: list[str] = []
@@ -454,7 +455,7 @@ class RowFiles:
             self.paths.append(path)
             self._out = self.io.new_output(path).create(overwrite=True)
             self._writer = pq.ParquetWriter(self._out, self.schema, compression=codec(self.name),
-                                            **it.CHECKED_WRITES)
+                                            **datafiles.CHECKED_WRITES)
         self._writer.write_table(to_arrow(self.name, rows, self.schema),
                                  row_group_size=self.group_rows)
         if self._out.tell() >= TARGET_FILE_BYTES:
@@ -529,7 +530,7 @@ def check_pointers(pinned: Pinned) -> None:
     commits = pinned.tables[it.COMMITS]
     at = commits.metadata_location
     version = metadata_version(at)
-    for f in it.list_files(at.rsplit("/", 1)[0], ".metadata.json"):
+    for f in datafiles.list_files(at.rsplit("/", 1)[0], ".metadata.json"):
         if metadata_version(f.uri) <= version:
             continue
         newer = StaticTable.from_metadata(f.uri, properties=commits.io.properties)
@@ -541,7 +542,7 @@ def check_pointers(pinned: Pinned) -> None:
             if row["n"] > pinned.state.n and any(recorded.get(t) == s for t, s in ahead.items()):
                 raise NearDedupError(
                     f"index {pinned.location}: damaged (the catalog points the commits table "
-                    f"at commit {pinned.state.n:,}, its metadata {it.local_path(f.uri)} "
+                    f"at commit {pinned.state.n:,}, its metadata {datafiles.local_path(f.uri)} "
                     f"records commit {row['n']:,}, which the data tables hold: the catalog "
                     f"was moved back); restore the catalog from a backup")
 

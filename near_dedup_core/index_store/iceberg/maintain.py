@@ -32,7 +32,7 @@ from pyiceberg.expressions import AlwaysTrue
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.check import check_invariants, check_meta
-from near_dedup_core.index_store.iceberg import errors
+from near_dedup_core.index_store.iceberg import datafiles, errors
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import (
     BandSpec,
@@ -47,14 +47,17 @@ from near_dedup_core.index_store.iceberg.batch import (
     to_arrow,
     write_rows_file,
 )
+from near_dedup_core.index_store.iceberg.datafiles import local_path
 from near_dedup_core.index_store.iceberg.keyed import (
     bits_for,
     buckets_of,
     keyed_files,
+    merge_sorted,
+    relayout,
     write_keyed_files,
 )
 from near_dedup_core.index_store.iceberg.lookup import hash_words
-from near_dedup_core.index_store.iceberg.snapshot import Pinned, local_path, read_every_page
+from near_dedup_core.index_store.iceberg.snapshot import Pinned, read_every_page
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 from near_dedup_core.index_store.records import IndexCheck
 from near_dedup_core.progress import Progress
@@ -76,14 +79,14 @@ def check_files(pinned: Pinned) -> int:
     for name in pinned.present:
         for f in pinned.data_files(name):
             path = shown(f.file_path)
-            size = it.file_size(f.file_path)
+            size = datafiles.file_size(f.file_path)
             if size is None:
                 raise _damaged(location, f"data file {path} of table {name} is missing")
             if size != f.file_size_in_bytes:
                 raise _damaged(location, f"data file {path} of table {name} has {size:,} "
                                          f"bytes, the table records {f.file_size_in_bytes:,}")
             try:
-                meta = it.parquet_file(f.file_path).metadata
+                meta = datafiles.parquet_file(f.file_path).metadata
             except (OSError, pa.ArrowException) as exc:
                 raise _damaged(location, f"data file {path} of table {name} is not "
                                          f"Parquet ({exc})") from None
@@ -91,13 +94,13 @@ def check_files(pinned: Pinned) -> int:
                 raise _damaged(location, f"data file {path} of table {name} has "
                                          f"{meta.num_rows:,} rows, the table records "
                                          f"{f.record_count:,}")
-            unchecked += it.CHECKSUMS_KEY not in (meta.metadata or {})
+            unchecked += datafiles.CHECKSUMS_KEY not in (meta.metadata or {})
             read_every_page(location, f.file_path, name)
             if name == "bands":
                 if buckets is None:
                     buckets = int(dict(pinned.rows("meta", ("key", "value"))).get(
                         it.BUCKETS_KEY, "0")) or 1
-                fs, at = it.filesystem(f.file_path)
+                fs, at = datafiles.filesystem(f.file_path)
                 t = pq.read_table(at, filesystem=fs, columns=["bucket", "key"])
                 keys = t.column("key").to_numpy()
                 if (bucket_of(keys, buckets) != f.partition[0]).any() \
@@ -116,7 +119,7 @@ def check_content_keys(pinned: Pinned) -> None:
     if pinned.total_records("content_keys") != pinned.total_records("contents"):
         return  # not yet built (an index of an earlier version): the lookups read contents
     for f in keyed_files(pinned, "content_keys"):
-        keys = it.parquet_file(f.path).read(columns=["content_id"]).column("content_id")
+        keys = datafiles.parquet_file(f.path).read(columns=["content_id"]).column("content_id")
         if len(keys) and pc.any(pc.not_equal(pc.binary_length(keys), 16)).as_py():
             raise _damaged(location, f"content id file {shown(f.path)} holds a content id "
                                      f"of other than 16 bytes")
@@ -152,7 +155,7 @@ def referenced_files(pinned: Pinned) -> set[str]:
     return out
 
 
-def orphan_files(pinned: Pinned, before: float | None = None) -> list[it.Stored]:
+def orphan_files(pinned: Pinned, before: float | None = None) -> list[datafiles.Stored]:
     """Data files under the tables' folders that no kept snapshot references; with
     ``before`` (epoch seconds), only those last modified before it (a writer on another
     machine may have written a file it has not committed yet)."""
@@ -160,7 +163,7 @@ def orphan_files(pinned: Pinned, before: float | None = None) -> list[it.Stored]
     found = []
     for name in (*pinned.present, it.COMMITS):
         data = f"{pinned.tables[name].location().rstrip('/')}/data"
-        found += [f for f in it.list_files(data) if shown(f.uri) not in kept
+        found += [f for f in datafiles.list_files(data) if shown(f.uri) not in kept
                   and (before is None or f.mtime < before)]
     return sorted(found, key=lambda f: f.uri)
 
@@ -290,7 +293,7 @@ def compact_bands(pinned: Pinned, snapshots: dict[str, int | None],
     stages.step(f"rewriting the band files of {count(len(chosen), 'bucket')}")
     written: list[str] = []
     for b in chosen:
-        parts = [it.parquet_file(path).read(columns=["key", "content"], use_threads=False)
+        parts = [datafiles.parquet_file(path).read(columns=["key", "content"], use_threads=False)
                  for path in files[b]]
         held = pa.concat_tables(parts)
         del parts
@@ -324,17 +327,16 @@ def compact_bands(pinned: Pinned, snapshots: dict[str, int | None],
 
 def merge_raw_texts(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
     """The ``raw_texts`` files (one per batch, each sorted by ``text_sha256``) merged into
-    one sorted file in the lookup's layout (`keyed.keyed_options`), when there are several:
+    one sorted file in the lookup's layout (`keyed.keyed_options`), one hash range at a time
+    (`keyed.merge_sorted`), when there are several:
     a raw-text lookup reads a row group per key in each file. ``snapshots`` gets the table's
     new snapshot; what was done, or None (nothing)."""
-    files = pinned.data_files("raw_texts")
+    files = keyed_files(pinned, "raw_texts")
     if len(files) < 2:
         return None
-    rows = pinned.read("raw_texts", ("text_sha256", "scope", "content"))
     table = pinned.tables["raw_texts"]
-    written = write_keyed_files(table, "raw_texts", f"compact-{pinned.state.n + 1}",
-                                "text_sha256", rows, 0)
-    del rows
+    written = [merge_sorted(table, "raw_texts", f"compact-{pinned.state.n + 1}", "text_sha256",
+                            files, sum(f.rows for f in files))]
     with table.transaction() as tx:
         tx.delete(AlwaysTrue())
         tx.add_files(written, check_duplicate_files=False)
@@ -354,7 +356,8 @@ def compact_keys(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None
     """``content_keys`` rewritten as one file per bucket at the bit count the index's size
     asks for (`keyed.bits_for`: buckets grow with the index), when it is not laid out so: its
     files at other bit counts, several files in a bucket, or (an index of an earlier version)
-    not every content's row, then built from the contents. ``snapshots`` gets the table's
+    not every content's row, then built from the contents. One bucket at a time
+    (`keyed.relayout`), except when built from the contents. ``snapshots`` gets the table's
     new snapshot; what was done, or None (nothing)."""
     contents = pinned.total_records("contents")
     files = keyed_files(pinned, "content_keys")
@@ -363,12 +366,14 @@ def compact_keys(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None
     per_bucket = len({f.bucket for f in files}) == len(files)
     if covered and per_bucket and all(f.bits == bits for f in files):
         return None
-    source = "content_keys" if covered else "contents"
-    rows = pinned.read(source, ("content_id", "id"))
     table = pinned.tables["content_keys"]
-    written = write_keyed_files(table, "content_keys", f"compact-{pinned.state.n + 1}",
-                                "content_id", rows, bits)
-    del rows
+    prefix = f"compact-{pinned.state.n + 1}"
+    if covered:  # one bucket at a time
+        written = relayout(table, "content_keys", prefix, "content_id", files, bits)
+    else:  # an index of an earlier version: the contents' ids read whole, once
+        rows = pinned.read("contents", ("content_id", "id"))
+        written = write_keyed_files(table, "content_keys", prefix, "content_id", rows, bits)
+        del rows
     with table.transaction() as tx:
         if files:
             tx.delete(AlwaysTrue())
@@ -459,7 +464,7 @@ def expire(location: str, older_than: float | None = None) -> str:
             publish(pinned, "expire", utc_now(), dict(pinned.state.snapshots))
         orphans = orphan_files(Pinned(location), cutoff)
         for found in orphans:
-            it.delete_file(found.uri)
+            datafiles.delete_file(found.uri)
     kept = "" if older_than is None else \
         f" (kept what was made or published in the last {duration(older_than)})"
     return (f"index {location}: expired {count(dropped, 'snapshot')}, removed "

@@ -31,7 +31,7 @@ from pathlib import Path
 from pyiceberg.io import FileIO
 from pyiceberg.table import Table
 
-from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg.snapshot import Pinned
 
 #: The folder of the work files, beside the tables' folders.
@@ -63,7 +63,7 @@ class IcebergWorkFiles:
     def names(self) -> set[str]:
         if self._names is None:
             self._names = {s.uri.rsplit("/", 1)[-1][:-len(SUFFIX)]
-                           for s in it.list_files(self.folder, SUFFIX)}
+                           for s in datafiles.list_files(self.folder, SUFFIX)}
         return set(self._names)
 
     def get(self, name: str) -> bytes | None:
@@ -82,7 +82,7 @@ class IcebergWorkFiles:
 
     def put(self, name: str, data: bytes) -> None:
         path = self._path(name)
-        it.output(path)  # a local folder is made first
+        datafiles.output(path)  # a local folder is made first
         with self.io.new_output(path).create(overwrite=True) as out:
             out.write(data)
             out.write(hashlib.sha256(data).digest())
@@ -92,24 +92,24 @@ class IcebergWorkFiles:
 
     def drop(self) -> None:
         """Remove this batch's work files."""
-        remove(self.io, it.list_files(self.folder, SUFFIX))
+        remove(self.io, datafiles.list_files(self.folder, SUFFIX))
 
     def drop_through(self, pinned: Pinned) -> None:
         """Remove the work files of every state up to ``pinned``'s (once a batch on it
         committed, none can be resumed)."""
         tag = state_tag(pinned)
         head = len(self.root) + 1
-        stale = [s for s in it.list_files(self.root, SUFFIX)
+        stale = [s for s in datafiles.list_files(self.root, SUFFIX)
                  if s.uri[head:head + 8].isdigit() and int(s.uri[head:head + 8])
                  <= int(tag[:8])]
         remove(self.io, stale)
 
 
-def remove(io: FileIO, files: list[it.Stored]) -> None:
+def remove(io: FileIO, files: list[datafiles.Stored]) -> None:
     """Remove ``files``, and the local folders they leave empty (``_resume`` too)."""
     for f in files:
         io.delete(f.uri)
-    folders = {Path(it.local_path(f.uri)).parent for f in files if not f.uri.startswith("s3://")}
+    folders = {Path(datafiles.local_path(f.uri)).parent for f in files if not f.uri.startswith("s3://")}
     for folder in sorted(folders | {f.parent for f in folders}, reverse=True):
         if folder.name.startswith(RESUME) or folder.parent.name == RESUME:
             with suppress(OSError):  # not empty: another batch's

@@ -29,6 +29,7 @@ from pyiceberg.types import LongType
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding, longest_run, package_sources_error
+from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import bucket_hits, bucket_of
 from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, keyed_files
@@ -153,20 +154,20 @@ class Pinned:
             if bound is not None:
                 value = int(from_bytes(LongType(), bound))
             else:
-                values = it.parquet_file(f.file_path).read(columns=[column]).column(column)
+                values = datafiles.parquet_file(f.file_path).read(columns=[column]).column(column)
                 value = pc.max(values).as_py() or 0
             highest = max(highest, value)
         return highest
 
 
-local_path = it.local_path
+local_path = datafiles.local_path
 
 
 def read_every_page(location: str, uri: str, name: str) -> None:
     """Read every row group of a data file, each page checked against its CRC32 (when the
     file has them) and decoded: a flipped byte is one line naming the file."""
     try:
-        pf = it.parquet_file(uri)
+        pf = datafiles.parquet_file(uri)
         for g in range(pf.metadata.num_row_groups):
             pf.read_row_group(g, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
@@ -254,7 +255,7 @@ class RowGroups:
     chunks reach)."""
 
     def __init__(self, paths: list[str]) -> None:
-        self._files = [it.parquet_file(p) for p in paths]
+        self._files = [datafiles.parquet_file(p) for p in paths]
         lo, hi, where = [], [], []
         for f, pf in enumerate(self._files):
             column = pf.schema_arrow.get_field_index("id")
@@ -546,7 +547,7 @@ class IcebergSnapshot:
 
     def verify_pages(self) -> None:
         """Nothing to wait for: every page the scan read was checked against its CRC as it
-        was read (`tables.read`, `tables.parquet_file`: pyarrow's
+        was read (`tables.read`, `datafiles.parquet_file`: pyarrow's
         ``page_checksum_verification``), and every text against its ``content_id``; the pages
         it did not read cannot change its report. `index check` reads every file."""
 
