@@ -241,8 +241,48 @@ class IcebergBatch:
         (`resume.IcebergWorkFiles`); none for a first batch (its tables are made anew)."""
         if self.reader_location is None:
             return None
-        self.work = IcebergWorkFiles(self.pinned, inputs)
+        self.work = IcebergWorkFiles(self.pinned, inputs, self)
         return self.work
+
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The batch's writes so far with its data files closed (its band tasks finished):
+        what a rerun takes over (`restore_state`), as JSON values and byte strings."""
+        if any(not t.finished for t in self.band_tasks):
+            raise ValueError("the band tasks of the batch are not finished")
+        head = {"streams": {name: s.close() for name, s in self.streams.items()},
+                "band_files": [list(f) for f in self.band_files],
+                "scopes": [list(r) for r in self.new["scopes"]],
+                "dictionaries": [[i, b] for i, b, _ in self.new["dictionaries"]],
+                "next_source": self._next_source, "max_content": self._max_content}
+        blobs = {f"dictionary-{i}": bytes(d) for i, _, d in self.new["dictionaries"]}
+        if self.raw_parts:
+            self.raw_parts = [pa.concat_tables(self.raw_parts)]
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.raw_parts[0].schema) as out:
+                out.write_table(self.raw_parts[0])
+            blobs["raw_texts"] = sink.getvalue().to_pybytes()
+        return head, blobs
+
+    def restore_state(self, head: dict[str, Any], blobs: dict[str, bytes]) -> None:
+        """Take over the writes of a killed earlier try's checkpoint (`checkpoint_state`)."""
+        for name, paths in head["streams"].items():
+            self.streams[name].paths = list(paths)
+        self.band_files = [BandFile(p, b, r) for p, b, r in head["band_files"]]
+        for rowid, key, label in head["scopes"]:
+            self._scopes[key] = rowid
+            self.new["scopes"].append((rowid, key, label))
+        for rowid, batch in head["dictionaries"]:
+            data = blobs[f"dictionary-{rowid}"]
+            self._dicts.append((rowid, data))
+            self.new["dictionaries"].append((rowid, batch, data))
+        self._next_source, self._max_content = head["next_source"], head["max_content"]
+        if "raw_texts" in blobs:
+            self.raw_parts = [pa.ipc.open_stream(blobs["raw_texts"]).read_all()]
+
+    def checkpoint_files(self, head: dict[str, Any]) -> list[str]:
+        """The data files a checkpoint's ``head`` names."""
+        return [p for paths in head["streams"].values() for p in paths] \
+            + [f[0] for f in head["band_files"]]
 
     def band_writer(self, executor: Executor, parallelism: int) -> BandTasks:
         """The batch's band rows go, a chunk at a time, to tasks of ``executor`` that write

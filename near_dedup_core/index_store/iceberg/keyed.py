@@ -204,14 +204,14 @@ class KeyedWriter:
                     for n, c in zip(self.value_names, columns[1:], strict=True)}}))
 
     def close(self) -> list[str]:
-        """The files written (none for no rows)."""
-        if not self.parts:
-            return []
-        rows = pa.concat_tables(self.parts)
-        self.parts = []
-        self.paths = write_keyed_files(self.table, self.name,
-                                       f"{self.prefix}-{uuid.uuid4().hex[:8]}", self.key,
-                                       rows, bits_for(rows.num_rows))
+        """Every file written so far (none for no rows): the rows gathered since the last
+        `close` written as files of their own; more rows may follow (a checkpoint)."""
+        if self.parts:
+            rows = pa.concat_tables(self.parts)
+            self.parts = []
+            self.paths += write_keyed_files(self.table, self.name,
+                                            f"{self.prefix}-{uuid.uuid4().hex[:8]}", self.key,
+                                            rows, bits_for(rows.num_rows))
         return list(self.paths)
 
     def discard(self) -> None:
