@@ -136,8 +136,12 @@ def main(argv: list[str] | None = None) -> None:
         "load_before": os.getloadavg(),
     }
     for n, code in (("before", args.before.resolve()), ("now", ROOT)):
+        # run from the code's folder: ``python -m`` puts the working folder first on the path
         done = run(
-            near_dedup(index[n], "index", "compact"), out / f"{n}-compact.log", env=env_for(code)
+            near_dedup(index[n], "index", "compact"),
+            out / f"{n}-compact.log",
+            cwd=code,
+            env=env_for(code),
         )
         if done.returncode:
             raise SystemExit(f"compaction by {n}: {done.stderr_tail}")

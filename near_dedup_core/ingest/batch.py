@@ -31,6 +31,11 @@ earlier batch (a cumulative snapshot, whose blocks hold a few dozen new texts ea
 trains one: with the newest dictionary its new texts take about a quarter less room than
 without one). Which block trains which dictionary, and which dictionary compresses which
 block, depends on the block count and the index alone, never on the workers.
+
+A batch whose index keeps work files for a rerun (`index_store.WorkFiles`: an Iceberg day)
+also keeps a checkpoint every `CHECKPOINT_BLOCKS` blocks: every block in flight applied, the
+index's files closed, this writer's state kept (`BatchWriter._state`). A rerun after a kill
+takes over the newest one and reads the blocks before it only to check them.
 """
 
 from __future__ import annotations
