@@ -170,7 +170,8 @@ def test_6000_real_documents_compaction_and_a_killed_append(packages, tmp_path):
 
 
 def _data_files(index: str, table: str) -> list[Path]:
-    from near_dedup_core.index_store.iceberg.snapshot import Pinned, local_path
+    from near_dedup_core.index_store.iceberg.datafiles import local_path
+    from near_dedup_core.index_store.iceberg.snapshot import Pinned
 
     return [Path(local_path(f.file_path)) for f in Pinned(index).data_files(table)]
 

@@ -16,8 +16,9 @@ import pytest
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
-from near_dedup_core.index_store.iceberg import batch as ice_batch  # noqa: E402
-from near_dedup_core.index_store.iceberg.snapshot import bucket_hits, local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg import bands  # noqa: E402
+from near_dedup_core.index_store.iceberg.bands import bucket_hits  # noqa: E402
+from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
 
 BUCKETS = 4
 
@@ -30,9 +31,9 @@ def rows(seed: int, n: int = 400_000) -> tuple[np.ndarray, np.ndarray]:
     return keys, rng.integers(1, 5_000, n, dtype=np.int64)
 
 
-def written(tmp_path: Path, keys: np.ndarray, contents: np.ndarray) -> list[ice_batch.BandFile]:
-    spec = ice_batch.BandSpec(f"file://{tmp_path}", {}, "t", BUCKETS)
-    return ice_batch.write_band_files(spec, keys, contents)
+def written(tmp_path: Path, keys: np.ndarray, contents: np.ndarray) -> list[bands.BandFile]:
+    spec = bands.BandSpec(f"file://{tmp_path}", {}, "t", BUCKETS)
+    return bands.write_band_files(spec, keys, contents)
 
 
 def expected(path: str, probes: np.ndarray, skip: np.ndarray, lo: int, hi: int

@@ -11,6 +11,7 @@ import hashlib
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
@@ -98,6 +99,53 @@ def test_keyed_files_of_several_bit_counts_find_what_a_dict_finds_reading_few_ro
     with pytest.raises(ValueError, match="other than 16 bytes"):
         lookup.find([b"short"])
 
+
+
+def test_a_compaction_rewrites_keyed_files_one_hash_range_at_a_time(tmp_path, monkeypatch):
+    """`keyed.relayout` rewrites files of 0, 1 and 5 bits as one file per bucket of 3 bits,
+    holding one bucket's rows at a time (every row kept, each file holding only its bucket's
+    keys, sorted); `keyed.merge_sorted` merges files into one sorted file, holding one hash
+    range of at most about `MERGE_ROWS` rows at a time."""
+    monkeypatch.setitem(it.ROW_GROUP_ROWS, "content_keys", 64)
+    table = _Table(tmp_path)
+    rows: dict[bytes, int] = {}
+    files: list[KeyedFile] = []
+    for part, (count, bits) in enumerate(((3000, 0), (2000, 1), (3000, 5))):
+        keys = [hashlib.sha256(f"{part}-{i}".encode()).digest()[:16] for i in range(count)]
+        values = list(range(len(rows) + 1, len(rows) + 1 + count))
+        rows.update(zip(keys, values, strict=True))
+        for path in write_keyed_files(table, "content_keys", f"p{part}", "content_id",
+                                      pa.table({"content_id": pa.array(keys, pa.binary()),
+                                                "id": pa.array(values, pa.int64())}), bits):
+            files.append(KeyedFile(path, count, bits, int(path.split("bucket=")[1].split("/")[0])))
+    held: list[int] = []
+    reader_rows = keyed.RangeReader.rows
+
+    def recorded(self, paths, lo, hi):
+        out = reader_rows(self, paths, lo, hi)
+        held.append(0 if out is None else out.num_rows)
+        return out
+
+    monkeypatch.setattr(keyed.RangeReader, "rows", recorded)
+    written = keyed.relayout(table, "content_keys", "c", "content_id", files, 3)
+    assert len(written) == 8 and len(held) == 8 and max(held) < len(rows) / 4
+    got: dict[bytes, int] = {}
+    for path in written:
+        b = int(path.split("bucket=")[1].split("/")[0])
+        t = pq.read_table(path.removeprefix("file://"))
+        keys = t.column("content_id").to_pylist()
+        assert keys == sorted(keys)
+        assert (keyed.buckets_of(keyed.prefixes(keys), 3) == b).all()
+        got.update(zip(keys, t.column("id").to_pylist(), strict=True))
+    assert got == rows
+    held.clear()
+    monkeypatch.setattr(keyed, "MERGE_ROWS", 1000)
+    merged = keyed.merge_sorted(table, "content_keys", "m", "content_id", files, len(rows))
+    t = pq.read_table(merged.removeprefix("file://"))
+    assert t.column("content_id").to_pylist() == sorted(rows)
+    assert dict(zip(t.column("content_id").to_pylist(), t.column("id").to_pylist(),
+                    strict=True)) == rows
+    assert len(held) == 8 and max(held) <= 1300  # 8,000 rows in ranges of about 1,000
 
 def test_buckets_grow_by_compaction_and_the_reports_stay_sqlites(tmp_path, monkeypatch):
     """With buckets of 128 rows: each batch writes its content ids at the bucket count its

@@ -163,3 +163,80 @@ def test_another_input_or_config_reuses_nothing(days, tmp_path):
     out = index_cli(index, day, "--workers", "2")
     assert "batch 2 added day" in out and "resumed" not in out
     assert work_files(index) == []
+
+
+def killed_with_checkpoints(index: str, pkg: Path, block: int, every: int,
+                            tmp_path: Path) -> None:
+    """`killed_at_block`, the batch keeping a checkpoint every ``every`` blocks
+    (`ingest.batch.CHECKPOINT_BLOCKS`)."""
+    flag = tmp_path / f"paused-{time.monotonic_ns()}"
+    code = ("import sys; import near_dedup_core.ingest.batch as b; "
+            f"b.CHECKPOINT_BLOCKS = {every}; "
+            "from near_dedup_core import cli, runtime; runtime.begin(); "
+            "sys.exit(cli.main(sys.argv[1:]))")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "--quiet", "--config", str(CONFIG), "--index", index,
+         "index", "--inputs", str(pkg), "--workers", "2"],
+        env={**os.environ, "PYTHONPATH": str(REPO),
+             "NEAR_DEDUP_PAUSE": f"index-block-{block}:{flag}"},
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 300
+        while not flag.exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the run never paused"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        flag.unlink(missing_ok=True)
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+def data_files_of(index: str, table: str) -> set[str]:
+    folder = Path(index[len("iceberg://"):]) / "warehouse" / "near_dedup" / table / "data"
+    return {str(p) for p in folder.rglob("*.parquet")}
+
+
+def test_a_killed_day_takes_over_its_first_trys_checkpoint(days, tmp_path, monkeypatch):
+    """With a checkpoint every 2 blocks, a day of six blocks killed after block 5 leaves
+    checkpoints at 2 and 4 blocks: the second try takes over the one at 4 (its ``contents``,
+    ``sources``, ``content_keys`` and band files, published by the second try's commit, not
+    written again), reads blocks 1–4 only to check them, takes block 5's kept result and
+    works block 6; the index and the reports are those of a run never killed (with the same
+    checkpoints), and nothing of the first try is visible before."""
+    from near_dedup_core.index_store.iceberg.datafiles import local_path
+    from near_dedup_core.index_store.iceberg.snapshot import Pinned
+    from near_dedup_core.ingest import batch as ingest_batch
+
+    day, _ = days
+    monkeypatch.setattr(ingest_batch, "CHECKPOINT_BLOCKS", 2)
+    whole = based(tmp_path, "whole")
+    alone = index_cli(whole, day, "--workers", "2")
+    assert work_files(whole) == []
+
+    index = based(tmp_path, "killed")
+    before = published(index)
+    report_before = scan_report(index, tmp_path / "before", V1)
+    killed_with_checkpoints(index, day, KILLED_AT, 2, tmp_path)
+    kept = work_files(index)
+    assert len(kept) == KILLED_AT + 2 and sum(k.startswith("checkpoint-") for k in kept) == 2
+    assert published(index) == before  # nothing of the first try is visible
+    assert scan_report(index, tmp_path / "after-kill", V1) == report_before
+    first_try = {t: data_files_of(index, t) for t in ("contents", "sources", "bands")}
+
+    again = index_cli(index, day, "--workers", "2")
+    assert again == alone.replace(whole, index).rstrip("\n") \
+        + f"; resumed: {KILLED_AT} of 6 blocks taken from an interrupted run\n", (again, alone)
+    assert work_files(index) == []
+    pinned = Pinned(index)
+    for table, files in first_try.items():  # the checkpoint's files, taken over
+        now = {local_path(f.file_path) for f in pinned.data_files(table)}
+        assert now & files, table
+    assert published(index) == published(whole)
+    assert scan_report(index, tmp_path / "resumed", V1, day) \
+        == scan_report(whole, tmp_path / "unkilled", V1, day)
+    code, out, err = run_cli("--quiet", "--index", index, "index", "check")
+    assert (code, err) == (0, "") and "OK (2 batches" in out, err

@@ -30,7 +30,9 @@ pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 from near_dedup_core.config import NearDedupConfig  # noqa: E402
 from near_dedup_core.index_store.iceberg import batch as ice_batch  # noqa: E402
 from near_dedup_core.index_store.iceberg import snapshot as ice_snapshot  # noqa: E402
-from near_dedup_core.index_store.iceberg.snapshot import Pinned, local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
+from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
 from near_dedup_core.ingest.run import index_packages  # noqa: E402
 from near_dedup_core.workers import Executors, InlineExecutor  # noqa: E402
 
@@ -105,7 +107,7 @@ def test_the_band_files_are_written_by_the_executors_tasks_a_chunk_at_a_time(
     # three chunks (one per block of lines), each split in two shares of buckets
     assert recorded.pool.calls["write_band_files"] == 3 * 2
     files = band_files(index)
-    assert len(files) == 64 and {len(f) for f in files.values()} == {3}
+    assert len(files) == it.DEFAULT_BUCKETS and {len(f) for f in files.values()} == {3}
     prefixes = {p.name.split("-")[0] for f in files.values() for p in f}
     assert len(prefixes) == 1  # the batch's
     rows = sum(pq.read_metadata(p).num_rows for f in files.values() for p in f)

@@ -80,12 +80,12 @@ def test_flipped_bytes_in_an_iceberg_data_file_are_one_line_for_check_scan_and_i
 
 def test_an_iceberg_index_without_page_checksums_is_read_and_check_says_so(tmp_path,
                                                                           monkeypatch):
-    from near_dedup_core.index_store.iceberg import tables as it
+    from near_dedup_core.index_store.iceberg import datafiles
 
     folder = tmp_path / "ice"
     with monkeypatch.context() as m:  # data files as earlier versions wrote them
-        m.setattr(it, "CHECKED_WRITES", {})
-        m.setattr(it, "with_checksum_mark", lambda schema: schema)
+        m.setattr(datafiles, "CHECKED_WRITES", {})
+        m.setattr(datafiles, "with_checksum_mark", lambda schema: schema)
         two_batches(ice(folder))
     code, out, err = run_cli("--index", ice(folder), "index", "check")
     assert code == 0, err

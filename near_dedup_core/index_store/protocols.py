@@ -208,6 +208,16 @@ class WorkFiles(Protocol):
 
     def put(self, name: str, data: bytes) -> None: ...
 
+    def checkpoint(self, position: int, state: bytes) -> None:
+        """Close the batch's data files written so far and keep them, with the writer's
+        ``state`` after its first ``position`` blocks, for a rerun (`restore`)."""
+        ...
+
+    def restore(self) -> tuple[int, bytes] | None:
+        """The newest checkpoint a killed earlier try kept whose data files are all there:
+        its files taken over by the batch, and (position, the writer's state); or None."""
+        ...
+
 
 class Batch(Protocol):
     """The write side of one open batch: every write `index` makes. Nothing is visible to

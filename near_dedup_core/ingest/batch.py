@@ -31,11 +31,17 @@ earlier batch (a cumulative snapshot, whose blocks hold a few dozen new texts ea
 trains one: with the newest dictionary its new texts take about a quarter less room than
 without one). Which block trains which dictionary, and which dictionary compresses which
 block, depends on the block count and the index alone, never on the workers.
+
+A batch whose index keeps work files for a rerun (`index_store.WorkFiles`: an Iceberg day)
+also keeps a checkpoint every `CHECKPOINT_BLOCKS` blocks: every block in flight applied, the
+index's files closed, this writer's state kept (`BatchWriter._state`). A rerun after a kill
+takes over the newest one and reads the blocks before it only to check them.
 """
 
 from __future__ import annotations
 
 import collections
+import io
 import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
@@ -43,6 +49,7 @@ from itertools import repeat
 from typing import NamedTuple
 
 import numpy as np
+import orjson
 
 from near_dedup_core import index_store as db
 from near_dedup_core.config import NearDedupConfig
@@ -62,6 +69,10 @@ from near_dedup_core.progress import Progress, pause_point
 
 #: Lines per block (about 4 MB of web documents; `package.BLOCK_BYTES` caps the bytes).
 BLOCK_LINES = 1024
+#: A batch whose work a rerun can resume (`index_store.WorkFiles`) keeps a checkpoint every
+#: this many blocks (about 65,000 records): its files closed and the writer's state kept, so
+#: that a rerun after a kill reads the blocks before it only to check them.
+CHECKPOINT_BLOCKS = 64
 #: Blocks with new content per trained text dictionary (about 100,000 records).
 DICT_GROUP = 100
 #: How many blocks before its group a later group's dictionary is trained: more than the
@@ -142,6 +153,7 @@ class BatchWriter:
         self.submitted = 0  # blocks submitted so far
         self.finished = 0  # blocks applied so far
         self.reused = 0  # blocks whose result a killed earlier run kept
+        self.restored = 0  # blocks applied by the killed run whose checkpoint this one took
 
     # -- refs
     def track_targets(self, package_ids: set[str], indexed: dict[str, int]) -> None:
@@ -157,11 +169,24 @@ class BatchWriter:
         self.new_rowids = new_rowids
         self.ids = SampleIds(pkgs)
         self.tokenizers = {p.package_id: p.tokenizer for p in pkgs}
+        restored = self.work.restore() if self.work is not None else None
+        skip = self._restore(*restored) if restored is not None else 0
         for event in read_blocks(pkgs, block_lines=BLOCK_LINES, shared=self.shared,
                                  ranges=self.ranges):
             if isinstance(event, ShardEnd):
                 self.in_flight.append(event)
+            elif skip:
+                # applied by the killed try whose checkpoint this run took over: its bytes
+                # are still read and checked (the shard's sha256, at its end)
+                skip -= 1
+                if event.shared is not None:
+                    assert self.shared is not None
+                    self.shared.release(event.shared[0])
+                if event.package_id in self.new_rowids:
+                    self.progress.advance(event.line_count)
             else:
+                if self.submitted % CHECKPOINT_BLOCKS == 0 and self.submitted > self.restored:
+                    self._checkpoint()
                 self._submit(event)
             while len(self.in_flight) > self.window:
                 self._finish(self.in_flight.popleft())
@@ -206,6 +231,81 @@ class BatchWriter:
             keep = None
         self.in_flight.append(_InFlight(block, dict_id, train, use_trained, deferred, future,
                                         keep))
+
+    # -- checkpoints (a batch whose work a killed try's rerun resumes)
+    def _checkpoint(self) -> None:
+        """Every block submitted so far applied, the band rows handed over and written, and
+        the batch's files closed and kept with this writer's state (`WorkFiles.checkpoint`),
+        so that a rerun after a kill starts from here."""
+        if self.work is None or self.band_chunks is None:
+            return
+        while self.in_flight:
+            self._finish(self.in_flight.popleft())
+        if self.band_keys:
+            self._hand_bands(self.band_chunks)
+        self.band_chunks.finish()
+        self.work.checkpoint(self.submitted, self._state())
+
+    def _state(self) -> bytes:
+        """This writer's state between two blocks, all applied (`_checkpoint`): NumPy's
+        ``.npz`` without pickles, one JSON member."""
+        def bytes_of(value: bytes | None) -> np.ndarray:
+            return np.frombuffer(value or b"", np.uint8)
+
+        head = {"submitted": self.submitted, "finished": self.finished,
+                "next_content": self.next_content, "new_contents": self.new_contents,
+                "new_sources": self.new_sources, "scope_ids": self.scope_ids,
+                "dictionary": self.dictionary[0], "has_dictionary": self.dictionary[1] is not None,
+                "first_dictionary": self.first_dictionary[0],
+                "has_first": self.first_dictionary[1] is not None,
+                "content_blocks": self.content_blocks,
+                "awaiting": self.awaiting_dictionary, "training": self.training_ahead,
+                "has_trained": self.trained_ahead is not None, "ids": self.ids.state(),
+                "targets": {pid: {sid: [r.content, r.text_sha256.hex(), r.domain]
+                                  for sid, r in targets.items()}
+                            for pid, targets in self.ref_targets.items()}}
+        contents = list(self.batch_contents.items())
+        raw = sorted(self.raw_texts)
+        out = io.BytesIO()
+        np.savez(out, head=np.frombuffer(orjson.dumps(head), np.uint8),
+                 content_ids=bytes_of(b"".join(c for c, _ in contents)),
+                 content_rows=np.array([r for _, r in contents], np.int64),
+                 raw_shas=bytes_of(b"".join(s for s, _ in raw)),
+                 raw_scopes=np.array([s for _, s in raw], np.int64),
+                 dictionary=bytes_of(self.dictionary[1]),
+                 first_dictionary=bytes_of(self.first_dictionary[1]),
+                 trained=bytes_of(self.trained_ahead))
+        return out.getvalue()
+
+    def _restore(self, position: int, state: bytes) -> int:
+        """Take up the state a killed try kept at its checkpoint after ``position`` blocks
+        (`_state`); the blocks to skip."""
+        with np.load(io.BytesIO(state), allow_pickle=False) as z:
+            head = orjson.loads(z["head"].tobytes())
+            ids, rows = z["content_ids"].tobytes(), z["content_rows"].tolist()
+            shas, scopes = z["raw_shas"].tobytes(), z["raw_scopes"].tolist()
+            dictionary, first = z["dictionary"].tobytes(), z["first_dictionary"].tobytes()
+            trained = z["trained"].tobytes()
+        if head["submitted"] != position:
+            raise ValueError("a checkpoint of another position")
+        self.submitted = self.restored = position
+        self.reused = position
+        self.finished = head["finished"]
+        self.next_content = head["next_content"]
+        self.new_contents, self.new_sources = head["new_contents"], head["new_sources"]
+        self.scope_ids = head["scope_ids"]
+        self.dictionary = (head["dictionary"], dictionary if head["has_dictionary"] else None)
+        self.first_dictionary = (head["first_dictionary"], first if head["has_first"] else None)
+        self.content_blocks = head["content_blocks"]
+        self.awaiting_dictionary, self.training_ahead = head["awaiting"], head["training"]
+        self.trained_ahead = trained if head["has_trained"] else None
+        self.ids.restore(head["ids"])
+        self.ref_targets = {pid: {sid: RefTarget(c, bytes.fromhex(sha), dom)
+                                  for sid, (c, sha, dom) in targets.items()}
+                            for pid, targets in head["targets"].items()}
+        self.batch_contents = {ids[16 * i:16 * i + 16]: r for i, r in enumerate(rows)}
+        self.raw_texts = {(shas[32 * i:32 * i + 32], s) for i, s in enumerate(scopes)}
+        return position
 
     def _kept(self, name: str) -> Future | None:
         """The result that a killed earlier run of this batch kept for this job, if any and

@@ -269,6 +269,18 @@ class SampleIds:
             raise NearDedupError(f"{where(package_id, file, line)}: ref to sample {ref[1]!r} "
                                  f"of package {ref[0]}, which has no such sample")
 
+    def state(self) -> dict:
+        """What the checks so far remember, as JSON values (a batch's checkpoint)."""
+        return {"package": self._package, "ids": sorted(self._ids),
+                "known": {p: None if ids is self._ids else sorted(ids)
+                          for p, ids in self._known.items()}}
+
+    def restore(self, state: dict) -> None:
+        """Take up the checks where `state` left them."""
+        self._package, self._ids = state["package"], set(state["ids"])
+        self._known = {p: self._ids if ids is None else set(ids)
+                       for p, ids in state["known"].items()}
+
     def check_block(self, package_id: str, file: str, first_line: int, sample_ids: list[str],
                     refs: dict[int, tuple[str, str]]) -> None:
         """`check` for consecutive records from line ``first_line`` on (``refs`` by their

@@ -74,9 +74,9 @@ def lost_commit(location: str) -> NearDedupError:
 
 def it_checksum_failed(detail: str) -> bool:
     """Whether pyarrow's message says a Parquet page does not match its CRC32."""
-    from near_dedup_core.index_store.iceberg import tables as it
+    from near_dedup_core.index_store.iceberg import datafiles
 
-    return it.CHECKSUM_FAILED in detail
+    return datafiles.CHECKSUM_FAILED in detail
 
 
 def _remote_error(location: str, exc: Exception) -> NearDedupError | None:

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from contextlib import ExitStack, contextmanager, nullcontext, suppress
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import orjson
@@ -38,22 +38,26 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.io import load_file_io
 from pyiceberg.table import Table
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
+from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.bands import (
+    BAND_FILE_OPTIONS as BAND_FILE_OPTIONS,
+)
+from near_dedup_core.index_store.iceberg.bands import (
+    BandFile,
+    BandSpec,
+    bucket_of,
+    write_band_files,
+)
 from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, KeyedWriter, keyed_files
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.resume import IcebergWorkFiles
-from near_dedup_core.index_store.iceberg.snapshot import (
-    IcebergSnapshot,
-    Pinned,
-    bucket_of,
-    files_check,
-)
+from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, files_check
 from near_dedup_core.index_store.records import BandWrite, IndexedPackage, RefTarget
 from near_dedup_core.index_store.schema import binding_rows
 from near_dedup_core.progress import pause_point
@@ -237,8 +241,48 @@ class IcebergBatch:
         (`resume.IcebergWorkFiles`); none for a first batch (its tables are made anew)."""
         if self.reader_location is None:
             return None
-        self.work = IcebergWorkFiles(self.pinned, inputs)
+        self.work = IcebergWorkFiles(self.pinned, inputs, self)
         return self.work
+
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, bytes]]:
+        """The batch's writes so far with its data files closed (its band tasks finished):
+        what a rerun takes over (`restore_state`), as JSON values and byte strings."""
+        if any(not t.finished for t in self.band_tasks):
+            raise ValueError("the band tasks of the batch are not finished")
+        head = {"streams": {name: s.close() for name, s in self.streams.items()},
+                "band_files": [list(f) for f in self.band_files],
+                "scopes": [list(r) for r in self.new["scopes"]],
+                "dictionaries": [[i, b] for i, b, _ in self.new["dictionaries"]],
+                "next_source": self._next_source, "max_content": self._max_content}
+        blobs = {f"dictionary-{i}": bytes(d) for i, _, d in self.new["dictionaries"]}
+        if self.raw_parts:
+            self.raw_parts = [pa.concat_tables(self.raw_parts)]
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, self.raw_parts[0].schema) as out:
+                out.write_table(self.raw_parts[0])
+            blobs["raw_texts"] = sink.getvalue().to_pybytes()
+        return head, blobs
+
+    def restore_state(self, head: dict[str, Any], blobs: dict[str, bytes]) -> None:
+        """Take over the writes of a killed earlier try's checkpoint (`checkpoint_state`)."""
+        for name, paths in head["streams"].items():
+            self.streams[name].paths = list(paths)
+        self.band_files = [BandFile(p, b, r) for p, b, r in head["band_files"]]
+        for rowid, key, label in head["scopes"]:
+            self._scopes[key] = rowid
+            self.new["scopes"].append((rowid, key, label))
+        for rowid, batch in head["dictionaries"]:
+            data = blobs[f"dictionary-{rowid}"]
+            self._dicts.append((rowid, data))
+            self.new["dictionaries"].append((rowid, batch, data))
+        self._next_source, self._max_content = head["next_source"], head["max_content"]
+        if "raw_texts" in blobs:
+            self.raw_parts = [pa.ipc.open_stream(blobs["raw_texts"]).read_all()]
+
+    def checkpoint_files(self, head: dict[str, Any]) -> list[str]:
+        """The data files a checkpoint's ``head`` names."""
+        return [p for paths in head["streams"].values() for p in paths] \
+            + [f[0] for f in head["band_files"]]
 
     def band_writer(self, executor: Executor, parallelism: int) -> BandTasks:
         """The batch's band rows go, a chunk at a time, to tasks of ``executor`` that write
@@ -283,7 +327,7 @@ class IcebergBatch:
             io.delete(f.path)
         self.band_files = []
         # files of tasks whose results never came back (a local index: found by prefix)
-        data = Path(it.local_path(self.band_spec().data))
+        data = Path(datafiles.local_path(self.band_spec().data))
         if data.is_dir():
             for path in data.glob(f"bucket=*/{self.prefix}-*.parquet"):
                 path.unlink(missing_ok=True)
@@ -351,70 +395,6 @@ def content_lookup(pinned: Pinned) -> HashedRows | KeyedFiles:
                       threads)
 
 
-class BandSpec(NamedTuple):
-    """What a band task needs to write its files: the band table's data folder (a URI), the
-    table's FileIO properties, the batch's file-name prefix, the index's bucket count."""
-
-    data: str
-    io_properties: dict[str, str]
-    prefix: str
-    buckets: int
-
-
-class BandFile(NamedTuple):
-    """A band data file a task wrote: its URI, bucket and row count."""
-
-    path: str
-    bucket: int
-    rows: int
-
-
-#: How a band data file is written (docs/measurements/2026-12-04-scale.md, "The per-bucket
-#: join"): the keys sorted, so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
-#: content ids as their differences, near the values' entropy, so no codec (it would cost
-#: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
-#: rows (a probe skips those whose key range holds none of its keys); the sort order
-#: declared, so a join task takes it as given (`snapshot.bucket_hits`).
-BAND_FILE_OPTIONS: dict[str, Any] = {
-    "compression": "none",
-    "use_dictionary": ["bucket"],
-    "column_encoding": {"key": "DELTA_BINARY_PACKED", "content": "DELTA_BINARY_PACKED"},
-    "row_group_size": it.ROW_GROUP_ROWS["bands"],
-    "sorting_columns": [pq.SortingColumn(1), pq.SortingColumn(2)],
-    **it.CHECKED_WRITES,
-}
-
-
-def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray
-                     ) -> list[BandFile]:
-    """The band rows (``keys[i]``, ``contents[i]``) as one Parquet file per bucket under the
-    band table's data folder (``bucket=<b>/<prefix>-<unique>-<b>.parquet``), each sorted by
-    (key, content) in the layout of `BAND_FILE_OPTIONS`; written through the table's FileIO.
-    Runs in a task of the index's executor (or in the writer's own process)."""
-    if not len(keys):
-        return []
-    buckets = bucket_of(keys, spec.buckets)
-    order = np.lexsort((contents, keys, buckets))
-    keys, contents, buckets = keys[order], contents[order], buckets[order]
-    del order
-    cuts = np.flatnonzero(np.diff(buckets)) + 1
-    starts = np.concatenate(([0], cuts)).tolist()
-    ends = np.concatenate((cuts, [len(buckets)])).tolist()
-    io = load_file_io(spec.io_properties, spec.data)
-    unique = uuid.uuid4().hex[:12]
-    written = []
-    for start, end in zip(starts, ends, strict=True):
-        bucket = int(buckets[start])
-        part = pa.Table.from_arrays(
-            [pa.array(buckets[start:end]), pa.array(keys[start:end]),
-             pa.array(contents[start:end])], schema=it.with_checksum_mark(plain_schema("bands")))
-        path = f"{spec.data}/bucket={bucket}/{spec.prefix}-{unique}-{bucket:05d}.parquet"
-        with io.new_output(path).create(overwrite=True) as out:
-            pq.write_table(part, out, **BAND_FILE_OPTIONS)
-        written.append(BandFile(path, bucket, end - start))
-    return written
-
-
 class BandTasks:
     """The band rows of one batch handed to ``executor`` as they come, a chunk of
     `BAND_CHUNK_ROWS` rows at a time (`add`): each chunk is split by bucket into
@@ -464,10 +444,10 @@ def write_rows_file(table: Table, name: str, rows: pa.Table, prefix: str) -> str
     ``table``'s data folder, written as `RowFiles` writes (page checksums); its URI, for
     ``add_files``."""
     path = f"{table.location().rstrip('/')}/data/{prefix}-{name}.parquet"
-    schema = it.with_checksum_mark(plain_schema(name))
+    schema = datafiles.with_checksum_mark(plain_schema(name))
     with table.io.new_output(path).create(overwrite=True) as out:
         pq.write_table(rows.cast(schema), out, compression=codec(name),
-                       row_group_size=it.ROW_GROUP_ROWS.get(name, 65_536), **it.CHECKED_WRITES)
+                       row_group_size=it.ROW_GROUP_ROWS.get(name, 65_536), **datafiles.CHECKED_WRITES)
     return path
 
 
@@ -493,7 +473,7 @@ class RowFiles:
         self.io = table.io
         self.data = f"{table.location().rstrip('/')}/data"
         self.prefix = prefix
-        self.schema = it.with_checksum_mark(plain_schema(name))
+        self.schema = datafiles.with_checksum_mark(plain_schema(name))
         self.group_rows = it.ROW_GROUP_ROWS.get(name, 65_536)
         self.pending: list[tuple] = []
         self.paths: list[str] = []
@@ -515,7 +495,7 @@ class RowFiles:
             self.paths.append(path)
             self._out = self.io.new_output(path).create(overwrite=True)
             self._writer = pq.ParquetWriter(self._out, self.schema, compression=codec(self.name),
-                                            **it.CHECKED_WRITES)
+                                            **datafiles.CHECKED_WRITES)
         self._writer.write_table(to_arrow(self.name, rows, self.schema),
                                  row_group_size=self.group_rows)
         if self._out.tell() >= TARGET_FILE_BYTES:
@@ -590,7 +570,7 @@ def check_pointers(pinned: Pinned) -> None:
     commits = pinned.tables[it.COMMITS]
     at = commits.metadata_location
     version = metadata_version(at)
-    for f in it.list_files(at.rsplit("/", 1)[0], ".metadata.json"):
+    for f in datafiles.list_files(at.rsplit("/", 1)[0], ".metadata.json"):
         if metadata_version(f.uri) <= version:
             continue
         newer = StaticTable.from_metadata(f.uri, properties=commits.io.properties)
@@ -602,7 +582,7 @@ def check_pointers(pinned: Pinned) -> None:
             if row["n"] > pinned.state.n and any(recorded.get(t) == s for t, s in ahead.items()):
                 raise NearDedupError(
                     f"index {pinned.location}: damaged (the catalog points the commits table "
-                    f"at commit {pinned.state.n:,}, its metadata {it.local_path(f.uri)} "
+                    f"at commit {pinned.state.n:,}, its metadata {datafiles.local_path(f.uri)} "
                     f"records commit {row['n']:,}, which the data tables hold: the catalog "
                     f"was moved back); restore the catalog from a backup")
 

@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import hash_words
 from near_dedup_core.index_store.texts import damaged
@@ -41,7 +42,7 @@ KEYED_GROUP_ROWS = it.ROW_GROUP_ROWS["content_keys"]
 def bits_for(rows: int) -> int:
     """The bucket bits for ``rows`` rows: the fewest that keep a bucket within
     `BUCKET_ROWS` (0 bits: one bucket)."""
-    return max(0, math.ceil(math.log2(rows / BUCKET_ROWS))) if rows > BUCKET_ROWS else 0
+    return bits_for_rows(rows, BUCKET_ROWS)
 
 
 def prefixes(keys: list[bytes]) -> np.ndarray:
@@ -133,7 +134,7 @@ class KeyedFiles:
     def _footer(self, path: str) -> _Footer:
         found = self._footers.get(path)
         if found is None:
-            meta = it.parquet_file(path).metadata
+            meta = datafiles.parquet_file(path).metadata
             column = meta.schema.names.index(self.key)
             mins, maxs = [], []
             for g in range(meta.num_row_groups):
@@ -157,7 +158,7 @@ class KeyedFiles:
                 groups.add(g)
         if not groups:
             return []
-        fs, at = it.filesystem(f.path)
+        fs, at = datafiles.filesystem(f.path)
         pf = pq.ParquetFile(at, filesystem=fs, metadata=footer.meta,
                             page_checksum_verification=True)
         t = pf.read_row_groups(sorted(groups), columns=[self.key, *self.values],
@@ -169,7 +170,7 @@ class KeyedFiles:
         t = t.filter(hit)
         for name in self.values:
             if t.column(name).null_count:
-                raise damaged(self.label, f"data file {it.local_path(f.path)}: a null in "
+                raise damaged(self.label, f"data file {datafiles.local_path(f.path)}: a null in "
                                           f"column {name}")
         found = t.column(self.key).to_pylist()
         values = [t.column(name).to_pylist() for name in self.values]
@@ -203,14 +204,14 @@ class KeyedWriter:
                     for n, c in zip(self.value_names, columns[1:], strict=True)}}))
 
     def close(self) -> list[str]:
-        """The files written (none for no rows)."""
-        if not self.parts:
-            return []
-        rows = pa.concat_tables(self.parts)
-        self.parts = []
-        self.paths = write_keyed_files(self.table, self.name,
-                                       f"{self.prefix}-{uuid.uuid4().hex[:8]}", self.key,
-                                       rows, bits_for(rows.num_rows))
+        """Every file written so far (none for no rows): the rows gathered since the last
+        `close` written as files of their own; more rows may follow (a checkpoint)."""
+        if self.parts:
+            rows = pa.concat_tables(self.parts)
+            self.parts = []
+            self.paths += write_keyed_files(self.table, self.name,
+                                            f"{self.prefix}-{uuid.uuid4().hex[:8]}", self.key,
+                                            rows, bits_for(rows.num_rows))
         return list(self.paths)
 
     def discard(self) -> None:
@@ -226,7 +227,7 @@ def keyed_options(name: str) -> dict[str, Any]:
     columns = [c for c, _ in it.COLUMNS[name]]
     return {"compression": "none", "row_group_size": it.ROW_GROUP_ROWS[name],
             "sorting_columns": [pq.SortingColumn(columns.index(it.SORTED_BY[name]))],
-            **it.CHECKED_WRITES}
+            **datafiles.CHECKED_WRITES}
 
 
 def write_keyed_files(table: Any, name: str, prefix: str, key: str, rows: pa.Table,
@@ -241,7 +242,7 @@ def write_keyed_files(table: Any, name: str, prefix: str, key: str, rows: pa.Tab
     bucket = buckets_of(prefixes_of(column, it.KEY_BYTES[name]), bits)
     edges = np.flatnonzero(np.diff(bucket)) + 1
     starts, ends = [0, *edges.tolist()], [*edges.tolist(), len(bucket)]
-    schema = it.with_checksum_mark(pa.schema([pa.field(f.name, f.type)
+    schema = datafiles.with_checksum_mark(pa.schema([pa.field(f.name, f.type)
                                               for f in it.arrow_schema(name)]))
     data = table.location().rstrip("/") + "/data"
     paths = []
@@ -268,3 +269,123 @@ def prefixes_of(column: pa.Array, width: int) -> np.ndarray:
     """The first eight bytes of each ``width``-byte value of a binary array as big-endian
     uint64."""
     return hash_words(column, width)[:, 0].byteswap()
+
+
+class RangeReader:
+    """Rows of a keyed table's files read one hash range at a time (`rows`), for a rewrite
+    that holds one range's rows, not the table's: in each file only the row groups whose
+    hash range (its Parquet statistics) meets the asked range are read; each file's footer
+    is read once."""
+
+    def __init__(self, key: str, width: int, columns: list[str]) -> None:
+        self.key = key
+        self.width = width
+        self.columns = columns
+        self._files: dict[str, tuple[Any, np.ndarray, np.ndarray]] = {}
+        #: the most rows one `rows` call held (tests, bench)
+        self.most_rows = 0
+
+    def _file(self, path: str) -> tuple[Any, np.ndarray, np.ndarray]:
+        found = self._files.get(path)
+        if found is None:
+            pf = datafiles.parquet_file(path)
+            meta = pf.metadata
+            column = meta.schema.names.index(self.key)
+            lows, highs = [], []
+            for g in range(meta.num_row_groups):
+                stats = meta.row_group(g).column(column).statistics
+                if stats is None or not stats.has_min_max:
+                    lows.append(0)
+                    highs.append((1 << 64) - 1)
+                else:
+                    lows.append(int.from_bytes(bytes(stats.min)[:8].ljust(8, b"\0"), "big"))
+                    highs.append(int.from_bytes(bytes(stats.max)[:8].ljust(8, b"\xff"), "big"))
+            found = self._files[path] = (pf, np.array(lows, np.uint64), np.array(highs, np.uint64))
+        return found
+
+    def rows(self, paths: list[str], lo: int, hi: int) -> pa.Table | None:
+        """The rows of ``paths`` whose hash prefix (first eight bytes, big-endian) is in
+        ``lo`` .. ``hi - 1`` (``hi`` up to 2^64), or None."""
+        parts = []
+        for path in paths:
+            pf, lows, highs = self._file(path)
+            meets = highs >= np.uint64(lo)
+            if hi < 1 << 64:
+                meets &= lows < np.uint64(hi)
+            groups = np.flatnonzero(meets).tolist()
+            if not groups:
+                continue
+            t = pf.read_row_groups(groups, columns=self.columns, use_threads=False)
+            prefix = prefixes_of(t.column(self.key).combine_chunks(), self.width)
+            keep = prefix >= np.uint64(lo)
+            if hi < 1 << 64:
+                keep &= prefix < np.uint64(hi)
+            parts.append(t.filter(pa.array(keep)))
+        if not parts:
+            return None
+        out = pa.concat_tables(parts)
+        self.most_rows = max(self.most_rows, out.num_rows)
+        return out
+
+
+def bucket_range(bucket: int, bits: int) -> tuple[int, int]:
+    """The hash prefixes (lo, hi: ``lo`` .. ``hi - 1``) of ``bucket`` under ``bits`` bits."""
+    return bucket << (64 - bits), (bucket + 1) << (64 - bits)
+
+
+def relayout(table: Any, name: str, prefix: str, key: str, files: list[KeyedFile],
+             bits: int) -> list[str]:
+    """The rows of the keyed table ``name``'s ``files`` (of any bit counts) rewritten as one
+    file per bucket of ``bits`` bits, one bucket at a time (`RangeReader`): a bucket's rows
+    are those of the files of its own bucket or of a finer one, and the row groups of the
+    coarser files that meet its range. Holds one bucket's rows. The new files' URIs."""
+    reader = RangeReader(key, it.KEY_BYTES[name], [c for c, _ in it.COLUMNS[name]
+                                                   if c not in ("bits", "bucket")])
+    of: dict[int, list[str]] = {}
+    for f in files:
+        if f.bits >= bits:
+            of.setdefault(f.bucket >> (f.bits - bits), []).append(f.path)
+        else:
+            first = f.bucket << (bits - f.bits)
+            for b in range(first, first + (1 << (bits - f.bits))):
+                of.setdefault(b, []).append(f.path)
+    written: list[str] = []
+    for b in sorted(of):
+        rows = reader.rows(of[b], *bucket_range(b, bits))
+        if rows is not None and rows.num_rows:
+            written += write_keyed_files(table, name, prefix, key, rows, bits)
+    return written
+
+
+#: Rows of ``raw_texts`` that `merge_sorted` holds at most (about 56 MiB).
+MERGE_ROWS = 1 << 20
+
+
+def merge_sorted(table: Any, name: str, prefix: str, key: str, files: list[KeyedFile],
+                 rows: int) -> str:
+    """The keyed table ``name``'s ``files`` (each sorted by ``key``) merged into one sorted
+    file in the keyed layout, one hash range of about `MERGE_ROWS` rows at a time: holds one
+    range's rows. The new file's URI."""
+    columns = [c for c, _ in it.COLUMNS[name]]
+    reader = RangeReader(key, it.KEY_BYTES[name], columns)
+    bits = bits_for_rows(rows, MERGE_ROWS)
+    schema = datafiles.with_checksum_mark(pa.schema([pa.field(f.name, f.type)
+                                                     for f in it.arrow_schema(name)]))
+    options = keyed_options(name)
+    group_rows = options.pop("row_group_size")
+    path = f"{table.location().rstrip('/')}/data/{prefix}-{name}.parquet"
+    paths = [f.path for f in files]
+    with table.io.new_output(path).create(overwrite=True) as out, \
+            pq.ParquetWriter(out, schema, **options) as writer:
+        for b in range(1 << bits):
+            part = reader.rows(paths, *bucket_range(b, bits))
+            if part is not None and part.num_rows:
+                part = part.take(pc.sort_indices(part, sort_keys=[(key, "ascending")]))
+                writer.write_table(part.select(schema.names).cast(schema),
+                                   row_group_size=group_rows)
+    return path
+
+
+def bits_for_rows(rows: int, most: int) -> int:
+    """The fewest bits that split ``rows`` uniform hashes into parts of at most ``most``."""
+    return max(0, math.ceil(math.log2(rows / most))) if rows > most else 0

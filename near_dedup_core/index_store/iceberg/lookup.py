@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.texts import damaged
 
 #: Rows sorted together (`sort_run`): about 24 MiB of a content's words and values.
@@ -77,7 +77,7 @@ class HashedRows:
     def _read(self, path: str, start: int, end: int, key: str, words: list[np.ndarray]
               ) -> None:
         at = start
-        pf = it.parquet_file(path)
+        pf = datafiles.parquet_file(path)
         for group in range(pf.metadata.num_row_groups):
             batch = pf.read_row_group(group, columns=[key, *self.values],
                                       use_threads=False)

@@ -6,8 +6,9 @@
   (`check.check_invariants`, run on the published rows loaded into an in-memory SQLite
   database). Data files under the tables' folders that no snapshot references (a killed
   writer's, a compaction's replaced files after expiry) are listed: they are never read.
-- compact: each bucket's band files rewritten into one file sorted by key (the writer's
-  `batch.write_band_files`), and the ``content_keys`` table re-partitioned at the bucket
+- compact: the band table rewritten one bucket at a time, into one file a bucket sorted by
+  key (the writer's `bands.write_band_files`), at the bucket count the index's size asks
+  for (`bands.buckets_for`: the count grows with the index), and the ``content_keys`` table re-partitioned at the bucket
   count the index's size asks for (built from the contents for an index of an earlier
   version), as a new commit.
 - expire: every snapshot but the published one dropped, and the data files that no snapshot
@@ -31,28 +32,32 @@ from pyiceberg.expressions import AlwaysTrue
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.check import check_invariants, check_meta
-from near_dedup_core.index_store.iceberg import errors
+from near_dedup_core.index_store.iceberg import datafiles, errors
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.batch import (
+from near_dedup_core.index_store.iceberg.bands import (
     BandSpec,
+    bucket_of,
+    buckets_for,
+    write_band_files,
+)
+from near_dedup_core.index_store.iceberg.batch import (
     check_pointers,
     publish,
     restore_leftovers,
-    write_band_files,
+    to_arrow,
+    write_rows_file,
 )
+from near_dedup_core.index_store.iceberg.datafiles import local_path
 from near_dedup_core.index_store.iceberg.keyed import (
     bits_for,
     buckets_of,
     keyed_files,
+    merge_sorted,
+    relayout,
     write_keyed_files,
 )
 from near_dedup_core.index_store.iceberg.lookup import hash_words
-from near_dedup_core.index_store.iceberg.snapshot import (
-    Pinned,
-    bucket_of,
-    local_path,
-    read_every_page,
-)
+from near_dedup_core.index_store.iceberg.snapshot import Pinned, read_every_page
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 from near_dedup_core.index_store.records import IndexCheck
 from near_dedup_core.progress import Progress
@@ -74,14 +79,14 @@ def check_files(pinned: Pinned) -> int:
     for name in pinned.present:
         for f in pinned.data_files(name):
             path = shown(f.file_path)
-            size = it.file_size(f.file_path)
+            size = datafiles.file_size(f.file_path)
             if size is None:
                 raise _damaged(location, f"data file {path} of table {name} is missing")
             if size != f.file_size_in_bytes:
                 raise _damaged(location, f"data file {path} of table {name} has {size:,} "
                                          f"bytes, the table records {f.file_size_in_bytes:,}")
             try:
-                meta = it.parquet_file(f.file_path).metadata
+                meta = datafiles.parquet_file(f.file_path).metadata
             except (OSError, pa.ArrowException) as exc:
                 raise _damaged(location, f"data file {path} of table {name} is not "
                                          f"Parquet ({exc})") from None
@@ -89,13 +94,13 @@ def check_files(pinned: Pinned) -> int:
                 raise _damaged(location, f"data file {path} of table {name} has "
                                          f"{meta.num_rows:,} rows, the table records "
                                          f"{f.record_count:,}")
-            unchecked += it.CHECKSUMS_KEY not in (meta.metadata or {})
+            unchecked += datafiles.CHECKSUMS_KEY not in (meta.metadata or {})
             read_every_page(location, f.file_path, name)
             if name == "bands":
                 if buckets is None:
                     buckets = int(dict(pinned.rows("meta", ("key", "value"))).get(
                         it.BUCKETS_KEY, "0")) or 1
-                fs, at = it.filesystem(f.file_path)
+                fs, at = datafiles.filesystem(f.file_path)
                 t = pq.read_table(at, filesystem=fs, columns=["bucket", "key"])
                 keys = t.column("key").to_numpy()
                 if (bucket_of(keys, buckets) != f.partition[0]).any() \
@@ -114,7 +119,7 @@ def check_content_keys(pinned: Pinned) -> None:
     if pinned.total_records("content_keys") != pinned.total_records("contents"):
         return  # not yet built (an index of an earlier version): the lookups read contents
     for f in keyed_files(pinned, "content_keys"):
-        keys = it.parquet_file(f.path).read(columns=["content_id"]).column("content_id")
+        keys = datafiles.parquet_file(f.path).read(columns=["content_id"]).column("content_id")
         if len(keys) and pc.any(pc.not_equal(pc.binary_length(keys), 16)).as_py():
             raise _damaged(location, f"content id file {shown(f.path)} holds a content id "
                                      f"of other than 16 bytes")
@@ -150,7 +155,7 @@ def referenced_files(pinned: Pinned) -> set[str]:
     return out
 
 
-def orphan_files(pinned: Pinned, before: float | None = None) -> list[it.Stored]:
+def orphan_files(pinned: Pinned, before: float | None = None) -> list[datafiles.Stored]:
     """Data files under the tables' folders that no kept snapshot references; with
     ``before`` (epoch seconds), only those last modified before it (a writer on another
     machine may have written a file it has not committed yet)."""
@@ -158,7 +163,7 @@ def orphan_files(pinned: Pinned, before: float | None = None) -> list[it.Stored]
     found = []
     for name in (*pinned.present, it.COMMITS):
         data = f"{pinned.tables[name].location().rstrip('/')}/data"
-        found += [f for f in it.list_files(data) if shown(f.uri) not in kept
+        found += [f for f in datafiles.list_files(data) if shown(f.uri) not in kept
                   and (before is None or f.mtime < before)]
     return sorted(found, key=lambda f: f.uri)
 
@@ -239,67 +244,99 @@ def _writing(location: str) -> Iterator[Pinned]:
 
 
 def compact(location: str, progress: bool = False) -> str:
-    """Rewrite the band files of every bucket that has more than one into one file sorted by
-    (key, content) in the writer's layout, published as a new commit; a one-line summary.
-    ``progress``: its stages on stderr."""
+    """Rewrite the band table one bucket at a time (`compact_bands`): at the bucket count the
+    index's size asks for (`bands.buckets_for`), or, at the same count, the files of every
+    bucket that has more than one into one file sorted by (key, content) in the writer's
+    layout; lay out ``content_keys`` and merge the raw texts; all published as one new
+    commit; a one-line summary. ``progress``: its stages on stderr."""
     stages = Progress("index compact", 4, enabled=progress)
     with _writing(location) as pinned:
-        files: dict[int, int] = {}
-        for f in pinned.data_files("bands"):
-            files[int(f.partition[0])] = files.get(int(f.partition[0]), 0) + 1
-        small = sorted(b for b, n in files.items() if n > 1)
         snapshots = dict(pinned.state.snapshots)
         stages.step("laying out the content ids by hash bucket")
         keys = "; ".join(x for x in (compact_keys(pinned, snapshots),
                                       merge_raw_texts(pinned, snapshots)) if x) or None
-        if not small and keys is None:
+        bands = compact_bands(pinned, snapshots, stages)
+        if bands is None and keys is None:
+            files = {int(f.partition[0]) for f in pinned.data_files("bands")}
             return (f"index {location}: nothing to compact ({count(len(files), 'bucket')}, one "
                     f"file each; the content ids in {count(1 << keyed_bits(pinned), 'bucket')})")
-        if not small:
-            publish(pinned, "compact", utc_now(), snapshots)
-            stages.finish()
-            return f"index {location}: {keys} (commit {pinned.state.n + 1:,})"
-        table = pinned.tables["bands"]
-        stages.step(f"reading the band rows of {len(small):,} buckets")
-        rows = pinned.read("bands", ("key", "content"), it.one_of("bucket", small))
-        buckets = int(dict(pinned.rows("meta", ("key", "value")))[it.BUCKETS_KEY])
-        spec = BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties),
-                        f"compact-{pinned.state.n + 1}", buckets)
-        # one file a bucket, sorted, in the writer's layout; the old files dropped and the
-        # new ones registered by one commit of the table
-        stages.step(f"writing {len(small):,} sorted files")
-        written = write_band_files(spec, rows.column("key").to_numpy(),
-                                   rows.column("content").to_numpy())
-        del rows
         stages.step("committing")
-        with table.transaction() as tx:
-            tx.delete(it.one_of("bucket", small))
-            tx.add_files([f.path for f in written], check_duplicate_files=False)
-        current = table.current_snapshot()
-        assert current is not None
-        snapshots["bands"] = current.snapshot_id
         publish(pinned, "compact", utc_now(), snapshots)
-        before = sum(files[b] for b in small)
         stages.finish()
-        also = "" if keys is None else f"; {keys}"
-        return (f"index {location}: compacted {count(before, 'band file')} of "
-                f"{count(len(small), 'bucket')} "
-                f"into {len(small):,}{also} (commit {pinned.state.n + 1:,})")
+        done = "; ".join(x for x in (bands, keys) if x)
+        return f"index {location}: {done} (commit {pinned.state.n + 1:,})"
+
+
+def compact_bands(pinned: Pinned, snapshots: dict[str, int | None],
+                  stages: Progress) -> str | None:
+    """The band table rewritten one old bucket at a time, so that only that bucket's rows are
+    held: when the index has outgrown its bucket count (`bands.buckets_for`), every bucket
+    is split into the buckets of the grown count (one file each) and ``meta`` records the new
+    count; else the files of each bucket that has more than one are merged into one. The old
+    files are dropped and the new ones added by one transaction of the table (and of
+    ``meta``); ``snapshots`` gets the new snapshots. What was done, or None (nothing)."""
+    meta = pinned.rows("meta", ("key", "value"))
+    buckets = int(dict(meta)[it.BUCKETS_KEY])
+    files: dict[int, list[str]] = {}
+    rows = 0
+    for f in pinned.data_files("bands"):
+        files.setdefault(int(f.partition[0]), []).append(f.file_path)
+        rows += f.record_count
+    grown = buckets_for(rows, buckets)
+    chosen = sorted(b for b, paths in files.items() if grown != buckets or len(paths) > 1)
+    if not chosen:
+        return None
+    table = pinned.tables["bands"]
+    prefix = f"compact-{pinned.state.n + 1}"
+    spec = BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties), prefix,
+                    grown)
+    stages.step(f"rewriting the band files of {count(len(chosen), 'bucket')}")
+    written: list[str] = []
+    for b in chosen:
+        parts = [datafiles.parquet_file(path).read(columns=["key", "content"], use_threads=False)
+                 for path in files[b]]
+        held = pa.concat_tables(parts)
+        del parts
+        written += [f.path for f in write_band_files(spec, held.column("key").to_numpy(),
+                                                     held.column("content").to_numpy())]
+        del held
+    stages.step(f"registering {count(len(written), 'band file')}")
+    with table.transaction() as tx:
+        tx.delete(AlwaysTrue() if grown != buckets else it.one_of("bucket", chosen))
+        tx.add_files(written, check_duplicate_files=False)
+    current = table.current_snapshot()
+    assert current is not None
+    snapshots["bands"] = current.snapshot_id
+    before = sum(len(files[b]) for b in chosen)
+    if grown == buckets:
+        return (f"compacted {count(before, 'band file')} of {count(len(chosen), 'bucket')} "
+                f"into {len(written):,}")
+    meta_table = pinned.tables["meta"]
+    rows_now = [(k, str(grown) if k == it.BUCKETS_KEY else v) for k, v in meta]
+    path = write_rows_file(meta_table, "meta", to_arrow("meta", rows_now), prefix)
+    with meta_table.transaction() as tx:
+        tx.delete(AlwaysTrue())
+        tx.add_files([path], check_duplicate_files=False)
+    current = meta_table.current_snapshot()
+    assert current is not None
+    snapshots["meta"] = current.snapshot_id
+    return (f"compacted {count(before, 'band file')} of {count(len(chosen), 'bucket')} "
+            f"into {len(written):,}: the band buckets grown from {buckets:,} to {grown:,} "
+            f"({count(rows, 'band row')})")
 
 
 def merge_raw_texts(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
     """The ``raw_texts`` files (one per batch, each sorted by ``text_sha256``) merged into
-    one sorted file in the lookup's layout (`keyed.keyed_options`), when there are several:
+    one sorted file in the lookup's layout (`keyed.keyed_options`), one hash range at a time
+    (`keyed.merge_sorted`), when there are several:
     a raw-text lookup reads a row group per key in each file. ``snapshots`` gets the table's
     new snapshot; what was done, or None (nothing)."""
-    files = pinned.data_files("raw_texts")
+    files = keyed_files(pinned, "raw_texts")
     if len(files) < 2:
         return None
-    rows = pinned.read("raw_texts", ("text_sha256", "scope", "content"))
     table = pinned.tables["raw_texts"]
-    written = write_keyed_files(table, "raw_texts", f"compact-{pinned.state.n + 1}",
-                                "text_sha256", rows, 0)
-    del rows
+    written = [merge_sorted(table, "raw_texts", f"compact-{pinned.state.n + 1}", "text_sha256",
+                            files, sum(f.rows for f in files))]
     with table.transaction() as tx:
         tx.delete(AlwaysTrue())
         tx.add_files(written, check_duplicate_files=False)
@@ -319,7 +356,8 @@ def compact_keys(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None
     """``content_keys`` rewritten as one file per bucket at the bit count the index's size
     asks for (`keyed.bits_for`: buckets grow with the index), when it is not laid out so: its
     files at other bit counts, several files in a bucket, or (an index of an earlier version)
-    not every content's row, then built from the contents. ``snapshots`` gets the table's
+    not every content's row, then built from the contents. One bucket at a time
+    (`keyed.relayout`), except when built from the contents. ``snapshots`` gets the table's
     new snapshot; what was done, or None (nothing)."""
     contents = pinned.total_records("contents")
     files = keyed_files(pinned, "content_keys")
@@ -328,12 +366,14 @@ def compact_keys(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None
     per_bucket = len({f.bucket for f in files}) == len(files)
     if covered and per_bucket and all(f.bits == bits for f in files):
         return None
-    source = "content_keys" if covered else "contents"
-    rows = pinned.read(source, ("content_id", "id"))
     table = pinned.tables["content_keys"]
-    written = write_keyed_files(table, "content_keys", f"compact-{pinned.state.n + 1}",
-                                "content_id", rows, bits)
-    del rows
+    prefix = f"compact-{pinned.state.n + 1}"
+    if covered:  # one bucket at a time
+        written = relayout(table, "content_keys", prefix, "content_id", files, bits)
+    else:  # an index of an earlier version: the contents' ids read whole, once
+        rows = pinned.read("contents", ("content_id", "id"))
+        written = write_keyed_files(table, "content_keys", prefix, "content_id", rows, bits)
+        del rows
     with table.transaction() as tx:
         if files:
             tx.delete(AlwaysTrue())
@@ -424,7 +464,7 @@ def expire(location: str, older_than: float | None = None) -> str:
             publish(pinned, "expire", utc_now(), dict(pinned.state.snapshots))
         orphans = orphan_files(Pinned(location), cutoff)
         for found in orphans:
-            it.delete_file(found.uri)
+            datafiles.delete_file(found.uri)
     kept = "" if older_than is None else \
         f" (kept what was made or published in the last {duration(older_than)})"
     return (f"index {location}: expired {count(dropped, 'snapshot')}, removed "

@@ -29,7 +29,9 @@ from pyiceberg.types import LongType
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding, longest_run, package_sources_error
+from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.bands import bucket_hits, bucket_of
 from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, keyed_files
 from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
@@ -152,20 +154,20 @@ class Pinned:
             if bound is not None:
                 value = int(from_bytes(LongType(), bound))
             else:
-                values = it.parquet_file(f.file_path).read(columns=[column]).column(column)
+                values = datafiles.parquet_file(f.file_path).read(columns=[column]).column(column)
                 value = pc.max(values).as_py() or 0
             highest = max(highest, value)
         return highest
 
 
-local_path = it.local_path
+local_path = datafiles.local_path
 
 
 def read_every_page(location: str, uri: str, name: str) -> None:
     """Read every row group of a data file, each page checked against its CRC32 (when the
     file has them) and decoded: a flipped byte is one line naming the file."""
     try:
-        pf = it.parquet_file(uri)
+        pf = datafiles.parquet_file(uri)
         for g in range(pf.metadata.num_row_groups):
             pf.read_row_group(g, use_threads=False)
     except (OSError, pa.ArrowException) as exc:
@@ -235,89 +237,6 @@ def files_check(pinned: Pinned, *, idle: bool) -> BackgroundCheck:
     return BackgroundCheck(_NoConnection(), checks, lambda: None, idle=idle)
 
 
-def bucket_hits(paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int, hi: int
-                ) -> tuple[np.ndarray, np.ndarray]:
-    """One bucket's history join: the (key, content) rows of its data files ``paths`` whose
-    key is one of ``probes`` (sorted) and whose content is neither in ``skip`` (sorted) nor
-    in ``lo``..``hi``, in the files' row order (`file_hits`)."""
-    keys_out, contents_out = [], []
-    if len(probes):
-        for path in paths:
-            keys, contents = file_hits(it.parquet_file(path), probes)
-            keep = (contents < lo) | (contents > hi)
-            if len(skip):
-                keep &= ~np.isin(contents, skip)
-            keys_out.append(keys[keep])
-            contents_out.append(contents[keep])
-    if not keys_out:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return (np.concatenate(keys_out).astype(np.int64),
-            np.concatenate(contents_out).astype(np.int64))
-
-
-def file_hits(pf: Any, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (key, content) rows of the band data file ``pf`` (a `pyarrow.parquet.ParquetFile`)
-    whose key is one of ``probes`` (sorted), in row order. Read on this thread (a join's
-    tasks run in parallel): the ``key`` column of the row groups whose key range (their
-    statistics) holds a probe; each probe looked up in those keys when they are sorted (the
-    writer's files declare it, `batch.BAND_FILE_OPTIONS`; others are checked), else each key
-    among the probes; then the ``content`` column of the row groups that hold a hit, alone."""
-    none = np.zeros(0, np.int64)
-    meta = pf.metadata
-    at = pf.schema_arrow.get_field_index("key")
-    n = meta.num_row_groups
-    stats = [meta.row_group(g).column(at).statistics for g in range(n)]
-    known = np.array([s is not None and s.has_min_max for s in stats], dtype=bool)
-    mins = np.array([s.min if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
-    maxs = np.array([s.max if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
-    held = (np.searchsorted(probes, maxs, "right") > np.searchsorted(probes, mins)) | ~known
-    groups = np.flatnonzero(held).tolist()
-    if not groups:
-        return none, none
-    keys = pf.read_row_groups(groups, columns=["key"], use_threads=False
-                              ).column("key").to_numpy()
-    if sorted_by_key(meta, groups, at, known, mins, maxs) or bool(np.all(keys[1:] >= keys[:-1])):
-        first = np.searchsorted(keys, probes)
-        count = np.searchsorted(keys, probes, "right") - first
-        found = count > 0
-        first, count = first[found], count[found]
-        rows = np.unique(np.repeat(first - np.cumsum(count) + count, count)
-                         + np.arange(int(count.sum())))
-    else:
-        place = np.searchsorted(probes, keys)
-        place[place == len(probes)] = 0
-        rows = np.flatnonzero(probes[place] == keys)
-    if not len(rows):
-        return none, none
-    sizes = np.array([meta.row_group(g).num_rows for g in groups], np.int64)
-    starts = np.concatenate(([0], np.cumsum(sizes)))
-    of = np.searchsorted(starts, rows, "right") - 1
-    holding = np.unique(of)
-    read_starts = np.concatenate(([0], np.cumsum(sizes[holding])))
-    contents = pf.read_row_groups([groups[i] for i in holding.tolist()], columns=["content"],
-                                  use_threads=False).column("content").to_numpy()
-    return keys[rows], contents[rows - starts[of] + read_starts[np.searchsorted(holding, of)]]
-
-
-def sorted_by_key(meta: Any, groups: list[int], at: int, known: np.ndarray, mins: np.ndarray,
-                  maxs: np.ndarray) -> bool:
-    """Whether the rows of row groups ``groups`` are in key order as the file's metadata
-    says: each row group declares its rows sorted by the key column (index ``at``) first,
-    and the row groups' key ranges follow one another."""
-    for g in groups:
-        order = meta.row_group(g).sorting_columns
-        if not order or order[0].column_index != at or order[0].descending:
-            return False
-    chosen = np.asarray(groups)
-    return bool(known[chosen].all() and np.all(maxs[chosen][:-1] <= mins[chosen][1:]))
-
-
-def bucket_of(keys: np.ndarray, buckets: int) -> np.ndarray:
-    """The band-key bucket of each key: the key's 64 bits as unsigned, modulo ``buckets``."""
-    return (np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64)
-            % np.uint64(buckets)).astype(np.int32)
-
-
 #: Bytes of content row groups (their texts) that a reader keeps for later reads: a verify
 #: worker reads the texts of its chunks' pairs, and later chunks meet some of the same
 #: contents; the row groups read least recently are dropped beyond this.
@@ -336,7 +255,7 @@ class RowGroups:
     chunks reach)."""
 
     def __init__(self, paths: list[str]) -> None:
-        self._files = [it.parquet_file(p) for p in paths]
+        self._files = [datafiles.parquet_file(p) for p in paths]
         lo, hi, where = [], [], []
         for f, pf in enumerate(self._files):
             column = pf.schema_arrow.get_field_index("id")
@@ -628,7 +547,7 @@ class IcebergSnapshot:
 
     def verify_pages(self) -> None:
         """Nothing to wait for: every page the scan read was checked against its CRC as it
-        was read (`tables.read`, `tables.parquet_file`: pyarrow's
+        was read (`tables.read`, `datafiles.parquet_file`: pyarrow's
         ``page_checksum_verification``), and every text against its ``content_id``; the pages
         it did not read cannot change its report. `index check` reads every file."""
 

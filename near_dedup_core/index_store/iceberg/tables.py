@@ -1,6 +1,7 @@
 """The Iceberg tables of an index, its catalog and its commit rule (see the package docstring
-and docs/iceberg.md): opening the catalog, the state a commit published (`Published`), the
-writer's lock and the readers' lock."""
+and docs/iceberg.md): where an index lives (`where`), opening the catalog, the tables'
+schemas and layout, the state a commit published (`Published`), the writer's lock and the
+readers' lock. Its data files are reached through `datafiles`."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
-from pyiceberg.io.fsspec import FsspecFileIO
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -31,6 +31,13 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField, StringType
 
 from near_dedup_core.errors import NearDedupError
+from near_dedup_core.index_store.iceberg.datafiles import (
+    FILE_IO,
+    filesystem,
+    s3_location,
+    s3fs_of,
+)
+from near_dedup_core.index_store.iceberg.datafiles import local_path as local_path
 
 SCHEME = "iceberg://"
 NAMESPACE = "near_dedup"
@@ -38,17 +45,19 @@ CATALOG_FILE = "catalog.db"
 WAREHOUSE = "warehouse"
 WRITER_LOCK = "writer.lock"
 READERS_LOCK = "readers.lock"
-#: meta key: the number of band-key buckets, fixed when the index is created.
+#: meta key: the number of band-key buckets of the published state; `index compact` grows
+#: it with the index (`bands.buckets_for`).
 BUCKETS_KEY = "iceberg_buckets"
-#: Band-key buckets of a new index (docs/iceberg.md says how the count was chosen).
-DEFAULT_BUCKETS = 64
+#: Band-key buckets of a new index (docs/iceberg.md, "Buckets grow with the index"): few
+#: files a batch while the index is small, enough tasks for the history join's workers.
+DEFAULT_BUCKETS = 16
 BUCKETS_ENV = "NEAR_DEDUP_ICEBERG_BUCKETS"
 #: The bucket counts a new index takes (docs/iceberg.md: 10^10 contents want 16,384).
 MAX_BUCKETS = 65_536
 
 
 def bucket_count() -> int:
-    """The bucket count of a new index: `BUCKETS_ENV` if set, else `DEFAULT_BUCKETS`; a
+    """The bucket count a new index starts at: `BUCKETS_ENV` if set, else `DEFAULT_BUCKETS`; a
     setting that is not a whole number from 1 to `MAX_BUCKETS` is one line."""
     value = os.environ.get(BUCKETS_ENV)
     if value is None:
@@ -130,11 +139,6 @@ def schema_of(columns: list[tuple[str, Any]]) -> Schema:
 
 def arrow_schema(table: str) -> pa.Schema:
     return schema_of(COMMIT_COLUMNS if table == COMMITS else COLUMNS[table]).as_arrow()
-
-
-def local_path(uri: str) -> str:
-    """The local path of a ``file://`` URI (as pyiceberg records them)."""
-    return uri[len("file://"):] if uri.startswith("file://") else uri
 
 
 #: The schemes of an index location: a local (or shared-file-system) folder, and a warehouse
@@ -251,75 +255,6 @@ def folder_of(location: str) -> Path:
     return found.folder
 
 
-# --------------------------------------------------------------------------- files
-
-
-_S3: dict[tuple[int, str], Any] = {}
-
-
-def s3_location(url: str) -> Any:
-    """The storage layer's location of ``s3://bucket`` (`storage.RemoteLocation`: the
-    ordinary AWS credential chain, ``AWS_ENDPOINT_URL``, bounded waits), one per bucket and
-    process."""
-    from near_dedup_core.storage import RemoteLocation
-
-    bucket = url[len("s3://"):].split("/", 1)[0]
-    key = (os.getpid(), bucket)
-    if key not in _S3:
-        _S3[key] = RemoteLocation(f"s3://{bucket}", "s3")
-    return _S3[key]
-
-
-def s3fs_of(url: str) -> Any:
-    """The fsspec S3 filesystem that every read and write of ``url``'s bucket goes through."""
-    return s3_location(url).fs
-
-
-def filesystem(uri: str) -> tuple[Any, str]:
-    """(pyarrow filesystem, path in it) of a data file URI as the tables record it:
-    ``file:///…`` on the local file system, ``s3://bucket/key`` through the storage layer's
-    S3 client. Every read of a data file outside pyiceberg goes through this."""
-    import pyarrow.fs as pafs
-
-    if uri.startswith(("s3://", "s3a://")):
-        uri = "s3://" + uri.split("://", 1)[1]
-        return pafs.PyFileSystem(pafs.FSSpecHandler(s3fs_of(uri))), uri[len("s3://"):]
-    return pafs.LocalFileSystem(), local_path(uri)
-
-
-def output(uri: str) -> tuple[Any, str]:
-    """`filesystem` for a new data file: its local folder is made first (object storage has
-    no folders). Every data file the index writes outside pyiceberg goes through this."""
-    fs, path = filesystem(uri)
-    if not uri.startswith("s3://"):
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    return fs, path
-
-
-#: A data file written with a CRC32 of each page (`CHECKED_WRITES`) says so in its footer's
-#: key-value metadata; files without it (written by earlier versions) are read unchecked.
-CHECKSUMS_KEY = b"near_dedup.page_checksums"
-#: The writer options of every data file the index writes: a CRC32 in each page header,
-#: verified by every read (`parquet_file`, `read`) and by `index check`.
-CHECKED_WRITES: dict[str, Any] = {"write_page_checksum": True}
-#: pyarrow's message for a page whose bytes do not match its CRC32.
-CHECKSUM_FAILED = "CRC checksum verification failed"
-
-
-def with_checksum_mark(schema: pa.Schema) -> pa.Schema:
-    """``schema`` carrying `CHECKSUMS_KEY`, for a data file written with `CHECKED_WRITES`."""
-    return schema.with_metadata({**(schema.metadata or {}), CHECKSUMS_KEY: b"crc32"})
-
-
-def parquet_file(uri: str) -> Any:
-    """A data file opened as `pyarrow.parquet.ParquetFile` (through `filesystem`), every page
-    read checked against its CRC32 when the file has them."""
-    import pyarrow.parquet as pq
-
-    fs, path = filesystem(uri)
-    return pq.ParquetFile(path, filesystem=fs, page_checksum_verification=True)
-
-
 #: Threads of a per-bucket join on S3, where the tasks mostly wait on requests.
 S3_IO_THREADS = 8
 
@@ -327,66 +262,6 @@ S3_IO_THREADS = 8
 def io_threads(location: str, local: int) -> int:
     """Threads for reads of many data files: ``local`` for a local warehouse, more on S3."""
     return S3_IO_THREADS if where(location).on_s3 else local
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A file under a table's folder: its URI, size and modification time (epoch s)."""
-
-    uri: str
-    size: int
-    mtime: float
-
-
-def list_files(folder_uri: str, suffix: str = ".parquet") -> list[Stored]:
-    """Every file ending in ``suffix`` under ``folder_uri`` (a table's data folder)."""
-    if folder_uri.startswith("s3://"):
-        fs = s3fs_of(folder_uri)
-        found = fs.find(folder_uri[len("s3://"):], detail=True)
-        out = []
-        for name, info in found.items():
-            if info.get("type") == "file" and name.endswith(suffix):
-                modified = info.get("LastModified")
-                out.append(Stored(f"s3://{name}", int(info.get("size") or 0),
-                                  modified.timestamp() if modified is not None else 0.0))
-        return sorted(out, key=lambda s: s.uri)
-    root = Path(local_path(folder_uri))
-    if not root.is_dir():
-        return []
-    return sorted((Stored(f"file://{p}", p.stat().st_size, p.stat().st_mtime)
-                   for p in root.rglob(f"*{suffix}")), key=lambda s: s.uri)
-
-
-def delete_file(uri: str) -> None:
-    fs, path = filesystem(uri)
-    fs.delete_file(path)
-
-
-def file_size(uri: str) -> int | None:
-    """The size of a data file, None when it is missing."""
-    import pyarrow.fs as pafs
-
-    fs, path = filesystem(uri)
-    info = fs.get_file_info(path)
-    return None if info.type == pafs.FileType.NotFound else int(info.size)
-
-
-WAREHOUSE_PROPERTY = "warehouse"
-
-
-class IndexFileIO(FsspecFileIO):
-    """pyiceberg's fsspec FileIO whose S3 filesystem is the storage layer's (`s3fs_of`): the
-    same client, credential chain, endpoint and bounded waits as our own reads and writes of
-    the data files (through the public `get_fs`, which every read, write and delete asks)."""
-
-    def get_fs(self, scheme: str, hostname: str | None = None) -> Any:
-        if scheme in ("s3", "s3a"):
-            return s3fs_of(self.properties[WAREHOUSE_PROPERTY])
-        return super().get_fs(scheme, hostname)
-
-
-#: pyiceberg loads a FileIO by its module path.
-FILE_IO = f"{__name__}.IndexFileIO"
 
 
 # --------------------------------------------------------------------------- catalog

@@ -1,0 +1,205 @@
+"""The band table of an Iceberg index: its layout (one file per band-key bucket per
+chunk, sorted by key, `write_band_files`), the history join's task on one bucket
+(`bucket_hits`), and how many buckets the table has as it grows (`buckets_for`;
+docs/iceberg.md, "Buckets grow with the index").
+
+A key's bucket is its 64 bits as unsigned modulo the bucket count (`bucket_of`). The count
+only ever doubles (or grows by a power of two), so a key of bucket ``b`` at ``B`` buckets
+lands in one of ``b``, ``b + B``, ``b + 2B``, … at the grown count: `index compact`
+re-partitions the table one old bucket at a time."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, NamedTuple
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import load_file_io
+
+from near_dedup_core.index_store.iceberg import datafiles
+
+#: The band rows a bucket holds at most before `index compact` doubles the bucket count
+from near_dedup_core.index_store.iceberg import tables as it
+
+#: The band rows a bucket holds at most before `index compact` doubles the bucket count
+#: (docs/iceberg.md, "Buckets grow with the index"): at 10^8 contents it gives 4,096 buckets
+#: (3.9·10^5 rows each), the count whose join cost least a row there
+#: (docs/measurements/2026-12-04-scale.md, "The bucket count at 10^8").
+BUCKET_ROWS = 1 << 19
+
+
+def buckets_for(rows: int, current: int) -> int:
+    """The band-key bucket count for ``rows`` band rows of an index at ``current`` buckets:
+    ``current`` doubled until a bucket holds at most `BUCKET_ROWS` rows on average, at most
+    `tables.MAX_BUCKETS`; never fewer than ``current``."""
+    count = current
+    while rows > count * BUCKET_ROWS and count * 2 <= it.MAX_BUCKETS:
+        count *= 2
+    return count
+
+
+#: A band data file's columns (no Iceberg field ids: ``add_files`` maps columns by name).
+_BAND_SCHEMA = pa.schema([pa.field(f.name, f.type) for f in it.arrow_schema("bands")])
+
+
+class BandSpec(NamedTuple):
+    """What a band task needs to write its files: the band table's data folder (a URI), the
+    table's FileIO properties, the batch's file-name prefix, the index's bucket count."""
+
+    data: str
+    io_properties: dict[str, str]
+    prefix: str
+    buckets: int
+
+
+class BandFile(NamedTuple):
+    """A band data file a task wrote: its URI, bucket and row count."""
+
+    path: str
+    bucket: int
+    rows: int
+
+
+#: How a band data file is written (docs/measurements/2026-12-04-scale.md, "The per-bucket
+#: join"): the keys sorted, so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
+#: content ids as their differences, near the values' entropy, so no codec (it would cost
+#: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
+#: rows (a probe skips those whose key range holds none of its keys); the sort order
+#: declared, so a join task takes it as given (`bucket_hits`).
+BAND_FILE_OPTIONS: dict[str, Any] = {
+    "compression": "none",
+    "use_dictionary": ["bucket"],
+    "column_encoding": {"key": "DELTA_BINARY_PACKED", "content": "DELTA_BINARY_PACKED"},
+    "row_group_size": it.ROW_GROUP_ROWS["bands"],
+    "sorting_columns": [pq.SortingColumn(1), pq.SortingColumn(2)],
+    **datafiles.CHECKED_WRITES,
+}
+
+
+def write_band_files(spec: BandSpec, keys: np.ndarray, contents: np.ndarray) -> list[BandFile]:
+    """The band rows (``keys[i]``, ``contents[i]``) as one Parquet file per bucket under the
+    band table's data folder (``bucket=<b>/<prefix>-<unique>-<b>.parquet``), each sorted by
+    (key, content) in the layout of `BAND_FILE_OPTIONS`; written through the table's FileIO.
+    Runs in a task of the index's executor (or in the writer's own process)."""
+    if not len(keys):
+        return []
+    buckets = bucket_of(keys, spec.buckets)
+    order = np.lexsort((contents, keys, buckets))
+    keys, contents, buckets = keys[order], contents[order], buckets[order]
+    del order
+    cuts = np.flatnonzero(np.diff(buckets)) + 1
+    starts = np.concatenate(([0], cuts)).tolist()
+    ends = np.concatenate((cuts, [len(buckets)])).tolist()
+    io = load_file_io(spec.io_properties, spec.data)
+    unique = uuid.uuid4().hex[:12]
+    written = []
+    for start, end in zip(starts, ends, strict=True):
+        bucket = int(buckets[start])
+        part = pa.Table.from_arrays(
+            [
+                pa.array(buckets[start:end]),
+                pa.array(keys[start:end]),
+                pa.array(contents[start:end]),
+            ],
+            schema=datafiles.with_checksum_mark(_BAND_SCHEMA),
+        )
+        path = f"{spec.data}/bucket={bucket}/{spec.prefix}-{unique}-{bucket:05d}.parquet"
+        with io.new_output(path).create(overwrite=True) as out:
+            pq.write_table(part, out, **BAND_FILE_OPTIONS)
+        written.append(BandFile(path, bucket, end - start))
+    return written
+
+
+def bucket_hits(
+    paths: list[str], probes: np.ndarray, skip: np.ndarray, lo: int, hi: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """One bucket's history join: the (key, content) rows of its data files ``paths`` whose
+    key is one of ``probes`` (sorted) and whose content is neither in ``skip`` (sorted) nor
+    in ``lo``..``hi``, in the files' row order (`file_hits`)."""
+    keys_out, contents_out = [], []
+    if len(probes):
+        for path in paths:
+            keys, contents = file_hits(datafiles.parquet_file(path), probes)
+            keep = (contents < lo) | (contents > hi)
+            if len(skip):
+                keep &= ~np.isin(contents, skip)
+            keys_out.append(keys[keep])
+            contents_out.append(contents[keep])
+    if not keys_out:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return (
+        np.concatenate(keys_out).astype(np.int64),
+        np.concatenate(contents_out).astype(np.int64),
+    )
+
+
+def file_hits(pf: Any, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, content) rows of the band data file ``pf`` (a `pyarrow.parquet.ParquetFile`)
+    whose key is one of ``probes`` (sorted), in row order. Read on this thread (a join's
+    tasks run in parallel): the ``key`` column of the row groups whose key range (their
+    statistics) holds a probe; each probe looked up in those keys when they are sorted (the
+    writer's files declare it, `BAND_FILE_OPTIONS`; others are checked), else each key
+    among the probes; then the ``content`` column of the row groups that hold a hit, alone."""
+    none = np.zeros(0, np.int64)
+    meta = pf.metadata
+    at = pf.schema_arrow.get_field_index("key")
+    n = meta.num_row_groups
+    stats = [meta.row_group(g).column(at).statistics for g in range(n)]
+    known = np.array([s is not None and s.has_min_max for s in stats], dtype=bool)
+    mins = np.array([s.min if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
+    maxs = np.array([s.max if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
+    held = (np.searchsorted(probes, maxs, "right") > np.searchsorted(probes, mins)) | ~known
+    groups = np.flatnonzero(held).tolist()
+    if not groups:
+        return none, none
+    keys = pf.read_row_groups(groups, columns=["key"], use_threads=False).column("key").to_numpy()
+    if sorted_by_key(meta, groups, at, known, mins, maxs) or bool(np.all(keys[1:] >= keys[:-1])):
+        first = np.searchsorted(keys, probes)
+        count = np.searchsorted(keys, probes, "right") - first
+        found = count > 0
+        first, count = first[found], count[found]
+        rows = np.unique(
+            np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        )
+    else:
+        place = np.searchsorted(probes, keys)
+        place[place == len(probes)] = 0
+        rows = np.flatnonzero(probes[place] == keys)
+    if not len(rows):
+        return none, none
+    sizes = np.array([meta.row_group(g).num_rows for g in groups], np.int64)
+    starts = np.concatenate(([0], np.cumsum(sizes)))
+    of = np.searchsorted(starts, rows, "right") - 1
+    holding = np.unique(of)
+    read_starts = np.concatenate(([0], np.cumsum(sizes[holding])))
+    contents = (
+        pf.read_row_groups(
+            [groups[i] for i in holding.tolist()], columns=["content"], use_threads=False
+        )
+        .column("content")
+        .to_numpy()
+    )
+    return keys[rows], contents[rows - starts[of] + read_starts[np.searchsorted(holding, of)]]
+
+
+def sorted_by_key(
+    meta: Any, groups: list[int], at: int, known: np.ndarray, mins: np.ndarray, maxs: np.ndarray
+) -> bool:
+    """Whether the rows of row groups ``groups`` are in key order as the file's metadata
+    says: each row group declares its rows sorted by the key column (index ``at``) first,
+    and the row groups' key ranges follow one another."""
+    for g in groups:
+        order = meta.row_group(g).sorting_columns
+        if not order or order[0].column_index != at or order[0].descending:
+            return False
+    chosen = np.asarray(groups)
+    return bool(known[chosen].all() and np.all(maxs[chosen][:-1] <= mins[chosen][1:]))
+
+
+def bucket_of(keys: np.ndarray, buckets: int) -> np.ndarray:
+    """The band-key bucket of each key: the key's 64 bits as unsigned, modulo ``buckets``."""
+    return (np.ascontiguousarray(keys, dtype=np.int64).view(np.uint64) % np.uint64(buckets)).astype(
+        np.int32
+    )
