@@ -352,7 +352,7 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
     got = sorted(exact._exact_batch(cps, offsets, st["words"], st["max_words"],
                                     st["has_length"], st["run_table"], st["run_vals"],
                                     st["run_postings"], st["word_flat"], st["word_number"],
-                                    st["word_start"], st["tolerance"]))
+                                    st["word_start"], st["tolerance"], st["run_bits"]))
     want = []
     for i, text in enumerate(texts):
         spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"[^\W_]+", text)]

@@ -21,6 +21,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from near_dedup_core.contamination.kernels import _log2
 from near_dedup_core.jit import njit
 from near_dedup_core.signature import _fmix64, map_find
 
@@ -152,7 +153,7 @@ def _mismatches(hashes, at, n, flat, number, first, length, most):
 
 @njit(cache=True, nogil=True)
 def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
-                 flat, number, item_start, tolerance):
+                 flat, number, item_start, tolerance, run_bits):
     """Every (text, item) of the batch whose item's words occur in the text as one run of
     whole words, at its first place, or else, for an item that tolerates ``k =
     tolerance[item]`` differing words (its numbers never among them), all but at most k of
@@ -162,8 +163,11 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
     part found places the whole item, compared word by word. ``has_length[L]`` tells whether
     the table holds a run of L words (at most ``max_words``); ``run_table``/``run_vals`` map
     a run hash to its block in ``postings`` (`probe.anchor_postings`: ``[mark, count, item *
-    ROLES + role, …]``)."""
+    ROLES + role, …]``); ``run_bits`` is a bitmap of the table's runs (`kernels.anchor_bits`),
+    which fits in the CPU cache: a run whose bit is clear is not in the table, and most
+    runs of a text stop there."""
     size = run_table.shape[0]
+    bits_shift = np.uint64(64 - _log2(run_bits.shape[0] * 64))
     mask = np.uint64(size - 1)
     longest = 1
     for i in range(offsets.shape[0] - 1):
@@ -187,6 +191,10 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
             for length in range(1, min(max_words, n - w) + 1):
                 h = _chain(h, hashes[w + length - 1])
                 if not has_length[length]:
+                    continue
+                b = h >> bits_shift
+                if (run_bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63))) \
+                        & np.uint64(1) == np.uint64(0):
                     continue
                 o = map_find(run_table, run_vals, h, np.int64(h & mask), size - 1)
                 if o == -1:

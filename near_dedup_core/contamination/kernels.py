@@ -254,6 +254,42 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
     return out
 
 
+@njit(cache=True, nogil=True)
+def _common_in_span(cps, lo, hi, k, seed, item):
+    """|item ∩ windows of cps[lo:hi]|: the item's shingles (sorted, distinct) that are the
+    hash of a window of that text (`window_hashes` of it), each counted once."""
+    hashes = np.empty(max(hi - lo, 1), dtype=np.uint64)
+    m = _shingle_hashes(cps, lo, hi, k, seed, hashes)
+    seen = np.zeros(item.shape[0], dtype=np.bool_)
+    common = 0
+    for j in range(m):
+        p = np.searchsorted(item, hashes[j])
+        if p < item.shape[0] and item[p] == hashes[j] and not seen[p]:
+            seen[p] = True
+            common += 1
+    return common
+
+
+@njit(cache=True, nogil=True)
+def _first_last_found(item_cps, text_cps, k, seed):
+    """The first and last window of the item (by start) whose hash is that of a window of
+    the text; (−1, −1) when none is."""
+    text = np.empty(max(text_cps.shape[0], 1), dtype=np.uint64)
+    m = _shingle_hashes(text_cps, 0, text_cps.shape[0], k, seed, text)
+    text = np.sort(text[:m])
+    windows = np.empty(max(item_cps.shape[0], 1), dtype=np.uint64)
+    n = _shingle_hashes(item_cps, 0, item_cps.shape[0], k, seed, windows)
+    first = -1
+    last = -1
+    for j in range(n):
+        p = np.searchsorted(text, windows[j])
+        if p < m and text[p] == windows[j]:
+            if first == -1:
+                first = j
+            last = j
+    return first, last
+
+
 def containment(item_set: np.ndarray, sample_set: np.ndarray) -> float:
     """|item ∩ sample| / |item| of two sorted, duplicate-free uint64 shingle sets."""
     return _intersection_size(item_set, sample_set) / item_set.shape[0]

@@ -5,6 +5,7 @@ against it, from raw line blocks (`probe_block`) or from an index's normalized t
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,16 +26,16 @@ from near_dedup_core.contamination.exact import (
 from near_dedup_core.contamination.items import EvalItem, SampleRef, _text_reader
 from near_dedup_core.contamination.kernels import (
     _build_table,
+    _common_in_span,
     _probe_batch,
     anchor_bits,
     least_overlap,
     prefix_plan,
     widen,
-    window_hashes,
 )
 from near_dedup_core.contamination.setaside import _WORD
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
-from near_dedup_core.guard import guard_for
+from near_dedup_core.guard import Guard
 from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
 from near_dedup_core.package import LineBlock, Package, dependency_order, head_records, parse_block
 from near_dedup_core.signature import MinHasher, code_points, utf8_code_points
@@ -64,13 +65,13 @@ class ProbeState(NamedTuple):
     item_flat: np.ndarray
     item_start: np.ndarray
     item_chars: np.ndarray
-    item_numbers: list[tuple[str, ...]]
     words: np.ndarray
     max_words: int
     has_length: np.ndarray
     run_table: np.ndarray
     run_vals: np.ndarray
     run_postings: np.ndarray
+    run_bits: np.ndarray
     word_flat: np.ndarray
     word_start: np.ndarray
     word_number: np.ndarray
@@ -88,7 +89,9 @@ class Hit(NamedTuple):
     common: int
     start: int
     end: int
-    numbers_differ: bool
+    #: whether the report compares the numbers of the span with the item's (`numbers_of`):
+    #: for every containment match, and for an exact match with words that differ
+    compare_numbers: bool
     method: str  # "containment" or "exact"
     text: str  # the matched span of the normalized training text
 
@@ -137,10 +140,9 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
                          st.item_chars, st.threshold, per_text)
     exact = _exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
                          st.run_vals, st.run_postings, st.word_flat, st.word_number,
-                         st.word_start, st.tolerance)
+                         st.word_start, st.tolerance, st.run_bits)
     hits = []
     if found or exact:
-        guard = guard_for(NearDedupConfig.model_validate_json(st.config_json), frozenset())
         norms: dict[int, str] = {}
 
         def norm_of(i: int) -> str:
@@ -158,27 +160,33 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
             if bound / len(item) < st.threshold:
                 continue
             start, end = wide_start, wide_end
-            local = _common_in(norm[start:end], item, hasher)
+            local = _common_in_span(cps, int(offsets[i]) + start, int(offsets[i]) + end,
+                                    st.shingle_size, hasher.shingle_seed, item)
             if local / len(item) < st.threshold:
                 continue  # the shingles are scattered, not one nearly contiguous copy
             if not holds_numbers(st.short_numbers[it], norm[start:end]):
                 continue  # another date, version or count: another line of a template
-            numbers = guard.sequences(norm[start:end])[0]
-            hits.append(Hit(int(i), int(it), local, start, end,
-                            numbers != st.item_numbers[it], "containment", norm[start:end]))
+            hits.append(Hit(int(i), int(it), local, start, end, True, "containment",
+                            norm[start:end]))
         for i, it, start, end, words in sorted(exact):
             text = norm_of(int(i))[int(start):int(end)]
-            differ = (words < st.word_start[it + 1] - st.word_start[it]
-                      and guard.sequences(text)[0] != st.item_numbers[it])
-            hits.append(Hit(int(i), int(it), int(words), int(start), int(end), bool(differ),
+            partial = bool(words < st.word_start[it + 1] - st.word_start[it])
+            hits.append(Hit(int(i), int(it), int(words), int(start), int(end), partial,
                             "exact", text))
         hits.sort()
     return hits, per_text
 
 
-def _common_in(span: str, item: np.ndarray, hasher: MinHasher) -> int:
-    """The item's shingles (sorted, distinct) found in ``span``."""
-    return int(np.isin(item, window_hashes(span, hasher)).sum())
+_ASCII_DIGIT = re.compile(r"[0-9]")
+_ASCII_LETTER = re.compile(r"[A-Za-z]")
+
+
+def numbers_of(guard: Guard, text: str) -> tuple[str, ...]:
+    """The numbers of a normalized text (`Guard.sequences`), without reading an ASCII text
+    that holds no digit (where the guard finds none)."""
+    if text.isascii() and _ASCII_DIGIT.search(text) is None:
+        return ()
+    return guard.sequences(text)[0]
 
 
 class BlockProbe(NamedTuple):
@@ -334,8 +342,9 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
         where = np.minimum(np.searchsorted(seen, distinct_all), max(len(seen) - 1, 0))
         found = seen[where] == distinct_all
         sample_df[found] = seen_df[where[found]]
-    plans = [(n, least_overlap(n, t)) if exhaustive else prefix_plan(n, t)
-             for n in sizes.tolist()]
+    plan_of = {n: (n, least_overlap(n, t)) if exhaustive else prefix_plan(n, t)
+               for n in np.unique(sizes).tolist()}
+    plans = [plan_of[n] for n in sizes.tolist()]
     short = np.asarray([len(it.text) < config.contamination_min_chars for it in items],
                        dtype=bool)
     exact_state = _exact_state(items, short, t)
@@ -359,14 +368,12 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
     n_bits = 1 << 16
     while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
         n_bits *= 2
-    guard = guard_for(config, frozenset())
     state = ProbeState(
         seed=config.seed, shingle_size=config.shingle_size, threshold=t,
         config_json=config.canonical_json(), bits=anchor_bits(distinct, n_bits), table=table,
         vals=vals, postings=postings, need=np.asarray(need, np.int32), item_flat=item_flat,
         item_start=item_start, item_chars=np.asarray([span_width(len(it.text), config)
                                                       for it in items], np.int64),
-        item_numbers=[guard.sequences(it.text)[0] for it in items],
         **exact_state)
     return state, len(a_hash)
 
@@ -406,39 +413,47 @@ def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
     runs = np.zeros(len(items), dtype=np.uint64)
     item_words(cps, offsets, table, flat, number, start, runs)
     n_words = np.diff(start)
-    letters = np.asarray([has_letter(t) for t in texts], dtype=bool)
+    letters = np.asarray([_ASCII_LETTER.search(t) is not None if t.isascii() else has_letter(t)
+                          for t in texts], dtype=bool)
     by_words = (short | (n_words <= EXACT_MAX_WORDS)) & (n_words > 0) & letters
     chosen = np.flatnonzero(by_words)
     so_far = np.concatenate([[0], np.cumsum(number[:start[-1]], dtype=np.int64)])
     numbers = so_far[start[1:]] - so_far[start[:-1]]
     tolerance = np.zeros(len(items), dtype=np.int64)
-    for it in chosen.tolist():
-        tolerance[it] = tolerance_of(int(n_words[it] - numbers[it]), threshold)
-    keys, posts, lengths = [runs[chosen]], [chosen * ROLES + FULL], [n_words[chosen]]
-    for it in np.flatnonzero(tolerance).tolist():
-        parts = int(tolerance[it]) + 1
-        n = int(n_words[it])
-        cuts = np.asarray([q * n // parts for q in range(parts + 1)], dtype=np.int64)
-        keys.append(run_hashes(flat, start[it] + cuts[:-1], start[it] + cuts[1:]))
-        posts.append(it * ROLES + 1 + np.arange(parts, dtype=np.int64))
-        lengths.append(np.diff(cuts))
-    key = np.concatenate(keys)
-    post = np.concatenate(posts)
-    length = np.concatenate(lengths)
+    letter_words = (n_words - numbers)[chosen]
+    by_count = {w: tolerance_of(w, threshold) for w in np.unique(letter_words).tolist()}
+    tolerance[chosen] = [by_count[w] for w in letter_words.tolist()]
+    # the k + 1 parts of each item that tolerates k words (`exact.part_start`)
+    tolerant = np.flatnonzero(tolerance)
+    parts = tolerance[tolerant] + 1
+    part_item = np.repeat(tolerant, parts)
+    part_of = np.repeat(parts, parts)
+    q = np.arange(len(part_item)) - np.repeat(np.cumsum(parts) - parts, parts)
+    lo = q * n_words[part_item] // part_of
+    hi = (q + 1) * n_words[part_item] // part_of
+    key = np.concatenate([runs[chosen], run_hashes(flat, start[part_item] + lo,
+                                                   start[part_item] + hi)])
+    post = np.concatenate([chosen * ROLES + FULL, part_item * ROLES + 1 + q])
+    length = np.concatenate([n_words[chosen], hi - lo])
     order = np.lexsort((post, key))
     distinct, block, postings = anchor_postings(key[order], post[order].astype(np.int32))
     size = 1
     while size < 2 * max(len(distinct), 1):
         size *= 2
     run_table, run_vals = _build_table(distinct, block, size)
+    n_bits = 1 << 16
+    while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
+        n_bits *= 2
     max_words = int(length.max()) if len(length) else 0
     has_length = np.zeros(max_words + 1, dtype=np.bool_)
     has_length[length] = True
     return {"words": table, "max_words": max_words, "has_length": has_length,
             "run_table": run_table, "run_vals": run_vals, "run_postings": postings,
+            "run_bits": anchor_bits(distinct, n_bits),
             "word_flat": flat, "word_number": number, "word_start": start,
             "tolerance": tolerance,
-            "short_numbers": [Counter(w for w in _WORD.findall(text) if w.isdigit())
+            "short_numbers": [(Counter() if text.isascii() and _ASCII_DIGIT.search(text) is None
+                               else Counter(w for w in _WORD.findall(text) if w.isdigit()))
                               if by_words[k] else None for k, text in enumerate(texts)]}
 
 

@@ -18,13 +18,14 @@ from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.dispatch import probe_workers, start_early
 from near_dedup_core.contamination.items import EvalItem, SampleRef, open_evals, read_items
-from near_dedup_core.contamination.kernels import EXTRA_HITS, widen, window_hashes
+from near_dedup_core.contamination.kernels import EXTRA_HITS, _first_last_found, widen
 from near_dedup_core.contamination.probe import (
     ANCHOR_ORDER,
     BlockProbe,
     Hit,
     ProbeState,
     build_state,
+    numbers_of,
     training_sample,
 )
 from near_dedup_core.contamination.report import (
@@ -59,6 +60,7 @@ from near_dedup_core.fsutil import (
     write_json,
     write_jsonl,
 )
+from near_dedup_core.guard import guard_for
 from near_dedup_core.package import (
     LineBlock,
     Package,
@@ -69,7 +71,7 @@ from near_dedup_core.package import (
 )
 from near_dedup_core.progress import Progress, pause_point
 from near_dedup_core.results import FolderResult
-from near_dedup_core.signature import MinHasher
+from near_dedup_core.signature import MinHasher, code_points
 from near_dedup_core.storage import parse_location
 from near_dedup_core.wording import count
 
@@ -88,13 +90,13 @@ class Pair:
     common: int
     start: int
     end: int
-    numbers_differ: bool
+    compare_numbers: bool  # `Hit.compare_numbers`
     method: str
     text: str
 
 
 def _pair(h: Hit, sample: SampleRef) -> Pair:
-    return Pair(h.item, sample, h.common, h.start, h.end, h.numbers_differ, h.method, h.text)
+    return Pair(h.item, sample, h.common, h.start, h.end, h.compare_numbers, h.method, h.text)
 
 
 def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
@@ -364,7 +366,13 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
                              p.method != "exact"))
     allow = Allowlist(allowlist)
     hasher = MinHasher(1, config.seed, config.shingle_size)
-    item_spans = [item_span(items[p.item].text, p, hasher) for p in pairs]
+    spans: dict[tuple[int, str, str], tuple[int, int]] = {}  # a common text matches alike
+    item_spans = []
+    for p in pairs:
+        got = spans.get((p.item, p.method, p.text))
+        if got is None:
+            got = spans[(p.item, p.method, p.text)] = item_span(items[p.item].text, p, hasher)
+        item_spans.append(got)
     n_words = {p.item: len(_WORD.findall(items[p.item].text)) for p in pairs
                if p.method == "exact"}
     kept, aside = set_aside([Matched(p.item, p.sample.key(),
@@ -402,6 +410,8 @@ def report_pairs(config: NearDedupConfig, items: list[EvalItem],
     training sample): the first of the record's items (`items.FIELDS` order) that the
     sample contains."""
     hasher = MinHasher(1, config.seed, config.shingle_size)
+    guard = guard_for(config, frozenset())
+    item_numbers: dict[int, tuple[str, ...]] = {}
     lines = []
     seen: set[tuple] = set()
     for pair, (start, end) in pairs:
@@ -412,12 +422,18 @@ def report_pairs(config: NearDedupConfig, items: list[EvalItem],
         seen.add(key)
         size = (len(_WORD.findall(item.text)) if pair.method == "exact" else
                 len(hasher.shingle_set(item.text)))
+        differ = False
+        if pair.compare_numbers:
+            numbers = item_numbers.get(pair.item)
+            if numbers is None:
+                numbers = item_numbers[pair.item] = numbers_of(guard, item.text)
+            differ = numbers_of(guard, pair.text) != numbers
         lines.append(PairLine(
             eval=EvalRef(**_ref_json(item.ref, False)),
             training=TrainingRef(**_ref_json(pair.sample, True)),
             containment=pair.common / size, item_shingles=size,
             common_shingles=pair.common, span=Span(start=pair.start, end=pair.end),
-            numbers_differ=pair.numbers_differ, field=item.field,  # type: ignore[arg-type]
+            numbers_differ=differ, field=item.field,  # type: ignore[arg-type]
             method=pair.method,  # type: ignore[arg-type]
             item_span=Span(start=start, end=end), item_text=item.text[start:end],
             training_text=pair.text))
@@ -436,8 +452,8 @@ def item_span(item: str, pair: Pair, hasher: MinHasher) -> tuple[int, int]:
 def _item_span(item: str, matched: str, hasher: MinHasher) -> tuple[int, int]:
     """[start, end) in the item of its shingles found in the matched training text, from
     the first to the end of the last, widened to whole words."""
-    windows = window_hashes(item, hasher)
-    hit = np.flatnonzero(np.isin(windows, window_hashes(matched, hasher)))
-    if not len(hit):
+    first, last = _first_last_found(code_points([item])[0], code_points([matched])[0],
+                                    hasher.shingle_size, hasher.shingle_seed)
+    if first == -1:
         return 0, len(item)
-    return widen(item, int(hit[0]), min(int(hit[-1]) + hasher.shingle_size, len(item)))
+    return widen(item, int(first), min(int(last) + hasher.shingle_size, len(item)))
