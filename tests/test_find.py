@@ -167,10 +167,13 @@ QUERY_SETS = {
 @pytest.mark.parametrize("name", sorted(QUERY_SETS))
 def test_the_same_bytes_everywhere(built, name, workers, monkeypatch):
     """The same answer, byte for byte, on every backend and with any number of workers
-    (the table too); with two, a local pool verifies one pair per task."""
+    (the table too); with two, a local pool signs one query and verifies one pair per
+    task."""
     if workers > 1:
         monkeypatch.setattr(find_module, "POOL_RECORDS", 0)
         monkeypatch.setattr(find_module, "FIND_CHUNK", 1)
+        monkeypatch.setattr(find_module, "SIGN_CHUNK_MIN", 1)
+        monkeypatch.setattr(find_module, "SIGN_CHUNK", 1)
     location, folder, _, (_, b, _), q1, lines = built
     args = QUERY_SETS[name](q1.relative_to(folder), lines.relative_to(folder), b)
     for form in ("--json", None):

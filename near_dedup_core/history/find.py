@@ -5,7 +5,7 @@ For each query:
 
 1. **text** — its compared text normalized as `index` normalizes it (a hash query's text is
    the indexed content's, already normalized), its MinHash signature, shingle-set size and
-   LSH band keys as `index` computes them;
+   LSH band keys as `index` computes them, in batches on the executor (`history.sign`);
 2. **scopes** — where it is looked up: a CPT text in every CPT scope (tokenizer) of the index,
    an SFT text in its own scope (task, system, material, images), as a scan compares it;
    a hash query in the scopes of the contents it names (every CPT scope if one is CPT);
@@ -43,17 +43,21 @@ from near_dedup_core.compare import scope_hash
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.history.mixtures import ShippedMixtures
 from near_dedup_core.history.queries import Query
+from near_dedup_core.history.sign import SignedTexts, sign_texts
 from near_dedup_core.history.verify import WORKER_MODULES, PairResult, verify_queries
-from near_dedup_core.normalize import normalize
 from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress
 from near_dedup_core.scan.candidates import band_key_hits, filter_pairs, min_agreement
-from near_dedup_core.signature import MinHasher, band_keys, stored_values
 from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
 
 #: pairs per verify task
 FIND_CHUNK = 4_000
+#: hash queries' texts per signing task; the given texts are cut into `CHUNKS_PER_WORKER`
+#: tasks per worker of at least `SIGN_CHUNK_MIN`
+SIGN_CHUNK = 1_000
+SIGN_CHUNK_MIN = 250
+CHUNKS_PER_WORKER = 4
 
 #: What `index find` does after each of its stages, as its progress shows it.
 STAGES = ("queries signed; looking up the same texts", "looking up band keys",
@@ -96,26 +100,47 @@ class FindResult:
 
 
 class _Signed:
-    """The queries' normalized texts (None: a hash the index does not hold), their UTF-8 and,
-    for those of at least ``min_chars`` (``long``), their signatures (stored values),
-    shingle-set sizes and band keys (``keys``, one row per text of ``long``), as `index`
-    computes them."""
+    """The queries' normalized texts as UTF-8 (``present``: False for a hash the index does
+    not hold), their lengths in code points and, for those of at least ``min_chars``
+    (``long``), their signatures (stored values), shingle-set sizes and band keys (``keys``,
+    one row per text of ``long``), as `index` computes them: signed in batches of
+    `SIGN_CHUNK` on the executor (`history.sign`), while the main process reads the index."""
 
-    def __init__(self, texts: list[str | None], config: NearDedupConfig) -> None:
-        self.texts = texts
-        self.utf8 = [(t or "").encode() for t in texts]
-        n = len(texts)
-        chars = np.fromiter((len(t or "") for t in texts), dtype=np.int64, count=n)
-        present = np.fromiter((t is not None for t in texts), dtype=bool, count=n)
-        self.long = np.flatnonzero((chars >= config.min_chars) & present)
+    def __init__(self, n: int, config: NearDedupConfig) -> None:
+        self.config = config
+        self.present = np.zeros(n, dtype=bool)
+        self.utf8: list[bytes] = [b""] * n
+        self.chars = np.zeros(n, dtype=np.int64)
         self.sigs = np.zeros((n, config.num_perm), dtype=np.uint16)
         self.sizes = np.zeros(n, dtype=np.int64)
-        if len(self.long):
-            hasher = MinHasher(config.num_perm, config.seed, config.shingle_size)
-            sigs, sizes = hasher.signatures_and_sizes([texts[i] or "" for i in self.long])
-            self.sigs[self.long] = stored_values(sigs)
-            self.sizes[self.long] = sizes
-        self.keys = band_keys(self.sigs[self.long], config.bands, config.rows)
+        self._keys = np.zeros((n, config.bands), dtype=np.int64)
+        self._pending: list[tuple[list[int], Future]] = []
+        self.long = np.zeros(0, dtype=np.int64)
+        self.keys = np.zeros((0, config.bands), dtype=np.int64)
+
+    def submit(self, ex: Executor, rows: list[int], texts: list[str], normalized: bool,
+               chunk: int) -> None:
+        """Sign ``texts`` (those of the queries ``rows``) on ``ex``, ``chunk`` at a time."""
+        params = WorkerParams.of(self.config)
+        for start in range(0, len(rows), chunk):
+            self._pending.append((rows[start:start + chunk], ex.submit(
+                sign_texts, params, texts[start:start + chunk], normalized)))
+
+    def collect(self) -> _Signed:
+        """Every submitted batch's result in place; ``long`` and ``keys`` set."""
+        for rows, future in self._pending:
+            part: SignedTexts = future.result()
+            for r, utf8 in zip(rows, part.utf8, strict=True):
+                self.utf8[r] = utf8
+            self.present[rows] = True
+            self.chars[rows] = part.chars
+            self.sigs[rows] = part.sigs
+            self.sizes[rows] = part.sizes
+            self._keys[rows] = part.keys
+        self._pending.clear()
+        self.long = np.flatnonzero((self.chars >= self.config.min_chars) & self.present)
+        self.keys = self._keys[self.long]
+        return self
 
 
 def index_config(snap: db.Snapshot) -> NearDedupConfig:
@@ -203,7 +228,7 @@ def _exact(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
     hashes = {s: scope_hash(scope_keys[s]) for s in {s for ss in scopes for s in ss}}
     wanted: dict[bytes, list[int]] = defaultdict(list)
     for n, (utf8, ss) in enumerate(zip(signed.utf8, scopes, strict=True)):
-        if signed.texts[n] is None:
+        if not signed.present[n]:
             continue
         for s in ss:
             h = hashes[s].copy()
@@ -280,6 +305,10 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
           running: Executors, mixtures: ShippedMixtures | None, progress: bool) -> FindResult:
     config = index_config(snap)
     stages = Progress("index find", len(STAGES), enabled=progress)
+    signed = _Signed(len(queries), config)
+    given = [n for n, q in enumerate(queries) if q.text is not None]
+    chunk = max(SIGN_CHUNK_MIN, -(-len(given) // (CHUNKS_PER_WORKER * running.workers)))
+    signed.submit(ex, given, [q.text for q in queries if q.text is not None], False, chunk)
     scope_keys = snap.scope_keys()
     resolved = _resolve_hashes(index, snap, queries)
     named = sorted({c for cs in resolved.values() for c in cs})
@@ -287,17 +316,9 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     content_scope = dict(zip(named_columns.rowid.tolist(), named_columns.scope.tolist(),
                              strict=True))
     named_texts = snap.texts(named) if named else {}
-    # one text at a time: the table `normalize_many` builds first pays off over millions of
-    # texts, not over a command's queries (5,000 of the bench: 0.8 s with it, 0.3 s without)
-    normalized = [normalize(q.text) for q in queries if q.text is not None]
-    it = iter(normalized)
-    texts: list[str | None] = []
-    for n, q in enumerate(queries):
-        if q.hash is not None:
-            texts.append(named_texts[resolved[n][0]] if n in resolved else None)
-        else:
-            texts.append(next(it))
-    signed = _Signed(texts, config)
+    held = [n for n, q in enumerate(queries) if q.hash is not None and n in resolved]
+    signed.submit(ex, held, [named_texts[resolved[n][0]] for n in held], True, SIGN_CHUNK)
+    signed.collect()
     scopes = _scope_sets(queries, resolved, scope_keys, content_scope)
     stages.step(STAGES[0])
     exact = _exact(snap, signed, scopes, scope_keys)
@@ -350,10 +371,10 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
                             "kind": kind, "jaccard": jac, "blocked_by": blocked,
                             "first_batch": int(columns.batch[k]), "sources": srcs}))
         matches.sort(key=lambda m: m[:3])
-        text = texts[n]
+        present = bool(signed.present[n])
         answers.append({"query": {"id": q.id, "from": q.source,
-                                  "kind": _kind(q, scopes[n], scope_keys, text),
-                                  "normalized_chars": None if text is None else len(text)},
+                                  "kind": _kind(q, scopes[n], scope_keys, present),
+                                  "normalized_chars": int(signed.chars[n]) if present else None},
                         "matches": [m[3] for m in matches]})
     stages.step(STAGES[4])
     snap.verify_pages()  # nothing is printed from a damaged index
@@ -362,11 +383,11 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
 
 
 def _kind(q: Query, scopes: list[int], scope_keys: dict[int, str],
-          text: str | None) -> str | None:
+          present: bool) -> str | None:
     """A query's kind; a hash query's is its contents' (None: not in the index)."""
     if q.hash is None:
         return q.kind
-    if text is None:
+    if not present:
         return None
     return str(json.loads(scope_keys[scopes[0]])[0]) if scopes else None
 
