@@ -167,12 +167,11 @@ QUERY_SETS = {
 @pytest.mark.parametrize("name", sorted(QUERY_SETS))
 def test_the_same_bytes_everywhere(built, name, workers, monkeypatch):
     """The same answer, byte for byte, on every backend and with any number of workers
-    (the table too); with two, a local pool signs one query and verifies one pair per
-    task."""
+    (the table too); with two, the queries are signed one per chunk, shared by the main
+    process and a local pool, which verifies one pair per task."""
     if workers > 1:
         monkeypatch.setattr(find_module, "POOL_RECORDS", 0)
         monkeypatch.setattr(find_module, "FIND_CHUNK", 1)
-        monkeypatch.setattr(find_module, "SIGN_CHUNK_MIN", 1)
         monkeypatch.setattr(find_module, "SIGN_CHUNK", 1)
     location, folder, _, (_, b, _), q1, lines = built
     args = QUERY_SETS[name](q1.relative_to(folder), lines.relative_to(folder), b)
