@@ -344,6 +344,39 @@ def test_the_benchmark_runs(backend, tmp_path):
     assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
 
 
+# the benchmark's index is a SQLite file
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
+def test_the_benchmark_copies_a_history_index(backend, tmp_path):
+    """`bench.find --history` copies an index of the pool instead of indexing ``--pool``:
+    the copy holds the history's package and the queries' batch, the index given is left as
+    it was."""
+    import sqlite3
+
+    samples = REPO / "samples" / "cpt"
+    history = tmp_path / "pool.sqlite"
+    code, _, err = run_cli("--quiet", "--index", history, "index", "--inputs",
+                           samples / "2026-11-25" / "cpt-v1", "--workers", 1)
+    assert code == 0, err
+    before = history.read_bytes()
+    work = tmp_path / "find"
+    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
+                          "1", "--workers", "1", "--pool", samples / "2026-11-27" / "cpt-v3",
+                          "--day", samples / "2026-11-26" / "cpt-v2", "--history", history,
+                          "--work", work],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert history.read_bytes() == before
+    con = sqlite3.connect(work / "index-20.sqlite")
+    try:
+        packages = sorted(r[0] for r in con.execute("SELECT package_id FROM packages"))
+    finally:
+        con.close()
+    assert packages == ["cpt-v1", "queries-20"]
+    result = json.loads((work / "find.json").read_text(encoding="utf-8"))
+    assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
+
+
 # the scope rule does not depend on the backend
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_an_sft_record_is_found_in_its_own_scope_only(backend, tmp_path):
