@@ -10,6 +10,13 @@ each query then finds itself too, as the scan finds its pool's own contents.
 
     .venv/bin/python -m bench.find --queries 2000 --rounds 2
 
+At the issue's scale, on a copy of an index of ``pool-1m`` built beforehand (``--history``,
+copied instead of indexing the pool again) and queries from ``day-1m``::
+
+    .venv/bin/python -m bench.find --queries 10000 --rounds 4 --pool bench/out/pkg/pool-1m \
+        --day bench/out/pkg/day-1m --history bench/out/find1m/pool-1m.sqlite \
+        --work bench/out/find1m
+
 (``tests/test_find.py`` runs it on the sample packages, ``--pool`` and ``--day``.)"""
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import orjson
 from near_dedup_core.package import create_package
 
 from bench.build_corpus import CREATED_AT, OUT, TOKENIZER, ensure, read_jsonl, write_jsonl
-from bench.measure import code_version, read_through, run, wall_clock
+from bench.measure import code_version, copy_index, read_through, run, wall_clock
 
 WORK = OUT / "find"
 
@@ -42,9 +49,10 @@ def _queries(day: Path, n: int) -> list[dict]:
     raise SystemExit(f"bench.find: {day} holds fewer than {n} records")
 
 
-def _prepare(work: Path, n: int, workers: int, pool: Path | None, day: Path | None
-              ) -> tuple[Path, Path, Path]:
-    """The index (pool-100k, then the queries' package), the queries' package and JSONL."""
+def _prepare(work: Path, n: int, workers: int, pool: Path | None, day: Path | None,
+             history: Path | None = None) -> tuple[Path, Path, Path]:
+    """The index (pool-100k, then the queries' package), the queries' package and JSONL;
+    with ``history``, a copy of that index of the pool instead of indexing it."""
     if pool is None or day is None:
         pool, day = ensure("pool-100k", "day-100k")
     work.mkdir(parents=True, exist_ok=True)
@@ -64,7 +72,9 @@ def _prepare(work: Path, n: int, workers: int, pool: Path | None, day: Path | No
                    splits=[("train", lines)], depends_on=[], parents=[],
                    created_at=CREATED_AT, output=package)
     cli = [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", str(index)]
-    for inputs in (pool, package):
+    if history is not None:
+        copy_index(history, index)
+    for inputs in (pool, package) if history is None else (package,):
         m = run([*cli, "index", "--inputs", str(inputs), "--workers", str(workers)],
                 work / "index.log")
         if m.returncode:
@@ -81,10 +91,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--pool", type=Path, help="the indexed history (default: pool-100k)")
     p.add_argument("--day", type=Path, help="where the queries come from (default: day-100k)")
+    p.add_argument("--history", type=Path,
+                   help="a SQLite index of --pool alone, copied instead of indexing the pool")
     p.add_argument("--work", type=Path, default=WORK, help="where to write (bench/out/find)")
     args = p.parse_args(argv)
     work = args.work
-    index, package, lines = _prepare(work, args.queries, args.workers, args.pool, args.day)
+    index, package, lines = _prepare(work, args.queries, args.workers, args.pool, args.day,
+                                     args.history)
     cli = [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", str(index)]
     workers = ["--workers", str(args.workers)]
     rounds: dict[str, list[dict]] = {"find": [], "scan": []}

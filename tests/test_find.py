@@ -167,10 +167,12 @@ QUERY_SETS = {
 @pytest.mark.parametrize("name", sorted(QUERY_SETS))
 def test_the_same_bytes_everywhere(built, name, workers, monkeypatch):
     """The same answer, byte for byte, on every backend and with any number of workers
-    (the table too); with two, a local pool verifies one pair per task."""
+    (the table too); with two, the queries are signed one per chunk, shared by the main
+    process and a local pool, which verifies one pair per task."""
     if workers > 1:
         monkeypatch.setattr(find_module, "POOL_RECORDS", 0)
         monkeypatch.setattr(find_module, "FIND_CHUNK", 1)
+        monkeypatch.setattr(find_module, "SIGN_CHUNK", 1)
     location, folder, _, (_, b, _), q1, lines = built
     args = QUERY_SETS[name](q1.relative_to(folder), lines.relative_to(folder), b)
     for form in ("--json", None):
@@ -339,6 +341,39 @@ def test_the_benchmark_runs(backend, tmp_path):
     result = json.loads((work / "find.json").read_text(encoding="utf-8"))
     assert [len(result["rounds"][c]) for c in ("find", "scan")] == [2, 2]
     assert result["queries"] == 20 and result["find_over_scan_cpu"] > 0
+    assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
+
+
+# the benchmark's index is a SQLite file
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
+def test_the_benchmark_copies_a_history_index(backend, tmp_path):
+    """`bench.find --history` copies an index of the pool instead of indexing ``--pool``:
+    the copy holds the history's package and the queries' batch, the index given is left as
+    it was."""
+    import sqlite3
+
+    samples = REPO / "samples" / "cpt"
+    history = tmp_path / "pool.sqlite"
+    code, _, err = run_cli("--quiet", "--index", history, "index", "--inputs",
+                           samples / "2026-11-25" / "cpt-v1", "--workers", 1)
+    assert code == 0, err
+    before = history.read_bytes()
+    work = tmp_path / "find"
+    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
+                          "1", "--workers", "1", "--pool", samples / "2026-11-27" / "cpt-v3",
+                          "--day", samples / "2026-11-26" / "cpt-v2", "--history", history,
+                          "--work", work],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert history.read_bytes() == before
+    con = sqlite3.connect(work / "index-20.sqlite")
+    try:
+        packages = sorted(r[0] for r in con.execute("SELECT package_id FROM packages"))
+    finally:
+        con.close()
+    assert packages == ["cpt-v1", "queries-20"]
+    result = json.loads((work / "find.json").read_text(encoding="utf-8"))
     assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
 
 

@@ -5,7 +5,9 @@ For each query:
 
 1. **text** — its compared text normalized as `index` normalizes it (a hash query's text is
    the indexed content's, already normalized), its MinHash signature, shingle-set size and
-   LSH band keys as `index` computes them;
+   LSH band keys as `index` computes them, in batches shared by this process and the
+   executor (`history.sign`); a text whose raw form the snapshot holds (its sha256 among the
+   sources) is the indexed content's, read as a scan reads its pool;
 2. **scopes** — where it is looked up: a CPT text in every CPT scope (tokenizer) of the index,
    an SFT text in its own scope (task, system, material, images), as a scan compares it;
    a hash query in the scopes of the contents it names (every CPT scope if one is CPT);
@@ -28,7 +30,8 @@ sources by batch, package, sample, split), so it is the same on every backend an
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+import threading
+from collections import defaultdict, deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
@@ -39,21 +42,25 @@ import numpy as np
 import orjson
 
 from near_dedup_core import index_store as db
-from near_dedup_core.compare import scope_hash
+from near_dedup_core.compare import scope_hash, text_sha256
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.history.mixtures import ShippedMixtures
 from near_dedup_core.history.queries import Query
+from near_dedup_core.history.sign import SignedTexts, sign_texts
 from near_dedup_core.history.verify import WORKER_MODULES, PairResult, verify_queries
-from near_dedup_core.normalize import normalize
 from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress
 from near_dedup_core.scan.candidates import band_key_hits, filter_pairs, min_agreement
-from near_dedup_core.signature import MinHasher, band_keys, stored_values
+from near_dedup_core.signature import band_keys
 from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
 
 #: pairs per verify task
 FIND_CHUNK = 4_000
+#: query texts per signing chunk: small enough that the main process, which shares the
+#: chunks with the workers, finishes its last one soon after theirs, and does not build the
+#: normalization table for one (`normalize.TABLE_MIN_CHARS` of non-ASCII text)
+SIGN_CHUNK = 256
 
 #: What `index find` does after each of its stages, as its progress shows it.
 STAGES = ("queries signed; looking up the same texts", "looking up band keys",
@@ -96,26 +103,113 @@ class FindResult:
 
 
 class _Signed:
-    """The queries' normalized texts (None: a hash the index does not hold), their UTF-8 and,
-    for those of at least ``min_chars`` (``long``), their signatures (stored values),
-    shingle-set sizes and band keys (``keys``, one row per text of ``long``), as `index`
-    computes them."""
+    """The queries' normalized texts as UTF-8 (``present``: False for a hash the index does
+    not hold), their lengths in code points and, for those of at least ``min_chars``
+    (``long``), their signatures (stored values), shingle-set sizes and band keys (``keys``,
+    one row per text of ``long``), as `index` computes them (`history.sign`), `SIGN_CHUNK`
+    texts at a time.
 
-    def __init__(self, texts: list[str | None], config: NearDedupConfig) -> None:
-        self.texts = texts
-        self.utf8 = [(t or "").encode() for t in texts]
-        n = len(texts)
-        chars = np.fromiter((len(t or "") for t in texts), dtype=np.int64, count=n)
-        present = np.fromiter((t is not None for t in texts), dtype=bool, count=n)
-        self.long = np.flatnonzero((chars >= config.min_chars) & present)
+    On a local pool the main process and the workers share the chunks: a thread per worker
+    hands chunks from the end of the list to the pool, while the main process, once it has
+    read what it needs of the index, signs chunks from its start (`finish`). The pool's
+    workers start only once their forkserver has loaded the kernels; meanwhile the main
+    process is not idle. On Ray every chunk is a task; inline the main process signs them
+    all."""
+
+    def __init__(self, n: int, config: NearDedupConfig) -> None:
+        self.config = config
+        self.params = WorkerParams.of(config)
+        self.present = np.zeros(n, dtype=bool)
+        self.utf8: list[bytes] = [b""] * n
+        self.chars = np.zeros(n, dtype=np.int64)
         self.sigs = np.zeros((n, config.num_perm), dtype=np.uint16)
         self.sizes = np.zeros(n, dtype=np.int64)
-        if len(self.long):
-            hasher = MinHasher(config.num_perm, config.seed, config.shingle_size)
-            sigs, sizes = hasher.signatures_and_sizes([texts[i] or "" for i in self.long])
-            self.sigs[self.long] = stored_values(sigs)
-            self.sizes[self.long] = sizes
-        self.keys = band_keys(self.sigs[self.long], config.bands, config.rows)
+        self._keys = np.zeros((n, config.bands), dtype=np.int64)
+        self.long = np.zeros(0, dtype=np.int64)
+        self.keys = np.zeros((0, config.bands), dtype=np.int64)
+        self._chunks: deque[tuple[list[int], list[str]]] = deque()
+        self._lock = threading.Lock()
+        self._pending: list[tuple[list[int], Future]] = []
+        self._feeders: list[threading.Thread] = []
+        self._failed: list[BaseException] = []
+
+    def start(self, ex: Executor, running: Executors, rows: list[int], texts: list[str]
+              ) -> None:
+        """Begin signing ``texts`` (those of the queries ``rows``, to be normalized)."""
+        self._chunks.extend((rows[k:k + SIGN_CHUNK], texts[k:k + SIGN_CHUNK])
+                            for k in range(0, len(rows), SIGN_CHUNK))
+        if running.in_process:
+            return
+        if not running.shares_memory:
+            while self._chunks:
+                part, some = self._chunks.popleft()
+                self._pending.append((part, ex.submit(sign_texts, self.params, some, False)))
+            return
+        for _ in range(running.workers):
+            feeder = threading.Thread(target=self._feed, args=(ex,), daemon=True,
+                                      name="near-dedup-find-sign")
+            feeder.start()
+            self._feeders.append(feeder)
+
+    def _take(self, first: bool) -> tuple[list[int], list[str]] | None:
+        with self._lock:
+            if not self._chunks:
+                return None
+            return self._chunks.popleft() if first else self._chunks.pop()
+
+    def _feed(self, ex: Executor) -> None:
+        try:
+            while (job := self._take(first=False)) is not None:
+                self._put(job[0], ex.submit(sign_texts, self.params, job[1], False).result())
+        except BaseException as exc:  # noqa: BLE001 (raised by `finish`)
+            self._failed.append(exc)
+
+    def _put(self, rows: list[int], part: SignedTexts) -> None:
+        for r, utf8 in zip(rows, part.utf8, strict=True):
+            self.utf8[r] = utf8
+        self.present[rows] = True
+        self.chars[rows] = part.chars
+        self.sigs[rows] = part.sigs
+        self.sizes[rows] = part.sizes
+        self._keys[rows] = part.keys
+
+    def put_indexed(self, snap: db.Snapshot, known: dict[int, int]) -> None:
+        """The queries of ``known`` (query number -> the content its raw text was indexed
+        as, `_indexed`) as the index holds them: their normalized texts, signatures and
+        shingle-set sizes read, as a scan reads its pool's, not computed."""
+        if not known:
+            return
+        ids = sorted(set(known.values()))
+        columns = snap.content_columns(np.asarray(ids, dtype=np.int64))
+        texts = snap.texts(ids)
+        at = {c: k for k, c in enumerate(columns.rowid.tolist())}
+        rows = list(known)
+        k = np.asarray([at[known[n]] for n in rows], dtype=np.int64)
+        norm = [texts[known[n]] for n in rows]
+        signed = columns.has_signature[k]
+        sigs = np.zeros((len(rows), self.config.num_perm), dtype=np.uint16)
+        sigs[signed] = columns.signatures[k[signed]]
+        sizes = np.where(signed, columns.shingles[k], 0)
+        chars = np.fromiter(map(len, norm), dtype=np.int64, count=len(norm))
+        self._put(rows, SignedTexts([t.encode() for t in norm], chars, sigs, sizes,
+                                    band_keys(sigs, self.config.bands, self.config.rows)))
+
+    def finish(self, rows: list[int], texts: list[str]) -> _Signed:
+        """Sign the chunks left, and ``texts`` (those of the queries ``rows``, normalized
+        already) here; every result in place, ``long`` and ``keys`` set."""
+        while (job := self._take(first=True)) is not None:
+            self._put(job[0], sign_texts(self.params, job[1], False))
+        if rows:
+            self._put(rows, sign_texts(self.params, texts, True))
+        for feeder in self._feeders:
+            feeder.join()
+        if self._failed:
+            raise self._failed[0]
+        for part, future in self._pending:
+            self._put(part, future.result())
+        self.long = np.flatnonzero((self.chars >= self.config.min_chars) & self.present)
+        self.keys = self._keys[self.long]
+        return self
 
 
 def index_config(snap: db.Snapshot) -> NearDedupConfig:
@@ -196,6 +290,31 @@ def _resolve_hashes(index: db.Index, snap: db.Snapshot, queries: list[Query]
     return out
 
 
+def _indexed(index: db.Index, snap: db.Snapshot, queries: list[Query], rows: list[int]
+             ) -> tuple[dict[int, int], list[db.ContentSource]]:
+    """Query number -> a content that the snapshot holds under the query's raw text (its
+    ``text_sha256`` among the snapshot's sources of that content), for the queries ``rows``;
+    and every source of those contents. Such a query's text and signature are the content's:
+    `index` does not normalize or sign a raw text it has indexed either."""
+    if not rows:
+        return {}, []
+    shas = {n: text_sha256(queries[n].text or "") for n in rows}
+    lookup = index.known_texts()
+    try:
+        found = lookup.contents(sorted(set(shas.values())))
+    finally:
+        lookup.close()
+    if not found:
+        return {}, []
+    sources = snap.content_sources(sorted(set(found.values())))
+    held = {(s.text_sha256, s.content) for s in sources}
+    best: dict[bytes, int] = {}
+    for (sha, _), c in found.items():
+        if (sha, c) in held and c < best.get(sha, c + 1):
+            best[sha] = c
+    return {n: best[sha] for n, sha in shas.items() if sha in best}, sources
+
+
 def _exact(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
            scope_keys: dict[int, str]) -> dict[int, set[int]]:
     """Query number -> the contents that are its text (its content id in one of its
@@ -203,7 +322,7 @@ def _exact(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
     hashes = {s: scope_hash(scope_keys[s]) for s in {s for ss in scopes for s in ss}}
     wanted: dict[bytes, list[int]] = defaultdict(list)
     for n, (utf8, ss) in enumerate(zip(signed.utf8, scopes, strict=True)):
-        if signed.texts[n] is None:
+        if not signed.present[n]:
             continue
         for s in ss:
             h = hashes[s].copy()
@@ -280,6 +399,15 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
           running: Executors, mixtures: ShippedMixtures | None, progress: bool) -> FindResult:
     config = index_config(snap)
     stages = Progress("index find", len(STAGES), enabled=progress)
+    signed = _Signed(len(queries), config)
+    given = [n for n, q in enumerate(queries) if q.text is not None]
+    known, known_sources = _indexed(index, snap, queries, given)
+    unknown = [n for n in given if n not in known]
+    signed.start(ex, running, unknown, [queries[n].text or "" for n in unknown])
+    signed.put_indexed(snap, known)
+    sources_of: dict[int, list[db.ContentSource]] = defaultdict(list)
+    for s in known_sources:  # every source of those contents: read once
+        sources_of[s.content].append(s)
     scope_keys = snap.scope_keys()
     resolved = _resolve_hashes(index, snap, queries)
     named = sorted({c for cs in resolved.values() for c in cs})
@@ -287,17 +415,8 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     content_scope = dict(zip(named_columns.rowid.tolist(), named_columns.scope.tolist(),
                              strict=True))
     named_texts = snap.texts(named) if named else {}
-    # one text at a time: the table `normalize_many` builds first pays off over millions of
-    # texts, not over a command's queries (5,000 of the bench: 0.8 s with it, 0.3 s without)
-    normalized = [normalize(q.text) for q in queries if q.text is not None]
-    it = iter(normalized)
-    texts: list[str | None] = []
-    for n, q in enumerate(queries):
-        if q.hash is not None:
-            texts.append(named_texts[resolved[n][0]] if n in resolved else None)
-        else:
-            texts.append(next(it))
-    signed = _Signed(texts, config)
+    held = [n for n, q in enumerate(queries) if q.hash is not None and n in resolved]
+    signed.finish(held, [named_texts[resolved[n][0]] for n in held])
     scopes = _scope_sets(queries, resolved, scope_keys, content_scope)
     stages.step(STAGES[0])
     exact = _exact(snap, signed, scopes, scope_keys)
@@ -306,10 +425,10 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     stages.step(STAGES[1])
     pairs = _candidates(snap, signed, scopes, exact, config)
     stages.step(STAGES[2])
-    sources_of: dict[int, list[db.ContentSource]] = defaultdict(list)
     domains: dict[int, frozenset[str]] | None = None
     if config.extra_units and len(pairs):
-        for s in snap.content_sources(np.unique(pairs[:, 1]).tolist()):
+        unread = [c for c in np.unique(pairs[:, 1]).tolist() if c not in sources_of]
+        for s in snap.content_sources(unread):
             sources_of[s.content].append(s)
         domains = {c: frozenset(s.domain for s in ss if s.domain)
                    for c, ss in sources_of.items()}
@@ -350,10 +469,10 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
                             "kind": kind, "jaccard": jac, "blocked_by": blocked,
                             "first_batch": int(columns.batch[k]), "sources": srcs}))
         matches.sort(key=lambda m: m[:3])
-        text = texts[n]
+        present = bool(signed.present[n])
         answers.append({"query": {"id": q.id, "from": q.source,
-                                  "kind": _kind(q, scopes[n], scope_keys, text),
-                                  "normalized_chars": None if text is None else len(text)},
+                                  "kind": _kind(q, scopes[n], scope_keys, present),
+                                  "normalized_chars": int(signed.chars[n]) if present else None},
                         "matches": [m[3] for m in matches]})
     stages.step(STAGES[4])
     snap.verify_pages()  # nothing is printed from a damaged index
@@ -362,11 +481,11 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
 
 
 def _kind(q: Query, scopes: list[int], scope_keys: dict[int, str],
-          text: str | None) -> str | None:
+          present: bool) -> str | None:
     """A query's kind; a hash query's is its contents' (None: not in the index)."""
     if q.hash is None:
         return q.kind
-    if text is None:
+    if not present:
         return None
     return str(json.loads(scope_keys[scopes[0]])[0]) if scopes else None
 

@@ -17,7 +17,7 @@ from near_dedup_core.compare import compared_text, sft_scope
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.package import load_package
 from near_dedup_core.package.records import LineProblem, parse_line
-from near_dedup_core.package.stream import stream_package
+from near_dedup_core.package.stream import SampleIsRef, read_samples
 from near_dedup_core.storage import Location
 
 
@@ -97,24 +97,14 @@ def sample_queries(package: Path | Location, sample_ids: Sequence[str]) -> list[
     (and checked) from its data files. A sample stored as a ref to another package's sample
     is refused: that package's sample is the one to ask about."""
     pkg = load_package(package)
-    wanted = dict.fromkeys(sample_ids)
-    found = {}
-    for record in stream_package(pkg, set(), None):
-        if record.sample_id not in wanted:
-            continue
-        if record.ref is not None:
-            raise NearDedupError(f"package {pkg.package_id}: sample {record.sample_id} is a "
-                                 f"ref to sample {record.ref[1]} of package {record.ref[0]}; "
-                                 f"ask about that package's sample")
-        data = record.data
-        found[record.sample_id] = Query(
-            f"{pkg.package_id}/{record.sample_id}", "sample", pkg.kind,
-            compared_text(pkg.kind, data),
-            sft_scope(data).key if pkg.kind == "sft" else None, data.get("domain"))
-    missing = [s for s in wanted if s not in found]
-    if missing:
-        raise NearDedupError(f"package {pkg.package_id}: no sample {missing[0]}")
-    return [found[s] for s in wanted]
+    try:
+        records = read_samples(pkg, sample_ids)
+    except SampleIsRef as exc:
+        raise NearDedupError(f"{exc}; ask about that package's sample") from None
+    sft = pkg.kind == "sft"
+    return [Query(f"{pkg.package_id}/{s}", "sample", pkg.kind, compared_text(pkg.kind, data),
+                  sft_scope(data).key if sft else None, data.get("domain"))
+            for s, data in records.items()]
 
 
 _HEX = re.compile(r"[0-9a-f]{32}|[0-9a-f]{64}")

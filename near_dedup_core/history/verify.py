@@ -16,8 +16,11 @@ from near_dedup_core.guard import Guard, Sequences, compare, guard_for
 from near_dedup_core.params import WorkerParams
 from near_dedup_core.signature import MinHasher, pair_jaccards, utf8_batch
 
-#: What a local pool's forkserver imports for `index find`'s workers.
-WORKER_MODULES = ("near_dedup_core.history.verify", "near_dedup_core.signature",
+#: What a local pool's forkserver imports for `index find`'s workers: the signing and verify
+#: tasks and their kernels, and the normalization table (`normalize.warm_up`), which each
+#: worker would otherwise build for a batch of enough non-ASCII text.
+WORKER_MODULES = ("near_dedup_core.history.sign", "near_dedup_core.history.verify",
+                  "near_dedup_core.normalize", "near_dedup_core.signature",
                   "near_dedup_core.guard")
 
 

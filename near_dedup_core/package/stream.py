@@ -56,6 +56,44 @@ def stream_package(pkg: Package, ids: set[str],
             position += len(parsed.records)
 
 
+class SampleIsRef(NearDedupError):
+    """A sample asked for by id (`read_samples`) is stored as a ref to another package's
+    sample (``ref``: that package's id and sample id)."""
+
+    def __init__(self, package_id: str, sample_id: str, ref: tuple[str, str]) -> None:
+        super().__init__(f"package {package_id}: sample {sample_id} is a ref to sample "
+                         f"{ref[1]} of package {ref[0]}")
+        self.sample_id = sample_id
+        self.ref = ref
+
+
+class NoSuchSample(NearDedupError):
+    """A sample asked for by id (`read_samples`) is not in the package."""
+
+    def __init__(self, package_id: str, sample_id: str) -> None:
+        super().__init__(f"package {package_id}: no sample {sample_id}")
+        self.sample_id = sample_id
+
+
+def read_samples(pkg: Package, sample_ids: Sequence[str]) -> dict[str, dict]:
+    """The records of the samples ``sample_ids`` of ``pkg`` (each once, in the order given),
+    read in one validating pass over its records (`stream_package`). A sample stored as a
+    ref raises `SampleIsRef`; the first one the package lacks, `NoSuchSample`: the caller
+    words them."""
+    found: dict[str, dict | None] = dict.fromkeys(sample_ids)
+    seen = 0
+    for record in stream_package(pkg, set(), None):
+        if record.sample_id not in found:
+            continue
+        if record.ref is not None:
+            raise SampleIsRef(pkg.package_id, record.sample_id, record.ref)
+        found[record.sample_id] = record.data
+        seen += 1
+    if seen < len(found):
+        raise NoSuchSample(pkg.package_id, next(s for s, d in found.items() if d is None))
+    return {s: d for s, d in found.items() if d is not None}
+
+
 def stream_records(packages: Sequence[Package]) -> Iterator[Record]:
     """One validating pass over every record of ``packages`` (as returned by open_packages).
 

@@ -26,8 +26,9 @@ from near_dedup_core.takedown.record import acts_of, in_force
 
 #: Pool contents whose band keys are computed per call (a block of their signatures).
 KEY_BLOCK = 1 << 16
-#: Candidate contents whose texts are read and hashed per call.
-TEXT_BLOCK = 4096
+#: Candidate contents whose texts are read and hashed per call (their texts and shingle sets
+#: are held together: some 30 KiB per text of the bench's pools).
+TEXT_BLOCK = 512
 
 
 class TakedownHits(NamedTuple):
@@ -36,7 +37,7 @@ class TakedownHits(NamedTuple):
     content, then act, then text: ``content`` indexes `Pool.contents`, ``act`` ``acts``,
     ``item`` the act's items; ``exact``: the same normalized text."""
 
-    acts: list[TakedownAct]
+    acts: list[TakedownAct]  # their items without their fingerprints (`_without_fingerprints`)
     content: np.ndarray  # int64
     act: np.ndarray  # int64
     item: np.ndarray  # int64
@@ -70,12 +71,21 @@ def find_takedowns(snap: db.Snapshot, contents: db.ContentColumns, config: NearD
         _exact_copies(snap, contents, short_items, found)
     rows = sorted(found)
     return TakedownHits(
-        acts=acts,
+        acts=[_without_fingerprints(a) for a in acts],
         content=np.asarray([r[0] for r in rows], dtype=np.int64),
         act=np.asarray([r[1] for r in rows], dtype=np.int64),
         item=np.asarray([r[2] for r in rows], dtype=np.int64),
         jaccard=np.asarray([found[r][0] for r in rows], dtype=np.float64),
         exact=np.asarray([found[r][1] for r in rows], dtype=bool))
+
+
+def _without_fingerprints(act: TakedownAct) -> TakedownAct:
+    """``act`` as the scan keeps it once the pool is matched, until its report is written:
+    its items' ids and hashes, without their signatures, shingle sets and texts (of 1,000
+    acts of one text of the bench's pools, 24 MiB of base64 strings)."""
+    return act.model_copy(update={"items": [
+        item.model_copy(update={"signature": None, "shingles": None, "text": None})
+        for item in act.items]})
 
 
 class _Texts(Protocol):
@@ -95,7 +105,7 @@ def _near_copies(snap: _Texts, contents: db.ContentColumns, config: NearDedupCon
     for row, key in zip(np.repeat(np.arange(len(items)), config.bands).tolist(),
                         item_keys.reshape(-1).tolist(), strict=True):
         by_key[key].append(row)
-    wanted = np.fromiter(by_key, dtype=np.int64, count=len(by_key))
+    wanted = np.sort(np.fromiter(by_key, dtype=np.int64, count=len(by_key)))
     signed = np.flatnonzero(contents.has_signature)
     pairs: set[tuple[int, int]] = set()
     keys = np.empty((min(KEY_BLOCK, len(signed)), config.bands), dtype=np.int64)
@@ -103,14 +113,18 @@ def _near_copies(snap: _Texts, contents: db.ContentColumns, config: NearDedupCon
         part = signed[lo:lo + KEY_BLOCK]
         out = keys[:len(part)]
         band_keys_into(contents.signatures[part], config.bands, config.rows, out)
-        hit_rows, hit_bands = np.nonzero(np.isin(out, wanted))
+        # a lookup in the sorted keys: `np.isin` sorts the block with them (47 MiB at once)
+        at = np.searchsorted(wanted, out)
+        np.minimum(at, len(wanted) - 1, out=at)
+        hit_rows, hit_bands = np.nonzero(wanted[at] == out)
+        del at
         for r, b in zip(hit_rows.tolist(), hit_bands.tolist(), strict=True):
             for row in by_key[int(out[r, b])]:
                 pairs.add((int(part[r]), row))
     if not pairs:
         return
     hasher = MinHasher(1, config.seed, config.shingle_size)
-    item_sets = [x[2].shingle_set() for x in items]
+    item_sets: dict[int, np.ndarray] = {}  # decoded as a candidate needs it
     candidates = sorted({c for c, _ in pairs})
     of_content: dict[int, list[int]] = defaultdict(list)
     for c, row in pairs:
@@ -123,6 +137,8 @@ def _near_copies(snap: _Texts, contents: db.ContentColumns, config: NearDedupCon
             digest = hashlib.sha256(norm.encode()).hexdigest()
             for row in sorted(of_content[c]):
                 a, i, item = items[row]
+                if row not in item_sets:
+                    item_sets[row] = item.shingle_set()
                 j = exact_jaccard(item_sets[row], shingles)
                 if j >= config.threshold:
                     found[(c, a, i)] = (j, digest == item.text_sha256)

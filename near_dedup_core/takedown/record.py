@@ -152,26 +152,22 @@ def texts_from_package(path: Path, sample_ids: Sequence[str]) -> list[Text]:
     (validated as it is read), named ``PACKAGE/SAMPLE``."""
     from near_dedup_core.compare import compared_text
     from near_dedup_core.package import load_package
-    from near_dedup_core.package.stream import stream_package
+    from near_dedup_core.package.stream import NoSuchSample, SampleIsRef, read_samples
 
     if not sample_ids:
         raise NearDedupError("usage: takedown add --package needs --sample ID...")
     pkg = load_package(path)
-    wanted = list(dict.fromkeys(sample_ids))
-    found: dict[str, str] = {}
-    for record in stream_package(pkg, set(), None):
-        if record.sample_id not in wanted:
-            continue
-        if record.ref is not None:
-            raise NearDedupError(f"takedown: sample {record.sample_id} of package "
-                                 f"{pkg.package_id} refers to sample {record.ref[1]} of "
-                                 f"package {record.ref[0]}; take that sample down instead")
-        found[record.sample_id] = compared_text(pkg.kind, record.data)
-    missing = [s for s in wanted if s not in found]
-    if missing:
+    try:
+        records = read_samples(pkg, sample_ids)
+    except SampleIsRef as exc:
+        raise NearDedupError(f"takedown: sample {exc.sample_id} of package {pkg.package_id} "
+                             f"refers to sample {exc.ref[1]} of package {exc.ref[0]}; take "
+                             f"that sample down instead") from None
+    except NoSuchSample as exc:
         raise NearDedupError(f"takedown: package {pkg.package_id} has no sample "
-                             f"{missing[0]!r}")
-    return [Text(f"{pkg.package_id}/{s}", found[s]) for s in wanted]
+                             f"{exc.sample_id!r}") from None
+    return [Text(f"{pkg.package_id}/{s}", compared_text(pkg.kind, data))
+            for s, data in records.items()]
 
 
 def fingerprint(texts: Sequence[Text], config: NearDedupConfig,
