@@ -9,6 +9,10 @@ marked ``slow`` (`make test-fast` leaves them out; `make test` runs them).
 
 The backend is module-scoped so that a module's fixtures that build an index (a few batches
 and their reports) do so once per backend; the tests of a module run backend by backend.
+
+The servers are the session's (one per xdist worker): ``postgres_server``, and
+``moto_server`` (S3: a new empty bucket for each test of the storage modules, and for each
+module of Iceberg indexes with a shared catalog, ``shared_catalog``).
 """
 
 from __future__ import annotations
@@ -65,6 +69,36 @@ def postgres_server() -> Iterator[object]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[object]:
+    """One moto S3 server for the session (`s3_server.SharedMoto`): `s3_server.run_s3_server`
+    with it gives a test or a module a new empty bucket, without a server's start and stop."""
+    pytest.importorskip("s3fs", reason="pip install 'near-dedup[s3]'")
+    from s3_server import SharedMoto
+
+    shared = SharedMoto()
+    try:
+        yield shared
+    finally:
+        shared.stop()
+
+
+@pytest.fixture(scope="module")
+def shared_catalog(moto_server, postgres_server, tmp_path_factory) -> Iterator[tuple]:
+    """(s3, pg) for a module of Iceberg indexes with a shared catalog: a new bucket on the
+    session's moto server and the session's PostgreSQL server, whose password is in
+    PGPASSWORD (never in a location); few band-key buckets (a few files per batch on moto's
+    server; the reports do not depend on the count). The environment is the module's."""
+    from pg_server import PASSWORD
+    from s3_server import run_s3_server
+
+    with pytest.MonkeyPatch.context() as mp, \
+            run_s3_server(mp, tmp_path_factory.mktemp("s3"), moto_server) as s3:
+        mp.setenv("PGPASSWORD", PASSWORD)
+        mp.setenv("NEAR_DEDUP_ICEBERG_BUCKETS", "4")
+        yield s3, postgres_server
 
 
 @pytest.fixture(scope="module", params=BACKENDS)
