@@ -20,14 +20,18 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(PY) scripts/demo.py
 
+# Two workers, each given whole modules (a module's servers and indexes are built once), the
+# longest modules first (tests/conftest.py, LONGEST_FIRST) so that both end together.
+PYTEST_XDIST := -n 2 --dist loadfile --no-loadscope-reorder
+
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q $(PYTEST_XDIST)
 	$(MAKE) --no-print-directory lint
 
 # Everything but the web-UI test (needs Chromium) and the tests marked slow: PostgreSQL, Ray and
 # Dagster runs, start-up tests, the whole tamper catalogue, kills of running commands.
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -n 2 -m "not webserver and not slow"
+	$(PY) -m pytest -q $(PYTEST_XDIST) -m "not webserver and not slow"
 
 # ruff (lint + import order), mypy (pydantic plugin) and the import floors (import-linter),
 # configured in pyproject.toml.

@@ -7,7 +7,9 @@ Reports and index rows are byte-identical to the local executor's, also with the
 an S3 server (moto's, on the loopback; started before the cluster, whose nodes then have its
 address and keys in their environment) that the tasks of ``index`` read their byte ranges
 from; a task whose worker process dies is retried by Ray and the result is still the same; a
-task that can never finish stops the command with exit 1, nothing written.
+task that can never finish stops the command with exit 1, nothing written. An Iceberg index's
+band files and its per-bucket history join run as Ray tasks give the local executor's and
+SQLite's report.
 """
 
 from __future__ import annotations
@@ -141,6 +143,53 @@ def test_contamination_on_ray_is_the_local_report_byte_for_byte(cluster, package
             reports[(executor, source)] = tree_bytes(out)
     assert all(r == reports[("local", "packages")] for r in reports.values())
     assert reports[("local", "packages")]["contamination.jsonl"].count(b"\n") >= 60
+
+
+def test_the_iceberg_join_and_band_writes_as_ray_tasks_give_the_local_report(
+        cluster, tmp_path, monkeypatch):
+    """An Iceberg index's band files written, and its per-bucket history join run, as Ray
+    tasks on the two-node cluster: the scan's report is byte-identical to the local
+    executor's and to SQLite's."""
+    pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
+    from near_dedup_core.index_store.iceberg import batch as ice_batch
+    from near_dedup_core.index_store.iceberg import snapshot
+
+    n = len(P)
+    texts = [f"{P[i % n]} {P[(i + i // n + 1) % n]}" for i in range(1500)]
+    v1 = make_package(tmp_path, "cpt-v1", {"train": [
+        {"id": f"a{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[:1000])]})
+    v2 = make_package(tmp_path, "cpt-v2", {"train": [
+        {"id": f"b{i}", "text": drop_every(t, 9) if i % 2 else reverse_every(t, 13),
+         "domain": "docs"} for i, t in enumerate(texts[:500])] + [
+        {"id": f"c{i}", "text": t, "domain": "docs"} for i, t in enumerate(texts[1000:])]},
+        created_at="2026-11-26T00:00:00Z")
+    index, lite = f"iceberg://{tmp_path / 'ice'}", tmp_path / "lite.sqlite"
+    executors = []
+    real = snapshot.IcebergSnapshot.history_band_hits
+
+    def recorded(self, *args):
+        executors.append(type(self.join_executor).__name__)
+        return real(self, *args)
+
+    monkeypatch.setattr(snapshot.IcebergSnapshot, "history_band_hits", recorded)
+    # the Iceberg batches' band files are written by Ray tasks, a chunk per block
+    monkeypatch.setattr(ice_batch.BandTasks, "chunk_rows", 1)
+    for target, executor in ((index, "ray"), (lite, "local")):
+        for pkg in (v1, v2):
+            code, _, err = run_cli("--quiet", "--index", target, "index", "--inputs", pkg,
+                                   "--executor", executor, "--workers", "2")
+            assert code == 0, err
+    reports = {}
+    for name, target, executor in (("ray", index, "ray"), ("local", index, "local"),
+                                   ("sqlite", lite, "local")):
+        out = tmp_path / f"report-{name}"
+        code, _, err = run_cli("--quiet", "--index", target, "scan", "--inputs", v2,
+                               "--output", out, "--executor", executor, "--workers", "2")
+        assert code == 0, err
+        reports[name] = tree_bytes(out)
+    assert reports["ray"] == reports["local"] == reports["sqlite"]
+    assert b'"history_only":true' in reports["ray"]["relations.jsonl"]
+    assert "Ray" in executors[0], executors  # the join ran as Ray tasks
 
 
 def test_index_tasks_read_their_byte_ranges_from_the_bucket(cluster, s3, packages, tmp_path,

@@ -12,6 +12,11 @@ Use it in a test module with::
     def s3(monkeypatch, tmp_path):
         with run_s3_server(monkeypatch, tmp_path) as server:
             yield server
+
+or, to save each test a server's start and stop, with the session's server (``moto_server``
+in conftest.py, a `SharedMoto`): ``run_s3_server(monkeypatch, tmp_path, moto_server)`` gives
+the test a new empty bucket on it (every bucket of the tests before is gone) and leaves it
+running; a test that stops it (the server going away mid-run) leaves the next test a new one.
 """
 
 from __future__ import annotations
@@ -75,12 +80,42 @@ class S3Server:
             response.read()
 
 
-@contextlib.contextmanager
-def run_s3_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
-    """Start a server, point the AWS environment at it, create a bucket; stop it after."""
+def start_moto() -> ThreadedMotoServer:
+    """A running moto server on 127.0.0.1 and a free port."""
     logging.getLogger("werkzeug").setLevel(logging.ERROR)
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()
+    return server
+
+
+class SharedMoto:
+    """One moto server for many tests, started on first use, and again after a test stopped
+    it."""
+
+    def __init__(self) -> None:
+        self._server: ThreadedMotoServer | None = None
+
+    def server(self) -> ThreadedMotoServer:
+        if self._server is None:
+            self._server = start_moto()
+        return self._server
+
+    def stopped(self) -> None:
+        """A test stopped the server: the next one gets a new one."""
+        self._server = None
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+
+@contextlib.contextmanager
+def run_s3_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                  shared: SharedMoto | None = None) -> Iterator[S3Server]:
+    """Start a server (or take the ``shared`` one), point the AWS environment at it, create
+    a bucket; after, stop the server it started (the ``shared`` one is left running)."""
+    server = shared.server() if shared is not None else start_moto()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"
     for name in ("AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_PROFILE",
@@ -105,7 +140,10 @@ def run_s3_server(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S
         if s3.running:
             with contextlib.suppress(OSError):
                 s3._moto_api("reset-auth", b"inf")
-        s3.stop()
+        if shared is None:
+            s3.stop()
+        elif not s3.running:
+            shared.stopped()
 
 
 def deny_writes_user(s3: S3Server) -> tuple[str, str]:

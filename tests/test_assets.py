@@ -305,6 +305,8 @@ def test_an_edited_env_file_counts_from_the_next_run(tmp_path, snapshots, instan
 
 def test_materialize_one_day_freezes_report_builds_mixture_and_passes_checks(
         tmp_path, snapshots, instance):
+    """One day released: its report, mixture, record, metadata and checks; then the mixture
+    check of that day fails on a tampered mixture."""
     settings = settings_for(tmp_path, snapshots)
     result = release(DAYS[0], settings, instance)
     assert result.success
@@ -347,6 +349,17 @@ def test_materialize_one_day_freezes_report_builds_mixture_and_passes_checks(
     mix = metadata(result, MIXTURE)
     assert mix["selected"] == 8 and mix["near_dedup_report"] == str(report)
     assert "| books |" in mix["plan"]
+
+    # the mixture check fails on a tampered mixture
+    shard = settings.mixture_dir(DAYS[0]).local_path / "data" / "train" / "part-00000.jsonl"
+    shard.write_bytes(shard.read_bytes() + b"\n")
+    # a check alone has no partitions in a run: re-validate the snapshot along with it
+    result = release(DAYS[0], settings, instance,
+                     selection=dg.AssetSelection.checks_for_assets(MIXTURE)
+                     | dg.AssetSelection.assets("validated_snapshot"))
+    check = check_results(result)["mixture_verify"]
+    assert not check.passed
+    assert "data/train/part-00000.jsonl" in check.description
 
 
 @pytest.fixture(scope="module")
@@ -632,20 +645,6 @@ def test_report_check_fails_on_a_tampered_report_and_blocks_the_mixture(
     assert not again.success
     assert "move" in failure_message(again) and "away to rescan" in failure_message(again)
     assert tree_bytes(settings.report_dir(DAYS[0]).local_path) == tampered
-
-
-def test_mixture_check_fails_on_a_tampered_mixture(tmp_path, snapshots, instance):
-    settings = settings_for(tmp_path, snapshots)
-    assert release(DAYS[0], settings, instance).success
-    shard = settings.mixture_dir(DAYS[0]).local_path / "data" / "train" / "part-00000.jsonl"
-    shard.write_bytes(shard.read_bytes() + b"\n")
-    # a check alone has no partitions in a run: re-validate the snapshot along with it
-    result = release(DAYS[0], settings, instance,
-                     selection=dg.AssetSelection.checks_for_assets(MIXTURE)
-                     | dg.AssetSelection.assets("validated_snapshot"))
-    check = check_results(result)["mixture_verify"]
-    assert not check.passed
-    assert "data/train/part-00000.jsonl" in check.description
 
 
 def as_format_1(settings: ReleaseSettings, folder: Path) -> None:

@@ -5,12 +5,8 @@ measured day is indexed into both, in turns."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import orjson
 import pytest
-from helpers import REPO
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
@@ -18,12 +14,15 @@ from near_dedup_core.index_store.iceberg.batch import content_lookup  # noqa: E4
 from near_dedup_core.index_store.iceberg.keyed import KeyedFiles  # noqa: E402
 from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
 
+from bench import day_cost  # noqa: E402
 
+
+@pytest.mark.slow  # nine fresh interpreters: the measured `index` runs and the packages'
 def test_day_cost_measures_a_day_against_an_empty_index_and_a_generated_history(tmp_path):
     out = tmp_path / "day-cost"
-    subprocess.run([sys.executable, "-m", "bench.day_cost", "--contents", "3000", "--out",
-                    str(out), "--base", "60", "--day-records", "40", "--days", "1"],
-                   cwd=REPO, check=True, capture_output=True)
+    # in this process (its `index` runs are processes of their own, as measured)
+    day_cost.main(["--contents", "3000", "--out", str(out), "--base", "60", "--day-records",
+                   "40", "--days", "1"])
     result = orjson.loads((out / "result.json").read_bytes())
     assert [(r["day"], r["index"]) for r in result["runs"]] == [(1, "empty"), (1, "history")]
     assert all(r["cpu_s"] > 0 and r["peak_tree_rss_mib"] > 0 for r in result["runs"])

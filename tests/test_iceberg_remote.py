@@ -34,10 +34,10 @@ pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 pytest.importorskip("s3fs", reason="pip install 'near-dedup[s3]'")
 from pg_server import PASSWORD, PostgresServer, require_bindir  # noqa: E402
 
-# A PostgreSQL server and moto's S3 server per module, as tests/test_postgres.py.
+# The session's PostgreSQL server and moto's S3 server (conftest.py, `shared_catalog`).
 pytestmark = pytest.mark.slow
 
-BINDIR = require_bindir()
+require_bindir()
 
 CPT = SAMPLES / "cpt"
 V1 = CPT / "2026-11-25" / "cpt-v1"
@@ -46,22 +46,10 @@ V3 = CPT / "2026-11-27" / "cpt-v3"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    """moto's S3 server and a PostgreSQL server for the module; the catalog's password in
-    PGPASSWORD (never in the location)."""
-    from s3_server import run_s3_server
-
-    pg = PostgresServer(BINDIR)
-    try:
-        with pytest.MonkeyPatch.context() as mp, \
-                run_s3_server(mp, tmp_path_factory.mktemp("s3")) as s3:
-            mp.setenv("PGPASSWORD", PASSWORD)
-            # few band-key buckets: a few files per batch on moto's server (the reports do
-            # not depend on the count)
-            mp.setenv("NEAR_DEDUP_ICEBERG_BUCKETS", "4")
-            yield s3, pg
-    finally:
-        pg.stop()
+def env(shared_catalog):
+    """A bucket of moto's S3 server and the PostgreSQL server for the module; the catalog's
+    password in PGPASSWORD (never in the location)."""
+    return shared_catalog
 
 
 def catalog_url(pg: PostgresServer) -> str:

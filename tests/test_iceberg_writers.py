@@ -19,11 +19,11 @@ from helpers import REPO, SAMPLES, refused, run_cli, tree_bytes
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 pytest.importorskip("s3fs", reason="pip install 'near-dedup[s3]'")
-from pg_server import PASSWORD, PostgresServer, require_bindir  # noqa: E402
+from pg_server import PASSWORD, require_bindir  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-BINDIR = require_bindir()
+require_bindir()
 
 CPT = SAMPLES / "cpt"
 V1 = CPT / "2026-11-25" / "cpt-v1"
@@ -32,20 +32,10 @@ V3 = CPT / "2026-11-27" / "cpt-v3"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
-    """moto's S3 server and a PostgreSQL server for the module; the catalog's password in
-    PGPASSWORD."""
-    from s3_server import run_s3_server
-
-    pg = PostgresServer(BINDIR)
-    try:
-        with pytest.MonkeyPatch.context() as mp, \
-                run_s3_server(mp, tmp_path_factory.mktemp("s3")) as s3:
-            mp.setenv("PGPASSWORD", PASSWORD)
-            mp.setenv("NEAR_DEDUP_ICEBERG_BUCKETS", "4")
-            yield s3, pg
-    finally:
-        pg.stop()
+def env(shared_catalog):
+    """A bucket of moto's S3 server and the PostgreSQL server for the module (conftest.py,
+    as tests/test_iceberg_remote.py); the catalog's password in PGPASSWORD."""
+    return shared_catalog
 
 
 def new_location(env, warehouse: str, tmp_path: Path, name: str) -> str:

@@ -1,4 +1,4 @@
-"""The PostgreSQL index backend against a real server started for this module (pg_server.py).
+"""The PostgreSQL index backend against a real server, the session's (pg_server.py, conftest.py).
 
 The same packages indexed into SQLite and into PostgreSQL give the same index rows; every bad
 state is one line and exit 1 with the database untouched; a SIGKILL'd append leaves the
@@ -38,10 +38,10 @@ from near_dedup_core import index_store
 from near_dedup_core.index_store import TextDecoder, schema
 from near_dedup_core.index_store import postgres as index_postgres
 
-# Each test starts from a fresh database of a PostgreSQL server that the module starts.
+# Each test starts from a fresh database of the session's PostgreSQL server.
 pytestmark = pytest.mark.slow
 
-BINDIR = require_bindir()
+require_bindir()
 psycopg = pytest.importorskip("psycopg", reason="pip install 'near-dedup[postgres]'")
 
 CPT = SAMPLES / "cpt"
@@ -51,12 +51,9 @@ V3 = CPT / "2026-11-27" / "cpt-v3"
 
 
 @pytest.fixture(scope="module")
-def server():
-    srv = PostgresServer(BINDIR)
-    try:
-        yield srv
-    finally:
-        srv.stop()
+def server(postgres_server) -> PostgresServer:
+    """The session's server (conftest.py); each test makes its own database on it."""
+    return postgres_server
 
 
 @pytest.fixture

@@ -21,8 +21,9 @@ V1, V2, V3 = (CPT / "2026-11-25" / "cpt-v1", CPT / "2026-11-26" / "cpt-v2",
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
-    with run_s3_server(monkeypatch, tmp_path) as server:
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, moto_server) -> Iterator[S3Server]:
+    """A new empty bucket on the session's moto server (conftest.py)."""
+    with run_s3_server(monkeypatch, tmp_path, moto_server) as server:
         yield server
 
 

@@ -37,7 +37,7 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import CHECKSUMS, verify_checksums, write_checksums
 from near_dedup_core.storage import FileInfo, LocalLocation, RemoteLocation, parse_location
 
-#: a real S3 API server (moto) per test: left out by `make test-fast`
+#: a real S3 API server (moto), a new bucket per test: left out by `make test-fast`
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,8 +46,9 @@ LINES = [f'{{"id": "s{i}", "text": "record number {i} of the shard"}}\n'.encode(
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
-    with run_s3_server(monkeypatch, tmp_path) as server:
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, moto_server) -> Iterator[S3Server]:
+    """A new empty bucket on the session's moto server (conftest.py)."""
+    with run_s3_server(monkeypatch, tmp_path, moto_server) as server:
         yield server
 
 

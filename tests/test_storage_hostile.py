@@ -34,8 +34,9 @@ pytestmark = pytest.mark.slow  # a live S3 server, the CLI as processes
 
 
 @pytest.fixture
-def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[S3Server]:
-    with run_s3_server(monkeypatch, tmp_path) as server:
+def s3(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, moto_server) -> Iterator[S3Server]:
+    """A new empty bucket on the session's moto server (conftest.py)."""
+    with run_s3_server(monkeypatch, tmp_path, moto_server) as server:
         yield server
 
 
