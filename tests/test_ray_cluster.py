@@ -48,8 +48,8 @@ print("live nodes:", sum(n["Alive"] for n in ray.nodes()))'
 def _need_namespaces() -> None:
     pytest.importorskip("ray", reason="pip install 'near-dedup[ray]'")
     if os.geteuid() != 0 or not (shutil.which("unshare") and shutil.which("ip")):
-        pytest.skip("needs root and unshare (util-linux): `ray stop` must not reach other "
-                    "Ray clusters of this machine")
+        pytest.skip("needs root, unshare and ip (apt-get install util-linux iproute2): "
+                    "`ray stop` must not reach other Ray clusters of this machine")
 
 
 def _in_namespaces(tmp_path: Path, commands: str, **variables: str) -> subprocess.CompletedProcess:
