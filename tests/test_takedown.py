@@ -151,13 +151,20 @@ def pool(backend, new_index_location, tmp_path_factory):
     return location, folder, a, b, target, short, copies, before
 
 
-def test_a_scan_takes_down_every_copy_the_scan_relates_in_every_split(pool):
-    location, folder, a, b, target, short, copies, before = pool
+@pytest.fixture(scope="module")
+def after(pool):
+    """The report of the pool scanned again once REQ-7 took down ``target`` by its text."""
+    location, folder, a, b, target, *_ = pool
     text = folder / "target.txt"
     text.write_text(target)
     cli_ok("--index", location, "takedown", "add", "--request", "REQ-7", "--reason", "opt-out",
            "--text", text)
-    report = scan(location, [a, b], folder / "after")
+    return scan(location, [a, b], folder / "after")
+
+
+def test_a_scan_takes_down_every_copy_the_scan_relates_in_every_split(pool, after):
+    location, folder, a, b, target, short, copies, before = pool
+    report = after
     assert cli_ok("report", "verify", report.path).startswith(f"report {report.path}: OK")
     assert report.manifest["format_version"] == 2
     down = {d["sample_id"]: d for d in report.decisions if d["reason"] == "takedown"}
@@ -242,11 +249,8 @@ def test_a_scan_takes_down_every_copy_the_scan_relates_in_every_split(pool):
     assert before.manifest["format_version"] == 1 and "takedowns" not in before.manifest
 
 
-def test_report_verify_refuses_a_takedown_turned_into_a_keep(pool, tmp_path):
-    location, folder, a, b, target, *_ = pool
-    report = folder / "after"
-    if not report.exists():
-        pytest.skip("needs the scan of the test before")
+def test_report_verify_refuses_a_takedown_turned_into_a_keep(after, tmp_path):
+    report = after.path
     copy = tmp_path / "r"
     shutil.copytree(report, copy)
     lines = (copy / "decisions.jsonl").read_text().splitlines(keepends=True)
@@ -261,14 +265,13 @@ def test_report_verify_refuses_a_takedown_turned_into_a_keep(pool, tmp_path):
     refused(["report", "verify", copy], "relations.jsonl gives exclude (takedown)")
 
 
-def test_the_mixture_drops_taken_down_samples_and_verify_proves_none_remain(pool, tmp_path):
+def test_the_mixture_drops_taken_down_samples_and_verify_proves_none_remain(pool, after,
+                                                                           tmp_path):
     from near_dedup_core.fsutil import json_line, write_checksums, write_json
     from near_dedup_core.index_store import open_index
 
     location, folder, a, b, target, *_ = pool
-    report = folder / "after"
-    if not report.exists():
-        pytest.skip("needs the scan of the first test")
+    report = after.path
     down = {d["sample_id"]: d for d in load_report(report).decisions
             if d["reason"] == "takedown"}
     assert down["val-copy"]["split"] == "validation"
