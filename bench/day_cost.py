@@ -10,9 +10,21 @@ and the tree's peak RSS (`bench.measure`), the load average beside each. The day
 ``--day-records`` records each: half of them texts new to the index, half texts of the base
 package again (repeats, which the lookups find). Written to ``OUT/result.json``.
 
+With ``--pair NAME EMPTY HISTORY`` (repeatable) the indexes already exist (say the two of a
+`bench.scale_history run`, whose history took 25 minutes and 50 GB at 10^8): each pair gets
+the base package and the warm-up day once, then every pair takes each measured day in turns.
+``--contents N --prepare-only`` makes a new pair (``own``) under OUT and stops after its
+warm-up, for a later ``--pair own iceberg://OUT/empty iceberg://OUT/history`` beside another.
+
 ::
 
     python -m bench.day_cost --contents 10000000 --out bench/out/day-cost
+    NEAR_DEDUP_ICEBERG_BUCKETS=1024 python -m bench.day_cost --contents 10000000 \
+        --out bench/out/day-cost8 --prepare-only
+    python -m bench.day_cost --out bench/out/day-cost8 \
+        --pair 1e8 iceberg://$PWD/bench/out/scale8/empty iceberg://$PWD/bench/out/scale8/history \
+        --pair own iceberg://$PWD/bench/out/day-cost8/empty \
+        iceberg://$PWD/bench/out/day-cost8/history --days 2
 """
 
 from __future__ import annotations
@@ -88,15 +100,58 @@ def index(name: str, location: str, pkg: Path, out: Path, workers: int) -> dict:
             "load_after": load()}
 
 
+def prepare(out: Path, pairs: dict[str, dict[str, str]], base: Path, day0: Path,
+            workers: int) -> dict:
+    """Each pair (empty, history) given the base package, then the warm-up day, once: a pair
+    already prepared under ``out`` (``prepared-NAME.json``) is left as it is. What the
+    preparations measured, by pair."""
+    done = {}
+    for pair, indexes in pairs.items():
+        marker = out / f"prepared-{pair}.json"
+        if marker.is_file():
+            done[pair] = orjson.loads(marker.read_bytes())
+            continue
+        runs: dict = {}
+        for step, pkg in (("base", base), ("warm", day0)):
+            for name, location in indexes.items():
+                runs[f"{name}_{step}"] = index(f"{pair}-{name}-{pkg.name}", location, pkg,
+                                               out, workers)
+                print(pair, name, step, runs[f"{name}_{step}"], flush=True)
+        marker.write_bytes(orjson.dumps({"indexes": indexes, **runs},
+                                        option=orjson.OPT_INDENT_2))
+        done[pair] = runs
+    return done
+
+
+def ratios(runs: list[dict]) -> dict[str, list[float]]:
+    out = {}
+    for key in ("cpu_s", "peak_tree_rss_mib", "wall_s"):
+        e = [r[key] for r in runs if r["index"] == "empty"]
+        h = [r[key] for r in runs if r["index"] == "history"]
+        out[f"ratio_{key}"] = [round(b / a, 3) for a, b in zip(e, h, strict=True)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.day_cost", allow_abbrev=False)
-    ap.add_argument("--contents", type=int, required=True, help="generated history contents")
+    ap.add_argument("--contents", type=int, help="generated history contents (a new pair "
+                    "of indexes under --out)")
+    ap.add_argument("--pair", nargs=3, action="append", metavar=("NAME", "EMPTY", "HISTORY"),
+                    help="an existing pair of Iceberg indexes (iceberg:///…), an empty index "
+                         "and a history, instead of --contents; repeated, the pairs take "
+                         "each day in turns")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--base", type=int, default=6000)
     ap.add_argument("--day-records", type=int, default=4000)
     ap.add_argument("--days", type=int, default=2, help="measured days (rounds)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--prepare-only", action="store_true",
+                    help="stop once every pair holds the base package and the warm-up day "
+                         "(with --contents: `--pair own iceberg://OUT/empty "
+                         "iceberg://OUT/history` measures the days later)")
     args = ap.parse_args(argv)
+    if (args.contents is None) == (args.pair is None):
+        ap.error("give --contents or --pair")
     from bench.scale_history import append
 
     out = args.out.resolve()
@@ -112,25 +167,52 @@ def main(argv: list[str] | None = None) -> None:
         start += len(new)
     result: dict = {"contents": args.contents, "base": args.base,
                     "day_records": args.day_records, "runs": []}
-    indexes = {"empty": f"iceberg://{out / 'empty'}", "history": f"iceberg://{out / 'history'}"}
-    for name, location in indexes.items():
-        shutil.rmtree(out / name, ignore_errors=True)
-        result[f"{name}_base"] = index(f"{name}-base", location, base, out, args.workers)
-    t = time.perf_counter()
-    result["append"] = append(indexes["history"], args.contents)
-    result["append_s"] = round(time.perf_counter() - t, 1)
-    for name, location in indexes.items():
-        result[f"{name}_warm"] = index(f"{name}-day-0", location, days[0], out, args.workers)
-    for d in range(1, args.days + 1):
+    if args.pair is None:
+        indexes = {"empty": f"iceberg://{out / 'empty'}",
+                   "history": f"iceberg://{out / 'history'}"}
         for name, location in indexes.items():
-            r = index(f"{name}-day-{d}", location, days[d], out, args.workers)
-            result["runs"].append({"day": d, "index": name, **r})
-            (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
-            print(name, d, r, flush=True)
-    for key in ("cpu_s", "peak_tree_rss_mib", "wall_s"):
-        e = [r[key] for r in result["runs"] if r["index"] == "empty"]
-        h = [r[key] for r in result["runs"] if r["index"] == "history"]
-        result[f"ratio_{key}"] = [round(b / a, 3) for a, b in zip(e, h, strict=True)]
+            shutil.rmtree(out / name, ignore_errors=True)
+            result[f"{name}_base"] = index(f"{name}-base", location, base, out, args.workers)
+        t = time.perf_counter()
+        result["append"] = append(indexes["history"], args.contents)
+        result["append_s"] = round(time.perf_counter() - t, 1)
+        for name, location in indexes.items():
+            result[f"{name}_warm"] = index(f"{name}-day-0", location, days[0], out,
+                                           args.workers)
+        pairs = {"own": indexes}
+        # prepared: `--pair own iceberg://OUT/empty iceberg://OUT/history` measures more days
+        (out / "prepared-own.json").write_bytes(orjson.dumps(
+            {"indexes": indexes, **{k: v for k, v in result.items() if k != "runs"}},
+            option=orjson.OPT_INDENT_2))
+        if args.prepare_only:
+            print(orjson.dumps(result).decode())
+            return
+    else:
+        # an existing pair gets the base package (the days repeat half of its texts) and
+        # the warm-up day first, once
+        pairs = {name: {"empty": empty, "history": history}
+                 for name, empty, history in args.pair}
+        result["pairs"] = pairs
+        result["prepared"] = prepare(out, pairs, base, days[0], args.workers)
+        if args.prepare_only:
+            print(orjson.dumps(result["prepared"]).decode())
+            return
+    for d in range(1, args.days + 1):
+        for pair, indexes in pairs.items():
+            # in turns: the empty index first on odd days, the history first on even ones
+            for name, location in sorted(indexes.items(), reverse=d % 2 == 0):
+                tag = name if args.pair is None else f"{pair}-{name}"
+                r = index(f"{tag}-day-{d}", location, days[d], out, args.workers)
+                result["runs"].append({"day": d, "index": name,
+                                       **({} if args.pair is None else {"pair": pair}), **r})
+                (out / "result.json").write_bytes(orjson.dumps(result,
+                                                               option=orjson.OPT_INDENT_2))
+                print(tag, d, r, flush=True)
+    if args.pair is None:
+        result.update(ratios(result["runs"]))
+    else:
+        result["ratios"] = {pair: ratios([r for r in result["runs"] if r["pair"] == pair])
+                            for pair in pairs}
     (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(orjson.dumps({k: v for k, v in result.items() if k.startswith("ratio")}).decode())
 

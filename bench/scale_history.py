@@ -29,15 +29,21 @@ Subcommands:
   indexed alone) joined with each bucket's files by the scan's own task
   (`iceberg.snapshot.bucket_hits`), on one thread; prints each bucket's time and the
   distribution.
-- ``run --pool PKG --day PKG --contents N --out FOLDER``: the whole comparison, in one run:
+- ``run --pool PKG [--day PKG] --contents N --out FOLDER``: the whole comparison, in one run:
   the pool indexed by ``near-dedup index`` into two new indexes (``NEAR_DEDUP_ICEBERG_BUCKETS``
-  from ``--buckets``), ``N`` generated contents appended to the second (the history), then
-  in turns the pool's ``near-dedup scan`` against the first (the empty index: the pool only)
-  and against the second, then the day's ``index`` + ``scan`` on each; bytes per content of
-  each table; the per-bucket join on the history; the load average beside every figure.
-  Written to ``FOLDER/result.json``.
-- ``scans --pool PKG --out FOLDER [--rounds R]``: more rounds of the pool's scans, in turns,
-  on the two indexes of an earlier ``run`` in FOLDER (which then hold the day as well).
+  from ``--buckets``; the history's first, then the empty one's while ``N`` generated
+  contents are appended to the history), then in turns the pool's ``near-dedup scan``
+  against the first (the empty index: the pool only) and against the second, then the day's
+  ``index`` + ``scan`` on each (without ``--day``: none; ``day`` runs one later); bytes per
+  content of each table; the per-bucket join on the history; the load average beside every
+  figure. Written to ``FOLDER/result.json``.
+- ``scans --pool PKG --out FOLDER [--rounds R] [--before CHECKOUT]``: more rounds of the
+  pool's scans, in turns, on the two indexes of an earlier ``run`` in FOLDER (which then hold
+  the day as well); with ``--before``, the history scanned by that checkout's code as well
+  (earlier code, its kernels' caches warm: docs/benchmarks.md, "Reproducing").
+- ``find --day PKG --queries N --out FOLDER [--rounds R]``: ``near-dedup index find --jsonl``
+  of the package's first N texts (as `bench.find` makes its queries) on the two indexes of
+  an earlier ``run``, in turns; the answers must be the same on both.
 
 ::
 
@@ -414,14 +420,19 @@ def table_bytes(folder: Path) -> dict[str, int]:
             if (p / "data").is_dir()}
 
 
-def cli_run(name: str, args: list[str], index: str, out: Path, buckets: int) -> dict:
+def cli_run(name: str, args: list[str], index: str, out: Path, buckets: int,
+            code: Path | None = None) -> dict:
+    """The CLI of this checkout (or of the checkout ``code``: run in its folder, on its
+    ``PYTHONPATH``) on ``index``, measured."""
     from bench.measure import run
 
     env = {**os.environ, it.BUCKETS_ENV: str(buckets)}
+    if code is not None:
+        env["PYTHONPATH"] = str(code)
     cli = [sys.executable, "-m", "near_dedup_core", "--quiet", "--config", str(CONFIG),
            "--index", index]
     before = load()
-    m = run([*cli, *args], out / f"{name}.log", env=env)
+    m = run([*cli, *args], out / f"{name}.log", cwd=code, env=env)
     if m.returncode:
         raise SystemExit(f"{name} failed: {m.stderr_tail}")
     return {"wall_s": round(m.wall_s, 1), "cpu_s": round(m.cpu_s, 1),
@@ -429,19 +440,19 @@ def cli_run(name: str, args: list[str], index: str, out: Path, buckets: int) -> 
             "load_after": load(), "box": m.box.note()}
 
 
-def scan(name: str, index: str, pool: Path, out: Path, buckets: int, workers: int
-         ) -> tuple[dict, dict[str, bytes]]:
+def scan(name: str, index: str, pool: Path, out: Path, buckets: int, workers: int,
+         code: Path | None = None) -> tuple[dict, dict[str, bytes]]:
     from bench.measure import read_through
 
     read_through(pool)
     report = out / f"report-{name}"
     shutil.rmtree(report, ignore_errors=True)
     figures = cli_run(f"{name}-scan", ["scan", "--inputs", str(pool), "--output", str(report),
-                                       "--workers", str(workers)], index, out, buckets)
+                                       "--workers", str(workers)], index, out, buckets, code)
     return figures, {f: (report / f).read_bytes() for f in REPORT_FILES}
 
 
-def run_all(pool: Path, day: Path, contents: int, buckets: int, out: Path, workers: int,
+def run_all(pool: Path, day: Path | None, contents: int, buckets: int, out: Path, workers: int,
             rounds: int) -> dict:
     from bench.measure import code_version, read_through
 
@@ -449,20 +460,27 @@ def run_all(pool: Path, day: Path, contents: int, buckets: int, out: Path, worke
     sides = {"empty": out / "empty", "history": out / "history"}
     for path in sides.values():
         shutil.rmtree(path, ignore_errors=True)
-    result: dict = {"pool": str(pool), "day": str(day), "contents": contents,
+    result: dict = {"pool": str(pool), "day": str(day) if day else None, "contents": contents,
                     "buckets": buckets, "workers": workers,
                     "code": code_version(ROOT), "index": {}, "scans": [], "day_runs": {}}
 
     def save() -> None:
         (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
 
-    for side, path in sides.items():
+    def index_pool(side: str) -> None:
         read_through(pool)
         result["index"][side] = cli_run(f"{side}-index", ["index", "--inputs", str(pool),
                                                           "--workers", str(workers)],
-                                        f"iceberg://{path}", out, buckets)
+                                        f"iceberg://{sides[side]}", out, buckets)
         save()
-    result["generated"] = append(f"iceberg://{sides['history']}", contents)
+
+    # the history side first: its generated contents are written while the pool is indexed
+    # into the empty side (the two pool `index` figures are not compared)
+    index_pool("history")
+    with ThreadPoolExecutor(1) as side_job:
+        empty = side_job.submit(index_pool, "empty")
+        result["generated"] = append(f"iceberg://{sides['history']}", contents)
+        empty.result()
     result["bytes"] = {side: table_bytes(path) for side, path in sides.items()}
     save()
     reports = {}
@@ -478,6 +496,8 @@ def run_all(pool: Path, day: Path, contents: int, buckets: int, out: Path, worke
     tasks = index_tasks(f"iceberg://{sides['history']}", probes, timings)
     result["join"] = {**join(probes, pool_last, tasks), **timings}
     save()
+    if day is None:
+        return result
     result["day_runs"], result["day_reports_identical"] = day_runs(day, out, buckets, workers,
                                                                    save)
     save()
@@ -514,23 +534,91 @@ def more_days(day: Path, out: Path, buckets: int, workers: int) -> dict:
     return entry
 
 
-def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int) -> dict:
+def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int,
+          before: Path | None = None) -> dict:
     """The pool scanned against the two indexes of an earlier `run_all` in ``out``, in turns,
-    ``rounds`` times; the figures added to ``out/result.json`` under ``more_scans``."""
-    sides = {"empty": out / "empty", "history": out / "history"}
+    ``rounds`` times; the figures added to ``out/result.json`` under ``more_scans``. With
+    ``before`` (a checkout of earlier code, its kernels' caches warm), each round also scans
+    the history with that code (``side`` ``history-before``): empty, history, history-before,
+    then the other way round in the next round; every report must be the same."""
+    sides = {"empty": (out / "empty", None), "history": (out / "history", None)}
+    if before is not None:
+        sides["history-before"] = (out / "history", before)
     result = orjson.loads((out / "result.json").read_bytes())
     more = result.setdefault("more_scans", [])
+    first = len(more) // len(sides)
     reports = {}
-    for _ in range(rounds):
-        for side, path in sides.items():
+    for k in range(rounds):
+        order = list(sides.items())
+        for side, (path, code) in order if k % 2 == 0 else reversed(order):
             figures, reports[side] = scan(side, f"iceberg://{path}", pool, out, buckets,
-                                          workers)
-            more.append({"round": len(more) // 2 + 1, "side": side, **figures})
+                                          workers, code)
+            more.append({"round": first + k + 1, "side": side,
+                         **({} if code is None else {"code": str(code)}), **figures})
             (out / "result.json").write_bytes(orjson.dumps(result,
                                                            option=orjson.OPT_INDENT_2))
-        if reports["empty"] != reports["history"]:
-            raise SystemExit("the reports against the history differ from the pool's alone")
+            print(more[-1], file=sys.stderr, flush=True)
+        if any(r != reports["empty"] for r in reports.values()):
+            raise SystemExit("the reports differ between the indexes or the checkouts")
     return {"more_scans": more}
+
+
+def same_answers(jsonl: str) -> bytes:
+    """``index find --json`` answers as the two indexes of a run share them: without the
+    batches' numbers and dates (the history's batch of generated contents comes between the
+    pool's and any later day's; the two indexes took the pool at different times)."""
+
+    def strip(value):
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items()
+                    if k not in ("batch", "first_batch", "batch_date")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return b"\n".join(orjson.dumps(strip(orjson.loads(line)), option=orjson.OPT_SORT_KEYS)
+                      for line in jsonl.splitlines() if line.strip())
+
+
+def finds(day: Path, n: int, out: Path, workers: int, rounds: int) -> dict:
+    """``near-dedup index find --jsonl`` of the first ``n`` texts of the package ``day`` (as
+    `bench.find` makes its queries) against the two indexes of an earlier `run_all` in
+    ``out``, in turns, ``rounds`` times; the answers must be the same on both sides
+    (`same_answers`). The
+    figures added to ``out/result.json`` under ``finds``."""
+    from bench.build_corpus import write_jsonl
+    from bench.find import _queries
+    from bench.measure import read_through, run
+
+    lines = out / f"queries-{day.name}-{n}.jsonl"
+    if not lines.is_file():
+        write_jsonl(lines, _queries(day, n))
+    result = orjson.loads((out / "result.json").read_bytes())
+    entry: dict = {"queries": n, "from": str(day), "runs": []}
+    answers: dict[str, set[bytes]] = {"empty": set(), "history": set()}
+    for k in range(rounds):
+        for side in ("empty", "history") if k % 2 == 0 else ("history", "empty"):
+            read_through(lines)
+            before = load()
+            m = run([sys.executable, "-m", "near_dedup_core", "--quiet", "--config",
+                     str(CONFIG), "--index", f"iceberg://{out / side}", "index", "find",
+                     "--jsonl", str(lines), "--json", "--workers", str(workers)],
+                    out / f"{side}-find.log")
+            if m.returncode:
+                raise SystemExit(f"{side} find failed: {m.stderr_tail}")
+            answers[side].add(hashlib.sha256(same_answers(m.stdout)).digest())
+            entry["runs"].append({"round": k + 1, "side": side, "wall_s": round(m.wall_s, 1),
+                                  "cpu_s": round(m.cpu_s, 1),
+                                  "peak_tree_rss_mib": round(m.peak_tree_rss_mib),
+                                  "load_before": before, "load_after": load(),
+                                  "box": m.box.note()})
+            print(entry["runs"][-1], file=sys.stderr, flush=True)
+    entry["answers_identical"] = len(answers["empty"] | answers["history"]) == 1
+    result.setdefault("finds", []).append(entry)
+    (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    if not entry["answers_identical"]:
+        raise SystemExit("the answers against the history differ from the pool's alone")
+    return entry
 
 
 def built(package: Path) -> None:
@@ -567,7 +655,9 @@ def main(argv: list[str] | None = None) -> None:
     where.add_argument("--bands", type=Path, help="a folder written by `bands`")
     r = sub.add_parser("run", help="pool scans and a day against an empty index and a history")
     r.add_argument("--pool", type=Path, required=True)
-    r.add_argument("--day", type=Path, required=True)
+    r.add_argument("--day", type=Path,
+                   help="the next day's package (none: stop after the pool's scans; `day` "
+                        "runs one later)")
     r.add_argument("--contents", type=int, required=True)
     r.add_argument("--buckets", type=int, default=1024)
     r.add_argument("--out", type=Path, required=True)
@@ -579,21 +669,33 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--buckets", type=int, default=1024)
     m.add_argument("--workers", type=int, default=2)
     m.add_argument("--rounds", type=int, default=1)
+    m.add_argument("--before", type=Path,
+                   help="a checkout of earlier code that scans the history too, in turns")
     d = sub.add_parser("day", help="another day indexed and scanned on a run's indexes")
     d.add_argument("--day", type=Path, required=True)
     d.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
     d.add_argument("--buckets", type=int, default=1024)
     d.add_argument("--workers", type=int, default=2)
+    f = sub.add_parser("find", help="`index find` of a day's texts on a run's indexes")
+    f.add_argument("--day", type=Path, required=True, help="the package the queries come from")
+    f.add_argument("--queries", type=int, default=10_000)
+    f.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
+    f.add_argument("--workers", type=int, default=2)
+    f.add_argument("--rounds", type=int, default=1)
     args = ap.parse_args(argv)
     PROGRESS["enabled"] = not args.quiet
     for name in ("pool", "day"):
         package = getattr(args, name, None)
         if package is not None:
             built(package)
-    if args.command == "day":
+    if args.command == "find":
+        result = finds(args.day.resolve(), args.queries, args.out.resolve(), args.workers,
+                       args.rounds)
+    elif args.command == "day":
         result = more_days(args.day.resolve(), args.out.resolve(), args.buckets, args.workers)
     elif args.command == "scans":
-        result = scans(args.pool, args.out.resolve(), args.buckets, args.workers, args.rounds)
+        result = scans(args.pool.resolve(), args.out.resolve(), args.buckets, args.workers, args.rounds,
+                       args.before.resolve() if args.before else None)
     elif args.command == "append":
         result = append(args.index, args.contents, args.seed)
     elif args.command == "bands":

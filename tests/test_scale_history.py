@@ -77,14 +77,25 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
                   f"iceberg://{out / 'history'}")
     assert again["tasks"] == 16 and again["band_rows"] == bands.num_rows and again["hits"] > 0
     assert again["pin_s"] >= 0 and again["plan_s"] >= 0
-    more = bench("scans", "--pool", V1, "--out", out, "--buckets", 16, "--workers", 1)
-    assert [(s["round"], s["side"]) for s in more["more_scans"]] == [(1, "empty"),
-                                                                    (1, "history")]
+    # the history scanned by another checkout too (here this one), in turns
+    more = bench("scans", "--pool", V1, "--out", out, "--buckets", 16, "--workers", 1,
+                 "--before", REPO)
+    assert [(s["round"], s["side"]) for s in more["more_scans"]] == [
+        (1, "empty"), (1, "history"), (1, "history-before")]
+    assert more["more_scans"][2]["code"] == str(REPO)
+    # `index find` of the next day's texts on both indexes, in turns: the same answers
+    found = bench("find", "--day", V3, "--queries", 20, "--out", out, "--workers", 1,
+                  "--rounds", 2)
+    assert found["answers_identical"] and found["queries"] == 20
+    assert [(r["round"], r["side"]) for r in found["runs"]] == [
+        (1, "empty"), (1, "history"), (2, "history"), (2, "empty")]
+    assert (out / "queries-cpt-v3-20.jsonl").read_text().count("\n") == 20
     day = bench("day", "--day", V3, "--out", out, "--buckets", 16, "--workers", 1)
     assert day["reports_identical"] and day["day"] == str(V3)
     assert all(day[side][step]["cpu_s"] > 0 for side in ("empty", "history")
                for step in ("index", "scan"))
-    assert orjson.loads((out / "result.json").read_bytes())["more_days"] == [day]
+    saved = orjson.loads((out / "result.json").read_bytes())
+    assert saved["more_days"] == [day] and saved["finds"] == [found]
 
 
 def test_bands_and_join(tmp_path: Path) -> None:
