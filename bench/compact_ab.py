@@ -91,38 +91,12 @@ def main(argv: list[str] | None = None) -> None:
     out.mkdir(parents=True)
     index = {n: f"iceberg://{out / n}" for n in ("before", "now")}
     for n in index:
+        append = [sys.executable, "-m", "bench.scale_history", "--quiet", "append",
+                  "--index", index[n], "--contents"]
         for step, command in (
             ("base", near_dedup(index[n], "index", "--inputs", str(BASE))),
-            (
-                "history",
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.scale_history",
-                    "--quiet",
-                    "append",
-                    "--index",
-                    index[n],
-                    "--contents",
-                    str(args.contents),
-                ],
-            ),
-            (
-                "day",
-                [
-                    sys.executable,
-                    "-m",
-                    "bench.scale_history",
-                    "--quiet",
-                    "append",
-                    "--index",
-                    index[n],
-                    "--contents",
-                    str(args.day_contents),
-                    "--seed",
-                    "2",
-                ],
-            ),
+            ("history", [*append, str(args.contents)]),
+            ("day", [*append, str(args.day_contents), "--seed", "2"]),
         ):
             done = run(command, out / f"{n}-{step}.log", env=env_for(ROOT))
             if done.returncode:

@@ -61,12 +61,20 @@ def based(tmp_path: Path, name: str) -> str:
 
 
 def killed_at_block(index: str, pkg: Path, block: int, tmp_path: Path,
-                    config: Path = CONFIG) -> None:
+                    config: Path = CONFIG, checkpoint_every: int | None = None) -> None:
     """``index --inputs pkg`` in a process group of its own, SIGKILLed once it has applied
-    ``block`` blocks (`progress.pause_point` ``index-block-<n>``)."""
+    ``block`` blocks (`progress.pause_point` ``index-block-<n>``); with ``checkpoint_every``,
+    the batch keeps a checkpoint every that many blocks (`ingest.batch.CHECKPOINT_BLOCKS`)."""
     flag = tmp_path / f"paused-{time.monotonic_ns()}"
+    if checkpoint_every is None:
+        start = ["-m", "near_dedup_core"]
+    else:
+        start = ["-c", "import sys; import near_dedup_core.ingest.batch as b; "
+                       f"b.CHECKPOINT_BLOCKS = {checkpoint_every}; "
+                       "from near_dedup_core import cli, runtime; runtime.begin(); "
+                       "sys.exit(cli.main(sys.argv[1:]))"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "near_dedup_core", "--quiet", "--config", str(config),
+        [sys.executable, *start, "--quiet", "--config", str(config),
          "--index", index, "index", "--inputs", str(pkg), "--workers", "2"],
         env={**os.environ, "PYTHONPATH": str(REPO),
              "NEAR_DEDUP_PAUSE": f"index-block-{block}:{flag}"},
@@ -165,36 +173,6 @@ def test_another_input_or_config_reuses_nothing(days, tmp_path):
     assert work_files(index) == []
 
 
-def killed_with_checkpoints(index: str, pkg: Path, block: int, every: int,
-                            tmp_path: Path) -> None:
-    """`killed_at_block`, the batch keeping a checkpoint every ``every`` blocks
-    (`ingest.batch.CHECKPOINT_BLOCKS`)."""
-    flag = tmp_path / f"paused-{time.monotonic_ns()}"
-    code = ("import sys; import near_dedup_core.ingest.batch as b; "
-            f"b.CHECKPOINT_BLOCKS = {every}; "
-            "from near_dedup_core import cli, runtime; runtime.begin(); "
-            "sys.exit(cli.main(sys.argv[1:]))")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, "--quiet", "--config", str(CONFIG), "--index", index,
-         "index", "--inputs", str(pkg), "--workers", "2"],
-        env={**os.environ, "PYTHONPATH": str(REPO),
-             "NEAR_DEDUP_PAUSE": f"index-block-{block}:{flag}"},
-        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 300
-        while not flag.exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "the run never paused"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        flag.unlink(missing_ok=True)
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 def data_files_of(index: str, table: str) -> set[str]:
     folder = Path(index[len("iceberg://"):]) / "warehouse" / "near_dedup" / table / "data"
     return {str(p) for p in folder.rglob("*.parquet")}
@@ -220,7 +198,7 @@ def test_a_killed_day_takes_over_its_first_trys_checkpoint(days, tmp_path, monke
     index = based(tmp_path, "killed")
     before = published(index)
     report_before = scan_report(index, tmp_path / "before", V1)
-    killed_with_checkpoints(index, day, KILLED_AT, 2, tmp_path)
+    killed_at_block(index, day, KILLED_AT, tmp_path, checkpoint_every=2)
     kept = work_files(index)
     assert len(kept) == KILLED_AT + 2 and sum(k.startswith("checkpoint-") for k in kept) == 2
     assert published(index) == before  # nothing of the first try is visible
