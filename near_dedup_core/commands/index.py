@@ -127,13 +127,16 @@ def find(args: argparse.Namespace) -> None:
     """`index find`: the queries read and checked first (nothing is opened before every
     query is known good), then the mixtures, then the join (`history.find_texts`)."""
     from near_dedup_core.history.find import find_texts
-    from near_dedup_core.history.mixtures import ShippedMixtures
 
     if args.inputs:
         raise NearDedupError("usage: index find takes no --inputs (see near-dedup index find "
                              "--help)")
     queries = _find_queries(args)
-    mixtures = None if args.mixtures is None else ShippedMixtures.read(args.mixtures)
+    mixtures = None
+    if args.mixtures is not None:
+        from near_dedup_core.history.mixtures import ShippedMixtures
+
+        mixtures = ShippedMixtures.read(args.mixtures)
     found = find_texts(need_index(args), queries, workers=args.workers,
                        executor=args.executor, mixtures=mixtures, progress=not args.quiet)
     print(found.json_lines() if args.json else found.table() + "\n", end="")

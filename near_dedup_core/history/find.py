@@ -37,6 +37,7 @@ from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
@@ -44,7 +45,6 @@ import orjson
 from near_dedup_core import index_store as db
 from near_dedup_core.compare import scope_hash, text_sha256
 from near_dedup_core.config import NearDedupConfig
-from near_dedup_core.history.mixtures import ShippedMixtures
 from near_dedup_core.history.queries import Query
 from near_dedup_core.history.sign import SignedTexts, sign_texts
 from near_dedup_core.history.verify import WORKER_MODULES, PairResult, verify_queries
@@ -54,6 +54,9 @@ from near_dedup_core.scan.candidates import band_key_hits, filter_pairs, min_agr
 from near_dedup_core.signature import band_keys
 from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
+
+if TYPE_CHECKING:  # the mixtures' formats are read only when `--mixtures` is given
+    from near_dedup_core.history.mixtures import ShippedMixtures
 
 #: pairs per verify task
 FIND_CHUNK = 4_000
