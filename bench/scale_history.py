@@ -367,14 +367,17 @@ def probe_keys(location: str) -> tuple[np.ndarray, int]:
 def join(probes: np.ndarray, pool_last: int, tasks: list[tuple[list[str], np.ndarray]]
          ) -> dict:
     """Each task (bucket files, sorted probe keys) run by `bucket_hits` on this thread, the
-    pool's contents 1..``pool_last`` left out as a scan leaves them; the times."""
-    times, hits, load_before = [], 0, load()
+    pool's contents 1..``pool_last`` left out as a scan leaves them; the times, wall and CPU
+    of this process (Arrow's decoding threads included)."""
+    times, cpu, hits, load_before = [], [], 0, load()
     for paths, mine in tasks:
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         keys, _ = bucket_hits(paths, mine, np.zeros(0, np.int64), 1, pool_last)
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
         hits += len(keys)
     arr = np.asarray(times)
+    cpu_arr = np.asarray(cpu)
     rows = sum(pq.ParquetFile(it.local_path(p)).metadata.num_rows
                for paths, _ in tasks for p in paths)
     return {"tasks": len(tasks), "probes": len(probes), "hits": hits, "band_rows": rows,
@@ -385,6 +388,10 @@ def join(probes: np.ndarray, pool_last: int, tasks: list[tuple[list[str], np.nda
             "p90_s": round(float(np.percentile(arr, 90)), 4),
             "p99_s": round(float(np.percentile(arr, 99)), 4),
             "max_s": round(float(arr.max()), 4), "min_s": round(float(arr.min()), 4),
+            "cpu_total_s": round(float(cpu_arr.sum()), 2),
+            "cpu_rows_per_s": round(rows / max(float(cpu_arr.sum()), 1e-9)),
+            "cpu_median_s": round(float(np.median(cpu_arr)), 4),
+            "cpu_p99_s": round(float(np.percentile(cpu_arr, 99)), 4),
             "load_before": load_before, "load_after": load()}
 
 
