@@ -82,10 +82,23 @@ _MAX_PARTS = 10_000
 CHUNK = 1 << 20
 
 
+#: The environment a filesystem's client is made from: credentials, profile, region and
+#: endpoint (``AWS_*``, ``GOOGLE_*``), and fsspec's own settings.
+_CLIENT_ENV = ("AWS_", "GOOGLE_", "GCSFS_", "FSSPEC_")
+#: Filesystems made in this process, by protocol and that environment (`_filesystem`).
+_FILESYSTEMS: dict[tuple, AbstractFileSystem] = {}
+_FILESYSTEMS_LOCK = threading.Lock()
+
+
+def _client_env() -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith(_CLIENT_ENV)))
+
+
 class RemoteLocation(Location):
-    """A folder on object storage, through fsspec (s3fs for ``s3://``). The filesystem is
-    made on first use and not shared with other locations, so each one reads the
-    environment (credentials, ``AWS_ENDPOINT_URL``) as it is then."""
+    """A folder on object storage, through fsspec (s3fs for ``s3://``). Its filesystem is
+    made on first use, and shared with every location of its protocol in this process
+    that sees the same environment (credentials, ``AWS_ENDPOINT_URL``): making a client
+    costs about 0.2 s of CPU, more than most calls it makes."""
 
     def __init__(self, url: str, protocol: str) -> None:
         self.url = url.rstrip("/")
@@ -104,24 +117,37 @@ class RemoteLocation(Location):
     @property
     def fs(self) -> AbstractFileSystem:
         """The fsspec filesystem, made on first use in each process (an async filesystem's
-        event loop does not survive a fork)."""
+        event loop does not survive a fork) for the environment as it is then, and kept
+        for the locations that see the same environment."""
         if self._fs is None or self._fs_pid != os.getpid():
-            options: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False}
-            if self.protocol in ("s3", "s3a"):
-                options["config_kwargs"] = {
-                    "connect_timeout": CONNECT_TIMEOUT,
-                    "read_timeout": READ_TIMEOUT,
-                    "retries": {"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
-                }
-            # aiobotocore (unlike botocore) adds no handler to its loggers, so Python would
-            # print its warnings (such as expired credentials) on stderr before our one line
-            logging.getLogger("aiobotocore").addHandler(logging.NullHandler())
-            with errors(self.url):
-                fs = self._cls(**options)
-            if self.protocol in ("s3", "s3a"):
-                fs.retries = S3FS_ATTEMPTS
+            key = (self.protocol, os.getpid(), _client_env())
+            with _FILESYSTEMS_LOCK:
+                fs = _FILESYSTEMS.get(key)
+                if fs is None:
+                    fs = self._made()
+                    if len(_FILESYSTEMS) >= 8:  # a process that moves between many settings
+                        _FILESYSTEMS.clear()
+                    _FILESYSTEMS[key] = fs
             self._fs, self._fs_pid = fs, os.getpid()
         return self._fs
+
+    def _made(self) -> AbstractFileSystem:
+        """A new filesystem of this location's protocol, with our timeouts and retries."""
+        options: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False}
+        if self.protocol in ("s3", "s3a"):
+            options["config_kwargs"] = {
+                "connect_timeout": CONNECT_TIMEOUT,
+                "read_timeout": READ_TIMEOUT,
+                "retries": {"total_max_attempts": MAX_ATTEMPTS, "mode": "standard"},
+            }
+        # aiobotocore (unlike botocore) adds no handler to its loggers, so Python would
+        # print its warnings (such as expired credentials) on stderr before our one line
+        logging.getLogger("aiobotocore").addHandler(logging.NullHandler())
+        with errors(self.url):
+            fs = self._cls(**options)
+        if self.protocol in ("s3", "s3a"):
+            fs.retries = S3FS_ATTEMPTS
+        return fs
 
     def child(self, rel: str) -> RemoteLocation:
         return RemoteLocation(f"{self.url}/{rel}", self.protocol)
