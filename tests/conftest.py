@@ -23,15 +23,16 @@ from pathlib import Path
 
 import pytest
 
-#: The modules that take longest under `make test`, longest first (a rough order, as measured);
-#: the others follow in file order. `make test` hands each worker whole modules (``--dist loadfile``: a module's
-#: fixtures, servers and indexes are built once) in collection order, so the long ones go out
-#: first and the two workers end together instead of one finishing a long module alone.
+#: The modules that take longest under `make test`, longest first (by the test-seconds of
+#: each, as measured); the others follow in file order.
+#: `make test` hands each worker whole modules (``--dist loadfile``: a module's fixtures, servers
+#: and indexes are built once) in collection order, so the long ones go out first and the two
+#: workers end together instead of one finishing a long module alone.
 LONGEST_FIRST = (
-    "test_iceberg_remote.py", "test_ray.py", "test_assets.py", "test_reliability.py",
-    "test_ray_cluster.py", "test_iceberg.py", "test_index.py", "test_scan.py",
-    "test_postgres.py", "test_iceberg_writers.py", "test_iceberg_resume.py",
-    "test_storage_e2e.py", "test_webserver.py", "test_team_deployment.py",
+    "test_storage_e2e.py", "test_iceberg_remote.py", "test_assets.py", "test_iceberg_writers.py",
+    "test_ray_cluster.py", "test_team_deployment.py", "test_ray.py", "test_reliability.py",
+    "test_scale_history.py", "test_iceberg.py", "test_storage_hostile.py", "test_webserver.py",
+    "test_index.py", "test_scan.py", "test_postgres.py", "test_iceberg_resume.py",
     "test_iceberg_keyed.py", "test_find.py", "test_exhaustion.py", "test_readme.py",
     "test_day_cost.py", "test_startup.py", "test_tamper.py", "test_storage.py",
     "test_provenance_docs.py", "test_iceberg_write.py", "test_maintenance_asset.py",

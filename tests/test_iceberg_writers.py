@@ -120,21 +120,31 @@ def test_batches_in_one_process_find_the_raw_texts_of_the_batch_just_before(env,
     assert len({(sha, scope) for sha, scope, _ in after}) == len(after) == len(before) == 90
 
 
+@pytest.fixture(scope="module")
+def serial(env, tmp_path_factory) -> dict:
+    """The serial order v1, v3, v2 on a shared catalog (a folder warehouse), for the races of
+    both warehouses to be compared with: its location, the summary of the batch of v2, the
+    rows it publishes, a scan's report."""
+    tmp_path = tmp_path_factory.mktemp("serial")
+    index = new_location(env, "folder", tmp_path, "serial")
+    ok(index, V1)
+    ok(index, V3)
+    alone = ok(index, V2)
+    assert "batch 3 added cpt-v2" in alone
+    return {"index": index, "alone": alone, "rows": published_rows(index),
+            "report": scan_ok(index, tmp_path / "serial-report", V1, V2, V3)}
+
+
 @pytest.mark.parametrize("warehouse", ["s3", "folder"])
-def test_the_writer_that_loses_the_commit_runs_again_on_the_new_state(env, warehouse,
+def test_the_writer_that_loses_the_commit_runs_again_on_the_new_state(env, serial, warehouse,
                                                                       tmp_path):
     """Writer A (cpt-v2) pauses with every data table appended, just before its ``commits``
     row (`progress.pause_point` ``index-publish``); writer B (cpt-v3) runs whole meanwhile
     and lands as batch 2. A's commit is then refused; it reads the new state, runs its batch
     again and lands as batch 3, with exit 0 and the summary of that batch. The index holds,
-    row for row, what the serial order v1, v3, v2 gives, and a scan's report is that
-    order's, byte for byte."""
-    serial = new_location(env, warehouse, tmp_path, "serial")
-    ok(serial, V1)
-    ok(serial, V3)
-    alone = ok(serial, V2)
-    assert "batch 3 added cpt-v2" in alone
-
+    row for row, what the serial order v1, v3, v2 gives (`serial`, on either warehouse the
+    same rows), and a scan's report is that order's, byte for byte."""
+    alone = serial["alone"]
     raced = new_location(env, warehouse, tmp_path, "raced")
     ok(raced, V1)
     flag = tmp_path / "paused"
@@ -150,11 +160,10 @@ def test_the_writer_that_loses_the_commit_runs_again_on_the_new_state(env, wareh
     out, err = first.communicate(timeout=300)
     assert first.returncode == 0, err
     assert err == "paused at index-publish\n", err
-    assert out == alone.replace(serial, raced), (out, alone)
+    assert out == alone.replace(serial["index"], raced), (out, alone)
 
-    assert published_rows(raced) == published_rows(serial)
-    assert scan_ok(raced, tmp_path / "raced-report", V1, V2, V3) \
-        == scan_ok(serial, tmp_path / "serial-report", V1, V2, V3)
+    assert published_rows(raced) == serial["rows"]
+    assert scan_ok(raced, tmp_path / "raced-report", V1, V2, V3) == serial["report"]
     code, out, err = run_cli("--quiet", "--index", raced, "index", "check")
     assert (code, err) == (0, "") and "OK (3 batches" in out, err
 

@@ -78,27 +78,31 @@ def same_report(local: dict[str, bytes], remote: dict[str, bytes],
     assert text.encode() == local["manifest.json"]
 
 
-@pytest.fixture
-def pools(s3: S3Server, tmp_path: Path) -> dict:
-    """The samples v1 and v2 locally and on the bucket, each indexed into an index of its
-    own (v1, then v2), and each pool scanned: the local report and the report on the
-    bucket."""
-    urls = [upload(s3, V1, "snapshots/cpt-v1"), upload(s3, V2, "snapshots/cpt-v2")]
-    local_index, remote_index = tmp_path / "local.sqlite", tmp_path / "remote.sqlite"
-    for local, url in zip((V1, V2), urls, strict=True):
-        ok("--index", local_index, "--config", CONFIG, "index", "--inputs", local,
-           "--workers", 1)
-        ok("--index", remote_index, "--config", CONFIG, "index", "--inputs", url,
-           "--workers", 1)
-    report = tmp_path / "cpt"  # the folder's name is the report's on the bucket (plan.json)
-    ok("--index", local_index, "--config", CONFIG, "scan", "--inputs", V1, V2,
-       "--output", report, "--workers", 1)
-    remote_report = s3.url("reports/cpt")
-    out = ok("--index", remote_index, "--config", CONFIG, "scan", "--inputs", *urls,
-             "--output", remote_report, "--workers", 1)
-    assert out.startswith(f"report {remote_report}:")
-    return {"urls": urls, "local_index": local_index, "remote_index": remote_index,
-            "report": report, "remote_report": remote_report}
+@pytest.fixture(scope="module")
+def pooled(moto_server, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple]:
+    """(s3, pools): a bucket of the module's own and on it, built once for the tests that
+    only read them, the samples v1 and v2 locally and on the bucket, each indexed into an
+    index of its own (v1, then v2), and each pool scanned: the local report and the report on
+    the bucket. Those tests follow one another below: the next test's bucket empties the
+    server (`run_s3_server`); a test that alters the report puts it back."""
+    tmp_path = tmp_path_factory.mktemp("pools")
+    with pytest.MonkeyPatch.context() as mp, run_s3_server(mp, tmp_path, moto_server) as s3:
+        urls = [upload(s3, V1, "snapshots/cpt-v1"), upload(s3, V2, "snapshots/cpt-v2")]
+        local_index, remote_index = tmp_path / "local.sqlite", tmp_path / "remote.sqlite"
+        for local, url in zip((V1, V2), urls, strict=True):
+            ok("--index", local_index, "--config", CONFIG, "index", "--inputs", local,
+               "--workers", 1)
+            ok("--index", remote_index, "--config", CONFIG, "index", "--inputs", url,
+               "--workers", 1)
+        report = tmp_path / "cpt"  # the folder's name is the report's on the bucket (plan.json)
+        ok("--index", local_index, "--config", CONFIG, "scan", "--inputs", V1, V2,
+           "--output", report, "--workers", 1)
+        remote_report = s3.url("reports/cpt")
+        out = ok("--index", remote_index, "--config", CONFIG, "scan", "--inputs", *urls,
+                 "--output", remote_report, "--workers", 1)
+        assert out.startswith(f"report {remote_report}:")
+        yield s3, {"urls": urls, "local_index": local_index, "remote_index": remote_index,
+                   "report": report, "remote_report": remote_report}
 
 
 def test_validate_reads_packages_on_the_bucket(s3: S3Server) -> None:
@@ -114,7 +118,8 @@ def test_validate_reads_packages_on_the_bucket(s3: S3Server) -> None:
             shard.relative_to(V1).as_posix())
 
 
-def test_index_and_scan_on_the_bucket_match_the_local_run(s3: S3Server, pools: dict) -> None:
+def test_index_and_scan_on_the_bucket_match_the_local_run(pooled: tuple) -> None:
+    s3, pools = pooled
     def dump(index: Path) -> list[str]:  # every row, but the batches' times
         with contextlib.closing(sqlite3.connect(index)) as con:
             return [re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "T", line)
@@ -130,7 +135,8 @@ def test_index_and_scan_on_the_bucket_match_the_local_run(s3: S3Server, pools: d
     assert [k for k in s3.keys("reports/") if not k.startswith("reports/cpt/")] == []
 
 
-def test_an_existing_report_url_is_refused(s3: S3Server, pools: dict) -> None:
+def test_an_existing_report_url_is_refused(pooled: tuple) -> None:
+    s3, pools = pooled
     before = download(s3, "reports/cpt")
     refused(["--quiet", "--index", pools["remote_index"], "--config", CONFIG, "scan",
              "--inputs", *pools["urls"], "--output", pools["remote_report"], "--workers", 1],
@@ -138,7 +144,8 @@ def test_an_existing_report_url_is_refused(s3: S3Server, pools: dict) -> None:
     assert download(s3, "reports/cpt") == before
 
 
-def test_verify_and_explain_read_reports_on_the_bucket(s3: S3Server, pools: dict) -> None:
+def test_verify_and_explain_read_reports_on_the_bucket(pooled: tuple) -> None:
+    s3, pools = pooled
     url, report = pools["remote_report"], pools["report"]
     assert ok("report", "verify", url) == ok("report", "verify", report).replace(
         str(report), url)
@@ -157,8 +164,66 @@ def test_verify_and_explain_read_reports_on_the_bucket(s3: S3Server, pools: dict
     key = "reports/cpt/decisions.jsonl"
     body = client.get_object(Bucket=s3.bucket, Key=key)["Body"].read()
     client.put_object(Bucket=s3.bucket, Key=key, Body=body.replace(b"exclude", b"keep", 1))
-    line = refused(["report", "verify", url], f"report {url}")
-    assert "near-dedup-fetch" not in line
+    try:
+        line = refused(["report", "verify", url], f"report {url}")
+        assert "near-dedup-fetch" not in line
+    finally:  # the report as it was, for the next test
+        client.put_object(Bucket=s3.bucket, Key=key, Body=body)
+
+
+def mixture_config(root: Path, name: str, inputs: list, report: object) -> Path:
+    cfg = {"name": "mix", "kind": "cpt", "inputs": [str(p) for p in inputs],
+           "target_records": 10, "group_by": "domain",
+           "strategy": {"type": "temperature", "temperature": 2.0},
+           "quality": {"min_chars": 0}, "allow_shortfall": False, "redistribute": True,
+           "seed": 7, "near_dedup_report": str(report)}
+    path = root / f"{name}.json"
+    path.write_text(json.dumps(cfg), encoding="utf-8")
+    return path
+
+
+def test_mixture_build_and_verify_on_the_bucket(pooled: tuple, tmp_path: Path) -> None:
+    s3, pools = pooled
+    local_cfg = mixture_config(tmp_path, "local", [V1, V2], pools["report"])
+    remote_cfg = mixture_config(tmp_path, "remote", pools["urls"], pools["remote_report"])
+    local = tmp_path / "mixture"
+    ok("mixture", "build", local_cfg, "--output", local)
+    url = s3.url("mixtures/mix")
+    assert ok("mixture", "build", remote_cfg, "--output", url).startswith(
+        f"built mixture mix at {url}:")
+    remote_tree = download(s3, "mixtures/mix")
+    local_tree = tree_bytes(local)
+    assert sorted(remote_tree) == sorted(local_tree)
+    # what differs is what records the inputs as given: the mixture's manifest and plan, and
+    # the report embedded in it (with the sha256 of its manifest)
+    recorded = {str(V1): pools["urls"][0], str(V2): pools["urls"][1]}
+    embedded = "near-dedup/"
+    same_report({k[len(embedded):]: v for k, v in local_tree.items() if k.startswith(embedded)},
+                {k[len(embedded):]: v for k, v in remote_tree.items()
+                 if k.startswith(embedded)}, recorded)
+    recorded[str(pools["report"])] = pools["remote_report"]
+    sha = {hashlib.sha256(local_tree[embedded + "manifest.json"]).hexdigest():
+           hashlib.sha256(remote_tree[embedded + "manifest.json"]).hexdigest()}
+    for name, body in local_tree.items():
+        if name in ("manifest.json", "plan.json"):
+            text = remote_tree[name].decode()
+            for given_locally, given in [*recorded.items(), *sha.items()]:
+                text = text.replace(json.dumps(given), json.dumps(given_locally))
+            if name == "plan.json":  # the plan names the report by its folder's name
+                plan, local_plan = json.loads(text), json.loads(body)
+                assert plan["near_dedup_report"].pop("path") == \
+                    str(pools["remote_report"]).rstrip("/").rsplit("/")[-1]
+                assert local_plan["near_dedup_report"].pop("path") == Path(pools["report"]).name
+                assert plan == local_plan
+                continue
+            assert text.encode() == body, name
+        elif not name.startswith(embedded) and name != "checksums.sha256":
+            assert remote_tree[name] == body, name  # the data, byte for byte
+    assert ok("mixture", "verify", url) == ok("mixture", "verify", local).replace(
+        str(local), url)
+    before = download(s3, "mixtures/mix")
+    refused(["mixture", "build", remote_cfg, "--output", url], f"output {url} already exists")
+    assert download(s3, "mixtures/mix") == before
 
 
 def test_missing_bucket_and_denied_credentials(s3: S3Server, tmp_path: Path,
@@ -221,61 +286,6 @@ def test_expired_credentials_and_an_unreachable_endpoint(s3: S3Server, tmp_path:
     assert s3.keys() == sorted(f"snapshots/cpt-v1/{p.relative_to(V1).as_posix()}"
                                for p in V1.rglob("*") if p.is_file())
     assert index.read_bytes() == before
-
-
-def mixture_config(root: Path, name: str, inputs: list, report: object) -> Path:
-    cfg = {"name": "mix", "kind": "cpt", "inputs": [str(p) for p in inputs],
-           "target_records": 10, "group_by": "domain",
-           "strategy": {"type": "temperature", "temperature": 2.0},
-           "quality": {"min_chars": 0}, "allow_shortfall": False, "redistribute": True,
-           "seed": 7, "near_dedup_report": str(report)}
-    path = root / f"{name}.json"
-    path.write_text(json.dumps(cfg), encoding="utf-8")
-    return path
-
-
-def test_mixture_build_and_verify_on_the_bucket(s3: S3Server, pools: dict,
-                                                tmp_path: Path) -> None:
-    local_cfg = mixture_config(tmp_path, "local", [V1, V2], pools["report"])
-    remote_cfg = mixture_config(tmp_path, "remote", pools["urls"], pools["remote_report"])
-    local = tmp_path / "mixture"
-    ok("mixture", "build", local_cfg, "--output", local)
-    url = s3.url("mixtures/mix")
-    assert ok("mixture", "build", remote_cfg, "--output", url).startswith(
-        f"built mixture mix at {url}:")
-    remote_tree = download(s3, "mixtures/mix")
-    local_tree = tree_bytes(local)
-    assert sorted(remote_tree) == sorted(local_tree)
-    # what differs is what records the inputs as given: the mixture's manifest and plan, and
-    # the report embedded in it (with the sha256 of its manifest)
-    recorded = {str(V1): pools["urls"][0], str(V2): pools["urls"][1]}
-    embedded = "near-dedup/"
-    same_report({k[len(embedded):]: v for k, v in local_tree.items() if k.startswith(embedded)},
-                {k[len(embedded):]: v for k, v in remote_tree.items()
-                 if k.startswith(embedded)}, recorded)
-    recorded[str(pools["report"])] = pools["remote_report"]
-    sha = {hashlib.sha256(local_tree[embedded + "manifest.json"]).hexdigest():
-           hashlib.sha256(remote_tree[embedded + "manifest.json"]).hexdigest()}
-    for name, body in local_tree.items():
-        if name in ("manifest.json", "plan.json"):
-            text = remote_tree[name].decode()
-            for given_locally, given in [*recorded.items(), *sha.items()]:
-                text = text.replace(json.dumps(given), json.dumps(given_locally))
-            if name == "plan.json":  # the plan names the report by its folder's name
-                plan, local_plan = json.loads(text), json.loads(body)
-                assert plan["near_dedup_report"].pop("path") == \
-                    str(pools["remote_report"]).rstrip("/").rsplit("/")[-1]
-                assert local_plan["near_dedup_report"].pop("path") == Path(pools["report"]).name
-                assert plan == local_plan
-                continue
-            assert text.encode() == body, name
-        elif not name.startswith(embedded) and name != "checksums.sha256":
-            assert remote_tree[name] == body, name  # the data, byte for byte
-    assert ok("mixture", "verify", url) == ok("mixture", "verify", local).replace(
-        str(local), url)
-    before = download(s3, "mixtures/mix")
-    refused(["mixture", "build", remote_cfg, "--output", url], f"output {url} already exists")
-    assert download(s3, "mixtures/mix") == before
 
 
 def test_contamination_on_the_bucket_matches_the_local_run(s3: S3Server,

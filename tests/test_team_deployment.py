@@ -213,7 +213,7 @@ def test_the_team_deployment_runs_as_written_from_a_fresh_clone(server, tmp_path
             status = backfill_status(base, backfill)
             while status == "REQUESTED" and time.monotonic() < deadline:
                 assert daemon.poll() is None, logs[1].read_text(errors="replace")[-3000:]
-                time.sleep(2)
+                time.sleep(0.5)
                 status = backfill_status(base, backfill)
             assert status in ("COMPLETED", "COMPLETED_SUCCESS"), \
                 (status, logs[1].read_text(errors="replace")[-3000:])

@@ -71,7 +71,7 @@ def wait_until(what: str, probe: Callable[[], Any], server: subprocess.Popen, lo
             value = None
         if value:
             return value
-        time.sleep(0.5)
+        time.sleep(0.1)
     pytest.fail(f"timed out waiting for {what}:\n{log.read_text(errors='replace')[-3000:]}")
 
 
@@ -231,7 +231,7 @@ def run_status(base: str, run_id: str, timeout: float = 300) -> str:
                                '} }', {"id": run_id})["runOrError"]["status"]
         if status in ("SUCCESS", "FAILURE", "CANCELED"):
             return status
-        time.sleep(1)
+        time.sleep(0.2)
     pytest.fail(f"run {run_id} did not finish in {timeout} s")
 
 
