@@ -10,9 +10,8 @@ alternating from round to round; each run under `bench.measure.run`. Both runs o
 must write the same ``contamination.jsonl``, ``set_aside.jsonl`` and ``summary.json``
 bytes. With ``--scan``, ``index`` and ``scan`` of the pool (by this checkout, 1 worker) are
 measured after the rounds (the scan twice), for the ratio to the scan. Before the rounds,
-each side runs once untimed on the quality run's items (``…/evals``), so that its compiled
-kernels are in numba's cache. Printed and written to
-``--out``/result.json.
+each side runs once untimed, so that its compiled kernels are in numba's cache. Printed and
+written to ``--out``/result.json.
 
     python -m bench.contamination_ab --before /tmp/before --rounds 2 --scan \\
         --out bench/out/contamination-ab
@@ -83,7 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[str, list[dict]] = {"before": [], "now": []}
     for side, code in sides.items():  # untimed: each side's compiled kernels cached
         warm = run(
-            contamination((WORK / "evals").resolve(), args.pool, args.out / f"warm-{side}"),
+            contamination(args.evals, args.pool, args.out / f"warm-{side}"),
             args.out / f"warm-{side}.log",
             env=env_for(code),
             cwd=code,

@@ -424,3 +424,46 @@ def test_late_anchors_looked_up_give_the_candidates_of_all_anchors_posted(monkey
         got[name] = (per_text.tolist(), sorted(tuple(int(x) for x in p) for p in pairs))
     assert got["split"] == got["all posted"]
     assert sum(got["split"][0]) > len(got["split"][1]) > 0  # candidates beyond the pairs
+
+
+@pytest.mark.slow  # five `contamination` processes and an `index` and two `scan`s
+def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tmp_path):
+    """`bench.contamination_ab` (docs/measurements/2026-12-06-contamination-4.md): the same
+    checkout as before and now gives one report, measured in turns; a folder without the
+    package is refused in one line."""
+    from bench import contamination_ab
+
+    root = Path(__file__).resolve().parent.parent
+    items = [{"id": f"q{k}", "text": f"which planet of the system has the ring number {k}"}
+             for k in range(5)]
+    docs = [{"id": f"d{k}", "text": f"page {k}: which planet of the system has the ring "
+             f"number {k} is asked often"} for k in range(3)]
+    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
+    pool = make_package(tmp_path, "pool", {"train": docs})
+    out = tmp_path / "ab"
+    contamination_ab.main(["--before", str(root), "--evals", str(evals), "--pool", str(pool),
+                           "--rounds", "1", "--scan", "--out", str(out)])
+    result = orjson.loads((out / "result.json").read_bytes())
+    assert result["reports_identical"] and len(result["runs"]["before"]) == 1
+    assert all(r["cpu_s"] > 0 for side in ("before", "now") for r in result["runs"][side])
+    assert len(result["scan"]) == 2 and result["cpu_now_over_scan"] > 0
+    assert len(_rows(out / "now-0", "contamination.jsonl")) == 3
+    with pytest.raises(SystemExit, match="holds no near_dedup_core"):
+        contamination_ab.main(["--before", str(tmp_path), "--evals", str(evals), "--pool",
+                               str(pool), "--out", str(out)])
+
+
+def test_the_contamination_stages_bench_times_each_stage(tmp_path, capsys):
+    """`bench.contamination_stages`: each stage of `compute` timed, the kernels within the
+    probe, on the packages given."""
+    from bench import contamination_stages
+
+    items = [{"id": "q", "text": "which planet of the system has the largest ring"}]
+    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
+    pool = make_package(tmp_path, "pool", {"train": [{"id": "d", "text": "so: which planet "
+                                                      "of the system has the largest ring"}]})
+    contamination_stages.main(["--evals", str(evals), "--pool", str(pool)])
+    printed = capsys.readouterr().out
+    for label in ("reading the items", "anchor and run tables", "probing the pool",
+                  "word-run kernel", "item spans", "total (compute)"):
+        assert f"{label}: " in printed
