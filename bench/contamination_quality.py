@@ -510,6 +510,18 @@ def render(out: dict, pool_docs: int, n_items: int) -> str:
             n = sum(Counter(c).get(f"edit_{e}_n", 0) for c in cells.values())
             h = sum(Counter(c).get(f"edit_{e}_hit", 0) for c in cells.values())
             lines.append(f"| {name} | {e} | {h / n:.3f} ({n}) |" if n else f"| {name} | {e} | — |")
+    lines += ["", "| method | words | " + " | ".join(EDITS) + " |",
+              "|---|---|" + "---:|" * len(EDITS)]
+    for name, cells in out.items():  # edited recall by edit and bucket, all kinds
+        for b in BUCKETS:
+            got = [Counter() for _ in EDITS]
+            for key, c in cells.items():
+                if key.split("|")[0] in KINDS and key.split("|")[1] == b:
+                    for k, e in enumerate(EDITS):
+                        got[k]["n"] += c.get(f"edit_{e}_n", 0)
+                        got[k]["hit"] += c.get(f"edit_{e}_hit", 0)
+            lines.append(f"| {name} | {b} | " + " | ".join(
+                f"{g['hit']}/{g['n']}" for g in got) + " |")
     lines += ["", "| method | hard negative | items | flagged as contamination | common | "
               "allowlist |", "|---|---|---:|---:|---:|---:|"]
     for name, cells in out.items():

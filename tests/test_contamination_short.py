@@ -352,7 +352,8 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
     got = sorted(exact._exact_batch(cps, offsets, st["words"], st["max_words"],
                                     st["has_length"], st["run_table"], st["run_vals"],
                                     st["run_postings"], st["word_flat"], st["word_number"],
-                                    st["word_start"], st["tolerance"], st["run_bits"]))
+                                    st["word_start"], st["tolerance"], st["run_bits"],
+                                    st["prefix_bits"]))
     want = []
     for i, text in enumerate(texts):
         spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"[^\W_]+", text)]
@@ -372,3 +373,97 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
                              len(words) - bad))
     assert [tuple(int(x) for x in g) for g in got] == sorted(want)
     assert any(w[4] < len(items[w[1]].split()) - 1 for w in want)  # two words or more differ
+
+
+def test_the_prefixes_of_a_run_hash_as_the_run_grows():
+    """`exact.prefix_hashes`: every prefix of each run, hashed as `_exact_batch` chains it."""
+    flat = np.asarray([11, 22, 33, 44, 55], dtype=np.uint64)
+    starts, ends = np.asarray([0, 2, 4]), np.asarray([3, 5, 4])
+    want = [exact.run_hashes(flat, np.asarray([s]), np.asarray([e]))[0]
+            for s, e0 in zip(starts, ends, strict=True) for e in range(s + 1, e0 + 1)]
+    assert exact.prefix_hashes(flat, starts, ends).tolist() == want
+    assert len(want) == 6  # 3 + 3 + none of an empty run
+
+
+def test_late_anchors_looked_up_give_the_candidates_of_all_anchors_posted(monkeypatch):
+    """`kernels._probe_batch` with each item's last anchors looked up instead of posted finds
+    the same candidates per text and the same pairs as with every anchor posted."""
+    from near_dedup_core.config import NearDedupConfig
+    from near_dedup_core.contamination.kernels import POSTED_HITS, _probe_batch
+    from near_dedup_core.signature import MinHasher
+
+    rng = random.Random(3)
+    vocab = ["the", "of", "and", "value", "returns", "file", "option", "sets", "when", "list",
+             "table", "a", "is", "to", "config", "mode", "index", "new", "read", "write"]
+    items = [" ".join(rng.choice(vocab) for _ in range(rng.randint(15, 40)))
+             for _ in range(80)]
+    texts = []
+    for _ in range(150):
+        words = [rng.choice(vocab) for _ in range(rng.randint(5, 200))]
+        copy = rng.choice(items).split()
+        for _ in range(rng.randint(0, 4)):
+            copy[rng.randrange(len(copy))] = rng.choice(vocab)
+        at = rng.randint(0, len(words))
+        texts.append(" ".join(words[:at] + copy + words[at:]))
+    refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
+    config = NearDedupConfig()
+    states = {}
+    for name, posted in (("split", POSTED_HITS), ("all posted", 10**6)):
+        monkeypatch.setattr(probe, "POSTED_HITS", posted)
+        states[name] = probe.build_state(refs, config, texts[:20])
+    assert states["split"][1] == states["all posted"][1]  # the same anchors
+    assert len(states["all posted"][0].late_flat) == 0 < len(states["split"][0].late_flat)
+    cps, offsets = code_points(texts)
+    seed = MinHasher(1, config.seed, config.shingle_size).shingle_seed
+    got = {}
+    for name, (st, _) in states.items():
+        per_text = np.zeros(len(texts), dtype=np.int64)
+        pairs = _probe_batch(cps, offsets, st.shingle_size, seed, st.bits, st.table, st.vals,
+                             st.postings, st.need, st.posted_need, st.late_flat, st.late_start,
+                             st.item_flat, st.item_start, st.item_chars, st.threshold, per_text)
+        got[name] = (per_text.tolist(), sorted(tuple(int(x) for x in p) for p in pairs))
+    assert got["split"] == got["all posted"]
+    assert sum(got["split"][0]) > len(got["split"][1]) > 0  # candidates beyond the pairs
+
+
+@pytest.mark.slow  # five `contamination` processes and an `index` and two `scan`s
+def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tmp_path):
+    """`bench.contamination_ab` (docs/measurements/2026-12-06-contamination-4.md): the same
+    checkout as before and now gives one report, measured in turns; a folder without the
+    package is refused in one line."""
+    from bench import contamination_ab
+
+    root = Path(__file__).resolve().parent.parent
+    items = [{"id": f"q{k}", "text": f"which planet of the system has the ring number {k}"}
+             for k in range(5)]
+    docs = [{"id": f"d{k}", "text": f"page {k}: which planet of the system has the ring "
+             f"number {k} is asked often"} for k in range(3)]
+    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
+    pool = make_package(tmp_path, "pool", {"train": docs})
+    out = tmp_path / "ab"
+    contamination_ab.main(["--before", str(root), "--evals", str(evals), "--pool", str(pool),
+                           "--rounds", "1", "--scan", "--out", str(out)])
+    result = orjson.loads((out / "result.json").read_bytes())
+    assert result["reports_identical"] and len(result["runs"]["before"]) == 1
+    assert all(r["cpu_s"] > 0 for side in ("before", "now") for r in result["runs"][side])
+    assert len(result["scan"]) == 2 and result["cpu_now_over_scan"] > 0
+    assert len(_rows(out / "now-0", "contamination.jsonl")) == 3
+    with pytest.raises(SystemExit, match="holds no near_dedup_core"):
+        contamination_ab.main(["--before", str(tmp_path), "--evals", str(evals), "--pool",
+                               str(pool), "--out", str(out)])
+
+
+def test_the_contamination_stages_bench_times_each_stage(tmp_path, capsys):
+    """`bench.contamination_stages`: each stage of `compute` timed, the kernels within the
+    probe, on the packages given."""
+    from bench import contamination_stages
+
+    items = [{"id": "q", "text": "which planet of the system has the largest ring"}]
+    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
+    pool = make_package(tmp_path, "pool", {"train": [{"id": "d", "text": "so: which planet "
+                                                      "of the system has the largest ring"}]})
+    contamination_stages.main(["--evals", str(evals), "--pool", str(pool)])
+    printed = capsys.readouterr().out
+    for label in ("reading the items", "anchor and run tables", "probing the pool",
+                  "word-run kernel", "item spans", "total (compute)"):
+        assert f"{label}: " in printed

@@ -89,6 +89,25 @@ def run_hashes(flat, starts, ends):
 
 
 @njit(cache=True, nogil=True)
+def prefix_hashes(flat, starts, ends):
+    """The hash of every prefix (one word, two, …, all) of each run of words
+    ``flat[starts[k]:ends[k]]``: what `_exact_batch` meets at a place before it reaches a run
+    of the table."""
+    total = 0
+    for k in range(starts.shape[0]):
+        total += max(ends[k] - starts[k], 0)
+    out = np.empty(total, dtype=np.uint64)
+    n = 0
+    for k in range(starts.shape[0]):
+        h = np.uint64(0)
+        for x in range(starts[k], ends[k]):
+            h = _chain(h, flat[x])
+            out[n] = h
+            n += 1
+    return out
+
+
+@njit(cache=True, nogil=True)
 def item_words(cps, offsets, table, flat, number, item_start, run_hash):
     """The word hashes of each item (``flat[item_start[i]:item_start[i + 1]]``, the caller
     sizes ``flat`` and ``number`` to the code points), whether each word is a number (its
@@ -153,7 +172,7 @@ def _mismatches(hashes, at, n, flat, number, first, length, most):
 
 @njit(cache=True, nogil=True)
 def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
-                 flat, number, item_start, tolerance, run_bits):
+                 flat, number, item_start, tolerance, run_bits, prefix_bits):
     """Every (text, item) of the batch whose item's words occur in the text as one run of
     whole words, at its first place, or else, for an item that tolerates ``k =
     tolerance[item]`` differing words (its numbers never among them), all but at most k of
@@ -164,10 +183,14 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
     the table holds a run of L words (at most ``max_words``); ``run_table``/``run_vals`` map
     a run hash to its block in ``postings`` (`probe.anchor_postings`: ``[mark, count, item *
     ROLES + role, …]``); ``run_bits`` is a bitmap of the table's runs (`kernels.anchor_bits`),
-    which fits in the CPU cache: a run whose bit is clear is not in the table, and most
-    runs of a text stop there."""
+    which fits in the CPU cache: a run whose bit is clear is not in the table. ``prefix_bits``
+    is a bitmap of the prefixes of the table's runs (`prefix_hashes`): at a place, the run
+    grows a word at a time while its bit is set, and a run whose bit is clear is the prefix
+    of no run of the table, so neither is any longer run there; most places stop after a
+    word or two."""
     size = run_table.shape[0]
     bits_shift = np.uint64(64 - _log2(run_bits.shape[0] * 64))
+    prefix_shift = np.uint64(64 - _log2(prefix_bits.shape[0] * 64))
     mask = np.uint64(size - 1)
     longest = 1
     for i in range(offsets.shape[0] - 1):
@@ -190,6 +213,10 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
             h = np.uint64(0)
             for length in range(1, min(max_words, n - w) + 1):
                 h = _chain(h, hashes[w + length - 1])
+                b = h >> prefix_shift
+                if (prefix_bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63))) \
+                        & np.uint64(1) == np.uint64(0):
+                    break
                 if not has_length[length]:
                     continue
                 b = h >> bits_shift

@@ -20,6 +20,9 @@ from near_dedup_core.signature import (
 
 #: anchor hits an item needs beyond the least overlap (the prefix filter's ``r``)
 EXTRA_HITS = 16
+#: of the anchor hits an item needs, those that its posted anchors must give before its late
+#: anchors are looked up (`_probe_batch`); the rest of its anchors are not posted
+POSTED_HITS = 8
 
 
 def least_overlap(n: int, threshold: float) -> int:
@@ -105,6 +108,17 @@ def _last_window(h, size, keys, heads):
     return map_find(keys, heads, h, np.int64(h & np.uint64(size - 1)), size - 1)
 
 
+@njit(inline="always")
+def _in_text(shingles, lo, hi, size, keys, heads):
+    """How many of ``shingles[lo:hi]`` (distinct) are the hash of a window of the text
+    indexed in an `_index_windows` table."""
+    n = 0
+    for x in range(lo, hi):
+        if _last_window(shingles[x], size, keys, heads) != -1:
+            n += 1
+    return n
+
+
 _DEBRUIJN = np.uint64(0x03F79D71B4CB0A89)
 #: bit index of each isolated bit x (one of 1 << 0 … 1 << 63) at (x · _DEBRUIJN) >> 58
 _LOWEST_BIT = np.zeros(64, dtype=np.int64)
@@ -151,26 +165,35 @@ def _densest_run(matched, n, width, k):
 
 
 @njit(cache=True, nogil=True)
-def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_flat,
-                 item_start, item_chars, threshold, per_text):
+def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted_need,
+                 late_flat, late_start, item_flat, item_start, item_chars, threshold, per_text):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
     [(text, item, common, start, end, matched windows in the span)] and sets
     ``per_text[text]`` to its candidates.
 
-    ``bits`` is the anchor bitmap (`anchor_bits`); ``table``/``vals`` map an anchor hash to
-    the offset ``o`` of its block in ``postings``: ``[mark, count, item, …]``
-    (`anchor_postings`); a batch works on its own copy, whose ``mark`` records the last text
-    that found the anchor.
+    An item's anchors are in two parts (`probe.build_state`): its rarer *posted* anchors,
+    in the table, and its last ``need − posted_need`` *late* anchors
+    (``late_flat[late_start[item]:late_start[item + 1]]``), the most frequent ones, which
+    are only looked up. An item with ``need`` anchor hits has at least ``posted_need`` of
+    them among its posted anchors, so the items that reach ``posted_need`` there, each
+    with its late anchors looked up in the text, are the candidates: the same ones as if
+    every anchor were posted, without walking the long postings of the frequent anchors.
+    ``bits`` is the bitmap of the posted anchors (`anchor_bits`); ``table``/``vals`` map a
+    posted anchor's hash to the offset ``o`` of its block in ``postings``: ``[mark, count,
+    item, …]`` (`anchor_postings`); a batch works on its own copy, whose ``mark`` records
+    the last text that found the anchor.
 
     Per text: (1) the windows whose bit is set are collected (a branch per window costs more
     than the test), looked up in the anchor table, and each distinct anchor found is listed
     once; (2) each listed anchor adds a hit to every item it anchors, an item becoming a
-    candidate when its count reaches ``need`` (a count carries its text in the upper 32
-    bits, so none needs clearing); (3) for a text with candidates, its windows are indexed
-    by hash once (`_index_windows`) and each candidate's shingles are looked up there
-    (``common`` = |item ∩ text|, exact); (4) for a verified pair, the windows of the item's
-    shingles, read from the same index and marked in a bitmap, give the matched span."""
+    pre-candidate when its count reaches ``posted_need`` (a count carries its text in the
+    upper 32 bits, so none needs clearing); (3) for a text with pre-candidates, its windows
+    are indexed by hash once (`_index_windows`), each pre-candidate's late anchors are
+    looked up there, and it is a candidate when its hits reach ``need``; each candidate's
+    shingles are looked up there (``common`` = |item ∩ text|, exact); (4) for a verified
+    pair, the windows of the item's shingles, read from the same index and marked in a
+    bitmap, give the matched span."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
     bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
@@ -208,7 +231,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
                 blocks[o] = i
                 found[nf] = o
                 nf += 1
-        nc = 0
+        n_pre = 0
         tag = np.int64(i) << 32
         for f in range(nf):
             o = found[f]
@@ -217,20 +240,28 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, item_
                 v = counts[it]
                 v = v + 1 if v >= tag else tag + 1
                 counts[it] = v
-                if v - tag == need[it]:
-                    cands[nc] = it
-                    nc += 1
+                if v - tag == posted_need[it]:
+                    cands[n_pre] = it
+                    n_pre += 1
+        if n_pre == 0:
+            continue
+        index_size = _index_size(m)
+        _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
+        nc = 0
+        for q in range(n_pre):  # the hits of the late anchors, looked up
+            it = cands[q]
+            hits = counts[it] - tag + _in_text(late_flat, late_start[it], late_start[it + 1],
+                                               index_size, index_keys, index_heads)
+            if hits >= need[it]:
+                cands[nc] = it
+                nc += 1
         if nc == 0:
             continue
         per_text[i] = nc
-        index_size = _index_size(m)
-        _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
         for q in range(nc):
             it = cands[q]
-            common = 0
-            for x in range(item_start[it], item_start[it + 1]):
-                if _last_window(item_flat[x], index_size, index_keys, index_heads) != -1:
-                    common += 1
+            common = _in_text(item_flat, item_start[it], item_start[it + 1], index_size,
+                              index_keys, index_heads)
             if common / (item_start[it + 1] - item_start[it]) < threshold:
                 continue
             lo = m

@@ -20,11 +20,13 @@ from near_dedup_core.contamination.exact import (
     ROLES,
     _exact_batch,
     item_words,
+    prefix_hashes,
     run_hashes,
     word_table,
 )
 from near_dedup_core.contamination.items import EvalItem, SampleRef, _text_reader
 from near_dedup_core.contamination.kernels import (
+    POSTED_HITS,
     _build_table,
     _common_in_span,
     _probe_batch,
@@ -62,6 +64,9 @@ class ProbeState(NamedTuple):
     vals: np.ndarray
     postings: np.ndarray
     need: np.ndarray
+    posted_need: np.ndarray
+    late_flat: np.ndarray
+    late_start: np.ndarray
     item_flat: np.ndarray
     item_start: np.ndarray
     item_chars: np.ndarray
@@ -72,6 +77,7 @@ class ProbeState(NamedTuple):
     run_vals: np.ndarray
     run_postings: np.ndarray
     run_bits: np.ndarray
+    prefix_bits: np.ndarray
     word_flat: np.ndarray
     word_start: np.ndarray
     word_number: np.ndarray
@@ -136,11 +142,12 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
     hasher = MinHasher(1, st.seed, st.shingle_size)
     per_text = np.zeros(len(offsets) - 1, dtype=np.int64)
     found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
-                         st.table, st.vals, st.postings, st.need, st.item_flat, st.item_start,
+                         st.table, st.vals, st.postings, st.need, st.posted_need, st.late_flat,
+                         st.late_start, st.item_flat, st.item_start,
                          st.item_chars, st.threshold, per_text)
     exact = _exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
                          st.run_vals, st.run_postings, st.word_flat, st.word_number,
-                         st.word_start, st.tolerance, st.run_bits)
+                         st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
     hits = []
     if found or exact:
         norms: dict[int, str] = {}
@@ -284,7 +291,9 @@ def anchor_postings(a_hash: np.ndarray, a_item: np.ndarray
     """(distinct anchors, offset of each one's block, postings) from the (anchor, item)
     entries sorted by anchor: one int32 array of blocks ``[mark, count, item, …]``, the
     ``count`` items of an anchor next to its count, so that a hit reads one place."""
-    distinct, first, plen = np.unique(a_hash, return_index=True, return_counts=True)
+    first = np.flatnonzero(np.concatenate([a_hash[:1] == a_hash[:1], a_hash[1:] != a_hash[:-1]]))
+    distinct = a_hash[first]
+    plen = np.diff(np.append(first, len(a_hash)))
     block = (first + 2 * np.arange(len(distinct))).astype(np.int32)
     postings = np.empty(len(a_hash) + 2 * len(distinct), dtype=np.int32)
     postings[block] = -1
@@ -352,13 +361,22 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
     p[short] = 0  # a short item is found by its words (`exact`), not by its shingles
     need = [plan[1] for plan in plans]
     # every item's shingles in rarity order (a rank over the distinct shingles), its first p
+    by_rank = np.lexsort((distinct_all, df, sample_df))
     rank = np.empty(len(distinct_all), dtype=np.int64)
-    rank[np.lexsort((distinct_all, df, sample_df))] = np.arange(len(distinct_all))
+    rank[by_rank] = np.arange(len(distinct_all))
     item_of = np.repeat(np.arange(len(items), dtype=np.int64), sizes)
-    by_rarity = np.argsort(item_of * len(distinct_all) + rank[at], kind="stable")
-    first_p = np.arange(len(item_flat)) - item_start[item_of] < p[item_of]
-    a_hash = item_flat[by_rarity][first_p]
-    a_item = item_of[first_p].astype(np.int32)
+    d = max(len(distinct_all), 1)
+    rarest_first = distinct_all[by_rank[np.sort(item_of * d + rank[at]) % d]]
+    in_item = np.arange(len(item_flat)) - item_start[item_of]
+    need_of = np.asarray(need, np.int64)
+    # the last need − POSTED_HITS anchors of an item are looked up, not posted (`_probe_batch`)
+    late = np.minimum(need_of - np.minimum(need_of, POSTED_HITS), p)
+    posted = in_item < (p - late)[item_of]
+    is_late = ~posted & (in_item < p[item_of])
+    late_start = np.zeros(len(items) + 1, dtype=np.int64)
+    np.cumsum(late, out=late_start[1:])
+    a_hash = rarest_first[posted]
+    a_item = item_of[posted].astype(np.int32)
     order = np.lexsort((a_item, a_hash))
     distinct, block, postings = anchor_postings(a_hash[order], a_item[order])
     size = 1
@@ -371,11 +389,13 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
     state = ProbeState(
         seed=config.seed, shingle_size=config.shingle_size, threshold=t,
         config_json=config.canonical_json(), bits=anchor_bits(distinct, n_bits), table=table,
-        vals=vals, postings=postings, need=np.asarray(need, np.int32), item_flat=item_flat,
+        vals=vals, postings=postings, need=need_of.astype(np.int32),
+        posted_need=(need_of - late).astype(np.int32),
+        late_flat=rarest_first[is_late], late_start=late_start, item_flat=item_flat,
         item_start=item_start, item_chars=np.asarray([span_width(len(it.text), config)
                                                       for it in items], np.int64),
         **exact_state)
-    return state, len(a_hash)
+    return state, int(p.sum())
 
 
 def span_width(chars: int, config: NearDedupConfig) -> int:
@@ -444,17 +464,27 @@ def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
     n_bits = 1 << 16
     while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
         n_bits *= 2
+    first = np.concatenate([start[chosen], start[part_item] + lo])
+    prefixes = np.unique(prefix_hashes(flat, first, first + length))
+    p_bits = 1 << 16
+    while p_bits < min(ANCHOR_BITS_PER_ANCHOR * len(prefixes), MAX_ANCHOR_BITS):
+        p_bits *= 2
     max_words = int(length.max()) if len(length) else 0
     has_length = np.zeros(max_words + 1, dtype=np.bool_)
     has_length[length] = True
     return {"words": table, "max_words": max_words, "has_length": has_length,
             "run_table": run_table, "run_vals": run_vals, "run_postings": postings,
             "run_bits": anchor_bits(distinct, n_bits),
+            "prefix_bits": anchor_bits(prefixes, p_bits),
             "word_flat": flat, "word_number": number, "word_start": start,
             "tolerance": tolerance,
-            "short_numbers": [(Counter() if text.isascii() and _ASCII_DIGIT.search(text) is None
+            "short_numbers": [(_NO_NUMBERS if text.isascii() and _ASCII_DIGIT.search(text) is None
                                else Counter(w for w in _WORD.findall(text) if w.isdigit()))
                               if by_words[k] else None for k, text in enumerate(texts)]}
+
+
+#: the numbers of an item found by its words that holds none (one object, never changed)
+_NO_NUMBERS: Counter[str] = Counter()
 
 
 def holds_numbers(numbers: Counter[str] | None, span: str) -> bool:
