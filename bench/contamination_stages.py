@@ -48,8 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         (command, "read_items", "reading the items"),
         (command, "build_state", "anchor and run tables"),
         (command, "_probe_pool", "probing the pool"),
-        (probe, "_probe_batch", "  containment kernel"),
-        (probe, "_exact_batch", "  word-run kernel"),
+        (probe, "probe_batch", "  containment kernel"),
+        (probe, "exact_batch", "  word-run kernel"),
         (command, "item_span", "item spans"),
     ]
     originals = [getattr(module, name) for module, name, _ in wrapped]

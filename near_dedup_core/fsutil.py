@@ -301,7 +301,7 @@ def write_checksums(folder: Path, known: dict[str, str] | None = None) -> None:
 _CHECKSUM_LINE = re.compile(r"([0-9a-f]{64})  ([^\x00-\x1f\x7f]+)")
 
 
-def _parse_checksums(text: str, where: str) -> dict[str, str]:
+def parse_checksums(text: str, where: str) -> dict[str, str]:
     """The canonical listing, path → digest; anything else is one line naming the line."""
     if text and not text.endswith("\n"):
         raise NearDedupError(f"{where}: {CHECKSUMS} does not end with a newline")
@@ -392,7 +392,7 @@ def verify_checksums(folder: Path, label: str) -> dict[str, str]:
         text = sums.read_bytes().decode("utf-8")
     except UnicodeDecodeError:
         raise NearDedupError(f"{where}: {CHECKSUMS} is not UTF-8 text") from None
-    listed = _parse_checksums(text, where)
+    listed = parse_checksums(text, where)
     files, dirs = _plain_tree(folder, where)
     for rel in listed:
         if rel not in files:

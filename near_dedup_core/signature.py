@@ -84,7 +84,7 @@ def map_find(keys, values, key, slot, mask):
 
 
 @njit(inline="always")
-def _fmix64(h):
+def fmix64(h):
     h ^= h >> np.uint64(33)
     h *= np.uint64(0xFF51AFD7ED558CCD)
     h ^= h >> np.uint64(33)
@@ -94,7 +94,7 @@ def _fmix64(h):
 
 
 @njit(cache=True, nogil=True)
-def _shingle_hashes(cps, start, end, k, seed, out):
+def shingle_hashes(cps, start, end, k, seed, out):
     """Hash every k-window of cps[start:end] into out; returns the count written.
 
     The windows are independent, so the loop over them is the one the compiler vectorizes
@@ -115,7 +115,7 @@ def _shingle_hashes(cps, start, end, k, seed, out):
             h = (h ^ np.uint64(c[j + 2])) * _POLY
             h = (h ^ np.uint64(c[j + 3])) * _POLY
             h = (h ^ np.uint64(c[j + 4])) * _POLY
-            out[j] = _fmix64(h)
+            out[j] = fmix64(h)
         return m
     o = out[:m]
     for j in range(m):
@@ -125,7 +125,7 @@ def _shingle_hashes(cps, start, end, k, seed, out):
         for j in range(m):
             o[j] = (o[j] ^ np.uint64(w[j])) * _POLY
     for j in range(m):
-        o[j] = _fmix64(o[j])
+        o[j] = fmix64(o[j])
     return m
 
 
@@ -173,7 +173,7 @@ def _minhash_batch(cps, starts, ends, rows, k, seed, a, b, sigs, distinct):
         size *= 2
     table = np.empty(size, dtype=np.uint64)
     for i in range(starts.shape[0]):
-        m = _shingle_hashes(cps, starts[i], ends[i], k, seed, hashes)
+        m = shingle_hashes(cps, starts[i], ends[i], k, seed, hashes)
         tsize = 1
         while tsize < 2 * m:
             tsize *= 2
@@ -242,7 +242,7 @@ def _shingle_set_batch(cps, offsets, k, seed, flat, counts):
     bucket_counts = np.empty(2 * longest + 2, dtype=np.int64)
     pos = 0
     for i in range(offsets.shape[0] - 1):
-        m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, flat[pos:])
+        m = shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, flat[pos:])
         u = _sorted_unique(flat[pos:], m, buf, bucket_counts)
         counts[i] = u
         pos += u
@@ -250,7 +250,7 @@ def _shingle_set_batch(cps, offsets, k, seed, flat, counts):
 
 
 @njit(cache=True, nogil=True)
-def _intersection_size(x, y):
+def intersection_size(x, y):
     i = 0
     j = 0
     common = 0
@@ -270,7 +270,7 @@ def exact_jaccard(x: np.ndarray, y: np.ndarray) -> float:
     """|x ∩ y| / |x ∪ y| of two sorted, duplicate-free uint64 shingle sets."""
     if x.shape[0] == 0 and y.shape[0] == 0:
         return 1.0
-    common = _intersection_size(x, y)
+    common = intersection_size(x, y)
     return common / (x.shape[0] + y.shape[0] - common)
 
 
@@ -350,7 +350,7 @@ def components(left, right, n):
 
 
 @njit(cache=True, nogil=True)
-def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_pair,
+def pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_pair,
                       adj_other, common, sizes):
     """Sizes of the hashed shingle sets of the UTF-8 texts buf[offsets[t]:offsets[t+1]], and
     the intersection sizes of text pairs, the texts taken in ``order``: at step i (text
@@ -386,7 +386,7 @@ def _pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_
         n = _utf8_decode(buf, offsets[t], offsets[t + 1], cps)
         if n < 0:
             return t
-        m = _shingle_hashes(cps, 0, n, k, seed, hashes)
+        m = shingle_hashes(cps, 0, n, k, seed, hashes)
         table[:tsize] = 0
         tsize = 2
         while tsize < 2 * m:
@@ -462,7 +462,7 @@ def pair_jaccards(buf: bytes, offsets: np.ndarray, left: np.ndarray, right: np.n
     1.0 for two empty sets), hence the same floats: both counts are integers below 2^53, so
     the float division is the correctly rounded quotient, as Python's int division is. Each
     text is decoded, hashed and deduplicated once however many pairs it is in, and a pair
-    costs one hash-table probe per distinct shingle of one of its texts (`_pair_common_utf8`):
+    costs one hash-table probe per distinct shingle of one of its texts (`pair_common_utf8`):
     linear time, where sorting every set costs several times the hashing. The texts are taken
     one connected component of the pairs at a time, so the distinct hashes held (8 bytes per
     code point) are those of the largest component, not of all texts."""
@@ -488,7 +488,7 @@ def pair_jaccards(buf: bytes, offsets: np.ndarray, left: np.ndarray, right: np.n
     np.cumsum(np.bincount(later, minlength=n_texts), out=adj_start[1:])
     other = np.where(rank[left] < rank[right], left, right)
     common = np.zeros(n_pairs, dtype=np.int64)
-    bad = _pair_common_utf8(data, offsets, k, seed, order, fresh, room, adj_start, by_later,
+    bad = pair_common_utf8(data, offsets, k, seed, order, fresh, room, adj_start, by_later,
                             other[by_later], common, sizes)
     if bad >= 0:
         return np.zeros(n_pairs, dtype=np.float64), int(bad)

@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from near_dedup_core.errors import NearDedupError
-from near_dedup_core.fsutil import CHECKSUMS, _parse_checksums, checksum_order
+from near_dedup_core.fsutil import CHECKSUMS, checksum_order, parse_checksums
 from near_dedup_core.progress import pause_point
 from near_dedup_core.storage_errors import deadline, errors
 from near_dedup_core.storage_location import Location
@@ -267,7 +267,7 @@ class RemoteLocation(Location):
             text = self.read_bytes(CHECKSUMS, files[CHECKSUMS]).decode("utf-8")
         except UnicodeDecodeError:
             raise NearDedupError(f"{where}: {CHECKSUMS} is not UTF-8 text") from None
-        listed = _parse_checksums(text, where)
+        listed = parse_checksums(text, where)
         for rel in listed:
             if rel not in files:
                 raise NearDedupError(f"{where}: {rel} is listed in {CHECKSUMS} but missing")

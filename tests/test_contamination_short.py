@@ -333,7 +333,7 @@ def test_an_exact_match_is_checked_word_by_word(kinds, tmp_path, sample, change,
 
 
 def test_the_word_run_kernel_agrees_with_a_plain_search():
-    """`exact._exact_batch` against a word-by-word search of every place, on random items of
+    """`exact.exact_batch` against a word-by-word search of every place, on random items of
     3–16 words (some of them numbers) and texts holding copies with words replaced."""
     rng = random.Random(5)
     vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "12", "7", "2024"]
@@ -349,7 +349,7 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
     refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
     st = probe._exact_state(refs, np.ones(len(items), dtype=bool), 0.8)
     cps, offsets = code_points(texts)
-    got = sorted(exact._exact_batch(cps, offsets, st["words"], st["max_words"],
+    got = sorted(exact.exact_batch(cps, offsets, st["words"], st["max_words"],
                                     st["has_length"], st["run_table"], st["run_vals"],
                                     st["run_postings"], st["word_flat"], st["word_number"],
                                     st["word_start"], st["tolerance"], st["run_bits"],
@@ -376,7 +376,7 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
 
 
 def test_the_prefixes_of_a_run_hash_as_the_run_grows():
-    """`exact.prefix_hashes`: every prefix of each run, hashed as `_exact_batch` chains it."""
+    """`exact.prefix_hashes`: every prefix of each run, hashed as `exact_batch` chains it."""
     flat = np.asarray([11, 22, 33, 44, 55], dtype=np.uint64)
     starts, ends = np.asarray([0, 2, 4]), np.asarray([3, 5, 4])
     want = [exact.run_hashes(flat, np.asarray([s]), np.asarray([e]))[0]
@@ -386,10 +386,10 @@ def test_the_prefixes_of_a_run_hash_as_the_run_grows():
 
 
 def test_late_anchors_looked_up_give_the_candidates_of_all_anchors_posted(monkeypatch):
-    """`kernels._probe_batch` with each item's last anchors looked up instead of posted finds
+    """`kernels.probe_batch` with each item's last anchors looked up instead of posted finds
     the same candidates per text and the same pairs as with every anchor posted."""
     from near_dedup_core.config import NearDedupConfig
-    from near_dedup_core.contamination.kernels import POSTED_HITS, _probe_batch
+    from near_dedup_core.contamination.kernels import POSTED_HITS, probe_batch
     from near_dedup_core.signature import MinHasher
 
     rng = random.Random(3)
@@ -418,7 +418,7 @@ def test_late_anchors_looked_up_give_the_candidates_of_all_anchors_posted(monkey
     got = {}
     for name, (st, _) in states.items():
         per_text = np.zeros(len(texts), dtype=np.int64)
-        pairs = _probe_batch(cps, offsets, st.shingle_size, seed, st.bits, st.table, st.vals,
+        pairs = probe_batch(cps, offsets, st.shingle_size, seed, st.bits, st.table, st.vals,
                              st.postings, st.need, st.posted_need, st.late_flat, st.late_start,
                              st.item_flat, st.item_start, st.item_chars, st.threshold, per_text)
         got[name] = (per_text.tolist(), sorted(tuple(int(x) for x in p) for p in pairs))

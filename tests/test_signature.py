@@ -24,16 +24,17 @@ import pytest
 from datasketch import MinHash
 from helpers import REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs
 
-from near_dedup_core import ALGORITHM_VERSION, ingest
+from near_dedup_core import ALGORITHM_VERSION
+from near_dedup_core.ingest import batch as ingest_batch
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import (
     MinHasher,
-    _shingle_hashes,
     band_keys,
     band_keys_into,
     exact_jaccard,
     pair_jaccards,
+    shingle_hashes,
     stored_values,
     utf8_batch,
 )
@@ -158,7 +159,7 @@ def test_shingle_hashes_are_the_polynomial_for_every_shingle_size(k):
             continue
         cps = rng.integers(0, 0x110000, size=n + 6).astype(np.uint32)
         out = np.zeros(n + 6, dtype=np.uint64)
-        m = _shingle_hashes(cps, 3, 3 + n, k, seed, out)  # a slice inside a larger buffer
+        m = shingle_hashes(cps, 3, 3 + n, k, seed, out)  # a slice inside a larger buffer
         expected = _polynomial_hashes(cps[3:3 + n].tolist(), k, int(seed))
         assert m == len(expected)
         assert out[:m].tolist() == expected
@@ -420,7 +421,7 @@ def _index_dump(path: Path) -> dict[str, list]:
 
 def test_workers_1_and_2_build_identical_index_contents(tmp_path, monkeypatch):
     """Small chunks so that two workers really interleave; the rows must not notice."""
-    monkeypatch.setattr(ingest.batch, "BLOCK_LINES", 16)
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 16)
     paragraphs = stdlib_paragraphs()
     train = [{"id": f"s{i}", "text": p, "domain": "docs"} for i, p in enumerate(paragraphs[:160])]
     train += [{"id": f"e{i}", "text": reverse_every(p, 9), "domain": "docs"}

@@ -1,6 +1,6 @@
 """Where the probe runs (``--executor``): the one place the contamination command opens its
 work pool (`near_dedup_core.workers.choose_executor`), and how a task reaches the probe state there.
-A local pool's workers get the state once, when they start (`probe._init_worker`); a Ray task
+A local pool's workers get the state once, when they start (`probe.init_probe_worker`); a Ray task
 carries it as one object put in Ray's object store, and gets the texts of an indexed pool
 from the driver, which reads them from its snapshot (a Ray node need not reach the index)."""
 
@@ -15,7 +15,7 @@ from typing import Any
 from near_dedup_core.contamination.probe import (
     PRELOAD,
     ProbeState,
-    _init_worker,
+    init_probe_worker,
     probe_block,
     probe_block_carrying,
     probe_contents,
@@ -61,9 +61,9 @@ def probe_workers(executor: str | Executors, workers: int,
     """The work pool of ``--executor`` with ``workers`` (`workers.choose_executor`), ready to
     probe with ``state``: its workers start with it, or each task carries it."""
     chosen = choose_executor(executor, workers)
-    with chosen.start(_init_worker, (state,), PRELOAD) as ex:
+    with chosen.start(init_probe_worker, (state,), PRELOAD) as ex:
         carried = chosen.carry(state)
         if chosen.in_process:
-            _init_worker(state)
+            init_probe_worker(state)
         yield Probes(ex.submit, parallelism(ex, chosen.workers), carried,
                      inline=chosen.in_process)

@@ -7,7 +7,7 @@ code point; punctuation and spaces separate words and are not compared), so "3" 
 inside "13" nor "cat" inside "category", and "Hello, world!" matches "hello world". Each word
 is hashed (FNV-1a over its code points, finished by ``fmix64``); a run of words is hashed by
 chaining its word hashes. The items' runs sit in the same anchor table as the containment
-anchors use (`kernels._build_table`, `probe.anchor_postings`); per training text, every run
+anchors use (`kernels.build_key_table`, `probe.anchor_postings`); per training text, every run
 of a length some item has is looked up there. A run found is compared word by word with the
 item (the hashes of each word), so a collision of run hashes is never reported.
 
@@ -21,9 +21,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from near_dedup_core.contamination.kernels import _log2
+from near_dedup_core.contamination.kernels import log2
 from near_dedup_core.jit import njit
-from near_dedup_core.signature import _fmix64, map_find
+from near_dedup_core.signature import fmix64, map_find
 
 _FNV_OFFSET = np.uint64(0xCBF29CE484222325)
 _FNV_PRIME = np.uint64(0x100000001B3)
@@ -64,7 +64,7 @@ def _words(cps, start, end, table, hashes, starts, ends):
         while j < end and _is_word(np.int64(cps[j]), table):
             h = (h ^ np.uint64(cps[j])) * _FNV_PRIME
             j += 1
-        hashes[n] = _fmix64(h)
+        hashes[n] = fmix64(h)
         starts[n] = s - start
         ends[n] = j - start
         n += 1
@@ -73,7 +73,7 @@ def _words(cps, start, end, table, hashes, starts, ends):
 
 @njit(inline="always")
 def _chain(run, word):
-    return _fmix64((run ^ word) * _RUN_MUL + np.uint64(1))
+    return fmix64((run ^ word) * _RUN_MUL + np.uint64(1))
 
 
 @njit(cache=True, nogil=True)
@@ -91,7 +91,7 @@ def run_hashes(flat, starts, ends):
 @njit(cache=True, nogil=True)
 def prefix_hashes(flat, starts, ends):
     """The hash of every prefix (one word, two, …, all) of each run of words
-    ``flat[starts[k]:ends[k]]``: what `_exact_batch` meets at a place before it reaches a run
+    ``flat[starts[k]:ends[k]]``: what `exact_batch` meets at a place before it reaches a run
     of the table."""
     total = 0
     for k in range(starts.shape[0]):
@@ -171,7 +171,7 @@ def _mismatches(hashes, at, n, flat, number, first, length, most):
 
 
 @njit(cache=True, nogil=True)
-def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
+def exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
                  flat, number, item_start, tolerance, run_bits, prefix_bits):
     """Every (text, item) of the batch whose item's words occur in the text as one run of
     whole words, at its first place, or else, for an item that tolerates ``k =
@@ -189,8 +189,8 @@ def _exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals
     of no run of the table, so neither is any longer run there; most places stop after a
     word or two."""
     size = run_table.shape[0]
-    bits_shift = np.uint64(64 - _log2(run_bits.shape[0] * 64))
-    prefix_shift = np.uint64(64 - _log2(prefix_bits.shape[0] * 64))
+    bits_shift = np.uint64(64 - log2(run_bits.shape[0] * 64))
+    prefix_shift = np.uint64(64 - log2(prefix_bits.shape[0] * 64))
     mask = np.uint64(size - 1)
     longest = 1
     for i in range(offsets.shape[0] - 1):

@@ -77,7 +77,7 @@ def _resolved(records: Iterator[Record], packages: Sequence[Package], kind: str,
         yield rec, raw, domain
 
 
-def _text_reader(item_kind: str, pool_kind: str):
+def text_reader(item_kind: str, pool_kind: str):
     if item_kind == "sft" and pool_kind == "cpt":
         return lambda data: "\n".join(m["content"] for m in data["messages"])
     return lambda data: compared_text(item_kind, data)
@@ -118,7 +118,7 @@ def read_items(evals: list[Package], pool_kind: str, config: NearDedupConfig,
                    enabled=progress)
     for kind in sorted({p.kind for p in evals}):
         group = [p for p in evals if p.kind == kind]
-        reader = _text_reader(kind, pool_kind)
+        reader = text_reader(kind, pool_kind)
         for rec, raw, domain in _resolved(stream_records(group), group, kind, config, reader):
             bar.advance()
             total[rec.package_id] += 1

@@ -11,17 +11,17 @@ import numpy as np
 from near_dedup_core.jit import njit
 from near_dedup_core.signature import (
     MinHasher,
-    _intersection_size,
-    _shingle_hashes,
     code_points,
+    intersection_size,
     map_find,
     map_slot,
+    shingle_hashes,
 )
 
 #: anchor hits an item needs beyond the least overlap (the prefix filter's ``r``)
 EXTRA_HITS = 16
 #: of the anchor hits an item needs, those that its posted anchors must give before its late
-#: anchors are looked up (`_probe_batch`); the rest of its anchors are not posted
+#: anchors are looked up (`probe_batch`); the rest of its anchors are not posted
 POSTED_HITS = 8
 
 
@@ -42,7 +42,7 @@ def prefix_plan(n: int, threshold: float, extra: int = EXTRA_HITS) -> tuple[int,
 
 
 @njit(cache=True, nogil=True)
-def _build_table(keys, values, size):
+def build_key_table(keys, values, size):
     """Open-addressing table (linear probing on the low bits) of the distinct uint64
     ``keys``: ``table[slot]`` a key, ``vals[slot]`` its int32 value, −1 when the slot is
     empty; ``size`` is a power of two larger than len(keys)."""
@@ -57,7 +57,7 @@ def _build_table(keys, values, size):
 
 
 @njit(inline="always")
-def _log2(n):
+def log2(n):
     """log2 of a power of two."""
     r = 0
     while (1 << r) < n:
@@ -71,7 +71,7 @@ def anchor_bits(keys, n_bits):
     set for every key: a window whose bit is clear is no anchor and skips the table. The top
     bits select the bit and the low bits the table slot, so the two tests are independent."""
     bits = np.zeros(n_bits // 64, dtype=np.uint64)
-    shift = np.uint64(64 - _log2(n_bits))
+    shift = np.uint64(64 - log2(n_bits))
     for a in range(keys.shape[0]):
         b = keys[a] >> shift
         bits[np.int64(b >> np.uint64(6))] |= np.uint64(1) << (b & np.uint64(63))
@@ -165,7 +165,7 @@ def _densest_run(matched, n, width, k):
 
 
 @njit(cache=True, nogil=True)
-def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted_need,
+def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted_need,
                  late_flat, late_start, item_flat, item_start, item_chars, threshold, per_text):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
@@ -196,7 +196,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, poste
     bitmap, give the matched span."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
-    bits_shift = np.uint64(64 - _log2(bits.shape[0] * 64))
+    bits_shift = np.uint64(64 - log2(bits.shape[0] * 64))
     n_items = need.shape[0]
     longest = 1
     for i in range(offsets.shape[0] - 1):
@@ -215,7 +215,7 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, poste
     out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
            for _ in range(0)]
     for i in range(offsets.shape[0] - 1):
-        m = _shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
+        m = shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
         passed = 0
         for j in range(m):  # without a branch: which windows may be anchors
             h = hashes[j]
@@ -286,11 +286,11 @@ def _probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, poste
 
 
 @njit(cache=True, nogil=True)
-def _common_in_span(cps, lo, hi, k, seed, item):
+def common_in_span(cps, lo, hi, k, seed, item):
     """|item ∩ windows of cps[lo:hi]|: the item's shingles (sorted, distinct) that are the
     hash of a window of that text (`window_hashes` of it), each counted once."""
     hashes = np.empty(max(hi - lo, 1), dtype=np.uint64)
-    m = _shingle_hashes(cps, lo, hi, k, seed, hashes)
+    m = shingle_hashes(cps, lo, hi, k, seed, hashes)
     seen = np.zeros(item.shape[0], dtype=np.bool_)
     common = 0
     for j in range(m):
@@ -302,14 +302,14 @@ def _common_in_span(cps, lo, hi, k, seed, item):
 
 
 @njit(cache=True, nogil=True)
-def _first_last_found(item_cps, text_cps, k, seed):
+def first_last_found(item_cps, text_cps, k, seed):
     """The first and last window of the item (by start) whose hash is that of a window of
     the text; (−1, −1) when none is."""
     text = np.empty(max(text_cps.shape[0], 1), dtype=np.uint64)
-    m = _shingle_hashes(text_cps, 0, text_cps.shape[0], k, seed, text)
+    m = shingle_hashes(text_cps, 0, text_cps.shape[0], k, seed, text)
     text = np.sort(text[:m])
     windows = np.empty(max(item_cps.shape[0], 1), dtype=np.uint64)
-    n = _shingle_hashes(item_cps, 0, item_cps.shape[0], k, seed, windows)
+    n = shingle_hashes(item_cps, 0, item_cps.shape[0], k, seed, windows)
     first = -1
     last = -1
     for j in range(n):
@@ -323,14 +323,14 @@ def _first_last_found(item_cps, text_cps, k, seed):
 
 def containment(item_set: np.ndarray, sample_set: np.ndarray) -> float:
     """|item ∩ sample| / |item| of two sorted, duplicate-free uint64 shingle sets."""
-    return _intersection_size(item_set, sample_set) / item_set.shape[0]
+    return intersection_size(item_set, sample_set) / item_set.shape[0]
 
 
 def window_hashes(text: str, hasher: MinHasher) -> np.ndarray:
     """The shingle hash of every window of a normalized text, by start position."""
     cps, offsets = code_points([text])
     out = np.empty(max(len(text), 1), dtype=np.uint64)
-    m = _shingle_hashes(cps, 0, int(offsets[-1]), hasher.shingle_size, hasher.shingle_seed, out)
+    m = shingle_hashes(cps, 0, int(offsets[-1]), hasher.shingle_size, hasher.shingle_seed, out)
     return out[:m]
 
 

@@ -18,24 +18,24 @@ from near_dedup_core.contamination.exact import (
     FULL,
     MAX_TOLERANCE,
     ROLES,
-    _exact_batch,
+    exact_batch,
     item_words,
     prefix_hashes,
     run_hashes,
     word_table,
 )
-from near_dedup_core.contamination.items import EvalItem, SampleRef, _text_reader
+from near_dedup_core.contamination.items import EvalItem, SampleRef, text_reader
 from near_dedup_core.contamination.kernels import (
     POSTED_HITS,
-    _build_table,
-    _common_in_span,
-    _probe_batch,
     anchor_bits,
+    build_key_table,
+    common_in_span,
     least_overlap,
     prefix_plan,
+    probe_batch,
     widen,
 )
-from near_dedup_core.contamination.setaside import _WORD
+from near_dedup_core.contamination.setaside import WORD
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.guard import Guard
 from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
@@ -105,7 +105,7 @@ class Hit(NamedTuple):
 _STATE: ProbeState | None = None
 
 
-def _init_worker(state: ProbeState) -> None:
+def init_probe_worker(state: ProbeState) -> None:
     global _STATE
     _STATE = state
 
@@ -141,11 +141,11 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
     assert st is not None, "worker not initialized"
     hasher = MinHasher(1, st.seed, st.shingle_size)
     per_text = np.zeros(len(offsets) - 1, dtype=np.int64)
-    found = _probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
+    found = probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
                          st.table, st.vals, st.postings, st.need, st.posted_need, st.late_flat,
                          st.late_start, st.item_flat, st.item_start,
                          st.item_chars, st.threshold, per_text)
-    exact = _exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
+    exact = exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
                          st.run_vals, st.run_postings, st.word_flat, st.word_number,
                          st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
     hits = []
@@ -167,7 +167,7 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
             if bound / len(item) < st.threshold:
                 continue
             start, end = wide_start, wide_end
-            local = _common_in_span(cps, int(offsets[i]) + start, int(offsets[i]) + end,
+            local = common_in_span(cps, int(offsets[i]) + start, int(offsets[i]) + end,
                                     st.shingle_size, hasher.shingle_seed, item)
             if local / len(item) < st.threshold:
                 continue  # the shingles are scattered, not one nearly contiguous copy
@@ -216,7 +216,7 @@ def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
     """Parse and check a block's lines (`package.parse_block`), take each record's compared
     text and probe the texts (`probe_texts`); runs in a worker."""
     parsed = parse_block(block)
-    text_of = _text_reader(block.kind, block.kind)
+    text_of = text_reader(block.kind, block.kind)
     ids: list[str] = []
     refs: list[tuple[str, str] | None] = []
     domains: list[str | None] = []
@@ -247,7 +247,7 @@ def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
 
 def probe_block_carrying(state: ProbeState, block: LineBlock, max_chars: int) -> BlockProbe:
     """`probe_block` in a worker that was not given the state when it started (a Ray task)."""
-    _init_worker(state)
+    init_probe_worker(state)
     return probe_block(block, max_chars)
 
 
@@ -257,7 +257,7 @@ def probe_utf8_carrying(state: ProbeState, texts: list[bytes], ids: list[int],
     content rows ``ids``), in a worker that does not open the index (a Ray task)."""
     from near_dedup_core import index_store as db
 
-    _init_worker(state)
+    init_probe_worker(state)
     cps, offsets, bad = utf8_code_points(texts)
     if bad >= 0:
         raise db.damaged(Path(index_path), f"the text of content row {ids[bad]} is not UTF-8")
@@ -311,7 +311,7 @@ def training_sample(pool: list[Package], config: NearDedupConfig) -> list[str]:
     and texts over ``max_chars``, are left out; a line that is no record ends its file's
     share (`package.head_records`), since the pass over the pool reports it."""
     kind = pool[0].kind
-    text_of = _text_reader(kind, kind)
+    text_of = text_reader(kind, kind)
     entries = [(pkg, entry) for pkg in dependency_order(pool) for entry in pkg.files]
     per_records = -(-SAMPLE_RECORDS // max(len(entries), 1))
     per_chars = SAMPLE_CHARS // max(len(entries), 1)
@@ -369,7 +369,7 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
     rarest_first = distinct_all[by_rank[np.sort(item_of * d + rank[at]) % d]]
     in_item = np.arange(len(item_flat)) - item_start[item_of]
     need_of = np.asarray(need, np.int64)
-    # the last need − POSTED_HITS anchors of an item are looked up, not posted (`_probe_batch`)
+    # the last need − POSTED_HITS anchors of an item are looked up, not posted (`probe_batch`)
     late = np.minimum(need_of - np.minimum(need_of, POSTED_HITS), p)
     posted = in_item < (p - late)[item_of]
     is_late = ~posted & (in_item < p[item_of])
@@ -382,7 +382,7 @@ def build_state(items: list[EvalItem], config: NearDedupConfig, sample: Sequence
     size = 1
     while size < 2 * max(len(distinct), 1):
         size *= 2
-    table, vals = _build_table(distinct, block, size)
+    table, vals = build_key_table(distinct, block, size)
     n_bits = 1 << 16
     while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
         n_bits *= 2
@@ -460,7 +460,7 @@ def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
     size = 1
     while size < 2 * max(len(distinct), 1):
         size *= 2
-    run_table, run_vals = _build_table(distinct, block, size)
+    run_table, run_vals = build_key_table(distinct, block, size)
     n_bits = 1 << 16
     while n_bits < min(ANCHOR_BITS_PER_ANCHOR * len(distinct), MAX_ANCHOR_BITS):
         n_bits *= 2
@@ -479,7 +479,7 @@ def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
             "word_flat": flat, "word_number": number, "word_start": start,
             "tolerance": tolerance,
             "short_numbers": [(_NO_NUMBERS if text.isascii() and _ASCII_DIGIT.search(text) is None
-                               else Counter(w for w in _WORD.findall(text) if w.isdigit()))
+                               else Counter(w for w in WORD.findall(text) if w.isdigit()))
                               if by_words[k] else None for k, text in enumerate(texts)]}
 
 
@@ -492,7 +492,7 @@ def holds_numbers(numbers: Counter[str] | None, span: str) -> bool:
     `ProbeState.short_numbers`; None: an item of more words, whose numbers may differ)."""
     if not numbers:
         return True
-    return not numbers - Counter(w for w in _WORD.findall(span) if w.isdigit())
+    return not numbers - Counter(w for w in WORD.findall(span) if w.isdigit())
 
 
 def has_letter(text: str) -> bool:

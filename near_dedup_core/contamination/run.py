@@ -18,7 +18,7 @@ from near_dedup_core import ALGORITHM_VERSION, __version__
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.dispatch import probe_workers, start_early
 from near_dedup_core.contamination.items import EvalItem, SampleRef, open_evals, read_items
-from near_dedup_core.contamination.kernels import EXTRA_HITS, _first_last_found, widen
+from near_dedup_core.contamination.kernels import EXTRA_HITS, first_last_found, widen
 from near_dedup_core.contamination.probe import (
     ANCHOR_ORDER,
     BlockProbe,
@@ -48,7 +48,7 @@ from near_dedup_core.contamination.report import (
     summarize,
 )
 from near_dedup_core.contamination.setaside import (
-    _WORD,
+    WORD,
     Allowlist,
     Matched,
     read_allowlist,
@@ -373,7 +373,7 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
         if got is None:
             got = spans[(p.item, p.method, p.text)] = item_span(items[p.item].text, p, hasher)
         item_spans.append(got)
-    n_words = {p.item: len(_WORD.findall(items[p.item].text)) for p in pairs
+    n_words = {p.item: len(WORD.findall(items[p.item].text)) for p in pairs
                if p.method == "exact"}
     kept, aside = set_aside([Matched(p.item, p.sample.key(),
                                      items[p.item].text[start:end],
@@ -420,7 +420,7 @@ def report_pairs(config: NearDedupConfig, items: list[EvalItem],
         if key in seen:
             continue
         seen.add(key)
-        size = (len(_WORD.findall(item.text)) if pair.method == "exact" else
+        size = (len(WORD.findall(item.text)) if pair.method == "exact" else
                 len(hasher.shingle_set(item.text)))
         differ = False
         if pair.compare_numbers:
@@ -444,7 +444,7 @@ def item_span(item: str, pair: Pair, hasher: MinHasher) -> tuple[int, int]:
     """[start, end) of what matched in the item's normalized text: an exact match's first
     to last word; else `_item_span`."""
     if pair.method == "exact":
-        words = list(_WORD.finditer(item))
+        words = list(WORD.finditer(item))
         return words[0].start(), words[-1].end()
     return _item_span(item, pair.text, hasher)
 
@@ -452,7 +452,7 @@ def item_span(item: str, pair: Pair, hasher: MinHasher) -> tuple[int, int]:
 def _item_span(item: str, matched: str, hasher: MinHasher) -> tuple[int, int]:
     """[start, end) in the item of its shingles found in the matched training text, from
     the first to the end of the last, widened to whole words."""
-    first, last = _first_last_found(code_points([item])[0], code_points([matched])[0],
+    first, last = first_last_found(code_points([item])[0], code_points([matched])[0],
                                     hasher.shingle_size, hasher.shingle_seed)
     if first == -1:
         return 0, len(item)

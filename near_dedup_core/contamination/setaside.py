@@ -18,13 +18,13 @@ from near_dedup_core.contamination.report import AllowEntry, problem
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.normalize import normalize
 
-_WORD = re.compile(r"[^\W_]+")
+WORD = re.compile(r"[^\W_]+")
 
 
 def words_of(text: str) -> str:
     """A normalized text's words (letters and digits), one space apart, with a space at each
     end: a run of words is inside another exactly when this string is a substring."""
-    return " " + " ".join(_WORD.findall(text)) + " "
+    return " " + " ".join(WORD.findall(text)) + " "
 
 
 def read_allowlist(path: str | Path) -> list[AllowEntry]:

@@ -37,7 +37,7 @@ from near_dedup_core.contamination.report import (
     problem,
     summarize,
 )
-from near_dedup_core.contamination.setaside import _WORD
+from near_dedup_core.contamination.setaside import WORD
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
     CHECKSUMS,
@@ -152,7 +152,7 @@ def _exact_problem(line: PairLine, version: int) -> str | None:
     if version == 2:
         return "an exact match holds every word of its item, or all but one" if c < n - 1 \
             else None
-    mine, theirs = _WORD.findall(line.item_text), _WORD.findall(line.training_text)
+    mine, theirs = WORD.findall(line.item_text), WORD.findall(line.training_text)
     if len(mine) != n or len(theirs) != n:
         return "an exact match's item_text and training_text each hold item_shingles words"
     differ = [a for a, b in zip(mine, theirs, strict=True) if a != b]

@@ -47,7 +47,7 @@ def _kernels(inline: bool) -> list[tuple[Any, tuple]]:
     them (with ``inline``, the verification's too): a type that differs (a dtype, a layout,
     a read-only array) is another overload, loaded at the first call."""
     from near_dedup_core.scan import candidates, decide, write
-    from near_dedup_core.signature import _pair_common_utf8, band_keys_into, components
+    from near_dedup_core.signature import band_keys_into, components, pair_common_utf8
 
     sig16 = _c(types.uint16, 2)
     kernels = [
@@ -65,7 +65,7 @@ def _kernels(inline: bool) -> list[tuple[Any, tuple]]:
                                    _RO_BYTES, _I, types.int64, types.int64, types.int64)),
     ]
     if inline:
-        kernels.append((_pair_common_utf8, (_RO_BYTES, _I, types.int64, types.uint64, _I,
+        kernels.append((pair_common_utf8, (_RO_BYTES, _I, types.int64, types.uint64, _I,
                                             _c(types.bool_), types.int64, _I, _I, _I, _I,
                                             _I)))
     return kernels
