@@ -25,8 +25,8 @@ from datasketch import MinHash
 from helpers import REPO, drop_every, make_package, reverse_every, run_cli, stdlib_paragraphs
 
 from near_dedup_core import ALGORITHM_VERSION
-from near_dedup_core.ingest import batch as ingest_batch
 from near_dedup_core.config import NearDedupConfig
+from near_dedup_core.ingest import batch as ingest_batch
 from near_dedup_core.normalize import normalize
 from near_dedup_core.signature import (
     MinHasher,
