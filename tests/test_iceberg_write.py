@@ -188,3 +188,42 @@ def test_a_text_reader_keeps_a_bounded_number_of_content_row_groups(pool, tmp_pa
     reader._groups = groups
     assert reader.texts([1, 1500, 3000]) == ice_snapshot.IcebergTexts(Pinned(index)).texts(
         [1, 1500, 3000])
+
+
+def test_a_text_reader_opens_only_the_files_whose_id_range_holds_a_wanted_id(pool, tmp_path,
+                                                                              monkeypatch):
+    """A reader of the contents' texts reads no footer of a file that its manifest entry puts
+    outside every wanted id: at 10^8 contents a worker's reader opened every contents file
+    (their footers, one row group's statistics per 4,096 contents) before its first text."""
+    monkeypatch.setitem(ice_batch.it.ROW_GROUP_ROWS, "contents", 100)
+    index = ice(tmp_path / "ice")
+    ok("--index", index, "index", "--inputs", pool)
+    day = make_package(tmp_path, "cpt-w2", {"train": [
+        {"id": f"b{i}", "text": f"{t} {t.upper()}", "domain": "docs"}
+        for i, t in enumerate(texts(500, 7))]})
+    ok("--index", index, "index", "--inputs", day)
+    ranges = Pinned(index).id_ranges("contents")
+    assert len(ranges) >= 2 and all(lo is not None and hi is not None for _, lo, hi in ranges)
+    opened: list[str] = []
+    real = ice_snapshot.datafiles.parquet_file
+
+    def recording(path: str) -> pq.ParquetFile:
+        opened.append(path)
+        return real(path)
+
+    monkeypatch.setattr(ice_snapshot.datafiles, "parquet_file", recording)
+    import numpy as np
+
+    last = max(hi for _, _, hi in ranges)
+    groups = ice_snapshot.RowGroups(ranges)
+    assert opened == []
+    got = groups.blobs(np.asarray([last], dtype=np.int64))
+    assert list(got) == [last]
+    assert opened == [path for path, lo, hi in ranges if lo <= last <= hi]
+    assert len(opened) < len(ranges)
+    every = np.arange(1, last + 1, dtype=np.int64)
+    got = groups.blobs(every)
+    assert sorted(got) == every.tolist()
+    assert sorted(opened) == sorted(path for path, _, _ in ranges)
+    # the same texts as a reader that opens every file at its first read
+    assert ice_snapshot.RowGroups([path for path, _, _ in ranges]).blobs(every) == got

@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import zstandard
 from pyiceberg.conversions import from_bytes
 from pyiceberg.expressions import BooleanExpression, Or
@@ -138,6 +139,20 @@ class Pinned:
         value = summary.get("total-records") if summary is not None else None
         return int(value) if value is not None else self.read(table, ("*",)).num_rows
 
+    def id_ranges(self, table: str) -> list[tuple[str, int | None, int | None]]:
+        """Each data file of ``table`` at the pinned state: its path and the lowest and
+        highest ``id`` its manifest entry records (None where it records none)."""
+        field_id = self.tables[table].schema().find_field("id").field_id if \
+            table in self.tables else 0
+        out = []
+        for f in self.data_files(table):
+            lo = (f.lower_bounds or {}).get(field_id)
+            hi = (f.upper_bounds or {}).get(field_id)
+            out.append((f.file_path,
+                        None if lo is None else int(from_bytes(LongType(), lo)),
+                        None if hi is None else int(from_bytes(LongType(), hi))))
+        return out
+
     def max_value(self, table: str, column: str) -> int:
         """The highest value of ``table``'s long ``column`` at the pinned state (0: no row),
         from the upper bounds that its manifests record for each data file; a file without
@@ -252,41 +267,68 @@ class RowGroups:
     """The texts of the contents' data files, read by Parquet row group: the row groups whose
     id range (from the files' statistics) holds a wanted id, the most recently read ones kept
     up to `KEPT_ROW_GROUP_BYTES` (a worker's memory stays bounded however many contents its
-    chunks reach)."""
+    chunks reach). A file is opened (its footer read) only when a wanted id falls in the id
+    range its manifest entry records, so a reader's start does not grow with the history:
+    the generated or old batches a scan never reaches are never opened."""
 
-    def __init__(self, paths: list[str]) -> None:
-        self._files = [datafiles.parquet_file(p) for p in paths]
-        lo, hi, where = [], [], []
-        for f, pf in enumerate(self._files):
+    def __init__(self, files: list[str] | list[tuple[str, int | None, int | None]]) -> None:
+        """``files``: each data file's path, or (path, lowest id, highest id) from its manifest
+        entry (None where the manifest records no bound: the file is opened at the first
+        read)."""
+        entries = [(f, None, None) if isinstance(f, str) else f for f in files]
+        self._paths = [path for path, _, _ in entries]
+        self._file_lo = np.asarray([lo if lo is not None else np.iinfo(np.int64).min
+                                    for _, lo, _ in entries], dtype=np.int64)
+        self._file_hi = np.asarray([hi if hi is not None else np.iinfo(np.int64).max
+                                    for _, _, hi in entries], dtype=np.int64)
+        self._files: dict[int, pq.ParquetFile] = {}
+        self._groups: list[tuple[int, int, int, int]] = []  # (lowest id, highest, file, group)
+        self._lo = np.zeros(0, dtype=np.int64)
+        self._hi = np.zeros(0, dtype=np.int64)
+        self._where: list[tuple[int, int]] = []
+        self._read: OrderedDict[tuple[int, int], tuple[np.ndarray, pa.Table]] = OrderedDict()
+        self._kept: dict[tuple[int, int], int] = {}  # bytes of each kept row group
+        self._kept_bytes = 0
+
+    def _open_for(self, wanted: np.ndarray) -> None:
+        """Open the files not opened yet whose id range holds one of ``wanted`` (sorted), and
+        add their row groups to the sorted ranges."""
+        first = np.searchsorted(wanted, self._file_lo, side="left")
+        holds = (first < len(wanted)) & (wanted[np.minimum(first, len(wanted) - 1)]
+                                         <= self._file_hi)
+        new = [f for f in np.flatnonzero(holds).tolist() if f not in self._files]
+        if not new:
+            return
+        for f in new:
+            pf = self._files[f] = datafiles.parquet_file(self._paths[f])
             column = pf.schema_arrow.get_field_index("id")
             for g in range(pf.metadata.num_row_groups):
                 stats = pf.metadata.row_group(g).column(column).statistics
-                lo.append(stats.min)
-                hi.append(stats.max)
-                where.append((f, g))
-        order = np.argsort(np.asarray(lo, dtype=np.int64), kind="stable")
-        self._lo = np.asarray(lo, dtype=np.int64)[order]
-        self._hi = np.asarray(hi, dtype=np.int64)[order]
-        self._where = [where[i] for i in order]
-        self._read: OrderedDict[int, tuple[np.ndarray, pa.Table]] = OrderedDict()
-        self._kept: dict[int, int] = {}  # bytes of each kept row group
-        self._kept_bytes = 0
+                self._groups.append((stats.min, stats.max, f, g))
+        self._groups.sort(key=lambda t: t[0])
+        self._lo = np.asarray([t[0] for t in self._groups], dtype=np.int64)
+        self._hi = np.asarray([t[1] for t in self._groups], dtype=np.int64)
+        self._where = [(t[2], t[3]) for t in self._groups]
 
     def blobs(self, wanted: np.ndarray) -> dict[int, tuple[bytes, int | None, bytes, int]]:
         """(text_z, dictionary, content_id, scope) of the ``wanted`` ids (sorted, distinct)
         that the files hold."""
         out: dict[int, tuple[bytes, int | None, bytes, int]] = {}
         dropped = False
+        if not len(wanted):
+            return out
+        self._open_for(wanted)
         at = np.searchsorted(self._lo, wanted, side="right") - 1
-        for g in np.unique(at[at >= 0]).tolist():
-            ids = wanted[at == g]
-            ids = ids[ids <= self._hi[g]]
+        for k in np.unique(at[at >= 0]).tolist():
+            ids = wanted[at == k]
+            ids = ids[ids <= self._hi[k]]
             if not len(ids):
                 continue
+            g = self._where[k]
             if g in self._read:
                 self._read.move_to_end(g)
             else:
-                f, rg = self._where[g]
+                f, rg = g
                 t = self._files[f].read_row_group(rg, columns=list(TEXT_COLUMNS))
                 gids = t.column("id").to_numpy()
                 if len(gids) > 1 and (np.diff(gids) < 0).any():  # written in id order as a rule
@@ -378,7 +420,7 @@ class IcebergTexts:
 
     def _row_groups(self) -> RowGroups:
         if self._groups is None:
-            self._groups = RowGroups([f.file_path for f in self._pinned.data_files("contents")])
+            self._groups = RowGroups(self._pinned.id_ranges("contents"))
         return self._groups
 
     def scope_keys(self) -> dict[int, str]:
