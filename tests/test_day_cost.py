@@ -10,8 +10,10 @@ import pytest
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
-from near_dedup_core.index_store.iceberg.batch import content_lookup  # noqa: E402
-from near_dedup_core.index_store.iceberg.keyed import KeyedFiles  # noqa: E402
+from near_dedup_core.index_store.iceberg.keyed import (
+    KeyedFiles,  # noqa: E402
+    content_lookup,  # noqa: E402
+)
 from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
 
 from bench import day_cost  # noqa: E402

@@ -19,10 +19,10 @@ pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
 from near_dedup_core.index_store.iceberg import keyed  # noqa: E402
 from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
-from near_dedup_core.index_store.iceberg.batch import content_lookup  # noqa: E402
 from near_dedup_core.index_store.iceberg.keyed import (  # noqa: E402
     KeyedFile,
     KeyedFiles,
+    content_lookup,  # noqa: E402
     keyed_files,
     write_keyed_files,
 )

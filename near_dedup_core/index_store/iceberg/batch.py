@@ -54,7 +54,12 @@ from near_dedup_core.index_store.iceberg.bands import (
     bucket_of,
     write_band_files,
 )
-from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, KeyedWriter, keyed_files
+from near_dedup_core.index_store.iceberg.keyed import (
+    KeyedFiles,
+    KeyedWriter,
+    content_lookup,
+    content_rows,
+)
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.iceberg.resume import IcebergWorkFiles
 from near_dedup_core.index_store.iceberg.snapshot import IcebergSnapshot, Pinned, files_check
@@ -71,10 +76,6 @@ BAND_CHUNK_ROWS = 1 << 22
 TARGET_FILE_BYTES = 512 << 20
 #: The tables whose rows are streamed into data files as they come (in id order).
 STREAMED = ("contents", "sources")
-#: Bytes of a ``content_id`` (`compare.content_id`).
-CONTENT_ID_BYTES = 16
-#: Threads that read the contents' files for `IcebergBatch.known_contents` (local folder).
-LOOKUP_THREADS = 2
 
 
 class IcebergBatch:
@@ -184,18 +185,14 @@ class IcebergBatch:
 
     def known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         """The row ids of the ``content_ids`` that the published state holds, from the
-        contents' ``content_id`` column read once for the batch (`lookup.HashedRows`)."""
+        ``content_keys`` files probed per bucket (`keyed.content_lookup`)."""
         with reading(self.label):
             return self._known_contents(content_ids)
 
     def _known_contents(self, content_ids: list[bytes]) -> dict[bytes, int]:
         if self._content_ids is None:
             self._content_ids = content_lookup(self.pinned)
-        if isinstance(self._content_ids, KeyedFiles):
-            return {k: rows[0][0] for k, rows in self._content_ids.find(content_ids).items()}
-        asked, rows = self._content_ids.find(content_ids)
-        ids = self._content_ids.values["id"][rows]
-        return {content_ids[a]: i for a, i in zip(asked.tolist(), ids.tolist(), strict=True)}
+        return content_rows(self._content_ids, content_ids)
 
     def known_raw_texts(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:
         from near_dedup_core.index_store.iceberg.snapshot import IcebergKnownTexts
@@ -379,20 +376,6 @@ class IcebergBatch:
             # published: a failure to tidy up leaves files that the next commit removes
             with suppress(Exception):
                 self.work.drop_through(self.pinned)
-
-
-def content_lookup(pinned: Pinned) -> HashedRows | KeyedFiles:
-    """What `IcebergBatch.known_contents` asks: the ``content_keys`` files probed per bucket
-    (`keyed.KeyedFiles`) when they hold every content of the state; else (an index of an
-    earlier version, until `index compact` builds its ``content_keys``) the contents'
-    ``content_id`` column read whole (`lookup.HashedRows`)."""
-    threads = it.io_threads(pinned.location, LOOKUP_THREADS)
-    if pinned.total_records("content_keys") == pinned.total_records("contents"):
-        return KeyedFiles(pinned.location, keyed_files(pinned, "content_keys"), "content_id",
-                          CONTENT_ID_BYTES, ("id",), threads)
-    files = [(f.file_path, f.record_count) for f in pinned.data_files("contents")]
-    return HashedRows(pinned.location, files, "content_id", CONTENT_ID_BYTES, ("id",),
-                      threads)
 
 
 class BandTasks:

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.lookup import hash_words
+from near_dedup_core.index_store.iceberg.lookup import HashedRows, hash_words
 from near_dedup_core.index_store.texts import damaged
 
 #: Rows a bucket of a compacted keyed table holds at most (the bit count is the smallest
@@ -37,6 +37,10 @@ from near_dedup_core.index_store.texts import damaged
 BUCKET_ROWS = 1 << 18
 #: Rows per row group of a keyed file: a lookup reads at most this many rows per key.
 KEYED_GROUP_ROWS = it.ROW_GROUP_ROWS["content_keys"]
+#: Bytes of a ``content_id`` (`compare.content_id`).
+CONTENT_ID_BYTES = 16
+#: Threads that read a content-id lookup's files (local folder).
+LOOKUP_THREADS = 2
 
 
 def bits_for(rows: int) -> int:
@@ -176,6 +180,29 @@ class KeyedFiles:
         values = [t.column(name).to_pylist() for name in self.values]
         return [(bytes(k), row) for k, row in zip(found, zip(*values, strict=True),
                                                    strict=True)]
+
+
+def content_lookup(pinned: Any) -> HashedRows | KeyedFiles:
+    """What a content-id lookup asks (`IcebergBatch.known_contents`, `IcebergSnapshot.content_rows`): the ``content_keys`` files probed per bucket
+    (`keyed.KeyedFiles`) when they hold every content of the state; else (an index of an
+    earlier version, until `index compact` builds its ``content_keys``) the contents'
+    ``content_id`` column read whole (`lookup.HashedRows`)."""
+    threads = it.io_threads(pinned.location, LOOKUP_THREADS)
+    if pinned.total_records("content_keys") == pinned.total_records("contents"):
+        return KeyedFiles(pinned.location, keyed_files(pinned, "content_keys"), "content_id",
+                          CONTENT_ID_BYTES, ("id",), threads)
+    files = [(f.file_path, f.record_count) for f in pinned.data_files("contents")]
+    return HashedRows(pinned.location, files, "content_id", CONTENT_ID_BYTES, ("id",),
+                      threads)
+
+
+def content_rows(lookup: HashedRows | KeyedFiles, content_ids: list[bytes]) -> dict[bytes, int]:
+    """The row id of each of ``content_ids`` that ``lookup`` (`content_lookup`) holds."""
+    if isinstance(lookup, KeyedFiles):
+        return {k: rows[0][0] for k, rows in lookup.find(content_ids).items()}
+    asked, rows = lookup.find(content_ids)
+    ids = lookup.values["id"][rows]
+    return {content_ids[a]: i for a, i in zip(asked.tolist(), ids.tolist(), strict=True)}
 
 
 class KeyedWriter:

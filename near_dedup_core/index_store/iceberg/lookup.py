@@ -1,7 +1,7 @@
 """Rows of an Iceberg index's table found by a fixed-width hash column (`HashedRows`): the
 content row of a ``content_id`` (an `index` writer's `IcebergBatch.known_contents`) on an
 index whose ``content_keys`` do not yet hold every content (one of an earlier version, until
-`index compact` builds them: `batch.content_lookup`); the lookups laid out by hash are
+`index compact` builds them: `keyed.content_lookup`); the lookups laid out by hash are
 `keyed.KeyedFiles`.
 
 An `index` run asks once per block of 1,024 records, so one pass over the table per question

@@ -112,7 +112,7 @@ def check_files(pinned: Pinned) -> int:
 
 
 def check_content_keys(pinned: Pinned) -> None:
-    """``content_keys`` holds, when it covers the contents (`batch.content_lookup`), exactly
+    """``content_keys`` holds, when it covers the contents (`keyed.content_lookup`), exactly
     the contents' (content_id, id) pairs, each file sorted by ``content_id`` and holding only
     its bucket's: a lookup would otherwise miss a content the index holds."""
     location = pinned.location

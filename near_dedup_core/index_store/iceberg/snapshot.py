@@ -33,7 +33,13 @@ from near_dedup_core.index_store.common import check_binding, longest_run, packa
 from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import bucket_hits, bucket_of
-from near_dedup_core.index_store.iceberg.keyed import KeyedFiles, keyed_files
+from near_dedup_core.index_store.iceberg.keyed import (
+    KeyedFiles,
+    content_lookup,
+    content_rows,
+    keyed_files,
+)
+from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.invariants import (
     BANDS_MERGED_THROUGH,
     MISSING_SCOPE,
@@ -268,8 +274,7 @@ class RowGroups:
     id range (from the files' statistics) holds a wanted id, the most recently read ones kept
     up to `KEPT_ROW_GROUP_BYTES` (a worker's memory stays bounded however many contents its
     chunks reach). A file is opened (its footer read) only when a wanted id falls in the id
-    range its manifest entry records, so a reader's start does not grow with the history:
-    the generated or old batches a scan never reaches are never opened."""
+    range its manifest entry records: a reader's start does not grow with the history."""
 
     def __init__(self, files: list[str] | list[tuple[str, int | None, int | None]]) -> None:
         """``files``: each data file's path, or (path, lowest id, highest id) from its manifest
@@ -539,6 +544,7 @@ class IcebergSnapshot:
         self._signature_bytes = None if config is None else 2 * config.num_perm
         self._min_chars = None if config is None else config.min_chars
         self._scope_ids: np.ndarray | None = None
+        self._content_lookup: HashedRows | KeyedFiles | None = None
         self._meta = dict(pinned.rows("meta", ("key", "value")))
         self._packages = [IndexedPackage(*r) for r in pinned.rows(
             "packages", ("id", "package_id", "kind", "manifest_sha256", "batch", "records"))]
@@ -779,14 +785,13 @@ class IcebergSnapshot:
         return dict(self._pinned.rows("batches", ("seq", "created_at")))
 
     def content_rows(self, content_ids: list[bytes]) -> dict[bytes, int]:
+        """Probed per bucket in ``content_keys``, as `index` does (`keyed.content_lookup`)."""
         wanted = sorted(set(content_ids))
         if not wanted:
             return {}
-        t = self._pinned.read("contents", ("id", "content_id"))
-        t = t.filter(pc.is_in(t.column("content_id"),
-                              value_set=pa.array(wanted, type=t.schema.field("content_id").type)))
-        return {bytes(c): i for c, i in zip(t.column("content_id").to_pylist(),
-                                            t.column("id").to_pylist(), strict=True)}
+        if self._content_lookup is None:
+            self._content_lookup = content_lookup(self._pinned)
+        return content_rows(self._content_lookup, wanted)
 
     def content_sources(self, ids: list[int]) -> list[ContentSource]:
         columns = ("content", "package", "sample_id", "split", "text_sha256", "domain")
