@@ -183,10 +183,11 @@ class KeyedFiles:
 
 
 def content_lookup(pinned: Any) -> HashedRows | KeyedFiles:
-    """What a content-id lookup asks (`IcebergBatch.known_contents`, `IcebergSnapshot.content_rows`): the ``content_keys`` files probed per bucket
-    (`keyed.KeyedFiles`) when they hold every content of the state; else (an index of an
-    earlier version, until `index compact` builds its ``content_keys``) the contents'
-    ``content_id`` column read whole (`lookup.HashedRows`)."""
+    """What a content-id lookup asks (`IcebergBatch.known_contents`,
+    `IcebergSnapshot.content_rows`): the ``content_keys`` files probed per bucket
+    (`KeyedFiles`) when they hold every content of the state; else (an index of an earlier
+    version, until `index compact` builds its ``content_keys``) the contents' ``content_id``
+    column read whole (`lookup.HashedRows`)."""
     threads = it.io_threads(pinned.location, LOOKUP_THREADS)
     if pinned.total_records("content_keys") == pinned.total_records("contents"):
         return KeyedFiles(pinned.location, keyed_files(pinned, "content_keys"), "content_id",
