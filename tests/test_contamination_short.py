@@ -332,20 +332,28 @@ def test_an_exact_match_is_checked_word_by_word(kinds, tmp_path, sample, change,
     refused(["report", "verify", forged], f"contamination.jsonl:{at + 1}", fragment)
 
 
+def texts_with_copies(rng: random.Random, vocab: list[str], items: list[str], count: int,
+                      filler: tuple[int, int], replaced: int) -> list[str]:
+    """``count`` texts of random ``vocab`` words (``filler``: how many, at least and at
+    most), each holding a copy of one of ``items`` with up to ``replaced`` words replaced."""
+    texts = []
+    for _ in range(count):
+        words = [rng.choice(vocab) for _ in range(rng.randint(*filler))]
+        copy = rng.choice(items).split()
+        for _ in range(rng.randint(0, replaced)):
+            copy[rng.randrange(len(copy))] = rng.choice(vocab)
+        at = rng.randint(0, len(words))
+        texts.append(" ".join(words[:at] + copy + words[at:]))
+    return texts
+
+
 def test_the_word_run_kernel_agrees_with_a_plain_search():
     """`exact.exact_batch` against a word-by-word search of every place, on random items of
     3–16 words (some of them numbers) and texts holding copies with words replaced."""
     rng = random.Random(5)
     vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "12", "7", "2024"]
     items = [" ".join(rng.choice(vocab) for _ in range(rng.randint(3, 16))) for _ in range(60)]
-    texts = []
-    for _ in range(120):
-        words = [rng.choice(vocab) for _ in range(rng.randint(0, 30))]
-        copy = rng.choice(items).split()
-        for _ in range(rng.randint(0, 3)):
-            copy[rng.randrange(len(copy))] = rng.choice(vocab)
-        at = rng.randint(0, len(words))
-        texts.append(" ".join(words[:at] + copy + words[at:]))
+    texts = texts_with_copies(rng, vocab, items, 120, (0, 30), 3)
     refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
     st = probe._exact_state(refs, np.ones(len(items), dtype=bool), 0.8)
     cps, offsets = code_points(texts)
@@ -397,14 +405,7 @@ def test_late_anchors_looked_up_give_the_candidates_of_all_anchors_posted(monkey
              "table", "a", "is", "to", "config", "mode", "index", "new", "read", "write"]
     items = [" ".join(rng.choice(vocab) for _ in range(rng.randint(15, 40)))
              for _ in range(80)]
-    texts = []
-    for _ in range(150):
-        words = [rng.choice(vocab) for _ in range(rng.randint(5, 200))]
-        copy = rng.choice(items).split()
-        for _ in range(rng.randint(0, 4)):
-            copy[rng.randrange(len(copy))] = rng.choice(vocab)
-        at = rng.randint(0, len(words))
-        texts.append(" ".join(words[:at] + copy + words[at:]))
+    texts = texts_with_copies(rng, vocab, items, 150, (5, 200), 4)
     refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
     config = NearDedupConfig()
     states = {}
