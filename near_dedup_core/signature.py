@@ -351,7 +351,7 @@ def components(left, right, n):
 
 @njit(cache=True, nogil=True)
 def pair_common_utf8(buf, offsets, k, seed, order, fresh, room, adj_start, adj_pair,
-                      adj_other, common, sizes):
+                     adj_other, common, sizes):
     """Sizes of the hashed shingle sets of the UTF-8 texts buf[offsets[t]:offsets[t+1]], and
     the intersection sizes of text pairs, the texts taken in ``order``: at step i (text
     t = order[i]), common[adj_pair[q]] = |S(t) ∩ S(adj_other[q])| for q in
@@ -489,7 +489,7 @@ def pair_jaccards(buf: bytes, offsets: np.ndarray, left: np.ndarray, right: np.n
     other = np.where(rank[left] < rank[right], left, right)
     common = np.zeros(n_pairs, dtype=np.int64)
     bad = pair_common_utf8(data, offsets, k, seed, order, fresh, room, adj_start, by_later,
-                            other[by_later], common, sizes)
+                           other[by_later], common, sizes)
     if bad >= 0:
         return np.zeros(n_pairs, dtype=np.float64), int(bad)
     union = sizes[left] + sizes[right] - common

@@ -358,10 +358,10 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
     st = probe._exact_state(refs, np.ones(len(items), dtype=bool), 0.8)
     cps, offsets = code_points(texts)
     got = sorted(exact.exact_batch(cps, offsets, st["words"], st["max_words"],
-                                    st["has_length"], st["run_table"], st["run_vals"],
-                                    st["run_postings"], st["word_flat"], st["word_number"],
-                                    st["word_start"], st["tolerance"], st["run_bits"],
-                                    st["prefix_bits"]))
+                                   st["has_length"], st["run_table"], st["run_vals"],
+                                   st["run_postings"], st["word_flat"], st["word_number"],
+                                   st["word_start"], st["tolerance"], st["run_bits"],
+                                   st["prefix_bits"]))
     want = []
     for i, text in enumerate(texts):
         spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"[^\W_]+", text)]
@@ -420,8 +420,8 @@ def test_late_anchors_looked_up_give_the_candidates_of_all_anchors_posted(monkey
     for name, (st, _) in states.items():
         per_text = np.zeros(len(texts), dtype=np.int64)
         pairs = probe_batch(cps, offsets, st.shingle_size, seed, st.bits, st.table, st.vals,
-                             st.postings, st.need, st.posted_need, st.late_flat, st.late_start,
-                             st.item_flat, st.item_start, st.item_chars, st.threshold, per_text)
+                            st.postings, st.need, st.posted_need, st.late_flat, st.late_start,
+                            st.item_flat, st.item_start, st.item_chars, st.threshold, per_text)
         got[name] = (per_text.tolist(), sorted(tuple(int(x) for x in p) for p in pairs))
     assert got["split"] == got["all posted"]
     assert sum(got["split"][0]) > len(got["split"][1]) > 0  # candidates beyond the pairs

@@ -172,7 +172,7 @@ def _mismatches(hashes, at, n, flat, number, first, length, most):
 
 @njit(cache=True, nogil=True)
 def exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
-                 flat, number, item_start, tolerance, run_bits, prefix_bits):
+                flat, number, item_start, tolerance, run_bits, prefix_bits):
     """Every (text, item) of the batch whose item's words occur in the text as one run of
     whole words, at its first place, or else, for an item that tolerates ``k =
     tolerance[item]`` differing words (its numbers never among them), all but at most k of

@@ -166,7 +166,7 @@ def _densest_run(matched, n, width, k):
 
 @njit(cache=True, nogil=True)
 def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted_need,
-                 late_flat, late_start, item_flat, item_start, item_chars, threshold, per_text):
+                late_flat, late_start, item_flat, item_start, item_chars, threshold, per_text):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
     [(text, item, common, start, end, matched windows in the span)] and sets

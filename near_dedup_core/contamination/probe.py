@@ -142,12 +142,12 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
     hasher = MinHasher(1, st.seed, st.shingle_size)
     per_text = np.zeros(len(offsets) - 1, dtype=np.int64)
     found = probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
-                         st.table, st.vals, st.postings, st.need, st.posted_need, st.late_flat,
-                         st.late_start, st.item_flat, st.item_start,
-                         st.item_chars, st.threshold, per_text)
+                        st.table, st.vals, st.postings, st.need, st.posted_need, st.late_flat,
+                        st.late_start, st.item_flat, st.item_start,
+                        st.item_chars, st.threshold, per_text)
     exact = exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
-                         st.run_vals, st.run_postings, st.word_flat, st.word_number,
-                         st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
+                        st.run_vals, st.run_postings, st.word_flat, st.word_number,
+                        st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
     hits = []
     if found or exact:
         norms: dict[int, str] = {}
@@ -168,7 +168,7 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
                 continue
             start, end = wide_start, wide_end
             local = common_in_span(cps, int(offsets[i]) + start, int(offsets[i]) + end,
-                                    st.shingle_size, hasher.shingle_seed, item)
+                                   st.shingle_size, hasher.shingle_seed, item)
             if local / len(item) < st.threshold:
                 continue  # the shingles are scattered, not one nearly contiguous copy
             if not holds_numbers(st.short_numbers[it], norm[start:end]):

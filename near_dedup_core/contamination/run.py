@@ -453,7 +453,7 @@ def _item_span(item: str, matched: str, hasher: MinHasher) -> tuple[int, int]:
     """[start, end) in the item of its shingles found in the matched training text, from
     the first to the end of the last, widened to whole words."""
     first, last = first_last_found(code_points([item])[0], code_points([matched])[0],
-                                    hasher.shingle_size, hasher.shingle_seed)
+                                   hasher.shingle_size, hasher.shingle_seed)
     if first == -1:
         return 0, len(item)
     return widen(item, int(first), min(int(last) + hasher.shingle_size, len(item)))
