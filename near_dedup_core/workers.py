@@ -19,7 +19,6 @@ multiprocessing itself is imported only when a pool starts.
 
 from __future__ import annotations
 
-import functools
 import os
 import signal
 import sys
@@ -171,30 +170,62 @@ def _context(preload: Sequence[str] = ()) -> multiprocessing.context.BaseContext
     os.environ[PARENT_ENV] = str(os.getpid())
     os.environ[PRELOAD_ENV] = ",".join(_preload(preload))  # read by the server as it starts
     multiprocessing.forkserver.set_forkserver_preload(["near_dedup_core._forkserver"])
+    _create_temp_dir_removed_by_name()
     multiprocessing.forkserver.ensure_running()
-    _remove_temp_dir_by_name()
+    _list_temp_dir()
     return multiprocessing.get_context("forkserver")
 
 
-def _remove_temp_dir_by_name() -> None:
+#: multiprocessing's temporary folder, by path: the names it held once the forkserver ran.
+_TEMP_DIR_NAMES: dict[str, list[str]] = {}
+
+
+def _create_temp_dir_removed_by_name() -> None:
     """multiprocessing removes its temporary folder (``pymp-…``, which holds the forkserver's
     socket) at exit with ``shutil.rmtree``, which lists the folder first: a command that
     ended because memory ran out could not (``Cannot allocate memory``), printed that
-    traceback after its one line and left the folder. It is removed by the names it holds
-    once the forkserver runs (listed now, while there is memory to list it) instead
-    (`_remove_folder`), and listed at exit only if something else was put in it."""
+    traceback after its one line and left the folder. The folder is created here, before the
+    forkserver, so that its exit removal is `_remove_folder`: by the names it held once the
+    forkserver ran (`_list_temp_dir`, listed while there is memory to list it), and listed
+    at exit only if something else was put in it. A folder created earlier in the process
+    keeps multiprocessing's own removal."""
+    import shutil
     from multiprocessing import util
 
-    # CPython 3.11 offers no public way to choose how this folder is removed at
-    # exit, so the exit finalizer `util.get_temp_dir` registered is handed our removal.
-    registry = getattr(util, "_finalizer_registry", {})
-    for finalizer in list(registry.values()):
-        args = getattr(finalizer, "_args", None)
-        if getattr(finalizer, "_callback", None) is getattr(util, "_remove_temp_dir", None) \
-                and isinstance(args, tuple) and len(args) == 2:
-            folder = args[1]
-            finalizer._args = (functools.partial(_remove_folder, names=os.listdir(folder)),
-                               folder)
+    rmtree = shutil.rmtree
+    # CPython 3.11 has no public way to choose this removal: `util.get_temp_dir` registers
+    # whatever `shutil.rmtree` is when it creates the folder, so it is this one meanwhile.
+    shutil.rmtree = _RemoveByName(rmtree)
+    try:
+        util.get_temp_dir()
+    finally:
+        shutil.rmtree = rmtree
+
+
+class _RemoveByName:
+    """``shutil.rmtree`` for multiprocessing's temporary folder once listed (`_remove_folder`
+    with the names it held), and ``shutil.rmtree`` itself for every other call."""
+
+    def __init__(self, rmtree: Any) -> None:
+        self.rmtree = rmtree
+        self.avoids_symlink_attacks: bool = rmtree.avoids_symlink_attacks
+
+    def __call__(self, path: Any, *args: Any, **kwargs: Any) -> None:
+        names = _TEMP_DIR_NAMES.get(os.fspath(path))
+        if names is None or args or kwargs:
+            self.rmtree(path, *args, **kwargs)
+        else:
+            _remove_folder(os.fspath(path), names)
+
+
+def _list_temp_dir() -> None:
+    """Remember what multiprocessing's temporary folder holds now that the forkserver runs
+    (its socket), for `_create_temp_dir_removed_by_name`'s removal at exit."""
+    from multiprocessing import util
+
+    folder = util.get_temp_dir()
+    with suppress(OSError):
+        _TEMP_DIR_NAMES[folder] = os.listdir(folder)
 
 
 def _remove_folder(folder: str, names: Sequence[str]) -> None:
