@@ -156,7 +156,7 @@ def ground_truth(evals: Path, pool: list[Path], first: int, n_items: int, worker
     items, _, _ = ct.read_items(open_packages([evals]), pkgs[0].kind, config, False)
     items = items[first:first + n_items]
     state, _ = ct.build_state(items, config, exhaustive=True)
-    pairs, _, _ = ct.run._probe_pool(pkgs, state, config, workers, True)
+    pairs, _, _ = ct.run.probe_pool(pkgs, state, config, workers, True)
     return ({(items[p.item].ref.sample_id, p.sample.package_id, p.sample.sample_id)
              for p in pairs}, {it.ref.sample_id for it in items})
 

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     wrapped = [
         (command, "read_items", "reading the items"),
         (command, "build_state", "anchor and run tables"),
-        (command, "_probe_pool", "probing the pool"),
+        (command, "probe_pool", "probing the pool"),
         (probe, "probe_batch", "  containment kernel"),
         (probe, "exact_batch", "  word-run kernel"),
         (command, "item_span", "item spans"),

@@ -265,13 +265,13 @@ def test_the_report_is_built_with_rare_collections_and_the_thresholds_come_back(
     from near_dedup_core import collector
 
     seen = []
-    probe_pool = contamination_run._probe_pool
+    probe_pool = contamination_run.probe_pool
 
     def spy(*args, **kwargs):
         seen.append(gc.get_threshold()[0])
         return probe_pool(*args, **kwargs)
 
-    monkeypatch.setattr(contamination_run, "_probe_pool", spy)
+    monkeypatch.setattr(contamination_run, "probe_pool", spy)
     before = gc.get_threshold()
     code, _, err = run_cli("--quiet", "contamination", "--evals", *planted["evals"],
                            "--inputs", planted["pool"], "--output", planted["tmp"] / "gc",

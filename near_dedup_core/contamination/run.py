@@ -1,5 +1,5 @@
 """The command: eval items read, the anchor table built, the pool probed by a pool of
-workers (from its packages, `_probe_pool`, or from an index, `_probe_index`), the pairs put
+workers (from its packages, `probe_pool`, or from an index, `_probe_index`), the pairs put
 in report order and the report frozen."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def _pair(h: Hit, sample: SampleRef) -> Pair:
     return Pair(h.item, sample, h.common, h.start, h.end, h.compare_numbers, h.method, h.text)
 
 
-def _probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
+def probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
                 progress: bool, executor: str | Executors = "local"
                 ) -> tuple[list[Pair], int, int]:
     """Read the pool once as line blocks, which the workers parse and probe (`probe_block`);
@@ -174,7 +174,7 @@ def _probe_index(index: Index, pool: list[Package], state: ProbeState,
                  config: NearDedupConfig, workers: int, progress: bool,
                  digests: Future, executor: str | Executors = "local"
                  ) -> tuple[list[Pair], int, int]:
-    """`_probe_pool` over an indexed pool: its samples and their contents as one snapshot of
+    """`probe_pool` over an indexed pool: its samples and their contents as one snapshot of
     the index holds them, each distinct content's normalized text probed once (by the
     workers, which read the texts on their own connections) and its pairs given to every
     sample that holds it. The data files, hashed meanwhile (``digests``: `_digests_aside`),
@@ -360,7 +360,7 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
         pairs, candidates, samples = _probe_index(backend, pool, state, config, workers, progress,
                                                   digests, executor)
     else:
-        pairs, candidates, samples = _probe_pool(pool, state, config, workers, progress,
+        pairs, candidates, samples = probe_pool(pool, state, config, workers, progress,
                                                  executor)
     pairs.sort(key=lambda p: (items[p.item].ref.key(), p.item, p.sample.key(),
                              p.method != "exact"))

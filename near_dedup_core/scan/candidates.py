@@ -60,7 +60,7 @@ class HistoryCandidates(NamedTuple):
 
 
 @njit(cache=True, nogil=True)
-def _band_runs(band_keys, groups, table, run_of):
+def band_runs(band_keys, groups, table, run_of):
     """Number the distinct (group, band key) values of the slots in order of first
     appearance; run_of[i] is slot i's number. ``table`` is an open-addressing table of
     (key, group, number) rows, at most half full. Returns the count."""
@@ -90,7 +90,7 @@ def _band_runs(band_keys, groups, table, run_of):
 
 
 @njit(cache=True, nogil=True)
-def _insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
+def insert_run_pairs(run_of, sizes, n_runs, pairs, raw_counts):
     """Every pair (i, j), i < j, of slots in the same run, into the open-addressing set
     ``pairs`` (keys i * n + j + 1; 0 is empty; the caller keeps it at most half full); adds
     run size - 1 to each member's raw count. Returns the number of new pairs."""
@@ -202,7 +202,7 @@ def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray
     held = 0
     for b in range(keys.shape[1]):
         band = np.ascontiguousarray(keys[:, b])
-        runs = _band_runs(band, groups, table, run_of)
+        runs = band_runs(band, groups, table, run_of)
         sizes = np.bincount(run_of, minlength=runs)
         big = np.flatnonzero(sizes - 1 > limit)
         if len(big):
@@ -216,7 +216,7 @@ def _pool_lsh_pairs(keys: np.ndarray, groups: np.ndarray, raw_counts: np.ndarray
             grown = np.zeros(2 * len(pairs), dtype=np.int64)
             _rehash(pairs, grown)
             pairs = grown
-        held += _insert_run_pairs(run_of, sizes, runs, pairs, raw_counts)
+        held += insert_run_pairs(run_of, sizes, runs, pairs, raw_counts)
     flat = pairs[pairs != 0] - 1
     return np.stack([flat // n, flat % n], axis=1)
 

@@ -38,7 +38,7 @@ from near_dedup_core.scan.records import (
 
 
 @numba.njit(cache=True)
-def _greedy(retained, down, start, other, jaccard, blocked, reason, kept_by, jac):
+def greedy(retained, down, start, other, jaccard, blocked, reason, kept_by, jac):
     """Node i's matches are rows start[i]:start[i+1] of (other, jaccard, blocked), sorted by
     the earlier node ``other``; ``down[i]``: a takedown takes node i down."""
     n = retained.shape[0]
@@ -90,7 +90,7 @@ def decide(nodes: Nodes, near: Matches, config: NearDedupConfig,
     jaccard = np.zeros(n, dtype=np.float64)
     if down is None:
         down = np.zeros(n, dtype=np.bool_)
-    _greedy(retained, down, start, near.other, near.jaccard, near.blocked, reason, kept_by,
+    greedy(retained, down, start, near.other, near.jaccard, near.blocked, reason, kept_by,
             jaccard)
     if down_jaccard is not None:
         jaccard[down] = down_jaccard[down]

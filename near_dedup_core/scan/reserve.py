@@ -52,15 +52,15 @@ def _kernels(inline: bool) -> list[tuple[Any, tuple]]:
     sig16 = _c(types.uint16, 2)
     kernels = [
         (band_keys_into, (sig16, types.int64, types.int64, _c(types.int64, 2))),
-        (candidates._band_runs, (_I, _I, _c(types.int64, 2), _I)),
-        (candidates._insert_run_pairs, (_I, _I, types.int64, _I, _I)),
+        (candidates.band_runs, (_I, _I, _c(types.int64, 2), _I)),
+        (candidates.insert_run_pairs, (_I, _I, types.int64, _I, _I)),
         (candidates.filter_pairs, (_I, _I, sig16, _I, sig16, _I, types.float64,
                                    types.int64)),
         (components, (types.Array(types.int64, 1, "A"), types.Array(types.int64, 1, "A"),
                       types.int64)),
-        (decide._greedy, (_c(types.bool_), _c(types.bool_), _I, _I, _c(types.float64),
+        (decide.greedy, (_c(types.bool_), _c(types.bool_), _I, _I, _c(types.float64),
                           _c(types.int8), _c(types.int8), _I, _c(types.float64))),
-        (write._render_decisions, (types.int64, types.int64, _c(types.uint8), types.int64,
+        (write.render_decisions, (types.int64, types.int64, _c(types.uint8), types.int64,
                                    *[_I] * 7, _RO_BYTES, _I, _RO_BYTES, _I, _RO_BYTES, _I,
                                    _RO_BYTES, _I, types.int64, types.int64, types.int64)),
     ]

@@ -7,7 +7,7 @@ bytes (`tests/test_report_verify.py::test_written_files_round_trip_through_their
 
 Rows are rendered and written a buffer at a time (never a list of a million dicts), each
 file hashed as it is written: ``relations.jsonl`` in the main process, and beside it, in a
-thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL (`_render_decisions`);
+thread, ``decisions.jsonl`` by a compiled kernel that holds no GIL (`render_decisions`);
 that thread is started, and the kernel loaded, at the start of the scan (`reserve`).
 ``origins.jsonl`` and the samples' text digests depend on nothing but the input packages,
 so `write_origins` and `text_digests` run in a worker from the start of the scan, reading
@@ -166,7 +166,7 @@ class _Render:
     would inside the row's dict, and the keys are written in sorted order, so the bytes are
     those of ``json_line(row)`` at a fraction of the cost (no dict per row; repeated values
     such as package ids rendered once). Decision rows are built the same way, by a kernel
-    (`_render_decisions`)."""
+    (`render_decisions`)."""
 
     def __init__(self, pool: Pool, history: db.ContentColumns) -> None:
         self.package = [_dumps(p.package_id) for p in pool.packages]
@@ -249,7 +249,7 @@ _MIDDLE = len(_PIECES)
 
 
 class _DecisionLines(NamedTuple):
-    """``decisions.jsonl`` for `_render_decisions`: per sample its outcome and the ids of the
+    """``decisions.jsonl`` for `render_decisions`: per sample its outcome and the ids of the
     pieces its line is made of; the pieces as `ByteStrings`."""
 
     outcome: np.ndarray  # int64 per sample: a `REASONS` code, or len(REASONS): exact duplicate
@@ -338,7 +338,7 @@ def _put_hex(out, pos, data, start, j):
 
 
 @numba.njit(cache=True, nogil=True)
-def _render_decisions(lo, hi, out, bound, outcome, content, package, split, scope, kept,
+def render_decisions(lo, hi, out, bound, outcome, content, package, split, scope, kept,
                       jaccard, text, text_start, sid, sid_start, cid, cid_start, sha,
                       sha_start, near, exact, down):
     """Decision lines of samples ``lo``… into ``out`` while one more line (at most ``bound``
@@ -394,10 +394,10 @@ def _readonly(data: np.ndarray) -> np.ndarray:
 
 
 def _render(lines: _DecisionLines, i: int, out: np.ndarray) -> tuple[int, int]:
-    """`_render_decisions` of ``lines`` from sample ``i`` into ``out``, with the argument
+    """`render_decisions` of ``lines`` from sample ``i`` into ``out``, with the argument
     types `reserve.load_kernels` loads it for."""
     p, c = lines, lines.columns
-    return _render_decisions(
+    return render_decisions(
         i, len(p.outcome), out, p.bound, p.outcome, p.content, p.package, p.split, p.scope,
         p.kept, p.jaccard, _readonly(p.pieces.data), p.pieces.start,
         _readonly(c.sample_id_json.data), c.sample_id_json.start,

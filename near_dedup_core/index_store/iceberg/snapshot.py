@@ -405,14 +405,14 @@ class IcebergTexts:
                                   self._pinned.rows("dictionaries", ("id", "data"))}
         return self._dictionaries
 
-    def _sources(self, package_rowid: int, columns: tuple[str, ...]) -> pa.Table:
+    def package_sources(self, package_rowid: int, columns: tuple[str, ...]) -> pa.Table:
         t = self._pinned.read("sources", (*columns, "position") if "position" not in columns
                               else columns, it.equal("package", package_rowid))
         return t.sort_by("position")
 
     def package_origins(self, package_rowid: int) -> Iterator[tuple]:
         cols = ("sample_id", "split", "file", "line", "source")
-        t = self._sources(package_rowid, cols)
+        t = self.package_sources(package_rowid, cols)
         for rows in row_slices(t, cols):
             yield from rows
 
@@ -421,7 +421,7 @@ class IcebergTexts:
     def package_column(self, package_rowid: int, column: str) -> list:
         if column not in self.SAMPLE_COLUMNS:
             raise ValueError(f"not a sample column: {column}")
-        return self._sources(package_rowid, (column,)).column(column).to_pylist()
+        return self.package_sources(package_rowid, (column,)).column(column).to_pylist()
 
     def _row_groups(self) -> RowGroups:
         if self._groups is None:
@@ -642,7 +642,7 @@ class IcebergSnapshot:
     def pool_samples(self, package: IndexedPackage, batch: int = 1 << 16
                      ) -> Iterator[list[tuple]]:
         columns = ("sample_id", "split", "content")
-        t = self._texts._sources(package.rowid, columns)
+        t = self._texts.package_sources(package.rowid, columns)
         if t.num_rows != package.records:
             raise package_sources_error(self.path, package.package_id, t.num_rows,
                                         package.records)
@@ -651,10 +651,10 @@ class IcebergSnapshot:
     def sample_rows(self, package: IndexedPackage, batch: int = 1 << 16
                     ) -> Iterator[list[tuple]]:
         columns = ("position", "sample_id", "split", "file", "line", "domain", "content")
-        yield from row_slices(self._texts._sources(package.rowid, columns), columns, batch)
+        yield from row_slices(self._texts.package_sources(package.rowid, columns), columns, batch)
 
     def sample_location(self, package: IndexedPackage, nth: int) -> tuple[str, int]:
-        t = self._texts._sources(package.rowid, ("file", "line"))
+        t = self._texts.package_sources(package.rowid, ("file", "line"))
         return t.column("file")[nth].as_py(), t.column("line")[nth].as_py()
 
     def content_columns(self, ids: np.ndarray) -> ContentColumns:
