@@ -23,7 +23,7 @@ items**, never in the pool.
   template line, then a held-out sentence).
 - **Measured**: recall of planted items (the item reported in its host document), clean
   items flagged (reported anywhere), hard negatives flagged as contamination, and set aside
-  as ``common`` or ``allowlist``; per kind and bucket, for near-dedup and for the peers. A
+  as ``common``, ``template`` or ``allowlist``; per kind and bucket, for near-dedup and for the peers. A
   candidate item whose words already occur in the pool as one run (``WordIndex``, which does
   not use the product) is not used: Debian's documents repeat many sentences, and such an
   item would be neither clean nor planted.
@@ -523,7 +523,7 @@ def render(out: dict, pool_docs: int, n_items: int) -> str:
             lines.append(f"| {name} | {b} | " + " | ".join(
                 f"{g['hit']}/{g['n']}" for g in got) + " |")
     lines += ["", "| method | hard negative | items | flagged as contamination | common | "
-              "allowlist |", "|---|---|---:|---:|---:|---:|"]
+              "template | allowlist |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, cells in out.items():
         neg: dict[str, Counter] = defaultdict(Counter)
         for key, c in cells.items():
@@ -531,7 +531,8 @@ def render(out: dict, pool_docs: int, n_items: int) -> str:
                 neg[key.split("|")[0]].update(c)
         for what, c in sorted(neg.items()):
             lines.append(f"| {name} | {what} | {c['negative_n']} | {c['negative_hit']} | "
-                         f"{c.get('negative_common', 0)} | {c.get('negative_allowlist', 0)} |")
+                         f"{c.get('negative_common', 0)} | {c.get('negative_template', 0)} | "
+                         f"{c.get('negative_allowlist', 0)} |")
     return "\n".join(lines)
 
 
