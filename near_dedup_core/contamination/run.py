@@ -282,7 +282,8 @@ class ContaminationResult(FolderResult):
                 f"{c['items_checked']:,} eval items leaked ({c['items_skipped_short']:,} "
                 f"numbers alone, not items) into {c['training_samples_contaminated']:,} of "
                 f"{count(c['training_samples'], 'training sample')}; {count(c['pairs'], 'pair')}; "
-                f"{count(c['items_set_aside'], 'item')} set aside as common or allowlisted")
+                f"{count(c['items_set_aside'], 'item')} set aside as common, template or "
+                f"allowlisted")
 
 
 @dataclass(frozen=True)
