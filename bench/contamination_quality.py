@@ -23,7 +23,7 @@ items**, never in the pool.
   template line, then a held-out sentence).
 - **Measured**: recall of planted items (the item reported in its host document), clean
   items flagged (reported anywhere), hard negatives flagged as contamination, and set aside
-  as ``common`` or ``allowlist``; per kind and bucket, for near-dedup and for the peers. A
+  as ``common``, ``template`` or ``allowlist``; per kind and bucket, for near-dedup and for the peers. A
   candidate item whose words already occur in the pool as one run (``WordIndex``, which does
   not use the product) is not used: Debian's documents repeat many sentences, and such an
   item would be neither clean nor planted.
@@ -38,7 +38,9 @@ items**, never in the pool.
 ``--what-if`` adds a bench-only row: near-dedup's pairs and, for items of 3 or 4 words with
 a letter, the documents holding all of them but one in place (numbers kept), as an item of 5
 words is matched (`what_if_short`): what finding a one-word edit under 5 words would cost in
-clean items flagged.
+clean items flagged. And a second: near-dedup's pairs without the matches by words whose
+differing word is the item's rarest (fewest pool documents, `what_if_rarest`): what a rule on
+*which* word of a short item may differ would cost in recall.
 
 ``--speed`` measures the throughput claim instead: ``--speed-items`` items of mixed lengths
 (sentences of the held-out fifth, then of man pages, ``/usr/share/man``, read as text)
@@ -68,6 +70,7 @@ import orjson
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination import contamination_report
+from near_dedup_core.normalize import normalize
 from near_dedup_core.package import create_package
 
 from bench.build_corpus import CREATED_AT, OUT, TOKENIZER, write_jsonl
@@ -95,6 +98,7 @@ QUOTES = (  # famous public-domain quotes: hard negatives
 )
 FORMULAS = ("E = mc^2", "a^2 + b^2 = c^2", "F = m a", "PV = nRT", "e^(i pi) + 1 = 0")
 WHAT_IF = "what-if: one word free at 3–4 words"
+WHAT_IF_RAREST = "what-if: the rarest word never differs"
 TEMPLATES = ("Answer the following question.", "Choose the correct option below.",
              "Read the passage and answer.")
 
@@ -234,6 +238,25 @@ def what_if_short(items: list[tuple[dict, dict]], pool: list[dict], pairs: dict[
             for j in letters:  # the product has judged the whole copies (pairs, set aside)
                 near |= {pool[k]["id"] for k in index.docs(index.runs(words, j))} - whole
         out[rec["id"]] = found if len(found | near) >= common else found | near
+    return out
+
+
+def what_if_rarest(pool: list[dict], rows: list[dict]) -> dict[str, set[str]]:
+    """The training documents each item is reported in when a match by words (``exact``)
+    whose differing words include the item's rarest word with a letter (the fewest pool
+    documents, ties all rarest) is no match. Bench only: the measured cost of such a rule."""
+    df: Counter = Counter()
+    for d in pool:
+        df.update(set(_PEER_WORD.findall(normalize(d["text"]))))
+    out: dict[str, set[str]] = defaultdict(set)
+    for row in rows:
+        mine = _PEER_WORD.findall(row["item_text"])
+        theirs = _PEER_WORD.findall(row["training_text"])
+        if row["method"] == "exact" and row["common_shingles"] < row["item_shingles"]:
+            least = min(df[w] for w in mine if not w.isdigit())
+            if any(a != b and df[a] == least for a, b in zip(mine, theirs, strict=True)):
+                continue
+        out[row["eval"]["sample_id"]].add(row["training"]["sample_id"])
     return out
 
 
@@ -446,8 +469,9 @@ def quality(args: argparse.Namespace) -> None:
     contamination_report(NearDedupConfig(), [evals], [pool], WORK / "report",
                          workers=args.workers, allowlist=src / "allowlist.jsonl")
     pairs: dict[str, set[str]] = defaultdict(set)
-    for raw in (WORK / "report" / "contamination.jsonl").read_bytes().splitlines():
-        row = orjson.loads(raw)
+    rows = [orjson.loads(raw) for raw in
+            (WORK / "report" / "contamination.jsonl").read_bytes().splitlines()]
+    for row in rows:
         pairs[row["eval"]["sample_id"]].add(row["training"]["sample_id"])
     aside = {orjson.loads(r)["eval"]["sample_id"]: orjson.loads(r)["reason"]
              for r in (WORK / "report" / "set_aside.jsonl").read_bytes().splitlines()}
@@ -461,6 +485,9 @@ def quality(args: argparse.Namespace) -> None:
                               NearDedupConfig().contamination_common_samples)
         methods[WHAT_IF] = lambda rid, meta: (meta["host"] in wider.get(rid, ())
                                               if meta["host"] else bool(wider.get(rid)))
+        rarest = what_if_rarest(data["pool"], rows)
+        methods[WHAT_IF_RAREST] = lambda rid, meta: (meta["host"] in rarest.get(rid, ())
+                                                     if meta["host"] else bool(rarest.get(rid)))
     table: dict = defaultdict(lambda: defaultdict(Counter))
     for rec, meta in data["items"]:
         rid = rec["id"]
@@ -523,7 +550,7 @@ def render(out: dict, pool_docs: int, n_items: int) -> str:
             lines.append(f"| {name} | {b} | " + " | ".join(
                 f"{g['hit']}/{g['n']}" for g in got) + " |")
     lines += ["", "| method | hard negative | items | flagged as contamination | common | "
-              "allowlist |", "|---|---|---:|---:|---:|---:|"]
+              "template | allowlist |", "|---|---|---:|---:|---:|---:|---:|"]
     for name, cells in out.items():
         neg: dict[str, Counter] = defaultdict(Counter)
         for key, c in cells.items():
@@ -531,7 +558,8 @@ def render(out: dict, pool_docs: int, n_items: int) -> str:
                 neg[key.split("|")[0]].update(c)
         for what, c in sorted(neg.items()):
             lines.append(f"| {name} | {what} | {c['negative_n']} | {c['negative_hit']} | "
-                         f"{c.get('negative_common', 0)} | {c.get('negative_allowlist', 0)} |")
+                         f"{c.get('negative_common', 0)} | {c.get('negative_template', 0)} | "
+                         f"{c.get('negative_allowlist', 0)} |")
     return "\n".join(lines)
 
 

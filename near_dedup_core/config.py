@@ -22,6 +22,8 @@ is the containment at or above which an evaluation item counts as leaked into a 
 sample, ``contamination_min_chars`` the normalized length below which an item is found by
 its words as one exact run instead, ``contamination_common_samples`` the number of training
 samples from which a matched item is common text of the pool (set aside, not contamination),
+``contamination_template_samples`` the number of training samples from which an item's
+matches with a word changed are a template of the pool (those set aside),
 ``contamination_allowlist`` a file of public text expected in the pool. None changes a row of
 the index, so all are left out of the index fingerprint: an index built before these keys
 existed, or with other values of them, stays usable.
@@ -44,7 +46,8 @@ __all__ = ["ExtraUnits", "NearDedupConfig", "load_config", "validate_model"]
 
 #: Config keys that change no index row (contamination only): outside the fingerprint.
 NOT_FINGERPRINTED = ("contamination_threshold", "contamination_min_chars",
-                     "contamination_common_samples", "contamination_allowlist")
+                     "contamination_common_samples", "contamination_template_samples",
+                     "contamination_allowlist")
 
 
 class ExtraUnits(BaseModel):
@@ -80,6 +83,7 @@ class NearDedupConfig(BaseModel):
     contamination_threshold: float = Field(0.8, gt=0.0, le=1.0)
     contamination_min_chars: int = Field(50, ge=1)
     contamination_common_samples: int = Field(10, ge=2)
+    contamination_template_samples: int = Field(3, ge=2)
     contamination_allowlist: str | None = None
 
     @model_validator(mode="after")

@@ -151,6 +151,16 @@ def test_the_tolerance_of_an_item_counts_its_words_with_a_letter():
     assert probe.holds_numbers(state["short_numbers"][0], "gzip 1 3 2 2 unstable")
     assert not probe.holds_numbers(state["short_numbers"][0], "gzip 1 3 2 1 unstable")
     assert probe.holds_numbers(None, "any numbers 4 5")
+    # nor its identifiers (a file, a test, a version), since format 4
+    state = probe._exact_state([EvalItem(SampleRef(0, 0, "", "", "", "", 0, None),
+                                         "testsuite/libgomp.fortran/task1.f90: ditto")],
+                               np.asarray([True]), 0.8)
+    assert sorted(state["short_numbers"][0].elements()) == ["f90", "task1"]
+    assert state["tolerance"].tolist() == [1]  # six words with a letter: one may differ
+    assert state["word_fixed"][:6].tolist() == [False, False, False, True, True, False]
+    assert not probe.holds_numbers(state["short_numbers"][0], "libgomp fortran task3 f90")
+    # a run of another script holding a digit (Chinese has no spaces) is no identifier
+    assert probe.fixed_words("第3章 task1 42 x86_64 ⅷ") == ["task1", "42", "x86", "64"]
 
 
 def test_a_multiple_choice_item_is_its_stem_with_and_without_its_options(kinds):
@@ -174,7 +184,7 @@ def test_common_and_allowlisted_text_is_set_aside_and_listed(kinds):
     assert aside["quote"]["reason"] == "allowlist" and aside["quote"]["allowlist_entry"] == 0
     assert aside["quote"]["training_samples"] == 2
     manifest = json.loads((kinds["report"] / "manifest.json").read_text())
-    assert manifest["format_version"] == 3
+    assert manifest["format_version"] == 4
     assert manifest["allowlist"] == [{"text": QUOTE + ", a new nation",
                                       "reason": "Gettysburg address, public domain"}]
     assert manifest["counts"]["items_set_aside"] == 2
@@ -316,6 +326,8 @@ def test_a_format_2_report_still_verifies(tmp_path, kinds):
      "item_shingles − common_shingles words"),
     ("one-word", lambda r: r.update(item_text=r["item_text"].replace("largest", "1234567")),
      "every number of its item"),
+    ("one-word", lambda r: r.update(item_text=r["item_text"].replace("largest", "larg3st")),
+     "every identifier of its item"),
     ("one-word", lambda r: r.update(training_text=r["training_text"].replace(" ", "x")),
      "each hold item_shingles words"),
 ])
@@ -349,9 +361,11 @@ def texts_with_copies(rng: random.Random, vocab: list[str], items: list[str], co
 
 def test_the_word_run_kernel_agrees_with_a_plain_search():
     """`exact.exact_batch` against a word-by-word search of every place, on random items of
-    3–16 words (some of them numbers) and texts holding copies with words replaced."""
+    3–16 words (some of them numbers, some of letters and digits) and texts holding copies
+    with words replaced."""
     rng = random.Random(5)
-    vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "12", "7", "2024"]
+    vocab = ["alpha", "beta", "gamma", "delta", "omega", "sigma", "kappa", "12", "7", "2024",
+             "task1", "x86"]
     items = [" ".join(rng.choice(vocab) for _ in range(rng.randint(3, 16))) for _ in range(60)]
     texts = texts_with_copies(rng, vocab, items, 120, (0, 30), 3)
     refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
@@ -359,7 +373,7 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
     cps, offsets = code_points(texts)
     got = sorted(exact.exact_batch(cps, offsets, st["words"], st["max_words"],
                                    st["has_length"], st["run_table"], st["run_vals"],
-                                   st["run_postings"], st["word_flat"], st["word_number"],
+                                   st["run_postings"], st["word_flat"], st["word_fixed"],
                                    st["word_start"], st["tolerance"], st["run_bits"],
                                    st["prefix_bits"]))
     want = []
@@ -367,12 +381,14 @@ def test_the_word_run_kernel_agrees_with_a_plain_search():
         spans = [(m.start(), m.end(), m.group()) for m in re.finditer(r"[^\W_]+", text)]
         for it, item in enumerate(items):
             words = item.split()
+            if all(w.isdigit() for w in words):
+                continue  # numbers alone are no item
             k = probe.tolerance_of(sum(not w.isdigit() for w in words), 0.8)
             places = []
             for at in range(len(spans) - len(words) + 1):
                 differ = [a for a, (_, _, b) in zip(words, spans[at:at + len(words)],
                                                     strict=True) if a != b]
-                if len(differ) <= k and not any(a.isdigit() for a in differ):
+                if len(differ) <= k and not any(c.isdigit() for a in differ for c in a):
                     places.append((len(differ), at))
             if places:
                 bad, at = min(places) if min(places)[0] == 0 else \

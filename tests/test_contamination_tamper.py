@@ -178,7 +178,7 @@ CASES: list[tuple[str, Callable[[Path], None], str, str, bool]] = [
     # manifest.json
     ("format-version-true", manifest(lambda m: _set(m, "format_version", True)),
      "manifest.json", "format_version", False),
-    ("format-version-4", manifest(lambda m: _set(m, "format_version", 4)), "manifest.json",
+    ("format-version-5", manifest(lambda m: _set(m, "format_version", 5)), "manifest.json",
      "format_version", False),
     ("unknown-key", manifest(lambda m: _set(m, "note", "x")), "manifest.json", "note", False),
     ("tool-version-int", manifest(lambda m: _set(m, "tool_version", 5)), "manifest.json",

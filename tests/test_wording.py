@@ -105,8 +105,8 @@ def test_summaries_of_one_say_one():
                                     "training_samples_contaminated": 1,
                                     "training_samples": 1, "pairs": 1,
                                     "items_set_aside": 1}).summary()
-    assert one.endswith("into 1 of 1 training sample; 1 pair; 1 item set aside as common or "
-                        "allowlisted"), one
+    assert one.endswith("into 1 of 1 training sample; 1 pair; 1 item set aside as common, "
+                        "template or allowlisted"), one
     scan = ScanResult("r", {"samples": 1, "keep": 1, "exclude": 0, "by_reason": {"unique": 1},
                             "relations": 1, "history_only_relations": 0,
                             "blocked_relations": 0}).summary()

@@ -64,7 +64,8 @@ class ContaminationExplanation:
         for a in self.set_aside:
             e, x = a["eval"], a["example"]
             why = (f"allowlist entry {a['allowlist_entry']}" if a["reason"] == "allowlist"
-                   else "common in the pool")
+                   else "a template of the pool, with a word changed" if a["reason"] ==
+                   "template" else "common in the pool")
             out += ["", f"set aside: eval {e['package_id']}/{e['sample_id']} ({a['field']}): "
                         f"{why}, in {a['training_samples']} training sample(s), first "
                         f"{x['package_id']}/{x['sample_id']}: {a['training_text']!r}"]

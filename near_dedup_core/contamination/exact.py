@@ -13,7 +13,11 @@ item (the hashes of each word), so a collision of run hashes is never reported.
 
 Words of digits alone are *numbers*: in a short item they are what the item says (a date, a
 version, a count), so a match holds every number of the item in place; the words that may
-differ are words with a letter (`tolerance`)."""
+differ are words with a letter (`tolerance`), and of them not the *identifiers*: a word of
+ASCII letters and digits with a digit (``task1``, ``mips4``, ``libcc1``, a commit hash) names
+a file, a test, a version, and a line with another in its place is another line of a
+template, as with another number (report format 4). A run of another script holding a digit
+(a clause of Chinese, which has no spaces between its words) is no identifier."""
 
 from __future__ import annotations
 
@@ -108,11 +112,13 @@ def prefix_hashes(flat, starts, ends):
 
 
 @njit(cache=True, nogil=True)
-def item_words(cps, offsets, table, flat, number, item_start, run_hash):
+def item_words(cps, offsets, table, flat, number, fixed, item_start, run_hash):
     """The word hashes of each item (``flat[item_start[i]:item_start[i + 1]]``, the caller
-    sizes ``flat`` and ``number`` to the code points), whether each word is a number (its
-    code points all digits: ``number``), and the hash of each item's whole run of words
-    (``run_hash``; 0 for an item without a word)."""
+    sizes ``flat``, ``number`` and ``fixed`` to the code points), whether each word is a
+    number (its code points all digits: ``number``), whether it is a number or an identifier
+    (ASCII letters and digits, a digit among them: ``fixed``, it never differs in a match),
+    and the hash of each item's whole run of words (``run_hash``; 0 for an item without a
+    word)."""
     n_items = offsets.shape[0] - 1
     longest = 1
     for i in range(n_items):
@@ -127,12 +133,18 @@ def item_words(cps, offsets, table, flat, number, item_start, run_hash):
         for w in range(n):
             h = _chain(h, flat[at + w])
             digits = True
+            some = False
+            ascii_only = True
             for j in range(offsets[i] + starts[w], offsets[i] + ends[w]):
                 c = np.int64(cps[j])
+                if c >= 0x80:
+                    ascii_only = False
                 if c >= 0x10000 or table[c] != DIGIT:
                     digits = False
-                    break
+                else:
+                    some = True
             number[at + w] = digits
+            fixed[at + w] = digits or (some and ascii_only)
         run_hash[i] = h
         at += n
     item_start[n_items] = at
@@ -153,16 +165,16 @@ def part_start(q, words, parts):
 
 
 @njit(inline="always")
-def _mismatches(hashes, at, n, flat, number, first, length, most):
+def _mismatches(hashes, at, n, flat, fixed, first, length, most):
     """Words of the item (``flat[first:first + length]``) that differ from the text's words
-    from ``at`` on, stopping past ``most``; ``most + 1`` when the text ends first or a number
-    of the item (``number``) differs."""
+    from ``at`` on, stopping past ``most``; ``most + 1`` when the text ends first or a word
+    of the item that never differs (``fixed``: a number or an identifier) differs."""
     if at < 0 or at + length > n:
         return most + 1
     bad = 0
     for q in range(length):
         if flat[first + q] != hashes[at + q]:
-            if number[first + q]:
+            if fixed[first + q]:
                 return most + 1
             bad += 1
             if bad > most:
@@ -172,12 +184,12 @@ def _mismatches(hashes, at, n, flat, number, first, length, most):
 
 @njit(cache=True, nogil=True)
 def exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals, postings,
-                flat, number, item_start, tolerance, run_bits, prefix_bits):
+                flat, fixed, item_start, tolerance, run_bits, prefix_bits):
     """Every (text, item) of the batch whose item's words occur in the text as one run of
     whole words, at its first place, or else, for an item that tolerates ``k =
-    tolerance[item]`` differing words (its numbers never among them), all but at most k of
-    them in place, at the first such place: [(text, item, start, end, words matched)] with
-    [start, end) the run's code points in the normalized text. Such an item's k + 1 parts
+    tolerance[item]`` differing words (its numbers and identifiers, ``fixed``, never among
+    them), all but at most k of them in place, at the first such place: [(text, item, start,
+    end, words matched)] with [start, end) the run's code points in the normalized text. Such an item's k + 1 parts
     are in the table: when at most k words differ, one part is intact (pigeonhole), and a
     part found places the whole item, compared word by word. ``has_length[L]`` tells whether
     the table holds a run of L words (at most ``max_words``); ``run_table``/``run_vals`` map
@@ -234,7 +246,7 @@ def exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals,
                     first = item_start[it]
                     size_it = item_start[it + 1] - first
                     if role == FULL:
-                        if size_it != length or _mismatches(hashes, w, n, flat, number, first,
+                        if size_it != length or _mismatches(hashes, w, n, flat, fixed, first,
                                                             size_it, 0) != 0:
                             continue
                         seen[it] = i
@@ -245,7 +257,7 @@ def exact_batch(cps, offsets, table, max_words, has_length, run_table, run_vals,
                     at = w - part_start(role - 1, size_it, k + 1)
                     if near[it] == i and at >= near_at[it]:
                         continue
-                    bad = _mismatches(hashes, at, n, flat, number, first, size_it, k)
+                    bad = _mismatches(hashes, at, n, flat, fixed, first, size_it, k)
                     if bad > k:
                         continue
                     if near[it] != i:

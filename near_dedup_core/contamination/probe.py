@@ -80,9 +80,10 @@ class ProbeState(NamedTuple):
     prefix_bits: np.ndarray
     word_flat: np.ndarray
     word_start: np.ndarray
-    word_number: np.ndarray
+    word_fixed: np.ndarray
     tolerance: np.ndarray
-    #: the numbers (words of digits alone) of each item found by its words, None for others
+    #: the numbers and identifiers (`fixed_words`) of each item found by its words, None for
+    #: others
     short_numbers: list[Counter[str] | None]
 
 
@@ -146,7 +147,7 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
                         st.late_start, st.item_flat, st.item_start,
                         st.item_chars, st.threshold, per_text)
     exact = exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
-                        st.run_vals, st.run_postings, st.word_flat, st.word_number,
+                        st.run_vals, st.run_postings, st.word_flat, st.word_fixed,
                         st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
     hits = []
     if found or exact:
@@ -429,9 +430,10 @@ def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
                                                      np.zeros(1, np.int64))
     flat = np.zeros(max(int(offsets[-1]), 1), dtype=np.uint64)
     number = np.zeros(len(flat), dtype=np.bool_)
+    fixed = np.zeros(len(flat), dtype=np.bool_)
     start = np.zeros(len(items) + 1, dtype=np.int64)
     runs = np.zeros(len(items), dtype=np.uint64)
-    item_words(cps, offsets, table, flat, number, start, runs)
+    item_words(cps, offsets, table, flat, number, fixed, start, runs)
     n_words = np.diff(start)
     letters = np.asarray([_ASCII_LETTER.search(t) is not None if t.isascii() else has_letter(t)
                           for t in texts], dtype=bool)
@@ -476,10 +478,10 @@ def _exact_state(items: list[EvalItem], short: np.ndarray, threshold: float
             "run_table": run_table, "run_vals": run_vals, "run_postings": postings,
             "run_bits": anchor_bits(distinct, n_bits),
             "prefix_bits": anchor_bits(prefixes, p_bits),
-            "word_flat": flat, "word_number": number, "word_start": start,
+            "word_flat": flat, "word_fixed": fixed, "word_start": start,
             "tolerance": tolerance,
             "short_numbers": [(_NO_NUMBERS if text.isascii() and _ASCII_DIGIT.search(text) is None
-                               else Counter(w for w in WORD.findall(text) if w.isdigit()))
+                               else Counter(fixed_words(text)))
                               if by_words[k] else None for k, text in enumerate(texts)]}
 
 
@@ -488,11 +490,20 @@ _NO_NUMBERS: Counter[str] = Counter()
 
 
 def holds_numbers(numbers: Counter[str] | None, span: str) -> bool:
-    """Whether a matched span holds every number of an item found by its words (``numbers``,
-    `ProbeState.short_numbers`; None: an item of more words, whose numbers may differ)."""
+    """Whether a matched span holds every number and identifier of an item found by its
+    words (``numbers``, `ProbeState.short_numbers`; None: an item of more words, whose
+    numbers may differ)."""
     if not numbers:
         return True
-    return not numbers - Counter(w for w in WORD.findall(span) if w.isdigit())
+    return not numbers - Counter(fixed_words(span))
+
+
+def fixed_words(text: str) -> list[str]:
+    """The words of a normalized text that never differ in a match of a short item
+    (`exact.item_words`): its numbers (digits alone) and identifiers (ASCII letters and
+    digits, a digit among them: ``task1``, ``f90``)."""
+    return [w for w in WORD.findall(text) if w.isdigit() or
+            (w.isascii() and _ASCII_DIGIT.search(w) is not None)]
 
 
 def has_letter(text: str) -> bool:

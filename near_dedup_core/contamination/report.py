@@ -1,8 +1,9 @@
 """The contamination report's files, one strict model each (`PairLine` per line of
 ``contamination.jsonl``, `SetAsideLine` per line of ``set_aside.jsonl``, `Summary`,
 `Manifest`), and ``summary.json`` and the manifest's ``counts`` as recomputed from the lines.
-Format 2 is written; format 1 (no set-aside file, pairs without the matched texts) is still
-read and verified through its own models (`models_of`). The writer builds its files through these
+Format 4 is written; formats 2 and 3 (the same files) and format 1 (no set-aside file,
+pairs without the matched texts) are still read and verified, format 1 through its own models
+(`models_of`). The writer builds its files through these
 models and the verifier and the mixture read them through the same ones: strict JSON types
 (no string for a number, no boolean for a number), unknown keys refused."""
 
@@ -18,15 +19,18 @@ from near_dedup_core.formats import StrictModel as _Strict
 from near_dedup_core.formats.report import FileLines
 
 FORMAT: Final = "near-dedup-contamination"
-FORMAT_VERSION: Final = 3
-#: format versions `report verify` reads (format 3 has the files and models of format 2; its
-#: short items are matched by the rules of docs/contamination.md, "Short items")
-VERSIONS = (1, 2, 3)
+FORMAT_VERSION: Final = 4
+#: format versions `report verify` reads (formats 3 and 4 have the files and models of format
+#: 2; format 3 matches short items by the rules of docs/contamination.md, "Short items", and
+#: format 4 adds the set-aside reason ``template``)
+VERSIONS = (1, 2, 3, 4)
 FILES = ("contamination.jsonl", "set_aside.jsonl", "summary.json")
 FILES_V1 = ("contamination.jsonl", "summary.json")
 HEX64 = r"^[0-9a-f]{64}$"
 #: config keys a format 1 manifest does not hold (they came with format 2)
 NEW_IN_V2 = ("contamination_common_samples", "contamination_allowlist")
+#: config keys a manifest of a format before 4 does not hold
+NEW_IN_V4 = ("contamination_template_samples",)
 
 
 class EvalRef(_Strict):
@@ -82,13 +86,15 @@ class PairLine(PairLineV1):
 class SetAsideLine(_Strict):
     """One line of ``set_aside.jsonl``: an item whose matches are not reported as
     contamination, and why: ``common`` (found in ``training_samples`` samples of the pool,
-    at least ``contamination_common_samples``) or ``allowlist`` (every match lies within
-    allowlist entry ``allowlist_entry`` of the manifest). ``example`` is its first sample,
+    at least ``contamination_common_samples``), ``template`` (since format 4: found with a
+    word changed in ``training_samples`` samples, at least ``contamination_template_samples``;
+    those matches are set aside) or ``allowlist`` (every match lies within allowlist entry
+    ``allowlist_entry`` of the manifest). ``example`` is its first sample set aside,
     ``training_text`` the text matched there."""
 
     eval: EvalRef
     field: Field_
-    reason: Literal["common", "allowlist"]
+    reason: Literal["common", "template", "allowlist"]
     training_samples: int = Field(ge=1)
     allowlist_entry: int | None = Field(ge=0)
     example: TrainingRef

@@ -282,7 +282,8 @@ class ContaminationResult(FolderResult):
                 f"{c['items_checked']:,} eval items leaked ({c['items_skipped_short']:,} "
                 f"numbers alone, not items) into {c['training_samples_contaminated']:,} of "
                 f"{count(c['training_samples'], 'training sample')}; {count(c['pairs'], 'pair')}; "
-                f"{count(c['items_set_aside'], 'item')} set aside as common or allowlisted")
+                f"{count(c['items_set_aside'], 'item')} set aside as common, template or "
+                f"allowlisted")
 
 
 @dataclass(frozen=True)
@@ -379,9 +380,11 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
                                      items[p.item].text[start:end],
                                      p.common == (n_words[p.item] if p.method == "exact" else
                                                   state.item_start[p.item + 1] -
-                                                  state.item_start[p.item]))
+                                                  state.item_start[p.item]),
+                                     state.short_numbers[p.item] is not None)
                              for p, (start, end) in zip(pairs, item_spans, strict=True)],
-                            allow, config.contamination_common_samples)
+                            allow, config.contamination_common_samples,
+                            config.contamination_template_samples)
     lines = report_pairs(config, items, [(pairs[k], item_spans[k]) for k in kept])
     aside_lines = [SetAsideLine.model_validate({
         "eval": EvalRef(**_ref_json(items[a.item].ref, False)), "field": items[a.item].field,

@@ -1,8 +1,10 @@
 """What is set aside from the matches (docs/contamination.md, "Common text and the
 allowlist"): an item whose matches all lie within public text the team expects (the
-allowlist), or an item found in so many training samples that it is text common in the pool
-itself (a licence header, a famous quote, a formula, a template line). Neither is reported as
-contamination; both are listed in ``set_aside.jsonl`` with their figures."""
+allowlist), an item found in so many training samples that it is text common in the pool
+itself (a licence header, a famous quote, a formula, a template line), or an item whose
+words, one of them changed, recur in several training samples (a line of a template: a
+changelog entry whose file name differs). None is reported as contamination; all are listed
+in ``set_aside.jsonl`` with their figures."""
 
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class Matched:
     sample: tuple[int, int]
     text: str
     whole: bool = True  # every shingle or word of the item matched
+    short: bool = False  # the item is found by its words (a line, which a template may hold)
 
 
 class Allowlist:
@@ -93,13 +96,18 @@ class Aside:
     first: int  # index of its first match
 
 
-def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int
-              ) -> tuple[list[int], list[Aside]]:
+def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int,
+              template_samples: int | None = None) -> tuple[list[int], list[Aside]]:
     """Split the matches (in report order) into those reported as contamination (their
     indexes) and those set aside, per item: allowlisted matches first, then, of the rest, the
     matches of an item found in at least ``common_samples`` training samples: all of them,
     or, when its whole copies alone are fewer, its partial matches only (the item is an
-    instance of a template common in the pool; a whole copy of it is still a leak)."""
+    instance of a template common in the pool; a whole copy of it is still a leak). Else,
+    with ``template_samples`` (report format 4), a short item (found by its words) whose
+    partial matches (a word changed, a shingle missing) are in at least ``template_samples``
+    training samples is a line of a template of the pool: those matches are set aside
+    (``template``), its whole copies are still contamination. A longer item's near copies
+    in a few documents are leaks, each edited, not the lines of a template."""
     by_item: dict[int, list[int]] = {}
     for k, m in enumerate(matches):
         by_item.setdefault(m.item, []).append(k)
@@ -113,8 +121,17 @@ def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int
                                listed[0][1], listed[0][0]))
         rest = [k for k, e in allowed if e is None]
         samples = {matches[k].sample for k in rest}
-        if not rest or len(samples) < common_samples:
-            kept.extend(rest)
+        if not rest:
+            continue
+        if len(samples) < common_samples:
+            partial = [k for k in rest if not matches[k].whole]
+            n_partial = len({matches[k].sample for k in partial})
+            if template_samples is None or n_partial < template_samples or \
+                    not matches[rest[0]].short:
+                kept.extend(rest)
+                continue
+            aside.append(Aside(item, "template", n_partial, None, partial[0]))
+            kept.extend(k for k in rest if matches[k].whole)
             continue
         whole = [k for k in rest if matches[k].whole]
         if len({matches[k].sample for k in whole}) >= common_samples:

@@ -20,11 +20,12 @@ from pydantic import ValidationError
 
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.kernels import EXTRA_HITS
-from near_dedup_core.contamination.probe import ANCHOR_ORDER
+from near_dedup_core.contamination.probe import ANCHOR_ORDER, fixed_words
 from near_dedup_core.contamination.report import (
     FORMAT,
     FORMAT_VERSION,
     NEW_IN_V2,
+    NEW_IN_V4,
     VERSIONS,
     Manifest,
     ManifestV1,
@@ -147,7 +148,8 @@ def _exact_problem(line: PairLine, version: int) -> str | None:
     """What is wrong with an exact match: in format 2, fewer than all its item's words but
     one; from format 3, words of the item (its ``item_text``) and of the span
     (``training_text``) that differ in place other than ``item_shingles −
-    common_shingles`` of them, or a number among them."""
+    common_shingles`` of them, or a number among them (from format 4, nor an identifier of
+    the item: `probe.fixed_words`)."""
     n, c = line.item_shingles, line.common_shingles
     if version == 2:
         return "an exact match holds every word of its item, or all but one" if c < n - 1 \
@@ -160,6 +162,8 @@ def _exact_problem(line: PairLine, version: int) -> str | None:
         return "an exact match differs from its item in item_shingles − common_shingles words"
     if any(a.isdigit() for a in differ):
         return "an exact match holds every number of its item"
+    if version >= 4 and fixed_words(" ".join(differ)):
+        return "an exact match holds every identifier of its item (letters and digits)"
     return None
 
 
@@ -187,11 +191,12 @@ def _read_manifest(path: Path, label: str) -> tuple[dict, ManifestV1, NearDedupC
     except ValidationError as exc:
         raise NearDedupError(f"{label}: manifest.json: config: {problem(exc)}") from None
     complete = config.model_dump(mode="json")
-    if version == 1:
-        if any(key in manifest.config for key in NEW_IN_V2):
-            raise NearDedupError(f"{label}: manifest.json: config of a format 1 report holds "
-                                 f"keys of format 2")
-        complete = {k: v for k, v in complete.items() if k not in NEW_IN_V2}
+    for since, keys in ((2, NEW_IN_V2), (4, NEW_IN_V4)):
+        if version < since:
+            if any(key in manifest.config for key in keys):
+                raise NearDedupError(f"{label}: manifest.json: config of a format {version} "
+                                     f"report holds keys of format {since}")
+            complete = {k: v for k, v in complete.items() if k not in keys}
     if complete != manifest.config:
         raise NearDedupError(f"{label}: manifest.json: config is not complete (every key of "
                              f"the config, as the writer records it)")
@@ -316,7 +321,8 @@ def _set_aside(path: Path, label: str, manifest: ManifestV1, evals: dict[str, in
     """The lines of ``set_aside.jsonl``, each checked against the manifest."""
     assert isinstance(manifest, Manifest)
     out = []
-    threshold = manifest.config["contamination_common_samples"]
+    least = {"common": manifest.config["contamination_common_samples"],
+             "template": manifest.config.get("contamination_template_samples")}
     for n, row in iter_json_objects(path, "set_aside.jsonl", label):
         try:
             line = SetAsideLine.model_validate(row)
@@ -332,9 +338,11 @@ def _set_aside(path: Path, label: str, manifest: ManifestV1, evals: dict[str, in
         elif line.allowlist_entry is not None and line.allowlist_entry >= len(
                 manifest.allowlist):
             bad = f"allowlist_entry {line.allowlist_entry} is not in manifest.json's allowlist"
-        elif line.reason == "common" and line.training_samples < int(threshold):  # type: ignore[call-overload]
+        elif line.reason == "template" and manifest.format_version < 4:
+            bad = f"reason template is not one of a format {manifest.format_version} report"
+        elif line.reason in least and line.training_samples < int(least[line.reason]):  # type: ignore[call-overload]
             bad = (f"training_samples {line.training_samples} is below "
-                   f"contamination_common_samples {threshold}")
+                   f"contamination_{line.reason}_samples {least[line.reason]}")
         if bad is not None:
             raise NearDedupError(f"{label}: set_aside.jsonl:{n}: {bad}")
         out.append(line)
