@@ -31,6 +31,7 @@ from near_dedup_core.compare import content_id, cpt_scope
 from near_dedup_core.history import find as find_module
 from near_dedup_core.ingest import run as ingest_run
 from near_dedup_core.normalize import normalize
+from near_dedup_core.scan import verify as verify_stage
 
 TOKENIZER = {"name": "qwen2-tok", "revision": "r3"}
 OTHER = {"name": "other-tok", "revision": "r1"}
@@ -168,10 +169,12 @@ QUERY_SETS = {
 def test_the_same_bytes_everywhere(built, name, workers, monkeypatch):
     """The same answer, byte for byte, on every backend and with any number of workers
     (the table too); with two, the queries are signed one per chunk, shared by the main
-    process and a local pool, which verifies one pair per task."""
+    process and a local pool, which verifies chunks of one pair (up to four, to keep a
+    connected component of the pairs whole)."""
     if workers > 1:
         monkeypatch.setattr(find_module, "POOL_RECORDS", 0)
-        monkeypatch.setattr(find_module, "FIND_CHUNK", 1)
+        monkeypatch.setattr(verify_stage, "VERIFY_CHUNK", 1)
+        monkeypatch.setattr(verify_stage, "MIN_VERIFY_CHUNK", 1)
         monkeypatch.setattr(find_module, "SIGN_CHUNK", 1)
     location, folder, _, (_, b, _), q1, lines = built
     args = QUERY_SETS[name](q1.relative_to(folder), lines.relative_to(folder), b)

@@ -51,6 +51,7 @@ from near_dedup_core.history.verify import WORKER_MODULES, PairResult, verify_qu
 from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress
 from near_dedup_core.scan.candidates import band_key_hits, filter_pairs, min_agreement
+from near_dedup_core.scan.verify import component_chunks, costliest_first
 from near_dedup_core.signature import band_keys
 from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
@@ -58,8 +59,6 @@ from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
 if TYPE_CHECKING:  # the mixtures' formats are read only when `--mixtures` is given
     from near_dedup_core.history.mixtures import ShippedMixtures
 
-#: pairs per verify task
-FIND_CHUNK = 4_000
 #: query texts per signing chunk: small enough that the main process, which shares the
 #: chunks with the workers, finishes its last one soon after theirs, and does not build the
 #: normalization table for one (`normalize.TABLE_MIN_CHARS` of non-ASCII text)
@@ -369,11 +368,19 @@ def _candidates(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
 def _verify(snap: db.Snapshot, pairs: np.ndarray, signed: _Signed, queries: list[Query],
             domains: dict[int, frozenset[str]] | None, config: NearDedupConfig, ex: Executor,
             running: Executors) -> dict[tuple[int, int], PairResult]:
-    """(query number, content) -> the verified pairs at or above the threshold."""
+    """(query number, content) -> the verified pairs at or above the threshold. The pairs
+    go to the tasks in the scan's chunks (`scan.verify.component_chunks`, costliest first),
+    each query a node of its own: a connected component of the pairs is kept whole (up to
+    the chunk's limit), so that a task reads, hashes and reads the guard's sequences of
+    each content's text, and each query's, about once however many pairs it is in."""
     params = WorkerParams.of(config)
     futures: list[tuple[np.ndarray, Future]] = []
-    for start in range(0, len(pairs), FIND_CHUNK):
-        chunk = pairs[start:start + FIND_CHUNK]
+    span = int(pairs[:, 1].max()) + 1 if len(pairs) else 0
+    nodes = np.stack([pairs[:, 0] + span, pairs[:, 1]], axis=1)
+    # a content's size is not at hand: its query's stands for it (as in the scan's history)
+    sizes = np.repeat(np.maximum(signed.sizes[pairs[:, 0]], 1), 2).reshape(-1, 2)
+    for part in costliest_first(component_chunks(nodes, running.workers), nodes, sizes):
+        chunk = pairs[part]
         local, dense = np.unique(chunk[:, 0], return_inverse=True)
         args = np.stack([dense.reshape(-1), chunk[:, 1]], axis=1)
         source: str | db.TextReader | db.ShippedTexts
