@@ -349,6 +349,28 @@ def test_the_benchmark_runs(backend, tmp_path):
 
 # the benchmark's index is a SQLite file
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
+def test_the_benchmark_compares_two_checkouts(backend, tmp_path):
+    """`bench.find --a CHECKOUT` runs that checkout's `index find` too, in turns with this
+    code's find and the scan (here the same code on both sides, whose answers agree); each
+    round records the command's own CPU beside its process tree's."""
+    samples = REPO / "samples" / "cpt"
+    work = tmp_path / "find"
+    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
+                          "2", "--workers", "1", "--pool", samples / "2026-11-25" / "cpt-v1",
+                          "--day", samples / "2026-11-26" / "cpt-v2", "--work", work,
+                          "--a", REPO],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((work / "find.json").read_text(encoding="utf-8"))
+    assert [len(result["rounds"][c]) for c in ("find_a", "find", "scan")] == [2, 2, 2]
+    assert result["find_a_over_scan_cpu"] > 0 and result["find_over_find_a_cpu"] > 0
+    assert all(0 < r["main_cpu_s"] <= r["cpu_s"] for rs in result["rounds"].values()
+               for r in rs)
+
+
+# the benchmark's index is a SQLite file
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_the_benchmark_copies_a_history_index(backend, tmp_path):
     """`bench.find --history` copies an index of the pool instead of indexing ``--pool``:
     the copy holds the history's package and the queries' batch, the index given is left as
