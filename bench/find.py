@@ -17,11 +17,20 @@ copied instead of indexing the pool again) and queries from ``day-1m``::
         --day bench/out/pkg/day-1m --history bench/out/find1m/pool-1m.sqlite \
         --work bench/out/find1m
 
+With ``--a CHECKOUT`` (another checkout of this repository, the code before a change, say),
+each round also runs `index find` with that code (its working directory and ``PYTHONPATH``),
+the three commands in turns (A, this code's find, scan; reversed every other round); the
+answers of both must be byte-identical (the run stops otherwise), and the result adds the
+ratios of A's find to the scan and of this find to A's. Each round records the CPU of the
+command's own process (``main_cpu_s``, as ``/usr/bin/time`` counts it: not its worker
+pool's, whose forkserver it does not wait for) beside that of its process tree.
+
 (``tests/test_find.py`` runs it on the sample packages, ``--pool`` and ``--day``.)"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import sys
@@ -94,21 +103,32 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--history", type=Path,
                    help="a SQLite index of --pool alone, copied instead of indexing the pool")
     p.add_argument("--work", type=Path, default=WORK, help="where to write (bench/out/find)")
+    p.add_argument("--a", type=Path,
+                   help="another checkout whose `index find` runs too, in turns (module doc)")
     args = p.parse_args(argv)
     work = args.work
     index, package, lines = _prepare(work, args.queries, args.workers, args.pool, args.day,
                                      args.history)
     cli = [sys.executable, "-m", "near_dedup_core", "--quiet", "--index", str(index)]
     workers = ["--workers", str(args.workers)]
-    rounds: dict[str, list[dict]] = {"find": [], "scan": []}
+    names = ("find_a", "find", "scan") if args.a is not None else ("find", "scan")
+    rounds: dict[str, list[dict]] = {name: [] for name in names}
     answers = work / "answers.jsonl"
+    first: str | None = None  # the answers of the run's first find
     for k in range(args.rounds):
-        order = ("find", "scan") if k % 2 == 0 else ("scan", "find")
+        order = names if k % 2 == 0 else names[::-1]
         for name in order:
             read_through(index, package, lines)
-            if name == "find":
-                m = run([*cli, "index", "find", "--jsonl", str(lines), "--json", *workers],
-                        work / "find.log")
+            if name.startswith("find"):
+                code = (args.a if name == "find_a" else Path(__file__).parent.parent).resolve()
+                m = run([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
+                         str(index.resolve()), "index", "find", "--jsonl",
+                         str(lines.resolve()), "--json", *workers], work / f"{name}.log",
+                        cwd=code, env={**os.environ, "PYTHONPATH": str(code)})
+                first = first or m.stdout
+                if m.returncode == 0 and m.stdout != first:
+                    raise SystemExit(f"bench.find: the answers of {args.a} and of this code "
+                                     f"differ")
                 answers.write_text(m.stdout + "\n", encoding="utf-8")
             else:
                 report = work / "report"
@@ -119,6 +139,7 @@ def main(argv: list[str] | None = None) -> None:
                 raise SystemExit(f"bench.find: {name} exited {m.returncode}, see "
                                  f"{work / (name + '.log')}")
             rounds[name].append({"wall_s": round(m.wall_s, 2), "cpu_s": round(m.cpu_s, 2),
+                                 "main_cpu_s": round(m.user_s + m.sys_s, 2),
                                  "peak_tree_rss_mib": round(m.peak_tree_rss_mib)})
             print(f"round {k + 1} {name}: {rounds[name][-1]}", file=sys.stderr)
     found = [orjson.loads(line) for line in answers.read_text(encoding="utf-8").splitlines()
@@ -127,7 +148,7 @@ def main(argv: list[str] | None = None) -> None:
     with_history = sum(1 for a in found if any(
         s["batch"] == 1 for m in a["matches"] for s in m["sources"]))
     median = {name: {key: round(statistics.median(r[key] for r in rs), 2)
-                     for key in ("wall_s", "cpu_s")}
+                     for key in ("wall_s", "cpu_s", "main_cpu_s")}
               for name, rs in rounds.items()}
     result = {"when": wall_clock(), **code_version(Path(".")), "queries": args.queries,
               "index": str(index),
@@ -135,6 +156,12 @@ def main(argv: list[str] | None = None) -> None:
               "near_matches": near, "queries_with_a_history_match": with_history,
               "find_over_scan_wall": round(median["find"]["wall_s"] / median["scan"]["wall_s"], 3),
               "find_over_scan_cpu": round(median["find"]["cpu_s"] / median["scan"]["cpu_s"], 3)}
+    if args.a is not None:
+        result["a"] = str(args.a)
+        for key in ("wall", "cpu"):
+            a_find = median["find_a"][f"{key}_s"]
+            result[f"find_a_over_scan_{key}"] = round(a_find / median["scan"][f"{key}_s"], 3)
+            result[f"find_over_find_a_{key}"] = round(median["find"][f"{key}_s"] / a_find, 3)
     (work / "find.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(orjson.dumps(result, option=orjson.OPT_INDENT_2).decode())
 

@@ -31,6 +31,7 @@ from near_dedup_core.compare import content_id, cpt_scope
 from near_dedup_core.history import find as find_module
 from near_dedup_core.ingest import run as ingest_run
 from near_dedup_core.normalize import normalize
+from near_dedup_core.scan import verify as verify_stage
 
 TOKENIZER = {"name": "qwen2-tok", "revision": "r3"}
 OTHER = {"name": "other-tok", "revision": "r1"}
@@ -168,10 +169,12 @@ QUERY_SETS = {
 def test_the_same_bytes_everywhere(built, name, workers, monkeypatch):
     """The same answer, byte for byte, on every backend and with any number of workers
     (the table too); with two, the queries are signed one per chunk, shared by the main
-    process and a local pool, which verifies one pair per task."""
+    process and a local pool, which verifies chunks of one pair (up to four, to keep a
+    connected component of the pairs whole)."""
     if workers > 1:
         monkeypatch.setattr(find_module, "POOL_RECORDS", 0)
-        monkeypatch.setattr(find_module, "FIND_CHUNK", 1)
+        monkeypatch.setattr(verify_stage, "VERIFY_CHUNK", 1)
+        monkeypatch.setattr(verify_stage, "MIN_VERIFY_CHUNK", 1)
         monkeypatch.setattr(find_module, "SIGN_CHUNK", 1)
     location, folder, _, (_, b, _), q1, lines = built
     args = QUERY_SETS[name](q1.relative_to(folder), lines.relative_to(folder), b)
@@ -342,6 +345,28 @@ def test_the_benchmark_runs(backend, tmp_path):
     assert [len(result["rounds"][c]) for c in ("find", "scan")] == [2, 2]
     assert result["queries"] == 20 and result["find_over_scan_cpu"] > 0
     assert result["queries_with_a_history_match"] > 0  # cpt-v2 repeats cpt-v1's texts
+
+
+# the benchmark's index is a SQLite file
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
+def test_the_benchmark_compares_two_checkouts(backend, tmp_path):
+    """`bench.find --a CHECKOUT` runs that checkout's `index find` too, in turns with this
+    code's find and the scan (here the same code on both sides, whose answers agree); each
+    round records the command's own CPU beside its process tree's."""
+    samples = REPO / "samples" / "cpt"
+    work = tmp_path / "find"
+    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
+                          "2", "--workers", "1", "--pool", samples / "2026-11-25" / "cpt-v1",
+                          "--day", samples / "2026-11-26" / "cpt-v2", "--work", work,
+                          "--a", REPO],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+    result = json.loads((work / "find.json").read_text(encoding="utf-8"))
+    assert [len(result["rounds"][c]) for c in ("find_a", "find", "scan")] == [2, 2, 2]
+    assert result["find_a_over_scan_cpu"] > 0 and result["find_over_find_a_cpu"] > 0
+    assert all(0 < r["main_cpu_s"] <= r["cpu_s"] for rs in result["rounds"].values()
+               for r in rs)
 
 
 # the benchmark's index is a SQLite file

@@ -653,7 +653,7 @@ def test_verify_chunks_shrink_towards_the_end():
     def sizes(m: int, workers: int) -> list[int]:
         first = np.arange(m, dtype=np.int64) % 10_000 * 2
         pairs = np.stack([first, first + 1], axis=1)
-        out = verify_stage._local_chunks(pairs, workers)
+        out = verify_stage.component_chunks(pairs, workers)
         assert np.array_equal(np.sort(np.concatenate(out)), np.arange(m))
         owner = {}  # component (its first content) -> chunk
         for k, c in enumerate(out):

@@ -51,6 +51,7 @@ from near_dedup_core.history.verify import WORKER_MODULES, PairResult, verify_qu
 from near_dedup_core.params import WorkerParams
 from near_dedup_core.progress import Progress
 from near_dedup_core.scan.candidates import band_key_hits, filter_pairs, min_agreement
+from near_dedup_core.scan.verify import component_chunks, costliest_first
 from near_dedup_core.signature import band_keys
 from near_dedup_core.wording import count
 from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
@@ -58,8 +59,6 @@ from near_dedup_core.workers import POOL_RECORDS, Executors, choose_executor
 if TYPE_CHECKING:  # the mixtures' formats are read only when `--mixtures` is given
     from near_dedup_core.history.mixtures import ShippedMixtures
 
-#: pairs per verify task
-FIND_CHUNK = 4_000
 #: query texts per signing chunk: small enough that the main process, which shares the
 #: chunks with the workers, finishes its last one soon after theirs, and does not build the
 #: normalization table for one (`normalize.TABLE_MIN_CHARS` of non-ASCII text)
@@ -110,7 +109,9 @@ class _Signed:
     not hold), their lengths in code points and, for those of at least ``min_chars``
     (``long``), their signatures (stored values), shingle-set sizes and band keys (``keys``,
     one row per text of ``long``), as `index` computes them (`history.sign`), `SIGN_CHUNK`
-    texts at a time.
+    texts at a time. A query whose raw text the index holds has its content's row id and
+    scope (``content``, ``scope``; -1 for the others) and its text only where it is needed
+    (`read_texts`): a verify task reads it from the index, as it reads the contents'.
 
     On a local pool the main process and the workers share the chunks: a thread per worker
     hands chunks from the end of the list to the pool, while the main process, once it has
@@ -125,6 +126,8 @@ class _Signed:
         self.present = np.zeros(n, dtype=bool)
         self.utf8: list[bytes] = [b""] * n
         self.chars = np.zeros(n, dtype=np.int64)
+        self.content = np.full(n, -1, dtype=np.int64)
+        self.scope = np.full(n, -1, dtype=np.int64)
         self.sigs = np.zeros((n, config.num_perm), dtype=np.uint16)
         self.sizes = np.zeros(n, dtype=np.int64)
         self._keys = np.zeros((n, config.bands), dtype=np.int64)
@@ -178,24 +181,41 @@ class _Signed:
 
     def put_indexed(self, snap: db.Snapshot, known: dict[int, int]) -> None:
         """The queries of ``known`` (query number -> the content its raw text was indexed
-        as, `_indexed`) as the index holds them: their normalized texts, signatures and
-        shingle-set sizes read, as a scan reads its pool's, not computed."""
+        as, `_indexed`) as the index holds them: their contents, scopes, text lengths,
+        signatures and shingle-set sizes read, as a scan reads its pool's, not computed; not
+        their texts (`read_texts`)."""
         if not known:
             return
         ids = sorted(set(known.values()))
         columns = snap.content_columns(np.asarray(ids, dtype=np.int64))
-        texts = snap.texts(ids)
         at = {c: k for k, c in enumerate(columns.rowid.tolist())}
         rows = list(known)
         k = np.asarray([at[known[n]] for n in rows], dtype=np.int64)
-        norm = [texts[known[n]] for n in rows]
         signed = columns.has_signature[k]
         sigs = np.zeros((len(rows), self.config.num_perm), dtype=np.uint16)
         sigs[signed] = columns.signatures[k[signed]]
-        sizes = np.where(signed, columns.shingles[k], 0)
-        chars = np.fromiter(map(len, norm), dtype=np.int64, count=len(norm))
-        self._put(rows, SignedTexts([t.encode() for t in norm], chars, sigs, sizes,
-                                    band_keys(sigs, self.config.bands, self.config.rows)))
+        self.present[rows] = True
+        self.content[rows] = columns.rowid[k]
+        self.scope[rows] = columns.scope[k]
+        self.chars[rows] = columns.norm_chars[k]
+        self.sigs[rows] = sigs
+        self.sizes[rows] = np.where(signed, columns.shingles[k], 0)
+        self._keys[rows] = band_keys(sigs, self.config.bands, self.config.rows)
+
+    def read_texts(self, snap: db.Snapshot, rows: list[int]) -> None:
+        """The normalized texts of the queries ``rows`` that `put_indexed` left unread."""
+        rows = [n for n in rows if self.content[n] >= 0 and not self.utf8[n]]
+        if not rows:
+            return
+        texts = snap.texts(sorted({int(self.content[n]) for n in rows}))
+        for n in rows:
+            self.utf8[n] = texts[int(self.content[n])].encode()
+
+    def task_query(self, n: int) -> bytes | int:
+        """What a verify task is given of query ``n``: its content's row id, whose text
+        the task reads, or its normalized text (`history.verify.verify_queries`)."""
+        c = int(self.content[n])
+        return c if c >= 0 else self.utf8[n]
 
     def finish(self, rows: list[int], texts: list[str]) -> _Signed:
         """Sign the chunks left, and ``texts`` (those of the queries ``rows``, normalized
@@ -321,18 +341,22 @@ def _indexed(index: db.Index, snap: db.Snapshot, queries: list[Query], rows: lis
 def _exact(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
            scope_keys: dict[int, str]) -> dict[int, set[int]]:
     """Query number -> the contents that are its text (its content id in one of its
-    scopes)."""
-    hashes = {s: scope_hash(scope_keys[s]) for s in {s for ss in scopes for s in ss}}
+    scopes): in its own content's scope, an indexed query's is that content; the others
+    are looked up by the content id of its text."""
+    out: dict[int, set[int]] = defaultdict(set)
+    other = [[s for s in ss if s != signed.scope[n]] if signed.present[n] else []
+             for n, ss in enumerate(scopes)]
+    signed.read_texts(snap, [n for n, ss in enumerate(other) if ss])
+    hashes = {s: scope_hash(scope_keys[s]) for s in {s for ss in other for s in ss}}
     wanted: dict[bytes, list[int]] = defaultdict(list)
-    for n, (utf8, ss) in enumerate(zip(signed.utf8, scopes, strict=True)):
-        if not signed.present[n]:
-            continue
+    for n, ss in enumerate(other):
+        if signed.content[n] >= 0 and len(ss) < len(scopes[n]):
+            out[n].add(int(signed.content[n]))
         for s in ss:
             h = hashes[s].copy()
-            h.update(utf8)
+            h.update(signed.utf8[n])
             wanted[h.digest()[:16]].append(n)
     rows = snap.content_rows(list(wanted))
-    out: dict[int, set[int]] = defaultdict(set)
     for cid, row in rows.items():
         for n in wanted[cid]:
             out[n].add(row)
@@ -369,27 +393,35 @@ def _candidates(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
 def _verify(snap: db.Snapshot, pairs: np.ndarray, signed: _Signed, queries: list[Query],
             domains: dict[int, frozenset[str]] | None, config: NearDedupConfig, ex: Executor,
             running: Executors) -> dict[tuple[int, int], PairResult]:
-    """(query number, content) -> the verified pairs at or above the threshold."""
+    """(query number, content) -> the verified pairs at or above the threshold. The pairs
+    go to the tasks in the scan's chunks (`scan.verify.component_chunks`, costliest first),
+    each query a node of its own: a connected component of the pairs is kept whole (up to
+    the chunk's limit), so that a task reads, hashes and reads the guard's sequences of
+    each content's text, and each query's, about once however many pairs it is in."""
     params = WorkerParams.of(config)
     futures: list[tuple[np.ndarray, Future]] = []
-    for start in range(0, len(pairs), FIND_CHUNK):
-        chunk = pairs[start:start + FIND_CHUNK]
+    span = int(pairs[:, 1].max()) + 1 if len(pairs) else 0
+    nodes = np.stack([pairs[:, 0] + span, pairs[:, 1]], axis=1)
+    # a content's size is not at hand: its query's stands for it (as in the scan's history)
+    sizes = np.repeat(np.maximum(signed.sizes[pairs[:, 0]], 1), 2).reshape(-1, 2)
+    for part in costliest_first(component_chunks(nodes, running.workers), nodes, sizes):
+        chunk = pairs[part]
         local, dense = np.unique(chunk[:, 0], return_inverse=True)
         args = np.stack([dense.reshape(-1), chunk[:, 1]], axis=1)
+        given = [signed.task_query(i) for i in local.tolist()]
         source: str | db.TextReader | db.ShippedTexts
         if running.in_process:
             source = snap
         elif running.workers_read_index:
             source = snap.location
         else:
-            source = snap.shipped(np.unique(chunk[:, 1]).tolist())
+            source = snap.shipped(sorted({*chunk[:, 1].tolist(),
+                                          *(q for q in given if isinstance(q, int))}))
         doms = None if domains is None else [
             domains.get(int(c), frozenset()) | frozenset(
                 [d] if (d := queries[int(q)].domain) else [])
             for q, c in chunk.tolist()]
-        futures.append((chunk, ex.submit(verify_queries, source, params,
-                                         [signed.utf8[i] for i in local.tolist()], args,
-                                         doms)))
+        futures.append((chunk, ex.submit(verify_queries, source, params, given, args, doms)))
     out = {}
     for chunk, future in futures:
         for r in future.result():

@@ -16,7 +16,7 @@ import orjson
 from near_dedup_core.compare import compared_text, sft_scope
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.package import load_package
-from near_dedup_core.package.records import LineProblem, parse_line
+from near_dedup_core.package.records import LineProblem, check_object, parse_line
 from near_dedup_core.package.stream import SampleIsRef, read_samples
 from near_dedup_core.storage import Location
 
@@ -75,8 +75,9 @@ def jsonl_queries(path: Path) -> list[Query]:
         except orjson.JSONDecodeError:
             obj = None
         kind = "sft" if isinstance(obj, dict) and "messages" in obj else "cpt"
-        try:
-            data, sample_id, ref = parse_line(raw, kind)
+        try:  # a line is parsed once (its JSON problem is `parse_line`'s)
+            data, sample_id, ref = parse_line(raw, kind) if obj is None else \
+                check_object(obj, kind)
         except LineProblem as exc:
             raise NearDedupError(f"{path}:{n}: {exc}") from None
         if ref is not None:

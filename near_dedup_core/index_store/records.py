@@ -26,7 +26,7 @@ class ContentColumns(NamedTuple):
     """Content rows as columns, by ascending row id: what a scan needs of a million contents
     without one record per row. Where a content has no signature (a text under
     ``min_chars``), ``has_signature`` is False, ``shingles`` is -1 and its ``signatures`` row
-    is zero."""
+    is zero. ``norm_chars``: the length of each normalized text in code points."""
 
     rowid: np.ndarray  # int64
     content_id: list[bytes]
@@ -35,6 +35,7 @@ class ContentColumns(NamedTuple):
     shingles: np.ndarray  # int64
     signatures: np.ndarray  # (contents, num_perm) uint16
     has_signature: np.ndarray  # bool
+    norm_chars: np.ndarray  # int64
 
 
 class IndexCounts(NamedTuple):

@@ -127,6 +127,11 @@ def parse_line(raw: bytes | memoryview, kind: str) -> tuple[dict, str, tuple[str
         data = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise _json_problem(raw, exc) from None
+    return check_object(data, kind)
+
+
+def check_object(data: object, kind: str) -> tuple[dict, str, tuple[str, str] | None]:
+    """`parse_line`'s checks of a line already parsed as JSON."""
     if type(data) is not dict:
         raise LineProblem("line is not a JSON object")
     sample_id = data.get("id")

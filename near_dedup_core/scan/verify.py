@@ -33,7 +33,7 @@ from near_dedup_core.workers import Executors, parallelism
 #: pairs per work chunk (a connected component is kept whole up to four times this)
 VERIFY_CHUNK = 20_000
 #: Once fewer pairs remain than ``CHUNKS_PER_WORKER × workers × VERIFY_CHUNK``, chunks
-#: shrink to that share of the rest, down to this many pairs (see `_local_chunks`).
+#: shrink to that share of the rest, down to this many pairs (see `component_chunks`).
 MIN_VERIFY_CHUNK = 2_000
 CHUNKS_PER_WORKER = 8
 #: A chunk's cost relative to its distinct texts' sizes, per unit of its pairs' mean text
@@ -114,7 +114,7 @@ def warm_up() -> None:
     verify_pairs(texts, WorkerParams.of(NearDedupConfig()), pairs, None)
 
 
-def _local_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarray]:
+def component_chunks(content_pairs: np.ndarray, workers: int = 1) -> list[np.ndarray]:
     """Pair indexes cut into work chunks that keep connected components together, so each
     worker computes a content's shingle set about once (chunks of a giant component are cut
     by size): a chunk ends at the first component boundary once it holds ``size`` pairs, or
@@ -241,7 +241,7 @@ class VerifyJob:
         content_pairs = content_pairs.astype(np.int64)
         # costliest first, so that the last chunks to run are short ones (the matches are
         # sorted when collected: the order of the chunks does not change the report)
-        chunks = costliest_first(_local_chunks(content_pairs, self._workers), content_pairs,
+        chunks = costliest_first(component_chunks(content_pairs, self._workers), content_pairs,
                                  sizes)
         args = [content_pairs[c] for c in chunks]
         futures: deque[Future] = deque()

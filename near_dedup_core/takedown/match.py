@@ -244,7 +244,8 @@ class _TextColumns:
         self.contents = db.ContentColumns(
             rowid=np.arange(n, dtype=np.int64), content_id=[b""] * n,
             scope=np.zeros(n, dtype=np.int64), batch=np.zeros(n, dtype=np.int64),
-            shingles=np.zeros(n, dtype=np.int64), signatures=signatures, has_signature=has)
+            shingles=np.zeros(n, dtype=np.int64), signatures=signatures, has_signature=has,
+            norm_chars=np.fromiter(map(len, norms), dtype=np.int64, count=n))
 
     def texts(self, ids: list[int]) -> dict[int, str]:
         return {i: self.norms[i] for i in ids}

@@ -686,12 +686,13 @@ class IcebergSnapshot:
         if len(found):
             signatures[has_signature] = binary_values(found).view(np.uint16).reshape(
                 len(found), -1)
+        norm_chars = t.column("norm_chars").to_numpy(zero_copy_only=False).astype(np.int64)
         long = np.zeros(n, dtype=bool)
         if self._min_chars is not None and n:
-            long = t.column("norm_chars").to_numpy() >= self._min_chars
+            long = norm_chars >= self._min_chars
         self._check_columns(scope, has_signature, long)
         return ContentColumns(ids, [bytes(c) for c in t.column("content_id").to_pylist()],
-                              scope, batch, shingles, signatures, has_signature)
+                              scope, batch, shingles, signatures, has_signature, norm_chars)
 
     def _check_columns(self, scope: np.ndarray, has_signature: np.ndarray,
                        long: np.ndarray) -> None:

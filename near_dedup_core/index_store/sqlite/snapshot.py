@@ -357,7 +357,7 @@ class IndexSnapshot(IndexTexts):
         shingles = np.full(n, -1, dtype=np.int64)
         has_signature = np.zeros(n, dtype=bool)
         signatures: np.ndarray | None = None
-        long = np.zeros(n, dtype=bool)  # norm_chars >= min_chars
+        norm_chars = np.zeros(n, dtype=np.int64)
         columns = ("SELECT content_id, scope, batch, shingles, signature, norm_chars "
                    "FROM contents WHERE")
         for i in range(0, n, SQL_IN):
@@ -373,8 +373,7 @@ class IndexSnapshot(IndexTexts):
             cid, sc, bt, sh, sig, chars = zip(*rows, strict=True)
             content_id.extend(cid)
             end = i + len(part)
-            if self._min_chars is not None:
-                long[i:end] = np.asarray(chars, dtype=np.int64) >= self._min_chars
+            norm_chars[i:end] = chars
             scope[i:end] = sc
             batch[i:end] = bt
             shingles[i:end] = [-1 if x is None else x for x in sh]
@@ -393,9 +392,11 @@ class IndexSnapshot(IndexTexts):
                 b"".join(found), dtype=np.uint16).reshape(len(found), width // 2)
         if signatures is None:
             signatures = np.zeros((n, (width or 2) // 2), dtype=np.uint16)
+        long = norm_chars >= self._min_chars if self._min_chars is not None else \
+            np.zeros(n, dtype=bool)
         self._check_columns(scope, has_signature, long)
         return ContentColumns(ids, [bytes(c) for c in content_id], scope, batch, shingles,
-                              signatures, has_signature)
+                              signatures, has_signature, norm_chars)
 
     def _check_columns(self, scope: np.ndarray, has_signature: np.ndarray,
                        long: np.ndarray) -> None:
