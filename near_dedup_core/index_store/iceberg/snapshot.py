@@ -687,9 +687,8 @@ class IcebergSnapshot:
             signatures[has_signature] = binary_values(found).view(np.uint16).reshape(
                 len(found), -1)
         norm_chars = t.column("norm_chars").to_numpy(zero_copy_only=False).astype(np.int64)
-        long = np.zeros(n, dtype=bool)
-        if self._min_chars is not None and n:
-            long = norm_chars >= self._min_chars
+        long = (norm_chars >= self._min_chars if self._min_chars is not None and n
+                else np.zeros(n, dtype=bool))
         self._check_columns(scope, has_signature, long)
         return ContentColumns(ids, [bytes(c) for c in t.column("content_id").to_pylist()],
                               scope, batch, shingles, signatures, has_signature, norm_chars)
