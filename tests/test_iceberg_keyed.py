@@ -98,6 +98,14 @@ def test_keyed_files_of_several_bit_counts_find_what_a_dict_finds_reading_few_ro
     assert lookup.find([]) == {}
     with pytest.raises(ValueError, match="other than 16 bytes"):
         lookup.find([b"short"])
+    # the files stay open between lookups, at most as many as the process may keep: with
+    # room for three, the least recently probed are closed and the answers are the same
+    assert len(lookup._open) == len(lookup._footers) > 3
+    monkeypatch.setattr(keyed, "open_files_kept", lambda: 3)
+    few = KeyedFiles("test", files, "content_id", 16, ("id",), threads=2)
+    for _ in range(2):
+        assert few.find([*present, *absent]) == found
+        assert len(few._open) == 3
 
 
 

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import bisect
 import math
+import resource
+import threading
 import uuid
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -41,6 +44,13 @@ KEYED_GROUP_ROWS = it.ROW_GROUP_ROWS["content_keys"]
 CONTENT_ID_BYTES = 16
 #: Threads that read a content-id lookup's files (local folder).
 LOOKUP_THREADS = 2
+
+
+def open_files_kept() -> int:
+    """The data files a lookup keeps open: a quarter of the process's limit of open files,
+    between 16 and 4,096."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 4))
 
 
 def bits_for(rows: int) -> int:
@@ -106,6 +116,10 @@ class KeyedFiles:
         self.values = values
         self.threads = max(1, threads)
         self._footers: dict[str, _Footer] = {}
+        #: the files kept open between lookups, least recently probed first
+        self._open: OrderedDict[str, Any] = OrderedDict()
+        self._open_lock = threading.Lock()
+        self._keep_open = open_files_kept()
         #: rows and row groups read so far (what a lookup costs: bench/, tests)
         self.rows_read = 0
         self.groups_read = 0
@@ -135,10 +149,32 @@ class KeyedFiles:
                 out.setdefault(k, []).append(row)
         return out
 
+    def _reader(self, path: str, meta: Any = None) -> Any:
+        """The file ``path`` opened (its pages checked), kept open for the next lookups: at
+        most `open_files_kept` files, the least recently probed closed first (a day's lookups
+        probe most files of the history once per block of records, and opening one costs
+        about as much as reading a row group of it)."""
+        with self._open_lock:
+            pf = self._open.get(path)
+            if pf is not None:
+                self._open.move_to_end(path)
+                return pf
+        if meta is None:
+            pf = datafiles.parquet_file(path)
+        else:
+            fs, at = datafiles.filesystem(path)
+            pf = pq.ParquetFile(at, filesystem=fs, metadata=meta,
+                                page_checksum_verification=True)
+        with self._open_lock:
+            self._open[path] = pf
+            while len(self._open) > self._keep_open:
+                self._open.popitem(last=False)
+        return pf
+
     def _footer(self, path: str) -> _Footer:
         found = self._footers.get(path)
         if found is None:
-            meta = datafiles.parquet_file(path).metadata
+            meta = self._reader(path).metadata
             column = meta.schema.names.index(self.key)
             mins, maxs = [], []
             for g in range(meta.num_row_groups):
@@ -162,10 +198,7 @@ class KeyedFiles:
                 groups.add(g)
         if not groups:
             return []
-        fs, at = datafiles.filesystem(f.path)
-        pf = pq.ParquetFile(at, filesystem=fs, metadata=footer.meta,
-                            page_checksum_verification=True)
-        t = pf.read_row_groups(sorted(groups), columns=[self.key, *self.values],
+        t = self._reader(f.path, footer.meta).read_row_groups(sorted(groups), columns=[self.key, *self.values],
                                use_threads=False)
         self.rows_read += t.num_rows
         self.groups_read += len(groups)
