@@ -198,7 +198,8 @@ class KeyedFiles:
                 groups.add(g)
         if not groups:
             return []
-        t = self._reader(f.path, footer.meta).read_row_groups(sorted(groups), columns=[self.key, *self.values],
+        pf = self._reader(f.path, footer.meta)
+        t = pf.read_row_groups(sorted(groups), columns=[self.key, *self.values],
                                use_threads=False)
         self.rows_read += t.num_rows
         self.groups_read += len(groups)
