@@ -328,6 +328,16 @@ def test_which_shipped_mixtures_held_each_source(built, backend, tmp_path):
              "--mixtures", deduped], f"mixture {deduped}", "does not match the sha256")
 
 
+def bench_find(*args: object) -> None:
+    """``python -m bench.find --queries 20 --workers 1 args…`` from the checkout; it must
+    succeed."""
+    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--workers",
+                          "1", *map(str, args)],
+                         cwd=REPO, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
 # the benchmark's index is a SQLite file
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_the_benchmark_runs(backend, tmp_path):
@@ -335,12 +345,8 @@ def test_the_benchmark_runs(backend, tmp_path):
     and the scan of the same texts, each round measured, and the answers counted."""
     samples = REPO / "samples" / "cpt"
     work = tmp_path / "find"
-    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
-                          "2", "--workers", "1", "--pool", samples / "2026-11-25" / "cpt-v1",
-                          "--day", samples / "2026-11-26" / "cpt-v2", "--work", work],
-                         cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert run.returncode == 0, run.stderr[-3000:]
+    bench_find("--rounds", 2, "--pool", samples / "2026-11-25" / "cpt-v1",
+               "--day", samples / "2026-11-26" / "cpt-v2", "--work", work)
     result = json.loads((work / "find.json").read_text(encoding="utf-8"))
     assert [len(result["rounds"][c]) for c in ("find", "scan")] == [2, 2]
     assert result["queries"] == 20 and result["find_over_scan_cpu"] > 0
@@ -355,13 +361,8 @@ def test_the_benchmark_compares_two_checkouts(backend, tmp_path):
     round records the command's own CPU beside its process tree's."""
     samples = REPO / "samples" / "cpt"
     work = tmp_path / "find"
-    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
-                          "2", "--workers", "1", "--pool", samples / "2026-11-25" / "cpt-v1",
-                          "--day", samples / "2026-11-26" / "cpt-v2", "--work", work,
-                          "--a", REPO],
-                         cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert run.returncode == 0, run.stderr[-3000:]
+    bench_find("--rounds", 2, "--pool", samples / "2026-11-25" / "cpt-v1",
+               "--day", samples / "2026-11-26" / "cpt-v2", "--work", work, "--a", REPO)
     result = json.loads((work / "find.json").read_text(encoding="utf-8"))
     assert [len(result["rounds"][c]) for c in ("find_a", "find", "scan")] == [2, 2, 2]
     assert result["find_a_over_scan_cpu"] > 0 and result["find_over_find_a_cpu"] > 0
@@ -384,13 +385,9 @@ def test_the_benchmark_copies_a_history_index(backend, tmp_path):
     assert code == 0, err
     before = history.read_bytes()
     work = tmp_path / "find"
-    run = subprocess.run([sys.executable, "-m", "bench.find", "--queries", "20", "--rounds",
-                          "1", "--workers", "1", "--pool", samples / "2026-11-27" / "cpt-v3",
-                          "--day", samples / "2026-11-26" / "cpt-v2", "--history", history,
-                          "--work", work],
-                         cwd=REPO, capture_output=True, text=True, timeout=600,
-                         env={**os.environ, "PYTHONPATH": str(REPO)})
-    assert run.returncode == 0, run.stderr[-3000:]
+    bench_find("--rounds", 1, "--pool", samples / "2026-11-27" / "cpt-v3",
+               "--day", samples / "2026-11-26" / "cpt-v2", "--history", history,
+               "--work", work)
     assert history.read_bytes() == before
     con = sqlite3.connect(work / "index-20.sqlite")
     try:
