@@ -12,16 +12,15 @@ grows with the index; nobody chooses it.
 A lookup (`KeyedFiles.find`) reads, in each file of the buckets its keys fall into, only the
 row groups (`KEYED_GROUP_ROWS` rows) whose hash range (the files' Parquet statistics) holds
 one of its keys: the rows read are at most (keys × rows of a row group), whatever the
-history holds. The files' footers are read once per lookup object."""
+history holds. Each file's row groups' key ranges are read once per lookup object; the files
+themselves stay open between lookups within a bounded memory (`KeyedFiles`)."""
 
 from __future__ import annotations
 
-import bisect
 import math
 import resource
 import threading
 import uuid
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -44,13 +43,6 @@ KEYED_GROUP_ROWS = it.ROW_GROUP_ROWS["content_keys"]
 CONTENT_ID_BYTES = 16
 #: Threads that read a content-id lookup's files (local folder).
 LOOKUP_THREADS = 2
-
-
-def open_files_kept() -> int:
-    """The data files a lookup keeps open: a quarter of the process's limit of open files,
-    between 16 and 4,096."""
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
-    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 4))
 
 
 def bits_for(rows: int) -> int:
@@ -97,15 +89,31 @@ def keyed_files(pinned: Any, table: str) -> list[KeyedFile]:
     return out
 
 
-class _Footer(NamedTuple):
-    meta: Any
-    mins: list[bytes]
-    maxs: list[bytes]
+#: Parquet column chunks whose footers a lookup keeps in memory with their open files: about
+#: 512 MiB (each chunk about 1 KiB as pyarrow holds it; a ``content_keys`` file of 192 row
+#: groups of 4 columns about 0.8 MiB, so every file of a 10^8-content history, 512 of them).
+#: A larger history has the files past it opened again by each lookup that probes them, about
+#: 1 ms each: memory bounded, at a cost in CPU (docs/iceberg.md, "Lookups").
+FOOTER_CHUNKS = 1 << 19
+
+
+def open_files_kept() -> int:
+    """The data files a lookup keeps open: a quarter of the process's limit of open files,
+    between 16 and 4,096."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return 4096 if soft == resource.RLIM_INFINITY else max(16, min(4096, soft // 4))
 
 
 class KeyedFiles:
     """Rows of a keyed table's files ``files``, looked up by their ``width``-byte ``key``
-    column; ``values`` are the int64 columns a lookup returns."""
+    column; ``values`` are the int64 columns a lookup returns.
+
+    Of each file probed it keeps the key range of every row group (``width`` bytes twice a
+    row group). The files themselves, footer and all, it keeps open between lookups only up
+    to `FOOTER_CHUNKS` column chunks and `open_files_kept` files, the first probed first;
+    the others are opened for each lookup that probes them and closed after it (a day's
+    lookups probe nearly every file each time, so a bounded least-recently-used set would
+    keep none of them): the memory a lookup holds does not grow with the history."""
 
     def __init__(self, label: str, files: list[KeyedFile], key: str, width: int,
                  values: tuple[str, ...], threads: int = 2) -> None:
@@ -115,9 +123,11 @@ class KeyedFiles:
         self.width = width
         self.values = values
         self.threads = max(1, threads)
-        self._footers: dict[str, _Footer] = {}
-        #: the files kept open between lookups, least recently probed first
-        self._open: OrderedDict[str, Any] = OrderedDict()
+        #: each probed file's row groups' key ranges (lowest, highest)
+        self._ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        #: the files kept open between lookups, and their footers' column chunks
+        self._open: dict[str, Any] = {}
+        self._open_chunks = 0
         self._open_lock = threading.Lock()
         self._keep_open = open_files_kept()
         #: rows and row groups read so far (what a lookup costs: bench/, tests)
@@ -149,33 +159,32 @@ class KeyedFiles:
                 out.setdefault(k, []).append(row)
         return out
 
-    def _reader(self, path: str, meta: Any = None) -> Any:
-        """The file ``path`` opened (its pages checked), kept open for the next lookups: at
-        most `open_files_kept` files, the least recently probed closed first (a day's lookups
-        probe most files of the history once per block of records, and opening one costs
-        about as much as reading a row group of it)."""
+    def _reader(self, path: str) -> Any:
+        """The file ``path`` opened (its pages checked): one kept open, or opened now and
+        kept if there is room (`FOOTER_CHUNKS`, `open_files_kept`)."""
         with self._open_lock:
             pf = self._open.get(path)
-            if pf is not None:
-                self._open.move_to_end(path)
-                return pf
-        if meta is None:
-            pf = datafiles.parquet_file(path)
-        else:
-            fs, at = datafiles.filesystem(path)
-            pf = pq.ParquetFile(at, filesystem=fs, metadata=meta,
-                                page_checksum_verification=True)
+        if pf is not None:
+            return pf
+        pf = datafiles.parquet_file(path)
+        meta = pf.metadata
+        chunks = meta.num_row_groups * meta.num_columns
         with self._open_lock:
-            self._open[path] = pf
-            while len(self._open) > self._keep_open:
-                self._open.popitem(last=False)
+            if (len(self._open) < self._keep_open
+                    and self._open_chunks + chunks <= FOOTER_CHUNKS):
+                self._open[path] = pf
+                self._open_chunks += chunks
         return pf
 
-    def _footer(self, path: str) -> _Footer:
-        found = self._footers.get(path)
+    def _key_ranges(self, path: str, pf: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The lowest and highest key of each row group of the file ``path`` (``pf``), as
+        ``width + 1``-byte strings (a row group without statistics: every key)."""
+        found = self._ranges.get(path)
         if found is None:
-            meta = self._reader(path).metadata
-            column = meta.schema.names.index(self.key)
+            meta = pf.metadata
+            # (the Arrow schema: each call of ``meta.schema`` left about 170 KB of the
+            # process's heap behind, 85 MB over the 512 files of a 10^8 history)
+            column = pf.schema_arrow.get_field_index(self.key)
             mins, maxs = [], []
             for g in range(meta.num_row_groups):
                 stats = meta.row_group(g).column(column).statistics
@@ -185,22 +194,22 @@ class KeyedFiles:
                 else:
                     mins.append(bytes(stats.min))
                     maxs.append(bytes(stats.max))
-            found = self._footers[path] = _Footer(meta, mins, maxs)
+            found = (np.array(mins, f"S{self.width + 1}"), np.array(maxs, f"S{self.width + 1}"))
+            self._ranges[path] = found
         return found
 
     def _probe(self, f: KeyedFile, keys: list[bytes]) -> list[tuple[bytes, tuple[int, ...]]]:
-        footer = self._footer(f.path)
-        groups = set()
-        for k in keys:
-            g = bisect.bisect_right(footer.mins, k) - 1
-            # a file is sorted by its key: the one row group whose range can hold k
-            if g >= 0 and k <= footer.maxs[g]:
-                groups.add(g)
+        pf = self._reader(f.path)
+        mins, maxs = self._key_ranges(f.path, pf)
+        asked = np.array(keys, f"S{self.width + 1}")
+        # a file is sorted by its key: the one row group whose range can hold a key
+        at = np.searchsorted(mins, asked, "right") - 1
+        inside = at >= 0
+        inside[inside] &= asked[inside] <= maxs[at[inside]]
+        groups = np.unique(at[inside]).tolist()
         if not groups:
             return []
-        pf = self._reader(f.path, footer.meta)
-        t = pf.read_row_groups(sorted(groups), columns=[self.key, *self.values],
-                               use_threads=False)
+        t = pf.read_row_groups(groups, columns=[self.key, *self.values], use_threads=False)
         self.rows_read += t.num_rows
         self.groups_read += len(groups)
         column = t.column(self.key)
@@ -355,7 +364,7 @@ class RangeReader:
         if found is None:
             pf = datafiles.parquet_file(path)
             meta = pf.metadata
-            column = meta.schema.names.index(self.key)
+            column = pf.schema_arrow.get_field_index(self.key)
             lows, highs = [], []
             for g in range(meta.num_row_groups):
                 stats = meta.row_group(g).column(column).statistics
