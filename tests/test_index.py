@@ -406,6 +406,43 @@ def test_known_content_gains_sources_without_being_signed_again(index, tmp_path,
     assert sorted(after_rows[cid][0] for cid in set(after_rows) - set(before_rows)) == [2, 2, 2]
 
 
+def test_a_batch_asks_for_the_known_contents_of_several_blocks_at_once(index_location,
+                                                                       tmp_path, monkeypatch):
+    """Texts the index holds under other raw texts (upper-cased), one in each block of four
+    records, beside new texts: the writer asks the index for the contents of every block
+    whose result is in (inline, one worker: the whole window) in one call
+    (`BatchWriter._known_contents`), no content twice, and each upper-cased text is a repeat
+    of its content, on every backend."""
+    first = make_package(tmp_path, "cpt-v1", {"train": docs("a", P[:12])})
+    index_ok(index_location, first)
+    records = []
+    for i in range(12):
+        records += docs("b", [P[i].upper(), *P[20 + 3 * i:23 + 3 * i]], 4 * i)
+    second = make_package(tmp_path, "cpt-v2", {"train": records})
+    monkeypatch.setattr(ingest_batch, "BLOCK_LINES", 4)
+    asked: list[list[bytes]] = []
+    real_init = ingest_batch.BatchWriter.__init__
+
+    def init(self, store, *args, **kwargs):
+        real_init(self, store, *args, **kwargs)
+        real = store.known_contents
+
+        def spy(ids):
+            asked.append(list(ids))
+            return real(ids)
+
+        store.known_contents = spy
+
+    monkeypatch.setattr(ingest_batch.BatchWriter, "__init__", init)
+    out = index_ok(index_location, second)
+    assert out.endswith("batch 2 added cpt-v2: 48 records, 36 new texts, 12 repeats of "
+                        "texts seen before\n")
+    window = ingest_batch._window(1)
+    assert 1 < len(asked) <= -(-12 // window)
+    ids = [c for call in asked for c in call]
+    assert len(ids) == len(set(ids)) == 48
+
+
 def _bytes_written() -> int:
     """Bytes this process has handed to write calls so far (Linux's ``/proc/self/io``)."""
     with open("/proc/self/io") as io_stats:

@@ -129,6 +129,9 @@ class BatchWriter:
         self.next_content = store.max_content_rowid() + 1
         self.first_content = self.next_content
         self.batch_contents: dict[bytes, int] = {}
+        #: the index's answers for blocks in flight, asked with an earlier block's
+        #: (`_known_contents`)
+        self.known_ahead: dict[Future, dict[bytes, int]] = {}
         self.ref_targets: dict[str, dict[str, RefTarget]] = {}
         self.in_flight: collections.deque[_InFlight | ShardEnd] = collections.deque()
         self.band_keys: list[np.ndarray] = []
@@ -357,7 +360,7 @@ class BatchWriter:
             if res.new is not None:
                 res = res._replace(new=res.new._replace(
                     blobs=db.compress_texts(res.new.blobs, dict_data)))
-        self._apply(block, res, dict_id)
+        self._apply(block, res, dict_id, self._known_contents(item, res))
         self.progress.advance(len(res.sample_ids))
         self.finished += 1
         pause_point("index-write")
@@ -370,14 +373,38 @@ class BatchWriter:
             sid = self.scope_ids[key] = self.store.add_scope(key, label)
         return sid
 
-    def _apply(self, block: LineBlock, res: work.BlockResult, dict_id: int | None) -> None:
+    def _known_contents(self, item: _InFlight, res: work.BlockResult) -> dict[bytes, int]:
+        """The content row ids the index holds for the new contents of ``item``'s block
+        (``res``; contents indexed under other raw texts), asked together with those of the
+        blocks in flight whose results are in: one lookup for several blocks, since a
+        lookup's cost is mostly per call (an Iceberg lookup probes each file its keys' buckets
+        hold once a call; docs/iceberg.md, "Lookups"). The answers hold only contents of
+        earlier batches; the batch's own are in ``batch_contents``, asked first."""
+        found = self.known_ahead.pop(item.future, None)
+        if found is not None:
+            return found
+        if res.new is None or self.first_content == 1:
+            return {}
+        asked = set(res.new.content_ids)
+        ahead = []
+        for other in self.in_flight:
+            if (isinstance(other, _InFlight) and other.future not in self.known_ahead
+                    and other.block.package_id in self.new_rowids and other.future.done()
+                    and other.future.exception() is None):
+                new = other.future.result().new
+                if new is not None:
+                    asked.update(new.content_ids)
+                    ahead.append(other.future)
+        found = self.store.known_contents(sorted(asked.difference(self.batch_contents)))
+        for future in ahead:
+            self.known_ahead[future] = found
+        return found
+
+    def _apply(self, block: LineBlock, res: work.BlockResult, dict_id: int | None,
+               indexed: dict[bytes, int]) -> None:
         scope_ids = [self._scope_id(key, label) for key, label in res.scopes]
         new = res.new
         taken: list[tuple[int, int]] = []  # (row in res.new, new row id)
-        indexed: dict[bytes, int] = {}
-        if new is not None and self.first_content > 1:  # contents indexed under other raw texts
-            indexed = self.store.known_contents(
-                [c for c in set(new.content_ids) if c not in self.batch_contents])
         raw_known: dict[tuple[bytes, str], int] = {}
         if self.known_texts is None and self.first_content > 1:  # the workers could not look
             raw_known = self.store.known_raw_texts(
