@@ -8,7 +8,8 @@ in full the data files published since the batch before, which for the history i
 generated batch), and then, in turns, each measured day: CPU seconds of the process tree, wall
 and the tree's peak RSS (`bench.measure`), the load average beside each. The days are
 ``--day-records`` records each: half of them texts new to the index, half texts of the base
-package again (repeats, which the lookups find). Written to ``OUT/result.json``.
+package again (repeats, which the lookups find). Written to ``OUT/result.json`` (with
+``--first-day N``, ``OUT/result-N.json``; ``--code CHECKOUT`` runs another checkout's code).
 
 With ``--pair NAME EMPTY HISTORY`` (repeatable) the indexes already exist (say the two of a
 `bench.scale_history run`, whose history took 25 minutes and 50 GB at 10^8): each pair gets
@@ -88,11 +89,16 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+#: The checkout whose ``near_dedup_core`` the measured runs use (``--code``; None: this one).
+CODE: Path | None = None
+
+
 def index(name: str, location: str, pkg: Path, out: Path, workers: int) -> dict:
     before = load()
+    env = None if CODE is None else {**os.environ, "PYTHONPATH": str(CODE)}
     m = run([sys.executable, "-m", "near_dedup_core", "--quiet", "--config", str(CONFIG),
              "--index", location, "index", "--inputs", str(pkg), "--workers", str(workers)],
-            out / f"{name}.log")
+            out / f"{name}.log", env=env)
     if m.returncode:
         raise SystemExit(f"{name} failed: {m.stderr_tail}")
     return {"wall_s": round(m.wall_s, 2), "cpu_s": round(m.cpu_s, 2),
@@ -144,7 +150,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base", type=int, default=6000)
     ap.add_argument("--day-records", type=int, default=4000)
     ap.add_argument("--days", type=int, default=2, help="measured days (rounds)")
+    ap.add_argument("--first-day", type=int, default=1,
+                    help="the first measured day's number (a pair measured before has "
+                         "indexed days 1 .. N already: give N + 1)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--code", type=Path,
+                    help="a checkout (say the commit before, `git worktree add`) whose "
+                         "near_dedup_core the measured runs use, for a before/after of the "
+                         "same pair on alternate days")
     ap.add_argument("--prepare-only", action="store_true",
                     help="stop once every pair holds the base package and the warm-up day "
                          "(with --contents: `--pair own iceberg://OUT/empty "
@@ -152,6 +165,11 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if (args.contents is None) == (args.pair is None):
         ap.error("give --contents or --pair")
+    global CODE
+    CODE = None if args.code is None else args.code.resolve()
+    result_code = str(CODE or ROOT)
+    # written as the days go: ``result.json``, or ``result-N.json`` from day N > 1
+    written = "result.json" if args.first_day == 1 else f"result-{args.first_day}.json"
     from bench.scale_history import append
 
     out = args.out.resolve()
@@ -160,12 +178,13 @@ def main(argv: list[str] | None = None) -> None:
     base = package(out, "base", list(range(args.base)), p)
     start = args.base
     days = []
-    for d in range(args.days + 1):
+    for d in range(args.first_day + args.days):
         new = list(range(start, start + args.day_records // 2))
         again = list(range(d * 97, d * 97 + args.day_records - len(new)))
-        days.append(package(out, f"day-{d}", new + again, p))
+        if d == 0 or d >= args.first_day:
+            days.append(package(out, f"day-{d}", new + again, p))
         start += len(new)
-    result: dict = {"contents": args.contents, "base": args.base,
+    result: dict = {"code": result_code, "contents": args.contents, "base": args.base,
                     "day_records": args.day_records, "runs": []}
     if args.pair is None:
         indexes = {"empty": f"iceberg://{out / 'empty'}",
@@ -197,15 +216,15 @@ def main(argv: list[str] | None = None) -> None:
         if args.prepare_only:
             print(orjson.dumps(result["prepared"]).decode())
             return
-    for d in range(1, args.days + 1):
+    for at, d in enumerate(range(args.first_day, args.first_day + args.days), start=1):
         for pair, indexes in pairs.items():
             # in turns: the empty index first on odd days, the history first on even ones
             for name, location in sorted(indexes.items(), reverse=d % 2 == 0):
                 tag = name if args.pair is None else f"{pair}-{name}"
-                r = index(f"{tag}-day-{d}", location, days[d], out, args.workers)
+                r = index(f"{tag}-day-{d}", location, days[at], out, args.workers)
                 result["runs"].append({"day": d, "index": name,
                                        **({} if args.pair is None else {"pair": pair}), **r})
-                (out / "result.json").write_bytes(orjson.dumps(result,
+                (out / written).write_bytes(orjson.dumps(result,
                                                                option=orjson.OPT_INDENT_2))
                 print(tag, d, r, flush=True)
     if args.pair is None:
@@ -213,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     else:
         result["ratios"] = {pair: ratios([r for r in result["runs"] if r["pair"] == pair])
                             for pair in pairs}
-    (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
+    (out / written).write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(orjson.dumps({k: v for k, v in result.items() if k.startswith("ratio")}).decode())
 
 

@@ -34,3 +34,13 @@ def test_day_cost_measures_a_day_against_an_empty_index_and_a_generated_history(
     assert contents > 3000
     assert history.total_records("content_keys") == contents
     assert isinstance(content_lookup(history), KeyedFiles)
+    # later days on the same pair, run by a given checkout's code (here this one): the
+    # packages of the days before are not remade, the runs go to their own result file
+    day_cost.main(["--pair", "own", f"iceberg://{out / 'empty'}", f"iceberg://{out / 'history'}",
+                   "--out", str(out), "--base", "60", "--day-records", "40", "--days", "1",
+                   "--first-day", "3", "--code", str(day_cost.ROOT)])
+    later = orjson.loads((out / "result-3.json").read_bytes())
+    assert later["code"] == str(day_cost.ROOT)
+    assert [(r["day"], r["index"]) for r in later["runs"]] == [(3, "empty"), (3, "history")]
+    assert not (out / "pkg" / "day-2").exists() and (out / "pkg" / "day-3").is_dir()
+    assert Pinned(f"iceberg://{out / 'history'}").total_records("contents") > contents
