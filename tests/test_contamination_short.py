@@ -470,6 +470,31 @@ def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tm
                                str(pool), "--out", str(out)])
 
 
+@pytest.mark.slow  # an `index`, two `contamination --index` and two `scan` processes
+def test_the_contamination_scan_bench_times_contamination_on_the_scans_index(tmp_path):
+    """`bench.contamination_scan` (docs/measurements/2026-12-06-contamination-6.md):
+    `contamination --index` and `scan` of one index in alternating rounds, the report the
+    same bytes in each; a folder that is no package is refused in one line."""
+    from bench import contamination_scan
+
+    items = [{"id": f"q{k}", "text": f"which planet of the system has the ring number {k}"}
+             for k in range(5)]
+    docs = [{"id": f"d{k}", "text": f"page {k}: which planet of the system has the ring "
+             f"number {k} is asked often"} for k in range(3)]
+    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
+    pool = make_package(tmp_path, "pool", {"train": docs})
+    out = tmp_path / "scan"
+    contamination_scan.main(["--evals", str(evals), "--pool", str(pool), "--rounds", "2",
+                             "--out", str(out)])
+    result = orjson.loads((out / "result.json").read_bytes())
+    assert result["reports_identical"] and result["report"]["counts"]["pairs"] == 3
+    assert len(result["contamination"]) == len(result["scan"]) == 2
+    assert result["index"]["cpu_s"] > 0 and result["contamination_over_scan"]["cpu_s"] > 0
+    assert len(_rows(out / "contamination-1", "contamination.jsonl")) == 3
+    with pytest.raises(SystemExit, match="is no package"):
+        contamination_scan.main(["--pool", str(tmp_path), "--out", str(out)])
+
+
 def test_the_contamination_stages_bench_times_each_stage(tmp_path, capsys):
     """`bench.contamination_stages`: each stage of `compute` timed, the kernels within the
     probe, on the packages given."""
