@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    args.evals = args.evals.resolve()
     for path in (args.evals, args.pool):
         if not (path / "manifest.json").exists():
             raise SystemExit(f"contamination_scan: {path} is no package")
