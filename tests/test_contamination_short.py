@@ -443,6 +443,51 @@ def test_late_anchors_looked_up_give_the_candidates_of_all_anchors_posted(monkey
     assert sum(got["split"][0]) > len(got["split"][1]) > 0  # candidates beyond the pairs
 
 
+def test_the_kernels_check_of_a_pair_is_the_one_made_in_python(monkeypatch):
+    """`kernels.probe_batch` widens a pair's span and counts its common shingles when the
+    characters widening tests are ASCII: the hits and candidates of `probe._probe_points`
+    are those of the check made in Python for every pair (``verify=False``), on items and
+    texts with words glued to the copy (a span widened) and words past ASCII at its ends."""
+    from near_dedup_core.config import NearDedupConfig
+    from near_dedup_core.contamination.kernels import probe_batch
+    from near_dedup_core.signature import MinHasher
+
+    rng = random.Random(8)
+    vocab = ["the", "of", "value", "returns", "file", "option", "sets", "when", "café",
+             "naïve", "été", "mode", "index", "x86", "2024", "read", "über", "write"]
+    items = [" ".join(rng.choice(vocab) for _ in range(rng.randint(4, 30))) for _ in range(60)]
+    texts = []
+    for _ in range(600):
+        before = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 30)))
+        after = " ".join(rng.choice(vocab) for _ in range(rng.randint(0, 30)))
+        copy = rng.choice(items).split()
+        for _ in range(rng.randint(0, 5)):
+            copy[rng.randrange(len(copy))] = rng.choice(vocab)
+        if rng.random() < 0.5:  # a third of the copy, scattered: verified, then dropped
+            copy = [w if rng.random() < 0.4 else rng.choice(vocab) for w in copy]
+        spaced = "".join(w + rng.choice([" ", " ", "  "]) for w in copy)  # longer than it
+        texts.append(before + rng.choice([" ", "", "", "-"]) + spaced.strip()
+                     + rng.choice([" ", "", "", "."]) + after)
+    refs = [EvalItem(SampleRef(0, k, "", "", "", "", 0, None), t) for k, t in enumerate(items)]
+    config = NearDedupConfig()
+    st, _ = probe.build_state(refs, config, texts[:20])
+    monkeypatch.setattr(probe, "_STATE", st)
+    cps, offsets = code_points(texts)
+    kernel = probe._probe_points(cps, offsets)
+    python = probe._probe_points(cps, offsets, verify=False)
+    assert kernel[0] == python[0] and kernel[1].tolist() == python[1].tolist()
+    assert len({h.sample for h in kernel[0] if h.method == "containment"}) > 20
+    seed = MinHasher(1, config.seed, config.shingle_size).shingle_seed
+    rows = probe_batch(cps, offsets, st.shingle_size, seed, st.bits, st.table, st.vals,
+                       st.postings, st.need, st.posted_need, st.late_flat, st.late_start,
+                       st.item_flat, st.item_start, st.item_chars, st.threshold,
+                       np.zeros(len(texts), dtype=np.int64))
+    checked = [r for r in rows if r[8] != -1]
+    assert 0 < len(checked) < len(rows)  # some left to Python: a boundary past ASCII
+    assert any(r[6] < r[3] or r[7] > r[4] for r in checked)  # some spans widened
+    assert len(rows) < sum(kernel[1])  # candidates the kernel dropped
+
+
 @pytest.mark.slow  # five `contamination` processes and an `index` and two `scan`s
 def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tmp_path):
     """`bench.contamination_ab` (docs/measurements/2026-12-06-contamination-4.md): the same
@@ -468,6 +513,31 @@ def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tm
     with pytest.raises(SystemExit, match="holds no near_dedup_core"):
         contamination_ab.main(["--before", str(tmp_path), "--evals", str(evals), "--pool",
                                str(pool), "--out", str(out)])
+
+
+@pytest.mark.slow  # an `index`, two `contamination --index` and two `scan` processes
+def test_the_contamination_scan_bench_times_contamination_on_the_scans_index(tmp_path):
+    """`bench.contamination_scan` (docs/measurements/2026-12-06-contamination-6.md):
+    `contamination --index` and `scan` of one index in alternating rounds, the report the
+    same bytes in each; a folder that is no package is refused in one line."""
+    from bench import contamination_scan
+
+    items = [{"id": f"q{k}", "text": f"which planet of the system has the ring number {k}"}
+             for k in range(5)]
+    docs = [{"id": f"d{k}", "text": f"page {k}: which planet of the system has the ring "
+             f"number {k} is asked often"} for k in range(3)]
+    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
+    pool = make_package(tmp_path, "pool", {"train": docs})
+    out = tmp_path / "scan"
+    contamination_scan.main(["--evals", str(evals), "--pool", str(pool), "--rounds", "2",
+                             "--out", str(out)])
+    result = orjson.loads((out / "result.json").read_bytes())
+    assert result["reports_identical"] and result["report"]["counts"]["pairs"] == 3
+    assert len(result["contamination"]) == len(result["scan"]) == 2
+    assert result["index"]["cpu_s"] > 0 and result["contamination_over_scan"]["cpu_s"] > 0
+    assert len(_rows(out / "contamination-1", "contamination.jsonl")) == 3
+    with pytest.raises(SystemExit, match="is no package"):
+        contamination_scan.main(["--pool", str(tmp_path), "--out", str(out)])
 
 
 def test_the_contamination_stages_bench_times_each_stage(tmp_path, capsys):

@@ -166,7 +166,8 @@ def _densest_run(matched, n, width, k):
 
 @njit(cache=True, nogil=True)
 def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted_need,
-                late_flat, late_start, item_flat, item_start, item_chars, threshold, per_text):
+                late_flat, late_start, item_flat, item_start, item_chars, threshold, per_text,
+                verify=True):
     """For each text of the batch: items whose anchors it holds at least ``need`` times,
     verified by exact containment, with the matched span (`_densest_run`). Returns
     [(text, item, common, start, end, matched windows in the span)] and sets
@@ -212,8 +213,8 @@ def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted
     found = np.empty(longest, dtype=np.int32)
     counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
     cands = np.empty(n_items, dtype=np.int32)
-    out = [(np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0), np.int64(0))
-           for _ in range(0)]
+    zero = np.int64(0)
+    out = [(zero, zero, zero, zero, zero, zero, zero, zero, zero) for _ in range(0)]
     for i in range(offsets.shape[0] - 1):
         m = shingle_hashes(cps, offsets[i], offsets[i + 1], k, seed, hashes)
         passed = 0
@@ -280,9 +281,84 @@ def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted
                 if start <= pos[q] <= end - k:
                     in_run += 1
             end = min(end, offsets[i + 1] - offsets[i])
+            wide_start, wide_end, local = _checked_span(
+                cps, offsets[i], offsets[i + 1], start, end, in_run, k, threshold, item_flat,
+                item_start[it], item_start[it + 1], index_size, index_keys, index_heads, chain,
+                verify)
+            if local == -2:
+                continue
             out.append((np.int64(i), np.int64(it), np.int64(common), np.int64(start),
-                        np.int64(end), np.int64(in_run)))
+                        np.int64(end), np.int64(in_run), np.int64(wide_start),
+                        np.int64(wide_end), np.int64(local)))
     return out
+
+
+@njit(inline="always")
+def _checked_span(cps, lo, hi, start, end, in_run, k, threshold, item_flat, a, b, index_size,
+                  index_keys, index_heads, chain, verify):
+    """The check of `probe._probe_points` of the pair of an item (shingles
+    ``item_flat[a:b]``) and the text cps[lo:hi] matched in [start, end): (wide start, wide
+    end, common shingles in that span) as `widen` and `common_in_span` give them, the last
+    counted from the text's window index; −2 as the count when the pair fails the check;
+    −1 when it is left to Python (a character that widening tests is not ASCII, or a span
+    shorter than a shingle; every pair without ``verify``)."""
+    if not verify:
+        return start, end, -1
+    wide_start, wide_end = _widen_ascii(cps, lo, hi, start, end)
+    if wide_start == -1:
+        return start, end, -1
+    # at most the run's matched windows and one window per character widened
+    if (in_run + (start - wide_start) + (wide_end - end)) / (b - a) < threshold:
+        return wide_start, wide_end, -2
+    if wide_end - wide_start < k:
+        return start, end, -1
+    local = 0
+    for x in range(a, b):
+        j = _last_window(item_flat[x], index_size, index_keys, index_heads)
+        while j >= wide_start:  # a chain runs from the last window back
+            if j <= wide_end - k:
+                local += 1
+                break
+            j = chain[j]
+    if local / (b - a) < threshold:
+        return wide_start, wide_end, -2
+    return wide_start, wide_end, local
+
+
+@njit(inline="always")
+def _ascii_alnum(c):
+    """1 for an ASCII letter or digit, 0 for another ASCII code point, −1 past ASCII (whose
+    ``str.isalnum`` only Python answers)."""
+    if c >= 128:
+        return -1
+    return np.int64((48 <= c <= 57) or (65 <= c <= 90) or (97 <= c <= 122))
+
+
+@njit(inline="always")
+def _widen_ascii(cps, lo, hi, start, end):
+    """`widen` of [start, end) in the text cps[lo:hi], when every character it tests is
+    ASCII; (−1, −1) when one is not."""
+    while start > 0:
+        a = _ascii_alnum(cps[lo + start - 1])
+        if a == 0:
+            break
+        b = _ascii_alnum(cps[lo + start])
+        if a == -1 or b == -1:
+            return -1, -1
+        if b == 0:
+            break
+        start -= 1
+    while 0 < end < hi - lo:
+        a = _ascii_alnum(cps[lo + end])
+        if a == 0:
+            break
+        b = _ascii_alnum(cps[lo + end - 1])
+        if a == -1 or b == -1:
+            return -1, -1
+        if b == 0:
+            break
+        end += 1
+    return start, end
 
 
 @njit(cache=True, nogil=True)

@@ -136,8 +136,12 @@ def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
     return _probe_points(cps, offsets)
 
 
-def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.ndarray]:
-    """`probe_texts` of normalized texts given as code points (`signature.code_points`)."""
+def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
+                  ) -> tuple[list[Hit], np.ndarray]:
+    """`probe_texts` of normalized texts given as code points (`signature.code_points`).
+    The kernel widens a pair's span and counts its common shingles when every character
+    widening tests is ASCII; else (and for every pair, without ``verify``) it is done here,
+    with the same arithmetic."""
     st = _STATE
     assert st is not None, "worker not initialized"
     hasher = MinHasher(1, st.seed, st.shingle_size)
@@ -145,7 +149,7 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
     found = probe_batch(cps, offsets, st.shingle_size, hasher.shingle_seed, st.bits,
                         st.table, st.vals, st.postings, st.need, st.posted_need, st.late_flat,
                         st.late_start, st.item_flat, st.item_start,
-                        st.item_chars, st.threshold, per_text)
+                        st.item_chars, st.threshold, per_text, verify)
     exact = exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
                         st.run_vals, st.run_postings, st.word_flat, st.word_fixed,
                         st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
@@ -159,19 +163,21 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray) -> tuple[list[Hit], np.n
                 norm = norms[i] = text_at(cps, offsets, i)
             return norm
 
-        for i, it, _, start, end, in_run in sorted(found):
+        for i, it, _, start, end, in_run, wide_start, wide_end, local in sorted(found):
             norm = norm_of(int(i))
-            item = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
-            wide_start, wide_end = widen(norm, int(start), int(end))
-            # at most the run's matched windows and one window per character widened
-            bound = int(in_run) + int(start - wide_start) + int(wide_end - end)
-            if bound / len(item) < st.threshold:
-                continue
-            start, end = wide_start, wide_end
-            local = common_in_span(cps, int(offsets[i]) + start, int(offsets[i]) + end,
-                                   st.shingle_size, hasher.shingle_seed, item)
-            if local / len(item) < st.threshold:
-                continue  # the shingles are scattered, not one nearly contiguous copy
+            if local == -1:  # not checked by the kernel (`kernels.probe_batch`)
+                item = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
+                wide_start, wide_end = widen(norm, int(start), int(end))
+                # at most the run's matched windows and one window per character widened
+                bound = int(in_run) + int(start - wide_start) + int(wide_end - end)
+                if bound / len(item) < st.threshold:
+                    continue
+                local = common_in_span(cps, int(offsets[i]) + wide_start,
+                                       int(offsets[i]) + wide_end, st.shingle_size,
+                                       hasher.shingle_seed, item)
+                if local / len(item) < st.threshold:
+                    continue  # the shingles are scattered, not one nearly contiguous copy
+            start, end, local = int(wide_start), int(wide_end), int(local)
             if not holds_numbers(st.short_numbers[it], norm[start:end]):
                 continue  # another date, version or count: another line of a template
             hits.append(Hit(int(i), int(it), local, start, end, True, "containment",

@@ -114,7 +114,10 @@ def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int,
     kept: list[int] = []
     aside: list[Aside] = []
     for item, ks in by_item.items():
-        allowed = [(k, allowlist.entry_of(matches[k].text)) for k in ks]
+        if allowlist.entries:
+            allowed = [(k, allowlist.entry_of(matches[k].text)) for k in ks]
+        else:  # no entry to hold any of them (a common item has one match per sample)
+            allowed = [(k, None) for k in ks]
         listed = [(k, e) for k, e in allowed if e is not None]
         if listed:
             aside.append(Aside(item, "allowlist", len({matches[k].sample for k, _ in listed}),
