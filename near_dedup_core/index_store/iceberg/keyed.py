@@ -109,11 +109,12 @@ class KeyedFiles:
     column; ``values`` are the int64 columns a lookup returns.
 
     Of each file probed it keeps the key range of every row group (``width`` bytes twice a
-    row group). The files themselves, footer and all, it keeps open between lookups only up
-    to `FOOTER_CHUNKS` column chunks and `open_files_kept` files, the first probed first;
-    the others are opened for each lookup that probes them and closed after it (a day's
-    lookups probe nearly every file each time, so a bounded least-recently-used set would
-    keep none of them): the memory a lookup holds does not grow with the history."""
+    row group). The files themselves, footer and all, it keeps open between lookups from
+    their second probe on, up to `FOOTER_CHUNKS` column chunks and `open_files_kept` files,
+    the first probed first; the others are opened for each lookup that probes them and
+    closed after it (a day's lookups probe nearly every file each time, so a bounded
+    least-recently-used set would keep none of them): the memory a lookup holds is bounded
+    whatever the history, and a day that asks once holds none."""
 
     def __init__(self, label: str, files: list[KeyedFile], key: str, width: int,
                  values: tuple[str, ...], threads: int = 2) -> None:
@@ -160,17 +161,20 @@ class KeyedFiles:
         return out
 
     def _reader(self, path: str) -> Any:
-        """The file ``path`` opened (its pages checked): one kept open, or opened now and
-        kept if there is room (`FOOTER_CHUNKS`, `open_files_kept`)."""
+        """The file ``path`` opened (its pages checked): one kept open, or opened now and,
+        from the second lookup that probes it on, kept if there is room (`FOOTER_CHUNKS`,
+        `open_files_kept`): a day whose lookups are one call keeps no footer, a day of
+        several reads each footer twice."""
         with self._open_lock:
             pf = self._open.get(path)
+            again = path in self._ranges
         if pf is not None:
             return pf
         pf = datafiles.parquet_file(path)
         meta = pf.metadata
         chunks = meta.num_row_groups * meta.num_columns
         with self._open_lock:
-            if (len(self._open) < self._keep_open
+            if (again and len(self._open) < self._keep_open
                     and self._open_chunks + chunks <= FOOTER_CHUNKS):
                 self._open[path] = pf
                 self._open_chunks += chunks
