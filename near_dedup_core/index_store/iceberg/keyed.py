@@ -189,6 +189,9 @@ class KeyedFiles:
             # (the Arrow schema: each call of ``meta.schema`` left about 170 KB of the
             # process's heap behind, 85 MB over the 512 files of a 10^8 history)
             column = pf.schema_arrow.get_field_index(self.key)
+            if column < 0:
+                raise damaged(self.label, f"data file {datafiles.local_path(path)}: no column "
+                                          f"{self.key}")
             mins, maxs = [], []
             for g in range(meta.num_row_groups):
                 stats = meta.row_group(g).column(column).statistics
