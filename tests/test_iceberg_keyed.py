@@ -17,6 +17,7 @@ from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
+from near_dedup_core.errors import NearDedupError  # noqa: E402
 from near_dedup_core.index_store.iceberg import keyed  # noqa: E402
 from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
 from near_dedup_core.index_store.iceberg.keyed import (  # noqa: E402
@@ -119,6 +120,21 @@ def test_keyed_files_of_several_bit_counts_find_what_a_dict_finds_reading_few_ro
     assert 1 <= len(small._open) <= 2
     assert small._open_chunks <= chunks[0] + chunks[1]
 
+
+
+def test_a_keyed_file_without_its_key_column_is_one_line_naming_it(tmp_path):
+    """A data file of the lookup that lacks its key column (another table's file in its
+    place): the lookup stops with the index's one line for damage, naming the file."""
+    path = tmp_path / "data" / "bits=0" / "bucket=0" / "other.parquet"
+    path.parent.mkdir(parents=True)
+    pq.write_table(pa.table({"id": pa.array([1, 2], pa.int64())}), path)
+    lookup = KeyedFiles("test-index", [KeyedFile(f"file://{path}", 2, 0, 0)], "content_id", 16,
+                        ("id",), threads=1)
+    with pytest.raises(NearDedupError) as raised:
+        lookup.find([b"\0" * 16])
+    message = str(raised.value)
+    assert "\n" not in message
+    assert "damaged" in message and str(path) in message and "no column content_id" in message
 
 
 def test_a_compaction_rewrites_keyed_files_one_hash_range_at_a_time(tmp_path, monkeypatch):
