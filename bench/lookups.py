@@ -1,0 +1,72 @@
+"""What a day's content-id lookups cost against an Iceberg index, alone (docs/measurements/
+2026-12-06-day-4.md, "Fewer lookups and their memory"): ``--calls`` lookups of ``--keys``
+random content ids each, through the index's own lookup (`keyed.content_lookup`), in a
+process of their own; its CPU, wall and peak RSS, and the files the lookup kept open, as
+one JSON line. A 50,000-record day asks 49 lookups of about 1,000 new contents one block at
+a time, about 26 of 1,900 when the writer asks for the blocks whose results are in.
+
+With ``--code CHECKOUT`` the process imports that checkout's ``near_dedup_core`` (say the
+commit before, `git worktree add`), for a before/after run in turns::
+
+    python -m bench.lookups --index iceberg://$PWD/bench/out/scale8/history --calls 26 \\
+        --keys 1900 [--code /tmp/before]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# run in the measured process (`python -c`), ``near_dedup_core`` from its PYTHONPATH
+_CHILD = """
+import resource, sys, time
+import numpy as np
+from near_dedup_core.index_store.iceberg.keyed import content_lookup, content_rows
+from near_dedup_core.index_store.iceberg.snapshot import Pinned
+location, calls, keys, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+lookup = content_lookup(Pinned(location))
+rng = np.random.default_rng(seed)
+asked = [[rng.bytes(16) for _ in range(keys)] for _ in range(calls)]
+cpu, wall = time.process_time(), time.perf_counter()
+found = sum(len(content_rows(lookup, k)) for k in asked)
+print(round(time.process_time() - cpu, 3), round(time.perf_counter() - wall, 3),
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, found,
+      len(getattr(lookup, "_open", ())))
+"""
+
+
+def measure(location: str, calls: int, keys: int, seed: int = 1,
+            code: Path | None = None) -> dict:
+    """The lookups run in a new process (``code``'s ``near_dedup_core``, else this one's)."""
+    env = {**os.environ, "PYTHONPATH": str(code or ROOT)}
+    out = subprocess.run([sys.executable, "-c", _CHILD, location, str(calls), str(keys),
+                          str(seed)], env=env, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise SystemExit(f"bench.lookups: {out.stderr.strip().splitlines()[-1]}")
+    cpu, wall, peak, found, kept = out.stdout.split()
+    return {"code": str(code or ROOT), "calls": calls, "keys": keys, "cpu_s": float(cpu),
+            "wall_s": float(wall), "peak_rss_mib": int(peak), "found": int(found),
+            "files_kept_open": int(kept)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.lookups", allow_abbrev=False)
+    ap.add_argument("--index", required=True, help="an Iceberg index (iceberg:///…)")
+    ap.add_argument("--calls", type=int, default=26)
+    ap.add_argument("--keys", type=int, default=1900, help="content ids a call asks")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--code", type=Path, help="a checkout whose near_dedup_core runs them")
+    args = ap.parse_args(argv)
+    code = None if args.code is None else args.code.resolve()
+    print(orjson.dumps(measure(args.index, args.calls, args.keys, args.seed, code)).decode())
+
+
+if __name__ == "__main__":
+    main()
