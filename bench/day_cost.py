@@ -89,13 +89,12 @@ def load() -> list[float]:
     return [round(x, 2) for x in os.getloadavg()]
 
 
-#: The checkout whose ``near_dedup_core`` the measured runs use (``--code``; None: this one).
-CODE: Path | None = None
-
-
-def index(name: str, location: str, pkg: Path, out: Path, workers: int) -> dict:
+def index(name: str, location: str, pkg: Path, out: Path, workers: int,
+          code: Path | None = None) -> dict:
+    """``pkg`` indexed into ``location``, measured; by ``code``'s ``near_dedup_core`` (a
+    checkout, ``--code``), else this one's."""
     before = load()
-    env = None if CODE is None else {**os.environ, "PYTHONPATH": str(CODE)}
+    env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
     m = run([sys.executable, "-m", "near_dedup_core", "--quiet", "--config", str(CONFIG),
              "--index", location, "index", "--inputs", str(pkg), "--workers", str(workers)],
             out / f"{name}.log", env=env)
@@ -107,7 +106,7 @@ def index(name: str, location: str, pkg: Path, out: Path, workers: int) -> dict:
 
 
 def prepare(out: Path, pairs: dict[str, dict[str, str]], base: Path, day0: Path,
-            workers: int) -> dict:
+            workers: int, code: Path | None = None) -> dict:
     """Each pair (empty, history) given the base package, then the warm-up day, once: a pair
     already prepared under ``out`` (``prepared-NAME.json``) is left as it is. What the
     preparations measured, by pair."""
@@ -121,7 +120,7 @@ def prepare(out: Path, pairs: dict[str, dict[str, str]], base: Path, day0: Path,
         for step, pkg in (("base", base), ("warm", day0)):
             for name, location in indexes.items():
                 runs[f"{name}_{step}"] = index(f"{pair}-{name}-{pkg.name}", location, pkg,
-                                               out, workers)
+                                               out, workers, code)
                 print(pair, name, step, runs[f"{name}_{step}"], flush=True)
         marker.write_bytes(orjson.dumps({"indexes": indexes, **runs},
                                         option=orjson.OPT_INDENT_2))
@@ -165,9 +164,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     if (args.contents is None) == (args.pair is None):
         ap.error("give --contents or --pair")
-    global CODE
-    CODE = None if args.code is None else args.code.resolve()
-    result_code = str(CODE or ROOT)
+    code = None if args.code is None else args.code.resolve()
     # written as the days go: ``result.json``, or ``result-N.json`` from day N > 1
     written = "result.json" if args.first_day == 1 else f"result-{args.first_day}.json"
     from bench.scale_history import append
@@ -184,20 +181,21 @@ def main(argv: list[str] | None = None) -> None:
         if d == 0 or d >= args.first_day:
             days.append(package(out, f"day-{d}", new + again, p))
         start += len(new)
-    result: dict = {"code": result_code, "contents": args.contents, "base": args.base,
+    result: dict = {"code": str(code or ROOT), "contents": args.contents, "base": args.base,
                     "day_records": args.day_records, "runs": []}
     if args.pair is None:
         indexes = {"empty": f"iceberg://{out / 'empty'}",
                    "history": f"iceberg://{out / 'history'}"}
         for name, location in indexes.items():
             shutil.rmtree(out / name, ignore_errors=True)
-            result[f"{name}_base"] = index(f"{name}-base", location, base, out, args.workers)
+            result[f"{name}_base"] = index(f"{name}-base", location, base, out, args.workers,
+                                           code)
         t = time.perf_counter()
         result["append"] = append(indexes["history"], args.contents)
         result["append_s"] = round(time.perf_counter() - t, 1)
         for name, location in indexes.items():
             result[f"{name}_warm"] = index(f"{name}-day-0", location, days[0], out,
-                                           args.workers)
+                                           args.workers, code)
         pairs = {"own": indexes}
         # prepared: `--pair own iceberg://OUT/empty iceberg://OUT/history` measures more days
         (out / "prepared-own.json").write_bytes(orjson.dumps(
@@ -212,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         pairs = {name: {"empty": empty, "history": history}
                  for name, empty, history in args.pair}
         result["pairs"] = pairs
-        result["prepared"] = prepare(out, pairs, base, days[0], args.workers)
+        result["prepared"] = prepare(out, pairs, base, days[0], args.workers, code)
         if args.prepare_only:
             print(orjson.dumps(result["prepared"]).decode())
             return
@@ -221,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
             # in turns: the empty index first on odd days, the history first on even ones
             for name, location in sorted(indexes.items(), reverse=d % 2 == 0):
                 tag = name if args.pair is None else f"{pair}-{name}"
-                r = index(f"{tag}-day-{d}", location, days[at], out, args.workers)
+                r = index(f"{tag}-day-{d}", location, days[at], out, args.workers, code)
                 result["runs"].append({"day": d, "index": name,
                                        **({} if args.pair is None else {"pair": pair}), **r})
                 (out / written).write_bytes(orjson.dumps(result,

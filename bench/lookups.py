@@ -38,7 +38,7 @@ cpu, wall = time.process_time(), time.perf_counter()
 found = sum(len(content_rows(lookup, k)) for k in asked)
 print(round(time.process_time() - cpu, 3), round(time.perf_counter() - wall, 3),
       resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024, found,
-      len(getattr(lookup, "_open", ())))
+      getattr(lookup, "files_kept", 0))
 """
 
 

@@ -488,6 +488,17 @@ def test_the_kernels_check_of_a_pair_is_the_one_made_in_python(monkeypatch):
     assert len(rows) < sum(kernel[1])  # candidates the kernel dropped
 
 
+def _ring_packages(tmp_path: Path) -> tuple[Path, Path]:
+    """Five eval items and a pool of three documents, each holding one of them: the bench
+    tests' packages (evals, pool)."""
+    items = [{"id": f"q{k}", "text": f"which planet of the system has the ring number {k}"}
+             for k in range(5)]
+    docs = [{"id": f"d{k}", "text": f"page {k}: which planet of the system has the ring "
+             f"number {k} is asked often"} for k in range(3)]
+    return (make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1"),
+            make_package(tmp_path, "pool", {"train": docs}))
+
+
 @pytest.mark.slow  # five `contamination` processes and an `index` and two `scan`s
 def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tmp_path):
     """`bench.contamination_ab` (docs/measurements/2026-12-06-contamination-4.md): the same
@@ -496,12 +507,7 @@ def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tm
     from bench import contamination_ab
 
     root = Path(__file__).resolve().parent.parent
-    items = [{"id": f"q{k}", "text": f"which planet of the system has the ring number {k}"}
-             for k in range(5)]
-    docs = [{"id": f"d{k}", "text": f"page {k}: which planet of the system has the ring "
-             f"number {k} is asked often"} for k in range(3)]
-    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
-    pool = make_package(tmp_path, "pool", {"train": docs})
+    evals, pool = _ring_packages(tmp_path)
     out = tmp_path / "ab"
     contamination_ab.main(["--before", str(root), "--evals", str(evals), "--pool", str(pool),
                            "--rounds", "1", "--scan", "--out", str(out)])
@@ -522,12 +528,7 @@ def test_the_contamination_scan_bench_times_contamination_on_the_scans_index(tmp
     same bytes in each; a folder that is no package is refused in one line."""
     from bench import contamination_scan
 
-    items = [{"id": f"q{k}", "text": f"which planet of the system has the ring number {k}"}
-             for k in range(5)]
-    docs = [{"id": f"d{k}", "text": f"page {k}: which planet of the system has the ring "
-             f"number {k} is asked often"} for k in range(3)]
-    evals = make_package(tmp_path, "evals", {"test": items}, tokenizer="any@1")
-    pool = make_package(tmp_path, "pool", {"train": docs})
+    evals, pool = _ring_packages(tmp_path)
     out = tmp_path / "scan"
     contamination_scan.main(["--evals", str(evals), "--pool", str(pool), "--rounds", "2",
                              "--out", str(out)])

@@ -160,6 +160,11 @@ class KeyedFiles:
                 out.setdefault(k, []).append(row)
         return out
 
+    @property
+    def files_kept(self) -> int:
+        """The files kept open between lookups now (bench/)."""
+        return len(self._open)
+
     def _reader(self, path: str) -> Any:
         """The file ``path`` opened (its pages checked): one kept open, or opened now and,
         from the second lookup that probes it on, kept if there is room (`FOOTER_CHUNKS`,
