@@ -9,6 +9,7 @@ run by the tool at format 3)."""
 
 from __future__ import annotations
 
+import random
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import orjson
 import pytest
 from helpers import make_package, refused, run_cli
 
+from near_dedup_core.contamination.report import AllowEntry
 from near_dedup_core.contamination.setaside import Allowlist, Matched, set_aside
 from near_dedup_core.fsutil import write_checksums
 
@@ -235,3 +237,64 @@ def test_a_template_line_below_the_setting_is_refused(templates, tmp_path):
         f"set_aside.jsonl:{at + 1}",
         "below contamination_template_samples 3",
     )
+
+
+def _set_aside_match_by_match(matches, allowlist, common_samples, template_samples=None):
+    """The set-aside rule of docs/contamination.md as it reads, one match at a time: the
+    reference `set_aside` (counted over columns) must agree with."""
+    by_item: dict[int, list[int]] = {}
+    for k, m in enumerate(matches):
+        by_item.setdefault(m.item, []).append(k)
+    kept, aside = [], []
+    for item, ks in by_item.items():
+        allowed = [(k, allowlist.entry_of(matches[k].text) if allowlist.entries else None)
+                   for k in ks]
+        listed = [(k, e) for k, e in allowed if e is not None]
+        if listed:
+            aside.append((item, "allowlist", len({matches[k].sample for k, _ in listed}),
+                          listed[0][1], listed[0][0]))
+        rest = [k for k, e in allowed if e is None]
+        if not rest:
+            continue
+        samples = {matches[k].sample for k in rest}
+        whole = [k for k in rest if matches[k].whole]
+        partial = [k for k in rest if not matches[k].whole]
+        n_partial = len({matches[k].sample for k in partial})
+        if len(samples) < common_samples:
+            if template_samples is None or n_partial < template_samples or \
+                    not matches[rest[0]].short:
+                kept.extend(rest)
+            else:
+                aside.append((item, "template", n_partial, None, partial[0]))
+                kept.extend(whole)
+        elif len({matches[k].sample for k in whole}) >= common_samples:
+            aside.append((item, "common", len(samples), None, rest[0]))
+        else:
+            aside.append((item, "common", len(samples), None, partial[0]))
+            kept.extend(whole)
+    return sorted(kept), aside
+
+
+def test_set_aside_counted_over_columns_is_the_rule_match_by_match():
+    """`set_aside` groups and counts with arrays (a pool's common text is millions of
+    matches); on random matches (repeated samples, allowlisted texts, whole and partial
+    copies, short items, any order) it gives what the rule gives one match at a time."""
+    rng = random.Random(5)
+    texts = ["the mit license", "a leaked question", "free software foundation", "x y"]
+    allow = Allowlist([AllowEntry(text="The MIT License, Copyright (c)", reason="licence"),
+                       AllowEntry(text="Free Software Foundation, Inc.", reason="licence")])
+    nothing = Allowlist([])
+    for trial in range(400):
+        short = {i: rng.random() < 0.5 for i in range(6)}
+        matches = []
+        for _ in range(rng.randint(0, 40)):
+            item = rng.randrange(6)
+            matches.append(Matched(item, (rng.randrange(2), rng.randrange(8)),
+                                   rng.choice(texts), rng.random() < 0.4, short[item]))
+        if trial % 2:
+            matches.sort(key=lambda m: (m.item, m.sample))
+        common, template = rng.choice([2, 3, 5]), rng.choice([None, 2, 3])
+        for allowlist in (allow, nothing):
+            kept, aside = set_aside(matches, allowlist, common, template)
+            assert (kept, [(a.item, a.reason, a.samples, a.entry, a.first) for a in aside]) \
+                == _set_aside_match_by_match(matches, allowlist, common, template), trial

@@ -5,7 +5,7 @@ in report order and the report frozen."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,9 +50,9 @@ from near_dedup_core.contamination.report import (
 from near_dedup_core.contamination.setaside import (
     WORD,
     Allowlist,
-    Matched,
+    MatchColumns,
     read_allowlist,
-    set_aside,
+    set_aside_columns,
 )
 from near_dedup_core.errors import NearDedupError, where
 from near_dedup_core.fsutil import (
@@ -335,6 +335,48 @@ def report_lines(lines: Sequence[BaseModel]) -> list[dict]:
     return [line.model_dump(mode="json") for line in lines]
 
 
+def in_report_order(pairs: list[Pair], items: list[EvalItem]) -> list[Pair]:
+    """The pairs by eval record (its package and position, then the item), training sample
+    (its package and position), an exact match before a containment match: a sort of
+    arrays, stable as Python's."""
+    n = len(pairs)
+    rank = np.empty(len(items), dtype=np.int64)  # an item's place among the eval records
+    rank[sorted(range(len(items)), key=lambda i: (items[i].ref.key(), i))] = \
+        np.arange(len(items))
+    item = np.fromiter((p.item for p in pairs), dtype=np.int64, count=n)
+    package = np.fromiter((p.sample.input_pos for p in pairs), dtype=np.int64, count=n)
+    position = np.fromiter((p.sample.position for p in pairs), dtype=np.int64, count=n)
+    contained = np.fromiter((p.method != "exact" for p in pairs), dtype=bool, count=n)
+    order = np.lexsort((contained, position, package, rank[item]))
+    return [pairs[k] for k in order.tolist()]
+
+
+def match_columns(pairs: list[Pair], items: list[EvalItem], state: ProbeState,
+                  allow: Allowlist, span_of: Callable[[Pair], tuple[int, int]]
+                  ) -> MatchColumns:
+    """The pairs (in report order) as the set-aside rule counts them: whole when every
+    shingle (containment) or word (exact) of the item is in the match; the item's matched
+    text (its span, `item_span`) is looked up only when there is an allowlist."""
+    n = len(pairs)
+    item = np.fromiter((p.item for p in pairs), dtype=np.int64, count=n)
+    sample = np.fromiter(((p.sample.input_pos << 40) | p.sample.position for p in pairs),
+                         dtype=np.int64, count=n)
+    common = np.fromiter((p.common for p in pairs), dtype=np.int64, count=n)
+    exact = np.fromiter((p.method == "exact" for p in pairs), dtype=bool, count=n)
+    size = np.diff(state.item_start)[item]
+    words = {i: len(WORD.findall(items[i].text)) for i in np.unique(item[exact]).tolist()}
+    size[exact] = [words[i] for i in item[exact].tolist()]
+    short = np.asarray([x is not None for x in state.short_numbers], dtype=bool)
+    entry = None
+    if allow.entries:
+        entry = np.empty(n, dtype=np.int64)
+        for k, p in enumerate(pairs):
+            start, end = span_of(p)
+            e = allow.entry_of(items[p.item].text[start:end])
+            entry[k] = -1 if e is None else e
+    return MatchColumns(item, sample, common == size, short[item], entry)
+
+
 def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
             workers: int = 1, progress: bool = False, index: Index | None = None,
             executor: str | Executors = "local",
@@ -363,29 +405,21 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     else:
         pairs, candidates, samples = probe_pool(pool, state, config, workers, progress,
                                                  executor)
-    pairs.sort(key=lambda p: (items[p.item].ref.key(), p.item, p.sample.key(),
-                             p.method != "exact"))
+    pairs = in_report_order(pairs, items)
     allow = Allowlist(allowlist)
     hasher = MinHasher(1, config.seed, config.shingle_size)
     spans: dict[tuple[int, str, str], tuple[int, int]] = {}  # a common text matches alike
-    item_spans = []
-    for p in pairs:
+
+    def span_of(p: Pair) -> tuple[int, int]:
         got = spans.get((p.item, p.method, p.text))
         if got is None:
             got = spans[(p.item, p.method, p.text)] = item_span(items[p.item].text, p, hasher)
-        item_spans.append(got)
-    n_words = {p.item: len(WORD.findall(items[p.item].text)) for p in pairs
-               if p.method == "exact"}
-    kept, aside = set_aside([Matched(p.item, p.sample.key(),
-                                     items[p.item].text[start:end],
-                                     p.common == (n_words[p.item] if p.method == "exact" else
-                                                  state.item_start[p.item + 1] -
-                                                  state.item_start[p.item]),
-                                     state.short_numbers[p.item] is not None)
-                             for p, (start, end) in zip(pairs, item_spans, strict=True)],
-                            allow, config.contamination_common_samples,
-                            config.contamination_template_samples)
-    lines = report_pairs(config, items, [(pairs[k], item_spans[k]) for k in kept])
+        return got
+
+    kept, aside = set_aside_columns(match_columns(pairs, items, state, allow, span_of),
+                                    config.contamination_common_samples,
+                                    config.contamination_template_samples)
+    lines = report_pairs(config, items, [(pairs[k], span_of(pairs[k])) for k in kept])
     aside_lines = [SetAsideLine.model_validate({
         "eval": EvalRef(**_ref_json(items[a.item].ref, False)), "field": items[a.item].field,
         "reason": a.reason, "training_samples": a.samples, "allowlist_entry": a.entry,

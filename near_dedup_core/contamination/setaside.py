@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import orjson
 from pydantic import ValidationError
 
@@ -96,8 +97,70 @@ class Aside:
     first: int  # index of its first match
 
 
+@dataclass(frozen=True)
+class MatchColumns:
+    """The matches (in report order) as columns, one row a match: the item, its training
+    sample (an int per sample: equal ints, one sample), whether every shingle or word of
+    the item matched (``whole``), whether the item is found by its words (``short``), and
+    the allowlist entry of its matched text (−1: none; None: no allowlist)."""
+
+    item: np.ndarray
+    sample: np.ndarray
+    whole: np.ndarray
+    short: np.ndarray
+    entry: np.ndarray | None = None
+
+
 def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int,
               template_samples: int | None = None) -> tuple[list[int], list[Aside]]:
+    """`set_aside_columns` of matches given one object each."""
+    codes: dict[tuple[int, int], int] = {}
+    entry = None
+    if allowlist.entries:
+        entry = np.asarray([-1 if (e := allowlist.entry_of(m.text)) is None else e
+                            for m in matches], dtype=np.int64)
+    columns = MatchColumns(
+        np.asarray([m.item for m in matches], dtype=np.int64),
+        np.asarray([codes.setdefault(m.sample, len(codes)) for m in matches], dtype=np.int64),
+        np.asarray([m.whole for m in matches], dtype=bool),
+        np.asarray([m.short for m in matches], dtype=bool), entry)
+    return set_aside_columns(columns, common_samples, template_samples)
+
+
+class _Groups:
+    """The rows of `MatchColumns` grouped by item, items in order of their first row."""
+
+    def __init__(self, m: MatchColumns) -> None:
+        self.items, first, self.of_row = np.unique(m.item, return_index=True,
+                                                   return_inverse=True)
+        self.of_row = self.of_row.reshape(-1)
+        self.order = np.argsort(first, kind="stable").tolist()
+        self.n = len(m.item)
+        self.sample = m.sample
+        self.by_sample = np.lexsort((m.sample, self.of_row))  # an item's same samples adjacent
+
+    def samples(self, mask: np.ndarray) -> np.ndarray:
+        """Per item, its distinct samples among the rows of ``mask``."""
+        rows = self.by_sample[mask[self.by_sample]]
+        group, sample = self.of_row[rows], self.sample[rows]
+        new = np.ones(len(rows), dtype=bool)
+        new[1:] = (group[1:] != group[:-1]) | (sample[1:] != sample[:-1])
+        return np.bincount(group[new], minlength=len(self.items))
+
+    def first(self, mask: np.ndarray) -> np.ndarray:
+        """Per item, its first row among those of ``mask`` (−1: none)."""
+        out = np.full(len(self.items), -1, dtype=np.int64)
+        rows = np.flatnonzero(mask)[::-1]
+        out[self.of_row[rows]] = rows  # the last assignment, the first row, stays
+        return out
+
+
+#: what is kept of an item's matches that are not allowlisted
+_NONE, _ALL, _WHOLE = 0, 1, 2
+
+
+def set_aside_columns(m: MatchColumns, common_samples: int,
+                      template_samples: int | None = None) -> tuple[list[int], list[Aside]]:
     """Split the matches (in report order) into those reported as contamination (their
     indexes) and those set aside, per item: allowlisted matches first, then, of the rest, the
     matches of an item found in at least ``common_samples`` training samples: all of them,
@@ -107,42 +170,46 @@ def set_aside(matches: list[Matched], allowlist: Allowlist, common_samples: int,
     partial matches (a word changed, a shingle missing) are in at least ``template_samples``
     training samples is a line of a template of the pool: those matches are set aside
     (``template``), its whole copies are still contamination. A longer item's near copies
-    in a few documents are leaks, each edited, not the lines of a template."""
-    by_item: dict[int, list[int]] = {}
-    for k, m in enumerate(matches):
-        by_item.setdefault(m.item, []).append(k)
-    kept: list[int] = []
+    in a few documents are leaks, each edited, not the lines of a template.
+
+    Counted per item over columns, not per match: a common text's matches run to millions
+    in a large pool."""
+    if not len(m.item):
+        return [], []
+    g = _Groups(m)
+    listed = m.entry >= 0 if m.entry is not None else np.zeros(g.n, dtype=bool)
+    rest = ~listed
+    partial = rest & ~m.whole
+    n_listed, first_listed = g.samples(listed), g.first(listed)
+    n_rest, first_rest = g.samples(rest), g.first(rest)
+    n_whole = g.samples(rest & m.whole)
+    n_partial, first_partial = g.samples(partial), g.first(partial)
+    keep = np.full(len(g.items), _NONE, dtype=np.int8)
     aside: list[Aside] = []
-    for item, ks in by_item.items():
-        if allowlist.entries:
-            allowed = [(k, allowlist.entry_of(matches[k].text)) for k in ks]
-        else:  # no entry to hold any of them (a common item has one match per sample)
-            allowed = [(k, None) for k in ks]
-        listed = [(k, e) for k, e in allowed if e is not None]
-        if listed:
-            aside.append(Aside(item, "allowlist", len({matches[k].sample for k, _ in listed}),
-                               listed[0][1], listed[0][0]))
-        rest = [k for k, e in allowed if e is None]
-        samples = {matches[k].sample for k in rest}
-        if not rest:
+    for u in g.order:
+        item = int(g.items[u])
+        if n_listed[u]:
+            k = int(first_listed[u])
+            assert m.entry is not None
+            aside.append(Aside(item, "allowlist", int(n_listed[u]), int(m.entry[k]), k))
+        if first_rest[u] < 0:
             continue
-        if len(samples) < common_samples:
-            partial = [k for k in rest if not matches[k].whole]
-            n_partial = len({matches[k].sample for k in partial})
-            if template_samples is None or n_partial < template_samples or \
-                    not matches[rest[0]].short:
-                kept.extend(rest)
+        if n_rest[u] < common_samples:
+            if template_samples is None or n_partial[u] < template_samples or \
+                    not m.short[first_rest[u]]:
+                keep[u] = _ALL
                 continue
-            aside.append(Aside(item, "template", n_partial, None, partial[0]))
-            kept.extend(k for k in rest if matches[k].whole)
+            aside.append(Aside(item, "template", int(n_partial[u]), None,
+                               int(first_partial[u])))
+            keep[u] = _WHOLE
             continue
-        whole = [k for k in rest if matches[k].whole]
-        if len({matches[k].sample for k in whole}) >= common_samples:
-            aside.append(Aside(item, "common", len(samples), None, rest[0]))
+        if n_whole[u] >= common_samples:
+            aside.append(Aside(item, "common", int(n_rest[u]), None, int(first_rest[u])))
             continue
         # common only as a template (the item's text with a part changed): its partial
         # matches are set aside, its whole copies are still contamination
-        partial = [k for k in rest if not matches[k].whole]
-        aside.append(Aside(item, "common", len(samples), None, partial[0]))
-        kept.extend(whole)
-    return sorted(kept), aside
+        aside.append(Aside(item, "common", int(n_rest[u]), None, int(first_partial[u])))
+        keep[u] = _WHOLE
+    mode = keep[g.of_row]
+    kept = rest & ((mode == _ALL) | ((mode == _WHOLE) & m.whole))
+    return np.flatnonzero(kept).tolist(), aside
