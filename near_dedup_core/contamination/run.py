@@ -83,7 +83,7 @@ if TYPE_CHECKING:
 BLOCK_LINES = 1_024
 
 
-@dataclass
+@dataclass(slots=True)
 class Pair:
     item: int
     sample: SampleRef
