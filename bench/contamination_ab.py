@@ -10,11 +10,15 @@ alternating from round to round; each run under `bench.measure.run`. Both runs o
 must write the same ``contamination.jsonl``, ``set_aside.jsonl`` and ``summary.json``
 bytes. With ``--scan``, ``index`` and ``scan`` of the pool (by this checkout, 1 worker) are
 measured after the rounds (the scan twice), for the ratio to the scan. Before the rounds,
-each side runs once untimed, so that its compiled kernels are in numba's cache. Printed and
-written to ``--out``/result.json.
+each side runs once untimed, so that its compiled kernels are in numba's cache (``--no-warm``:
+they are already). With ``--index`` (an index holding the pool), the command reads the
+pool's texts there (``contamination --index``), as for a pool of a million records. Printed
+and written to ``--out``/result.json.
 
     python -m bench.contamination_ab --before /tmp/before --rounds 2 --scan \\
         --out bench/out/contamination-ab
+    python -m bench.contamination_ab --before /tmp/before --pool bench/out/pkg/pool-1m \\
+        --index bench/out/c1m/pool-1m.sqlite --no-warm --rounds 2 --out bench/out/ab-1m
 """
 
 from __future__ import annotations
@@ -39,12 +43,13 @@ def env_for(code: Path) -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(code)}
 
 
-def contamination(evals: Path, pool: Path, out: Path) -> list[str]:
+def contamination(evals: Path, pool: Path, out: Path, index: Path | None = None) -> list[str]:
     return [
         sys.executable,
         "-m",
         "near_dedup_core",
         "--quiet",
+        *(["--index", str(index)] if index is not None else []),
         "contamination",
         "--evals",
         str(evals),
@@ -66,6 +71,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--scan", action="store_true", help="also index and scan the pool once")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--index", type=Path, default=None,
+                    help="an index holding the pool: contamination --index reads its texts there")
+    ap.add_argument("--no-warm", action="store_true",
+                    help="no untimed run first (both sides' kernels are in numba's cache)")
     args = ap.parse_args(argv)
     for path in (args.evals, args.pool):
         if not (path / "manifest.json").exists():
@@ -76,13 +85,14 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.before / "near_dedup_core").is_dir():
         raise SystemExit(f"contamination_ab: {args.before} holds no near_dedup_core")
     args.evals, args.pool, args.out = (p.resolve() for p in (args.evals, args.pool, args.out))
+    index = args.index.resolve() if args.index is not None else None
     shutil.rmtree(args.out, ignore_errors=True)
     args.out.mkdir(parents=True)
     sides = {"before": args.before.resolve(), "now": args.now.resolve()}
     runs: dict[str, list[dict]] = {"before": [], "now": []}
-    for side, code in sides.items():  # untimed: each side's compiled kernels cached
+    for side, code in () if args.no_warm else sides.items():  # untimed: kernels cached
         warm = run(
-            contamination(args.evals, args.pool, args.out / f"warm-{side}"),
+            contamination(args.evals, args.pool, args.out / f"warm-{side}", index),
             args.out / f"warm-{side}.log",
             env=env_for(code),
             cwd=code,
@@ -96,7 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         for side in order:
             report = args.out / f"{side}-{r}"
             m = run(
-                contamination(args.evals, args.pool, report),
+                contamination(args.evals, args.pool, report, index),
                 args.out / f"{side}-{r}.log",
                 env=env_for(sides[side]),
                 cwd=sides[side],

@@ -516,6 +516,16 @@ def test_the_contamination_ab_bench_compares_two_checkouts_on_the_same_report(tm
     assert all(r["cpu_s"] > 0 for side in ("before", "now") for r in result["runs"][side])
     assert len(result["scan"]) == 2 and result["cpu_now_over_scan"] > 0
     assert len(_rows(out / "now-0", "contamination.jsonl")) == 3
+    # the pool's texts read from the index the scan built, no untimed run first: the same
+    # report
+    again = tmp_path / "ab-index"
+    contamination_ab.main(["--before", str(root), "--evals", str(evals), "--pool", str(pool),
+                           "--index", str(out / "index.sqlite"), "--no-warm", "--rounds", "1",
+                           "--out", str(again)])
+    assert not list(again.glob("warm-*"))
+    assert "--index" in (again / "now-0.log").read_text()
+    for name in contamination_ab.SAME:
+        assert (again / "now-0" / name).read_bytes() == (out / "now-0" / name).read_bytes()
     with pytest.raises(SystemExit, match="holds no near_dedup_core"):
         contamination_ab.main(["--before", str(tmp_path), "--evals", str(evals), "--pool",
                                str(pool), "--out", str(out)])
