@@ -424,3 +424,27 @@ def test_an_sft_record_is_found_in_its_own_scope_only(backend, tmp_path):
     assert moved["matches"] == []
     by_sample = find(str(location), "--package", sft, "--sample", record["id"], "--workers", 1)
     assert by_sample[0]["matches"] == same["matches"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
+def test_the_queries_and_answers_are_built_with_rare_collections(built, backend, monkeypatch):
+    """Reading the queries and answering them is bulk work (`runtime.PROFILES`): both run
+    with the collector threshold of `near_dedup_core.collector`, and the caller's thresholds
+    are back after."""
+    import gc
+
+    from near_dedup_core import collector
+    from near_dedup_core.history import queries as queries_module
+
+    seen = []
+    for module, name in ((queries_module, "jsonl_queries"), (find_module, "find_texts")):
+        def spy(*args, _inner=getattr(module, name), **kwargs):
+            seen.append((_inner.__name__, gc.get_threshold()[0]))
+            return _inner(*args, **kwargs)
+        monkeypatch.setattr(module, name, spy)
+    location, _, _, _, q1, lines = built
+    before = gc.get_threshold()
+    answers = find(location, "--text", q1, "--jsonl", lines, "--workers", 1)
+    assert len(answers) == 5 and gc.get_threshold() == before
+    young = collector.YOUNG_THRESHOLD
+    assert seen == [("jsonl_queries", young), ("find_texts", young)]
