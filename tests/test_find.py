@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import (
     REPO,
@@ -139,6 +140,38 @@ def test_samples_and_hashes_in_every_tokenizer(built):
     assert by_id["query"] == {"id": cid(texts["a1"]), "from": "hash", "kind": "cpt",
                               "normalized_chars": len(normalize(texts["a1"]))}
     assert unknown["query"]["kind"] is None and unknown["matches"] == []
+
+
+def test_an_answer_shows_columns_read_already(built, monkeypatch):
+    """What an answer shows of a content (its id, scope and first batch) comes from the
+    columns find has read already (its queries' own contents, those sharing a band key with
+    one) where they hold it: only the others are read again, and it is what reading them all
+    gives."""
+    from near_dedup_core.index_store import open_index
+
+    with open_index(built[0]).snapshot() as snap:
+        last = snap.counts().contents
+        ids = sorted({s.content for s in snap.content_sources(list(range(1, last + 1)))})
+        assert len(ids) >= 8
+        everything = snap.content_columns(np.asarray(ids))
+        labels = snap.scope_labels()
+        expected = {c: (cid.hex(), labels[scope], batch) for c, cid, scope, batch in zip(
+            everything.rowid.tolist(), everything.content_id, everything.scope.tolist(),
+            everything.batch.tolist(), strict=True)}
+        read = [snap.content_columns(np.asarray(ids[1:4])),
+                snap.content_columns(np.asarray(ids[3:6]))]
+        asked = []
+        content_columns = type(snap).content_columns
+
+        def spy(self, wanted):
+            asked.append(wanted.tolist())
+            return content_columns(self, wanted)
+
+        monkeypatch.setattr(type(snap), "content_columns", spy)
+        assert find_module._shown(snap, ids, read) == expected
+        assert asked == [[ids[0], *ids[6:]]]
+        assert find_module._shown(snap, ids[1:6], read) == {c: expected[c] for c in ids[1:6]}
+        assert asked == [[ids[0], *ids[6:]]]
 
 
 def test_near_copies_are_the_scans_relations(built, tmp_path):
