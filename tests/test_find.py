@@ -258,6 +258,27 @@ def test_bad_input_is_one_line(built, backend, tmp_path):
             "missing.sqlite", "not found")
 
 
+def test_the_lines_of_a_jsonl_file(tmp_path):
+    """Each line is one query, its end ``\\n`` or the end of the file; an empty line is
+    one too (refused), a final ``\\n`` starts none, a ``\\r`` before it is JSON's space."""
+    from near_dedup_core.errors import NearDedupError
+    from near_dedup_core.history.queries import jsonl_queries
+
+    path = tmp_path / "q.jsonl"
+    for data, ids in ((b'{"id": "a", "text": "x"}', ["a"]),
+                      (b'{"id": "a", "text": "x"}\r\n{"id": "b", "text": "y\\n"}\n', ["a", "b"]),
+                      (b'{"id": "a", "text": "\xc3\xa9"}\n{"id": "b", "text": "z"}', ["a", "b"])):
+        path.write_bytes(data)
+        assert [q.id for q in jsonl_queries(path)] == ids
+    assert [q.text for q in jsonl_queries(path)] == ["\u00e9", "z"]
+    for data, problem in ((b"", "no query"), (b"\n", ":1: empty line"),
+                          (b'{"id": "a", "text": "x"}\n\n{"id": "b", "text": "y"}\n', ":2: empty line"),
+                          (b'{"id": "a", "text": "x"}\n\n', ":2: empty line")):
+        path.write_bytes(data)
+        with pytest.raises(NearDedupError, match=problem):
+            jsonl_queries(path)
+
+
 # the same bytes as on SQLite (test_the_same_bytes_everywhere)
 @pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
 def test_table(built, backend):
