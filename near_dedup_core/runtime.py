@@ -8,7 +8,10 @@ set-up uses `command` too.
 What a profile asks for:
 
 - ``bulk``: rare garbage collections while the command runs (`collector.rare_collections`):
-  a bulk command builds millions of containers, none of them garbage;
+  a bulk command builds millions of containers, none of them garbage (`index find` builds
+  hundreds of thousands, its queries' and its answers': at the default threshold, 10,000
+  queries against a 1M index cost its main thread 0.3 s of collections that freed a few
+  hundred objects);
 - ``kernels``: load numba first (`jit`), for a command whose own process runs compiled
   kernels;
 - ``pool``: the modules the workers of a local pool run: their forkserver is started before
@@ -74,7 +77,7 @@ PROFILES: dict[str, Profile] = {
                     pool=("near_dedup_core.scan", "near_dedup_core.normalize",
                           "near_dedup_core.scan.verify")),
     "contamination": Profile(bulk=True, kernels=True),
-    "index find": Profile(kernels=True),
+    "index find": Profile(bulk=True, kernels=True),
     "mixture": Profile(bulk=True),
     "report": Profile(bulk=True),
 }

@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers import (
     REPO,
@@ -141,6 +142,38 @@ def test_samples_and_hashes_in_every_tokenizer(built):
     assert unknown["query"]["kind"] is None and unknown["matches"] == []
 
 
+def test_an_answer_shows_columns_read_already(built, monkeypatch):
+    """What an answer shows of a content (its id, scope and first batch) comes from the
+    columns find has read already (its queries' own contents, those sharing a band key with
+    one) where they hold it: only the others are read again, and it is what reading them all
+    gives."""
+    from near_dedup_core.index_store import open_index
+
+    with open_index(built[0]).snapshot() as snap:
+        last = snap.counts().contents
+        ids = sorted({s.content for s in snap.content_sources(list(range(1, last + 1)))})
+        assert len(ids) >= 8
+        everything = snap.content_columns(np.asarray(ids))
+        labels = snap.scope_labels()
+        expected = {c: (cid.hex(), labels[scope], batch) for c, cid, scope, batch in zip(
+            everything.rowid.tolist(), everything.content_id, everything.scope.tolist(),
+            everything.batch.tolist(), strict=True)}
+        read = [snap.content_columns(np.asarray(ids[1:4])),
+                snap.content_columns(np.asarray(ids[3:6]))]
+        asked = []
+        content_columns = type(snap).content_columns
+
+        def spy(self, wanted):
+            asked.append(wanted.tolist())
+            return content_columns(self, wanted)
+
+        monkeypatch.setattr(type(snap), "content_columns", spy)
+        assert find_module._shown(snap, ids, read) == expected
+        assert asked == [[ids[0], *ids[6:]]]
+        assert find_module._shown(snap, ids[1:6], read) == {c: expected[c] for c in ids[1:6]}
+        assert asked == [[ids[0], *ids[6:]]]
+
+
 def test_near_copies_are_the_scans_relations(built, tmp_path):
     """Every relation the scan of ``cpt-b`` finds with the history is a match of ``find``
     for that sample, with the same Jaccard and verdict (the same bands, filters and
@@ -223,6 +256,27 @@ def test_bad_input_is_one_line(built, backend, tmp_path):
     refused(["--index", location, "index", "find", "--sample", "b0"], "--package DIR")
     refused(["--index", tmp_path / "missing.sqlite", "index", "find", "--text", q1],
             "missing.sqlite", "not found")
+
+
+def test_the_lines_of_a_jsonl_file(tmp_path):
+    """Each line is one query, its end ``\\n`` or the end of the file; an empty line is
+    one too (refused), a final ``\\n`` starts none, a ``\\r`` before it is JSON's space."""
+    from near_dedup_core.errors import NearDedupError
+    from near_dedup_core.history.queries import jsonl_queries
+
+    path = tmp_path / "q.jsonl"
+    for data, ids in ((b'{"id": "a", "text": "x"}', ["a"]),
+                      (b'{"id": "a", "text": "x"}\r\n{"id": "b", "text": "y\\n"}\n', ["a", "b"]),
+                      (b'{"id": "a", "text": "\xc3\xa9"}\n{"id": "b", "text": "z"}', ["a", "b"])):
+        path.write_bytes(data)
+        assert [q.id for q in jsonl_queries(path)] == ids
+    assert [q.text for q in jsonl_queries(path)] == ["\u00e9", "z"]
+    for data, problem in ((b"", "no query"), (b"\n", ":1: empty line"),
+                          (b'{"id": "a", "text": "x"}\n\n{"id": "b", "text": "y"}\n', ":2: empty line"),
+                          (b'{"id": "a", "text": "x"}\n\n', ":2: empty line")):
+        path.write_bytes(data)
+        with pytest.raises(NearDedupError, match=problem):
+            jsonl_queries(path)
 
 
 # the same bytes as on SQLite (test_the_same_bytes_everywhere)
@@ -424,3 +478,27 @@ def test_an_sft_record_is_found_in_its_own_scope_only(backend, tmp_path):
     assert moved["matches"] == []
     by_sample = find(str(location), "--package", sft, "--sample", record["id"], "--workers", 1)
     assert by_sample[0]["matches"] == same["matches"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True, scope="module")
+def test_the_queries_and_answers_are_built_with_rare_collections(built, backend, monkeypatch):
+    """Reading the queries and answering them is bulk work (`runtime.PROFILES`): both run
+    with the collector threshold of `near_dedup_core.collector`, and the caller's thresholds
+    are back after."""
+    import gc
+
+    from near_dedup_core import collector
+    from near_dedup_core.history import queries as queries_module
+
+    seen = []
+    for module, name in ((queries_module, "jsonl_queries"), (find_module, "find_texts")):
+        def spy(*args, _inner=getattr(module, name), **kwargs):
+            seen.append((_inner.__name__, gc.get_threshold()[0]))
+            return _inner(*args, **kwargs)
+        monkeypatch.setattr(module, name, spy)
+    location, _, _, _, q1, lines = built
+    before = gc.get_threshold()
+    answers = find(location, "--text", q1, "--jsonl", lines, "--workers", 1)
+    assert len(answers) == 5 and gc.get_threshold() == before
+    young = collector.YOUNG_THRESHOLD
+    assert seen == [("jsonl_queries", young), ("find_texts", young)]

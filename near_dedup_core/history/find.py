@@ -36,6 +36,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from operator import itemgetter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -179,13 +180,13 @@ class _Signed:
         self.sizes[rows] = part.sizes
         self._keys[rows] = part.keys
 
-    def put_indexed(self, snap: db.Snapshot, known: dict[int, int]) -> None:
+    def put_indexed(self, snap: db.Snapshot, known: dict[int, int]) -> db.ContentColumns | None:
         """The queries of ``known`` (query number -> the content its raw text was indexed
         as, `_indexed`) as the index holds them: their contents, scopes, text lengths,
         signatures and shingle-set sizes read, as a scan reads its pool's, not computed; not
-        their texts (`read_texts`)."""
+        their texts (`read_texts`). The columns read, or None."""
         if not known:
-            return
+            return None
         ids = sorted(set(known.values()))
         columns = snap.content_columns(np.asarray(ids, dtype=np.int64))
         at = {c: k for k, c in enumerate(columns.rowid.tolist())}
@@ -201,6 +202,7 @@ class _Signed:
         self.sigs[rows] = sigs
         self.sizes[rows] = np.where(signed, columns.shingles[k], 0)
         self._keys[rows] = band_keys(sigs, self.config.bands, self.config.rows)
+        return columns
 
     def read_texts(self, snap: db.Snapshot, rows: list[int]) -> None:
         """The normalized texts of the queries ``rows`` that `put_indexed` left unread."""
@@ -364,12 +366,14 @@ def _exact(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
 
 
 def _candidates(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
-                exact: dict[int, set[int]], config: NearDedupConfig) -> np.ndarray:
+                exact: dict[int, set[int]], config: NearDedupConfig
+                ) -> tuple[np.ndarray, db.ContentColumns | None]:
     """(query number, content row id) pairs sharing a band key, in one of the query's scopes,
-    through the scan's filters, the same texts left out; sorted."""
+    through the scan's filters, the same texts left out; sorted. And the columns of the
+    contents that share one (None: none does)."""
     hits = band_key_hits(snap, signed.keys, [], set())
     if not len(hits):
-        return np.zeros((0, 2), dtype=np.int64)
+        return np.zeros((0, 2), dtype=np.int64), None
     contents = snap.content_columns(np.unique(hits[:, 0]))
     rows = np.searchsorted(contents.rowid, hits[:, 0])
     queries = signed.long[hits[:, 1]]
@@ -387,7 +391,7 @@ def _candidates(snap: db.Snapshot, signed: _Signed, scopes: list[list[int]],
                           min_agreement(config.num_perm, config.threshold))
     keep = in_scope & not_exact & passed & contents.has_signature[rows]
     pairs = np.stack([queries[keep], hits[keep, 0]], axis=1)
-    return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))]
+    return pairs[np.lexsort((pairs[:, 1], pairs[:, 0]))], contents
 
 
 def _verify(snap: db.Snapshot, pairs: np.ndarray, signed: _Signed, queries: list[Query],
@@ -439,7 +443,7 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     known, known_sources = _indexed(index, snap, queries, given)
     unknown = [n for n in given if n not in known]
     signed.start(ex, running, unknown, [queries[n].text or "" for n in unknown])
-    signed.put_indexed(snap, known)
+    read = [signed.put_indexed(snap, known)]  # content columns, for the answers
     sources_of: dict[int, list[db.ContentSource]] = defaultdict(list)
     for s in known_sources:  # every source of those contents: read once
         sources_of[s.content].append(s)
@@ -458,7 +462,8 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     for n, cs in resolved.items():  # a hash names its contents: they are its text
         exact.setdefault(n, set()).update(cs)
     stages.step(STAGES[1])
-    pairs = _candidates(snap, signed, scopes, exact, config)
+    pairs, hit_columns = _candidates(snap, signed, scopes, exact, config)
+    read += [named_columns, hit_columns]
     stages.step(STAGES[2])
     domains: dict[int, frozenset[str]] | None = None
     if config.extra_units and len(pairs):
@@ -473,46 +478,88 @@ def _find(index: db.Index, snap: db.Snapshot, queries: list[Query], ex: Executor
     todo = [c for c in matched if c not in sources_of]
     for s in snap.content_sources(todo):
         sources_of[s.content].append(s)
-    columns = snap.content_columns(np.asarray(matched, dtype=np.int64))
-    row = {c: k for k, c in enumerate(columns.rowid.tolist())}
+    shown = _shown(snap, matched, [r for r in read if r is not None])
+    answers = _answers(snap, queries, signed, scopes, scope_keys, exact, verified, shown,
+                       sources_of, mixtures)
+    stages.step(STAGES[4])
+    snap.verify_pages()  # nothing is printed from a damaged index
+    stages.finish()
+    return FindResult(answers)
+
+
+def _shown(snap: db.Snapshot, ids: list[int], read: list[db.ContentColumns]
+           ) -> dict[int, tuple[str, str, int]]:
+    """Content row id -> what an answer shows of it (content id in hex, scope label, first
+    batch), for the contents ``ids``: from the columns ``read`` already where they hold it
+    (the queries' own contents, those sharing a band key with one), the others read."""
     labels = snap.scope_labels()
+    out: dict[int, tuple[str, str, int]] = {}
+    todo = np.asarray(ids, dtype=np.int64)
+    for columns in read:
+        if not len(todo) or not len(columns.rowid):
+            continue
+        at = np.searchsorted(columns.rowid, todo).clip(max=len(columns.rowid) - 1)
+        here = columns.rowid[at] == todo
+        _show(out, columns, todo[here], at[here], labels)
+        todo = todo[~here]
+    if len(todo):
+        columns = snap.content_columns(todo)
+        _show(out, columns, columns.rowid, np.arange(len(columns.rowid)), labels)
+    return out
+
+
+def _show(out: dict[int, tuple[str, str, int]], columns: db.ContentColumns, ids: np.ndarray,
+          at: np.ndarray, labels: dict[int, str]) -> None:
+    for c, k, scope, batch in zip(ids.tolist(), at.tolist(), columns.scope[at].tolist(),
+                                  columns.batch[at].tolist(), strict=True):
+        out[c] = (columns.content_id[k].hex(), labels[scope], batch)
+
+
+#: the order of a match's sources
+_SOURCE_ORDER = itemgetter("batch", "package_id", "sample_id", "split")
+
+
+def _answers(snap: db.Snapshot, queries: list[Query], signed: _Signed,
+             scopes: list[list[int]], scope_keys: dict[int, str], exact: dict[int, set[int]],
+             verified: dict[tuple[int, int], PairResult], shown: dict[int, tuple[str, str, int]],
+             sources_of: dict[int, list[db.ContentSource]],
+             mixtures: ShippedMixtures | None) -> list[dict]:
+    """One answer per query (the module doc's order): its same texts first, then its near
+    copies by Jaccard, descending, then content id; each match's sources by batch, package,
+    sample, split."""
     packages = {p.rowid: p for p in snap.indexed_packages()}
     dates = snap.batch_dates()
     near: dict[int, list[tuple[int, float, str | None, str]]] = defaultdict(list)
     for (qn, c), r in verified.items():
         near[qn].append((c, r.jaccard, r.blocked_by, "near"))
+    chars = signed.chars.tolist()
+    present = signed.present.tolist()
     answers = []
     for n, q in enumerate(queries):
         found: list[tuple[int, float, str | None, str]] = [
             (c, 1.0, None, "exact") for c in exact.get(n, ())]
         found += near.get(n, [])
-        matches: list[tuple[bool, float, str, dict]] = []
+        matches: list[tuple[tuple[bool, float, str], dict]] = []
         for c, jac, blocked, kind in found:
-            k = row[c]
-            cid = columns.content_id[k].hex()
+            cid, label, first = shown[c]
             srcs = []
             for s in sources_of[c]:
                 p = packages[s.package]
                 srcs.append({"package_id": p.package_id, "sample_id": s.sample_id,
-                             "split": s.split, "batch": p.batch,
-                             "batch_date": dates[p.batch],
+                             "split": s.split, "batch": p.batch, "batch_date": dates[p.batch],
                              "mixtures": None if mixtures is None else
                              mixtures.containing(p.package_id, p.manifest_sha256,
                                                  s.sample_id)})
-            srcs.sort(key=lambda x: (x["batch"], x["package_id"], x["sample_id"], x["split"]))
-            matches.append((kind != "exact", -jac, cid, {"content_id": cid, "scope": labels[int(columns.scope[k])],
-                            "kind": kind, "jaccard": jac, "blocked_by": blocked,
-                            "first_batch": int(columns.batch[k]), "sources": srcs}))
-        matches.sort(key=lambda m: m[:3])
-        present = bool(signed.present[n])
+            srcs.sort(key=_SOURCE_ORDER)
+            matches.append(((kind != "exact", -jac, cid),
+                            {"content_id": cid, "scope": label, "kind": kind, "jaccard": jac,
+                             "blocked_by": blocked, "first_batch": first, "sources": srcs}))
+        matches.sort(key=itemgetter(0))
         answers.append({"query": {"id": q.id, "from": q.source,
-                                  "kind": _kind(q, scopes[n], scope_keys, present),
-                                  "normalized_chars": int(signed.chars[n]) if present else None},
-                        "matches": [m[3] for m in matches]})
-    stages.step(STAGES[4])
-    snap.verify_pages()  # nothing is printed from a damaged index
-    stages.finish()
-    return FindResult(answers)
+                                  "kind": _kind(q, scopes[n], scope_keys, present[n]),
+                                  "normalized_chars": chars[n] if present[n] else None},
+                        "matches": [m[1] for m in matches]})
+    return answers
 
 
 def _kind(q: Query, scopes: list[int], scope_keys: dict[int, str],

@@ -7,7 +7,7 @@ naming the file and line, or the package and sample, or the hash."""
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -66,10 +66,7 @@ def jsonl_queries(path: Path) -> list[Query]:
     checked as a package's record is; ids are unique within the file."""
     out: list[Query] = []
     seen: set[str] = set()
-    lines = _read(path).split(b"\n")
-    if lines[-1] == b"":  # the end of the last line
-        lines.pop()
-    for n, raw in enumerate(lines, 1):
+    for n, raw in enumerate(_lines(_read(path)), 1):
         try:
             obj = orjson.loads(raw)
         except orjson.JSONDecodeError:
@@ -91,6 +88,19 @@ def jsonl_queries(path: Path) -> list[Query]:
     if not out:
         raise NearDedupError(f"{path}: no query (one JSON object per line)")
     return out
+
+
+def _lines(data: bytes) -> Iterator[memoryview]:
+    """The lines of ``data``, each without its ``\\n`` (a final one starts no empty line),
+    as views of it, not copies (``split`` copied the 39 MB of 10,000 queries: 0.01 s)."""
+    view = memoryview(data)
+    start, size = 0, len(data)
+    while start < size:
+        end = data.find(b"\n", start)
+        if end < 0:
+            end = size
+        yield view[start:end]
+        start = end + 1
 
 
 def sample_queries(package: Path | Location, sample_ids: Sequence[str]) -> list[Query]:
