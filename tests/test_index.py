@@ -1107,12 +1107,15 @@ def _long_in_the_thread(ran: list[str]):
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's nice value")
-def test_a_starved_page_check_finishes_in_the_callers_thread():
+def test_a_starved_page_check_finishes_in_the_callers_thread(monkeypatch):
     """The page check beside a scan runs at the lowest priority; when the scan waits for it and
-    it has not finished, it is stopped and what is left runs in the caller's thread: no waiting
-    behind a busy box's other processes."""
+    it has not finished, and the thread may not be put back at the scan's priority (an
+    unprivileged user), it is stopped and what is left runs in the caller's thread: no
+    waiting behind a busy box's other processes."""
+    from near_dedup_core.index_store import invariants
     from near_dedup_core.index_store.invariants import BackgroundCheck
 
+    monkeypatch.setattr(invariants, "_lift", lambda thread: False)
     ran: list[str] = []
     quick: list[str] = []
     con = sqlite3.connect(":memory:", check_same_thread=False)
@@ -1126,6 +1129,46 @@ def test_a_starved_page_check_finishes_in_the_callers_thread():
     pages.result()
     assert time.monotonic() - started < 10
     assert ran == ["thread at nice 19", "caller"] and quick == ["done"]  # the first ran once
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a thread's nice value")
+def test_a_starved_page_check_is_lifted_to_the_callers_priority_and_not_run_again():
+    """Where the system lets it (a privileged process: a container's root, CI), the waiting
+    caller puts the check's thread back at its own priority and waits: the check's work is
+    not thrown away and paid again in the caller's thread. Where it does not, the check is
+    stopped and run in the caller's thread (the test above)."""
+    from near_dedup_core.index_store import invariants
+    from near_dedup_core.index_store.invariants import BackgroundCheck
+
+    ran: list[str] = []
+
+    def check(con: sqlite3.Connection) -> None:
+        where = "caller" if threading.current_thread() is threading.main_thread() else "thread"
+        nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        ran.append(f"{where} at nice {nice}")
+        con.execute("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n "
+                    "WHERE i < 20000000) SELECT COUNT(*) FROM n").fetchall()
+        ran.append(f"{where} done at nice "
+                   f"{os.getpriority(os.PRIO_PROCESS, threading.get_native_id())}")
+
+    con = sqlite3.connect(":memory:", check_same_thread=False)
+    pages = BackgroundCheck(con, [check], con.interrupt, idle=True)
+    deadline = time.monotonic() + 30
+    while not ran:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    probe = threading.Thread(target=time.sleep, args=(0.5,))
+    probe.start()
+    os.setpriority(os.PRIO_PROCESS, probe.native_id, 19)
+    may_lift = invariants._lift(probe)
+    probe.join()
+    pages.result()
+    if may_lift:
+        assert ran == ["thread at nice 19", f"thread done at nice {own}"]
+    else:
+        assert ran[0] == "thread at nice 19" and ran[-2:] == [f"caller at nice {own}",
+                                                            f"caller done at nice {own}"]
 
 
 def test_damage_the_idle_check_found_is_reported_as_found():

@@ -152,6 +152,20 @@ def _yield_the_cpu() -> None:
             pass
 
 
+def _lift(thread: threading.Thread) -> bool:
+    """Put a thread that `_yield_the_cpu` lowered back at the calling thread's CPU priority;
+    False where the system refuses it (raising a nice value again needs the privilege to,
+    which an unprivileged user lacks) or the thread has ended."""
+    if not sys.platform.startswith("linux") or thread.native_id is None:
+        return False
+    try:
+        own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        os.setpriority(os.PRIO_PROCESS, thread.native_id, own)
+    except OSError:
+        return False
+    return True
+
+
 class BackgroundCheck:
     """Checks of a whole index that run in a thread on a connection of their own while the
     caller works (SQLite and psycopg leave the GIL while they read), so that a scan or an
@@ -164,9 +178,11 @@ class BackgroundCheck:
     With ``idle`` (checks that run in this process, SQLite's), the thread runs at the lowest
     CPU priority: it takes the cores the caller's own threads and workers leave idle instead
     of competing with them. When the caller then waits and the checks have not finished (a
-    box too busy to leave them a core), `result` stops them between or inside two checks and
-    runs what is left in the caller's thread, at its priority: at most one check's work is
-    paid twice, and never minutes of waiting behind other processes."""
+    box too busy to leave them a core), `result` puts the thread back at the caller's
+    priority and waits for it; where the system does not allow that (an unprivileged user
+    may lower a thread's priority, not raise it again), it stops the checks between or
+    inside two checks and runs what is left in the caller's thread, at its priority: at most
+    one check's work is paid twice, and never minutes of waiting behind other processes."""
 
     def __init__(self, con: Any, checks: list[Callable[[Any], None]],
                  interrupt: Callable[[], None], *, idle: bool = False) -> None:
@@ -199,7 +215,9 @@ class BackgroundCheck:
     def result(self) -> None:
         """Wait for the checks; the one-line error of the first that failed."""
         try:
-            if self._idle and self._thread.is_alive():
+            if self._idle and self._thread.is_alive() and _lift(self._thread):
+                self._thread.join()  # what it has read is not read again
+            elif self._idle and self._thread.is_alive():
                 self._stop = True
                 while self._thread.is_alive():  # a check that starts just after an interrupt
                     self._interrupt()
