@@ -150,8 +150,9 @@ class _Groups:
     def first(self, mask: np.ndarray) -> np.ndarray:
         """Per item, its first row among those of ``mask`` (−1: none)."""
         out = np.full(len(self.items), -1, dtype=np.int64)
-        rows = np.flatnonzero(mask)[::-1]
-        out[self.of_row[rows]] = rows  # the last assignment, the first row, stays
+        rows = np.flatnonzero(mask)
+        groups, at = np.unique(self.of_row[rows], return_index=True)  # first occurrences
+        out[groups] = rows[at]
         return out
 
 
