@@ -335,46 +335,62 @@ def report_lines(lines: Sequence[BaseModel]) -> list[dict]:
     return [line.model_dump(mode="json") for line in lines]
 
 
-def in_report_order(pairs: list[Pair], items: list[EvalItem]) -> list[Pair]:
+@dataclass(frozen=True)
+class PairColumns:
+    """What the report order and the set-aside rule read of each pair, as arrays: its item,
+    its training sample's package and position, whether it is an exact match, and its
+    common shingles (or words)."""
+
+    item: np.ndarray
+    package: np.ndarray
+    position: np.ndarray
+    exact: np.ndarray
+    common: np.ndarray
+
+    @classmethod
+    def of(cls, pairs: list[Pair]) -> PairColumns:
+        n = len(pairs)
+        return cls(np.fromiter((p.item for p in pairs), dtype=np.int64, count=n),
+                   np.fromiter((p.sample.input_pos for p in pairs), dtype=np.int64, count=n),
+                   np.fromiter((p.sample.position for p in pairs), dtype=np.int64, count=n),
+                   np.fromiter((p.method == "exact" for p in pairs), dtype=bool, count=n),
+                   np.fromiter((p.common for p in pairs), dtype=np.int64, count=n))
+
+
+def in_report_order(pairs: list[Pair], items: list[EvalItem]
+                    ) -> tuple[list[Pair], PairColumns]:
     """The pairs by eval record (its package and position, then the item), training sample
-    (its package and position), an exact match before a containment match: a sort of
-    arrays, stable as Python's."""
-    n = len(pairs)
+    (its package and position), an exact match before a containment match (a sort of
+    arrays, stable as Python's), and their columns in that order."""
     rank = np.empty(len(items), dtype=np.int64)  # an item's place among the eval records
     rank[sorted(range(len(items)), key=lambda i: (items[i].ref.key(), i))] = \
         np.arange(len(items))
-    item = np.fromiter((p.item for p in pairs), dtype=np.int64, count=n)
-    package = np.fromiter((p.sample.input_pos for p in pairs), dtype=np.int64, count=n)
-    position = np.fromiter((p.sample.position for p in pairs), dtype=np.int64, count=n)
-    contained = np.fromiter((p.method != "exact" for p in pairs), dtype=bool, count=n)
-    order = np.lexsort((contained, position, package, rank[item]))
-    return [pairs[k] for k in order.tolist()]
+    c = PairColumns.of(pairs)
+    order = np.lexsort((~c.exact, c.position, c.package, rank[c.item]))
+    return [pairs[k] for k in order.tolist()], PairColumns(
+        c.item[order], c.package[order], c.position[order], c.exact[order], c.common[order])
 
 
-def match_columns(pairs: list[Pair], items: list[EvalItem], state: ProbeState,
-                  allow: Allowlist, span_of: Callable[[Pair], tuple[int, int]]
-                  ) -> MatchColumns:
-    """The pairs (in report order) as the set-aside rule counts them: whole when every
-    shingle (containment) or word (exact) of the item is in the match; the item's matched
-    text (its span, `item_span`) is looked up only when there is an allowlist."""
-    n = len(pairs)
-    item = np.fromiter((p.item for p in pairs), dtype=np.int64, count=n)
-    sample = np.fromiter(((p.sample.input_pos << 40) | p.sample.position for p in pairs),
-                         dtype=np.int64, count=n)
-    common = np.fromiter((p.common for p in pairs), dtype=np.int64, count=n)
-    exact = np.fromiter((p.method == "exact" for p in pairs), dtype=bool, count=n)
-    size = np.diff(state.item_start)[item]
-    words = {i: len(WORD.findall(items[i].text)) for i in np.unique(item[exact]).tolist()}
-    size[exact] = [words[i] for i in item[exact].tolist()]
+def match_columns(pairs: list[Pair], c: PairColumns, items: list[EvalItem],
+                  state: ProbeState, allow: Allowlist,
+                  span_of: Callable[[Pair], tuple[int, int]]) -> MatchColumns:
+    """The pairs (in report order, ``c`` their columns) as the set-aside rule counts them:
+    whole when every shingle (containment) or word (exact) of the item is in the match; the
+    item's matched text (its span, `item_span`) is looked up only when there is an
+    allowlist."""
+    size = np.diff(state.item_start)[c.item]
+    words = {i: len(WORD.findall(items[i].text)) for i in np.unique(c.item[c.exact]).tolist()}
+    size[c.exact] = [words[i] for i in c.item[c.exact].tolist()]
     short = np.asarray([x is not None for x in state.short_numbers], dtype=bool)
     entry = None
     if allow.entries:
-        entry = np.empty(n, dtype=np.int64)
+        entry = np.empty(len(pairs), dtype=np.int64)
         for k, p in enumerate(pairs):
             start, end = span_of(p)
             e = allow.entry_of(items[p.item].text[start:end])
             entry[k] = -1 if e is None else e
-    return MatchColumns(item, sample, common == size, short[item], entry)
+    return MatchColumns(c.item, (c.package << 40) | c.position, c.common == size,
+                        short[c.item], entry)
 
 
 def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], *,
@@ -405,7 +421,7 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     else:
         pairs, candidates, samples = probe_pool(pool, state, config, workers, progress,
                                                  executor)
-    pairs = in_report_order(pairs, items)
+    pairs, columns = in_report_order(pairs, items)
     allow = Allowlist(allowlist)
     hasher = MinHasher(1, config.seed, config.shingle_size)
     spans: dict[tuple[int, str, str], tuple[int, int]] = {}  # a common text matches alike
@@ -416,7 +432,8 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
             got = spans[(p.item, p.method, p.text)] = item_span(items[p.item].text, p, hasher)
         return got
 
-    kept, aside = set_aside_columns(match_columns(pairs, items, state, allow, span_of),
+    kept, aside = set_aside_columns(match_columns(pairs, columns, items, state, allow,
+                                                  span_of),
                                     config.contamination_common_samples,
                                     config.contamination_template_samples)
     lines = report_pairs(config, items, [(pairs[k], span_of(pairs[k])) for k in kept])
