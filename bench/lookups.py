@@ -49,7 +49,8 @@ def measure(location: str, calls: int, keys: int, seed: int = 1,
     out = subprocess.run([sys.executable, "-c", _CHILD, location, str(calls), str(keys),
                           str(seed)], env=env, capture_output=True, text=True, check=False)
     if out.returncode:
-        raise SystemExit(f"bench.lookups: {out.stderr.strip().splitlines()[-1]}")
+        last = out.stderr.strip().splitlines() or [f"exit {out.returncode}"]
+        raise SystemExit(f"bench.lookups: {last[-1]}")
     cpu, wall, peak, found, kept = out.stdout.split()
     return {"code": str(code or ROOT), "calls": calls, "keys": keys, "cpu_s": float(cpu),
             "wall_s": float(wall), "peak_rss_mib": int(peak), "found": int(found),
