@@ -342,3 +342,31 @@ def test_raw_text_lookups_kept_from_run_to_run_follow_the_published_state(tmp_pa
     ok("--index", index, "index", "compact")
     ok("--index", index, "index", "expire", "--older-than", "0s")
     assert len(kept.contents([sha(t) for t in first + second])) == 100
+
+
+def test_a_lookup_reads_the_values_of_the_row_groups_holding_a_hit_alone(tmp_path, monkeypatch):
+    """Several hits in one row group, a key in two files (its rows in the files' order) and
+    keys in row groups without a hit: the answers are every row of each key, and the value
+    column is read from the row groups that hold a hit only."""
+    monkeypatch.setitem(it.ROW_GROUP_ROWS, "content_keys", 64)
+    table = _Table(tmp_path)
+    keys = sorted(hashlib.sha256(f"k{i}".encode()).digest()[:16] for i in range(640))
+    files = []
+    for part, values in enumerate((range(1, 641), range(1001, 1641))):
+        rows = keys if part == 0 else keys[::2]
+        for path in write_keyed_files(table, "content_keys", f"p{part}", "content_id",
+                                      pa.table({"content_id": pa.array(rows, pa.binary()),
+                                                "id": pa.array(list(values)[:len(rows)],
+                                                               pa.int64())}), 0):
+            files.append(KeyedFile(path, 0, 0, 0))
+    assert [pq.read_metadata(f.path).num_row_groups for f in files] == [10, 5]
+    # two hits in the first row group of each file, one in the sixth of the first file (a
+    # key the second file does not hold), and keys that fall in the other row groups but
+    # are absent
+    asked = [keys[0], keys[2], keys[321]]
+    absent = [bytes([k[0], *k[1:15], k[15] ^ 1]) for k in keys[100:600:50]]
+    lookup = KeyedFiles("test", files, "content_id", 16, ("id",), threads=1)
+    found = lookup.find([*asked, *absent])
+    assert found == {keys[0]: [(1,), (1001,)], keys[2]: [(3,), (1002,)], keys[321]: [(322,)]}
+    assert lookup.value_groups_read == 3
+    assert lookup.groups_read > lookup.value_groups_read + 5

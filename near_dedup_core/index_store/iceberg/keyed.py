@@ -131,9 +131,11 @@ class KeyedFiles:
         self._open_chunks = 0
         self._open_lock = threading.Lock()
         self._keep_open = open_files_kept()
-        #: rows and row groups read so far (what a lookup costs: bench/, tests)
+        #: rows and row groups of the key column read so far, and row groups of the values
+        #: (what a lookup costs: bench/, tests)
         self.rows_read = 0
         self.groups_read = 0
+        self.value_groups_read = 0
 
     def find(self, keys: list[bytes]) -> dict[bytes, list[tuple[int, ...]]]:
         """Each of ``keys`` that a row holds -> the rows' ``values``, in the files' order."""
@@ -221,17 +223,29 @@ class KeyedFiles:
         groups = np.unique(at[inside]).tolist()
         if not groups:
             return []
-        t = pf.read_row_groups(groups, columns=[self.key, *self.values], use_threads=False)
-        self.rows_read += t.num_rows
+        # the key column first, then the values of the row groups that hold a hit alone (a
+        # day's keys are mostly new: most row groups read hold none)
+        column = pf.read_row_groups(groups, columns=[self.key], use_threads=False).column(self.key)
+        self.rows_read += len(column)
         self.groups_read += len(groups)
-        column = t.column(self.key)
-        hit = pc.is_in(column, value_set=pa.array(keys, column.type))
-        t = t.filter(hit)
+        hits = np.flatnonzero(pc.is_in(column, value_set=pa.array(keys, column.type))
+                              .to_numpy(zero_copy_only=False))
+        if not len(hits):
+            return []
+        sizes = np.array([pf.metadata.row_group(g).num_rows for g in groups], np.int64)
+        first = np.concatenate(([0], np.cumsum(sizes)))
+        group_of = np.searchsorted(first, hits, "right") - 1
+        holding = np.unique(group_of)
+        held_first = np.concatenate(([0], np.cumsum(sizes[holding])))
+        t = pf.read_row_groups([groups[i] for i in holding.tolist()], columns=list(self.values),
+                               use_threads=False)
+        self.value_groups_read += len(holding)
+        t = t.take(hits - first[group_of] + held_first[np.searchsorted(holding, group_of)])
         for name in self.values:
             if t.column(name).null_count:
                 raise damaged(self.label, f"data file {datafiles.local_path(f.path)}: a null in "
                                           f"column {name}")
-        found = t.column(self.key).to_pylist()
+        found = column.take(pa.array(hits)).to_pylist()
         values = [t.column(name).to_pylist() for name in self.values]
         return [(bytes(k), row) for k, row in zip(found, zip(*values, strict=True),
                                                    strict=True)]
