@@ -145,12 +145,14 @@ class KeyedFiles:
             raise ValueError(f"a key of other than {self.width} bytes")
         wanted = sorted(set(keys))
         prefix = prefixes(wanted)
+        # a bucket is a prefix's first bits, so the sorted keys' buckets are sorted: each
+        # file's keys are one slice of them, found by bisection
+        of_bits = {bits: buckets_of(prefix, bits) for bits in {f.bits for f in self.files}}
         work = []
         for f in self.files:
-            at = np.flatnonzero(buckets_of(prefix, f.bits) == f.bucket) if f.bits else None
-            mine = wanted if at is None else [wanted[i] for i in at.tolist()]
-            if mine:
-                work.append((f, mine))
+            lo, hi = np.searchsorted(of_bits[f.bits], [f.bucket, f.bucket + 1]).tolist()
+            if hi > lo:
+                work.append((f, wanted[lo:hi]))
         out: dict[bytes, list[tuple[int, ...]]] = {}
         if self.threads > 1 and len(work) > 1:
             with ThreadPoolExecutor(max_workers=self.threads) as pool:
