@@ -3,7 +3,9 @@
 random content ids each, through the index's own lookup (`keyed.content_lookup`), in a
 process of their own; its CPU, wall and peak RSS, and the files the lookup kept open, as
 one JSON line. A 50,000-record day asks 49 lookups of about 1,000 new contents one block at
-a time, about 26 of 1,900 when the writer asks for the blocks whose results are in.
+a time, about 26 of 1,900 when the writer asks for the blocks whose results are in. The
+collector runs with the `index` command's threshold (`collector.use_bulk_threshold`), as
+the writer's lookups do.
 
 With ``--code CHECKOUT`` the process imports that checkout's ``near_dedup_core`` (say the
 commit before, `git worktree add`), for a before/after run in turns::
@@ -28,12 +30,14 @@ ROOT = Path(__file__).resolve().parent.parent
 _CHILD = """
 import resource, sys, time
 import numpy as np
+from near_dedup_core.collector import use_bulk_threshold
 from near_dedup_core.index_store.iceberg.keyed import content_lookup, content_rows
 from near_dedup_core.index_store.iceberg.snapshot import Pinned
 location, calls, keys, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 lookup = content_lookup(Pinned(location))
 rng = np.random.default_rng(seed)
 asked = [[rng.bytes(16) for _ in range(keys)] for _ in range(calls)]
+use_bulk_threshold()
 cpu, wall = time.process_time(), time.perf_counter()
 found = sum(len(content_rows(lookup, k)) for k in asked)
 print(round(time.process_time() - cpu, 3), round(time.perf_counter() - wall, 3),
