@@ -288,6 +288,10 @@ def console_main() -> None:
     Callers in a process that goes on (tests, the Dagster assets) call `main`."""
     runtime.begin()
     code = main()
+    # the command is done: a SIGTERM from here on (while the interpreter exits: exit hooks,
+    # module teardown) is ignored, so that the process ends with the command's code, not
+    # killed by the signal (a handler of ours would be reset to the default by then)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     if code in (_INTERRUPTED, _TERMINATED) or _FAILED_THREADS:
         # What the unwinding did not reach is garbage now, often in reference cycles (a
         # traceback whose frames hold the exception they handled; every SQLite connection,

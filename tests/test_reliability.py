@@ -553,6 +553,22 @@ def test_an_interrupted_statement_of_a_batch_leaves_the_folder_as_it_was(index):
         event.remove(Engine, "after_cursor_execute", interrupt)
 
 
+def test_a_sigterm_once_the_command_is_done_exits_with_its_code(index):
+    """A SIGTERM that lands after the command finished, while the interpreter exits (here
+    from an exit hook), ends the process with the command's exit code instead of killing it:
+    its work is complete, and a scheduler must not read it as stopped."""
+    program = ("import atexit, os, signal, sys\n"
+               "atexit.register(lambda: os.kill(os.getpid(), signal.SIGTERM))\n"
+               "from near_dedup_core.cli import console_main\n"
+               f"sys.argv = ['near-dedup', '--quiet', '--index', {str(index)!r}, 'index', "
+               "'check']\n"
+               "console_main()\n")
+    done = subprocess.run([sys.executable, "-c", program], env=env_with(), capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0, (done.returncode, done.stderr)
+    assert done.stdout.strip() and not done.stderr, (done.stdout, done.stderr)
+
+
 def test_an_interruption_while_the_writer_lock_is_taken_releases_it(index, monkeypatch):
     from near_dedup_core.index_store.sqlite import write as sqlite_write
 
