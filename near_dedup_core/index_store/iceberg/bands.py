@@ -169,19 +169,8 @@ def file_hits(pf: Any, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = np.flatnonzero(probes[place] == keys)
     if not len(rows):
         return none, none
-    sizes = np.array([meta.row_group(g).num_rows for g in groups], np.int64)
-    starts = np.concatenate(([0], np.cumsum(sizes)))
-    of = np.searchsorted(starts, rows, "right") - 1
-    holding = np.unique(of)
-    read_starts = np.concatenate(([0], np.cumsum(sizes[holding])))
-    contents = (
-        pf.read_row_groups(
-            [groups[i] for i in holding.tolist()], columns=["content"], use_threads=False
-        )
-        .column("content")
-        .to_numpy()
-    )
-    return keys[rows], contents[rows - starts[of] + read_starts[np.searchsorted(holding, of)]]
+    contents, _ = datafiles.read_rows(pf, groups, rows, ["content"])
+    return keys[rows], contents.column("content").to_numpy()
 
 
 def sorted_by_key(

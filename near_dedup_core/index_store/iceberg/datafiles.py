@@ -86,6 +86,26 @@ def parquet_file(uri: str) -> Any:
     return pq.ParquetFile(path, filesystem=fs, page_checksum_verification=True)
 
 
+def read_rows(pf: Any, groups: list[int], rows: Any, columns: list[str]
+              ) -> tuple[pa.Table, int]:
+    """``columns`` of the rows ``rows`` (sorted positions in the row groups ``groups`` of the
+    `pyarrow.parquet.ParquetFile` ``pf`` read one after another, as a column read of those
+    row groups lists them), reading only the row groups that hold one of them; and how many
+    row groups that is."""
+    import numpy as np
+
+    meta = pf.metadata
+    sizes = np.array([meta.row_group(g).num_rows for g in groups], np.int64)
+    first = np.concatenate(([0], np.cumsum(sizes)))
+    group_of = np.searchsorted(first, rows, "right") - 1
+    holding = np.unique(group_of)
+    held_first = np.concatenate(([0], np.cumsum(sizes[holding])))
+    table = pf.read_row_groups([groups[i] for i in holding.tolist()], columns=columns,
+                               use_threads=False)
+    at = rows - first[group_of] + held_first[np.searchsorted(holding, group_of)]
+    return table.take(at), len(holding)
+
+
 @dataclass(frozen=True)
 class Stored:
     """A file under a table's folder: its URI, size and modification time (epoch s)."""

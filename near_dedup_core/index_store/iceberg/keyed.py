@@ -234,15 +234,8 @@ class KeyedFiles:
                               .to_numpy(zero_copy_only=False))
         if not len(hits):
             return []
-        sizes = np.array([pf.metadata.row_group(g).num_rows for g in groups], np.int64)
-        first = np.concatenate(([0], np.cumsum(sizes)))
-        group_of = np.searchsorted(first, hits, "right") - 1
-        holding = np.unique(group_of)
-        held_first = np.concatenate(([0], np.cumsum(sizes[holding])))
-        t = pf.read_row_groups([groups[i] for i in holding.tolist()], columns=list(self.values),
-                               use_threads=False)
-        self.value_groups_read += len(holding)
-        t = t.take(hits - first[group_of] + held_first[np.searchsorted(holding, group_of)])
+        t, held = datafiles.read_rows(pf, groups, hits, list(self.values))
+        self.value_groups_read += held
         for name in self.values:
             if t.column(name).null_count:
                 raise damaged(self.label, f"data file {datafiles.local_path(f.path)}: a null in "
