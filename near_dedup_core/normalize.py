@@ -276,7 +276,18 @@ def normalize_code_points(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
 
 def text_at(cps: np.ndarray, offsets: np.ndarray, i: int) -> str:
     """Text ``i`` of a `normalize_code_points` batch, as a string."""
-    piece = cps[offsets[i]:offsets[i + 1]]
+    return _decoded(cps[offsets[i]:offsets[i + 1]])
+
+
+def span_at(cps: np.ndarray, offsets: np.ndarray, i: int, start: int, end: int) -> str:
+    """``text_at(cps, offsets, i)[start:end]`` (0 ≤ start ≤ end), decoding that span alone."""
+    first = int(offsets[i])
+    length = int(offsets[i + 1]) - first
+    return _decoded(cps[first + min(start, length):first + min(end, length)])
+
+
+def _decoded(piece: np.ndarray) -> str:
+    """Code points of a `normalize_code_points` batch as a string."""
     if piece.dtype == np.uint8:
         return piece.tobytes().decode("ascii")
     return piece.astype(np.uint32).tobytes().decode("utf-32-le", "surrogatepass")

@@ -71,6 +71,11 @@ def test_code_points_of_a_batch_are_those_of_the_normalized_texts(monkeypatch, t
             assert cps.tolist() == want.tolist() and offsets.tolist() == want_offsets.tolist()
             assert [nm.text_at(cps, offsets, i) for i in range(len(batch))] == \
                 [nm.normalize(t) for t in batch]
+            for i, t in enumerate(batch):  # a span alone, as the string's slice
+                norm = nm.normalize(t)
+                start = rng.randint(0, len(norm) + 1)
+                end = rng.randint(start, len(norm) + 2)
+                assert nm.span_at(cps, offsets, i, start, end) == norm[start:end]
 
 
 @pytest.mark.parametrize("table", [False, True], ids=["small-batch", "table"])

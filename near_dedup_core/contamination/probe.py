@@ -38,7 +38,13 @@ from near_dedup_core.contamination.kernels import (
 from near_dedup_core.contamination.setaside import WORD
 from near_dedup_core.errors import LimitExceeded, NearDedupError, where
 from near_dedup_core.guard import Guard
-from near_dedup_core.normalize import build_table, normalize, normalize_code_points, text_at
+from near_dedup_core.normalize import (
+    build_table,
+    normalize,
+    normalize_code_points,
+    span_at,
+    text_at,
+)
 from near_dedup_core.package import LineBlock, Package, dependency_order, head_records, parse_block
 from near_dedup_core.signature import MinHasher, code_points, utf8_code_points
 
@@ -164,8 +170,8 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
             return norm
 
         for i, it, _, start, end, in_run, wide_start, wide_end, local in sorted(found):
-            norm = norm_of(int(i))
             if local == -1:  # not checked by the kernel (`kernels.probe_batch`)
+                norm = norm_of(int(i))
                 item = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
                 wide_start, wide_end = widen(norm, int(start), int(end))
                 # at most the run's matched windows and one window per character widened
@@ -178,12 +184,12 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
                 if local / len(item) < st.threshold:
                     continue  # the shingles are scattered, not one nearly contiguous copy
             start, end, local = int(wide_start), int(wide_end), int(local)
-            if not holds_numbers(st.short_numbers[it], norm[start:end]):
+            span = span_at(cps, offsets, int(i), start, end)
+            if not holds_numbers(st.short_numbers[it], span):
                 continue  # another date, version or count: another line of a template
-            hits.append(Hit(int(i), int(it), local, start, end, True, "containment",
-                            norm[start:end]))
+            hits.append(Hit(int(i), int(it), local, start, end, True, "containment", span))
         for i, it, start, end, words in sorted(exact):
-            text = norm_of(int(i))[int(start):int(end)]
+            text = span_at(cps, offsets, int(i), int(start), int(end))
             partial = bool(words < st.word_start[it + 1] - st.word_start[it])
             hits.append(Hit(int(i), int(it), int(words), int(start), int(end), partial,
                             "exact", text))

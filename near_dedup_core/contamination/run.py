@@ -217,7 +217,11 @@ def _probe_index(index: Index, pool: list[Package], state: ProbeState,
             first = at[ids[0]]
             count[first:first + len(ids)] = per
             for h in hits:
-                found.setdefault(ids[h.sample], []).append(h)
+                got = found.get(ids[h.sample])
+                if got is None:
+                    found[ids[h.sample]] = [h]
+                else:
+                    got.append(h)
             bar.advance(len(ids))
             pause_point("contamination-pool")
         bar.finish()
@@ -228,10 +232,11 @@ def _probe_index(index: Index, pool: list[Package], state: ProbeState,
     with_hits[[at[c] for c in found]] = True
     starts = np.cumsum([0] + [len(rows) for rows in samples])
     pairs: list[Pair] = []
-    for k in np.flatnonzero(with_hits[of_sample]).tolist():  # the samples with pairs only
-        input_pos = int(np.searchsorted(starts, k, side="right")) - 1
-        position, sample_id, split, file, line, domain, content = \
-            samples[input_pos][k - int(starts[input_pos])]
+    held = np.flatnonzero(with_hits[of_sample])  # the samples with pairs only
+    inputs = np.searchsorted(starts, held, side="right") - 1
+    for k, input_pos, first in zip(held.tolist(), inputs.tolist(), starts[inputs].tolist(),
+                                   strict=True):
+        position, sample_id, split, file, line, domain, content = samples[input_pos][k - first]
         sample = SampleRef(input_pos, position, pool[input_pos].package_id, sample_id, split,
                            file, line, domain)
         pairs.extend(_pair(h, sample) for h in found[content])
