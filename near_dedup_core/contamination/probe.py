@@ -109,6 +109,63 @@ class Hit(NamedTuple):
     text: str  # the matched span of the normalized training text
 
 
+class Hits(NamedTuple):
+    """Verified pairs as columns, one row a `Hit`, in `Hit` order (a worker's result: a
+    million matches of a common text cost no object each on their way to the report)."""
+
+    sample: np.ndarray
+    item: np.ndarray
+    common: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    compare_numbers: np.ndarray
+    exact: np.ndarray  # bool: method "exact", else "containment"
+    #: each row's matched span; rows with the same span share one string
+    text: list[str]
+
+    @property
+    def size(self) -> int:
+        return len(self.text)
+
+    @classmethod
+    def of(cls, hits: list[Hit]) -> Hits:
+        """The columns of these hits, sorted."""
+        hits = sorted(hits)
+        n = len(hits)
+
+        def column(values: Any, dtype: Any) -> np.ndarray:
+            return np.fromiter(values, dtype=dtype, count=n)
+
+        return cls(column((h.sample for h in hits), np.int64),
+                   column((h.item for h in hits), np.int64),
+                   column((h.common for h in hits), np.int64),
+                   column((h.start for h in hits), np.int64),
+                   column((h.end for h in hits), np.int64),
+                   column((h.compare_numbers for h in hits), bool),
+                   column((h.method == "exact" for h in hits), bool), [h.text for h in hits])
+
+    @classmethod
+    def concat(cls, parts: list[Hits]) -> Hits:
+        """The rows of ``parts``, one after another."""
+        if not parts:
+            return cls.of([])
+        def joined(column: str) -> np.ndarray:
+            return np.concatenate([getattr(p, column) for p in parts])
+
+        return cls(joined("sample"), joined("item"), joined("common"), joined("start"),
+                   joined("end"), joined("compare_numbers"), joined("exact"),
+                   [text for p in parts for text in p.text])
+
+    def rows(self) -> list[Hit]:
+        """The hits, one `Hit` a row."""
+        return [Hit(sample, item, common, start, end, compare, "exact" if exact else
+                    "containment", text)
+                for sample, item, common, start, end, compare, exact, text in zip(
+                    self.sample.tolist(), self.item.tolist(), self.common.tolist(),
+                    self.start.tolist(), self.end.tolist(), self.compare_numbers.tolist(),
+                    self.exact.tolist(), self.text, strict=True)]
+
+
 _STATE: ProbeState | None = None
 
 
@@ -135,7 +192,7 @@ def warm_up() -> None:
         _STATE = None
 
 
-def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
+def probe_texts(texts: list[str]) -> tuple[Hits, np.ndarray]:
     """Normalize, hash and probe raw training texts (in a worker): the verified pairs
     (``Hit.sample`` indexes ``texts``) and the number of candidates of each text."""
     cps, offsets = normalize_code_points(texts)
@@ -143,7 +200,7 @@ def probe_texts(texts: list[str]) -> tuple[list[Hit], np.ndarray]:
 
 
 def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
-                  ) -> tuple[list[Hit], np.ndarray]:
+                  ) -> tuple[Hits, np.ndarray]:
     """`probe_texts` of normalized texts given as code points (`signature.code_points`).
     The kernel widens a pair's span and counts its common shingles when every character
     widening tests is ASCII; else (and for every pair, without ``verify``) it is done here,
@@ -159,42 +216,42 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
     exact = exact_batch(cps, offsets, st.words, st.max_words, st.has_length, st.run_table,
                         st.run_vals, st.run_postings, st.word_flat, st.word_fixed,
                         st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
-    hits = []
-    if found or exact:
-        norms: dict[int, str] = {}
-
-        def norm_of(i: int) -> str:
-            norm = norms.get(i)
-            if norm is None:
-                norm = norms[i] = text_at(cps, offsets, i)
-            return norm
-
-        for i, it, _, start, end, in_run, wide_start, wide_end, local in sorted(found):
-            if local == -1:  # not checked by the kernel (`kernels.probe_batch`)
-                norm = norm_of(int(i))
-                item = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
-                wide_start, wide_end = widen(norm, int(start), int(end))
-                # at most the run's matched windows and one window per character widened
-                bound = int(in_run) + int(start - wide_start) + int(wide_end - end)
-                if bound / len(item) < st.threshold:
-                    continue
-                local = common_in_span(cps, int(offsets[i]) + wide_start,
-                                       int(offsets[i]) + wide_end, st.shingle_size,
-                                       hasher.shingle_seed, item)
-                if local / len(item) < st.threshold:
-                    continue  # the shingles are scattered, not one nearly contiguous copy
-            start, end, local = int(wide_start), int(wide_end), int(local)
-            span = span_at(cps, offsets, int(i), start, end)
-            if not holds_numbers(st.short_numbers[it], span):
-                continue  # another date, version or count: another line of a template
-            hits.append(Hit(int(i), int(it), local, start, end, True, "containment", span))
-        for i, it, start, end, words in sorted(exact):
-            text = span_at(cps, offsets, int(i), int(start), int(end))
-            partial = bool(words < st.word_start[it + 1] - st.word_start[it])
-            hits.append(Hit(int(i), int(it), int(words), int(start), int(end), partial,
-                            "exact", text))
-        hits.sort()
-    return hits, per_text
+    contained: list[tuple[int, int, int, int, int]] = []
+    texts: list[str] = []
+    for i, it, _, start, end, in_run, wide_start, wide_end, local in found:
+        if local == -1:  # not checked by the kernel (`kernels.probe_batch`)
+            norm = text_at(cps, offsets, int(i))
+            item = st.item_flat[st.item_start[it]:st.item_start[it + 1]]
+            wide_start, wide_end = widen(norm, int(start), int(end))
+            # at most the run's matched windows and one window per character widened
+            bound = int(in_run) + int(start - wide_start) + int(wide_end - end)
+            if bound / len(item) < st.threshold:
+                continue
+            local = common_in_span(cps, int(offsets[i]) + wide_start,
+                                   int(offsets[i]) + wide_end, st.shingle_size,
+                                   hasher.shingle_seed, item)
+            if local / len(item) < st.threshold:
+                continue  # the shingles are scattered, not one nearly contiguous copy
+        span = span_at(cps, offsets, int(i), int(wide_start), int(wide_end))
+        if not holds_numbers(st.short_numbers[it], span):
+            continue  # another date, version or count: another line of a template
+        contained.append((int(i), int(it), int(local), int(wide_start), int(wide_end)))
+        texts.append(span)
+    # (text, item, common shingles or words, start, end) of every match
+    matched = np.asarray(exact, dtype=np.int64).reshape(-1, 5)[:, [0, 1, 4, 2, 3]]
+    rows = np.concatenate([np.asarray(contained, dtype=np.int64).reshape(-1, 5), matched])
+    spans: dict[str, str] = {}  # one string for the matches of one span
+    for i, start, end in matched[:, [0, 3, 4]].tolist():
+        span = span_at(cps, offsets, i, start, end)
+        texts.append(spans.setdefault(span, span))
+    words = matched[:, 2]
+    is_exact = np.arange(len(rows)) >= len(contained)
+    compare = np.ones(len(rows), dtype=bool)
+    compare[is_exact] = words < (st.word_start[1:] - st.word_start[:-1])[rows[is_exact, 1]]
+    order = np.lexsort((is_exact, compare, rows[:, 4], rows[:, 3], rows[:, 2], rows[:, 1],
+                        rows[:, 0]))  # `Hit` order
+    return Hits(rows[order, 0], rows[order, 1], rows[order, 2], rows[order, 3], rows[order, 4],
+                compare[order], is_exact[order], [texts[k] for k in order.tolist()]), per_text
 
 
 _ASCII_DIGIT = re.compile(r"[0-9]")
@@ -221,7 +278,7 @@ class BlockProbe(NamedTuple):
     refs: list[tuple[str, str] | None]
     domains: list[str | None]
     candidates: np.ndarray
-    hits: list[Hit]
+    hits: Hits
     problem: NearDedupError | None
 
 
@@ -251,11 +308,11 @@ def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
             at.append(k)
     candidates = np.zeros(len(ids), dtype=np.int64)
     if problem is not None or not texts:
-        return BlockProbe(ids, refs, domains, candidates, [], problem)
+        return BlockProbe(ids, refs, domains, candidates, Hits.of([]), problem)
     hits, per_text = probe_texts(texts)
     candidates[at] = per_text
-    return BlockProbe(ids, refs, domains, candidates, [h._replace(sample=at[h.sample])
-                                                      for h in hits], None)
+    return BlockProbe(ids, refs, domains, candidates,
+                      hits._replace(sample=np.asarray(at, dtype=np.int64)[hits.sample]), None)
 
 
 def probe_block_carrying(state: ProbeState, block: LineBlock, max_chars: int) -> BlockProbe:
@@ -265,7 +322,7 @@ def probe_block_carrying(state: ProbeState, block: LineBlock, max_chars: int) ->
 
 
 def probe_utf8_carrying(state: ProbeState, texts: list[bytes], ids: list[int],
-                        index_path: str) -> tuple[list[Hit], np.ndarray]:
+                        index_path: str) -> tuple[Hits, np.ndarray]:
     """`probe_contents` of texts read by the driver (``texts``: the UTF-8 normalized texts of
     content rows ``ids``), in a worker that does not open the index (a Ray task)."""
     from near_dedup_core import index_store as db
@@ -280,7 +337,7 @@ def probe_utf8_carrying(state: ProbeState, texts: list[bytes], ids: list[int],
 _READERS: dict[str, Any] = {}
 
 
-def probe_contents(source: Any, ids: list[int]) -> tuple[list[Hit], np.ndarray]:
+def probe_contents(source: Any, ids: list[int]) -> tuple[Hits, np.ndarray]:
     """Probe the normalized texts of these content rows (``Hit.sample`` indexes ``ids``).
     ``source`` is the command's snapshot (inline), or, in a pool worker, the index location,
     read on a connection of the worker's own, kept for its life (content rows never change

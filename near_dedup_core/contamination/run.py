@@ -19,10 +19,18 @@ from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.contamination.dispatch import probe_workers, start_early
 from near_dedup_core.contamination.items import EvalItem, SampleRef, open_evals, read_items
 from near_dedup_core.contamination.kernels import EXTRA_HITS, first_last_found, widen
+from near_dedup_core.contamination.pairs import (
+    Pair,
+    PairColumns,
+    PairTable,
+    in_report_order,
+    pair_of,
+)
 from near_dedup_core.contamination.probe import (
     ANCHOR_ORDER,
     BlockProbe,
     Hit,
+    Hits,
     ProbeState,
     build_state,
     numbers_of,
@@ -83,22 +91,6 @@ if TYPE_CHECKING:
 BLOCK_LINES = 1_024
 
 
-@dataclass(slots=True)
-class Pair:
-    item: int
-    sample: SampleRef
-    common: int
-    start: int
-    end: int
-    compare_numbers: bool  # `Hit.compare_numbers`
-    method: str
-    text: str
-
-
-def _pair(h: Hit, sample: SampleRef) -> Pair:
-    return Pair(h.item, sample, h.common, h.start, h.end, h.compare_numbers, h.method, h.text)
-
-
 def probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
                 progress: bool, executor: str | Executors = "local"
                 ) -> tuple[list[Pair], int, int]:
@@ -126,7 +118,7 @@ def probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, 
         assert fut is not None
         result: BlockProbe = fut.result()
         own: defaultdict[int, list[Hit]] = defaultdict(list)
-        for h in result.hits:
+        for h in result.hits.rows():
             own[h.sample].append(h)
         for k, sample_id in enumerate(result.ids):
             line = event.first_line + k
@@ -147,7 +139,7 @@ def probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, 
                 sample = SampleRef(pos[event.package_id], event.first_position + k,
                                    event.package_id, sample_id, event.split, event.file, line,
                                    domain)
-                pairs.extend(_pair(h, sample) for h in hits)
+                pairs.extend(pair_of(h, sample) for h in hits)
         if result.problem is not None:
             raise result.problem
         bar.advance(len(result.ids))
@@ -173,7 +165,7 @@ CONTENT_CHUNK = 1_024
 def _probe_index(index: Index, pool: list[Package], state: ProbeState,
                  config: NearDedupConfig, workers: int, progress: bool,
                  digests: Future, executor: str | Executors = "local"
-                 ) -> tuple[list[Pair], int, int]:
+                 ) -> tuple[PairTable, int, int]:
     """`probe_pool` over an indexed pool: its samples and their contents as one snapshot of
     the index holds them, each distinct content's normalized text probed once (by the
     workers, which read the texts on their own connections) and its pairs given to every
@@ -210,36 +202,38 @@ def _probe_index(index: Index, pool: list[Package], state: ProbeState,
         if fresh:
             jobs.append((fresh, probes.contents(snap, fresh)))
         bar = Progress("contamination: distinct training texts", len(at), enabled=progress)
-        found: dict[int, list[Hit]] = {}
+        parts: list[Hits] = []
+        content: list[np.ndarray] = []  # each hit's content rank
         count = np.zeros(len(at), dtype=np.int64)
         for ids, fut in jobs:
             hits, per = fut.result()
-            first = at[ids[0]]
+            first = at[ids[0]]  # the job's contents have ranks first, first + 1, …
             count[first:first + len(ids)] = per
-            for h in hits:
-                got = found.get(ids[h.sample])
-                if got is None:
-                    found[ids[h.sample]] = [h]
-                else:
-                    got.append(h)
+            if hits.size:
+                parts.append(hits)
+                content.append(first + hits.sample)
             bar.advance(len(ids))
             pause_point("contamination-pool")
         bar.finish()
         check_files(pool, digests.result())
         snap.verify_pages()  # nothing is published from a damaged index
     of_sample = np.asarray(ranks, dtype=np.int64)
-    with_hits = np.zeros(len(at), dtype=bool)
-    with_hits[[at[c] for c in found]] = True
     starts = np.cumsum([0] + [len(rows) for rows in samples])
-    pairs: list[Pair] = []
-    held = np.flatnonzero(with_hits[of_sample])  # the samples with pairs only
-    inputs = np.searchsorted(starts, held, side="right") - 1
-    for k, input_pos, first in zip(held.tolist(), inputs.tolist(), starts[inputs].tolist(),
-                                   strict=True):
-        position, sample_id, split, file, line, domain, content = samples[input_pos][k - first]
-        sample = SampleRef(input_pos, position, pool[input_pos].package_id, sample_id, split,
-                           file, line, domain)
-        pairs.extend(_pair(h, sample) for h in found[content])
+    package = np.repeat(np.arange(len(samples), dtype=np.int64), np.diff(starts))
+
+    def position(ks: np.ndarray) -> np.ndarray:
+        return np.fromiter((samples[p][k - s][0] for k, p, s in zip(
+            ks.tolist(), package[ks].tolist(), starts[package[ks]].tolist(), strict=True)),
+            dtype=np.int64, count=len(ks))
+
+    def sample_ref(k: int) -> SampleRef:
+        p = int(package[k])
+        at_, sample_id, split, file, line, domain, _ = samples[p][k - int(starts[p])]
+        return SampleRef(p, at_, pool[p].package_id, sample_id, split, file, line, domain)
+
+    pairs = PairTable.join(of_sample, Hits.concat(parts),
+                           np.concatenate(content) if content else np.zeros(0, np.int64),
+                           package, position, sample_ref)
     return pairs, int(count[of_sample].sum()), len(ranks)
 
 
@@ -340,43 +334,7 @@ def report_lines(lines: Sequence[BaseModel]) -> list[dict]:
     return [line.model_dump(mode="json") for line in lines]
 
 
-@dataclass(frozen=True)
-class PairColumns:
-    """What the report order and the set-aside rule read of each pair, as arrays: its item,
-    its training sample's package and position, whether it is an exact match, and its
-    common shingles (or words)."""
-
-    item: np.ndarray
-    package: np.ndarray
-    position: np.ndarray
-    exact: np.ndarray
-    common: np.ndarray
-
-    @classmethod
-    def of(cls, pairs: list[Pair]) -> PairColumns:
-        n = len(pairs)
-        return cls(np.fromiter((p.item for p in pairs), dtype=np.int64, count=n),
-                   np.fromiter((p.sample.input_pos for p in pairs), dtype=np.int64, count=n),
-                   np.fromiter((p.sample.position for p in pairs), dtype=np.int64, count=n),
-                   np.fromiter((p.method == "exact" for p in pairs), dtype=bool, count=n),
-                   np.fromiter((p.common for p in pairs), dtype=np.int64, count=n))
-
-
-def in_report_order(pairs: list[Pair], items: list[EvalItem]
-                    ) -> tuple[list[Pair], PairColumns]:
-    """The pairs by eval record (its package and position, then the item), training sample
-    (its package and position), an exact match before a containment match (a sort of
-    arrays, stable as Python's), and their columns in that order."""
-    rank = np.empty(len(items), dtype=np.int64)  # an item's place among the eval records
-    rank[sorted(range(len(items)), key=lambda i: (items[i].ref.key(), i))] = \
-        np.arange(len(items))
-    c = PairColumns.of(pairs)
-    order = np.lexsort((~c.exact, c.position, c.package, rank[c.item]))
-    return [pairs[k] for k in order.tolist()], PairColumns(
-        c.item[order], c.package[order], c.position[order], c.exact[order], c.common[order])
-
-
-def match_columns(pairs: list[Pair], c: PairColumns, items: list[EvalItem],
+def match_columns(pairs: Sequence[Pair], c: PairColumns, items: list[EvalItem],
                   state: ProbeState, allow: Allowlist,
                   span_of: Callable[[Pair], tuple[int, int]]) -> MatchColumns:
     """The pairs (in report order, ``c`` their columns) as the set-aside rule counts them:
@@ -420,6 +378,7 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     start_early(executor, workers)  # a local pool's start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
+    pairs: Sequence[Pair]
     if backend is not None and digests is not None:
         pairs, candidates, samples = _probe_index(backend, pool, state, config, workers, progress,
                                                   digests, executor)
