@@ -128,27 +128,19 @@ class Hits(NamedTuple):
         return len(self.text)
 
     @classmethod
-    def of(cls, hits: list[Hit]) -> Hits:
-        """The columns of these hits, sorted."""
-        hits = sorted(hits)
-        n = len(hits)
+    def empty(cls) -> Hits:
+        def none(dtype: Any) -> np.ndarray:
+            return np.zeros(0, dtype=dtype)
 
-        def column(values: Any, dtype: Any) -> np.ndarray:
-            return np.fromiter(values, dtype=dtype, count=n)
-
-        return cls(column((h.sample for h in hits), np.int64),
-                   column((h.item for h in hits), np.int64),
-                   column((h.common for h in hits), np.int64),
-                   column((h.start for h in hits), np.int64),
-                   column((h.end for h in hits), np.int64),
-                   column((h.compare_numbers for h in hits), bool),
-                   column((h.method == "exact" for h in hits), bool), [h.text for h in hits])
+        return cls(none(np.int64), none(np.int64), none(np.int64), none(np.int64),
+                   none(np.int64), none(bool), none(bool), [])
 
     @classmethod
     def concat(cls, parts: list[Hits]) -> Hits:
         """The rows of ``parts``, one after another."""
         if not parts:
-            return cls.of([])
+            return cls.empty()
+
         def joined(column: str) -> np.ndarray:
             return np.concatenate([getattr(p, column) for p in parts])
 
@@ -308,7 +300,7 @@ def probe_block(block: LineBlock, max_chars: int) -> BlockProbe:
             at.append(k)
     candidates = np.zeros(len(ids), dtype=np.int64)
     if problem is not None or not texts:
-        return BlockProbe(ids, refs, domains, candidates, Hits.of([]), problem)
+        return BlockProbe(ids, refs, domains, candidates, Hits.empty(), problem)
     hits, per_text = probe_texts(texts)
     candidates[at] = per_text
     return BlockProbe(ids, refs, domains, candidates,
