@@ -8,7 +8,7 @@ import random
 import numpy as np
 
 from near_dedup_core.contamination.items import EvalItem, SampleRef
-from near_dedup_core.contamination.pairs import PairTable, in_report_order, pair_of
+from near_dedup_core.contamination.pairs import Pair, PairTable, in_report_order
 from near_dedup_core.contamination.probe import Hit, Hits
 
 
@@ -70,8 +70,9 @@ def test_a_table_of_pairs_is_the_pairs_made_one_by_one():
     by_content: dict[int, list[Hit]] = {}
     for h in hits:
         by_content.setdefault(h.sample, []).append(h)
-    want = [pair_of(h, sample_ref(k)) for k in range(len(of_sample))
-            for h in by_content.get(int(of_sample[k]), [])]
+    want = [Pair(h.item, sample_ref(k), h.common, h.start, h.end, h.compare_numbers, h.method,
+                 h.text)
+            for k in range(len(of_sample)) for h in by_content.get(int(of_sample[k]), [])]
     assert len(want) > 300 and list(table) == want
     assert table[len(want) - 1] == want[-1] and table[2:5] == want[2:5]
 

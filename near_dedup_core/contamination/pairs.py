@@ -1,7 +1,7 @@
 """The verified pairs of a run, from the workers' hits to report order: a `Pair` is an (item,
-training sample, method) match; the pairs of an indexed pool are held as columns
-(`PairTable`, a `Pair` made only when one is read), since a text common in the pool matches
-in hundreds of thousands of samples; `in_report_order` sorts either kind."""
+training sample, method) match; a run's pairs are held as columns (`PairTable`, a `Pair`
+made only when one is read), since a text common in the pool matches in hundreds of
+thousands of samples; `in_report_order` sorts them (or a list of `Pair`s alike)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import overload
 import numpy as np
 
 from near_dedup_core.contamination.items import EvalItem, SampleRef
-from near_dedup_core.contamination.probe import Hit, Hits
+from near_dedup_core.contamination.probe import Hits
 
 
 @dataclass(slots=True)
@@ -25,10 +25,6 @@ class Pair:
     compare_numbers: bool  # `Hit.compare_numbers`
     method: str
     text: str
-
-
-def pair_of(h: Hit, sample: SampleRef) -> Pair:
-    return Pair(h.item, sample, h.common, h.start, h.end, h.compare_numbers, h.method, h.text)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ in report order and the report frozen."""
 
 from __future__ import annotations
 
-from collections import defaultdict
+from array import array
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -24,12 +24,10 @@ from near_dedup_core.contamination.pairs import (
     PairColumns,
     PairTable,
     in_report_order,
-    pair_of,
 )
 from near_dedup_core.contamination.probe import (
     ANCHOR_ORDER,
     BlockProbe,
-    Hit,
     Hits,
     ProbeState,
     build_state,
@@ -93,16 +91,25 @@ BLOCK_LINES = 1_024
 
 def probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, workers: int,
                 progress: bool, executor: str | Executors = "local"
-                ) -> tuple[list[Pair], int, int]:
+                ) -> tuple[PairTable, int, int]:
     """Read the pool once as line blocks, which the workers parse and probe (`probe_block`);
     apply the rules across records in record order here, a ref taking its target's pairs.
-    Returns (pairs, candidates, samples)."""
+    Returns (pairs, candidates, samples). The pairs stay columns (`PairTable`): a record's
+    hits are a run of its block's rows, named by their first row among all blocks' rows, and
+    a sample with pairs (its own record's, or its ref target's) is listed with that name."""
     pos = {p.package_id: i for i, p in enumerate(pool)}
     depended = {d for p in pool for d in p.depends_on}
-    # (package, sample id) of a depended-on sample → its hits, candidates, domain
-    targets: dict[tuple[str, str], tuple[list[Hit], int, str | None]] = {}
+    # (package, sample id) of a depended-on sample → the name of its hits (None: none),
+    # its candidates, its domain
+    targets: dict[tuple[str, str], tuple[int | None, int, str | None]] = {}
     rules = SampleIds(pool)
-    pairs: list[Pair] = []
+    parts: list[Hits] = []
+    names: list[np.ndarray] = []  # each row's name: its record's first row
+    rows = 0  # of all blocks so far
+    held = array("q")  # the name of each sample with pairs
+    packages = array("q")
+    positions = array("q")
+    refs: list[SampleRef] = []
     candidates = 0
     samples = 0
     bar = Progress("contamination: training records", sum(p.record_count for p in pool),
@@ -110,36 +117,44 @@ def probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, 
     pending: list[tuple[LineBlock | ShardEnd, Future | None]] = []
 
     def collect(event: LineBlock | ShardEnd, fut: Future | None) -> None:
-        nonlocal candidates, samples
+        nonlocal candidates, samples, rows
         if isinstance(event, ShardEnd):
             if event.problem is not None:
                 raise event.problem
             return
         assert fut is not None
         result: BlockProbe = fut.result()
-        own: defaultdict[int, list[Hit]] = defaultdict(list)
-        for h in result.hits.rows():
-            own[h.sample].append(h)
+        hits = result.hits  # in record order
+        records = np.arange(len(result.ids))
+        lo = np.searchsorted(hits.sample, records, side="left")
+        first = (rows + lo).tolist()
+        some = (np.searchsorted(hits.sample, records, side="right") > lo).tolist()
+        if hits.size:
+            parts.append(hits)
+            names.append(rows + np.searchsorted(hits.sample, hits.sample, side="left"))
+            rows += hits.size
         for k, sample_id in enumerate(result.ids):
             line = event.first_line + k
             ref = result.refs[k]
             rules.check(event.package_id, event.file, line, sample_id, ref)
             domain = result.domains[k]
             if ref is not None:
-                hits, count, target_domain = targets[ref]
+                name, count, target_domain = targets[ref]
                 if domain is None:
                     domain = target_domain
             else:
-                hits, count = own.get(k, []), int(result.candidates[k])
+                name, count = first[k] if some[k] else None, int(result.candidates[k])
             if event.package_id in depended:
-                targets[(event.package_id, sample_id)] = (hits, count, domain)
+                targets[(event.package_id, sample_id)] = (name, count, domain)
             samples += 1
             candidates += count
-            if hits:
-                sample = SampleRef(pos[event.package_id], event.first_position + k,
-                                   event.package_id, sample_id, event.split, event.file, line,
-                                   domain)
-                pairs.extend(pair_of(h, sample) for h in hits)
+            if name is not None:
+                held.append(name)
+                packages.append(pos[event.package_id])
+                positions.append(event.first_position + k)
+                refs.append(SampleRef(pos[event.package_id], event.first_position + k,
+                                      event.package_id, sample_id, event.split, event.file,
+                                      line, domain))
         if result.problem is not None:
             raise result.problem
         bar.advance(len(result.ids))
@@ -155,6 +170,11 @@ def probe_pool(pool: list[Package], state: ProbeState, config: NearDedupConfig, 
         for job in pending:
             collect(*job)
     bar.finish()
+    at = np.frombuffer(positions, dtype=np.int64)
+    pairs = PairTable.join(np.frombuffer(held, dtype=np.int64), Hits.concat(parts),
+                           np.concatenate(names) if names else np.zeros(0, np.int64),
+                           np.frombuffer(packages, dtype=np.int64), at.__getitem__,
+                           refs.__getitem__)
     return pairs, candidates, samples
 
 
