@@ -4,12 +4,26 @@ pairs, in the same report order, as one `Pair` made for each (sample, hit of its
 from __future__ import annotations
 
 import random
+from typing import NamedTuple
 
 import numpy as np
 
 from near_dedup_core.contamination.items import EvalItem, SampleRef
 from near_dedup_core.contamination.pairs import Pair, PairTable, in_report_order
-from near_dedup_core.contamination.probe import Hit, Hits
+from near_dedup_core.contamination.probe import Hits
+
+
+class Hit(NamedTuple):
+    """One row of `Hits`."""
+
+    sample: int
+    item: int
+    common: int
+    start: int
+    end: int
+    compare_numbers: bool
+    method: str
+    text: str
 
 
 def _hits(rng: random.Random, contents: int, items: int) -> list[Hit]:
@@ -79,7 +93,13 @@ def test_a_table_of_pairs_is_the_pairs_made_one_by_one():
     evals = [EvalItem(SampleRef(0, rng.randrange(items), "evals", f"q{i}", "test", "e.jsonl",
                                 i + 1, None), f"item {i}") for i in range(items)]
     ordered, columns = in_report_order(table, evals)
-    ordered_list, columns_list = in_report_order(want, evals)
-    assert list(ordered) == list(ordered_list)
-    for name in ("item", "package", "position", "exact", "common"):
-        assert getattr(columns, name).tolist() == getattr(columns_list, name).tolist()
+    place = {i: r for r, i in enumerate(sorted(range(items),
+                                                key=lambda i: (evals[i].ref.key(), i)))}
+    want = sorted(want, key=lambda p: (place[p.item], p.sample.input_pos, p.sample.position,
+                                       p.method != "exact"))
+    assert list(ordered) == want
+    assert columns.item.tolist() == [p.item for p in want]
+    assert columns.package.tolist() == [p.sample.input_pos for p in want]
+    assert columns.position.tolist() == [p.sample.position for p in want]
+    assert columns.exact.tolist() == [p.method == "exact" for p in want]
+    assert columns.common.tolist() == [p.common for p in want]

@@ -1,7 +1,7 @@
 """The verified pairs of a run, from the workers' hits to report order: a `Pair` is an (item,
 training sample, method) match; a run's pairs are held as columns (`PairTable`, a `Pair`
 made only when one is read), since a text common in the pool matches in hundreds of
-thousands of samples; `in_report_order` sorts them (or a list of `Pair`s alike)."""
+thousands of samples; `in_report_order` sorts them."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ class Pair:
     common: int
     start: int
     end: int
-    compare_numbers: bool  # `Hit.compare_numbers`
+    compare_numbers: bool  # `Hits.compare_numbers`
     method: str
     text: str
 
@@ -38,15 +38,6 @@ class PairColumns:
     position: np.ndarray
     exact: np.ndarray
     common: np.ndarray
-
-    @classmethod
-    def of(cls, pairs: Sequence[Pair]) -> PairColumns:
-        n = len(pairs)
-        return cls(np.fromiter((p.item for p in pairs), dtype=np.int64, count=n),
-                   np.fromiter((p.sample.input_pos for p in pairs), dtype=np.int64, count=n),
-                   np.fromiter((p.sample.position for p in pairs), dtype=np.int64, count=n),
-                   np.fromiter((p.method == "exact" for p in pairs), dtype=bool, count=n),
-                   np.fromiter((p.common for p in pairs), dtype=np.int64, count=n))
 
     def take(self, order: np.ndarray) -> PairColumns:
         return PairColumns(self.item[order], self.package[order], self.position[order],
@@ -115,16 +106,13 @@ class PairTable(Sequence[Pair]):
                          self.position[order], self._sample_ref)
 
 
-def in_report_order(pairs: Sequence[Pair], items: list[EvalItem]
-                    ) -> tuple[Sequence[Pair], PairColumns]:
+def in_report_order(pairs: PairTable, items: list[EvalItem]) -> tuple[PairTable, PairColumns]:
     """The pairs by eval record (its package and position, then the item), training sample
     (its package and position), an exact match before a containment match (a sort of
     arrays, stable as Python's), and their columns in that order."""
     rank = np.empty(len(items), dtype=np.int64)  # an item's place among the eval records
     rank[sorted(range(len(items)), key=lambda i: (items[i].ref.key(), i))] = \
         np.arange(len(items))
-    c = pairs.columns() if isinstance(pairs, PairTable) else PairColumns.of(pairs)
+    c = pairs.columns()
     order = np.lexsort((~c.exact, c.position, c.package, rank[c.item]))
-    ordered = pairs.take(order) if isinstance(pairs, PairTable) else \
-        [pairs[k] for k in order.tolist()]
-    return ordered, c.take(order)
+    return pairs.take(order), c.take(order)

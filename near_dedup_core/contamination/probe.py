@@ -93,33 +93,25 @@ class ProbeState(NamedTuple):
     short_numbers: list[Counter[str] | None]
 
 
-class Hit(NamedTuple):
-    """A verified pair: ``sample`` indexes the texts (or records) probed together, ``item``
-    the eval items."""
-
-    sample: int
-    item: int
-    common: int
-    start: int
-    end: int
-    #: whether the report compares the numbers of the span with the item's (`numbers_of`):
-    #: for every containment match, and for an exact match with words that differ
-    compare_numbers: bool
-    method: str  # "containment" or "exact"
-    text: str  # the matched span of the normalized training text
-
-
 class Hits(NamedTuple):
-    """Verified pairs as columns, one row a `Hit`, in `Hit` order (a worker's result: a
-    million matches of a common text cost no object each on their way to the report)."""
+    """Verified pairs as columns, one row a pair, sorted by (sample, item, common, start, end,
+    compare_numbers, exact): a worker's result, so that a million matches of a common text
+    cost no object each on their way to the report."""
 
+    #: the text (or record) among those probed together
     sample: np.ndarray
+    #: the eval item
     item: np.ndarray
+    #: the item's shingles (containment) or words (exact) found in the span
     common: np.ndarray
+    #: [start, end) of the matched span in the normalized training text
     start: np.ndarray
     end: np.ndarray
+    #: whether the report compares the numbers of the span with the item's (`numbers_of`):
+    #: for every containment match, and for an exact match with words that differ
     compare_numbers: np.ndarray
-    exact: np.ndarray  # bool: method "exact", else "containment"
+    #: method "exact", else "containment"
+    exact: np.ndarray
     #: each row's matched span; rows with the same span share one string
     text: list[str]
 
@@ -147,15 +139,6 @@ class Hits(NamedTuple):
         return cls(joined("sample"), joined("item"), joined("common"), joined("start"),
                    joined("end"), joined("compare_numbers"), joined("exact"),
                    [text for p in parts for text in p.text])
-
-    def rows(self) -> list[Hit]:
-        """The hits, one `Hit` a row."""
-        return [Hit(sample, item, common, start, end, compare, "exact" if exact else
-                    "containment", text)
-                for sample, item, common, start, end, compare, exact, text in zip(
-                    self.sample.tolist(), self.item.tolist(), self.common.tolist(),
-                    self.start.tolist(), self.end.tolist(), self.compare_numbers.tolist(),
-                    self.exact.tolist(), self.text, strict=True)]
 
 
 _STATE: ProbeState | None = None
@@ -186,7 +169,7 @@ def warm_up() -> None:
 
 def probe_texts(texts: list[str]) -> tuple[Hits, np.ndarray]:
     """Normalize, hash and probe raw training texts (in a worker): the verified pairs
-    (``Hit.sample`` indexes ``texts``) and the number of candidates of each text."""
+    (``Hits.sample`` indexes ``texts``) and the number of candidates of each text."""
     cps, offsets = normalize_code_points(texts)
     return _probe_points(cps, offsets)
 
@@ -241,7 +224,7 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
     compare = np.ones(len(rows), dtype=bool)
     compare[is_exact] = words < (st.word_start[1:] - st.word_start[:-1])[rows[is_exact, 1]]
     order = np.lexsort((is_exact, compare, rows[:, 4], rows[:, 3], rows[:, 2], rows[:, 1],
-                        rows[:, 0]))  # `Hit` order
+                        rows[:, 0]))  # the order of `Hits`
     return Hits(rows[order, 0], rows[order, 1], rows[order, 2], rows[order, 3], rows[order, 4],
                 compare[order], is_exact[order], [texts[k] for k in order.tolist()]), per_text
 
@@ -261,7 +244,7 @@ def numbers_of(guard: Guard, text: str) -> tuple[str, ...]:
 class BlockProbe(NamedTuple):
     """A line block of the pool, probed: per record in line order its sample id, ref and own
     domain, and its candidates (0 for a ref, whose text is its target's); the verified pairs
-    (``Hit.sample`` indexes the records); and the first problem of the block (a bad line,
+    (``Hits.sample`` indexes the records); and the first problem of the block (a bad line,
     which ends the records before it, or a ``max_chars`` breach, which ends them after that
     record), which the main process raises once it has applied the rules across records to
     the records before it."""
@@ -330,7 +313,7 @@ _READERS: dict[str, Any] = {}
 
 
 def probe_contents(source: Any, ids: list[int]) -> tuple[Hits, np.ndarray]:
-    """Probe the normalized texts of these content rows (``Hit.sample`` indexes ``ids``).
+    """Probe the normalized texts of these content rows (``Hits.sample`` indexes ``ids``).
     ``source`` is the command's snapshot (inline), or, in a pool worker, the index location,
     read on a connection of the worker's own, kept for its life (content rows never change
     once written)."""

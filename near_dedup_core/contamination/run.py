@@ -354,7 +354,7 @@ def report_lines(lines: Sequence[BaseModel]) -> list[dict]:
     return [line.model_dump(mode="json") for line in lines]
 
 
-def match_columns(pairs: Sequence[Pair], c: PairColumns, items: list[EvalItem],
+def match_columns(pairs: PairTable, c: PairColumns, items: list[EvalItem],
                   state: ProbeState, allow: Allowlist,
                   span_of: Callable[[Pair], tuple[int, int]]) -> MatchColumns:
     """The pairs (in report order, ``c`` their columns) as the set-aside rule counts them:
@@ -398,7 +398,6 @@ def compute(config: NearDedupConfig, evals: list[Package], pool: list[Package], 
     start_early(executor, workers)  # a local pool's start overlaps reading the items below
     items, per_eval, skipped = read_items(evals, pool[0].kind, config, progress)
     state, n_anchors = build_state(items, config, training_sample(pool, config))
-    pairs: Sequence[Pair]
     if backend is not None and digests is not None:
         pairs, candidates, samples = _probe_index(backend, pool, state, config, workers, progress,
                                                   digests, executor)
