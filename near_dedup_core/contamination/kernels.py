@@ -189,12 +189,13 @@ def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted
     than the test), looked up in the anchor table, and each distinct anchor found is listed
     once; (2) each listed anchor adds a hit to every item it anchors, an item becoming a
     pre-candidate when its count reaches ``posted_need`` (a count carries its text in the
-    upper 32 bits, so none needs clearing); (3) for a text with pre-candidates, its windows
-    are indexed by hash once (`_index_windows`), each pre-candidate's late anchors are
-    looked up there, and it is a candidate when its hits reach ``need``; each candidate's
-    shingles are looked up there (``common`` = |item ∩ text|, exact); (4) for a verified
-    pair, the windows of the item's shingles, read from the same index and marked in a
-    bitmap, give the matched span."""
+    upper 32 bits, so none needs clearing); (3) for a text with pre-candidates, the late
+    anchors of its pre-candidates are looked for among its windows in one pass
+    (`_late_hits`), and a pre-candidate is a candidate when its hits reach ``need``; (4) for
+    a text with candidates, its windows are indexed by hash once (`_index_windows`) and each
+    candidate's shingles are looked up there (``common`` = |item ∩ text|, exact); (5) for a
+    verified pair, the windows of the item's shingles, read from the same index and marked
+    in a bitmap, give the matched span."""
     size = table.shape[0]
     mask = np.uint64(size - 1)
     bits_shift = np.uint64(64 - log2(bits.shape[0] * 64))
@@ -213,6 +214,9 @@ def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted
     found = np.empty(longest, dtype=np.int32)
     counts = np.full(n_items, -1 << 32, dtype=np.int64)  # (text << 32) + its hits
     cands = np.empty(n_items, dtype=np.int32)
+    late_keys = np.empty(_index_size(late_flat.shape[0]), dtype=np.uint64)
+    late_seen = np.empty(_index_size(late_flat.shape[0]), dtype=np.int32)
+    late_bits = np.empty(64, dtype=np.uint64)
     zero = np.int64(0)
     out = [(zero, zero, zero, zero, zero, zero, zero, zero, zero) for _ in range(0)]
     for i in range(offsets.shape[0] - 1):
@@ -246,18 +250,12 @@ def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted
                     n_pre += 1
         if n_pre == 0:
             continue
-        index_size = _index_size(m)
-        _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
-        nc = 0
-        for q in range(n_pre):  # the hits of the late anchors, looked up
-            it = cands[q]
-            hits = counts[it] - tag + _in_text(late_flat, late_start[it], late_start[it + 1],
-                                               index_size, index_keys, index_heads)
-            if hits >= need[it]:
-                cands[nc] = it
-                nc += 1
+        nc = _late_hits(hashes, m, cands, n_pre, counts, tag, need, late_flat, late_start,
+                        late_keys, late_seen, late_bits, maybe)
         if nc == 0:
             continue
+        index_size = _index_size(m)
+        _index_windows(hashes, m, index_size, index_keys, index_heads, chain)
         per_text[i] = nc
         for q in range(nc):
             it = cands[q]
@@ -291,6 +289,58 @@ def probe_batch(cps, offsets, k, seed, bits, table, vals, postings, need, posted
                         np.int64(end), np.int64(in_run), np.int64(wide_start),
                         np.int64(wide_end), np.int64(local)))
     return out
+
+
+@njit(inline="always")
+def _late_hits(hashes, m, cands, n_pre, counts, tag, need, late_flat, late_start, keys, seen,
+               bits, maybe):
+    """Keep in ``cands[:n_pre]`` the pre-candidates whose hits, with those of their late
+    anchors among the text's windows ``hashes[:m]``, reach ``need``; returns how many. The
+    late anchors of the pre-candidates are put in a small open-addressing set (``keys``,
+    ``seen``: −1 an empty slot, 0 an anchor not met, 1 met), which one pass over the windows
+    marks, behind a bitmap of them (``bits``, as `anchor_bits`; ``maybe`` holds the windows
+    that pass it): cheaper than indexing every window of the many texts with pre-candidates,
+    as only those with candidates need it."""
+    total = 0
+    for q in range(n_pre):
+        total += late_start[cands[q] + 1] - late_start[cands[q]]
+    size = _index_size(total)
+    mask = size - 1
+    seen[:size] = -1
+    bits[:] = 0
+    shift = np.uint64(64 - log2(bits.shape[0] * 64))
+    for q in range(n_pre):
+        for x in range(late_start[cands[q]], late_start[cands[q] + 1]):
+            h = late_flat[x]
+            s = map_slot(keys, seen, h, np.int64(h & np.uint64(mask)), mask)
+            keys[s] = h
+            seen[s] = 0
+            b = h >> shift
+            bits[np.int64(b >> np.uint64(6))] |= np.uint64(1) << (b & np.uint64(63))
+    if total:
+        passed = 0
+        for j in range(m):  # without a branch, as in `probe_batch`
+            h = hashes[j]
+            b = h >> shift
+            maybe[passed] = h
+            passed += np.int64((bits[np.int64(b >> np.uint64(6))] >> (b & np.uint64(63)))
+                               & np.uint64(1))
+        for j in range(passed):
+            h = maybe[j]
+            s = map_slot(keys, seen, h, np.int64(h & np.uint64(mask)), mask)
+            if seen[s] == 0:
+                seen[s] = 1
+    nc = 0
+    for q in range(n_pre):
+        it = cands[q]
+        hits = counts[it] - tag
+        for x in range(late_start[it], late_start[it + 1]):
+            h = late_flat[x]
+            hits += seen[map_slot(keys, seen, h, np.int64(h & np.uint64(mask)), mask)]
+        if hits >= need[it]:
+            cands[nc] = it
+            nc += 1
+    return nc
 
 
 @njit(inline="always")
