@@ -303,6 +303,15 @@ def process_pool(workers: int, initializer: Callable | None = None, initargs: tu
     before = set(multiprocessing.active_children())
     ex = ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_worker_init,
                              initargs=(initializer, initargs))
+    # Every worker is started at the first submit, before any task can reach one (as
+    # CPython starts them for the "fork" method), not one by one as tasks come. A stop that
+    # lands while a worker starts, after its fork and before the pool has recorded it, can
+    # then only leave that worker idle until it dies with the command: started later, it
+    # could already be running a task that reads the index, which `stop` cannot kill, and
+    # which would keep the index's -wal and -shm files after the command.
+    # (CPython's own switch for it, present since 3.11: checked, not assumed)
+    assert isinstance(vars(ex).get("_safe_to_dynamically_spawn_children"), bool)
+    vars(ex)["_safe_to_dynamically_spawn_children"] = False
     pool = _LocalPool(ex, workers, before)
     try:
         yield pool

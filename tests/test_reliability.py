@@ -965,3 +965,66 @@ def test_an_index_sqlite_cannot_open_is_one_line_naming_the_cause(corpus, index,
     one_line_error(["--index", index, "scan", "--inputs", corpus.v1, "--output",
                     tmp_path / "rep"], 1, f"index {index}: cannot be opened or written "
                    "(unable to open database file)", "-wal/-shm")
+
+
+_STOPPED_WHILE_A_WORKER_STARTS = """
+import os, sqlite3, sys, time
+import multiprocessing.popen_forkserver as popen_forkserver
+from near_dedup_core import workers
+
+kept = []
+
+def read(db):
+    if not kept:  # a worker keeps its read connection for its life, as an index's workers do
+        kept.append(sqlite3.connect(db))
+    kept[0].execute("SELECT COUNT(*) FROM t").fetchone()
+    time.sleep(1)
+
+if __name__ == "__main__":
+    db = sys.argv[1]
+    con = sqlite3.connect(db)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    launch = popen_forkserver.Popen._launch
+    started = []
+
+    def stopped_while_the_second_starts(self, process_obj):
+        launch(self, process_obj)  # the worker is forked and runs
+        started.append(self.pid)
+        if len(started) == 2:  # a busy machine: the pool has not yet recorded the worker
+            time.sleep(0.5)
+            raise KeyboardInterrupt
+
+    popen_forkserver.Popen._launch = stopped_while_the_second_starts
+    try:
+        with workers.process_pool(2) as ex:
+            for fut in [ex.submit(read, db) for _ in range(6)]:
+                fut.result()
+    except KeyboardInterrupt:
+        print("stopped while worker", started[-1], "started")
+    con.close()  # the last connection: SQLite removes the -wal and -shm
+"""
+
+
+def test_a_stop_while_a_worker_starts_leaves_no_worker_reading(tmp_path):
+    """A stop (SIGTERM, Ctrl-C) that lands while the pool starts a worker, after the fork but
+    before the pool has recorded it, cannot kill that worker: it must not have been given a
+    task by then. Here the tasks keep a read connection to a SQLite file, as an index's
+    workers do: a worker still reading when the command closes its own connection keeps the
+    -wal and -shm files after the command (it dies with it, without closing)."""
+    script = tmp_path / "stopped_while_a_worker_starts.py"
+    script.write_text(_STOPPED_WHILE_A_WORKER_STARTS)
+    folder = tmp_path / "db"
+    folder.mkdir()
+    proc = subprocess.Popen([sys.executable, str(script), str(folder / "t.sqlite")],
+                            env=env_with(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+        assert session_empties(proc, 5), session_processes(proc.pid)
+    finally:
+        stop_session(proc)
+    assert (proc.returncode, err) == (0, ""), err
+    assert out.startswith("stopped while worker"), out
+    assert sorted(p.name for p in folder.iterdir()) == ["t.sqlite"]
