@@ -193,6 +193,7 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
                         st.word_start, st.tolerance, st.run_bits, st.prefix_bits)
     contained: list[tuple[int, int, int, int, int]] = []
     texts: list[str] = []
+    spans: dict[str, str] = {}  # one string for the matches of one span
     for i, it, _, start, end, in_run, wide_start, wide_end, local in found:
         if local == -1:  # not checked by the kernel (`kernels.probe_batch`)
             norm = text_at(cps, offsets, int(i))
@@ -211,11 +212,10 @@ def _probe_points(cps: np.ndarray, offsets: np.ndarray, verify: bool = True
         if not holds_numbers(st.short_numbers[it], span):
             continue  # another date, version or count: another line of a template
         contained.append((int(i), int(it), int(local), int(wide_start), int(wide_end)))
-        texts.append(span)
+        texts.append(spans.setdefault(span, span))
     # (text, item, common shingles or words, start, end) of every match
     matched = np.asarray(exact, dtype=np.int64).reshape(-1, 5)[:, [0, 1, 4, 2, 3]]
     rows = np.concatenate([np.asarray(contained, dtype=np.int64).reshape(-1, 5), matched])
-    spans: dict[str, str] = {}  # one string for the matches of one span
     for i, start, end in matched[:, [0, 3, 4]].tolist():
         span = span_at(cps, offsets, i, start, end)
         texts.append(spans.setdefault(span, span))
