@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from helpers import (
     REPO,
@@ -187,6 +188,14 @@ def test_index_check_passes_and_finds_a_missing_or_altered_data_file(tmp_path):
     refused(["--index", index, "index", "check"], "damaged", str(band), "bytes")
     band.unlink()
     refused(["--index", index, "index", "check"], "damaged", str(band), "missing")
+    band.write_bytes(saved)
+    # a Bloom filter that lacks keys of its row group would let the join skip their rows
+    meta = pq.read_metadata(band)
+    chunk = meta.row_group(0).column(meta.schema.to_arrow_schema().get_field_index("key"))
+    start, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
+    band.write_bytes(saved[:start + length - 32] + bytes(32) + saved[start + length:])
+    refused(["--index", index, "index", "check"], "damaged", str(band), "Bloom filter",
+            "row group 0")
     band.write_bytes(saved)
     contents = _data_files(index, "contents")[0]
     contents.write_bytes(contents.read_bytes()[:-1] + b"\0")

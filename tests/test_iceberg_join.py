@@ -16,7 +16,7 @@ import pytest
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
-from near_dedup_core.index_store.iceberg import bands  # noqa: E402
+from near_dedup_core.index_store.iceberg import bands, bloom  # noqa: E402
 from near_dedup_core.index_store.iceberg.bands import bucket_hits  # noqa: E402
 from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
 
@@ -76,7 +76,8 @@ def relaid(path: str, out: Path, shuffle: bool, **options) -> str:
 
 
 @pytest.mark.parametrize("layout", ["writer", "zstd-dictionary", "small-row-groups",
-                                    "no-declared-order", "unsorted"])
+                                    "no-declared-order", "unsorted", "no-bloom-filters",
+                                    "unsorted-bloom-filters"])
 def test_bucket_hits_finds_what_a_membership_test_finds_on_every_layout(tmp_path, layout):
     keys, contents = rows(2)
     rng = np.random.default_rng(3)
@@ -89,6 +90,12 @@ def test_bucket_hits_finds_what_a_membership_test_finds_on_every_layout(tmp_path
         elif layout == "small-row-groups":
             paths.append(relaid(f.path, out, False, row_group_size=1_000,
                                 sorting_columns=[pq.SortingColumn(1)]))
+        elif layout == "no-bloom-filters":  # the layout of the indexes before them
+            paths.append(relaid(f.path, out, False, **{
+                k: v for k, v in bands.BAND_FILE_OPTIONS.items() if k != "bloom_filter_options"}))
+        elif layout == "unsorted-bloom-filters":
+            paths.append(relaid(f.path, out, True, row_group_size=7_000,
+                                bloom_filter_options={"key": {"ndv": 7_000, "fpp": 0.01}}))
         elif layout == "no-declared-order":
             paths.append(relaid(f.path, out, False, row_group_size=7_000))
         elif layout == "unsorted":
@@ -114,3 +121,71 @@ def test_bucket_hits_finds_what_a_membership_test_finds_on_every_layout(tmp_path
     assert got[0].tolist() == [k for w in want for k in w[0]]
     assert got[1].tolist() == [c for w in want for c in w[1]]
     assert bucket_hits(paths, np.zeros(0, np.int64), np.zeros(0, np.int64), 1, 0)[0].size == 0
+
+
+def test_the_writers_bloom_filters_hold_every_key_and_turn_away_most_absent_ones(tmp_path):
+    files = written(tmp_path, *rows(4))
+    rng = np.random.default_rng(6)
+    turned = asked = 0
+    for f in files:
+        pf = pq.ParquetFile(local_path(f.path))
+        meta = pf.metadata
+        at = pf.schema_arrow.get_field_index("key")
+        keys = pf.read(columns=["key"]).column("key").to_numpy()
+        assert bloom.unheld(f.path, meta, at, keys) is None
+        filters = bloom.row_group_filters(f.path, meta, at, list(range(meta.num_row_groups)))
+        assert sorted(filters) == list(range(meta.num_row_groups))
+        first = 0
+        for g in range(meta.num_row_groups):
+            mine = keys[first:first + meta.row_group(g).num_rows]
+            first += len(mine)
+            assert filters[g].size * 32 >= 13 * len(np.unique(mine))  # sized for its keys
+            assert bloom.may_hold(filters[g], bloom.xxh64(mine)).all()
+            absent = np.setdiff1d(rng.integers(-(1 << 62), 1 << 62, 20_000, dtype=np.int64),
+                                  keys)
+            turned += int((~bloom.may_hold(filters[g], bloom.xxh64(absent))).sum())
+            asked += len(absent)
+    assert turned / asked > 0.99  # about 1 in 1,000 passes by chance at 16 bits a key
+
+
+def test_a_join_task_reads_only_the_row_groups_whose_filter_holds_a_probe(tmp_path, monkeypatch):
+    keys, contents = rows(7)
+    files = written(tmp_path, keys, contents)
+    path = files[0].path
+    mine = pq.read_table(local_path(path), columns=["key"]).column("key").to_numpy()
+    meta = pq.read_metadata(local_path(path))
+    assert meta.num_row_groups > 1
+    read: list[list[int]] = []
+    real = pq.ParquetFile.read_row_groups
+
+    def counted(self, groups, *args, **kwargs):
+        read.append(list(groups))
+        return real(self, groups, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", counted)
+    rng = np.random.default_rng(8)
+    # absent keys across the whole key range (every row group's range holds some) that
+    # their row group's filter turns away (about 1 in 1,000 would pass by chance)
+    absent = np.setdiff1d(rng.integers(mine.min(), mine.max(), 200, dtype=np.int64), mine)
+    filters = bloom.row_group_filters(path, meta, 1, list(range(meta.num_row_groups)))
+    maxs = [meta.row_group(g).column(1).statistics.max for g in range(meta.num_row_groups)]
+    group = np.searchsorted(np.array(maxs, np.int64), absent)
+    absent = absent[[not bloom.may_hold(filters[g], bloom.xxh64(absent[i:i + 1]))[0]
+                     for i, g in enumerate(group.tolist())]]
+    assert len(np.unique(group)) == meta.num_row_groups and len(absent) > 150
+    got = bucket_hits([path], absent, np.zeros(0, np.int64), 1, 0)
+    assert got[0].size == 0 and read == []
+    # one present key among them: its row group alone is read
+    probes = np.sort(np.concatenate([absent, mine[-1:]]))
+    got = bucket_hits([path], probes, np.zeros(0, np.int64), 1, 0)
+    assert set(got[0].tolist()) == {int(mine[-1])}
+    assert {g for groups in read for g in groups} == {meta.num_row_groups - 1}
+    # a filter that is not the format's split-block one: its row group is read as before
+    raw = bytearray(open(local_path(path), "rb").read())
+    chunk = meta.row_group(0).column(1)
+    raw[chunk.bloom_filter_offset + 2] ^= 0xFF  # inside the header
+    other = tmp_path / "other-header.parquet"
+    other.write_bytes(bytes(raw))
+    read.clear()
+    assert bucket_hits([f"file://{other}"], absent, np.zeros(0, np.int64), 1, 0)[0].size == 0
+    assert [g for groups in read for g in groups] == [0]

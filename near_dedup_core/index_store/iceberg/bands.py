@@ -18,9 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import load_file_io
 
-from near_dedup_core.index_store.iceberg import datafiles
-
-#: The band rows a bucket holds at most before `index compact` doubles the bucket count
+from near_dedup_core.index_store.iceberg import bloom, datafiles
 from near_dedup_core.index_store.iceberg import tables as it
 
 #: The band rows a bucket holds at most before `index compact` doubles the bucket count
@@ -66,14 +64,19 @@ class BandFile(NamedTuple):
 #: join"): the keys sorted, so DELTA_BINARY_PACKED stores their gaps (about 43 bits a key at 10^8 contents) and the
 #: content ids as their differences, near the values' entropy, so no codec (it would cost
 #: decoding time for little); the constant ``bucket`` dictionary-encoded; row groups of 65,536
-#: rows (a probe skips those whose key range holds none of its keys); the sort order
-#: declared, so a join task takes it as given (`bucket_hits`).
+#: rows (a probe skips those whose key range holds none of its keys); a Bloom filter of each
+#: row group's keys (`bloom`: a join task skips the row groups whose filter holds none of its
+#: keys), which pyarrow sizes for the row group's distinct keys (a power of two of bytes:
+#: 16 bits a key in a full row group of distinct keys at this ``fpp``; +22 % of a file's
+#: bytes, docs/measurements/2026-12-07-join-reach.md); the sort order declared, so a join
+#: task takes it as given (`bucket_hits`).
 BAND_FILE_OPTIONS: dict[str, Any] = {
     "compression": "none",
     "use_dictionary": ["bucket"],
     "column_encoding": {"key": "DELTA_BINARY_PACKED", "content": "DELTA_BINARY_PACKED"},
     "row_group_size": it.ROW_GROUP_ROWS["bands"],
     "sorting_columns": [pq.SortingColumn(1), pq.SortingColumn(2)],
+    "bloom_filter_options": {"key": {"ndv": it.ROW_GROUP_ROWS["bands"], "fpp": 0.001}},
     **datafiles.CHECKED_WRITES,
 }
 
@@ -120,8 +123,9 @@ def bucket_hits(
     in ``lo``..``hi``, in the files' row order (`file_hits`)."""
     keys_out, contents_out = [], []
     if len(probes):
+        hashes = bloom.xxh64(probes)
         for path in paths:
-            keys, contents = file_hits(datafiles.parquet_file(path), probes)
+            keys, contents = file_hits(path, probes, hashes)
             keep = (contents < lo) | (contents > hi)
             if len(skip):
                 keep &= ~np.isin(contents, skip)
@@ -135,14 +139,17 @@ def bucket_hits(
     )
 
 
-def file_hits(pf: Any, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (key, content) rows of the band data file ``pf`` (a `pyarrow.parquet.ParquetFile`)
-    whose key is one of ``probes`` (sorted), in row order. Read on this thread (a join's
+def file_hits(path: str, probes: np.ndarray, hashes: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The (key, content) rows of the band data file ``path`` whose key is one of ``probes``
+    (sorted; ``hashes``, their `bloom.xxh64`), in row order. Read on this thread (a join's
     tasks run in parallel): the ``key`` column of the row groups whose key range (their
-    statistics) holds a probe; each probe looked up in those keys when they are sorted (the
-    writer's files declare it, `BAND_FILE_OPTIONS`; others are checked), else each key
-    among the probes; then the ``content`` column of the row groups that hold a hit, alone."""
+    statistics) holds a probe and whose Bloom filter, when they have one, holds one of those
+    probes (`bloom`); each probe looked up in those keys when they are sorted (the writer's
+    files declare it, `BAND_FILE_OPTIONS`; others are checked), else each key among the
+    probes; then the ``content`` column of the row groups that hold a hit, alone."""
     none = np.zeros(0, np.int64)
+    pf = datafiles.parquet_file(path)
     meta = pf.metadata
     at = pf.schema_arrow.get_field_index("key")
     n = meta.num_row_groups
@@ -150,8 +157,12 @@ def file_hits(pf: Any, probes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     known = np.array([s is not None and s.has_min_max for s in stats], dtype=bool)
     mins = np.array([s.min if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
     maxs = np.array([s.max if k else 0 for s, k in zip(stats, known, strict=True)], np.int64)
-    held = (np.searchsorted(probes, maxs, "right") > np.searchsorted(probes, mins)) | ~known
-    groups = np.flatnonzero(held).tolist()
+    first = np.where(known, np.searchsorted(probes, mins), 0)
+    last = np.where(known, np.searchsorted(probes, maxs, "right"), len(probes))
+    groups = np.flatnonzero(last > first).tolist()
+    filters = bloom.row_group_filters(path, meta, at, groups)
+    groups = [g for g in groups if g not in filters
+              or bloom.may_hold(filters[g], hashes[first[g] : last[g]]).any()]
     if not groups:
         return none, none
     keys = pf.read_row_groups(groups, columns=["key"], use_threads=False).column("key").to_numpy()

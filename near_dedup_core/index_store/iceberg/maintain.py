@@ -32,7 +32,7 @@ from pyiceberg.expressions import AlwaysTrue
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.check import check_invariants, check_meta
-from near_dedup_core.index_store.iceberg import datafiles, errors
+from near_dedup_core.index_store.iceberg import bloom, datafiles, errors
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import (
     BandSpec,
@@ -71,7 +71,7 @@ def _damaged(location: str, what: str) -> NearDedupError:
 def check_files(pinned: Pinned) -> int:
     """Every data file of the published state is present, with its recorded size and row
     count, and read in full, each page checked against its CRC32; band files hold only their
-    bucket's keys, sorted. Returns how many files carry no page checksums (written by earlier
+    bucket's keys, sorted, each row group's keys held by its Bloom filter (`bloom.unheld`). Returns how many files carry no page checksums (written by earlier
     versions: read in full, their pages unchecked)."""
     location = pinned.location
     buckets = None
@@ -108,6 +108,11 @@ def check_files(pinned: Pinned) -> int:
                     raise _damaged(location, f"band file {path} holds keys of another bucket")
                 if len(keys) > 1 and (np.diff(keys) < 0).any():
                     raise _damaged(location, f"band file {path} is not sorted by key")
+                turned = bloom.unheld(f.file_path, meta,
+                                      meta.schema.to_arrow_schema().get_field_index("key"), keys)
+                if turned is not None:
+                    raise _damaged(location, f"band file {path}: the Bloom filter of row group "
+                                             f"{turned} lacks keys the row group holds")
     return unchecked
 
 
