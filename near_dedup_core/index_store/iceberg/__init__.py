@@ -12,6 +12,8 @@ readers on several machines, the catalog's optimistic commit their only coordina
   readers' locks;
 - `snapshot`: a scan's reads from one published state (`IcebergSnapshot`), the per-bucket
   history join, the workers' readers;
+- `bands`: the band files' layout and the join's task on one bucket; `bloom`: the Bloom
+  filters of their keys, read and probed by that task;
 - `keyed`: the lookups of an `index` laid out by hash (``content_keys``, ``raw_texts``):
   files sorted by the hash, bucketed by its prefix, read by the row groups a key falls into;
 - `batch`: one appended batch (`IcebergBatch`) and its commit;
