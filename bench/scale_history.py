@@ -587,11 +587,13 @@ def same_answers(jsonl: str) -> bytes:
                       for line in jsonl.splitlines() if line.strip())
 
 
-def finds(day: Path, n: int, out: Path, workers: int, rounds: int) -> dict:
+def finds(day: Path, n: int, out: Path, workers: int, rounds: int,
+          before: Path | None = None) -> dict:
     """``near-dedup index find --jsonl`` of the first ``n`` texts of the package ``day`` (as
     `bench.find` makes its queries) against the two indexes of an earlier `run_all` in
     ``out``, in turns, ``rounds`` times; the answers must be the same on both sides
-    (`same_answers`). The
+    (`same_answers`). With ``before`` (a checkout of earlier code), each round also asks the
+    history with that code (side ``history-before``), as `scans` does. The
     figures added to ``out/result.json`` under ``finds``."""
     from bench.build_corpus import write_jsonl
     from bench.find import _queries
@@ -602,25 +604,32 @@ def finds(day: Path, n: int, out: Path, workers: int, rounds: int) -> dict:
         write_jsonl(lines, _queries(day, n))
     result = orjson.loads((out / "result.json").read_bytes())
     entry: dict = {"queries": n, "from": str(day), "runs": []}
-    answers: dict[str, set[bytes]] = {"empty": set(), "history": set()}
+    sides: dict[str, tuple[str, Path | None]] = {"empty": ("empty", None),
+                                                 "history": ("history", None)}
+    if before is not None:
+        sides["history-before"] = ("history", before)
+        entry["before"] = str(before)
+    answers: dict[str, set[bytes]] = {side: set() for side in sides}
     for k in range(rounds):
-        for side in ("empty", "history") if k % 2 == 0 else ("history", "empty"):
+        order = list(sides.items())
+        for side, (folder, code) in order if k % 2 == 0 else reversed(order):
             read_through(lines)
-            before = load()
+            loaded = load()
+            env = None if code is None else {**os.environ, "PYTHONPATH": str(code)}
             m = run([sys.executable, "-m", "near_dedup_core", "--quiet", "--config",
-                     str(CONFIG), "--index", f"iceberg://{out / side}", "index", "find",
+                     str(CONFIG), "--index", f"iceberg://{out / folder}", "index", "find",
                      "--jsonl", str(lines), "--json", "--workers", str(workers)],
-                    out / f"{side}-find.log")
+                    out / f"{side}-find.log", cwd=code, env=env)
             if m.returncode:
                 raise SystemExit(f"{side} find failed: {m.stderr_tail}")
             answers[side].add(hashlib.sha256(same_answers(m.stdout)).digest())
             entry["runs"].append({"round": k + 1, "side": side, "wall_s": round(m.wall_s, 1),
                                   "cpu_s": round(m.cpu_s, 1),
                                   "peak_tree_rss_mib": round(m.peak_tree_rss_mib),
-                                  "load_before": before, "load_after": load(),
+                                  "load_before": loaded, "load_after": load(),
                                   "box": m.box.note()})
             print(entry["runs"][-1], file=sys.stderr, flush=True)
-    entry["answers_identical"] = len(answers["empty"] | answers["history"]) == 1
+    entry["answers_identical"] = len(set().union(*answers.values())) == 1
     result.setdefault("finds", []).append(entry)
     (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     if not entry["answers_identical"]:
@@ -689,6 +698,8 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
     f.add_argument("--workers", type=int, default=2)
     f.add_argument("--rounds", type=int, default=1)
+    f.add_argument("--before", type=Path,
+                   help="a checkout of earlier code that asks the history too, in turns")
     args = ap.parse_args(argv)
     PROGRESS["enabled"] = not args.quiet
     for name in ("pool", "day"):
@@ -697,7 +708,7 @@ def main(argv: list[str] | None = None) -> None:
             built(package)
     if args.command == "find":
         result = finds(args.day.resolve(), args.queries, args.out.resolve(), args.workers,
-                       args.rounds)
+                       args.rounds, args.before.resolve() if args.before else None)
     elif args.command == "day":
         result = more_days(args.day.resolve(), args.out.resolve(), args.buckets, args.workers)
     elif args.command == "scans":

@@ -90,12 +90,18 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
     assert [(r["round"], r["side"]) for r in found["runs"]] == [
         (1, "empty"), (1, "history"), (2, "history"), (2, "empty")]
     assert (out / "queries-cpt-v3-20.jsonl").read_text().count("\n") == 20
+    # and the history asked by another checkout too (here this one), in turns
+    also = bench("find", "--day", V3, "--queries", 20, "--out", out, "--workers", 1,
+                 "--before", REPO)
+    assert also["answers_identical"] and also["before"] == str(REPO)
+    assert [(r["round"], r["side"]) for r in also["runs"]] == [
+        (1, "empty"), (1, "history"), (1, "history-before")]
     day = bench("day", "--day", V3, "--out", out, "--buckets", 16, "--workers", 1)
     assert day["reports_identical"] and day["day"] == str(V3)
     assert all(day[side][step]["cpu_s"] > 0 for side in ("empty", "history")
                for step in ("index", "scan"))
     saved = orjson.loads((out / "result.json").read_bytes())
-    assert saved["more_days"] == [day] and saved["finds"] == [found]
+    assert saved["more_days"] == [day] and saved["finds"] == [found, also]
 
 
 def test_bands_and_join(tmp_path: Path) -> None:
