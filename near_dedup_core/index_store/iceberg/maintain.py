@@ -71,8 +71,9 @@ def _damaged(location: str, what: str) -> NearDedupError:
 def check_files(pinned: Pinned) -> int:
     """Every data file of the published state is present, with its recorded size and row
     count, and read in full, each page checked against its CRC32; band files hold only their
-    bucket's keys, sorted, each row group's keys held by its Bloom filter (`bloom.unheld`). Returns how many files carry no page checksums (written by earlier
-    versions: read in full, their pages unchecked)."""
+    bucket's keys, sorted, each row group's keys held by its Bloom filter (`bloom.unheld`).
+    Returns how many files carry no page checksums (written by earlier versions: read in
+    full, their pages unchecked)."""
     location = pinned.location
     buckets = None
     unchecked = 0
