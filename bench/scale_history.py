@@ -41,9 +41,14 @@ Subcommands:
   pool's scans, in turns, on the two indexes of an earlier ``run`` in FOLDER (which then hold
   the day as well); with ``--before``, the history scanned by that checkout's code as well
   (earlier code, its kernels' caches warm: docs/benchmarks.md, "Reproducing").
-- ``find --day PKG --queries N --out FOLDER [--rounds R]``: ``near-dedup index find --jsonl``
-  of the package's first N texts (as `bench.find` makes its queries) on the two indexes of
-  an earlier ``run``, in turns; the answers must be the same on both.
+- ``find --day PKG --queries N --out FOLDER [--rounds R] [--before CHECKOUT]``:
+  ``near-dedup index find --jsonl`` of the package's first N texts (as `bench.find` makes
+  its queries) on the two indexes of an earlier ``run``, in turns; the answers must be the
+  same on both; with ``--before``, the history asked by that checkout's code as well.
+- ``keys --out FOLDER``: the ``content_keys`` of both indexes of an earlier ``run`` laid out
+  again as ``near-dedup index compact`` lays them out (`iceberg.maintain.compact_keys`: one
+  file a bucket, in this code's layout), published, the band table left as it is (its
+  compaction would rewrite the whole table, which the disk may not hold twice).
 
 ::
 
@@ -570,6 +575,25 @@ def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int,
     return {"more_scans": more}
 
 
+def keys_laid_out(out: Path) -> dict:
+    """`keys` (module doc): what `iceberg.maintain.compact_keys` did on each side."""
+    from near_dedup_core.fsutil import utc_now
+    from near_dedup_core.index_store.iceberg.maintain import compact_keys
+
+    done = {}
+    for side in ("empty", "history"):
+        location = f"iceberg://{out / side}"
+        started = time.perf_counter()
+        with it.writer(it.where(location)) as cat:
+            pinned, _ = open_for_write(location, cat)
+            snapshots = dict(pinned.state.snapshots)
+            what = compact_keys(pinned, snapshots)
+            if what is not None:
+                publish(pinned, "compact", utc_now(), snapshots)
+        done[side] = {"done": what, "s": round(time.perf_counter() - started, 1)}
+    return done
+
+
 def same_answers(jsonl: str) -> bytes:
     """``index find --json`` answers as the two indexes of a run share them: without the
     batches' numbers and dates (the history's batch of generated contents comes between the
@@ -700,13 +724,17 @@ def main(argv: list[str] | None = None) -> None:
     f.add_argument("--rounds", type=int, default=1)
     f.add_argument("--before", type=Path,
                    help="a checkout of earlier code that asks the history too, in turns")
+    k = sub.add_parser("keys", help="the content ids of a run's indexes laid out again")
+    k.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
     args = ap.parse_args(argv)
     PROGRESS["enabled"] = not args.quiet
     for name in ("pool", "day"):
         package = getattr(args, name, None)
         if package is not None:
             built(package)
-    if args.command == "find":
+    if args.command == "keys":
+        result = keys_laid_out(args.out.resolve())
+    elif args.command == "find":
         result = finds(args.day.resolve(), args.queries, args.out.resolve(), args.workers,
                        args.rounds, args.before.resolve() if args.before else None)
     elif args.command == "day":

@@ -99,13 +99,20 @@ def test_keyed_files_of_several_bit_counts_find_what_a_dict_finds_reading_few_ro
     assert lookup.find([]) == {}
     with pytest.raises(ValueError, match="other than 16 bytes"):
         lookup.find([b"short"])
-    # the files stay open between lookups from their second probe on, within the open files
-    # the process may keep and the footers' budget: with room for three files, or for the
-    # footers of two, the first probed stay open, the others are opened per lookup, and the
-    # answers are the same
+    # the files' Bloom filters turn the absent keys away: their row groups are not read
+    before = lookup.groups_read
+    assert lookup.find(absent) == {}
+    assert lookup.groups_read == before and lookup.filters_read > 0
+    # the files whose row groups are read again stay open between lookups, within the open
+    # files the process may keep and the footers' budget: with room for three files, or for
+    # the footers of two, the first probed stay open, the others are opened per lookup, and
+    # the answers are the same; a file whose filters turn every asked key away is not opened
     assert not lookup._open
     assert lookup.find([*present, *absent]) == found
-    assert len(lookup._open) == len(lookup._ranges) > 3
+    holding = {f.path for f in files
+               if set(pq.read_table(f.path.removeprefix("file://"), columns=["content_id"])
+                      .column("content_id").to_pylist()) & set(present)}
+    assert holding <= set(lookup._open) and 3 < len(lookup._open) < len(lookup._ranges)
     monkeypatch.setattr(keyed, "open_files_kept", lambda: 3)
     few = KeyedFiles("test", files, "content_id", 16, ("id",), threads=1)
     for _ in range(3):
@@ -365,8 +372,15 @@ def test_a_lookup_reads_the_values_of_the_row_groups_holding_a_hit_alone(tmp_pat
     # are absent
     asked = [keys[0], keys[2], keys[321]]
     absent = [bytes([k[0], *k[1:15], k[15] ^ 1]) for k in keys[100:600:50]]
+    want = {keys[0]: [(1,), (1001,)], keys[2]: [(3,), (1002,)], keys[321]: [(322,)]}
     lookup = KeyedFiles("test", files, "content_id", 16, ("id",), threads=1)
-    found = lookup.find([*asked, *absent])
-    assert found == {keys[0]: [(1,), (1001,)], keys[2]: [(3,), (1002,)], keys[321]: [(322,)]}
+    assert lookup.find([*asked, *absent]) == want
+    # the Bloom filters turn the absent keys away: only the row groups holding a hit are read
+    assert lookup.value_groups_read == lookup.groups_read == 3
+    # files without filters (an earlier version's): the key column of the absent keys' row
+    # groups is read too, their values not
+    monkeypatch.setattr(keyed.bloom, "read_filters", lambda path, where: {})
+    lookup = KeyedFiles("test", files, "content_id", 16, ("id",), threads=1)
+    assert lookup.find([*asked, *absent]) == want
     assert lookup.value_groups_read == 3
     assert lookup.groups_read > lookup.value_groups_read + 5

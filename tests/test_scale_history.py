@@ -15,6 +15,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from unittest.mock import ANY
 
 import numpy as np
 import orjson
@@ -102,6 +103,14 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
                for step in ("index", "scan"))
     saved = orjson.loads((out / "result.json").read_bytes())
     assert saved["more_days"] == [day] and saved["finds"] == [found, also]
+    # the content ids laid out again as `index compact` lays them out (the days added files
+    # to their buckets), and asked again: the same answers
+    laid = bench("keys", "--out", out)
+    assert all("laid out" in laid[side]["done"] for side in ("empty", "history"))
+    assert bench("keys", "--out", out) == {side: {"done": None, "s": ANY}
+                                           for side in ("empty", "history")}
+    assert bench("find", "--day", V3, "--queries", 20, "--out", out,
+                 "--workers", 1)["answers_identical"]
 
 
 def test_bands_and_join(tmp_path: Path) -> None:

@@ -59,6 +59,41 @@ def xxh64(values: np.ndarray) -> np.ndarray:
     return h
 
 
+def _round(acc: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    return _rotl(acc + lane * _P2, 31) * _P1
+
+
+def xxh64_bytes(keys: list[bytes], width: int) -> np.ndarray:
+    """XXH64 (seed 0) of each of ``keys``, byte strings of ``width`` bytes (a multiple of
+    8), as unsigned 64-bit integers: the hash the format's filters hold a binary value by
+    (its bytes, without their length)."""
+    if width % 8 or width <= 0:
+        raise ValueError(f"keys of {width} bytes: a multiple of 8 is hashed here")
+    lanes = np.frombuffer(b"".join(keys), dtype="<u8").reshape(len(keys), width // 8)
+    n = np.uint64(width)
+    with np.errstate(over="ignore"):
+        stripes = width // 32
+        if stripes:
+            acc = [np.full(len(keys), v, np.uint64) for v in
+                   (_P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1)]
+            for s in range(stripes):
+                acc = [_round(a, lanes[:, 4 * s + j]) for j, a in enumerate(acc)]
+            h = _rotl(acc[0], 1) + _rotl(acc[1], 7) + _rotl(acc[2], 12) + _rotl(acc[3], 18)
+            for a in acc:
+                h = (h ^ _round(np.zeros_like(a), a)) * _P1 + _P4
+        else:
+            h = np.full(len(keys), _P5, np.uint64)
+        h = h + n
+        for j in range(4 * stripes, width // 8):
+            h = _rotl(h ^ _round(np.zeros_like(h), lanes[:, j]), 27) * _P1 + _P4
+        h ^= h >> np.uint64(33)
+        h *= _P2
+        h ^= h >> np.uint64(29)
+        h *= _P3
+        h ^= h >> np.uint64(32)
+    return h
+
+
 def bitset(raw: Any) -> np.ndarray | None:
     """The blocks (one row of eight 32-bit words each) of one serialized filter (its header
     and bitset, ``bloom_filter_length`` bytes from ``bloom_filter_offset``); None when it is
@@ -100,18 +135,31 @@ def row_group_filters(uri: str, meta: Any, at: int, groups: list[int]) -> dict[i
     ``uri`` (``meta``, its footer), read in one range when they lie together (pyarrow writes
     a file's filters one after another, before its footer), else one by one. A row group
     without a readable filter is left out."""
+    return read_filters(uri, placed(meta, at, groups))
+
+
+def placed(meta: Any, at: int, groups: list[int]) -> dict[int, tuple[int, int]]:
+    """Where the filters of column ``at`` in row groups ``groups`` lie in the file of footer
+    ``meta``: row group -> (offset, length); a row group without one is left out."""
     where: dict[int, tuple[int, int]] = {}
     for g in groups:
         chunk = meta.row_group(g).column(at)
         offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
         if offset is not None and length:
             where[g] = (int(offset), int(length))
+    return where
+
+
+def read_filters(uri: str, where: dict[Any, tuple[int, int]]) -> dict[Any, np.ndarray]:
+    """The filters (`bitset`) lying at ``where`` (a name -> (offset, length)) in the data
+    file ``uri``, read in one range when they lie together, else one by one; one that does
+    not read as the format's split-block filter is left out."""
     if not where:
         return {}
     start = min(o for o, _ in where.values())
     end = max(o + n for o, n in where.values())
     fs, path = datafiles.filesystem(uri)
-    out: dict[int, np.ndarray] = {}
+    out: dict[Any, np.ndarray] = {}
     with fs.open_input_file(path) as f:
         if end - start <= 2 * sum(n for _, n in where.values()):
             raw = memoryview(f.read_at(end - start, start))

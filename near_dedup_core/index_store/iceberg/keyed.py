@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from near_dedup_core.index_store.iceberg import datafiles
+from near_dedup_core.index_store.iceberg import bloom, datafiles
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.lookup import HashedRows, hash_words
 from near_dedup_core.index_store.texts import damaged
@@ -124,8 +124,9 @@ class KeyedFiles:
         self.width = width
         self.values = values
         self.threads = max(1, threads)
-        #: each probed file's row groups' key ranges (lowest, highest)
-        self._ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        #: each probed file's row groups' key ranges (lowest, highest) and where their Bloom
+        #: filters lie (offset, length; -1 where a row group has none)
+        self._ranges: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         #: the files kept open between lookups, and their footers' column chunks
         self._open: dict[str, Any] = {}
         self._open_chunks = 0
@@ -136,6 +137,8 @@ class KeyedFiles:
         self.rows_read = 0
         self.groups_read = 0
         self.value_groups_read = 0
+        #: row groups whose Bloom filter was read (the others had none, or no key in range)
+        self.filters_read = 0
 
     def find(self, keys: list[bytes]) -> dict[bytes, list[tuple[int, ...]]]:
         """Each of ``keys`` that a row holds -> the rows' ``values``, in the files' order."""
@@ -189,9 +192,27 @@ class KeyedFiles:
                 self._open_chunks += chunks
         return pf
 
-    def _key_ranges(self, path: str, pf: Any) -> tuple[np.ndarray, np.ndarray]:
+    def _passing(self, path: str, keys: list[bytes], at: np.ndarray, offsets: np.ndarray,
+                 lengths: np.ndarray) -> list[int]:
+        """The row groups that may hold one of ``keys`` (``at``: each key's row group by the
+        key ranges, -1 for none): those without a Bloom filter, and those whose filter holds
+        one of their keys (`bloom`; most of a day's keys are new contents, which the filters
+        turn away, so their row groups, and the file's footer, need not be read)."""
+        groups = np.unique(at[at >= 0]).tolist()
+        where = {g: (int(offsets[g]), int(lengths[g])) for g in groups if offsets[g] >= 0}
+        if not where:
+            return groups
+        filters = bloom.read_filters(path, where)
+        self.filters_read += len(where)
+        hashes = bloom.xxh64_bytes(keys, self.width)
+        return [g for g in groups if g not in filters
+                or bool(bloom.may_hold(filters[g], hashes[at == g]).any())]
+
+    def _key_ranges(self, path: str, pf: Any
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """The lowest and highest key of each row group of the file ``path`` (``pf``), as
-        ``width + 1``-byte strings (a row group without statistics: every key)."""
+        ``width + 1``-byte strings (a row group without statistics: every key), and where
+        each row group's Bloom filter of the key lies (offset and length, -1 for none)."""
         found = self._ranges.get(path)
         if found is None:
             meta = pf.metadata
@@ -210,21 +231,33 @@ class KeyedFiles:
                 else:
                     mins.append(bytes(stats.min))
                     maxs.append(bytes(stats.max))
-            found = (np.array(mins, f"S{self.width + 1}"), np.array(maxs, f"S{self.width + 1}"))
+            where = bloom.placed(meta, column, list(range(meta.num_row_groups)))
+            offsets = np.full(meta.num_row_groups, -1, np.int64)
+            lengths = np.full(meta.num_row_groups, -1, np.int64)
+            for g, (offset, length) in where.items():
+                offsets[g], lengths[g] = offset, length
+            found = (np.array(mins, f"S{self.width + 1}"), np.array(maxs, f"S{self.width + 1}"),
+                     offsets, lengths)
             self._ranges[path] = found
         return found
 
     def _probe(self, f: KeyedFile, keys: list[bytes]) -> list[tuple[bytes, tuple[int, ...]]]:
-        pf = self._reader(f.path)
-        mins, maxs = self._key_ranges(f.path, pf)
+        known = self._ranges.get(f.path)
+        pf = None
+        if known is None:
+            pf = self._reader(f.path)
+            known = self._key_ranges(f.path, pf)
+        mins, maxs, offsets, lengths = known
         asked = np.array(keys, f"S{self.width + 1}")
         # a file is sorted by its key: the one row group whose range can hold a key
         at = np.searchsorted(mins, asked, "right") - 1
         inside = at >= 0
         inside[inside] &= asked[inside] <= maxs[at[inside]]
-        groups = np.unique(at[inside]).tolist()
+        groups = self._passing(f.path, keys, np.where(inside, at, -1), offsets, lengths)
         if not groups:
             return []
+        if pf is None:
+            pf = self._reader(f.path)
         # the key column first, then the values of the row groups that hold a hit alone (a
         # day's keys are mostly new: most row groups read hold none)
         column = pf.read_row_groups(groups, columns=[self.key], use_threads=False).column(self.key)
@@ -322,6 +355,8 @@ def keyed_options(name: str) -> dict[str, Any]:
     return {"compression": "none", "row_group_size": it.ROW_GROUP_ROWS[name],
             "sorting_columns": [pq.SortingColumn(columns.index(it.SORTED_BY[name]))],
             "use_dictionary": [c for c in columns if c != it.SORTED_BY[name]],
+            "bloom_filter_options": {it.SORTED_BY[name]: {"ndv": it.ROW_GROUP_ROWS[name],
+                                                          "fpp": 0.001}},
             **datafiles.CHECKED_WRITES}
 
 
