@@ -197,6 +197,17 @@ def test_index_check_passes_and_finds_a_missing_or_altered_data_file(tmp_path):
     refused(["--index", index, "index", "check"], "damaged", str(band), "Bloom filter",
             "row group 0")
     band.write_bytes(saved)
+    # the same for a content-id file: a lookup would miss the content and index it again
+    keys_file = _data_files(index, "content_keys")[0]
+    kept = keys_file.read_bytes()
+    meta = pq.read_metadata(keys_file)
+    chunk = meta.row_group(0).column(
+        meta.schema.to_arrow_schema().get_field_index("content_id"))
+    end = chunk.bloom_filter_offset + chunk.bloom_filter_length
+    keys_file.write_bytes(kept[:end - 32] + bytes(32) + kept[end:])
+    refused(["--index", index, "index", "check"], "damaged", str(keys_file), "Bloom filter",
+            "row group 0", "content_keys")
+    keys_file.write_bytes(kept)
     contents = _data_files(index, "contents")[0]
     contents.write_bytes(contents.read_bytes()[:-1] + b"\0")
     refused(["--index", index, "index", "check"], "damaged")

@@ -16,7 +16,9 @@ none. The history join's task (`bands.file_hits`) reads a file's filters itself,
 A row group without a filter (a file of an earlier version), or whose filter is not that
 header, may hold anything: the join reads it. A filter can only let through keys its row
 group lacks, never turn one away that it holds; `index check` checks that every key of each
-row group passes its filter (`unheld`), as it checks every page's CRC32."""
+row group passes its filter (`unheld`), as it checks every page's CRC32. The keyed tables'
+files (``content_keys``, ``raw_texts``: `keyed`) carry the same filters of their hash
+column, whose values are hashed as their bytes (`xxh64_bytes`)."""
 
 from __future__ import annotations
 
@@ -173,15 +175,16 @@ def read_filters(uri: str, where: dict[Any, tuple[int, int]]) -> dict[Any, np.nd
     return out
 
 
-def unheld(uri: str, meta: Any, at: int, keys: np.ndarray) -> int | None:
-    """The first row group of the data file ``uri`` (``meta``, its footer) with a key of
-    column ``at`` (``keys``, the whole column in row order) that its filter turns away; None
-    when every filter holds its row group's keys (or the file has none)."""
+def unheld(uri: str, meta: Any, at: int, hashes: np.ndarray) -> int | None:
+    """The first row group of the data file ``uri`` (``meta``, its footer) with a value of
+    column ``at`` that its filter turns away (``hashes``: the whole column's values hashed,
+    `xxh64` or `xxh64_bytes`, in row order); None when every filter holds its row group's
+    values (or the file has none)."""
     filters = row_group_filters(uri, meta, at, list(range(meta.num_row_groups)))
     first = 0
     for g in range(meta.num_row_groups):
         rows = meta.row_group(g).num_rows
-        if g in filters and not may_hold(filters[g], xxh64(keys[first : first + rows])).all():
+        if g in filters and not may_hold(filters[g], hashes[first : first + rows]).all():
             return g
         first += rows
     return None

@@ -11,8 +11,8 @@ grows with the index; nobody chooses it.
 
 A lookup (`KeyedFiles.find`) reads, in each file of the buckets its keys fall into, only the
 row groups (`KEYED_GROUP_ROWS` rows) whose hash range (the files' Parquet statistics) holds
-one of its keys: the rows read are at most (keys × rows of a row group), whatever the
-history holds. Each file's row groups' key ranges are read once per lookup object; the files
+one of its keys and whose Bloom filter (`bloom`) may hold it: the rows read are at most
+(keys × rows of a row group), whatever the history holds, and most new keys read none. Each file's row groups' key ranges are read once per lookup object; the files
 themselves stay open between lookups within a bounded memory (`KeyedFiles`)."""
 
 from __future__ import annotations
@@ -348,9 +348,10 @@ class KeyedWriter:
 
 def keyed_options(name: str) -> dict[str, Any]:
     """The Parquet layout of a keyed file: small row groups, no codec (hashes), the sort
-    order declared, and the hash column written plain, not through a dictionary: its values
-    are distinct, so a dictionary only adds to them, and a row group of plain hashes reads in
-    about four fifths of the time (docs/iceberg.md, "Lookups")."""
+    order declared, the hash column written plain, not through a dictionary (its values are
+    distinct, so a dictionary only adds to them, and a row group of plain hashes reads in
+    about four fifths of the time), and a Bloom filter of each row group's hashes, which a
+    lookup reads before the row group (docs/iceberg.md, "Lookups")."""
     columns = [c for c, _ in it.COLUMNS[name]]
     return {"compression": "none", "row_group_size": it.ROW_GROUP_ROWS[name],
             "sorting_columns": [pq.SortingColumn(columns.index(it.SORTED_BY[name]))],

@@ -71,7 +71,8 @@ def _damaged(location: str, what: str) -> NearDedupError:
 def check_files(pinned: Pinned) -> int:
     """Every data file of the published state is present, with its recorded size and row
     count, and read in full, each page checked against its CRC32; band files hold only their
-    bucket's keys, sorted, each row group's keys held by its Bloom filter (`bloom.unheld`).
+    bucket's keys, sorted, each row group's keys held by its Bloom filter (`bloom.unheld`),
+    as the keyed tables' hashes by theirs.
     Returns how many files carry no page checksums (written by earlier versions: read in
     full, their pages unchecked)."""
     location = pinned.location
@@ -110,10 +111,25 @@ def check_files(pinned: Pinned) -> int:
                 if len(keys) > 1 and (np.diff(keys) < 0).any():
                     raise _damaged(location, f"band file {path} is not sorted by key")
                 turned = bloom.unheld(f.file_path, meta,
-                                      meta.schema.to_arrow_schema().get_field_index("key"), keys)
+                                      meta.schema.to_arrow_schema().get_field_index("key"),
+                                      bloom.xxh64(keys))
                 if turned is not None:
                     raise _damaged(location, f"band file {path}: the Bloom filter of row group "
                                              f"{turned} lacks keys the row group holds")
+            elif name in it.KEY_BYTES:
+                key = it.SORTED_BY[name]
+                fs, at = datafiles.filesystem(f.file_path)
+                values = pq.read_table(at, filesystem=fs, columns=[key]).column(key)
+                if pc.any(pc.not_equal(pc.binary_length(values), it.KEY_BYTES[name])).as_py():
+                    raise _damaged(location, f"data file {path} of table {name} holds a {key} "
+                                             f"of other than {it.KEY_BYTES[name]} bytes")
+                turned = bloom.unheld(f.file_path, meta,
+                                      meta.schema.to_arrow_schema().get_field_index(key),
+                                      bloom.xxh64_bytes(values.to_pylist(), it.KEY_BYTES[name]))
+                if turned is not None:
+                    raise _damaged(location, f"data file {path} of table {name}: the Bloom "
+                                             f"filter of row group {turned} lacks hashes the "
+                                             f"row group holds")
     return unchecked
 
 
