@@ -12,8 +12,10 @@ grows with the index; nobody chooses it.
 A lookup (`KeyedFiles.find`) reads, in each file of the buckets its keys fall into, only the
 row groups (`KEYED_GROUP_ROWS` rows) whose hash range (the files' Parquet statistics) holds
 one of its keys and whose Bloom filter (`bloom`) may hold it: the rows read are at most
-(keys × rows of a row group), whatever the history holds, and most new keys read none. Each file's row groups' key ranges are read once per lookup object; the files
-themselves stay open between lookups within a bounded memory (`KeyedFiles`)."""
+(keys × rows of a row group), whatever the history holds, and most new keys read none.
+Each file's row groups' key ranges and the places of their filters are read once per
+lookup object; the files whose row groups are read again stay open between lookups within
+a bounded memory (`KeyedFiles`)."""
 
 from __future__ import annotations
 
@@ -109,12 +111,13 @@ class KeyedFiles:
     column; ``values`` are the int64 columns a lookup returns.
 
     Of each file probed it keeps the key range of every row group (``width`` bytes twice a
-    row group). The files themselves, footer and all, it keeps open between lookups from
-    their second probe on, up to `FOOTER_CHUNKS` column chunks and `open_files_kept` files,
-    the first probed first; the others are opened for each lookup that probes them and
-    closed after it (a day's lookups probe nearly every file each time, so a bounded
-    least-recently-used set would keep none of them): the memory a lookup holds is bounded
-    whatever the history, and a day that asks once holds none."""
+    row group) and where the row group's Bloom filter lies: a later lookup reads the filters
+    of the row groups its keys fall into (`_passing`) and opens the file only for a key one
+    of them passes. The files opened so, footer and all, it keeps open between lookups from
+    their second opening on, up to `FOOTER_CHUNKS` column chunks and `open_files_kept`
+    files, the first opened first; the others are opened for each lookup that reads them
+    and closed after it: the memory a lookup holds is bounded whatever the history, and a
+    day that asks once holds none."""
 
     def __init__(self, label: str, files: list[KeyedFile], key: str, width: int,
                  values: tuple[str, ...], threads: int = 2) -> None:
@@ -174,9 +177,9 @@ class KeyedFiles:
 
     def _reader(self, path: str) -> Any:
         """The file ``path`` opened (its pages checked): one kept open, or opened now and,
-        from the second lookup that probes it on, kept if there is room (`FOOTER_CHUNKS`,
-        `open_files_kept`): a day whose lookups are one call keeps no footer, a day of
-        several reads each footer twice."""
+        from its second opening on (its first probe, then a lookup reading its row groups),
+        kept if there is room (`FOOTER_CHUNKS`, `open_files_kept`): a day whose lookups are
+        one call keeps no footer."""
         with self._open_lock:
             pf = self._open.get(path)
             again = path in self._ranges
