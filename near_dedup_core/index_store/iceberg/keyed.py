@@ -226,19 +226,20 @@ class KeyedFiles:
                 raise damaged(self.label, f"data file {datafiles.local_path(path)}: no column "
                                           f"{self.key}")
             mins, maxs = [], []
+            offsets = np.full(meta.num_row_groups, -1, np.int64)
+            lengths = np.full(meta.num_row_groups, -1, np.int64)
             for g in range(meta.num_row_groups):
-                stats = meta.row_group(g).column(column).statistics
+                chunk = meta.row_group(g).column(column)
+                stats = chunk.statistics
                 if stats is None or not stats.has_min_max:
                     mins.append(b"")
                     maxs.append(b"\xff" * (self.width + 1))
                 else:
                     mins.append(bytes(stats.min))
                     maxs.append(bytes(stats.max))
-            where = bloom.placed(meta, column, list(range(meta.num_row_groups)))
-            offsets = np.full(meta.num_row_groups, -1, np.int64)
-            lengths = np.full(meta.num_row_groups, -1, np.int64)
-            for g, (offset, length) in where.items():
-                offsets[g], lengths[g] = offset, length
+                if chunk.bloom_filter_offset is not None and chunk.bloom_filter_length:
+                    offsets[g] = chunk.bloom_filter_offset
+                    lengths[g] = chunk.bloom_filter_length
             found = (np.array(mins, f"S{self.width + 1}"), np.array(maxs, f"S{self.width + 1}"),
                      offsets, lengths)
             self._ranges[path] = found
@@ -256,7 +257,10 @@ class KeyedFiles:
         at = np.searchsorted(mins, asked, "right") - 1
         inside = at >= 0
         inside[inside] &= asked[inside] <= maxs[at[inside]]
-        groups = self._passing(f.path, keys, np.where(inside, at, -1), offsets, lengths)
+        if pf is None:  # the footer not read now: the row groups' filters first
+            groups = self._passing(f.path, keys, np.where(inside, at, -1), offsets, lengths)
+        else:  # its first probe, footer read: the row groups themselves cost about as much
+            groups = np.unique(at[inside]).tolist()
         if not groups:
             return []
         if pf is None:
