@@ -257,10 +257,7 @@ class KeyedFiles:
         at = np.searchsorted(mins, asked, "right") - 1
         inside = at >= 0
         inside[inside] &= asked[inside] <= maxs[at[inside]]
-        if pf is None:  # the footer not read now: the row groups' filters first
-            groups = self._passing(f.path, keys, np.where(inside, at, -1), offsets, lengths)
-        else:  # its first probe, footer read: the row groups themselves cost about as much
-            groups = np.unique(at[inside]).tolist()
+        groups = self._passing(f.path, keys, np.where(inside, at, -1), offsets, lengths)
         if not groups:
             return []
         if pf is None:
