@@ -189,3 +189,21 @@ def test_a_join_task_reads_only_the_row_groups_whose_filter_holds_a_probe(tmp_pa
     read.clear()
     assert bucket_hits([f"file://{other}"], absent, np.zeros(0, np.int64), 1, 0)[0].size == 0
     assert [g for groups in read for g in groups] == [0]
+
+
+@pytest.mark.parametrize("width", [8, 16, 32, 40])
+def test_a_byte_strings_hash_is_the_one_pyarrows_filters_hold_it_by(tmp_path, width):
+    """The keyed tables' hashes (16 and 32 bytes) and other widths: every value written
+    passes the filter pyarrow wrote, and nearly every other value is turned away."""
+    rng = np.random.default_rng(width)
+    values = [rng.bytes(width) for _ in range(3_000)]
+    path = tmp_path / "keys.parquet"
+    pq.write_table(pa.table({"k": pa.array(values, pa.binary())}), path,
+                   bloom_filter_options={"k": {"ndv": 4_096, "fpp": 0.001}})
+    (blocks,) = bloom.row_group_filters(f"file://{path}", pq.read_metadata(path), 0,
+                                        [0]).values()
+    assert bloom.may_hold(blocks, bloom.xxh64_bytes(values, width)).all()
+    others = bloom.xxh64_bytes([rng.bytes(width) for _ in range(5_000)], width)
+    assert bloom.may_hold(blocks, others).mean() < 0.01
+    with pytest.raises(ValueError, match="multiple of 8"):
+        bloom.xxh64_bytes([b"abc"], 3)

@@ -49,20 +49,7 @@ def _rotl(x: np.ndarray, r: int) -> np.ndarray:
 def xxh64(values: np.ndarray) -> np.ndarray:
     """XXH64 (seed 0) of each int64's 8 little-endian bytes, as unsigned 64-bit integers: the
     hash the format's filters hold an INT64 value by."""
-    k = np.ascontiguousarray(values, dtype="<i8").view(np.uint64)
-    with np.errstate(over="ignore"):
-        h = (_P5 + np.uint64(8)) ^ (_rotl(k * _P2, 31) * _P1)
-        h = _rotl(h, 27) * _P1 + _P4
-        h ^= h >> np.uint64(33)
-        h *= _P2
-        h ^= h >> np.uint64(29)
-        h *= _P3
-        h ^= h >> np.uint64(32)
-    return h
-
-
-def _round(acc: np.ndarray, lane: np.ndarray) -> np.ndarray:
-    return _rotl(acc + lane * _P2, 31) * _P1
+    return _xxh64(np.ascontiguousarray(values, dtype="<i8").view(np.uint64).reshape(-1, 1))
 
 
 def xxh64_bytes(keys: list[bytes], width: int) -> np.ndarray:
@@ -71,12 +58,21 @@ def xxh64_bytes(keys: list[bytes], width: int) -> np.ndarray:
     (its bytes, without their length)."""
     if width % 8 or width <= 0:
         raise ValueError(f"keys of {width} bytes: a multiple of 8 is hashed here")
-    lanes = np.frombuffer(b"".join(keys), dtype="<u8").reshape(len(keys), width // 8)
-    n = np.uint64(width)
+    return _xxh64(np.frombuffer(b"".join(keys), dtype="<u8").reshape(len(keys), width // 8))
+
+
+def _round(acc: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    return _rotl(acc + lane * _P2, 31) * _P1
+
+
+def _xxh64(lanes: np.ndarray) -> np.ndarray:
+    """XXH64 (seed 0) of each row of ``lanes``: a value's bytes as little-endian 64-bit
+    words (its length a multiple of 8)."""
+    count, words = lanes.shape
     with np.errstate(over="ignore"):
-        stripes = width // 32
+        stripes = words // 4
         if stripes:
-            acc = [np.full(len(keys), v, np.uint64) for v in
+            acc = [np.full(count, v, np.uint64) for v in
                    (_P1 + _P2, _P2, np.uint64(0), np.uint64(0) - _P1)]
             for s in range(stripes):
                 acc = [_round(a, lanes[:, 4 * s + j]) for j, a in enumerate(acc)]
@@ -84,9 +80,9 @@ def xxh64_bytes(keys: list[bytes], width: int) -> np.ndarray:
             for a in acc:
                 h = (h ^ _round(np.zeros_like(a), a)) * _P1 + _P4
         else:
-            h = np.full(len(keys), _P5, np.uint64)
-        h = h + n
-        for j in range(4 * stripes, width // 8):
+            h = np.full(count, _P5, np.uint64)
+        h = h + np.uint64(8 * words)
+        for j in range(4 * stripes, words):
             h = _rotl(h ^ _round(np.zeros_like(h), lanes[:, j]), 27) * _P1 + _P4
         h ^= h >> np.uint64(33)
         h *= _P2
