@@ -141,11 +141,17 @@ def placed(meta: Any, at: int, groups: list[int]) -> dict[int, tuple[int, int]]:
     ``meta``: row group -> (offset, length); a row group without one is left out."""
     where: dict[int, tuple[int, int]] = {}
     for g in groups:
-        chunk = meta.row_group(g).column(at)
-        offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
-        if offset is not None and length:
-            where[g] = (int(offset), int(length))
+        found = place(meta.row_group(g).column(at))
+        if found is not None:
+            where[g] = found
     return where
+
+
+def place(chunk: Any) -> tuple[int, int] | None:
+    """Where the filter of the column chunk ``chunk`` (its footer's metadata) lies: (offset,
+    length), or None when it has none."""
+    offset, length = chunk.bloom_filter_offset, chunk.bloom_filter_length
+    return (int(offset), int(length)) if offset is not None and length else None
 
 
 def read_filters(uri: str, where: dict[Any, tuple[int, int]]) -> dict[Any, np.ndarray]:

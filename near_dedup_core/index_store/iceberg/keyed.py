@@ -154,11 +154,13 @@ class KeyedFiles:
         # a bucket is a prefix's first bits, so the sorted keys' buckets are sorted: each
         # file's keys are one slice of them, found by bisection
         of_bits = {bits: buckets_of(prefix, bits) for bits in {f.bits for f in self.files}}
+        # each key hashed once for the Bloom filters of every file it is asked of
+        hashes = bloom.xxh64_bytes(wanted, self.width)
         work = []
         for f in self.files:
             lo, hi = np.searchsorted(of_bits[f.bits], [f.bucket, f.bucket + 1]).tolist()
             if hi > lo:
-                work.append((f, wanted[lo:hi]))
+                work.append((f, wanted[lo:hi], hashes[lo:hi]))
         out: dict[bytes, list[tuple[int, ...]]] = {}
         if self.threads > 1 and len(work) > 1:
             with ThreadPoolExecutor(max_workers=self.threads) as pool:
@@ -195,19 +197,19 @@ class KeyedFiles:
                 self._open_chunks += chunks
         return pf
 
-    def _passing(self, path: str, keys: list[bytes], at: np.ndarray, offsets: np.ndarray,
+    def _passing(self, path: str, hashes: np.ndarray, at: np.ndarray, offsets: np.ndarray,
                  lengths: np.ndarray) -> list[int]:
-        """The row groups that may hold one of ``keys`` (``at``: each key's row group by the
-        key ranges, -1 for none): those without a Bloom filter, and those whose filter holds
-        one of their keys (`bloom`; most of a day's keys are new contents, which the filters
-        turn away, so their row groups, and the file's footer, need not be read)."""
+        """The row groups that may hold one of the keys of ``hashes`` (`bloom.xxh64_bytes`;
+        ``at``: each key's row group by the key ranges, -1 for none): those without a Bloom
+        filter, and those whose filter holds one of their keys (`bloom`; most of a day's keys
+        are new contents, which the filters turn away, so their row groups, and the file's
+        footer, need not be read)."""
         groups = np.unique(at[at >= 0]).tolist()
         where = {g: (int(offsets[g]), int(lengths[g])) for g in groups if offsets[g] >= 0}
         if not where:
             return groups
         filters = bloom.read_filters(path, where)
         self.filters_read += len(where)
-        hashes = bloom.xxh64_bytes(keys, self.width)
         return [g for g in groups if g not in filters
                 or bool(bloom.may_hold(filters[g], hashes[at == g]).any())]
 
@@ -237,15 +239,14 @@ class KeyedFiles:
                 else:
                     mins.append(bytes(stats.min))
                     maxs.append(bytes(stats.max))
-                if chunk.bloom_filter_offset is not None and chunk.bloom_filter_length:
-                    offsets[g] = chunk.bloom_filter_offset
-                    lengths[g] = chunk.bloom_filter_length
+                offsets[g], lengths[g] = bloom.place(chunk) or (-1, -1)
             found = (np.array(mins, f"S{self.width + 1}"), np.array(maxs, f"S{self.width + 1}"),
                      offsets, lengths)
             self._ranges[path] = found
         return found
 
-    def _probe(self, f: KeyedFile, keys: list[bytes]) -> list[tuple[bytes, tuple[int, ...]]]:
+    def _probe(self, f: KeyedFile, keys: list[bytes], hashes: np.ndarray
+               ) -> list[tuple[bytes, tuple[int, ...]]]:
         known = self._ranges.get(f.path)
         pf = None
         if known is None:
@@ -257,7 +258,7 @@ class KeyedFiles:
         at = np.searchsorted(mins, asked, "right") - 1
         inside = at >= 0
         inside[inside] &= asked[inside] <= maxs[at[inside]]
-        groups = self._passing(f.path, keys, np.where(inside, at, -1), offsets, lengths)
+        groups = self._passing(f.path, hashes, np.where(inside, at, -1), offsets, lengths)
         if not groups:
             return []
         if pf is None:

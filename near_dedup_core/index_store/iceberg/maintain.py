@@ -21,6 +21,7 @@ import sqlite3
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import orjson
@@ -110,12 +111,7 @@ def check_files(pinned: Pinned) -> int:
                     raise _damaged(location, f"band file {path} holds keys of another bucket")
                 if len(keys) > 1 and (np.diff(keys) < 0).any():
                     raise _damaged(location, f"band file {path} is not sorted by key")
-                turned = bloom.unheld(f.file_path, meta,
-                                      meta.schema.to_arrow_schema().get_field_index("key"),
-                                      bloom.xxh64(keys))
-                if turned is not None:
-                    raise _damaged(location, f"band file {path}: the Bloom filter of row group "
-                                             f"{turned} lacks keys the row group holds")
+                _filters_hold(location, f.file_path, name, meta, "key", bloom.xxh64(keys))
             elif name in it.KEY_BYTES:
                 key = it.SORTED_BY[name]
                 fs, at = datafiles.filesystem(f.file_path)
@@ -123,14 +119,21 @@ def check_files(pinned: Pinned) -> int:
                 if pc.any(pc.not_equal(pc.binary_length(values), it.KEY_BYTES[name])).as_py():
                     raise _damaged(location, f"data file {path} of table {name} holds a {key} "
                                              f"of other than {it.KEY_BYTES[name]} bytes")
-                turned = bloom.unheld(f.file_path, meta,
-                                      meta.schema.to_arrow_schema().get_field_index(key),
-                                      bloom.xxh64_bytes(values.to_pylist(), it.KEY_BYTES[name]))
-                if turned is not None:
-                    raise _damaged(location, f"data file {path} of table {name}: the Bloom "
-                                             f"filter of row group {turned} lacks hashes the "
-                                             f"row group holds")
+                _filters_hold(location, f.file_path, name, meta, key,
+                              bloom.xxh64_bytes(values.to_pylist(), it.KEY_BYTES[name]))
     return unchecked
+
+
+def _filters_hold(location: str, uri: str, name: str, meta: Any, column: str,
+                  hashes: np.ndarray) -> None:
+    """The Bloom filters of ``column`` in the data file ``uri`` of table ``name`` (``meta``,
+    its footer) hold every value of their row groups (``hashes``, the column's values hashed
+    in row order), else the index's one line for damage naming the file and the row group."""
+    turned = bloom.unheld(uri, meta, meta.schema.to_arrow_schema().get_field_index(column),
+                          hashes)
+    if turned is not None:
+        raise _damaged(location, f"data file {shown(uri)} of table {name}: the Bloom filter "
+                                 f"of row group {turned} lacks values the row group holds")
 
 
 def check_content_keys(pinned: Pinned) -> None:
