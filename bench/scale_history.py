@@ -45,8 +45,11 @@ Subcommands:
   ``near-dedup index find --jsonl`` of the package's first N texts (as `bench.find` makes
   its queries) on the two indexes of an earlier ``run``, in turns; the answers must be the
   same on both; with ``--before``, the history asked by that checkout's code as well.
+- ``day --day PKG --out FOLDER [--maintain]``: another day on an earlier ``run``'s indexes,
+  then (``--maintain``) ``index compact`` + ``index expire`` on each; ``maintain --out
+  FOLDER``: those alone. ``--hold-buckets``: the band bucket count kept (no growth).
 - ``keys --out FOLDER``: the ``content_keys`` of both indexes of an earlier ``run`` laid out
-  again as ``near-dedup index compact`` lays them out (`iceberg.maintain.compact_keys`: one
+  again as ``near-dedup index compact`` lays them out (`iceberg.compact.compact_keys`: one
   file a bucket, in this code's layout), published, the band table left as it is (its
   compaction would rewrite the whole table, which the disk may not hold twice).
 
@@ -433,23 +436,23 @@ def table_bytes(folder: Path) -> dict[str, int]:
 
 
 def cli_run(name: str, args: list[str], index: str, out: Path, buckets: int,
-            code: Path | None = None) -> dict:
+            code: Path | None = None, held: bool = False, said: bool = False) -> dict:
     """The CLI of this checkout (or of the checkout ``code``: run in its folder, on its
-    ``PYTHONPATH``) on ``index``, measured."""
+    ``PYTHONPATH``; ``held``: as `HELD_CLI`) on ``index``, measured (``said``: its output)."""
     from bench.measure import run
 
     env = {**os.environ, it.BUCKETS_ENV: str(buckets)}
     if code is not None:
         env["PYTHONPATH"] = str(code)
-    cli = [sys.executable, "-m", "near_dedup_core", "--quiet", "--config", str(CONFIG),
-           "--index", index]
+    cli = [sys.executable, *(("-c", HELD_CLI) if held else ("-m", "near_dedup_core")),
+           "--quiet", "--config", str(CONFIG), "--index", index]
     before = load()
     m = run([*cli, *args], out / f"{name}.log", cwd=code, env=env)
     if m.returncode:
         raise SystemExit(f"{name} failed: {m.stderr_tail}")
     return {"wall_s": round(m.wall_s, 1), "cpu_s": round(m.cpu_s, 1),
             "peak_tree_rss_mib": round(m.peak_tree_rss_mib), "load_before": before,
-            "load_after": load(), "box": m.box.note()}
+            "load_after": load(), "box": m.box.note(), **({"said": m.stdout} if said else {})}
 
 
 def scan(name: str, index: str, pool: Path, out: Path, buckets: int, workers: int,
@@ -535,11 +538,33 @@ def day_runs(day: Path, out: Path, buckets: int, workers: int, save=lambda: None
     return runs, reports["empty"] == reports["history"]
 
 
-def more_days(day: Path, out: Path, buckets: int, workers: int) -> dict:
-    """`day_runs` of another day package on the indexes of an earlier `run_all` in ``out``;
-    the figures added to ``out/result.json`` under ``more_days``."""
+#: `near-dedup` with the band buckets held at the index's count (`maintained`'s ``hold``).
+HELD_CLI = ("import sys; from near_dedup_core.index_store.iceberg import bands; bands.BUCKET_ROWS"
+            " = 1 << 62; from near_dedup_core import cli; sys.exit(cli.main(sys.argv[1:]))")
+
+
+def maintained(out: Path, buckets: int, name: str, hold: bool = False) -> dict:
+    """`index compact` then `index expire` on both indexes of a run in ``out``, in turns,
+    measured; ``hold``: the band buckets kept at their count."""
+    done: dict = {}
+    for side in ("empty", "history"):
+        index = f"iceberg://{out / side}"
+        figures = {}
+        for action in ("compact", "expire"):
+            figures[action] = cli_run(f"{side}-{name}-{action}", ["index", action], index, out,
+                                      buckets, held=hold, said=True)
+        done[side] = figures
+    return done
+
+
+def more_days(day: Path, out: Path, buckets: int, workers: int, maintain: bool = False,
+              hold: bool = False) -> dict:
+    """`day_runs` of another day on the indexes of an earlier `run_all` in ``out`` (then
+    `maintained`), added to ``out/result.json`` under ``more_days``."""
     result = orjson.loads((out / "result.json").read_bytes())
     runs, identical = day_runs(day, out, buckets, workers)
+    if maintain:
+        runs["maintenance"] = maintained(out, buckets, day.name, hold)
     entry = {"day": str(day), "reports_identical": identical, **runs}
     result.setdefault("more_days", []).append(entry)
     (out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
@@ -576,9 +601,9 @@ def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int,
 
 
 def keys_laid_out(out: Path) -> dict:
-    """`keys` (module doc): what `iceberg.maintain.compact_keys` did on each side."""
+    """`keys` (module doc): what `iceberg.compact.compact_keys` (``full``) did on each side."""
     from near_dedup_core.fsutil import utc_now
-    from near_dedup_core.index_store.iceberg.maintain import compact_keys
+    from near_dedup_core.index_store.iceberg.compact import compact_keys
 
     done = {}
     for side in ("empty", "history"):
@@ -587,7 +612,7 @@ def keys_laid_out(out: Path) -> dict:
         with it.writer(it.where(location)) as cat:
             pinned, _ = open_for_write(location, cat)
             snapshots = dict(pinned.state.snapshots)
-            what = compact_keys(pinned, snapshots)
+            what = compact_keys(pinned, snapshots, full=True)
             if what is not None:
                 publish(pinned, "compact", utc_now(), snapshots)
         done[side] = {"done": what, "s": round(time.perf_counter() - started, 1)}
@@ -716,6 +741,13 @@ def main(argv: list[str] | None = None) -> None:
     d.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
     d.add_argument("--buckets", type=int, default=1024)
     d.add_argument("--workers", type=int, default=2)
+    d.add_argument("--maintain", action="store_true",
+                   help="then `index compact` and `index expire` on each index, measured")
+    d.add_argument("--hold-buckets", action="store_true", help="see the module doc")
+    c = sub.add_parser("maintain", help="`index compact` + `index expire` on a run's indexes")
+    c.add_argument("--out", type=Path, required=True, help="the folder of an earlier run")
+    c.add_argument("--buckets", type=int, default=1024)
+    c.add_argument("--hold-buckets", action="store_true")
     f = sub.add_parser("find", help="`index find` of a day's texts on a run's indexes")
     f.add_argument("--day", type=Path, required=True, help="the package the queries come from")
     f.add_argument("--queries", type=int, default=10_000)
@@ -738,7 +770,10 @@ def main(argv: list[str] | None = None) -> None:
         result = finds(args.day.resolve(), args.queries, args.out.resolve(), args.workers,
                        args.rounds, args.before.resolve() if args.before else None)
     elif args.command == "day":
-        result = more_days(args.day.resolve(), args.out.resolve(), args.buckets, args.workers)
+        result = more_days(args.day.resolve(), args.out.resolve(), args.buckets, args.workers,
+                           args.maintain, args.hold_buckets)
+    elif args.command == "maintain":
+        result = maintained(args.out.resolve(), args.buckets, "maintain", args.hold_buckets)
     elif args.command == "scans":
         result = scans(args.pool.resolve(), args.out.resolve(), args.buckets, args.workers, args.rounds,
                        args.before.resolve() if args.before else None)

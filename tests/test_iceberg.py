@@ -59,8 +59,8 @@ def scan_ok(index: str | Path, out: Path, *inputs: Path, workers: int = 1,
     return tree_bytes(out)
 
 
-def maintain(index: str, action: str) -> str:
-    code, out, err = run_cli("--quiet", "--index", index, "index", action)
+def maintain(index: str, *action: str) -> str:
+    code, out, err = run_cli("--quiet", "--index", index, "index", *action)
     assert (code, err) == (0, ""), err
     return out
 
@@ -149,7 +149,7 @@ def test_6000_real_documents_compaction_and_a_killed_append(packages, tmp_path):
     assert scan_ok(index, tmp_path / "ice-both", v1, v2) == \
         scan_ok(lite, tmp_path / "lite-both", v1, v2)
 
-    assert "compacted" in maintain(index, "compact")
+    assert "compacted" in maintain(index, "compact", "--full")
     assert scan_ok(index, tmp_path / "compacted", v2, workers=2) == sqlite_report
     assert "OK (2 batches" in maintain(index, "check")
 
@@ -296,7 +296,7 @@ def test_a_scan_during_an_append_reads_the_state_it_pinned(tmp_path):
 
     def append_and_compact() -> str:
         appended = ok(index, v2)
-        assert "compacted" in maintain(index, "compact")
+        assert "compacted" in maintain(index, "compact", "--full")
         refused(["--index", index, "index", "expire"], "a scan is reading it")
         return appended
 
@@ -354,7 +354,7 @@ def test_the_commands_of_docs_iceberg_run_as_written(tmp_path):
     """docs/iceberg.md's "Commands" block, verbatim in bash in a folder holding the samples,
     with this venv's near-dedup first on PATH: every command exits 0."""
     run, _ = run_doc_block("iceberg.md", "## Commands", tmp_path)
-    assert "compacted" in run.stdout and "OK (2 batches" in run.stdout
+    assert "nothing to compact" in run.stdout and "compacted" in run.stdout and "OK (2 batches" in run.stdout
     assert "expired" in run.stdout
     assert (tmp_path / "data" / "reports" / "ice-v2" / "decisions.jsonl").is_file()
 
@@ -375,11 +375,11 @@ def test_a_killed_first_batch_leaves_no_published_index_and_the_next_one_starts_
 _PAUSE_IN_COMPACTION = """
 import sys, time
 from near_dedup_core import cli
-from near_dedup_core.index_store.iceberg import maintain
+from near_dedup_core.index_store.iceberg import compact
 def pause(*args):
     print("paused before the commit", file=sys.stderr, flush=True)
     time.sleep(600)
-maintain.publish = pause
+compact.publish = pause
 sys.exit(cli.main(sys.argv[1:]))
 """
 
@@ -391,7 +391,8 @@ def test_a_killed_compaction_leaves_the_published_state_and_the_next_one_lands(t
         ok(target, V2)
     before = scan_ok(lite, tmp_path / "lite-report", V1, V2)
     proc = subprocess.Popen([sys.executable, "-c", _PAUSE_IN_COMPACTION, "--index", index,
-                             "index", "compact"], env={**os.environ, "PYTHONPATH": str(REPO)},
+                             "index", "compact", "--full"],
+                            env={**os.environ, "PYTHONPATH": str(REPO)},
                             start_new_session=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     # the compaction's progress lines (a loaded box: its steps last past the delay) come first
@@ -402,6 +403,6 @@ def test_a_killed_compaction_leaves_the_published_state_and_the_next_one_lands(t
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     assert scan_ok(index, tmp_path / "after-kill", V1, V2) == before
-    assert "compacted" in maintain(index, "compact")
+    assert "compacted" in maintain(index, "compact", "--full")
     assert scan_ok(index, tmp_path / "compacted", V1, V2) == before
     assert "OK (2 batches" in maintain(index, "check")

@@ -16,7 +16,7 @@ from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
-from near_dedup_core.index_store.iceberg import bands, maintain  # noqa: E402
+from near_dedup_core.index_store.iceberg import bands, compact  # noqa: E402
 from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
 from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
 from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
@@ -107,13 +107,13 @@ def test_the_band_table_is_re_partitioned_by_compaction_and_the_reports_stay(tmp
     before = report(index, "before")
     assert before == report(lite, "lite")
     held: list[int] = []
-    write = maintain.write_band_files
+    write = compact.write_band_files
 
     def recorded(spec, keys, contents):
         held.append(len(keys))
         return write(spec, keys, contents)
 
-    monkeypatch.setattr(maintain, "write_band_files", recorded)
+    monkeypatch.setattr(compact, "write_band_files", recorded)
     out = ok("--index", index, "index", "compact")
     assert (
         f"compacted {old} band files of 16 buckets into {grown}: the band buckets grown "

@@ -192,8 +192,8 @@ def test_a_compaction_rewrites_keyed_files_one_hash_range_at_a_time(tmp_path, mo
 
 def test_buckets_grow_by_compaction_and_the_reports_stay_sqlites(tmp_path, monkeypatch):
     """With buckets of 128 rows: each batch writes its content ids at the bucket count its
-    own size asks for, `index compact` re-partitions them at the count the whole index asks
-    for (one file a bucket) and merges the raw texts' files into one; a day's lookups then
+    own size asks for, `index compact --full` re-partitions them at the count the whole index
+    asks for (one file a bucket) and merges the raw texts' files into one; a day's lookups then
     find every repeat, and the reports before and after the compaction are byte-identical
     and SQLite's."""
     monkeypatch.setattr(keyed, "BUCKET_ROWS", 128)
@@ -219,16 +219,17 @@ def test_buckets_grow_by_compaction_and_the_reports_stay_sqlites(tmp_path, monke
 
     before = report(index, "before")
     assert before == report(lite, "lite")
-    out = ok("--index", index, "index", "compact")
-    assert "content ids laid out in" in out and f"of {1 << grown:,} buckets" in out, out
+    out = ok("--index", index, "index", "compact", "--full")
+    assert "content ids' 5 files laid out again in" in out \
+        and f"of {1 << grown:,} buckets" in out, out
     pinned = Pinned(index)
     files = keyed_files(pinned, "content_keys")
     assert {f.bits for f in files} == {grown}
     assert len({f.bucket for f in files}) == len(files) == 1 << grown
-    assert "raw texts' 2 files merged into one" in out
+    assert "raw texts' 2 files merged into 1 file" in out
     assert len(pinned.data_files("raw_texts")) == 1
     assert report(index, "after") == before
-    assert "nothing to compact" in ok("--index", index, "index", "compact")
+    assert "nothing to compact" in ok("--index", index, "index", "compact", "--full")
     # the next day's repeats are found in the re-partitioned files
     for target in (index, lite):
         ok("--index", target, "index", "--inputs", d3)
@@ -287,7 +288,7 @@ def test_an_index_reads_in_full_only_the_files_published_since_the_batch_before(
     every = {f.file_path for name in it.DATA_TABLES for f in pinned.data_files(name)}
     second = {u for u, _ in unverified_files(pinned)}
     assert second and second == every - first
-    ok("--index", index, "index", "compact")
+    ok("--index", index, "index", "compact", "--full")
     pinned = Pinned(index)
     now = {f.file_path for name in it.DATA_TABLES for f in pinned.data_files(name)}
     assert {u for u, _ in unverified_files(pinned)} == now - first
@@ -346,7 +347,7 @@ def test_raw_text_lookups_kept_from_run_to_run_follow_the_published_state(tmp_pa
     assert len(kept.contents([sha(t) for t in first])) == 50
     ok("--index", index, "index", "--inputs", day(tmp_path, "k2", second,
                                                   "2026-11-26T00:00:00Z"))
-    ok("--index", index, "index", "compact")
+    ok("--index", index, "index", "compact", "--full")
     ok("--index", index, "index", "expire", "--older-than", "0s")
     assert len(kept.contents([sha(t) for t in first + second])) == 100
 

@@ -136,7 +136,7 @@ def test_chunked_band_files_give_sqlite_reports_before_and_after_compaction(
     expected = scan(lite, "lite")
     assert b'"history_only":true' in expected["relations.jsonl"]
     assert scan(index, "ice-report") == expected
-    assert "compacted" in ok("--index", index, "index", "compact")
+    assert "compacted" in ok("--index", index, "index", "compact", "--full")
     assert {len(f) for f in band_files(index).values()} == {1}
     for (path,) in band_files(index).values():  # the writer's layout (BAND_FILE_OPTIONS)
         group = pq.read_metadata(path).row_group(0)

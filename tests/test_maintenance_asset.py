@@ -1,6 +1,6 @@
 """The index's maintenance in the daily release (`near_dedup_assets.maintenance`): the step
 ``index_maintenance`` is in the release job after the day's mixture, in the index writers'
-pool; on an Iceberg index it compacts the day's band files and expires old snapshots, its
+pool; on an Iceberg index it compacts the index's files (by size tiers) and expires old snapshots, its
 summaries shown as metadata; an expiry that meets a running scan is put off; SQLite needs
 none.
 """
@@ -41,7 +41,12 @@ def test_the_step_is_in_the_release_after_the_mixture_in_the_writers_pool(tmp_pa
     assert MAINTENANCE in job.asset_layer.selected_asset_keys
 
 
-def test_an_iceberg_release_compacts_and_expires_after_each_day(tmp_path, snapshots):
+def test_an_iceberg_release_compacts_and_expires_after_each_day(tmp_path, snapshots,
+                                                                monkeypatch):
+    from near_dedup_core.index_store.iceberg import compact
+
+    # two files of a size tier merged (four in the product), so that the second day merges
+    monkeypatch.setattr(compact, "FANOUT", 2)
     index = f"iceberg://{tmp_path / 'ice'}"
     settings = settings_for(tmp_path, snapshots, index=index)
     with dg.instance_for_test() as instance:
@@ -71,7 +76,8 @@ def test_an_expiry_under_a_running_scan_is_put_off(tmp_path, snapshots):
         assert (code, err) == (0, ""), err
     with it.readers_lock(folder, False, index):  # what a scan holds from pinning to its end
         done = maintain(index)
-    assert "compacted" in done["compact"]
+    assert done["compact"].startswith(f"index {index}: nothing to compact (16 band buckets, "
+                                      f"at most 2 files each; "), done  # two small days
     assert done["expire"] == (f"put off: index {index}: a scan is reading it; expire old "
                               f"snapshots when no scan runs")
     assert "expired" in maintain(index)["expire"]

@@ -106,7 +106,7 @@ def test_index_compact_shows_its_stages(every_step, tmp_path):
     index = f"iceberg://{tmp_path / 'ice'}"
     for package in (CPT_V1, CPT_V2):
         assert run_cli("--quiet", "--index", index, "index", "--inputs", package)[0] == 0
-    lines = shows(["--index", index, "index", "compact"], "index compact: ")
+    lines = shows(["--index", index, "index", "compact", "--full"], "index compact: ")
     assert lines[-1].startswith("index compact: 4/4 (100%) committing")
     assert run_cli("--quiet", "--index", index, "index", "--inputs", CPT_V1)[0] == 0
 

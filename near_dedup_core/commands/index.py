@@ -47,12 +47,17 @@ def add_parsers(sub: Subcommands) -> None:
                                "integrity check; a PostgreSQL database in one read-only "
                                "snapshot, its pages left to pg_amcheck."
                    ).set_defaults(command_name="index check")
-    ixs.add_parser("compact", help="an iceberg:// index: rewrite each band bucket's files "
-                                   "into one sorted file, as a new commit",
-                   description="Rewrite the band files of every bucket of an Iceberg index "
-                               "into one file sorted by key, published as a new commit "
-                               "(docs/iceberg.md)."
-                   ).set_defaults(command_name="index compact")
+    cp = ixs.add_parser(
+        "compact", help="an iceberg:// index: merge the files of each size tier, as a new "
+                        "commit",
+        description="Merge an Iceberg index's data files of about the same size (a band "
+                    "bucket's, the lookups'), four or more of a size tier into one sorted "
+                    "file, so that a day's compaction rewrites about the day; grow the band "
+                    "buckets when the index has outgrown them; published as a new commit "
+                    "(docs/iceberg.md, \"Compaction\").")
+    cp.set_defaults(command_name="index compact")
+    cp.add_argument("--full", action="store_true",
+                    help="merge every bucket's files into one, whatever their sizes")
     expire = ixs.add_parser(
         "expire", help="an iceberg:// index: drop old snapshots and the data files only they "
                        "referenced",
@@ -120,7 +125,7 @@ def action(args: argparse.Namespace) -> None:
         print(index.check().summary())
     else:
         print(index.maintain(args.action, getattr(args, "older_than", None),
-                             progress=not args.quiet))
+                             full=getattr(args, "full", False), progress=not args.quiet))
 
 
 def find(args: argparse.Namespace) -> None:

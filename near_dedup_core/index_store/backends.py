@@ -107,7 +107,7 @@ class SqliteIndex:
         return check_sqlite(self.path)
 
     def maintain(self, action: str, older_than: float | None = None, *,
-                 progress: bool = False) -> str:
+                 full: bool = False, progress: bool = False) -> str:
         """SQLite keeps no snapshots or data files to compact or expire."""
         raise _iceberg_only(self, action)
 
@@ -189,7 +189,7 @@ class PostgresIndex:
         return check_postgres(self.url)
 
     def maintain(self, action: str, older_than: float | None = None, *,
-                 progress: bool = False) -> str:
+                 full: bool = False, progress: bool = False) -> str:
         """PostgreSQL vacuums its own tables."""
         raise _iceberg_only(self, action)
 
@@ -302,16 +302,17 @@ class IcebergIndex:
         return check_iceberg(self.url)
 
     def maintain(self, action: str, older_than: float | None = None, *,
-                 progress: bool = False) -> str:
-        """`index compact` (`iceberg.maintain.compact`) or `index expire`
-        (`iceberg.maintain.expire`, snapshots older than ``older_than`` seconds)."""
+                 full: bool = False, progress: bool = False) -> str:
+        """`index compact` (`iceberg.compact.compact`; ``full``: every bucket into one file)
+        or `index expire` (`iceberg.maintain.expire`, snapshots older than ``older_than``
+        seconds)."""
         if action not in ("compact", "expire"):
             raise ValueError(f"not a maintenance action: {action}")
         with self.errors():
-            from near_dedup_core.index_store.iceberg import maintain
+            from near_dedup_core.index_store.iceberg import compact, maintain
 
             if action == "compact":
-                return maintain.compact(self.url, progress=progress)
+                return compact.compact(self.url, progress=progress, full=full)
             return maintain.expire(self.url, older_than)
 
     def read_ahead(self) -> bool:

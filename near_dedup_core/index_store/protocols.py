@@ -371,9 +371,10 @@ class IndexBackend(Protocol):
         ...
 
     def maintain(self, action: str, older_than: float | None = None, *,
-                 progress: bool = False) -> str:
-        """`index compact` or `index expire` (``older_than`` seconds; ``progress``: its stages
-        on stderr): the summary line; a backend that needs neither refuses it in one line."""
+                 full: bool = False, progress: bool = False) -> str:
+        """`index compact` (``full``: every file of a bucket into one, not by size tiers) or
+        `index expire` (``older_than`` seconds); ``progress``: its stages on stderr. The
+        summary line; a backend that needs neither refuses it in one line."""
         ...
 
     def read_ahead(self) -> bool:

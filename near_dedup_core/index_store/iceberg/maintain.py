@@ -6,11 +6,7 @@
   (`check.check_invariants`, run on the published rows loaded into an in-memory SQLite
   database). Data files under the tables' folders that no snapshot references (a killed
   writer's, a compaction's replaced files after expiry) are listed: they are never read.
-- compact: the band table rewritten one bucket at a time, into one file a bucket sorted by
-  key (the writer's `bands.write_band_files`), at the bucket count the index's size asks
-  for (`bands.buckets_for`: the count grows with the index), and the ``content_keys`` table re-partitioned at the bucket
-  count the index's size asks for (built from the contents for an index of an earlier
-  version), as a new commit.
+- compact: in `compact` (size tiers), under the writer's lock that `writing` takes.
 - expire: every snapshot but the published one dropped, and the data files that no snapshot
   references any more removed; refused while a scan holds the readers' lock.
 """
@@ -28,7 +24,6 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyiceberg.expressions import AlwaysTrue
 
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
@@ -36,32 +31,22 @@ from near_dedup_core.index_store.check import check_invariants, check_meta
 from near_dedup_core.index_store.iceberg import bloom, datafiles, errors
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import (
-    BandSpec,
     bucket_of,
-    buckets_for,
-    write_band_files,
 )
 from near_dedup_core.index_store.iceberg.batch import (
     check_pointers,
     publish,
     restore_leftovers,
-    to_arrow,
-    write_rows_file,
 )
 from near_dedup_core.index_store.iceberg.datafiles import local_path
 from near_dedup_core.index_store.iceberg.keyed import (
-    bits_for,
     buckets_of,
     keyed_files,
-    merge_sorted,
-    relayout,
-    write_keyed_files,
 )
 from near_dedup_core.index_store.iceberg.lookup import hash_words
 from near_dedup_core.index_store.iceberg.snapshot import Pinned, read_every_page
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH
 from near_dedup_core.index_store.records import IndexCheck
-from near_dedup_core.progress import Progress
 from near_dedup_core.wording import count, duration
 
 
@@ -255,7 +240,9 @@ def check_iceberg(location: str) -> IndexCheck:
 
 
 @contextmanager
-def _writing(location: str) -> Iterator[Pinned]:
+def writing(location: str) -> Iterator[Pinned]:
+    """The published state of the index at ``location``, pinned under the writer's lock
+    (tables a newer version added created first; a killed writer's leftovers restored)."""
     place = it.where(location)
     if place.folder is not None and not place.shared \
             and not (place.folder / it.CATALOG_FILE).is_file():
@@ -266,149 +253,6 @@ def _writing(location: str) -> Iterator[Pinned]:
         if it.add_missing_tables(pinned.catalog, pinned.tables):
             pinned = Pinned(location)
         yield Pinned(location) if restore_leftovers(pinned) else pinned
-
-
-def compact(location: str, progress: bool = False) -> str:
-    """Rewrite the band table one bucket at a time (`compact_bands`): at the bucket count the
-    index's size asks for (`bands.buckets_for`), or, at the same count, the files of every
-    bucket that has more than one into one file sorted by (key, content) in the writer's
-    layout; lay out ``content_keys`` and merge the raw texts; all published as one new
-    commit; a one-line summary. ``progress``: its stages on stderr."""
-    stages = Progress("index compact", 4, enabled=progress)
-    with _writing(location) as pinned:
-        snapshots = dict(pinned.state.snapshots)
-        stages.step("laying out the content ids by hash bucket")
-        keys = "; ".join(x for x in (compact_keys(pinned, snapshots),
-                                      merge_raw_texts(pinned, snapshots)) if x) or None
-        bands = compact_bands(pinned, snapshots, stages)
-        if bands is None and keys is None:
-            files = {int(f.partition[0]) for f in pinned.data_files("bands")}
-            return (f"index {location}: nothing to compact ({count(len(files), 'bucket')}, one "
-                    f"file each; the content ids in {count(1 << keyed_bits(pinned), 'bucket')})")
-        stages.step("committing")
-        publish(pinned, "compact", utc_now(), snapshots)
-        stages.finish()
-        done = "; ".join(x for x in (bands, keys) if x)
-        return f"index {location}: {done} (commit {pinned.state.n + 1:,})"
-
-
-def compact_bands(pinned: Pinned, snapshots: dict[str, int | None],
-                  stages: Progress) -> str | None:
-    """The band table rewritten one old bucket at a time, so that only that bucket's rows are
-    held: when the index has outgrown its bucket count (`bands.buckets_for`), every bucket
-    is split into the buckets of the grown count (one file each) and ``meta`` records the new
-    count; else the files of each bucket that has more than one are merged into one. The old
-    files are dropped and the new ones added by one transaction of the table (and of
-    ``meta``); ``snapshots`` gets the new snapshots. What was done, or None (nothing)."""
-    meta = pinned.rows("meta", ("key", "value"))
-    buckets = int(dict(meta)[it.BUCKETS_KEY])
-    files: dict[int, list[str]] = {}
-    rows = 0
-    for f in pinned.data_files("bands"):
-        files.setdefault(int(f.partition[0]), []).append(f.file_path)
-        rows += f.record_count
-    grown = buckets_for(rows, buckets)
-    chosen = sorted(b for b, paths in files.items() if grown != buckets or len(paths) > 1)
-    if not chosen:
-        return None
-    table = pinned.tables["bands"]
-    prefix = f"compact-{pinned.state.n + 1}"
-    spec = BandSpec(f"{table.location().rstrip('/')}/data", dict(table.io.properties), prefix,
-                    grown)
-    stages.step(f"rewriting the band files of {count(len(chosen), 'bucket')}")
-    written: list[str] = []
-    for b in chosen:
-        parts = [datafiles.parquet_file(path).read(columns=["key", "content"], use_threads=False)
-                 for path in files[b]]
-        held = pa.concat_tables(parts)
-        del parts
-        written += [f.path for f in write_band_files(spec, held.column("key").to_numpy(),
-                                                     held.column("content").to_numpy())]
-        del held
-    stages.step(f"registering {count(len(written), 'band file')}")
-    with table.transaction() as tx:
-        tx.delete(AlwaysTrue() if grown != buckets else it.one_of("bucket", chosen))
-        tx.add_files(written, check_duplicate_files=False)
-    current = table.current_snapshot()
-    assert current is not None
-    snapshots["bands"] = current.snapshot_id
-    before = sum(len(files[b]) for b in chosen)
-    if grown == buckets:
-        return (f"compacted {count(before, 'band file')} of {count(len(chosen), 'bucket')} "
-                f"into {len(written):,}")
-    meta_table = pinned.tables["meta"]
-    rows_now = [(k, str(grown) if k == it.BUCKETS_KEY else v) for k, v in meta]
-    path = write_rows_file(meta_table, "meta", to_arrow("meta", rows_now), prefix)
-    with meta_table.transaction() as tx:
-        tx.delete(AlwaysTrue())
-        tx.add_files([path], check_duplicate_files=False)
-    current = meta_table.current_snapshot()
-    assert current is not None
-    snapshots["meta"] = current.snapshot_id
-    return (f"compacted {count(before, 'band file')} of {count(len(chosen), 'bucket')} "
-            f"into {len(written):,}: the band buckets grown from {buckets:,} to {grown:,} "
-            f"({count(rows, 'band row')})")
-
-
-def merge_raw_texts(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
-    """The ``raw_texts`` files (one per batch, each sorted by ``text_sha256``) merged into
-    one sorted file in the lookup's layout (`keyed.keyed_options`), one hash range at a time
-    (`keyed.merge_sorted`), when there are several:
-    a raw-text lookup reads a row group per key in each file. ``snapshots`` gets the table's
-    new snapshot; what was done, or None (nothing)."""
-    files = keyed_files(pinned, "raw_texts")
-    if len(files) < 2:
-        return None
-    table = pinned.tables["raw_texts"]
-    written = [merge_sorted(table, "raw_texts", f"compact-{pinned.state.n + 1}", "text_sha256",
-                            files, sum(f.rows for f in files))]
-    with table.transaction() as tx:
-        tx.delete(AlwaysTrue())
-        tx.add_files(written, check_duplicate_files=False)
-    current = table.current_snapshot()
-    assert current is not None
-    snapshots["raw_texts"] = current.snapshot_id
-    return f"the raw texts' {count(len(files), 'file')} merged into one"
-
-
-def keyed_bits(pinned: Pinned) -> int:
-    """The bucket bits of ``content_keys`` when every file has the same (else -1)."""
-    bits = {f.bits for f in keyed_files(pinned, "content_keys")}
-    return bits.pop() if len(bits) == 1 else (0 if not bits else -1)
-
-
-def compact_keys(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
-    """``content_keys`` rewritten as one file per bucket at the bit count the index's size
-    asks for (`keyed.bits_for`: buckets grow with the index), when it is not laid out so: its
-    files at other bit counts, several files in a bucket, or (an index of an earlier version)
-    not every content's row, then built from the contents. One bucket at a time
-    (`keyed.relayout`), except when built from the contents. ``snapshots`` gets the table's
-    new snapshot; what was done, or None (nothing)."""
-    contents = pinned.total_records("contents")
-    files = keyed_files(pinned, "content_keys")
-    bits = bits_for(contents)
-    covered = pinned.total_records("content_keys") == contents
-    per_bucket = len({f.bucket for f in files}) == len(files)
-    if covered and per_bucket and all(f.bits == bits for f in files):
-        return None
-    table = pinned.tables["content_keys"]
-    prefix = f"compact-{pinned.state.n + 1}"
-    if covered:  # one bucket at a time
-        written = relayout(table, "content_keys", prefix, "content_id", files, bits)
-    else:  # an index of an earlier version: the contents' ids read whole, once
-        rows = pinned.read("contents", ("content_id", "id"))
-        written = write_keyed_files(table, "content_keys", prefix, "content_id", rows, bits)
-        del rows
-    with table.transaction() as tx:
-        if files:
-            tx.delete(AlwaysTrue())
-        tx.add_files(written, check_duplicate_files=False)
-    current = table.current_snapshot()
-    assert current is not None
-    snapshots["content_keys"] = current.snapshot_id
-    what = "laid out" if covered else "built from the contents"
-    return (f"the content ids {what} in {count(len(written), 'file')} of "
-            f"{count(1 << bits, 'bucket')}")
 
 
 #: The retention of `index expire` with a shared catalog when none is given: a scan that
@@ -470,7 +314,7 @@ def expire(location: str, older_than: float | None = None) -> str:
     place = it.where(location)
     if place.shared and older_than is None:
         older_than = DEFAULT_RETENTION
-    with _writing(location) as pinned, it.readers_lock(place.lock_folder, True, location):
+    with writing(location) as pinned, it.readers_lock(place.lock_folder, True, location):
         now = time.time()
         cutoff = None if older_than is None else now - older_than
         if cutoff is None:
