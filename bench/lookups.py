@@ -11,7 +11,11 @@ With ``--code CHECKOUT`` the process imports that checkout's ``near_dedup_core``
 commit before, `git worktree add`), for a before/after run in turns::
 
     python -m bench.lookups --index iceberg://$PWD/bench/out/scale8/history --calls 26 \\
-        --keys 1900 [--code /tmp/before]
+        --keys 1900 [--code /tmp/before] [--known 0.03] [--footer-chunks N]
+
+``--known`` makes that share of each call's ids the index's own (a day's repeats, which pass
+the Bloom filters and read their row groups); ``--footer-chunks`` sets how many footer
+column chunks the lookup keeps open (`keyed.FOOTER_CHUNKS`), for an A/B in one run.
 """
 
 from __future__ import annotations
@@ -31,12 +35,26 @@ _CHILD = """
 import resource, sys, time
 import numpy as np
 from near_dedup_core.collector import use_bulk_threshold
+from near_dedup_core.index_store.iceberg import datafiles, keyed
 from near_dedup_core.index_store.iceberg.keyed import content_lookup, content_rows
 from near_dedup_core.index_store.iceberg.snapshot import Pinned
 location, calls, keys, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-lookup = content_lookup(Pinned(location))
+known, chunks = float(sys.argv[5]), int(sys.argv[6])
+if chunks >= 0:
+    keyed.FOOTER_CHUNKS = chunks
+pinned = Pinned(location)
+lookup = content_lookup(pinned)
 rng = np.random.default_rng(seed)
 asked = [[rng.bytes(16) for _ in range(keys)] for _ in range(calls)]
+# a share of each call's ids are the index's own (four of a random row group at a time)
+files = keyed.keyed_files(pinned, "content_keys")
+for call in asked:
+    for at in range(0, int(keys * known), 4):
+        f = datafiles.parquet_file(files[rng.integers(len(files))].path)
+        ids = f.read_row_group(int(rng.integers(f.num_row_groups)),
+                               columns=["content_id"]).column(0).to_pylist()
+        call[at:at + 4] = [ids[int(i)] for i in rng.integers(len(ids), size=4)]
+        del f
 use_bulk_threshold()
 cpu, wall = time.process_time(), time.perf_counter()
 found = sum(len(content_rows(lookup, k)) for k in asked)
@@ -47,16 +65,20 @@ print(round(time.process_time() - cpu, 3), round(time.perf_counter() - wall, 3),
 
 
 def measure(location: str, calls: int, keys: int, seed: int = 1,
-            code: Path | None = None) -> dict:
-    """The lookups run in a new process (``code``'s ``near_dedup_core``, else this one's)."""
+            code: Path | None = None, known: float = 0.0, footer_chunks: int = -1) -> dict:
+    """The lookups run in a new process (``code``'s ``near_dedup_core``, else this one's);
+    ``known``: the share of each call's ids drawn from the index's own content ids;
+    ``footer_chunks`` (when not negative): `keyed.FOOTER_CHUNKS` in that process."""
     env = {**os.environ, "PYTHONPATH": str(code or ROOT)}
     out = subprocess.run([sys.executable, "-c", _CHILD, location, str(calls), str(keys),
-                          str(seed)], env=env, capture_output=True, text=True, check=False)
+                          str(seed), str(known), str(footer_chunks)], env=env,
+                         capture_output=True, text=True, check=False)
     if out.returncode:
         last = out.stderr.strip().splitlines() or [f"exit {out.returncode}"]
         raise SystemExit(f"bench.lookups: {last[-1]}")
     cpu, wall, peak, found, kept = out.stdout.split()
-    return {"code": str(code or ROOT), "calls": calls, "keys": keys, "cpu_s": float(cpu),
+    return {"code": str(code or ROOT), "calls": calls, "keys": keys, "known": known,
+            "footer_chunks": footer_chunks, "cpu_s": float(cpu),
             "wall_s": float(wall), "peak_rss_mib": int(peak), "found": int(found),
             "files_kept_open": int(kept)}
 
@@ -68,9 +90,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--keys", type=int, default=1900, help="content ids a call asks")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--code", type=Path, help="a checkout whose near_dedup_core runs them")
+    ap.add_argument("--known", type=float, default=0.0,
+                    help="the share of each call's ids that the index holds (a 50,000-record "
+                         "day: about 0.03)")
+    ap.add_argument("--footer-chunks", type=int, default=-1,
+                    help="keyed.FOOTER_CHUNKS in the measured process (default: the code's)")
     args = ap.parse_args(argv)
     code = None if args.code is None else args.code.resolve()
-    print(orjson.dumps(measure(args.index, args.calls, args.keys, args.seed, code)).decode())
+    print(orjson.dumps(measure(args.index, args.calls, args.keys, args.seed, code, args.known,
+                               args.footer_chunks)).decode())
 
 
 if __name__ == "__main__":

@@ -97,10 +97,16 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
     assert also["answers_identical"] and also["before"] == str(REPO)
     assert [(r["round"], r["side"]) for r in also["runs"]] == [
         (1, "empty"), (1, "history"), (1, "history-before")]
-    day = bench("day", "--day", V3, "--out", out, "--buckets", 16, "--workers", 1)
+    # with the release's maintenance after it, the band buckets held at their count
+    day = bench("day", "--day", V3, "--out", out, "--buckets", 16, "--workers", 1,
+                "--maintain", "--hold-buckets")
     assert day["reports_identical"] and day["day"] == str(V3)
     assert all(day[side][step]["cpu_s"] > 0 for side in ("empty", "history")
                for step in ("index", "scan"))
+    for side in ("empty", "history"):
+        done = day["maintenance"][side]
+        assert done["compact"]["said"].startswith(f"index iceberg://{out / side}: "), done
+        assert " expired " in done["expire"]["said"] and done["expire"]["cpu_s"] > 0, done
     saved = orjson.loads((out / "result.json").read_bytes())
     assert saved["more_days"] == [day] and saved["finds"] == [found, also]
     # the content ids laid out again as `index compact` lays them out (the days added files

@@ -92,11 +92,12 @@ def keyed_files(pinned: Any, table: str) -> list[KeyedFile]:
 
 
 #: Parquet column chunks whose footers a lookup keeps in memory with their open files: about
-#: 512 MiB (each chunk about 1 KiB as pyarrow holds it; a ``content_keys`` file of 192 row
-#: groups of 4 columns about 0.8 MiB, so every file of a 10^8-content history, 512 of them).
-#: A larger history has the files past it opened again by each lookup that probes them, about
-#: 1 ms each: memory bounded, at a cost in CPU (docs/iceberg.md, "Lookups").
-FOOTER_CHUNKS = 1 << 19
+#: 32 MiB (each chunk about 1 KiB as pyarrow holds it; a ``content_keys`` file of 192 row
+#: groups of 4 columns about 0.7 MiB, so 49 of the 512 files of a 10^8-content history). The
+#: files past it are opened again by each lookup that reads their row groups, about 1 ms
+#: each; a day's lookups at 10^8 (26 of 1,900 ids, 3 % of them repeats) cost the same CPU
+#: as with every file kept, and 150 MiB less (docs/measurements/2026-12-07-tiers.md).
+FOOTER_CHUNKS = 1 << 15
 
 
 def open_files_kept() -> int:
