@@ -16,6 +16,9 @@ With ``--pair NAME EMPTY HISTORY`` (repeatable) the indexes already exist (say t
 the base package and the warm-up day once, then every pair takes each measured day in turns.
 ``--contents N --prepare-only`` makes a new pair (``own``) under OUT and stops after its
 warm-up, for a later ``--pair own iceberg://OUT/empty iceberg://OUT/history`` beside another.
+``--same-state`` puts each index back to its state after each measured run (its catalog file
+copied back), and every round indexes the same day (``--first-day``'s) again: the same
+inputs on the same states, ``--days`` rounds in turns.
 
 ::
 
@@ -128,6 +131,22 @@ def prepare(out: Path, pairs: dict[str, dict[str, str]], base: Path, day0: Path,
     return done
 
 
+def on_the_same_state(location: str, measured):
+    """``measured()`` run on an index whose state is put back after it: the local index's
+    catalog file copied back, so that the next run appends to the same published state (the
+    run's data files stay, unreferenced, until `index expire`). Its result."""
+    catalog = Path(location.removeprefix("iceberg://")) / "catalog.db"
+    if not catalog.is_file():
+        raise SystemExit(f"--same-state needs a local index (iceberg:///folder): {location}")
+    kept = catalog.with_name("catalog.db.same-state")
+    shutil.copy2(catalog, kept)
+    try:
+        return measured()
+    finally:
+        shutil.copy2(kept, catalog)
+        kept.unlink()
+
+
 def ratios(runs: list[dict]) -> dict[str, list[float]]:
     out = {}
     for key in ("cpu_s", "peak_tree_rss_mib", "wall_s"):
@@ -157,6 +176,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="a checkout (say the commit before, `git worktree add`) whose "
                          "near_dedup_core the measured runs use, for a before/after of the "
                          "same pair on alternate days")
+    ap.add_argument("--same-state", action="store_true",
+                    help="every measured day appended to the state each index was in before "
+                         "the first (its catalog file copied back after each run; local "
+                         "indexes): the same inputs on the same states, in turns")
     ap.add_argument("--prepare-only", action="store_true",
                     help="stop once every pair holds the base package and the warm-up day "
                          "(with --contents: `--pair own iceberg://OUT/empty "
@@ -219,7 +242,12 @@ def main(argv: list[str] | None = None) -> None:
             # in turns: the empty index first on odd days, the history first on even ones
             for name, location in sorted(indexes.items(), reverse=d % 2 == 0):
                 tag = name if args.pair is None else f"{pair}-{name}"
-                r = index(f"{tag}-day-{d}", location, days[at], out, args.workers, code)
+                def measured(tag=tag, location=location, at=at, d=d):
+                    # on the same states, every round the same day (the first measured one)
+                    day = days[1] if args.same_state else days[at]
+                    return index(f"{tag}-day-{d}", location, day, out, args.workers, code)
+
+                r = on_the_same_state(location, measured) if args.same_state else measured()
                 result["runs"].append({"day": d, "index": name,
                                        **({} if args.pair is None else {"pair": pair}), **r})
                 (out / written).write_bytes(orjson.dumps(result,

@@ -19,7 +19,7 @@ from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
 from bench import day_cost  # noqa: E402
 
 
-@pytest.mark.slow  # nine fresh interpreters: the measured `index` runs and the packages'
+@pytest.mark.slow  # eleven fresh interpreters: the measured `index` runs and the packages'
 def test_day_cost_measures_a_day_against_an_empty_index_and_a_generated_history(tmp_path):
     out = tmp_path / "day-cost"
     # in this process (its `index` runs are processes of their own, as measured)
@@ -44,3 +44,13 @@ def test_day_cost_measures_a_day_against_an_empty_index_and_a_generated_history(
     assert [(r["day"], r["index"]) for r in later["runs"]] == [(3, "empty"), (3, "history")]
     assert not (out / "pkg" / "day-2").exists() and (out / "pkg" / "day-3").is_dir()
     assert Pinned(f"iceberg://{out / 'history'}").total_records("contents") > contents
+    # on the same states: each run's day appended, then the index put back as it was
+    states = {side: Pinned(f"iceberg://{out / side}").state.n for side in ("empty", "history")}
+    day_cost.main(["--pair", "own", f"iceberg://{out / 'empty'}", f"iceberg://{out / 'history'}",
+                   "--out", str(out), "--base", "60", "--day-records", "40", "--days", "1",
+                   "--first-day", "4", "--same-state"])
+    same = orjson.loads((out / "result-4.json").read_bytes())
+    assert [(r["day"], r["index"]) for r in same["runs"]] == [(4, "history"), (4, "empty")]
+    assert all(r["cpu_s"] > 0 for r in same["runs"])
+    assert {side: Pinned(f"iceberg://{out / side}").state.n for side in states} == states
+    assert not list(out.glob("*/catalog.db.same-state"))

@@ -18,7 +18,8 @@ readers on several machines, the catalog's optimistic commit their only coordina
   files sorted by the hash, bucketed by its prefix, read by the row groups a key falls into;
 - `batch`: one appended batch (`IcebergBatch`) and its commit;
 - `resume`: the work files a batch keeps for its rerun after a kill (`IcebergWorkFiles`);
-- `maintain`: `index check`, `index compact`, `index expire`.
+- `maintain`: `index check`, `index expire`, and the writer's lock they take (`writing`);
+- `compact`: `index compact`, which merges data files by size tiers.
 
 Imported only when an ``iceberg://`` index is used (the ``[iceberg]`` extra).
 """
