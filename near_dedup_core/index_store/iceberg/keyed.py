@@ -95,8 +95,9 @@ def keyed_files(pinned: Any, table: str) -> list[KeyedFile]:
 #: 32 MiB (each chunk about 1 KiB as pyarrow holds it; a ``content_keys`` file of 192 row
 #: groups of 4 columns about 0.7 MiB, so 49 of the 512 files of a 10^8-content history). The
 #: files past it are opened again by each lookup that reads their row groups, about 1 ms
-#: each; a day's lookups at 10^8 (26 of 1,900 ids, 3 % of them repeats) cost the same CPU
-#: as with every file kept, and 150 MiB less (docs/measurements/2026-12-07-tiers.md).
+#: each; at 10^8, 26 lookups of 1,900 ids (3 % of them the index's own) and a 50,000-record
+#: day's `index` cost the same CPU as with every file kept, and 150–280 MiB less
+#: (docs/measurements/2026-12-07-tiers.md).
 FOOTER_CHUNKS = 1 << 15
 
 
