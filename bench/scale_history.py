@@ -612,7 +612,7 @@ def keys_laid_out(out: Path) -> dict:
         with it.writer(it.where(location)) as cat:
             pinned, _ = open_for_write(location, cat)
             snapshots = dict(pinned.state.snapshots)
-            what = compact_keys(pinned, snapshots, full=True)
+            what = compact_keys(pinned, snapshots, pinned.data_files("content_keys"), True)
             if what is not None:
                 publish(pinned, "compact", utc_now(), snapshots)
         done[side] = {"done": what, "s": round(time.perf_counter() - started, 1)}

@@ -87,12 +87,15 @@ def compact(location: str, progress: bool = False, full: bool = False) -> str:
     stages = Progress("index compact", 4, enabled=progress)
     with writing(location) as pinned:
         snapshots = dict(pinned.state.snapshots)
+        # each table's data files planned once, for the choice, the summary and the commit
+        data = {name: pinned.data_files(name) for name in ("bands", "content_keys", "raw_texts")}
         stages.step("laying out the content ids by hash bucket")
-        keys = "; ".join(x for x in (compact_keys(pinned, snapshots, full),
-                                      compact_raw_texts(pinned, snapshots, full)) if x) or None
-        bands = compact_bands(pinned, snapshots, stages, full)
+        keys = "; ".join(x for x in (
+            compact_keys(pinned, snapshots, data["content_keys"], full),
+            compact_raw_texts(pinned, snapshots, data["raw_texts"], full)) if x) or None
+        bands = compact_bands(pinned, snapshots, data["bands"], stages, full)
         if bands is None and keys is None:
-            return f"index {location}: nothing to compact ({layout(pinned)})"
+            return f"index {location}: nothing to compact ({layout(pinned, data)})"
         stages.step("committing")
         publish(pinned, "compact", utc_now(), snapshots)
         stages.finish()
@@ -100,15 +103,15 @@ def compact(location: str, progress: bool = False, full: bool = False) -> str:
         return f"index {location}: {done} (commit {pinned.state.n + 1:,})"
 
 
-def layout(pinned: Pinned) -> str:
-    """How the band and content-id files lie, for the summary of a compaction that found
-    nothing to merge."""
+def layout(pinned: Pinned, data: dict[str, list[Any]]) -> str:
+    """How the band and content-id files (``data``: the tables' planned data files) lie,
+    for the summary of a compaction that found nothing to merge."""
     per_bucket: dict[int, int] = {}
-    for f in pinned.data_files("bands"):
+    for f in data["bands"]:
         b = int(f.partition[0])
         per_bucket[b] = per_bucket.get(b, 0) + 1
     most = max(per_bucket.values(), default=0)
-    keys = keyed_files(pinned, "content_keys")
+    keys = keyed_files(pinned, "content_keys", data["content_keys"])
     return (f"{count(len(per_bucket), 'band bucket')}, at most {count(most, 'file')} each; "
             f"the content ids in {count(len(keys), 'file')} of {count(len(runs(keys)), 'run')}")
 
@@ -131,9 +134,10 @@ def replace_files(table: Any, removed: list[Any], added: list[str]) -> int:
     return int(current.snapshot_id)
 
 
-def compact_bands(pinned: Pinned, snapshots: dict[str, int | None], stages: Progress,
-                  full: bool) -> str | None:
-    """The band files `merges` picks in each bucket (with ``full``, each bucket's files)
+def compact_bands(pinned: Pinned, snapshots: dict[str, int | None], data: list[Any],
+                  stages: Progress, full: bool) -> str | None:
+    """The band files (``data``: the table's planned data files) `merges` picks in each
+    bucket (with ``full``, each bucket's files)
     rewritten into one sorted file, one merge at a time, so that only its rows are held; when
     the index has outgrown its bucket count (`bands.buckets_for`), every bucket's files split
     into the buckets of the grown count (one file each) instead, and ``meta`` records the new
@@ -143,7 +147,7 @@ def compact_bands(pinned: Pinned, snapshots: dict[str, int | None], stages: Prog
     buckets = int(dict(meta)[it.BUCKETS_KEY])
     files: dict[int, list[Any]] = {}
     rows = 0
-    for f in sorted(pinned.data_files("bands"), key=lambda f: f.file_path):
+    for f in sorted(data, key=lambda f: f.file_path):
         files.setdefault(int(f.partition[0]), []).append(f)
         rows += f.record_count
     grown = buckets_for(rows, buckets)
@@ -196,15 +200,17 @@ def runs(files: list[KeyedFile]) -> list[list[KeyedFile]]:
     return [of[name] for name in sorted(of)]
 
 
-def compact_keys(pinned: Pinned, snapshots: dict[str, int | None], full: bool) -> str | None:
-    """The runs of ``content_keys`` files `merges` picks each laid out again as one run at the
+def compact_keys(pinned: Pinned, snapshots: dict[str, int | None], data: list[Any],
+                 full: bool) -> str | None:
+    """The runs of ``content_keys`` files (``data``: the table's planned data files) that
+    `merges` picks each laid out again as one run at the
     bit count its rows ask for (`keyed.bits_for`: buckets grow with the index), one bucket at
     a time (`keyed.relayout`). With ``full``: the whole table at the bit count of the index's
     size, one file per bucket, unless laid out so. An index of an earlier version, which lacks
     rows of some contents: the table built from the contents, read whole once. ``snapshots``
     gets the table's new snapshot; what was done, or None (nothing)."""
     contents = pinned.total_records("contents")
-    files = keyed_files(pinned, "content_keys")
+    files = keyed_files(pinned, "content_keys", data)
     table = pinned.tables["content_keys"]
     prefix = f"compact-{pinned.state.n + 1}"
     if pinned.total_records("content_keys") != contents:
@@ -212,8 +218,7 @@ def compact_keys(pinned: Pinned, snapshots: dict[str, int | None], full: bool) -
         written = write_keyed_files(table, "content_keys", prefix, "content_id", rows,
                                     bits_for(contents))
         del rows
-        snapshots["content_keys"] = replace_files(table, pinned.data_files("content_keys"),
-                                                  written)
+        snapshots["content_keys"] = replace_files(table, data, written)
         return (f"the content ids built from the contents in {count(len(written), 'file')} "
                 f"of {count(1 << bits_for(contents), 'bucket')}")
     bits = bits_for(contents)
@@ -231,7 +236,7 @@ def compact_keys(pinned: Pinned, snapshots: dict[str, int | None], full: bool) -
     for n, group in enumerate(groups):
         written += relayout(table, "content_keys", f"{prefix}-{n}", "content_id", group,
                             bits_for(sum(f.rows for f in group)))
-    by_path = {f.file_path: f for f in pinned.data_files("content_keys")}
+    by_path = {f.file_path: f for f in data}
     snapshots["content_keys"] = replace_files(
         table, [by_path[f.path] for g in groups for f in g], written)
     into = f" of {count(1 << bits, 'bucket')}" if full else ""
@@ -239,14 +244,15 @@ def compact_keys(pinned: Pinned, snapshots: dict[str, int | None], full: bool) -
             f"{count(len(written), 'file')}{into}")
 
 
-def compact_raw_texts(pinned: Pinned, snapshots: dict[str, int | None],
+def compact_raw_texts(pinned: Pinned, snapshots: dict[str, int | None], data: list[Any],
                       full: bool) -> str | None:
-    """The ``raw_texts`` files (one per batch, each sorted by ``text_sha256``) that `merges`
+    """The ``raw_texts`` files (``data``: the table's planned data files; one per batch,
+    each sorted by ``text_sha256``) that `merges`
     picks (with ``full``: all, when there are several) each merged into one sorted file in
     the lookup's layout (`keyed.keyed_options`), one hash range at a time
     (`keyed.merge_sorted`): a raw-text lookup reads a row group per key in each file.
     ``snapshots`` gets the table's new snapshot; what was done, or None (nothing)."""
-    files = sorted(keyed_files(pinned, "raw_texts"), key=lambda f: f.path)
+    files = sorted(keyed_files(pinned, "raw_texts", data), key=lambda f: f.path)
     if full:
         groups = [files] if len(files) > 1 else []
     else:
@@ -257,7 +263,7 @@ def compact_raw_texts(pinned: Pinned, snapshots: dict[str, int | None],
     written = [merge_sorted(table, "raw_texts", f"compact-{pinned.state.n + 1}-{n}",
                             "text_sha256", group, sum(f.rows for f in group))
                for n, group in enumerate(groups)]
-    by_path = {f.file_path: f for f in pinned.data_files("raw_texts")}
+    by_path = {f.file_path: f for f in data}
     snapshots["raw_texts"] = replace_files(table, [by_path[f.path] for g in groups for f in g],
                                            written)
     return (f"the raw texts' {count(sum(map(len, groups)), 'file')} merged into "

@@ -75,13 +75,14 @@ class KeyedFile(NamedTuple):
     bucket: int
 
 
-def keyed_files(pinned: Any, table: str) -> list[KeyedFile]:
-    """The data files of ``table`` at ``pinned``'s state with their partitions (a table
-    without a ``bits`` column: every file is bucket 0 of 0 bits)."""
+def keyed_files(pinned: Any, table: str, data: list[Any] | None = None) -> list[KeyedFile]:
+    """The data files of ``table`` at ``pinned``'s state (``data``: its pyiceberg
+    ``DataFile``s, when already planned) with their partitions (a table without a ``bits``
+    column: every file is bucket 0 of 0 bits)."""
     spec = pinned.tables[table].spec()
     names = [f.name for f in spec.fields]
     out = []
-    for f in pinned.data_files(table):
+    for f in pinned.data_files(table) if data is None else data:
         if "bits" in names:
             values = dict(zip(names, f.partition, strict=True))
             bits, bucket = int(values["bits"]), int(values["bucket"])

@@ -30,19 +30,14 @@ from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.check import check_invariants, check_meta
 from near_dedup_core.index_store.iceberg import bloom, datafiles, errors
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.bands import (
-    bucket_of,
-)
+from near_dedup_core.index_store.iceberg.bands import bucket_of
 from near_dedup_core.index_store.iceberg.batch import (
     check_pointers,
     publish,
     restore_leftovers,
 )
 from near_dedup_core.index_store.iceberg.datafiles import local_path
-from near_dedup_core.index_store.iceberg.keyed import (
-    buckets_of,
-    keyed_files,
-)
+from near_dedup_core.index_store.iceberg.keyed import buckets_of, keyed_files
 from near_dedup_core.index_store.iceberg.lookup import hash_words
 from near_dedup_core.index_store.iceberg.snapshot import Pinned, read_every_page
 from near_dedup_core.index_store.invariants import BANDS_MERGED_THROUGH

@@ -124,10 +124,6 @@ def equal(column: str, value: int) -> BooleanExpression:
     return _EXPR.EqualTo(column, value)
 
 
-def one_of(column: str, values: list[int]) -> BooleanExpression:
-    return _EXPR.In(column, values)
-
-
 def between(column: str, lo: int, hi: int) -> BooleanExpression:
     return _EXPR.And(_EXPR.GreaterThanOrEqual(column, lo), _EXPR.LessThanOrEqual(column, hi))
 
