@@ -6,13 +6,15 @@ pyiceberg's own `IndexFileIO`), listed and removed outside pyiceberg (`list_file
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.io.fsspec import FsspecFileIO
+from pyiceberg.io.fsspec import FsspecFileIO, FsspecInputFile
 
 
 def local_path(uri: str) -> str:
@@ -41,6 +43,20 @@ def s3fs_of(url: str) -> Any:
     return s3_location(url).fs
 
 
+def _s3_handler(fs: Any) -> Any:
+    """pyarrow's handler of an fsspec filesystem, opening a file for reading with one
+    request for its size (the object's HEAD) instead of two: pyarrow's own asks whether it
+    is a file first, and s3fs then asks for its size; a missing object is FileNotFoundError
+    either way."""
+    import pyarrow.fs as pafs
+
+    class OneHead(pafs.FSSpecHandler):
+        def open_input_file(self, path: str) -> Any:
+            return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
+
+    return OneHead(fs)
+
+
 def filesystem(uri: str) -> tuple[Any, str]:
     """(pyarrow filesystem, path in it) of a data file URI as the tables record it:
     ``file:///…`` on the local file system, ``s3://bucket/key`` through the storage layer's
@@ -49,8 +65,26 @@ def filesystem(uri: str) -> tuple[Any, str]:
 
     if uri.startswith(("s3://", "s3a://")):
         uri = "s3://" + uri.split("://", 1)[1]
-        return pafs.PyFileSystem(pafs.FSSpecHandler(s3fs_of(uri))), uri[len("s3://") :]
+        return pafs.PyFileSystem(_s3_handler(s3fs_of(uri))), uri[len("s3://") :]
     return pafs.LocalFileSystem(), local_path(uri)
+
+
+#: A data file on object storage whose table records at most this many bytes for it is
+#: fetched whole in one request (`read_source`); a larger one is opened, which asks for its
+#: size first, and read by ranges.
+WHOLE_READ_BYTES = 1 << 20
+
+
+def read_source(uri: str, recorded_size: int) -> tuple[Any, Any]:
+    """(source, filesystem) to hand `pyarrow.parquet.read_table` for the data file ``uri``,
+    which its table records as ``recorded_size`` bytes: on object storage a small file is
+    the bytes of one GET (the object as it is, whatever size it has now); otherwise the
+    path in `filesystem`."""
+    if recorded_size <= WHOLE_READ_BYTES and uri.startswith(("s3://", "s3a://")):
+        path = "s3://" + uri.split("://", 1)[1]
+        return pa.BufferReader(s3fs_of(path).cat_file(path, max_concurrency=1)), None
+    fs, path = filesystem(uri)
+    return path, fs
 
 
 def output(uri: str) -> tuple[Any, str]:
@@ -161,15 +195,57 @@ def file_size(uri: str) -> int | None:
 WAREHOUSE_PROPERTY = "warehouse"
 
 
+#: Bytes of metadata files one `IndexFileIO` keeps after reading them (`WholeMetadataFile`).
+KEPT_METADATA_BYTES = 32 << 20
+
+
+class WholeMetadataFile(FsspecInputFile):
+    """A table's metadata file (its JSON, a manifest list or a manifest) on object storage,
+    which pyiceberg reads whole: fetched in one GET, without asking for its size first, and
+    kept by its FileIO (``kept``) for the table's next plan. A metadata file is never
+    rewritten: each version, list and manifest has a name of its own."""
+
+    def __init__(self, location: str, fs: Any, kept: dict[str, bytes]) -> None:
+        super().__init__(location=location, fs=fs)
+        self._kept = kept
+
+    def open(self, seekable: bool = True) -> Any:
+        data = self._kept.get(self.location)
+        if data is None:
+            try:
+                data = self._fs.cat_file(self.location, max_concurrency=1)
+            except FileNotFoundError as exc:
+                raise exc if exc.filename else FileNotFoundError(
+                    errno.ENOENT, os.strerror(errno.ENOENT), self.location) from exc
+            if sum(map(len, self._kept.values())) + len(data) <= KEPT_METADATA_BYTES:
+                self._kept[self.location] = data
+        return io.BytesIO(data)
+
+
 class IndexFileIO(FsspecFileIO):
     """pyiceberg's fsspec FileIO whose S3 filesystem is the storage layer's (`s3fs_of`): the
     same client, credential chain, endpoint and bounded waits as our own reads and writes of
-    the data files (through the public `get_fs`, which every read, write and delete asks)."""
+    the data files (through the public `get_fs`, which every read, write and delete asks).
+    Metadata files on S3 are read in one request each, once per FileIO (a table as loaded:
+    `WholeMetadataFile`)."""
+
+    def __init__(self, properties: Any) -> None:
+        super().__init__(properties)
+        self._kept: dict[str, bytes] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**super().__getstate__(), "_kept": {}}  # a task reads its own
 
     def get_fs(self, scheme: str, hostname: str | None = None) -> Any:
         if scheme in ("s3", "s3a"):
             return s3fs_of(self.properties[WAREHOUSE_PROPERTY])
         return super().get_fs(scheme, hostname)
+
+    def new_input(self, location: str) -> FsspecInputFile:
+        if location.startswith(("s3://", "s3a://")) \
+                and location.endswith((".metadata.json", ".avro")):
+            return WholeMetadataFile(location, self.get_fs("s3"), self._kept)
+        return super().new_input(location)
 
 
 #: pyiceberg loads a FileIO by its module path.

@@ -33,7 +33,7 @@ from pyiceberg.types import BinaryType, IntegerType, LongType, NestedField, Stri
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.iceberg.datafiles import (
     FILE_IO,
-    filesystem,
+    read_source,
     s3_location,
     s3fs_of,
 )
@@ -533,8 +533,8 @@ def read(table: Table, snapshot: int | None, columns: tuple[str, ...] = ("*",),
         bind(table.schema(), row_filter, case_sensitive=True))
     parts = []
     for task in scan.plan_files():
-        fs, path = filesystem(task.file.file_path)
-        part = pq.read_table(path, filesystem=fs, columns=schema.names, filters=where,
+        source, fs = read_source(task.file.file_path, task.file.file_size_in_bytes)
+        part = pq.read_table(source, filesystem=fs, columns=schema.names, filters=where,
                              partitioning=None, page_checksum_verification=True)
         parts.append(part.cast(schema))
     return pa.concat_tables(parts) if parts else schema.empty_table()
