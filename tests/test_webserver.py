@@ -260,13 +260,22 @@ def test_webserver_serves_the_asset_graph(webserver, tmp_path):
     assert by_key["index_maintenance"]["pools"] == ["index_writer"]
     assert by_key["index_append"]["kinds"] == ["sqlite"]  # the index's backend
 
+    from selenium.common.exceptions import TimeoutException
+    from selenium.webdriver.support.ui import WebDriverWait
+
     with chromium() as driver:
         wait_for_page(driver, f"{webserver}/asset-groups", *ASSETS)
+        # The page sets its title ("Global asset lineage") after its graph is on it; under
+        # load that can come later than the asset names.
+        try:
+            WebDriverWait(driver, 30, poll_frequency=0.2).until(
+                lambda d: "asset" in d.title.lower())
+        except TimeoutException:
+            pytest.fail(f"the asset graph page's title is {driver.title!r} after 30 s")
         time.sleep(1.0)  # let the graph layout settle for the screenshot
         screenshot = tmp_path / "asset-graph.png"
         driver.save_screenshot(str(screenshot))
         assert screenshot.stat().st_size > 10_000
-        assert "Global asset lineage" in driver.title or "asset" in driver.title.lower()
 
 
 CHECK_EXECUTIONS = """query($check: String!) {
