@@ -70,23 +70,6 @@ def _in_namespaces(tmp_path: Path, commands: str, **variables: str) -> subproces
                           timeout=600)
 
 
-def test_a_node_joins_a_token_cluster_only_in_token_mode(tmp_path):
-    """As docs/ray.md says: with a token in ~/.ray/auth_token, `ray start --head` turns token
-    authentication on by itself, `ray start --address` does not, and is refused; with
-    RAY_AUTH_MODE=token (and the token) it joins."""
-    _need_namespaces()
-    run = _in_namespaces(tmp_path, """
-ray get-auth-token --generate >/dev/null
-ray start --head --port 6379 --num-cpus 1
-if ray start --address 127.0.0.1:6379 --num-cpus 1 > refused.log 2>&1; then exit 3; fi
-grep -q "InvalidAuthToken" refused.log
-RAY_AUTH_MODE=token ray start --address 127.0.0.1:6379 --num-cpus 1
-ray stop
-""")
-    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
-    assert "Token authentication is enabled for this Ray cluster" in run.stdout + run.stderr
-
-
 def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
     _need_namespaces()
     index = tmp_path / "cpt.sqlite"
@@ -105,11 +88,16 @@ def test_the_documented_two_node_cluster_gives_the_local_report(tmp_path):
     assert tree_bytes(tmp_path / "ray") == tree_bytes(tmp_path / "local")
 
 
-# A head with token authentication; drivers on this machine without its token, with a
-# wrong one, and with RAY_ADDRESS unset (docs/ray.md: "a local Ray").
+# A head that turns token authentication on by itself (a token in ~/.ray/auth_token, no
+# RAY_AUTH_MODE); a node that joins only in token mode; drivers on this machine without the
+# head's token, with a wrong one, and with RAY_ADDRESS unset (docs/ray.md: "a local Ray").
 HEAD_AND_DRIVERS = """
-export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(ray get-auth-token --generate)
+ray get-auth-token --generate >/dev/null
 ray start --head --port 6379 --num-cpus 1
+if ray start --address 127.0.0.1:6379 --num-cpus 1 > refused.log 2>&1; then exit 6; fi
+grep -q "InvalidAuthToken" refused.log
+RAY_AUTH_MODE=token ray start --address 127.0.0.1:6379 --num-cpus 1
+export RAY_AUTH_MODE=token RAY_AUTH_TOKEN=$(cat "$HOME/.ray/auth_token")
 SCAN="near-dedup --quiet --index $INDEX scan --inputs $V1 --executor ray --output"
 started=$(date +%s%N)
 if env -u RAY_AUTH_MODE -u RAY_AUTH_TOKEN RAY_ADDRESS=127.0.0.1:6379 \\
@@ -126,10 +114,12 @@ ray stop
 
 
 def test_a_refused_token_is_one_line_and_a_local_ray_runs_beside_a_head(tmp_path):
-    """A driver that lacks the head's token (or has another) stops at once with one line
-    naming the settings, not Ray's twenty seconds of warnings; with RAY_ADDRESS unset a local
-    Ray of its own runs the scan beside the head (and stops with it); Ray's own messages stay
-    off the terminal."""
+    """As docs/ray.md says: with a token in ~/.ray/auth_token, `ray start --head` turns token
+    authentication on by itself, `ray start --address` does not, and is refused; with
+    RAY_AUTH_MODE=token (and the token) it joins. A driver that lacks the head's token (or
+    has another) stops at once with one line naming the settings, not Ray's twenty seconds
+    of warnings; with RAY_ADDRESS unset a local Ray of its own runs the scan beside the head
+    (and stops with it); Ray's own messages stay off the terminal."""
     _need_namespaces()
     index = tmp_path / "cpt.sqlite"
     code, _, err = run_cli("--quiet", "--index", index, "index", "--inputs", V1)
@@ -141,6 +131,7 @@ def test_a_refused_token_is_one_line_and_a_local_ray_runs_beside_a_head(tmp_path
     run = _in_namespaces(tmp_path, HEAD_AND_DRIVERS, INDEX=str(index), V1=str(V1),
                          OUTPUT=str(tmp_path / "ray"))
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-6000:]
+    assert "Token authentication is enabled for this Ray cluster" in run.stdout + run.stderr
     assert int((tmp_path / "none.ms").read_text()) < 10_000  # Ray alone: 20 s of retries
     assert (tmp_path / "none.err").read_text() == (
         "near-dedup: error: ray: cluster 127.0.0.1:6379 requires its authentication token: set "
