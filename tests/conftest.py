@@ -29,15 +29,16 @@ import pytest
 #: and indexes are built once) in collection order, so the long ones go out first and the two
 #: workers end together instead of one finishing a long module alone.
 LONGEST_FIRST = (
-    "test_storage_e2e.py", "test_iceberg_remote.py", "test_assets.py", "test_iceberg_writers.py",
-    "test_ray_cluster.py", "test_team_deployment.py", "test_ray.py", "test_reliability.py",
-    "test_scale_history.py", "test_iceberg.py", "test_storage_hostile.py", "test_webserver.py",
-    "test_index.py", "test_scan.py", "test_postgres.py", "test_iceberg_resume.py",
-    "test_iceberg_keyed.py", "test_find.py", "test_exhaustion.py", "test_readme.py",
-    "test_day_cost.py", "test_startup.py", "test_tamper.py", "test_storage.py",
-    "test_provenance_docs.py", "test_iceberg_write.py", "test_maintenance_asset.py",
-    "test_contamination.py", "test_iceberg_lookup.py", "test_audit.py", "test_mixture_e2e.py",
-    "test_progress_commands.py", "test_integrity.py", "test_contamination_assets.py",
+    "test_scale_history.py", "test_ray_cluster.py", "test_iceberg_remote.py",
+    "test_team_deployment.py", "test_ray.py", "test_assets.py", "test_reliability.py",
+    "test_storage_hostile.py", "test_iceberg.py", "test_iceberg_writers.py",
+    "test_storage_e2e.py", "test_webserver.py", "test_storage.py", "test_find.py",
+    "test_postgres.py", "test_day_cost.py", "test_iceberg_resume.py", "test_index.py",
+    "test_startup.py", "test_exhaustion.py", "test_site.py", "test_readme.py", "test_scan.py",
+    "test_iceberg_keyed.py", "test_audit.py", "test_site_storage.py", "test_iceberg_write.py",
+    "test_contamination_short.py", "test_takedown.py", "test_storage_docs.py",
+    "test_takedown_doc.py", "test_bench_lookups.py", "test_maintenance_asset.py",
+    "test_integrity.py", "test_contamination_assets.py", "test_report_verify.py",
 )
 
 
