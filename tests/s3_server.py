@@ -63,31 +63,6 @@ class S3Server:
             Bucket=self.bucket, Prefix=prefix)
         return sorted(obj["Key"] for page in pages for obj in page.get("Contents", []))
 
-    @contextlib.contextmanager
-    def requests(self) -> Iterator[list[tuple[str, str]]]:
-        """The requests the server answers while the block runs, as (method, key) pairs (the
-        key without the bucket and the query), in the order answered."""
-        import re
-
-        seen: list[tuple[str, str]] = []
-        line = re.compile(r'"(\w+) /' + re.escape(self.bucket) + r'/?([^? ]*)\S* HTTP')
-
-        class Seen(logging.Handler):
-            def emit(self, record: logging.LogRecord) -> None:
-                found = line.search(re.sub(r"\x1b\[[0-9;]*m", "", record.getMessage()))
-                if found:
-                    seen.append((found.group(1), found.group(2)))
-
-        log = logging.getLogger("werkzeug")
-        handler, level = Seen(), log.level
-        log.addHandler(handler)
-        log.setLevel(logging.INFO)
-        try:
-            yield seen
-        finally:
-            log.removeHandler(handler)
-            log.setLevel(level)
-
     def enforce_auth(self) -> None:
         """From now on moto checks signatures and IAM policies (off by default)."""
         self._moto_api("reset-auth", b"0")

@@ -222,22 +222,6 @@ def test_a_folder_warehouse_with_a_shared_catalog(env, tmp_path):
     assert sorted(p.name for p in folder.iterdir()) == ["warehouse"]
 
 
-def test_a_scan_fetches_each_metadata_file_once_and_asks_no_size(env, remote, tmp_path):
-    """On S3 a table's metadata files (its versions' JSON, manifest lists, manifests) are each
-    fetched in one GET, with no HEAD for their size first, once per scan; a small data file is
-    one GET as well."""
-    s3, _ = env
-    ok(remote, V1)
-    with s3.requests() as seen:
-        scan_ok(remote, tmp_path / "report", V1)
-    metadata = [(method, key) for method, key in seen
-                if key.endswith((".metadata.json", ".avro"))]
-    assert metadata and all(method == "GET" for method, _ in metadata), metadata
-    assert len(set(metadata)) == len(metadata), sorted(metadata)
-    small = [key for _, key in seen if "/scopes/data/" in key]
-    assert small and {method for method, key in seen if key in small} == {"GET"}, seen
-
-
 # --------------------------------------------------------------------------- writers, expiry
 
 
