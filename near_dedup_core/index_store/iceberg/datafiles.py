@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 
 def local_path(uri: str) -> str:
@@ -40,29 +41,23 @@ def s3fs_of(url: str) -> Any:
     return s3_location(url).fs
 
 
-def _s3_handler(fs: Any) -> Any:
+class _OneHead(pafs.FSSpecHandler):
     """pyarrow's handler of an fsspec filesystem, opening a file for reading with one
     request for its size (the object's HEAD) instead of two: pyarrow's own asks whether it
     is a file first, and s3fs then asks for its size; a missing object is FileNotFoundError
     either way."""
-    import pyarrow.fs as pafs
 
-    class OneHead(pafs.FSSpecHandler):
-        def open_input_file(self, path: str) -> Any:
-            return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
-
-    return OneHead(fs)
+    def open_input_file(self, path: str) -> Any:
+        return pa.PythonFile(self.fs.open(path, mode="rb"), mode="r")
 
 
 def filesystem(uri: str) -> tuple[Any, str]:
     """(pyarrow filesystem, path in it) of a data file URI as the tables record it:
     ``file:///…`` on the local file system, ``s3://bucket/key`` through the storage layer's
     S3 client. Every read of a data file outside pyiceberg goes through this."""
-    import pyarrow.fs as pafs
-
     if uri.startswith(("s3://", "s3a://")):
         uri = "s3://" + uri.split("://", 1)[1]
-        return pafs.PyFileSystem(_s3_handler(s3fs_of(uri))), uri[len("s3://") :]
+        return pafs.PyFileSystem(_OneHead(s3fs_of(uri))), uri[len("s3://") :]
     return pafs.LocalFileSystem(), local_path(uri)
 
 
@@ -182,8 +177,6 @@ def delete_file(uri: str) -> None:
 
 def file_size(uri: str) -> int | None:
     """The size of a data file, None when it is missing."""
-    import pyarrow.fs as pafs
-
     fs, path = filesystem(uri)
     info = fs.get_file_info(path)
     return None if info.type == pafs.FileType.NotFound else int(info.size)
