@@ -115,7 +115,8 @@ def digests(folder: Path) -> tuple[tuple[str, str], ...]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.s3_requests", description=__doc__,
+    ap = argparse.ArgumentParser(allow_abbrev=False, prog="python -m bench.s3_requests",
+                                 description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--before", type=Path, help="a checkout of earlier code to run in turns")
