@@ -26,7 +26,7 @@ import pytest
 #: The modules that take longest under `make test`, longest first (by the test-seconds of
 #: each, as measured); the others follow in file order.
 #: `make test` hands each worker whole modules (``--dist loadfile``: a module's fixtures, servers
-#: and indexes are built once) in collection order, so the long ones go out first and the two
+#: and indexes are built once) in collection order, so the long ones go out first and the
 #: workers end together instead of one finishing a long module alone.
 LONGEST_FIRST = (
     "test_scale_history.py", "test_ray_cluster.py", "test_iceberg_remote.py",
