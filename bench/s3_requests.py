@@ -15,17 +15,20 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
 import logging
 import os
 import re
 import shutil
+import statistics
+import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
 
 import orjson
+
+from near_dedup_core.fsutil import sha256_file
 
 from bench.measure import code_version
 from bench.storage import s3_server
@@ -83,8 +86,6 @@ def side_steps(code: Path, index: str, report: Path, env: dict[str, str],
                counted: Counted, steps: list[str]) -> dict:
     """The ``steps`` (names of `STEPS`) with ``code`` on ``index``: each step's requests and
     wall time."""
-    import subprocess
-
     out: dict = {"steps": []}
     for name, argv in STEPS:
         if name not in steps:
@@ -110,7 +111,7 @@ def side_steps(code: Path, index: str, report: Path, env: dict[str, str],
 
 def digests(folder: Path) -> tuple[tuple[str, str], ...]:
     """Each file below ``folder`` (a report) with the sha256 of its bytes."""
-    return tuple((p.relative_to(folder).as_posix(), hashlib.sha256(p.read_bytes()).hexdigest())
+    return tuple((p.relative_to(folder).as_posix(), sha256_file(p))
                  for p in sorted(folder.rglob("*")) if p.is_file())
 
 
@@ -156,9 +157,9 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         log.removeHandler(counted)
         server.stop()
-    reports = {digests(args.out / f"report-{r['side']}-{r['round']}") for r in result["runs"]
-               if "scan" in args.steps}
-    result["reports_identical"] = len(reports) == 1
+    if "scan" in args.steps:
+        result["reports_identical"] = len({digests(args.out / f"report-{r['side']}-{r['round']}")
+                                           for r in result["runs"]}) == 1
     for side in sides:
         runs = [r for r in result["runs"] if r["side"] == side]
         result[side] = {"requests": sorted(r["requests"] for r in runs),
@@ -166,12 +167,11 @@ def main(argv: list[str] | None = None) -> None:
     if "before" in sides:
         result["ratio_requests"] = round(
             min(result["this"]["requests"]) / min(result["before"]["requests"]), 3)
-        result["ratio_wall"] = round(
-            sorted(result["this"]["wall_s"])[len(result["this"]["wall_s"]) // 2]
-            / sorted(result["before"]["wall_s"])[len(result["before"]["wall_s"]) // 2], 3)
+        result["ratio_wall"] = round(statistics.median_high(result["this"]["wall_s"])
+                                     / statistics.median_high(result["before"]["wall_s"]), 3)
     (args.out / "result.json").write_bytes(orjson.dumps(result, option=orjson.OPT_INDENT_2))
     print(orjson.dumps(result).decode())
-    if not result["reports_identical"]:
+    if result.get("reports_identical") is False:
         raise SystemExit("s3_requests: the reports differ")
 
 
