@@ -81,7 +81,7 @@ def published_rows(index: str) -> dict:
 
     pinned = Pinned(index)
     out = {}
-    for name in it.DATA_TABLES:
+    for name in (t for t in it.DATA_TABLES if t not in it.LAYOUT_TABLES):
         columns = tuple(c for c, _ in it.COLUMNS[name] if c != "created_at")
         out[name] = sorted(r for r in pinned.rows(name, columns) if r[0] != "created_at")
     return out

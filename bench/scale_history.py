@@ -505,7 +505,8 @@ def run_all(pool: Path, day: Path | None, contents: int, buckets: int, out: Path
                                           workers)
             result["scans"].append({"round": k + 1, "side": side, **figures})
             save()
-    result["reports_identical"] = reports["empty"] == reports["history"]
+    if rounds:
+        result["reports_identical"] = reports["empty"] == reports["history"]
     probes, pool_last = probe_keys(f"iceberg://{sides['empty']}")
     timings: dict = {}
     tasks = index_tasks(f"iceberg://{sides['history']}", probes, timings)

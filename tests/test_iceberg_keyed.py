@@ -18,7 +18,7 @@ from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
 from near_dedup_core.errors import NearDedupError  # noqa: E402
-from near_dedup_core.index_store.iceberg import keyed  # noqa: E402
+from near_dedup_core.index_store.iceberg import directory, keyed  # noqa: E402
 from near_dedup_core.index_store.iceberg import tables as it  # noqa: E402
 from near_dedup_core.index_store.iceberg.keyed import (  # noqa: E402
     KeyedFile,
@@ -386,3 +386,110 @@ def test_a_lookup_reads_the_values_of_the_row_groups_holding_a_hit_alone(tmp_pat
     assert lookup.find([*asked, *absent]) == want
     assert lookup.value_groups_read == 3
     assert lookup.groups_read > lookup.value_groups_read + 5
+
+
+def _every_keyed_file(pinned: Pinned) -> list[tuple[str, str]]:
+    return [(name, f.path) for name in directory.KEYED for f in keyed_files(pinned, name)]
+
+
+def test_the_key_directory_spares_a_lookup_the_footers_of_the_files_its_keys_miss(
+        tmp_path, monkeypatch):
+    """Each batch records its ``content_keys`` and ``raw_texts`` files' row groups in the key
+    directory, as their footers give them; a lookup takes them from there: a key that no
+    file holds opens no file, a key that one holds opens that file alone, and the answers
+    are those of a lookup that reads every footer. An index whose directory lacks files
+    (one of an earlier version) gets them at its next `index compact`, which rewrites the
+    directory as one file, and the reports stay SQLite's."""
+    monkeypatch.setitem(it.ROW_GROUP_ROWS, "content_keys", 64)
+    monkeypatch.setitem(it.ROW_GROUP_ROWS, "raw_texts", 64)
+    index, lite = ice(tmp_path / "ice"), tmp_path / "lite.sqlite"
+    d1 = day(tmp_path, "r1", texts(400), "2026-11-25T00:00:00Z")
+    d2 = day(tmp_path, "r2", [f"{t} (day two)" for t in texts(300, offset=350)],
+             "2026-11-26T00:00:00Z")
+    with monkeypatch.context() as m:  # the first batch's files have no rows in the directory
+        rows_of = directory.rows_of
+        m.setattr(directory, "rows_of", lambda label, files: rows_of(label, []))
+        ok("--index", index, "index", "--inputs", d1)
+    ok("--index", index, "index", "--inputs", d2)
+    pinned = Pinned(index)
+    held = set(pinned.read(directory.TABLE).column("file").to_pylist())
+    first = {p for _, p in _every_keyed_file(Pinned(index))} - held
+    assert held and first and held.isdisjoint(first)
+    out = ok("--index", index, "index", "compact")
+    assert "the key directory:" in out, out
+    pinned = Pinned(index)
+    every = _every_keyed_file(pinned)
+    assert len(pinned.data_files(directory.TABLE)) == 1
+    assert pinned.read(directory.TABLE) == directory.rows_of(index, every)
+    assert "nothing to compact" in ok("--index", index, "index", "compact")
+    assert "OK" in ok("--index", index, "index", "check")
+
+    files = keyed_files(pinned, "content_keys")
+    known = directory.read(pinned, "content_keys", files)
+    assert set(known) == {f.path for f in files}
+    rows = pinned.read("content_keys", ("content_id", "id"))
+    present = rows.column("content_id").to_pylist()[::37]
+    absent = [hashlib.sha256(f"absent-{i}".encode()).digest()[:16] for i in range(200)]
+    footers = KeyedFiles(index, files, "content_id", 16, ("id",), threads=1)
+    want = footers.find([*present, *absent])
+    assert len(want) == len(present)
+    opened: list[str] = []
+    parquet_file = keyed.datafiles.parquet_file
+
+    def counted(path):
+        opened.append(path)
+        return parquet_file(path)
+
+    monkeypatch.setattr(keyed.datafiles, "parquet_file", counted)
+    lookup = KeyedFiles(index, files, "content_id", 16, ("id",), threads=1, known=known)
+    assert lookup.find(absent) == {} and opened == [] and lookup.filters_read > 0
+    assert lookup.find(present[:1]) == {present[0]: want[present[0]]}
+    assert len(opened) == 1
+    assert lookup.find([*present, *absent]) == want
+    monkeypatch.undo()
+    d3 = day(tmp_path, "r3", [*texts(100, offset=200), *(f"{t} (day three)" for t in texts(100))],
+             "2026-11-27T00:00:00Z")
+    ok("--index", lite, "index", "--inputs", d1)
+    ok("--index", lite, "index", "--inputs", d2)
+    for target in (index, lite):
+        ok("--index", target, "index", "--inputs", d3)
+        ok("--index", target, "scan", "--inputs", d2, d3, "--output",
+           tmp_path / ("r-ice" if target == index else "r-lite"))
+    assert tree_bytes(tmp_path / "r-ice") == tree_bytes(tmp_path / "r-lite")
+
+
+def test_a_key_directory_that_contradicts_its_files_is_damage(tmp_path):
+    """A directory row whose key range is not its row group's is one line of `index check`;
+    one whose row counts are not its file's stops the next `index` with the damage line,
+    and leaves the index as it was."""
+    from near_dedup_core.index_store.iceberg.batch import publish, write_rows_file
+    from near_dedup_core.index_store.iceberg.compact import replace_files
+
+    index = ice(tmp_path / "ice")
+    ok("--index", index, "index", "--inputs", day(tmp_path, "x1", texts(200),
+                                                  "2026-11-25T00:00:00Z"))
+
+    def publish_directory(change) -> None:
+        pinned = Pinned(index)
+        rows = pinned.read(directory.TABLE)
+        columns = {c: rows.column(c).to_pylist() for c in rows.column_names}
+        change(columns)
+        table = pinned.tables[directory.TABLE]
+        snapshots = dict(pinned.state.snapshots)
+        snapshots[directory.TABLE] = replace_files(
+            table, pinned.data_files(directory.TABLE),
+            [write_rows_file(table, directory.TABLE, pa.table(columns, schema=rows.schema),
+                             "changed")])
+        publish(pinned, "compact", "2026-11-25T01:00:00Z", snapshots)
+
+    publish_directory(lambda c: c["highest"].__setitem__(0, b"\0" * 16))
+    code, out, err = run_cli("--index", index, "index", "check")
+    assert code == 1 and out == "" and err.count("\n") == 1, (code, out, err)
+    assert "damaged (the key directory's row groups of data file" in err, err
+    publish_directory(lambda c: c.update(rows=[r + 1 for r in c["rows"]]))
+    before = tree_bytes(tmp_path / "ice")
+    code, out, err = run_cli("--index", index, "index", "--inputs", day(
+        tmp_path, "x2", [*texts(20), *(f"{t} (new)" for t in texts(30))], "2026-11-26T00:00:00Z"))
+    assert code == 1 and err.count("\n") == 1, (code, out, err)
+    assert "are not the file's" in err, err
+    assert tree_bytes(tmp_path / "ice") == before

@@ -96,13 +96,13 @@ def killed_at_block(index: str, pkg: Path, block: int, tmp_path: Path,
 
 def published(index: str) -> dict[str, list[tuple]]:
     """Every row of every data table at the published state, sorted, the batches' times
-    left out."""
+    left out (and the tables of the files' layout, `tables.LAYOUT_TABLES`)."""
     from near_dedup_core.index_store.iceberg import tables as it
     from near_dedup_core.index_store.iceberg.snapshot import Pinned
 
     pinned = Pinned(index)
     out = {}
-    for name in it.DATA_TABLES:
+    for name in (t for t in it.DATA_TABLES if t not in it.LAYOUT_TABLES):
         columns = tuple(c for c, _ in it.COLUMNS[name] if c != "created_at")
         out[name] = sorted(r for r in pinned.rows(name, columns) if r[0] != "created_at")
     return out

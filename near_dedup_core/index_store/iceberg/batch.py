@@ -43,7 +43,7 @@ from pyiceberg.table import Table
 from near_dedup_core.config import NearDedupConfig
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding
-from near_dedup_core.index_store.iceberg import datafiles
+from near_dedup_core.index_store.iceberg import datafiles, directory
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import (
     BAND_FILE_OPTIONS as BAND_FILE_OPTIONS,
@@ -334,6 +334,7 @@ class IcebergBatch:
         them by one ``commits`` row (``op``: what it records, a batch or takedown acts)."""
         self.committing = True
         snapshots = dict(self.pinned.state.snapshots)
+        keyed: list[tuple[str, str]] = []  # (table, URI) of the keyed files added
         for name in it.DATA_TABLES:
             paths = None
             if name == "bands":
@@ -342,6 +343,8 @@ class IcebergBatch:
                 paths = [f.path for f in self.band_files]
             elif name in self.streams:
                 paths = self.streams[name].close()
+            if name in directory.KEYED and paths:
+                keyed += [(name, p) for p in paths]
             if paths is not None:
                 if paths:
                     table = self.pinned.tables[name]
@@ -354,6 +357,10 @@ class IcebergBatch:
                 data = pa.concat_tables(self.raw_parts)
                 self.raw_parts = []
                 data = data.take(pc.sort_indices(data, sort_keys=[("text_sha256", "ascending")]))
+            elif name == directory.TABLE and name in self.pinned.tables and keyed:
+                data = directory.rows_of(self.label, keyed)
+                if not data.num_rows:
+                    continue
             elif self.new[name]:
                 rows = self.new[name]
                 if name in it.SORTED_BY and name != "sources":
@@ -365,8 +372,10 @@ class IcebergBatch:
             if data is None:
                 continue
             table = self.pinned.tables[name]
-            table.add_files([write_rows_file(table, name, data, self.prefix)],
-                            check_duplicate_files=False)
+            path = write_rows_file(table, name, data, self.prefix)
+            if name in directory.KEYED:
+                keyed.append((name, path))
+            table.add_files([path], check_duplicate_files=False)
             current = table.current_snapshot()
             assert current is not None
             snapshots[name] = current.snapshot_id

@@ -28,7 +28,7 @@ from pyiceberg.io.pyarrow import parquet_files_to_data_files
 from pyiceberg.table import TableProperties
 
 from near_dedup_core.fsutil import utc_now
-from near_dedup_core.index_store.iceberg import datafiles
+from near_dedup_core.index_store.iceberg import datafiles, directory
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import BandSpec, buckets_for, write_band_files
 from near_dedup_core.index_store.iceberg.batch import publish, to_arrow, write_rows_file
@@ -94,6 +94,7 @@ def compact(location: str, progress: bool = False, full: bool = False) -> str:
             compact_keys(pinned, snapshots, data["content_keys"], full),
             compact_raw_texts(pinned, snapshots, data["raw_texts"], full)) if x) or None
         bands = compact_bands(pinned, snapshots, data["bands"], stages, full)
+        keys = "; ".join(x for x in (keys, compact_directory(pinned, snapshots)) if x) or None
         if bands is None and keys is None:
             return f"index {location}: nothing to compact ({layout(pinned, data)})"
         stages.step("committing")
@@ -268,3 +269,17 @@ def compact_raw_texts(pinned: Pinned, snapshots: dict[str, int | None], data: li
                                            written)
     return (f"the raw texts' {count(sum(map(len, groups)), 'file')} merged into "
             f"{count(len(written), 'file')}")
+
+
+def compact_directory(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
+    """The key directory rewritten as one file describing the keyed files of the state
+    ``snapshots`` records (`directory.compacted_rows`), unless it already does: the summary's
+    part, or None."""
+    rows = directory.compacted_rows(pinned, snapshots)
+    if rows is None:
+        return None
+    table = pinned.tables[directory.TABLE]
+    snapshots[directory.TABLE] = replace_files(
+        table, pinned.data_files(directory.TABLE),
+        [write_rows_file(table, directory.TABLE, rows, f"compact-{pinned.state.n + 1}")])
+    return f"the key directory: {count(rows.num_rows, 'row group')}"

@@ -31,8 +31,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from near_dedup_core.index_store.iceberg import bloom, datafiles
+from near_dedup_core.index_store.iceberg import bloom, datafiles, directory
 from near_dedup_core.index_store.iceberg import tables as it
+from near_dedup_core.index_store.iceberg.directory import Groups
 from near_dedup_core.index_store.iceberg.lookup import HashedRows, hash_words
 from near_dedup_core.index_store.texts import damaged
 
@@ -113,27 +114,33 @@ class KeyedFiles:
     """Rows of a keyed table's files ``files``, looked up by their ``width``-byte ``key``
     column; ``values`` are the int64 columns a lookup returns.
 
-    Of each file probed it keeps the key range of every row group (``width`` bytes twice a
-    row group) and where the row group's Bloom filter lies: a later lookup reads the filters
-    of the row groups its keys fall into (`_passing`) and opens the file only for a key one
-    of them passes. The files opened so, footer and all, it keeps open between lookups from
+    Of each file it keeps the key range of every row group (``width`` bytes twice a row
+    group) and where the row group's Bloom filter lies, as the index's directory gives them
+    (``known``: `directory.read`) or, for a file it does not describe, as the file's footer
+    does at its first probe: a lookup reads the filters of the row groups its keys fall into
+    (`_passing`) and opens the file only for a key one of them passes. The files opened so,
+    footer and all, it keeps open between lookups from
     their second opening on, up to `FOOTER_CHUNKS` column chunks and `open_files_kept`
     files, the first opened first; the others are opened for each lookup that reads them
     and closed after it: the memory a lookup holds is bounded whatever the history, and a
     day that asks once holds none."""
 
     def __init__(self, label: str, files: list[KeyedFile], key: str, width: int,
-                 values: tuple[str, ...], threads: int = 2) -> None:
+                 values: tuple[str, ...], threads: int = 2,
+                 known: dict[str, Groups] | None = None) -> None:
         self.label = label
         self.files = files
         self.key = key
         self.width = width
         self.values = values
         self.threads = max(1, threads)
-        #: each probed file's row groups' key ranges (lowest, highest) and where their Bloom
-        #: filters lie (offset, length; -1 where a row group has none)
-        self._ranges: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        #: the files kept open between lookups, and their footers' column chunks
+        #: each file's row groups' key ranges and where their Bloom filters lie: those the
+        #: index's directory gives (``known``, `directory.read`), and those of each file
+        #: probed without, from its footer
+        self._ranges: dict[str, Groups] = dict(known or {})
+        #: the files opened at least once, those kept open between lookups, and their
+        #: footers' column chunks
+        self._opened: set[str] = set()
         self._open: dict[str, Any] = {}
         self._open_chunks = 0
         self._open_lock = threading.Lock()
@@ -187,7 +194,8 @@ class KeyedFiles:
         one call keeps no footer."""
         with self._open_lock:
             pf = self._open.get(path)
-            again = path in self._ranges
+            again = path in self._opened
+            self._opened.add(path)
         if pf is not None:
             return pf
         pf = datafiles.parquet_file(path)
@@ -216,36 +224,13 @@ class KeyedFiles:
         return [g for g in groups if g not in filters
                 or bool(bloom.may_hold(filters[g], hashes[at == g]).any())]
 
-    def _key_ranges(self, path: str, pf: Any
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The lowest and highest key of each row group of the file ``path`` (``pf``), as
-        ``width + 1``-byte strings (a row group without statistics: every key), and where
-        each row group's Bloom filter of the key lies (offset and length, -1 for none)."""
+    def _key_ranges(self, path: str, pf: Any) -> Groups:
+        """The row groups of the file ``path`` (``pf``) as its footer gives them
+        (`directory.footer_groups`), once per file."""
         found = self._ranges.get(path)
         if found is None:
-            meta = pf.metadata
-            # (the Arrow schema: each call of ``meta.schema`` left about 170 KB of the
-            # process's heap behind, 85 MB over the 512 files of a 10^8 history)
-            column = pf.schema_arrow.get_field_index(self.key)
-            if column < 0:
-                raise damaged(self.label, f"data file {datafiles.local_path(path)}: no column "
-                                          f"{self.key}")
-            mins, maxs = [], []
-            offsets = np.full(meta.num_row_groups, -1, np.int64)
-            lengths = np.full(meta.num_row_groups, -1, np.int64)
-            for g in range(meta.num_row_groups):
-                chunk = meta.row_group(g).column(column)
-                stats = chunk.statistics
-                if stats is None or not stats.has_min_max:
-                    mins.append(b"")
-                    maxs.append(b"\xff" * (self.width + 1))
-                else:
-                    mins.append(bytes(stats.min))
-                    maxs.append(bytes(stats.max))
-                offsets[g], lengths[g] = bloom.place(chunk) or (-1, -1)
-            found = (np.array(mins, f"S{self.width + 1}"), np.array(maxs, f"S{self.width + 1}"),
-                     offsets, lengths)
-            self._ranges[path] = found
+            found = self._ranges[path] = directory.footer_groups(self.label, path, pf, self.key,
+                                                                 self.width)
         return found
 
     def _probe(self, f: KeyedFile, keys: list[bytes], hashes: np.ndarray
@@ -255,7 +240,7 @@ class KeyedFiles:
         if known is None:
             pf = self._reader(f.path)
             known = self._key_ranges(f.path, pf)
-        mins, maxs, offsets, lengths = known
+        mins, maxs, offsets, lengths, _ = known
         asked = np.array(keys, f"S{self.width + 1}")
         # a file is sorted by its key: the one row group whose range can hold a key
         at = np.searchsorted(mins, asked, "right") - 1
@@ -287,6 +272,15 @@ class KeyedFiles:
                                                    strict=True)]
 
 
+def keyed_lookup(pinned: Any, table: str, key: str, width: int, values: tuple[str, ...],
+                 threads: int) -> KeyedFiles:
+    """The lookup of the keyed table ``table`` at ``pinned``'s state, its files' row groups
+    from the index's directory where it describes them (`directory.read`)."""
+    files = keyed_files(pinned, table)
+    return KeyedFiles(pinned.location, files, key, width, values, threads,
+                      directory.read(pinned, table, files))
+
+
 def content_lookup(pinned: Any) -> HashedRows | KeyedFiles:
     """What a content-id lookup asks (`IcebergBatch.known_contents`,
     `IcebergSnapshot.content_rows`): the ``content_keys`` files probed per bucket
@@ -295,8 +289,8 @@ def content_lookup(pinned: Any) -> HashedRows | KeyedFiles:
     column read whole (`lookup.HashedRows`)."""
     threads = it.io_threads(pinned.location, LOOKUP_THREADS)
     if pinned.total_records("content_keys") == pinned.total_records("contents"):
-        return KeyedFiles(pinned.location, keyed_files(pinned, "content_keys"), "content_id",
-                          CONTENT_ID_BYTES, ("id",), threads)
+        return keyed_lookup(pinned, "content_keys", "content_id", CONTENT_ID_BYTES, ("id",),
+                            threads)
     files = [(f.file_path, f.record_count) for f in pinned.data_files("contents")]
     return HashedRows(pinned.location, files, "content_id", CONTENT_ID_BYTES, ("id",),
                       threads)

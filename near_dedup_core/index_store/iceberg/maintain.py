@@ -28,7 +28,7 @@ import pyarrow.parquet as pq
 from near_dedup_core.errors import NearDedupError
 from near_dedup_core.fsutil import utc_now
 from near_dedup_core.index_store.check import check_invariants, check_meta
-from near_dedup_core.index_store.iceberg import bloom, datafiles, errors
+from near_dedup_core.index_store.iceberg import bloom, datafiles, directory, errors
 from near_dedup_core.index_store.iceberg import tables as it
 from near_dedup_core.index_store.iceberg.bands import bucket_of
 from near_dedup_core.index_store.iceberg.batch import (
@@ -210,6 +210,8 @@ def check_iceberg(location: str) -> IndexCheck:
         check_pointers(pinned)
         unchecked = check_files(pinned)
         check_content_keys(pinned)
+        directory.check(pinned, location, {name: keyed_files(pinned, name)
+                                           for name in directory.KEYED if name in pinned.present})
         values = dict(pinned.rows("meta", ("key", "value")))
         ids = pinned.read("contents", ("id",)).column("id").to_numpy()
         values[BANDS_MERGED_THROUGH] = str(int(ids.max()) if len(ids) else 0)

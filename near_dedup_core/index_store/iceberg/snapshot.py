@@ -37,7 +37,7 @@ from near_dedup_core.index_store.iceberg.keyed import (
     KeyedFiles,
     content_lookup,
     content_rows,
-    keyed_files,
+    keyed_lookup,
 )
 from near_dedup_core.index_store.iceberg.lookup import HashedRows
 from near_dedup_core.index_store.invariants import (
@@ -501,9 +501,8 @@ class IcebergKnownTexts:
             pinned = self._pinned = Pinned(self._location, expected=False)
             self._checked = now
             self._keys = dict(pinned.rows("scopes", ("id", "scope_key")))
-            self._rows = KeyedFiles(self._location, keyed_files(pinned, "raw_texts"),
-                                    "text_sha256", SHA256_BYTES, ("scope", "content"),
-                                    it.io_threads(self._location, 1))
+            self._rows = keyed_lookup(pinned, "raw_texts", "text_sha256", SHA256_BYTES,
+                                      ("scope", "content"), it.io_threads(self._location, 1))
         return self._rows
 
     def contents(self, shas: list[bytes]) -> dict[tuple[bytes, str], int]:

@@ -97,6 +97,10 @@ COLUMNS: dict[str, list[tuple[str, Any]]] = {
     # the contents' row ids by content_id, partitioned by hash bucket (`keyed`)
     "content_keys": [("bits", IntegerType), ("bucket", IntegerType), ("content_id", B),
                      ("id", L)],
+    # the row groups of the keyed tables' files, read from their footers (`directory`)
+    "key_directory": [("keyed", S), ("file", S), ("row_group", L), ("rows", L),
+                      ("lowest", B), ("highest", B), ("filter_offset", L),
+                      ("filter_length", L)],
 }
 #: Bytes of the key of a keyed table (`keyed`).
 KEY_BYTES = {"content_keys": 16, "raw_texts": 32}
@@ -104,7 +108,10 @@ KEY_BYTES = {"content_keys": 16, "raw_texts": 32}
 DATA_TABLES = tuple(COLUMNS)
 #: Data tables that an index made by an earlier version lacks until its next writer adds
 #: them (`add_missing_tables`); a reader takes a missing one as empty.
-ADDED_TABLES = ("content_keys",)
+ADDED_TABLES = ("content_keys", "key_directory")
+#: Data tables that describe how the other tables' data files lie, not what the index
+#: holds: two indexes of the same batches hold the same rows in every other table.
+LAYOUT_TABLES = ("key_directory",)
 #: The commit table: one row per commit (a batch, a compaction), the newest row is the
 #: published state.
 COMMITS = "commits"
@@ -112,7 +119,7 @@ COMMIT_COLUMNS = [("n", L), ("op", S), ("at", S), ("tables", S)]
 #: The column each table's rows are sorted by inside a data file.
 SORTED_BY = {"batches": "seq", "packages": "id", "scopes": "id", "dictionaries": "id",
              "contents": "id", "sources": "id", "raw_texts": "text_sha256", "bands": "key",
-             "content_keys": "content_id"}
+             "content_keys": "content_id", "key_directory": "file"}
 
 
 #: pyiceberg's row filters, built from (column, value): its expression classes are pydantic
