@@ -13,9 +13,11 @@ A lookup (`KeyedFiles.find`) reads, in each file of the buckets its keys fall in
 row groups (`KEYED_GROUP_ROWS` rows) whose hash range (the files' Parquet statistics) holds
 one of its keys and whose Bloom filter (`bloom`) may hold it: the rows read are at most
 (keys × rows of a row group), whatever the history holds, and most new keys read none.
-Each file's row groups' key ranges and the places of their filters are read once per
-lookup object; the files whose row groups are read again stay open between lookups within
-a bounded memory (`KeyedFiles`)."""
+Each file's row groups' key ranges and the places of their filters come from the index's
+key directory (`directory`), read once per lookup object (a file it does not describe: from
+the file's footer, at its first probe), so a file is opened only for a key its filters pass;
+the files whose row groups are read again stay open between lookups within a bounded memory
+(`KeyedFiles`)."""
 
 from __future__ import annotations
 
