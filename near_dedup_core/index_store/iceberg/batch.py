@@ -358,9 +358,16 @@ class IcebergBatch:
                 self.raw_parts = []
                 data = data.take(pc.sort_indices(data, sort_keys=[("text_sha256", "ascending")]))
             elif name == directory.TABLE and name in self.pinned.tables and keyed:
-                data = directory.rows_of(self.label, keyed)
-                if not data.num_rows:
-                    continue
+                table = self.pinned.tables[name]
+                parts = directory.by_table(directory.rows_of(self.label, keyed))
+                if parts:
+                    table.add_files([write_rows_file(table, name, part, f"{self.prefix}-{of}")
+                                     for of, part in parts.items()],
+                                    check_duplicate_files=False)
+                    current = table.current_snapshot()
+                    assert current is not None
+                    snapshots[name] = current.snapshot_id
+                continue
             elif self.new[name]:
                 rows = self.new[name]
                 if name in it.SORTED_BY and name != "sources":

@@ -272,14 +272,15 @@ def compact_raw_texts(pinned: Pinned, snapshots: dict[str, int | None], data: li
 
 
 def compact_directory(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
-    """The key directory rewritten as one file describing the keyed files of the state
-    ``snapshots`` records (`directory.compacted_rows`), unless it already does: the summary's
-    part, or None."""
+    """The key directory rewritten as one file per keyed table, describing the keyed files of
+    the state ``snapshots`` records (`directory.compacted_rows`), unless it already does: the
+    summary's part, or None."""
     rows = directory.compacted_rows(pinned, snapshots)
     if rows is None:
         return None
     table = pinned.tables[directory.TABLE]
     snapshots[directory.TABLE] = replace_files(
         table, pinned.data_files(directory.TABLE),
-        [write_rows_file(table, directory.TABLE, rows, f"compact-{pinned.state.n + 1}")])
-    return f"the key directory: {count(rows.num_rows, 'row group')}"
+        [write_rows_file(table, directory.TABLE, part, f"compact-{pinned.state.n + 1}-{name}")
+         for name, part in directory.by_table(rows).items()])
+    return f"the key directory of {count(rows.num_rows, 'keyed file')} written"

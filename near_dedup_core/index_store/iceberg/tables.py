@@ -98,9 +98,9 @@ COLUMNS: dict[str, list[tuple[str, Any]]] = {
     "content_keys": [("bits", IntegerType), ("bucket", IntegerType), ("content_id", B),
                      ("id", L)],
     # the row groups of the keyed tables' files, read from their footers (`directory`)
-    "key_directory": [("keyed", S), ("file", S), ("row_group", L), ("rows", L),
-                      ("lowest", B), ("highest", B), ("filter_offset", L),
-                      ("filter_length", L)],
+    "key_directory": [("keyed", S), ("file", S), ("row_groups", L), ("rows", B),
+                      ("lowest", B), ("highest", B), ("filter_offsets", B),
+                      ("filter_lengths", B)],
 }
 #: Bytes of the key of a keyed table (`keyed`).
 KEY_BYTES = {"content_keys": 16, "raw_texts": 32}
@@ -127,7 +127,7 @@ SORTED_BY = {"batches": "seq", "packages": "id", "scopes": "id", "dictionaries":
 _EXPR: Any = expressions
 
 
-def equal(column: str, value: int) -> BooleanExpression:
+def equal(column: str, value: int | str) -> BooleanExpression:
     return _EXPR.EqualTo(column, value)
 
 
