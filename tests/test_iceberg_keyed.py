@@ -496,3 +496,7 @@ def test_a_key_directory_that_contradicts_its_files_is_damage(tmp_path):
     assert code == 1 and err.count("\n") == 1, (code, out, err)
     assert "are not the file's" in err, err
     assert tree_bytes(tmp_path / "ice") == before
+    # a missing value, or an array of another length, reads as no row groups (damage)
+    assert directory.unpack({c: None for c in directory.PACKED}, 1, 16) is None
+    assert directory.unpack({c: b"" for c in directory.PACKED}, 1, 16) is None
+    assert directory.unpack({c: b"" for c in directory.PACKED}, None, 16) is None

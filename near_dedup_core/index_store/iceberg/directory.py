@@ -93,9 +93,13 @@ def pack(g: Groups) -> dict[str, bytes]:
             "filter_lengths": g.lengths.astype("<i8").tobytes()}
 
 
-def unpack(values: dict[str, bytes], groups: int, width: int) -> Groups | None:
-    """The `Groups` of a file's row (`pack`), or None when an array is not ``groups`` long."""
+def unpack(row: dict[str, Any], groups: int | None, width: int) -> Groups | None:
+    """The `Groups` of a file's row (`pack`), or None when a value is missing or an array is
+    not ``groups`` long."""
     keys = f"S{width + 1}"
+    if groups is None or not all(isinstance(v, bytes) for v in row.values()):
+        return None
+    values: dict[str, bytes] = row
     if any(len(values[c]) != groups * 8 for c in ("rows", "filter_offsets", "filter_lengths")) \
             or any(len(values[c]) != groups * (width + 1) for c in ("lowest", "highest")):
         return None
@@ -135,7 +139,7 @@ def read(pinned: Any, name: str, files: list[Any]) -> dict[str, Groups]:
     out: dict[str, Groups] = {}
     for at, path in enumerate(columns["file"]):
         f = wanted.get(path)
-        if f is None:  # a file of another state
+        if f is None:  # a file the state does not hold (`check` reports it)
             continue
         g = unpack({c: columns[c][at] for c in PACKED}, columns["row_groups"][at], width)
         if g is None or int(g.rows.sum()) != f.rows:
