@@ -343,6 +343,11 @@ class IcebergBatch:
                 paths = [f.path for f in self.band_files]
             elif name in self.streams:
                 paths = self.streams[name].close()
+            elif name == directory.TABLE and name in self.pinned.tables and keyed:
+                # one file per keyed table (`directory.by_table`)
+                table = self.pinned.tables[name]
+                paths = [write_rows_file(table, name, part, f"{self.prefix}-{of}") for of, part
+                         in directory.by_table(directory.rows_of(self.label, keyed)).items()]
             if name in directory.KEYED and paths:
                 keyed += [(name, p) for p in paths]
             if paths is not None:
@@ -357,17 +362,6 @@ class IcebergBatch:
                 data = pa.concat_tables(self.raw_parts)
                 self.raw_parts = []
                 data = data.take(pc.sort_indices(data, sort_keys=[("text_sha256", "ascending")]))
-            elif name == directory.TABLE and name in self.pinned.tables and keyed:
-                table = self.pinned.tables[name]
-                parts = directory.by_table(directory.rows_of(self.label, keyed))
-                if parts:
-                    table.add_files([write_rows_file(table, name, part, f"{self.prefix}-{of}")
-                                     for of, part in parts.items()],
-                                    check_duplicate_files=False)
-                    current = table.current_snapshot()
-                    assert current is not None
-                    snapshots[name] = current.snapshot_id
-                continue
             elif self.new[name]:
                 rows = self.new[name]
                 if name in it.SORTED_BY and name != "sources":

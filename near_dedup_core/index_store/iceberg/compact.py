@@ -94,7 +94,8 @@ def compact(location: str, progress: bool = False, full: bool = False) -> str:
             compact_keys(pinned, snapshots, data["content_keys"], full),
             compact_raw_texts(pinned, snapshots, data["raw_texts"], full)) if x) or None
         bands = compact_bands(pinned, snapshots, data["bands"], stages, full)
-        keys = "; ".join(x for x in (keys, compact_directory(pinned, snapshots)) if x) or None
+        keys = "; ".join(x for x in (keys, compact_directory(pinned, snapshots, data)) if x) \
+            or None
         if bands is None and keys is None:
             return f"index {location}: nothing to compact ({layout(pinned, data)})"
         stages.step("committing")
@@ -271,16 +272,18 @@ def compact_raw_texts(pinned: Pinned, snapshots: dict[str, int | None], data: li
             f"{count(len(written), 'file')}")
 
 
-def compact_directory(pinned: Pinned, snapshots: dict[str, int | None]) -> str | None:
+def compact_directory(pinned: Pinned, snapshots: dict[str, int | None],
+                      data: dict[str, list[Any]]) -> str | None:
     """The key directory rewritten as one file per keyed table, describing the keyed files of
-    the state ``snapshots`` records (`directory.compacted_rows`), unless it already does: the
-    summary's part, or None."""
-    rows = directory.compacted_rows(pinned, snapshots)
+    the state ``snapshots`` records (`directory.compacted_rows`; ``data``: the keyed tables'
+    planned data files), unless it already does: the summary's part, or None."""
+    held = pinned.data_files(directory.TABLE)
+    rows = directory.compacted_rows(pinned, snapshots, data, held)
     if rows is None:
         return None
     table = pinned.tables[directory.TABLE]
     snapshots[directory.TABLE] = replace_files(
-        table, pinned.data_files(directory.TABLE),
+        table, held,
         [write_rows_file(table, directory.TABLE, part, f"compact-{pinned.state.n + 1}-{name}")
          for name, part in directory.by_table(rows).items()])
     return f"the key directory of {count(rows.num_rows, 'keyed file')} written"

@@ -156,24 +156,28 @@ def by_table(rows: pa.Table) -> dict[str, pa.Table]:
             if (part := rows.filter(pc.equal(rows.column("keyed"), name))).num_rows}
 
 
-def compacted_rows(pinned: Any, snapshots: dict[str, int | None]) -> pa.Table | None:
+def compacted_rows(pinned: Any, snapshots: dict[str, int | None], planned: dict[str, list[Any]],
+                   held_files: list[Any]) -> pa.Table | None:
     """The directory's rows for the keyed files of the state that ``snapshots`` (the tables'
-    snapshot ids a compaction publishes) records, or None when the pinned directory already
-    describes exactly those files in at most `MOST_FILES` files: the rows of files it keeps,
-    the others' read from their footers."""
+    snapshot ids a compaction publishes) records, or None when the pinned directory (its
+    data files ``held_files``) already describes exactly those files in at most
+    `MOST_FILES` files: the rows of files it keeps, the others' read from their footers.
+    ``planned``: the keyed tables' data files at the pinned state, for those the compaction
+    left as they were."""
     if TABLE not in pinned.present:
         return None
     now: dict[str, str] = {}
     for name in KEYED:
         sid = snapshots.get(name)
-        if name in pinned.tables and sid is not None:
-            table = pinned.tables[name]
-            now.update((task.file.file_path, name)
-                       for task in table.scan(snapshot_id=sid).plan_files())
-    held = pinned.read(TABLE).cast(_schema())
-    described = set(held.column("file").to_pylist())
-    if described == set(now) and len(pinned.data_files(TABLE)) <= MOST_FILES:
+        if name not in pinned.tables or sid is None:
+            continue
+        files = planned[name] if sid == pinned.state.snapshots[name] else [
+            task.file for task in pinned.tables[name].scan(snapshot_id=sid).plan_files()]
+        now.update((f.file_path, name) for f in files)
+    described = set(pinned.read(TABLE, ("file",)).column("file").to_pylist())
+    if described == set(now) and len(held_files) <= MOST_FILES:
         return None
+    held = pinned.read(TABLE).cast(_schema())
     kept = held.filter(pc.is_in(held.column("file"), pa.array(list(now), pa.string())))
     new = rows_of(pinned.location, [(name, path) for path, name in now.items()
                                     if path not in described])
