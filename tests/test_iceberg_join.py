@@ -2,7 +2,8 @@
 per-bucket join"): the writer's band files store the sorted keys and the content ids DELTA_BINARY_PACKED, without a codec,
 and declare their order; `bucket_hits` finds exactly the rows a plain membership test finds,
 in row order, on those files and on files of any other layout (the older zstd/dictionary
-files, files that declare no order, files whose rows are not sorted).
+files, files that declare no order, files whose rows are not sorted); a scan of a batch its
+index holds opens none of that batch's band files.
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from helpers import make_package, run_cli, stdlib_paragraphs, tree_bytes
 
 pytest.importorskip("pyiceberg", reason="pip install 'near-dedup[iceberg]'")
 
 from near_dedup_core.index_store.iceberg import bands, bloom  # noqa: E402
 from near_dedup_core.index_store.iceberg.bands import bucket_hits  # noqa: E402
 from near_dedup_core.index_store.iceberg.datafiles import local_path  # noqa: E402
+from near_dedup_core.index_store.iceberg.snapshot import Pinned  # noqa: E402
 
 BUCKETS = 4
 
@@ -207,3 +210,40 @@ def test_a_byte_strings_hash_is_the_one_pyarrows_filters_hold_it_by(tmp_path, wi
     assert bloom.may_hold(blocks, others).mean() < 0.01
     with pytest.raises(ValueError, match="multiple of 8"):
         bloom.xxh64_bytes([b"abc"], 3)
+
+
+def test_a_scan_of_a_batch_the_index_holds_opens_none_of_its_band_files(tmp_path, monkeypatch):
+    """Day 2 indexed after day 1, then scanned: the join opens day 1's band files, never
+    day 2's own (their manifest bounds say each holds only day 2's contents, which the
+    join leaves out), and the report is SQLite's."""
+    paragraphs = stdlib_paragraphs()
+    n = len(paragraphs)
+
+    def package(name: str, first: int, at: str) -> Path:
+        return make_package(tmp_path, name, {"train": [
+            {"id": f"{name}-{i}", "text": f"{paragraphs[i % n]} {paragraphs[(i + 7) % n]}"}
+            for i in range(first, first + 200)]}, created_at=at)
+
+    d1 = package("d1", 0, "2026-11-25T00:00:00Z")
+    d2 = package("d2", 100, "2026-11-26T00:00:00Z")  # its first half: day 1's texts again
+    index, lite = f"iceberg://{tmp_path / 'ice'}", tmp_path / "lite.sqlite"
+    bands_of: list[set[str]] = []
+    for pkg in (d1, d2):
+        for target in (index, lite):
+            assert run_cli("--quiet", "--index", target, "index", "--inputs", pkg)[0] == 0
+        bands_of.append({f.file_path for f in Pinned(index).data_files("bands")})
+    first, every = bands_of
+    opened: list[str] = []
+    real = bands.file_hits
+
+    def counted(path, probes, hashes):
+        opened.append(path)
+        return real(path, probes, hashes)
+
+    monkeypatch.setattr(bands, "file_hits", counted)
+    for target, name in ((index, "ice-report"), (lite, "lite-report")):
+        code, _, err = run_cli("--quiet", "--index", target, "scan", "--inputs", d2,
+                               "--workers", "1", "--output", tmp_path / name)
+        assert code == 0, err
+    assert opened and set(opened) <= first < every
+    assert tree_bytes(tmp_path / "ice-report") == tree_bytes(tmp_path / "lite-report")

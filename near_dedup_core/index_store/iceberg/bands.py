@@ -11,15 +11,21 @@ re-partitions the table one old bucket at a time."""
 from __future__ import annotations
 
 import uuid
-from typing import Any, NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyiceberg.conversions import from_bytes
 from pyiceberg.io import load_file_io
+from pyiceberg.types import LongType
 
 from near_dedup_core.index_store.iceberg import bloom, datafiles
 from near_dedup_core.index_store.iceberg import tables as it
+
+if TYPE_CHECKING:
+    from pyiceberg.manifest import DataFile
 
 #: The band rows a bucket holds at most before `index compact` doubles the bucket count
 #: (docs/iceberg.md, "Buckets grow with the index"): at 10^8 contents it gives 4,096 buckets
@@ -182,6 +188,36 @@ def file_hits(path: str, probes: np.ndarray, hashes: np.ndarray
         return none, none
     contents, _ = datafiles.read_rows(pf, groups, rows, ["content"])
     return keys[rows], contents.column("content").to_numpy()
+
+
+def files_by_bucket(files: Iterable[DataFile], content: int, own: tuple[int, int]
+                    ) -> dict[int, list[str]]:
+    """The paths of the band data files ``files`` (manifest entries) by bucket, sorted, less
+    each file whose every content lies in ``own`` (first, last): `bucket_hits` keeps none of
+    its rows, and the lowest and highest content its manifest entry records (field id
+    ``content``) say so without opening it. A scan of a batch its index holds skips so the
+    batch's own files, one per bucket it touched."""
+    first, last = own
+    out: dict[int, list[str]] = {}
+    for f in files:
+        lo = (f.lower_bounds or {}).get(content)
+        hi = (f.upper_bounds or {}).get(content)
+        if (lo is not None and hi is not None and first <= int(from_bytes(LongType(), lo))
+                and int(from_bytes(LongType(), hi)) <= last):
+            continue
+        out.setdefault(int(f.partition[0]), []).append(f.file_path)
+    return {b: sorted(paths) for b, paths in out.items()}
+
+
+def bucket_probes(keys: np.ndarray, buckets: int, files: dict[int, list[str]]
+                  ) -> list[tuple[list[str], np.ndarray]]:
+    """(data file paths, sorted probe keys) of each bucket of ``buckets`` that holds both
+    probe ``keys`` and ``files``, in bucket order: one join task each (`bucket_hits`)."""
+    of = bucket_of(keys, buckets)
+    order = np.argsort(of, kind="stable")
+    bounds = np.searchsorted(of[order], np.arange(buckets + 1))
+    return [(files[b], np.sort(keys[order[bounds[b]:bounds[b + 1]]]))
+            for b in range(buckets) if b in files and bounds[b + 1] > bounds[b]]
 
 
 def sorted_by_key(

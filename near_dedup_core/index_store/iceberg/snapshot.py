@@ -32,7 +32,11 @@ from near_dedup_core.errors import NearDedupError
 from near_dedup_core.index_store.common import check_binding, longest_run, package_sources_error
 from near_dedup_core.index_store.iceberg import datafiles
 from near_dedup_core.index_store.iceberg import tables as it
-from near_dedup_core.index_store.iceberg.bands import bucket_hits, bucket_of
+from near_dedup_core.index_store.iceberg.bands import (
+    bucket_hits,
+    bucket_probes,
+    files_by_bucket,
+)
 from near_dedup_core.index_store.iceberg.keyed import (
     KeyedFiles,
     content_lookup,
@@ -732,7 +736,7 @@ class IcebergSnapshot:
                             np.asarray(mixed, dtype=np.int64))
         lo, hi = longest_run(pool)
         skip = np.setdiff1d(pool, np.arange(lo, hi + 1, dtype=np.int64))
-        tasks = self.bucket_tasks(np.ascontiguousarray(keys, dtype=np.int64))
+        tasks = self.bucket_tasks(np.ascontiguousarray(keys, dtype=np.int64), (lo, hi))
         if self.join_executor is not None:
             futures = [self.join_executor.submit(bucket_hits, paths, probes, skip, lo, hi)
                        for paths, probes in tasks]
@@ -747,22 +751,15 @@ class IcebergSnapshot:
         return BandHits(np.concatenate([k for k, _ in found]),
                         np.concatenate([c for _, c in found]))
 
-    def bucket_tasks(self, keys: np.ndarray) -> list[tuple[list[str], np.ndarray]]:
+    def bucket_tasks(self, keys: np.ndarray, own: tuple[int, int] = (1, 0)
+                     ) -> list[tuple[list[str], np.ndarray]]:
         """(data file paths, sorted probe keys) of each bucket that holds probe keys and
-        band rows, in bucket order."""
-        buckets = int(self._meta[it.BUCKETS_KEY])
-        files: dict[int, list[str]] = {}
-        for f in self._pinned.data_files("bands"):
-            files.setdefault(int(f.partition[0]), []).append(f.file_path)
-        of = bucket_of(keys, buckets)
-        order = np.argsort(of, kind="stable")
-        of_sorted = of[order]
-        bounds = np.searchsorted(of_sorted, np.arange(buckets + 1))
-        tasks = []
-        for b in range(buckets):
-            if b in files and bounds[b + 1] > bounds[b]:
-                tasks.append((sorted(files[b]), np.sort(keys[order[bounds[b]:bounds[b + 1]]])))
-        return tasks
+        band rows, in bucket order, less the files whose every content lies in ``own``
+        (`bands.files_by_bucket`)."""
+        table = self._pinned.tables["bands"]
+        return bucket_probes(keys, int(self._meta[it.BUCKETS_KEY]), files_by_bucket(
+            self._pinned.data_files("bands"), table.schema().find_field("content").field_id,
+            own))
 
     # -- the report
     def outside_sources(self, contents_: list[int],
