@@ -134,7 +134,8 @@ def bucket_hits(
             keys, contents = file_hits(path, probes, hashes)
             keep = (contents < lo) | (contents > hi)
             if len(skip):
-                keep &= ~np.isin(contents, skip)
+                at = np.minimum(np.searchsorted(skip, contents), len(skip) - 1)
+                keep &= skip[at] != contents
             keys_out.append(keys[keep])
             contents_out.append(contents[keep])
     if not keys_out:
@@ -176,10 +177,10 @@ def file_hits(path: str, probes: np.ndarray, hashes: np.ndarray
         first = np.searchsorted(keys, probes)
         count = np.searchsorted(keys, probes, "right") - first
         found = count > 0
+        found[1:] &= probes[1:] != probes[:-1]  # a probe asked twice: its rows once
         first, count = first[found], count[found]
-        rows = np.unique(
-            np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-        )
+        # each found probe's rows, one range after another: ascending, each row once
+        rows = np.repeat(first - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
     else:
         place = np.searchsorted(probes, keys)
         place[place == len(probes)] = 0
