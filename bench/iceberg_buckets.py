@@ -20,8 +20,9 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from near_dedup_core.index_store.iceberg.bands import bucket_hits, bucket_of
 from near_dedup_core.index_store.iceberg.batch import BAND_FILE_OPTIONS
-from near_dedup_core.index_store.iceberg.snapshot import Pinned, bucket_hits, bucket_of
+from near_dedup_core.index_store.iceberg.snapshot import Pinned
 
 
 def main(argv: list[str] | None = None) -> None:

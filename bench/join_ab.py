@@ -39,7 +39,7 @@ WORKER = r"""
 import os, sys, time
 from pathlib import Path
 import numpy as np, orjson, pyarrow.parquet as pq
-from near_dedup_core.index_store.iceberg.snapshot import bucket_hits, bucket_of
+from near_dedup_core.index_store.iceberg.bands import bucket_hits, bucket_of
 
 data = np.load(sys.argv[1])
 probes, pool_last = data["keys"], int(data["last"])

@@ -39,8 +39,9 @@ Subcommands:
   figure. Written to ``FOLDER/result.json``.
 - ``scans --pool PKG --out FOLDER [--rounds R] [--before CHECKOUT]``: more rounds of the
   pool's scans, in turns, on the two indexes of an earlier ``run`` in FOLDER (which then hold
-  the day as well); with ``--before``, the history scanned by that checkout's code as well
-  (earlier code, its kernels' caches warm: docs/benchmarks.md, "Reproducing").
+  the day as well), or of a day's package they hold; with ``--before``, both indexes scanned
+  by that checkout's code as well (earlier code, its kernels' caches warm:
+  docs/benchmarks.md, "Reproducing").
 - ``find --day PKG --queries N --out FOLDER [--rounds R] [--before CHECKOUT]``:
   ``near-dedup index find --jsonl`` of the package's first N texts (as `bench.find` makes
   its queries) on the two indexes of an earlier ``run``, in turns; the answers must be the
@@ -419,7 +420,7 @@ def index_tasks(location: str, probes: np.ndarray, timings: dict | None = None
 
 
 def folder_tasks(folder: Path, probes: np.ndarray) -> list[tuple[list[str], np.ndarray]]:
-    from near_dedup_core.index_store.iceberg.snapshot import bucket_of
+    from near_dedup_core.index_store.iceberg.bands import bucket_of
 
     parts = sorted(folder.glob("bucket=*/*.parquet"), key=lambda p: int(
         p.parent.name.split("=")[1]))
@@ -577,10 +578,13 @@ def scans(pool: Path, out: Path, buckets: int, workers: int, rounds: int,
     """The pool scanned against the two indexes of an earlier `run_all` in ``out``, in turns,
     ``rounds`` times; the figures added to ``out/result.json`` under ``more_scans``. With
     ``before`` (a checkout of earlier code, its kernels' caches warm), each round also scans
-    the history with that code (``side`` ``history-before``): empty, history, history-before,
-    then the other way round in the next round; every report must be the same."""
+    both indexes with that code (``side`` ``empty-before``, ``history-before``): empty,
+    history, empty-before, history-before, then the other way round in the next round; every
+    report must be the same. ``pool`` may be a day's package the indexes hold (its scan as
+    the daily release runs it, after its ``index``)."""
     sides = {"empty": (out / "empty", None), "history": (out / "history", None)}
     if before is not None:
+        sides["empty-before"] = (out / "empty", before)
         sides["history-before"] = (out / "history", before)
     result = orjson.loads((out / "result.json").read_bytes())
     more = result.setdefault("more_scans", [])
@@ -643,7 +647,7 @@ def finds(day: Path, n: int, out: Path, workers: int, rounds: int,
     `bench.find` makes its queries) against the two indexes of an earlier `run_all` in
     ``out``, in turns, ``rounds`` times; the answers must be the same on both sides
     (`same_answers`). With ``before`` (a checkout of earlier code), each round also asks the
-    history with that code (side ``history-before``), as `scans` does. The
+    history with that code (side ``history-before``). The
     figures added to ``out/result.json`` under ``finds``."""
     from bench.build_corpus import write_jsonl
     from bench.find import _queries

@@ -40,7 +40,8 @@ def bench(*args: object) -> dict:
 
 @pytest.mark.slow
 def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -> None:
-    from near_dedup_core.index_store.iceberg.snapshot import Pinned, bucket_of
+    from near_dedup_core.index_store.iceberg.bands import bucket_of
+    from near_dedup_core.index_store.iceberg.snapshot import Pinned
 
     out = tmp_path / "scale"
     result = bench("run", "--pool", V1, "--day", V2, "--contents", 10_000, "--buckets", 16,
@@ -78,12 +79,12 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
                   f"iceberg://{out / 'history'}")
     assert again["tasks"] == 16 and again["band_rows"] == bands.num_rows and again["hits"] > 0
     assert again["pin_s"] >= 0 and again["plan_s"] >= 0
-    # the history scanned by another checkout too (here this one), in turns
+    # both indexes scanned by another checkout too (here this one), in turns
     more = bench("scans", "--pool", V1, "--out", out, "--buckets", 16, "--workers", 1,
                  "--before", REPO)
     assert [(s["round"], s["side"]) for s in more["more_scans"]] == [
-        (1, "empty"), (1, "history"), (1, "history-before")]
-    assert more["more_scans"][2]["code"] == str(REPO)
+        (1, "empty"), (1, "history"), (1, "empty-before"), (1, "history-before")]
+    assert more["more_scans"][2]["code"] == more["more_scans"][3]["code"] == str(REPO)
     # `index find` of the next day's texts on both indexes, and on the history by another
     # checkout too (here this one), in turns: the same answers
     found = bench("find", "--day", V3, "--queries", 20, "--out", out, "--workers", 1,
@@ -117,7 +118,7 @@ def test_run_appends_a_history_that_scans_read_and_never_reach(tmp_path: Path) -
 
 
 def test_bands_and_join(tmp_path: Path) -> None:
-    from near_dedup_core.index_store.iceberg.snapshot import bucket_of
+    from near_dedup_core.index_store.iceberg.bands import bucket_of
 
     pool = tmp_path / "pool"
     done = subprocess.run([sys.executable, "-m", "near_dedup_core", "--quiet", "--index",
